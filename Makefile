@@ -1,0 +1,37 @@
+# vllm-parity. Everything a fresh machine needs is installed by these targets.
+#   make parity   set up, then run every configured engine on the scenarios and print verdicts
+#   make test     set up, then run the harness's self-tests and the real-oracle integration tests
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
+# A port to judge, as its command line, e.g. CANDIDATE='./build/port-engine --parity'
+CANDIDATE ?=
+
+.PHONY: setup envs parity test bench goldens goldens-check clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+setup: $(STAMP)
+
+# One isolated environment per pinned vLLM release, cached outside the clone.
+envs: setup
+	$(BIN)/parity envs
+
+parity: envs
+	$(BIN)/parity gate $(if $(CANDIDATE),--candidate '$(CANDIDATE)')
+
+test: envs
+	$(BIN)/python -m pytest -q
+
+goldens: envs
+	$(BIN)/parity goldens
+
+goldens-check: envs
+	$(BIN)/parity goldens --check
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -1,0 +1,243 @@
+"""`parity`: run engines on scenarios, compare with goldens, regenerate goldens, gate a release.
+
+Exit status (every command): 0 success; 1 a divergence (or a golden that would change, in
+--check); 2 a run that could not be compared (engine crash, hang, protocol violation, missing
+or invalid golden) or bad input (malformed scenario, unknown engine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from . import goldens as golden_files
+from .engine import EngineSpec, resolve_engine
+from .envs import EnvError, ensure_env
+from .pins import REPO_ROOT, PinError, load_pins
+from .report import render
+from .runner import run_scenarios
+from .scenario import Scenario, ScenarioError, load_scenario
+from .trace import TraceError, dumps, load_trace
+from .verdict import Verdict, exit_status, judge
+
+SCENARIO_DIR = REPO_ROOT / "scenarios"
+DEFAULT_LAYERS = ["config"]
+
+
+def log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="parity", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("envs", help="build (or reuse) the isolated environment of each pin")
+    p.add_argument("--pin", action="append", help="only these releases (default: all pins)")
+
+    p = sub.add_parser("run", help="run one engine on one scenario and write its trace")
+    p.add_argument("--engine", required=True, help="a pin (0.28.0, vllm==0.28.0) or an engine command line")
+    p.add_argument("--scenario", required=True, type=Path)
+    p.add_argument("--out", required=True, type=Path)
+    p.add_argument("--layers", default=",".join(DEFAULT_LAYERS))
+
+    p = sub.add_parser("compare", help="compare a trace with a golden and explain the difference")
+    p.add_argument("--trace", required=True, type=Path)
+    p.add_argument("--golden", type=Path, help="default: the gate oracle's golden for the trace's scenario")
+
+    p = sub.add_parser("gate", help="run every configured engine on the scenarios, judge against the oracle")
+    p.add_argument("--candidate", action="append", default=[],
+                   help="a candidate engine (pin or command line); repeatable. Default: the other "
+                        "pins, as informational stand-ins")
+    p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
+    p.add_argument("--layers", default=",".join(DEFAULT_LAYERS))
+
+    p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs")
+    p.add_argument("--check", action="store_true",
+                   help="regenerate in memory; fail if any golden would change or has no scenario")
+    p.add_argument("--engine", action="append", help="only these pins (a candidate is refused)")
+    p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
+    p.add_argument("--layers", default=",".join(DEFAULT_LAYERS))
+
+    p = sub.add_parser("selfcheck", help="check that an engine speaks the protocol correctly")
+    p.add_argument("--engine", required=True)
+    p.add_argument("--scenario", type=Path, default=SCENARIO_DIR / "dflash_27b_gate.json")
+
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ScenarioError, TraceError, PinError, EnvError, ValueError,
+            golden_files.GoldenRefused) as exc:
+        log(f"parity {args.command}: error: {exc}")
+        return 2
+
+
+def cmd_envs(args) -> int:
+    pins = load_pins()
+    for release in args.pin or pins.releases:
+        ensure_env(release, log=log, pins=pins)
+    return 0
+
+
+def cmd_run(args) -> int:
+    scenario = load_scenario(args.scenario)  # validated before any engine starts
+    spec = resolve_engine(args.engine, log=log)
+    result = run_scenarios(spec, [scenario], _layers(args.layers), log=log)
+    trace = result.traces[0]
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(dumps(trace))
+    if "failure" in trace:
+        log(f"parity run: {trace['failure']['kind']}: {trace['failure']['message']}\n"
+            f"partial trace kept in {args.out}")
+        return 2
+    log(f"parity run: trace written to {args.out}")
+    return 0
+
+
+def cmd_compare(args) -> int:
+    pins = load_pins()
+    trace = load_trace(args.trace)
+    path = args.golden or golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
+    verdict = _judge_against(trace, path, gating=True)
+    print(render([verdict], pins.oracle))
+    return exit_status([verdict])
+
+
+def cmd_gate(args) -> int:
+    pins = load_pins()
+    scenarios = _scenarios(args.scenario)
+    layers = _layers(args.layers)
+    engines: list[tuple[EngineSpec, bool]] = [(resolve_engine(pins.oracle, log=log), True)]
+    if args.candidate:
+        engines += [(resolve_engine(c, log=log), True) for c in args.candidate]
+    else:
+        log("[gate] no candidate configured: the other pins stand in as informational candidates")
+        engines += [(resolve_engine(r, log=log), False) for r in pins.candidates]
+    verdicts: list[Verdict] = []
+    for spec, gating in engines:
+        run = run_scenarios(spec, scenarios, layers, log=log)
+        for trace in run.traces:
+            path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
+            verdicts.append(_judge_against(trace, path, gating))
+    print(render(verdicts, pins.oracle))
+    status = exit_status(verdicts)
+    log(f"[gate] exit status {status} ({['all gating verdicts pass', 'a gating engine diverged', 'a gating run could not be compared'][status]})")
+    return status
+
+
+def cmd_goldens(args) -> int:
+    pins = load_pins()
+    scenarios = _scenarios(args.scenario)
+    releases = []
+    for text in args.engine or pins.releases:
+        spec = resolve_engine(text, log=log)
+        if spec.release is None:
+            raise golden_files.GoldenRefused(
+                f"refusing to regenerate goldens from {text!r}: only a pinned vLLM oracle "
+                f"({', '.join(pins.releases)}) writes goldens")
+        releases.append(spec)
+    changed, failed = [], []
+    for spec in releases:
+        run = run_scenarios(spec, scenarios, _layers(args.layers), log=log)
+        for trace in run.traces:
+            path = golden_files.golden_path(trace["scenario"]["name"], spec.release)
+            if "failure" in trace:
+                failed.append(f"{path}: {trace['failure']['kind']}: {trace['failure']['message']}")
+                continue
+            new = dumps(trace)
+            old = path.read_text() if path.exists() else None
+            if old == new:
+                continue
+            changed.append(path)
+            log(_change_summary(path, old, trace))
+            if not args.check:
+                golden_files.write_golden(path, trace, spec.release)
+    orphans = [] if args.scenario else golden_files.orphans(
+        {s.name for s in scenarios}, pins.releases)
+    for path in orphans:
+        log(f"[goldens] orphan: {path.relative_to(REPO_ROOT)} has no scenario or pin behind it")
+    for line in failed:
+        log(f"[goldens] not written: {line}")
+    verb = "would change" if args.check else "written"
+    log(f"[goldens] {len(changed)} {verb}, {len(orphans)} orphaned, {len(failed)} failed")
+    if failed:
+        return 2
+    return 1 if (args.check and changed) or orphans else 0
+
+
+def cmd_selfcheck(args) -> int:
+    from .selfcheck import selfcheck
+
+    scenario = load_scenario(args.scenario)
+    spec = resolve_engine(args.engine, log=log)
+    problems = selfcheck(spec, scenario, log=log)
+    for problem in problems:
+        print(f"FAIL {problem}")
+    print("protocol self-check: " + ("passed" if not problems else f"{len(problems)} problem(s)"))
+    return 1 if problems else 0
+
+
+COMMANDS = {"envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
+            "goldens": cmd_goldens, "selfcheck": cmd_selfcheck}
+
+
+def _judge_against(trace: dict, path: Path, gating: bool) -> Verdict:
+    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
+    if not path.exists():
+        return Verdict(engine, scenario, "missing_golden", gating,
+                       message=f"no golden at {path}; write it with `make goldens`")
+    try:
+        golden = golden_files.load_golden(path)
+    except TraceError as exc:
+        return Verdict(engine, scenario, "invalid_golden", gating, message=str(exc))
+    return judge(trace, golden, gating)
+
+
+def _scenarios(paths: list[Path] | None) -> list[Scenario]:
+    paths = paths or sorted(SCENARIO_DIR.glob("*.json"))
+    scenarios = [load_scenario(p) for p in paths]  # all validated before any engine starts
+    names = [s.name for s in scenarios]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two scenario files share a name: {sorted(names)}")
+    return scenarios
+
+
+def _layers(text: str) -> list[str]:
+    from .protocol import LAYERS
+
+    layers = [x for x in text.split(",") if x]
+    unknown = [x for x in layers if x not in LAYERS]
+    if unknown or not layers:
+        raise ValueError(f"--layers: unknown layer(s) {unknown}; known: {list(LAYERS)}")
+    return layers
+
+
+def _change_summary(path: Path, old_text: str | None, trace: dict) -> str:
+    rel = path.relative_to(REPO_ROOT)
+    if old_text is None:
+        return f"[goldens] new: {rel}"
+    from .compare import compare_layer
+    from .trace import TraceError as _TE
+
+    try:
+        import json
+
+        old = json.loads(old_text)
+        parts = []
+        for layer, records in trace["layers"].items():
+            c = compare_layer(layer, old.get("layers", {}).get(layer, []), records)
+            if not c.equal:
+                f = c.first
+                parts.append(f"{layer} record {c.index} {f.path}: {f.expected!r} -> {f.actual!r}"
+                             f" ({len(c.fields)} field(s))")
+        if not parts:
+            parts.append("provenance only")
+        return f"[goldens] changed: {rel}: " + "; ".join(parts)
+    except (ValueError, _TE, AttributeError):
+        return f"[goldens] changed: {rel} (old file unreadable)"
+
+
+if __name__ == "__main__":
+    sys.exit(main())

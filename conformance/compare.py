@@ -1,0 +1,97 @@
+"""Comparison: is a candidate's trace equal to the golden, and if not, where does it first differ?
+
+Whole-layer equality is plain `==` (cheap). Only on a mismatch is the first divergent record
+located, its fields listed, and a window of records around it explained with DeepDiff; DeepDiff
+never sees the whole trace.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+# Fields reported first when a record differs in several: the budget comes before its causes.
+PRIMARY_FIELDS = (
+    "refused", "max_num_batched_tokens", "max_num_scheduled_tokens", "max_num_seqs",
+    "num_speculative_tokens", "drafting_slots_per_request", "num_lookahead_tokens",
+)
+WINDOW = 2  # records either side of the first divergence that are explained
+
+
+@dataclass
+class FieldDiff:
+    path: str
+    expected: Any
+    actual: Any
+
+
+@dataclass
+class LayerComparison:
+    layer: str
+    equal: bool
+    index: int | None = None  # first divergent record (a step, for the steps layer)
+    fields: list[FieldDiff] = field(default_factory=list)
+    expected_count: int = 0
+    actual_count: int = 0
+    window: tuple[int, int] = (0, 0)
+    explanation: str = ""
+
+    @property
+    def first(self) -> FieldDiff | None:
+        return self.fields[0] if self.fields else None
+
+
+def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> LayerComparison:
+    result = LayerComparison(layer, expected == actual, expected_count=len(expected),
+                             actual_count=len(actual))
+    if result.equal:
+        return result
+    index = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a),
+                 min(len(expected), len(actual)))
+    result.index = index
+    if index < min(len(expected), len(actual)):
+        result.fields = field_diffs(expected[index], actual[index])
+    else:
+        which = "candidate" if len(actual) > len(expected) else "oracle"
+        result.fields = [FieldDiff("<record count>", len(expected), len(actual))]
+        result.explanation = f"the {which} has records past #{index - 1}"
+    lo, hi = max(0, index - WINDOW), index + WINDOW + 1
+    result.window = (lo, hi)
+    if not result.explanation:
+        result.explanation = explain(expected[lo:hi], actual[lo:hi], lo)
+    return result
+
+
+def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
+    """Leaf-level differences between two records, primary budget fields first."""
+    out: list[FieldDiff] = []
+    _walk(expected, actual, path, out)
+    rank = {name: i for i, name in enumerate(PRIMARY_FIELDS)}
+    return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
+
+
+def _walk(e: Any, a: Any, path: str, out: list[FieldDiff]) -> None:
+    if e == a:
+        return
+    if isinstance(e, dict) and isinstance(a, dict):
+        for key in sorted(set(e) | set(a)):
+            _walk(e.get(key, "<absent>"), a.get(key, "<absent>"), f"{path}.{key}" if path else key, out)
+    elif isinstance(e, list) and isinstance(a, list) and len(e) == len(a) and not _is_lines(e):
+        for i, (x, y) in enumerate(zip(e, a)):
+            _walk(x, y, f"{path}[{i}]", out)
+    else:
+        out.append(FieldDiff(path or "<record>", e, a))
+
+
+def _is_lines(value: list) -> bool:
+    # Log lines are compared as one list, so the report can show them side by side.
+    return bool(value) and all(isinstance(v, str) for v in value)
+
+
+def explain(expected: list, actual: list, offset: int) -> str:
+    """DeepDiff of a small window only; index paths are shifted to the trace's own numbering."""
+    from deepdiff import DeepDiff
+
+    diff = DeepDiff({offset + i: r for i, r in enumerate(expected)},
+                    {offset + i: r for i, r in enumerate(actual)}, verbose_level=2)
+    return diff.pretty()

@@ -1,0 +1,126 @@
+"""One isolated Python environment per pinned vLLM release, built on demand and cached.
+
+Two vLLM releases cannot share a process, so each pin gets its own venv, kept outside the
+clone (so a fresh clone does not pay again) under a key made of everything that decides its
+contents: the release, the device mode, the Python version, the torch pin and the
+requirements file. A build goes into a temporary folder and is renamed into place only once
+its import check passes, so an interrupted build never leaves a half environment behind.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from .pins import REPO_ROOT, Pins, load_pins
+
+RECIPE = 1  # bump when the build steps below change, so cached envs are rebuilt
+WORKER = REPO_ROOT / "engines" / "vllm" / "worker.py"
+
+
+class EnvError(RuntimeError):
+    """A pin's environment could not be built; the message carries the tail of the build log."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("VLLM_PARITY_CACHE", Path.home() / ".cache" / "vllm-parity"))
+
+
+def device_mode() -> str:
+    """'gpu' installs vllm with its own dependencies; 'cpu' is the --no-deps recipe."""
+    mode = os.environ.get("VLLM_PARITY_DEVICE")
+    if mode:
+        if mode not in ("cpu", "gpu"):
+            raise EnvError(f"VLLM_PARITY_DEVICE must be 'cpu' or 'gpu', not {mode!r}")
+        return mode
+    nvidia_smi = shutil.which("nvidia-smi")
+    if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).returncode == 0:
+        return "gpu"
+    return "cpu"
+
+
+def env_key(release: str, mode: str, pins: Pins) -> str:
+    parts = {
+        "recipe": RECIPE,
+        "release": release,
+        "mode": mode,
+        "python": f"{sys.version_info.major}.{sys.version_info.minor}",
+        "torch": pins.cpu_torch if mode == "cpu" else None,
+        "requirements": pins.cpu_requirements.read_text() if mode == "cpu" else None,
+    }
+    blob = json.dumps(parts, sort_keys=True).encode()
+    return hashlib.sha256(blob).hexdigest()[:12]
+
+
+def env_dir(release: str, mode: str | None = None, pins: Pins | None = None) -> Path:
+    pins = pins or load_pins()
+    mode = mode or device_mode()
+    return cache_root() / "envs" / f"vllm-{release}-{mode}-{env_key(release, mode, pins)}"
+
+
+def env_python(path: Path) -> Path:
+    return path / "bin" / "python"
+
+
+def install_steps(release: str, mode: str, pins: Pins) -> list[list[str]]:
+    """pip argument lists, in order. Each is an argv list: nothing here goes through a shell."""
+    pip = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
+    if mode == "gpu":
+        return [pip + [f"vllm=={release}"]]
+    return [
+        # The CPU build of torch first, so nothing later can pull a CUDA build.
+        pip + [f"torch=={pins.cpu_torch}"],
+        pip + ["-r", str(pins.cpu_requirements), f"torch=={pins.cpu_torch}"],
+        # vllm's wheel pins a CUDA torch and GPU kernels: take only its Python code.
+        pip + ["--no-deps", f"vllm=={release}"],
+    ]
+
+
+def ensure_env(release: str, log=print, pins: Pins | None = None) -> Path:
+    """Return the python of the pin's environment, building it first if it is not cached."""
+    pins = pins or load_pins()
+    mode = device_mode()
+    final = env_dir(release, mode, pins)
+    if (final / "READY").exists():
+        return env_python(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with open(final.parent / f"{final.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs building the same pin wait for each other
+        if (final / "READY").exists():
+            return env_python(final)
+        _build(release, mode, pins, final, log)
+    return env_python(final)
+
+
+def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
+    tmp = final.with_name(final.name + ".building")
+    shutil.rmtree(tmp, ignore_errors=True)
+    build_log = final.with_name(final.name + ".log")
+    log(f"[envs] building vllm {release} ({mode}) in {final} (log: {build_log})")
+    with open(build_log, "w") as out:
+        steps = [[sys.executable, "-m", "venv", str(tmp)]]
+        steps += [[str(env_python(tmp))] + step for step in install_steps(release, mode, pins)]
+        steps.append([str(env_python(tmp)), str(WORKER), "--import-check", release])
+        for argv in steps:
+            out.write(f"$ {argv}\n")
+            out.flush()
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            if result.returncode != 0:
+                out.flush()
+                tail = build_log.read_text()[-3000:]
+                raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{tail}")
+    freeze = subprocess.run(
+        [str(env_python(tmp)), "-m", "pip", "freeze", "--disable-pip-version-check"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    (tmp / "READY").write_text(freeze)
+    if final.exists():
+        shutil.rmtree(final)
+    os.rename(tmp, final)
+    log(f"[envs] vllm {release} ready")

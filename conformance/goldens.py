@@ -1,0 +1,62 @@
+"""Golden files: where they live, how they are written (atomically, oracle only), and checked.
+
+goldens/<scenario name>/vllm-<release>.json holds the trace of pinned release <release> on
+that scenario. Only a pinned vLLM release may write one; a candidate never does.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from .pins import REPO_ROOT
+from .trace import TraceError, dumps, load_trace
+
+GOLDEN_DIR = REPO_ROOT / "goldens"
+
+
+class GoldenRefused(PermissionError):
+    """Someone asked a candidate engine to write a golden."""
+
+
+def golden_path(scenario: str, release: str, root: Path = GOLDEN_DIR) -> Path:
+    return root / scenario / f"vllm-{release}.json"
+
+
+def load_golden(path: Path) -> dict:
+    trace = load_trace(path)
+    if "failure" in trace:
+        raise TraceError(f"{path}: a golden must come from a finished oracle run, this one records "
+                         f"a failure ({trace['failure'].get('kind')})")
+    return trace
+
+
+def write_golden(path: Path, trace: dict, release: str | None) -> bool:
+    """Write atomically (old file or new file, never half); True when the bytes changed."""
+    if release is None:
+        raise GoldenRefused(f"refusing to write {path}: goldens are written only by a pinned "
+                            "vLLM oracle, never by a candidate engine")
+    if "failure" in trace:
+        raise GoldenRefused(f"refusing to write {path}: the run failed ({trace['failure']['kind']})")
+    text = dumps(trace)
+    if path.exists() and path.read_text() == text:
+        return False
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return True
+
+
+def orphans(scenario_names: set[str], releases: tuple[str, ...], root: Path = GOLDEN_DIR) -> list[Path]:
+    """Golden files with no scenario or no pinned release behind them."""
+    expected = {golden_path(s, r, root) for s in scenario_names for r in releases}
+    return sorted(p for p in root.glob("**/*.json") if p not in expected)

@@ -1,0 +1,57 @@
+"""The pinned vLLM releases, read from the one place they are written: pyproject.toml."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_VERSION = re.compile(r"^\d+\.\d+\.\d+([a-z0-9.+-]*)?$")
+
+
+class PinError(ValueError):
+    """pyproject.toml's [tool.vllm-parity] table is missing or malformed."""
+
+
+@dataclass(frozen=True)
+class Pins:
+    oracle: str
+    releases: tuple[str, ...]
+    cpu_torch: str
+    cpu_requirements: Path
+
+    def engine_id(self, release: str) -> str:
+        return f"vllm-{release}"
+
+    @property
+    def candidates(self) -> tuple[str, ...]:
+        """Releases other than the oracle: the stand-in candidates when no port is configured."""
+        return tuple(r for r in self.releases if r != self.oracle)
+
+
+def load_pins(pyproject: Path = REPO_ROOT / "pyproject.toml") -> Pins:
+    try:
+        table = tomllib.loads(pyproject.read_text())["tool"]["vllm-parity"]
+    except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
+        raise PinError(f"{pyproject}: cannot read [tool.vllm-parity]: {exc}") from exc
+    releases = tuple(table.get("pins", ()))
+    oracle = table.get("oracle")
+    for release in releases + (oracle,):
+        if not isinstance(release, str) or not _VERSION.match(release):
+            raise PinError(f"{pyproject}: [tool.vllm-parity] has a malformed release {release!r}")
+    if oracle not in releases:
+        raise PinError(f"{pyproject}: oracle {oracle} is not listed in pins {list(releases)}")
+    return Pins(
+        oracle=oracle,
+        releases=releases,
+        cpu_torch=table["cpu-torch"],
+        cpu_requirements=REPO_ROOT / table["cpu-requirements"],
+    )
+
+
+def parse_pin(text: str, pins: Pins) -> str | None:
+    """'vllm==0.28.0', 'vllm-0.28.0' or '0.28.0' -> '0.28.0' when it is a configured pin."""
+    release = re.sub(r"^vllm(==|-)", "", text.strip())
+    return release if release in pins.releases else None

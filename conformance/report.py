@@ -1,0 +1,56 @@
+"""Plain-text report of verdicts, fit for a terminal or a pull-request comment."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from .verdict import KINDS, PASS, Verdict
+
+
+def render(verdicts: list[Verdict], oracle: str) -> str:
+    parts = [render_verdict(v, oracle) for v in verdicts]
+    parts.append(render_summary(verdicts))
+    return "\n".join(parts)
+
+
+def render_verdict(v: Verdict, oracle: str) -> str:
+    role = "candidate" if v.gating else "stand-in candidate (informational)"
+    head = f"== {v.engine} [{role}] on {v.scenario} vs oracle vllm-{oracle} golden: {v.kind.upper()}"
+    lines = [head]
+    if v.message:
+        lines += ["   " + line for line in v.message.splitlines()]
+    for c in v.comparisons:
+        if c.equal:
+            lines.append(f"   layer {c.layer}: equal ({c.expected_count} records)")
+            continue
+        first = c.first
+        lines.append(f"   layer {c.layer}: first divergence at record {c.index}, field {first.path}: "
+                     f"oracle {_show(first.expected)}, candidate {_show(first.actual)}")
+        width = max(len(f.path) for f in c.fields)
+        lines.append(f"     {'field'.ljust(width)}  {'oracle':>12}  {'candidate':>12}")
+        for f in c.fields:
+            lines.append(f"     {f.path.ljust(width)}  {_show(f.expected):>12}  {_show(f.actual):>12}")
+    if v.kind != PASS and (v.expected_lines or v.actual_lines) and v.expected_lines != v.actual_lines:
+        lines.append("   budget log lines, side by side:")
+        for i in range(max(len(v.expected_lines), len(v.actual_lines))):
+            e = v.expected_lines[i] if i < len(v.expected_lines) else "<none>"
+            a = v.actual_lines[i] if i < len(v.actual_lines) else "<none>"
+            mark = " " if e == a else "!"
+            lines.append(f"   {mark} oracle   : {e}")
+            lines.append(f"   {mark} candidate: {a}")
+    return "\n".join(lines)
+
+
+def render_summary(verdicts: list[Verdict]) -> str:
+    counts = Counter(v.kind for v in verdicts)
+    gating = Counter(v.kind for v in verdicts if v.gating)
+    cells = ", ".join(f"{counts[k]} {k}" for k in KINDS if counts[k])
+    gate = ", ".join(f"{gating[k]} {k}" for k in KINDS if gating[k]) or "none"
+    return f"-- {len(verdicts)} verdicts: {cells or 'none'}; gating: {gate}"
+
+
+def _show(value) -> str:
+    if isinstance(value, str):
+        return value if len(value) <= 60 else value[:57] + "..."
+    return json.dumps(value, sort_keys=True)[:60]

@@ -1,0 +1,50 @@
+"""Run scenarios on one engine through one warm process; every outcome becomes a trace."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .engine import EngineFailure, EngineProcess, EngineSpec
+from .scenario import Scenario
+from .trace import make_trace
+
+
+@dataclass
+class EngineRun:
+    spec: EngineSpec
+    traces: list[dict]
+    cold_starts: int
+
+
+def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str], log=print) -> EngineRun:
+    """One cold start per engine; a crashed or hung engine is restarted for the next scenario,
+    so one bad scenario never hides the others."""
+    traces, starts = [], 0
+    proc: EngineProcess | None = None
+    for scenario in scenarios:
+        if proc is None:
+            proc = EngineProcess(spec)
+            starts += 1
+            try:
+                proc.start()
+            except EngineFailure as failure:
+                traces.append(_failed(spec, {}, scenario, failure))
+                proc = None
+                continue
+        log(f"[run] {spec.label}: {scenario.name}")
+        try:
+            layers_out = proc.run(scenario, layers)
+        except EngineFailure as failure:
+            traces.append(_failed(spec, proc.hello, scenario, failure))
+            proc.close()
+            proc = None
+            continue
+        traces.append(make_trace(spec.label, proc.hello, scenario, layers_out))
+    if proc is not None:
+        proc.close()
+    return EngineRun(spec, traces, starts)
+
+
+def _failed(spec: EngineSpec, hello: dict, scenario: Scenario, failure: EngineFailure) -> dict:
+    return make_trace(spec.label, hello, scenario, failure.partial,
+                      failure={"kind": failure.kind, "message": str(failure)})

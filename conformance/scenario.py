@@ -1,0 +1,196 @@
+"""Scenario files: a gate configuration (vLLM's own argument names) plus a workload.
+
+Everything is validated here, before any engine starts, and every error names the field.
+Model paths are resolved relative to the scenario file and must be local folders holding a
+config.json: nothing is ever loaded from a hub. The scenario hash covers the content of
+those config files, not their location, so the same scenario hashes the same anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+SCHEMA = "vllm-parity/scenario/1"
+NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+MAX_TOKENS_LIMIT = 1 << 20  # far above any gate configuration; rejects absurd sizes
+
+
+class ScenarioError(ValueError):
+    """A scenario file is malformed. The message names the file and the field."""
+
+    def __init__(self, source: str, field: str, problem: str):
+        super().__init__(f"{source}: {field}: {problem}")
+        self.source, self.field, self.problem = source, field, problem
+
+
+# Field -> (type, required). The keys are vLLM's own EngineArgs names, as in `vllm serve`.
+# Platform-dependent defaults (block size, prefix caching, chunked prefill, async scheduling)
+# are required, so a CPU run and a GPU run of one scenario resolve the same configuration.
+ENGINE_ARGS: dict[str, tuple[type, bool]] = {
+    "model": (str, True),
+    "load_format": (str, True),
+    "max_num_seqs": (int, True),
+    "max_num_batched_tokens": (int, True),
+    "max_model_len": (int, True),
+    "block_size": (int, True),
+    "enable_prefix_caching": (bool, True),
+    "enable_chunked_prefill": (bool, True),
+    "async_scheduling": (bool, True),
+    "dtype": (str, False),
+    "seed": (int, False),
+    "max_num_scheduled_tokens": (int, False),
+    "long_prefill_token_threshold": (int, False),
+    "num_gpu_blocks_override": (int, False),
+    "scheduling_policy": (str, False),
+    "speculative_config": (dict, False),
+}
+# Keys of --speculative-config.
+SPECULATIVE_CONFIG: dict[str, tuple[type, bool]] = {
+    "method": (str, True),
+    "num_speculative_tokens": (int, True),
+    "model": (str, False),  # required for methods that run a draft model (checked below)
+    "parallel_drafting": (bool, False),
+    "prompt_lookup_max": (int, False),
+    "prompt_lookup_min": (int, False),
+}
+SIZE_FIELDS = (
+    "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+    "max_num_scheduled_tokens", "num_gpu_blocks_override", "num_speculative_tokens",
+)
+METHODS_WITH_DRAFT_MODEL = {"eagle", "eagle3", "dflash", "dspark", "draft_model", "mtp", "medusa"}
+METHODS = METHODS_WITH_DRAFT_MODEL | {"ngram", "suffix"}
+TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload"}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    engine_args: dict  # model paths made absolute
+    workload: dict | None
+    source: Path
+    sha256: str
+
+    def to_wire(self) -> dict:
+        """What an engine receives in a `run` message."""
+        return {"name": self.name, "sha256": self.sha256, "engine_args": self.engine_args,
+                "workload": self.workload}
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    src = str(path)
+    try:
+        raw = json.loads(path.read_text(), parse_constant=_reject_constant)
+    except FileNotFoundError:
+        raise ScenarioError(src, "<file>", "no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ScenarioError(src, "<file>", f"cannot be read: {exc}") from None
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise ScenarioError(src, "<file>", f"not valid JSON: {exc}") from None
+    return parse_scenario(raw, path)
+
+
+def parse_scenario(raw: object, path: Path) -> Scenario:
+    src = str(path)
+    if not isinstance(raw, dict):
+        raise ScenarioError(src, "<top>", f"must be a JSON object, got {_tname(raw)}")
+    _no_unknown(src, "", raw, TOP_LEVEL)
+    if raw.get("schema") != SCHEMA:
+        raise ScenarioError(src, "schema", f"must be {SCHEMA!r}, got {raw.get('schema')!r}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not NAME.match(name):
+        raise ScenarioError(src, "name", "must be 1-64 characters of a-z 0-9 _ . - "
+                            f"(it names golden files), got {name!r}")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise ScenarioError(src, "description", f"must be a string, got {_tname(description)}")
+    args = raw.get("engine_args")
+    if not isinstance(args, dict):
+        raise ScenarioError(src, "engine_args", f"must be an object, got {_tname(args)}")
+    args = _check_fields(src, "engine_args", args, ENGINE_ARGS)
+    base = path.resolve().parent
+    hashed = dict(args)
+    args["model"], hashed["model"] = _model_dir(src, "engine_args.model", args["model"], base)
+    if args["load_format"] != "dummy":
+        raise ScenarioError(src, "engine_args.load_format",
+                            f"must be 'dummy' (no weights are ever loaded), got {args['load_format']!r}")
+    spec = args.get("speculative_config")
+    if spec is not None:
+        spec = _check_fields(src, "engine_args.speculative_config", spec, SPECULATIVE_CONFIG)
+        hashed_spec = dict(spec)
+        method = spec["method"]
+        if method not in METHODS:
+            raise ScenarioError(src, "engine_args.speculative_config.method",
+                                f"unknown method {method!r}; expected one of {sorted(METHODS)}")
+        if method in METHODS_WITH_DRAFT_MODEL and method != "mtp" and "model" not in spec:
+            raise ScenarioError(src, "engine_args.speculative_config.model",
+                                f"method {method!r} needs a draft model config folder")
+        if "model" in spec:
+            spec["model"], hashed_spec["model"] = _model_dir(
+                src, "engine_args.speculative_config.model", spec["model"], base)
+        args["speculative_config"], hashed["speculative_config"] = spec, hashed_spec
+    _check_sizes(src, args)
+    workload = raw.get("workload")
+    if workload is not None and not isinstance(workload, dict):
+        raise ScenarioError(src, "workload", f"must be an object, got {_tname(workload)}")
+    identity = {"schema": SCHEMA, "name": name, "engine_args": hashed, "workload": workload}
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    return Scenario(name, description, args, workload, path, digest)
+
+
+def _check_fields(src: str, where: str, obj: dict, schema: dict[str, tuple[type, bool]]) -> dict:
+    _no_unknown(src, where + ".", obj, set(schema))
+    for key, (typ, required) in schema.items():
+        if key not in obj:
+            if required:
+                raise ScenarioError(src, f"{where}.{key}", "is required")
+            continue
+        value = obj[key]
+        # bool is a subclass of int in Python; a size given as `true` is still a type error.
+        ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
+        if not ok:
+            raise ScenarioError(src, f"{where}.{key}", f"must be {typ.__name__}, got {_tname(value)}")
+    return dict(obj)
+
+
+def _check_sizes(src: str, args: dict) -> None:
+    spec = args.get("speculative_config") or {}
+    for key in SIZE_FIELDS:
+        for where, obj in (("engine_args", args), ("engine_args.speculative_config", spec)):
+            if key in obj and not 1 <= obj[key] <= MAX_TOKENS_LIMIT:
+                raise ScenarioError(src, f"{where}.{key}",
+                                    f"must be between 1 and {MAX_TOKENS_LIMIT}, got {obj[key]}")
+
+
+def _model_dir(src: str, field: str, value: str, base: Path) -> tuple[str, str]:
+    """Absolute path for the engine, and the sha256 of its config.json for the scenario hash."""
+    folder = (base / value).resolve()
+    config = folder / "config.json"
+    if not config.is_file():
+        raise ScenarioError(src, field, f"{value!r} is not a local folder with a config.json "
+                            f"(looked in {folder}); hub ids are not allowed")
+    try:
+        json.loads(config.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ScenarioError(src, field, f"{config} is not valid JSON: {exc}") from None
+    return str(folder), "sha256:" + hashlib.sha256(config.read_bytes()).hexdigest()
+
+
+def _no_unknown(src: str, prefix: str, obj: dict, allowed: set[str]) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise ScenarioError(src, f"{prefix}{key}", f"unknown key; allowed: {sorted(allowed)}")
+
+
+def _reject_constant(token: str):
+    raise ValueError(f"{token} is not allowed")
+
+
+def _tname(value: object) -> str:
+    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer",
+            float: "number", type(None): "null"}.get(type(value), type(value).__name__)

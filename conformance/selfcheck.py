@@ -1,0 +1,79 @@
+"""Protocol self-check: run any engine through the protocol's rules and list what it breaks.
+
+Checks: a valid hello with the supported protocol version; a `run` answered by ordered
+records and a `done` whose count matches; a garbage line answered by a bad_request error
+without dying; an unknown layer answered by an unsupported error; the same scenario giving
+the same records twice (a warm engine keeps no state between runs); shutdown honoured.
+"""
+
+from __future__ import annotations
+
+import time
+
+from . import protocol
+from .engine import EngineFailure, EngineProcess, EngineSpec
+from .scenario import Scenario
+
+
+def selfcheck(spec: EngineSpec, scenario: Scenario, log=print) -> list[str]:
+    problems: list[str] = []
+    proc = EngineProcess(spec)
+    try:
+        proc.start()
+    except EngineFailure as exc:
+        return [f"handshake: {exc}"]
+    hello = proc.hello
+    caps = hello.get("capabilities")
+    if not all(isinstance(c, str) for c in caps):
+        problems.append(f"hello.capabilities must be strings, got {caps!r}")
+    layers = [layer for layer in protocol.LAYERS if layer in caps]
+    if not layers:
+        problems.append(f"hello.capabilities names no known layer {list(protocol.LAYERS)}: {caps!r}")
+        layers = ["config"]
+    log(f"[selfcheck] {spec.label}: {hello['engine']} {hello['version']}, layers {layers}")
+    try:
+        first = proc.run(scenario, layers)
+        second = proc.run(scenario, layers)
+        if first != second:
+            problems.append("the same scenario run twice gave different records (state kept between runs?)")
+    except EngineFailure as exc:
+        proc.close()
+        return problems + [f"run: {exc}"]
+
+    proc._proc.stdin.write(b"this is not json\n")
+    proc._proc.stdin.flush()
+    problems += _expect_error(proc, None, "bad_request", "a garbage line")
+    run_id = "selfcheck-unknown-layer"
+    proc._proc.stdin.write(protocol.encode({"type": "run", "id": run_id, "scenario": scenario.to_wire(),
+                                            "layers": ["no-such-layer"]}))
+    proc._proc.stdin.flush()
+    problems += _expect_error(proc, run_id, "unsupported", "an unknown layer")
+    try:
+        proc.run(scenario, layers)
+    except EngineFailure as exc:
+        problems.append(f"the engine did not survive bad input: {exc}")
+        return problems
+
+    raw = proc._proc
+    raw.stdin.write(protocol.encode({"type": "shutdown"}))
+    raw.stdin.flush()
+    deadline = time.monotonic() + 10
+    while raw.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if raw.poll() is None:
+        problems.append("shutdown: the engine was still running 10 s after shutdown")
+    proc.close()
+    return problems
+
+
+def _expect_error(proc: EngineProcess, run_id, kind: str, what: str) -> list[str]:
+    try:
+        message = proc._next(time.monotonic() + 30, ("error",), f"the answer to {what}")
+    except EngineFailure as exc:
+        return [f"{what}: expected an error message, got: {exc}"]
+    problems = []
+    if message["id"] != run_id:
+        problems.append(f"{what}: expected error id {run_id!r}, got {message['id']!r}")
+    if message["kind"] != kind:
+        problems.append(f"{what}: expected error kind {kind!r}, got {message['kind']!r}")
+    return problems

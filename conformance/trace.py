@@ -1,0 +1,67 @@
+"""Traces: what one engine did on one scenario, as plain JSON (a golden is an oracle's trace).
+
+Schema (version 1):
+  schema      "vllm-parity/trace/1"
+  engine      {label, name, version, protocol, capabilities}   from the handshake
+  scenario    {name, sha256}
+  provenance  {harness, environment}   environment is what the engine reported (python/torch/vllm)
+  layers      {layer name: [record, ...]}   records in the order the engine sent them
+  failure     present only when the run did not finish: {kind, message}; layers then hold
+              the partial records, kept for debugging
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from . import __version__
+
+SCHEMA = "vllm-parity/trace/1"
+
+
+class TraceError(ValueError):
+    """A trace or golden file is missing, truncated, not JSON or of another schema."""
+
+
+def make_trace(label: str, hello: dict, scenario, layers: dict, failure: dict | None = None) -> dict:
+    trace = {
+        "schema": SCHEMA,
+        "engine": {"label": label, "name": hello.get("engine"), "version": hello.get("version"),
+                   "protocol": hello.get("protocol"), "capabilities": hello.get("capabilities")},
+        "scenario": {"name": scenario.name, "sha256": scenario.sha256},
+        "provenance": {"harness": __version__, "environment": hello.get("environment", {})},
+        "layers": layers,
+    }
+    if failure is not None:
+        trace["failure"] = failure
+    return trace
+
+
+def dumps(trace: dict) -> str:
+    """Canonical text: sorted keys, two-space indent, one trailing newline. Byte-stable."""
+    return json.dumps(trace, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def load_trace(path: Path) -> dict:
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise TraceError(f"{path}: no such file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TraceError(f"{path}: cannot be read: {exc}") from None
+    try:
+        trace = json.loads(text)
+    except ValueError as exc:
+        raise TraceError(f"{path}: not valid JSON (truncated or corrupted?): {exc}") from None
+    if not isinstance(trace, dict) or trace.get("schema") != SCHEMA:
+        got = trace.get("schema") if isinstance(trace, dict) else type(trace).__name__
+        raise TraceError(f"{path}: expected schema {SCHEMA!r}, got {got!r}; regenerate it "
+                         "with `make goldens` if it is a golden of an older schema")
+    for key, typ in (("engine", dict), ("scenario", dict), ("layers", dict), ("provenance", dict)):
+        if not isinstance(trace.get(key), typ):
+            raise TraceError(f"{path}: field {key!r} is missing or not an object")
+    for layer, records in trace["layers"].items():
+        if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
+            raise TraceError(f"{path}: layers.{layer} must be a list of objects")
+    return trace

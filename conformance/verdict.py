@@ -1,0 +1,69 @@
+"""Verdicts: one per engine and scenario, each of a named kind. A run with any kind other than
+`pass` can never read as green."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .compare import LayerComparison
+
+PASS = "pass"
+DIVERGED = "diverged"
+# Kinds for runs that could not be compared at all; each is its own line in the report.
+FAILURE_KINDS = ("crash", "timeout", "protocol", "engine_error", "missing_golden",
+                 "invalid_golden", "unsupported")
+KINDS = (PASS, DIVERGED) + FAILURE_KINDS
+
+
+@dataclass
+class Verdict:
+    engine: str
+    scenario: str
+    kind: str
+    gating: bool  # False for the stand-in candidates shown when no port is configured
+    comparisons: list[LayerComparison] = field(default_factory=list)
+    message: str = ""
+    expected_lines: list[str] = field(default_factory=list)
+    actual_lines: list[str] = field(default_factory=list)
+
+    def __post_init__(self):
+        assert self.kind in KINDS, self.kind
+
+
+def exit_status(verdicts: list[Verdict]) -> int:
+    """0: every gating verdict passed; 1: a gating engine diverged; 2: a gating run could not
+    be compared (engine failure, missing or invalid golden). Stand-ins never set the status."""
+    gating = [v for v in verdicts if v.gating]
+    if any(v.kind in FAILURE_KINDS for v in gating):
+        return 2
+    if any(v.kind == DIVERGED for v in gating):
+        return 1
+    return 0
+
+
+def judge(trace: dict, golden: dict, gating: bool) -> Verdict:
+    """Compare one trace with the oracle's golden for the same scenario."""
+    from .compare import compare_layer
+
+    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
+    if "failure" in trace:
+        failure = trace["failure"]
+        return Verdict(engine, scenario, failure["kind"], gating, message=failure["message"])
+    if trace["scenario"]["sha256"] != golden["scenario"]["sha256"]:
+        return Verdict(engine, scenario, "invalid_golden", gating, message=(
+            f"the golden was written for another version of scenario {scenario} "
+            f"(sha256 {golden['scenario']['sha256'][:12]} vs {trace['scenario']['sha256'][:12]}); "
+            "regenerate it with `make goldens`"))
+    comparisons = []
+    for layer, expected in golden["layers"].items():
+        if layer not in trace["layers"]:
+            return Verdict(engine, scenario, "unsupported", gating,
+                           message=f"the engine produced no {layer!r} layer")
+        comparisons.append(compare_layer(layer, expected, trace["layers"][layer]))
+    verdict = Verdict(engine, scenario, PASS if all(c.equal for c in comparisons) else DIVERGED,
+                      gating, comparisons)
+    expected_config, actual_config = golden["layers"].get("config"), trace["layers"].get("config")
+    if expected_config and actual_config:
+        verdict.expected_lines = expected_config[0].get("budget_log_lines", [])
+        verdict.actual_lines = actual_config[0].get("budget_log_lines", [])
+    return verdict

@@ -1,0 +1,103 @@
+"""Config layer: resolve a scenario's engine_args through the release's own config code.
+
+Records the resolved scheduling budget and, verbatim, the log lines vLLM emitted about it
+(captured from vLLM's logger, never re-typed).
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+
+# Log lines about the scheduling budget are the ones that name one of these.
+BUDGET_WORDS = ("max_num_scheduled_tokens", "max_num_batched_tokens", "max_num_seqs",
+                "speculative decoding settings")
+
+
+class _Capture(logging.Handler):
+    def __init__(self):
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(record.getMessage())
+
+
+def _forget_once_caches() -> None:
+    """vLLM's *_once loggers remember what they said; a warm worker must hear it again."""
+    import vllm.logger as vlog
+
+    for name in ("_print_debug_once", "_print_info_once", "_print_warning_once"):
+        cached = getattr(vlog, name, None)
+        if hasattr(cached, "cache_clear"):
+            cached.cache_clear()
+
+
+def resolve_config(scenario: dict):
+    """(VllmConfig or None, budget log lines, refusal or None) for the scenario's engine_args."""
+    from vllm.engine.arg_utils import EngineArgs
+
+    args = dict(scenario["engine_args"])
+    capture = _Capture()
+    logger = logging.getLogger("vllm")
+    old_level = logger.level
+    logger.addHandler(capture)
+    logger.setLevel(logging.DEBUG)
+    _forget_once_caches()
+    try:
+        config = EngineArgs(skip_tokenizer_init=True, **args).create_engine_config()
+        refusal = None
+    except Exception as exc:  # the release refusing a configuration is a result, not a crash
+        config, refusal = None, {"type": type(exc).__name__, "message": _scrub(str(exc), args)}
+    finally:
+        logger.removeHandler(capture)
+        logger.setLevel(old_level)
+    lines = [_scrub(line, args) for line in capture.lines if any(w in line for w in BUDGET_WORDS)]
+    return config, lines, refusal
+
+
+def resolve(scenario: dict):
+    config, lines, refusal = resolve_config(scenario)
+    if config is None:
+        yield {"refused": refusal, "budget_log_lines": lines}
+        return
+    yield budget_record(config, lines)
+
+
+def budget_record(config, lines: list[str]) -> dict:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from .oracle import build_scheduler
+
+    sched = config.scheduler_config
+    spec = config.speculative_config
+    scheduler = build_scheduler(config)
+    # 0.28.0 moved the drafting reservation from the config into a per-step input budget;
+    # read which one this release does from its own scheduler code.
+    per_step = "max_num_new_slots_for_drafting" in inspect.getsource(Scheduler)
+    return {
+        "refused": None,
+        "max_num_batched_tokens": sched.max_num_batched_tokens,
+        "max_num_scheduled_tokens": sched.max_num_scheduled_tokens,
+        "max_num_seqs": sched.max_num_seqs,
+        "num_speculative_tokens": spec.num_speculative_tokens if spec else 0,
+        "speculative_method": spec.method if spec else None,
+        "parallel_drafting": bool(getattr(spec, "parallel_drafting", False)) if spec else False,
+        "drafting_slots_per_request": spec.max_num_new_slots_for_drafting if spec else 0,
+        "drafting_reservation": ("per_step_input_budget" if per_step else "config") if spec else None,
+        "num_lookahead_tokens": getattr(scheduler, "num_lookahead_tokens", None),
+        "block_size": config.cache_config.block_size,
+        "enable_prefix_caching": config.cache_config.enable_prefix_caching,
+        "enable_chunked_prefill": sched.enable_chunked_prefill,
+        "scheduler_class": type(scheduler).__name__,
+        "budget_log_lines": lines,
+    }
+
+
+def _scrub(text: str, args: dict) -> str:
+    """Replace this machine's absolute model paths, so a golden regenerates anywhere."""
+    spec = args.get("speculative_config") or {}
+    for path, alias in ((spec.get("model"), "<draft>"), (args.get("model"), "<model>")):
+        if path:
+            text = text.replace(path, alias)
+    return text

@@ -1,0 +1,67 @@
+"""The pinned vLLM release as an oracle: boot it on the right platform, build its real objects.
+
+Imported only inside a pin's environment, by worker.py.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+
+LAYERS: dict = {}  # layer name -> function(scenario wire dict) -> iterable of record dicts
+
+
+def boot(device: str) -> None:
+    """Import vLLM with the platform decided before vllm.engine.arg_utils is imported."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched from a hub
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
+    if device == "cpu":
+        # 0.33.0 honours VLLM_TARGET_DEVICE; 0.27.1 and 0.28.0 need the platform object set.
+        os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
+        import vllm.platforms as platforms
+        from vllm.platforms.cpu import CpuPlatform
+
+        platforms._current_platform = CpuPlatform()
+    import vllm.config  # noqa: F401
+    import vllm.engine.arg_utils  # noqa: F401
+    import vllm.v1.core.sched.scheduler  # noqa: F401
+
+    from . import config_layer
+
+    LAYERS["config"] = config_layer.resolve
+
+
+def environment() -> dict:
+    import torch
+    import vllm
+
+    return {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
+            "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine()}
+
+
+def build_scheduler(vllm_config, num_blocks: int | None = None):
+    """The release's real Scheduler over one full-attention KV group, as vLLM's own tests do."""
+    import torch
+    from vllm.v1.core.sched.scheduler import Scheduler
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    block_size = vllm_config.cache_config.block_size
+    if num_blocks is None:
+        num_blocks = vllm_config.cache_config.num_gpu_blocks_override or (
+            vllm_config.scheduler_config.max_num_seqs
+            * -(-vllm_config.model_config.max_model_len // block_size) + 1)
+    vllm_config.cache_config.num_gpu_blocks = num_blocks
+    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+    kv_cache_config = KVCacheConfig(
+        num_blocks=num_blocks, kv_cache_tensors=[],
+        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
+    )
+    cls = vllm_config.scheduler_config.get_scheduler_cls() if hasattr(
+        vllm_config.scheduler_config, "get_scheduler_cls") else Scheduler
+    return cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
+               structured_output_manager=StructuredOutputManager(vllm_config),
+               block_size=block_size, log_stats=False)

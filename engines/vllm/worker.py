@@ -1,0 +1,86 @@
+"""Serves one pinned vLLM release through the engine protocol (engines/PROTOCOL.md).
+
+Runs inside the pin's own environment (conformance/envs.py builds it) and stays warm:
+vLLM is imported once, then every `run` message is answered in this process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import traceback
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for conformance.protocol
+
+from conformance import protocol  # noqa: E402  (standard library only)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--release", help="the vllm release this environment must hold")
+    parser.add_argument("--import-check", metavar="RELEASE", help="import vllm, check its version, exit")
+    parser.add_argument("--device", choices=("cpu", "gpu"), default=os.environ.get("VLLM_PARITY_DEVICE", "cpu"))
+    args = parser.parse_args(argv)
+
+    # The protocol owns the real stdout; anything vLLM prints goes to stderr instead.
+    wire = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+
+    def send(message: dict) -> None:
+        wire.write(protocol.encode(message))
+
+    release = args.import_check or args.release
+    try:
+        from engines.vllm import oracle  # imports vllm with the platform forced first
+
+        oracle.boot(args.device)
+        import vllm
+    except Exception as exc:  # an import failure is reported, not a traceback on a pipe
+        send({"type": "error", "id": None, "kind": "internal",
+              "message": f"importing vllm {release} failed: {type(exc).__name__}: {exc}"})
+        traceback.print_exc()
+        return 1
+    if release and vllm.__version__ != release:
+        send({"type": "error", "id": None, "kind": "internal",
+              "message": f"expected vllm {release} in this environment, found {vllm.__version__}"})
+        return 1
+    if args.import_check:
+        print(f"vllm {vllm.__version__} imports on {args.device}", file=sys.stderr)
+        return 0
+
+    send({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "engine": "vllm",
+          "version": vllm.__version__, "capabilities": sorted(oracle.LAYERS),
+          "environment": oracle.environment()})
+    for line in sys.stdin.buffer:
+        try:
+            message = protocol.decode(line, ("run", "shutdown"))
+        except protocol.ProtocolError as exc:
+            send({"type": "error", "id": None, "kind": "bad_request", "message": str(exc)})
+            continue
+        if message["type"] == "shutdown":
+            break
+        run_id = message["id"]
+        unsupported = [layer for layer in message["layers"] if layer not in oracle.LAYERS]
+        if unsupported:
+            send({"type": "error", "id": run_id, "kind": "unsupported",
+                  "message": f"layers {unsupported} are not served; this worker serves {sorted(oracle.LAYERS)}"})
+            continue
+        try:
+            count = 0
+            for layer in message["layers"]:
+                for seq, data in enumerate(oracle.LAYERS[layer](message["scenario"])):
+                    send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})
+                    count += 1
+            send({"type": "done", "id": run_id, "records": count})
+        except Exception as exc:
+            traceback.print_exc()
+            send({"type": "error", "id": run_id, "kind": "internal",
+                  "message": f"{type(exc).__name__}: {exc}"})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""The `parity` command line, driven with the TEST DOUBLE engine (no vLLM needed)."""
+
+import json
+import shlex
+import shutil
+import sys
+
+import pytest
+
+from conformance import cli
+from conformance.trace import SCHEMA
+from conftest import DOUBLE, GATE
+
+RECORD = {"max_num_scheduled_tokens": 4036, "max_num_batched_tokens": 4096,
+          "budget_log_lines": ["max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."]}
+
+
+def double_cmd(*options) -> str:
+    return shlex.join([sys.executable, str(DOUBLE), *options])
+
+
+@pytest.fixture
+def record_file(tmp_path):
+    def make(record):
+        path = tmp_path / f"record-{len(list(tmp_path.iterdir()))}.json"
+        path.write_text(json.dumps(record))
+        return str(path)
+    return make
+
+
+def test_bad_scenario_is_refused_before_any_engine_starts(tmp_path, capsys):
+    bad = json.loads(GATE.read_text())
+    bad["engine_args"]["speculative_config"].pop("model")
+    shutil.copytree(GATE.parent / "models", tmp_path / "models")
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(bad))
+    pidfile = tmp_path / "started"
+    status = cli.main(["run", "--engine", double_cmd("--fault", "fork-hang", "--pidfile", str(pidfile)),
+                       "--scenario", str(path), "--out", str(tmp_path / "t.json")])
+    assert status == 2
+    assert "engine_args.speculative_config.model" in capsys.readouterr().err
+    assert not pidfile.exists() and not (tmp_path / "t.json").exists()
+
+
+def test_run_then_compare(tmp_path, record_file, capsys):
+    golden_trace = tmp_path / "golden.json"
+    assert cli.main(["run", "--engine", double_cmd("--record", record_file(RECORD)),
+                     "--scenario", str(GATE), "--out", str(golden_trace)]) == 0
+    trace = json.loads(golden_trace.read_text())
+    assert trace["schema"] == SCHEMA and trace["layers"]["config"] == [RECORD]
+
+    port = dict(RECORD, max_num_scheduled_tokens=4096,
+                budget_log_lines=["max_num_scheduled_tokens is set to 4096 based on the speculative decoding settings."])
+    port_trace = tmp_path / "port.json"
+    assert cli.main(["run", "--engine", double_cmd("--record", record_file(port)),
+                     "--scenario", str(GATE), "--out", str(port_trace)]) == 0
+    capsys.readouterr()
+    assert cli.main(["compare", "--trace", str(port_trace), "--golden", str(golden_trace)]) == 1
+    out = capsys.readouterr().out
+    assert "DIVERGED" in out
+    assert "field max_num_scheduled_tokens: oracle 4036, candidate 4096" in out
+    assert "! oracle   : max_num_scheduled_tokens is set to 4036" in out
+    assert "! candidate: max_num_scheduled_tokens is set to 4096" in out
+    assert cli.main(["compare", "--trace", str(golden_trace), "--golden", str(golden_trace)]) == 0
+
+
+def test_compare_with_missing_or_corrupt_golden(tmp_path, record_file, capsys):
+    trace = tmp_path / "t.json"
+    cli.main(["run", "--engine", double_cmd("--record", record_file(RECORD)), "--scenario", str(GATE),
+              "--out", str(trace)])
+    assert cli.main(["compare", "--trace", str(trace), "--golden", str(tmp_path / "none.json")]) == 2
+    assert "MISSING_GOLDEN" in capsys.readouterr().out
+    (tmp_path / "cut.json").write_text(trace.read_text()[:50])
+    assert cli.main(["compare", "--trace", str(trace), "--golden", str(tmp_path / "cut.json")]) == 2
+    assert "INVALID_GOLDEN" in capsys.readouterr().out
+
+
+def test_crashing_engine_keeps_a_partial_trace(tmp_path, record_file, capsys):
+    out = tmp_path / "t.json"
+    status = cli.main(["run", "--engine", double_cmd("--record", record_file(RECORD), "--fault", "crash"),
+                       "--scenario", str(GATE), "--out", str(out)])
+    assert status == 2
+    trace = json.loads(out.read_text())
+    assert trace["failure"]["kind"] == "crash" and trace["layers"]["config"] == [RECORD]
+
+
+def test_goldens_refuse_a_candidate(capsys):
+    assert cli.main(["goldens", "--engine", double_cmd()]) == 2
+    assert "only a pinned vLLM oracle" in capsys.readouterr().err
+
+
+def test_unknown_engine_is_named(capsys):
+    assert cli.main(["run", "--engine", "no-such-engine-binary", "--scenario", str(GATE), "--out", "x"]) == 2
+    assert "neither a configured pin" in capsys.readouterr().err
+
+
+def test_selfcheck_passes_a_well_behaved_engine(record_file, capsys):
+    assert cli.main(["selfcheck", "--engine", double_cmd("--record", record_file(RECORD))]) == 0
+    assert "protocol self-check: passed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("fault", ["garbage", "out-of-order", "wrong-version", "crash"])
+def test_selfcheck_fails_a_broken_engine(record_file, capsys, fault):
+    assert cli.main(["selfcheck", "--engine", double_cmd("--record", record_file(RECORD), "--fault", fault)]) == 1
+    assert "FAIL" in capsys.readouterr().out

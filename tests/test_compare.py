@@ -1,0 +1,52 @@
+"""First-divergence comparison: cheap equality, precise location, DeepDiff on a window only."""
+
+from unittest import mock
+
+from conformance import compare
+from conformance.compare import compare_layer, field_diffs
+
+
+def steps(n, **changes):
+    out = [{"step": i, "total": 10, "requests": {"a": 5, "b": 5}} for i in range(n)]
+    for index, record in changes.items():
+        out[int(index[1:])] = record
+    return out
+
+
+def test_equal_layers_never_call_deepdiff():
+    with mock.patch.object(compare, "explain", side_effect=AssertionError("deepdiff on equal")):
+        assert compare_layer("steps", steps(1000), steps(1000)).equal
+
+
+def test_first_divergent_record_and_field():
+    golden = steps(100)
+    cand = steps(100, s40={"step": 40, "total": 11, "requests": {"a": 6, "b": 5}})
+    cand[70] = {"step": 70, "total": 0, "requests": {}}
+    c = compare_layer("steps", golden, cand)
+    assert not c.equal and c.index == 40
+    assert [(f.path, f.expected, f.actual) for f in c.fields] == [("requests.a", 5, 6), ("total", 10, 11)]
+    assert c.window == (38, 43)
+    assert "root[40]" in c.explanation and "root[70]" not in c.explanation
+
+
+def test_deepdiff_sees_only_the_window():
+    seen = []
+    with mock.patch.object(compare, "explain", side_effect=lambda e, a, off: seen.append(len(e)) or ""):
+        compare_layer("steps", steps(10_000), steps(10_000, s5000={"step": 5000}))
+    assert seen == [2 * compare.WINDOW + 1]
+
+
+def test_length_mismatch_is_reported_at_the_first_missing_record():
+    c = compare_layer("steps", steps(5), steps(3))
+    assert c.index == 3 and c.first.path == "<record count>" and (c.first.expected, c.first.actual) == (5, 3)
+
+
+def test_budget_fields_come_first():
+    diffs = field_diffs({"block_size": 16, "max_num_scheduled_tokens": 4036, "drafting_slots_per_request": 15},
+                        {"block_size": 32, "max_num_scheduled_tokens": 4096, "drafting_slots_per_request": 16})
+    assert [d.path for d in diffs] == ["max_num_scheduled_tokens", "drafting_slots_per_request", "block_size"]
+
+
+def test_log_lines_are_one_field():
+    diffs = field_diffs({"budget_log_lines": ["x 4036", "y"]}, {"budget_log_lines": ["x 4096", "y"]})
+    assert [d.path for d in diffs] == ["budget_log_lines"]

@@ -1,0 +1,90 @@
+"""Integration: the real pinned vLLM releases, on CPU, through the real worker and protocol."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conformance.goldens import golden_path
+from conformance.pins import load_pins
+from conformance.report import render
+from conformance.scenario import load_scenario
+from conformance.trace import dumps, make_trace
+from conformance.verdict import judge
+from conftest import GATE, REPO
+
+pytestmark = pytest.mark.oracle
+PINS = load_pins()
+SEED_LINE = "max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."
+
+
+def trace_of(warm_workers, release, scenario, layers=("config",)):
+    proc = warm_workers(release)
+    return make_trace(f"vllm-{release}", proc.hello, scenario, proc.run(scenario, list(layers)))
+
+
+def test_gate_oracle_resolves_the_seed_budget(warm_workers):
+    record = trace_of(warm_workers, PINS.oracle, load_scenario(GATE))["layers"]["config"][0]
+    assert record["max_num_scheduled_tokens"] == 4036
+    assert record["max_num_batched_tokens"] == 4096
+    assert record["drafting_slots_per_request"] == 15  # K - 1 for parallel drafting, times 4 seqs = 60
+    assert any(line.startswith(SEED_LINE) for line in record["budget_log_lines"])
+
+
+def test_committed_gate_golden_holds_the_seed_line():
+    golden = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())
+    assert golden["provenance"]["environment"]["vllm"] == PINS.oracle
+    assert any(line.startswith(SEED_LINE) for line in golden["layers"]["config"][0]["budget_log_lines"])
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+def test_goldens_regenerate_byte_for_byte(warm_workers, release):
+    for path in sorted(REPO.glob("scenarios/*.json")):
+        scenario = load_scenario(path)
+        golden = golden_path(scenario.name, release)
+        layers = tuple(json.loads(golden.read_text())["layers"])
+        assert dumps(trace_of(warm_workers, release, scenario, layers)) == golden.read_text(), golden
+
+
+@pytest.mark.parametrize("release", PINS.candidates)
+def test_later_pins_diverge_at_the_budget(warm_workers, release):
+    golden = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())
+    verdict = judge(trace_of(warm_workers, release, load_scenario(GATE)), golden, gating=True)
+    assert verdict.kind == "diverged"
+    first = verdict.comparisons[0].first
+    assert (first.path, first.expected, first.actual) == ("max_num_scheduled_tokens", 4036, 4096)
+    text = render([verdict], PINS.oracle)
+    assert "oracle   : " + SEED_LINE in text
+    assert "candidate: max_num_scheduled_tokens is set to 4096" in text
+
+
+def test_no_draft_reservation_double_of_the_port_is_caught(warm_workers):
+    """A candidate resolving the budget without the reservation (the seed's port) diverges."""
+    trace = trace_of(warm_workers, PINS.oracle, load_scenario(GATE))
+    record = trace["layers"]["config"][0]
+    record["max_num_scheduled_tokens"] = record["max_num_batched_tokens"]
+    golden = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())
+    assert judge(trace, golden, gating=True).kind == "diverged"
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+def test_parity_run_on_a_scenario_outside_the_repository(tmp_path, release):
+    shutil.copytree(REPO / "scenarios" / "models", tmp_path / "models")
+    scenario = json.loads(GATE.read_text())
+    scenario["name"] = "outside"
+    scenario["engine_args"]["max_num_batched_tokens"] = 2048
+    (tmp_path / "s.json").write_text(json.dumps(scenario))
+    out = tmp_path / "trace.json"
+    result = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--engine", f"vllm=={release}",
+                             "--scenario", str(tmp_path / "s.json"), "--out", str(out)],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr
+    trace = json.loads(out.read_text())
+    record = trace["layers"]["config"][0]
+    assert trace["engine"]["version"] == release
+    assert record["max_num_batched_tokens"] == 2048
+    # 0.27.1 subtracts (K - 1) * max_num_seqs in the config; 0.28.0 on charge it per step.
+    expected = {"0.27.1": 2048 - 15 * 4}.get(release, 2048)
+    assert record["max_num_scheduled_tokens"] == expected

@@ -1,0 +1,84 @@
+"""Scenario validation: every malformed file is refused with the field named, before any engine."""
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from conformance.scenario import ScenarioError, load_scenario
+
+GATE = Path(__file__).resolve().parents[1] / "scenarios" / "dflash_27b_gate.json"
+
+
+@pytest.fixture
+def scenario_dir(tmp_path):
+    """A copy of the gate scenario and its model configs, outside the repository."""
+    shutil.copytree(GATE.parent / "models", tmp_path / "models")
+    return tmp_path
+
+
+def write(folder: Path, mutate) -> Path:
+    data = json.loads(GATE.read_text())
+    mutate(data)
+    path = folder / "scenario.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_gate_scenario_loads_with_absolute_model_paths():
+    s = load_scenario(GATE)
+    assert s.name == "dflash_27b_gate"
+    assert Path(s.engine_args["model"]).is_absolute()
+    assert Path(s.engine_args["speculative_config"]["model"]).joinpath("config.json").is_file()
+    assert s.engine_args["speculative_config"]["num_speculative_tokens"] == 16
+
+
+def test_hash_depends_on_content_not_location(scenario_dir):
+    moved = load_scenario(write(scenario_dir, lambda d: None))
+    assert moved.sha256 == load_scenario(GATE).sha256
+    (scenario_dir / "models" / "dflash-27b-draft" / "config.json").write_text('{"changed": 1}')
+    assert load_scenario(scenario_dir / "scenario.json").sha256 != moved.sha256
+
+
+@pytest.mark.parametrize("mutate, field, words", [
+    (lambda d: d["engine_args"].update(max_num_seqz=4), "engine_args.max_num_seqz", "unknown key"),
+    (lambda d: d.update(extra=1), "extra", "unknown key"),
+    (lambda d: d["engine_args"].update(max_num_seqs="4"), "engine_args.max_num_seqs", "must be int"),
+    (lambda d: d["engine_args"].update(max_num_seqs=True), "engine_args.max_num_seqs", "must be int"),
+    (lambda d: d["engine_args"].update(max_num_batched_tokens=-1), "engine_args.max_num_batched_tokens", "between"),
+    (lambda d: d["engine_args"].update(max_model_len=10**9), "engine_args.max_model_len", "between"),
+    (lambda d: d["engine_args"].pop("block_size"), "engine_args.block_size", "required"),
+    (lambda d: d["engine_args"]["speculative_config"].pop("model"),
+     "engine_args.speculative_config.model", "needs a draft model"),
+    (lambda d: d["engine_args"]["speculative_config"].update(model="nowhere"),
+     "engine_args.speculative_config.model", "not a local folder"),
+    (lambda d: d["engine_args"].update(model="Qwen/Qwen3-32B"), "engine_args.model", "hub ids are not allowed"),
+    (lambda d: d["engine_args"]["speculative_config"].update(method="magic"),
+     "engine_args.speculative_config.method", "unknown method"),
+    (lambda d: d["engine_args"]["speculative_config"].update(num_speculative_tokens=1.5),
+     "engine_args.speculative_config.num_speculative_tokens", "must be int"),
+    (lambda d: d["engine_args"].update(load_format="auto"), "engine_args.load_format", "dummy"),
+    (lambda d: d.update(name="../../etc/passwd"), "name", "a-z 0-9"),
+    (lambda d: d.update(schema="v0"), "schema", "must be"),
+])
+def test_malformed_scenario_names_the_field(scenario_dir, mutate, field, words):
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(scenario_dir, mutate))
+    assert err.value.field == field
+    assert words in str(err.value)
+    assert field in str(err.value)
+
+
+@pytest.mark.parametrize("text", ["", "{", "[1, 2]", '{"schema": NaN}', "\xff"])
+def test_unparseable_scenario_is_a_clear_error(tmp_path, text):
+    path = tmp_path / "bad.json"
+    path.write_text(text, errors="surrogateescape") if text != "\xff" else path.write_bytes(b"\xff")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert str(path) in str(err.value)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ScenarioError, match="no such file"):
+        load_scenario(tmp_path / "absent.json")
