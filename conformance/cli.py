@@ -14,12 +14,12 @@ from pathlib import Path
 from . import goldens as golden_files
 from .engine import EngineSpec, resolve_engine
 from .envs import EnvError, ensure_env
-from .pins import REPO_ROOT, PinError, load_pins
+from .pins import REPO_ROOT, PinError, load_pins, parse_pin
 from .report import render
 from .runner import run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
 from .trace import TraceError, dumps, load_trace
-from .verdict import Verdict, exit_status, judge
+from .verdict import CANDIDATE, ORACLE, STAND_IN, Verdict, exit_status, judge
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 DEFAULT_LAYERS = ["config"]
@@ -100,7 +100,7 @@ def cmd_compare(args) -> int:
     pins = load_pins()
     trace = load_trace(args.trace)
     path = args.golden or golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-    verdict = _judge_against(trace, path, gating=True)
+    verdict = _judge_against(trace, path, CANDIDATE)
     print(render([verdict], pins.oracle))
     return exit_status([verdict])
 
@@ -109,18 +109,18 @@ def cmd_gate(args) -> int:
     pins = load_pins()
     scenarios = _scenarios(args.scenario)
     layers = _layers(args.layers)
-    engines: list[tuple[EngineSpec, bool]] = [(resolve_engine(pins.oracle, log=log), True)]
+    engines: list[tuple[EngineSpec, str]] = [(resolve_engine(pins.oracle, log=log), ORACLE)]
     if args.candidate:
-        engines += [(resolve_engine(c, log=log), True) for c in args.candidate]
+        engines += [(resolve_engine(c, log=log), CANDIDATE) for c in args.candidate]
     else:
         log("[gate] no candidate configured: the other pins stand in as informational candidates")
-        engines += [(resolve_engine(r, log=log), False) for r in pins.candidates]
+        engines += [(resolve_engine(r, log=log), STAND_IN) for r in pins.candidates]
     verdicts: list[Verdict] = []
-    for spec, gating in engines:
+    for spec, role in engines:
         run = run_scenarios(spec, scenarios, layers, log=log)
         for trace in run.traces:
             path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-            verdicts.append(_judge_against(trace, path, gating))
+            verdicts.append(_judge_against(trace, path, role))
     print(render(verdicts, pins.oracle))
     status = exit_status(verdicts)
     log(f"[gate] exit status {status} ({['all gating verdicts pass', 'a gating engine diverged', 'a gating run could not be compared'][status]})")
@@ -129,15 +129,13 @@ def cmd_gate(args) -> int:
 
 def cmd_goldens(args) -> int:
     pins = load_pins()
-    scenarios = _scenarios(args.scenario)
-    releases = []
-    for text in args.engine or pins.releases:
-        spec = resolve_engine(text, log=log)
-        if spec.release is None:
+    for text in args.engine or ():
+        if parse_pin(text, pins) is None:
             raise golden_files.GoldenRefused(
                 f"refusing to regenerate goldens from {text!r}: only a pinned vLLM oracle "
                 f"({', '.join(pins.releases)}) writes goldens")
-        releases.append(spec)
+    scenarios = _scenarios(args.scenario)
+    releases = [resolve_engine(text, log=log) for text in args.engine or pins.releases]
     changed, failed = [], []
     for spec in releases:
         run = run_scenarios(spec, scenarios, _layers(args.layers), log=log)
@@ -183,16 +181,16 @@ COMMANDS = {"envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cm
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck}
 
 
-def _judge_against(trace: dict, path: Path, gating: bool) -> Verdict:
+def _judge_against(trace: dict, path: Path, role: str) -> Verdict:
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     if not path.exists():
-        return Verdict(engine, scenario, "missing_golden", gating,
+        return Verdict(engine, scenario, "missing_golden", role,
                        message=f"no golden at {path}; write it with `make goldens`")
     try:
         golden = golden_files.load_golden(path)
     except TraceError as exc:
-        return Verdict(engine, scenario, "invalid_golden", gating, message=str(exc))
-    return judge(trace, golden, gating)
+        return Verdict(engine, scenario, "invalid_golden", role, message=str(exc))
+    return judge(trace, golden, role)
 
 
 def _scenarios(paths: list[Path] | None) -> list[Scenario]:
@@ -233,7 +231,7 @@ def _change_summary(path: Path, old_text: str | None, trace: dict) -> str:
                 parts.append(f"{layer} record {c.index} {f.path}: {f.expected!r} -> {f.actual!r}"
                              f" ({len(c.fields)} field(s))")
         if not parts:
-            parts.append("provenance only")
+            parts.append("metadata only (engine or provenance)")
         return f"[goldens] changed: {rel}: " + "; ".join(parts)
     except (ValueError, _TE, AttributeError):
         return f"[goldens] changed: {rel} (old file unreadable)"

@@ -16,6 +16,9 @@ PRIMARY_FIELDS = (
     "num_speculative_tokens", "drafting_slots_per_request", "num_lookahead_tokens",
 )
 WINDOW = 2  # records either side of the first divergence that are explained
+# Fields named *_text carry an engine's own wording (an error message): shown, never compared,
+# because parity is about what an engine decides, not how it phrases it.
+INFORMATIONAL_SUFFIX = "_text"
 
 
 @dataclass
@@ -35,6 +38,7 @@ class LayerComparison:
     actual_count: int = 0
     window: tuple[int, int] = (0, 0)
     explanation: str = ""
+    record: dict | None = None  # the oracle's record at the divergence (names its step or row)
 
     @property
     def first(self) -> FieldDiff | None:
@@ -44,11 +48,16 @@ class LayerComparison:
 def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> LayerComparison:
     result = LayerComparison(layer, expected == actual, expected_count=len(expected),
                              actual_count=len(actual))
-    if result.equal:
+    if result.equal:  # the cheap path: plain equality of the whole layer
         return result
-    index = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a),
+    index = next((i for i, (e, a) in enumerate(zip(expected, actual)) if _differs(e, a)),
                  min(len(expected), len(actual)))
+    if index == len(expected) == len(actual):
+        result.equal = True  # only informational wording differs
+        return result
     result.index = index
+    result.record = (expected[index] if index < len(expected) else actual[index]) if (
+        index < max(len(expected), len(actual))) else None
     if index < min(len(expected), len(actual)):
         result.fields = field_diffs(expected[index], actual[index])
     else:
@@ -70,11 +79,25 @@ def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
     return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
 
 
+def _differs(e: dict, a: dict) -> bool:
+    return e != a and _compared(e) != _compared(a)
+
+
+def _compared(record: Any) -> Any:
+    if isinstance(record, dict):
+        return {k: _compared(v) for k, v in record.items() if not k.endswith(INFORMATIONAL_SUFFIX)}
+    if isinstance(record, list):
+        return [_compared(v) for v in record]
+    return record
+
+
 def _walk(e: Any, a: Any, path: str, out: list[FieldDiff]) -> None:
     if e == a:
         return
     if isinstance(e, dict) and isinstance(a, dict):
         for key in sorted(set(e) | set(a)):
+            if key.endswith(INFORMATIONAL_SUFFIX):
+                continue
             _walk(e.get(key, "<absent>"), a.get(key, "<absent>"), f"{path}.{key}" if path else key, out)
     elif isinstance(e, list) and isinstance(a, list) and len(e) == len(a) and not _is_lines(e):
         for i, (x, y) in enumerate(zip(e, a)):

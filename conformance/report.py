@@ -15,7 +15,8 @@ def render(verdicts: list[Verdict], oracle: str) -> str:
 
 
 def render_verdict(v: Verdict, oracle: str) -> str:
-    role = "candidate" if v.gating else "stand-in candidate (informational)"
+    role = {"oracle": "oracle, must reproduce its golden", "candidate": "candidate",
+            "stand-in": "stand-in candidate, informational"}[v.role]
     head = f"== {v.engine} [{role}] on {v.scenario} vs oracle vllm-{oracle} golden: {v.kind.upper()}"
     lines = [head]
     if v.message:
@@ -25,11 +26,13 @@ def render_verdict(v: Verdict, oracle: str) -> str:
             lines.append(f"   layer {c.layer}: equal ({c.expected_count} records)")
             continue
         first = c.first
-        lines.append(f"   layer {c.layer}: first divergence at record {c.index}, field {first.path}: "
+        lines.append(f"   layer {c.layer}: first divergence at {_where(c)}, field {first.path}: "
                      f"oracle {_show(first.expected)}, candidate {_show(first.actual)}")
         width = max(len(f.path) for f in c.fields)
         lines.append(f"     {'field'.ljust(width)}  {'oracle':>12}  {'candidate':>12}")
         for f in c.fields:
+            if f.path == "budget_log_lines":
+                continue  # shown whole, side by side, below
             lines.append(f"     {f.path.ljust(width)}  {_show(f.expected):>12}  {_show(f.actual):>12}")
     if v.kind != PASS and (v.expected_lines or v.actual_lines) and v.expected_lines != v.actual_lines:
         lines.append("   budget log lines, side by side:")
@@ -48,6 +51,16 @@ def render_summary(verdicts: list[Verdict]) -> str:
     cells = ", ".join(f"{counts[k]} {k}" for k in KINDS if counts[k])
     gate = ", ".join(f"{gating[k]} {k}" for k in KINDS if gating[k]) or "none"
     return f"-- {len(verdicts)} verdicts: {cells or 'none'}; gating: {gate}"
+
+
+def _where(c) -> str:
+    """Records name themselves where they can: a step number, or a table row like dflash/K=8."""
+    record = c.record or {}
+    if "row" in record:
+        return f"row {record['row']}"
+    if "step" in record:
+        return f"step {record['step']}"
+    return f"record {c.index}"
 
 
 def _show(value) -> str:

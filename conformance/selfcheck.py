@@ -43,11 +43,15 @@ def selfcheck(spec: EngineSpec, scenario: Scenario, log=print) -> list[str]:
     proc._proc.stdin.write(b"this is not json\n")
     proc._proc.stdin.flush()
     problems += _expect_error(proc, None, "bad_request", "a garbage line")
+    if proc._proc is None:
+        return problems
     run_id = "selfcheck-unknown-layer"
     proc._proc.stdin.write(protocol.encode({"type": "run", "id": run_id, "scenario": scenario.to_wire(),
                                             "layers": ["no-such-layer"]}))
     proc._proc.stdin.flush()
     problems += _expect_error(proc, run_id, "unsupported", "an unknown layer")
+    if proc._proc is None:  # it broke the protocol answering bad input, and was ended
+        return problems
     try:
         proc.run(scenario, layers)
     except EngineFailure as exc:

@@ -2,7 +2,8 @@
 
 Schema (version 1):
   schema      "vllm-parity/trace/1"
-  engine      {label, name, version, protocol, capabilities}   from the handshake
+  engine      {label, name, version, protocol}   from the handshake (capabilities are not
+              recorded: serving a new layer must not change an existing golden)
   scenario    {name, sha256}
   provenance  {harness, environment}   environment is what the engine reported (python/torch/vllm)
   layers      {layer name: [record, ...]}   records in the order the engine sent them
@@ -28,7 +29,7 @@ def make_trace(label: str, hello: dict, scenario, layers: dict, failure: dict | 
     trace = {
         "schema": SCHEMA,
         "engine": {"label": label, "name": hello.get("engine"), "version": hello.get("version"),
-                   "protocol": hello.get("protocol"), "capabilities": hello.get("capabilities")},
+                   "protocol": hello.get("protocol")},
         "scenario": {"name": scenario.name, "sha256": scenario.sha256},
         "provenance": {"harness": __version__, "environment": hello.get("environment", {})},
         "layers": layers,

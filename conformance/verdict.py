@@ -13,6 +13,10 @@ DIVERGED = "diverged"
 FAILURE_KINDS = ("crash", "timeout", "protocol", "engine_error", "missing_golden",
                  "invalid_golden", "unsupported")
 KINDS = (PASS, DIVERGED) + FAILURE_KINDS
+# The oracle is judged against its own golden (it must reproduce it); candidates gate; stand-ins
+# (the other pins, when no port is configured) are shown but never set the exit status.
+ORACLE, CANDIDATE, STAND_IN = "oracle", "candidate", "stand-in"
+ROLES = (ORACLE, CANDIDATE, STAND_IN)
 
 
 @dataclass
@@ -20,14 +24,18 @@ class Verdict:
     engine: str
     scenario: str
     kind: str
-    gating: bool  # False for the stand-in candidates shown when no port is configured
+    role: str  # ORACLE, CANDIDATE, or STAND_IN (other pins shown when no port is configured)
     comparisons: list[LayerComparison] = field(default_factory=list)
     message: str = ""
     expected_lines: list[str] = field(default_factory=list)
     actual_lines: list[str] = field(default_factory=list)
 
     def __post_init__(self):
-        assert self.kind in KINDS, self.kind
+        assert self.kind in KINDS and self.role in ROLES, (self.kind, self.role)
+
+    @property
+    def gating(self) -> bool:
+        return self.role != STAND_IN
 
 
 def exit_status(verdicts: list[Verdict]) -> int:
@@ -41,27 +49,27 @@ def exit_status(verdicts: list[Verdict]) -> int:
     return 0
 
 
-def judge(trace: dict, golden: dict, gating: bool) -> Verdict:
+def judge(trace: dict, golden: dict, role: str) -> Verdict:
     """Compare one trace with the oracle's golden for the same scenario."""
     from .compare import compare_layer
 
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     if "failure" in trace:
         failure = trace["failure"]
-        return Verdict(engine, scenario, failure["kind"], gating, message=failure["message"])
+        return Verdict(engine, scenario, failure["kind"], role, message=failure["message"])
     if trace["scenario"]["sha256"] != golden["scenario"]["sha256"]:
-        return Verdict(engine, scenario, "invalid_golden", gating, message=(
+        return Verdict(engine, scenario, "invalid_golden", role, message=(
             f"the golden was written for another version of scenario {scenario} "
             f"(sha256 {golden['scenario']['sha256'][:12]} vs {trace['scenario']['sha256'][:12]}); "
             "regenerate it with `make goldens`"))
     comparisons = []
     for layer, expected in golden["layers"].items():
         if layer not in trace["layers"]:
-            return Verdict(engine, scenario, "unsupported", gating,
+            return Verdict(engine, scenario, "unsupported", role,
                            message=f"the engine produced no {layer!r} layer")
         comparisons.append(compare_layer(layer, expected, trace["layers"][layer]))
     verdict = Verdict(engine, scenario, PASS if all(c.equal for c in comparisons) else DIVERGED,
-                      gating, comparisons)
+                      role, comparisons)
     expected_config, actual_config = golden["layers"].get("config"), trace["layers"].get("config")
     if expected_config and actual_config:
         verdict.expected_lines = expected_config[0].get("budget_log_lines", [])

@@ -50,3 +50,13 @@ def test_budget_fields_come_first():
 def test_log_lines_are_one_field():
     diffs = field_diffs({"budget_log_lines": ["x 4036", "y"]}, {"budget_log_lines": ["x 4096", "y"]})
     assert [d.path for d in diffs] == ["budget_log_lines"]
+
+
+def test_informational_text_is_shown_but_not_compared():
+    oracle = [{"row": "pard/K=8", "refused": True, "refusal_kind": "ValueError", "refusal_text": "vLLM words"}]
+    same_kind = [{"row": "pard/K=8", "refused": True, "refusal_kind": "ValueError", "refusal_text": "port words"}]
+    assert compare_layer("methods", oracle, same_kind).equal
+    accepts = [{"row": "pard/K=8", "refused": False, "refusal_kind": None, "refusal_text": None}]
+    c = compare_layer("methods", oracle, accepts)
+    assert not c.equal and c.record["row"] == "pard/K=8"
+    assert [f.path for f in c.fields] == ["refused", "refusal_kind"]

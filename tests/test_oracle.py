@@ -51,7 +51,7 @@ def test_goldens_regenerate_byte_for_byte(warm_workers, release):
 @pytest.mark.parametrize("release", PINS.candidates)
 def test_later_pins_diverge_at_the_budget(warm_workers, release):
     golden = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())
-    verdict = judge(trace_of(warm_workers, release, load_scenario(GATE)), golden, gating=True)
+    verdict = judge(trace_of(warm_workers, release, load_scenario(GATE)), golden, role="candidate")
     assert verdict.kind == "diverged"
     first = verdict.comparisons[0].first
     assert (first.path, first.expected, first.actual) == ("max_num_scheduled_tokens", 4036, 4096)
@@ -66,7 +66,7 @@ def test_no_draft_reservation_double_of_the_port_is_caught(warm_workers):
     record = trace["layers"]["config"][0]
     record["max_num_scheduled_tokens"] = record["max_num_batched_tokens"]
     golden = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())
-    assert judge(trace, golden, gating=True).kind == "diverged"
+    assert judge(trace, golden, role="candidate").kind == "diverged"
 
 
 @pytest.mark.parametrize("release", PINS.releases)

@@ -6,6 +6,7 @@ Records the resolved scheduling budget and, verbatim, the log lines vLLM emitted
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 
@@ -14,20 +15,33 @@ BUDGET_WORDS = ("max_num_scheduled_tokens", "max_num_batched_tokens", "max_num_s
                 "speculative decoding settings")
 
 
-class _Capture(logging.Handler):
-    def __init__(self):
-        super().__init__(logging.DEBUG)
-        self.lines: list[str] = []
+@contextlib.contextmanager
+def _captured_vllm_log():
+    """Every message a `vllm.*` logger emits inside the block, at vLLM's own levels.
 
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(record.getMessage())
+    Hooks Logger.handle rather than adding a handler: 0.33.0 re-applies its logging
+    dictConfig inside create_engine_config, which would drop an added handler.
+    """
+    lines: list[str] = []
+    original = logging.Logger.handle
+
+    def handle(self, record):
+        if record.name == "vllm" or record.name.startswith("vllm."):
+            lines.append(record.getMessage())
+        return original(self, record)
+
+    logging.Logger.handle = handle
+    try:
+        yield lines
+    finally:
+        logging.Logger.handle = original
 
 
 def _forget_once_caches() -> None:
     """vLLM's *_once loggers remember what they said; a warm worker must hear it again."""
     import vllm.logger as vlog
 
-    for name in ("_print_debug_once", "_print_info_once", "_print_warning_once"):
+    for name in ("_print_debug_once", "_print_info_once", "_print_warning_once", "_print_error_once"):
         cached = getattr(vlog, name, None)
         if hasattr(cached, "cache_clear"):
             cached.cache_clear()
@@ -38,21 +52,14 @@ def resolve_config(scenario: dict):
     from vllm.engine.arg_utils import EngineArgs
 
     args = dict(scenario["engine_args"])
-    capture = _Capture()
-    logger = logging.getLogger("vllm")
-    old_level = logger.level
-    logger.addHandler(capture)
-    logger.setLevel(logging.DEBUG)
     _forget_once_caches()
-    try:
-        config = EngineArgs(skip_tokenizer_init=True, **args).create_engine_config()
-        refusal = None
-    except Exception as exc:  # the release refusing a configuration is a result, not a crash
-        config, refusal = None, {"type": type(exc).__name__, "message": _scrub(str(exc), args)}
-    finally:
-        logger.removeHandler(capture)
-        logger.setLevel(old_level)
-    lines = [_scrub(line, args) for line in capture.lines if any(w in line for w in BUDGET_WORDS)]
+    with _captured_vllm_log() as captured:
+        try:
+            config = EngineArgs(skip_tokenizer_init=True, **args).create_engine_config()
+            refusal = None
+        except Exception as exc:  # the release refusing a configuration is a result, not a crash
+            config, refusal = None, {"type": type(exc).__name__, "message": _scrub(str(exc), args)}
+    lines = [_scrub(line, args) for line in captured if any(w in line for w in BUDGET_WORDS)]
     return config, lines, refusal
 
 
