@@ -22,7 +22,6 @@ from .trace import TraceError, dumps, load_trace
 from .verdict import CANDIDATE, ORACLE, STAND_IN, Verdict, exit_status, judge
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
-DEFAULT_LAYERS = ["config"]
 
 
 def log(message: str) -> None:
@@ -41,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", required=True, help="a pin (0.28.0, vllm==0.28.0) or an engine command line")
     p.add_argument("--scenario", required=True, type=Path)
     p.add_argument("--out", required=True, type=Path)
-    p.add_argument("--layers", default=",".join(DEFAULT_LAYERS))
+    p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
 
     p = sub.add_parser("compare", help="compare a trace with a golden and explain the difference")
     p.add_argument("--trace", required=True, type=Path)
@@ -52,14 +51,14 @@ def main(argv: list[str] | None = None) -> int:
                    help="a candidate engine (pin or command line); repeatable. Default: the other "
                         "pins, as informational stand-ins")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
-    p.add_argument("--layers", default=",".join(DEFAULT_LAYERS))
+    p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
 
     p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs")
     p.add_argument("--check", action="store_true",
                    help="regenerate in memory; fail if any golden would change or has no scenario")
     p.add_argument("--engine", action="append", help="only these pins (a candidate is refused)")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
-    p.add_argument("--layers", default=",".join(DEFAULT_LAYERS))
+    p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
 
     p = sub.add_parser("selfcheck", help="check that an engine speaks the protocol correctly")
     p.add_argument("--engine", required=True)
@@ -202,9 +201,11 @@ def _scenarios(paths: list[Path] | None) -> list[Scenario]:
     return scenarios
 
 
-def _layers(text: str) -> list[str]:
+def _layers(text: str | None) -> list[str] | None:
     from .protocol import LAYERS
 
+    if text is None:
+        return None
     layers = [x for x in text.split(",") if x]
     unknown = [x for x in layers if x not in LAYERS]
     if unknown or not layers:

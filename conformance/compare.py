@@ -19,6 +19,10 @@ WINDOW = 2  # records either side of the first divergence that are explained
 # Fields named *_text carry an engine's own wording (an error message): shown, never compared,
 # because parity is about what an engine decides, not how it phrases it.
 INFORMATIONAL_SUFFIX = "_text"
+# Per-step budget fields repeat the configuration on every step, so when budgets differ every
+# step differs. The first divergence is looked for in the scheduling decisions first; these
+# fields decide it only when nothing else differs. They are still listed at that step.
+CONTEXT_FIELDS = frozenset({"token_budget", "input_budget", "drafting_slots_per_request"})
 
 
 @dataclass
@@ -39,6 +43,7 @@ class LayerComparison:
     window: tuple[int, int] = (0, 0)
     explanation: str = ""
     record: dict | None = None  # the oracle's record at the divergence (names its step or row)
+    actual_record: dict | None = None  # the candidate's record there
 
     @property
     def first(self) -> FieldDiff | None:
@@ -50,16 +55,20 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
                              actual_count=len(actual))
     if result.equal:  # the cheap path: plain equality of the whole layer
         return result
-    index = next((i for i, (e, a) in enumerate(zip(expected, actual)) if _differs(e, a)),
-                 min(len(expected), len(actual)))
-    if index == len(expected) == len(actual):
+    index = _first(expected, actual, CONTEXT_FIELDS)
+    by_decision = index is not None
+    if index is None:
+        index = _first(expected, actual, frozenset())
+    if index is None:
         result.equal = True  # only informational wording differs
         return result
     result.index = index
-    result.record = (expected[index] if index < len(expected) else actual[index]) if (
-        index < max(len(expected), len(actual))) else None
+    result.record = expected[index] if index < len(expected) else None
+    result.actual_record = actual[index] if index < len(actual) else None
     if index < min(len(expected), len(actual)):
         result.fields = field_diffs(expected[index], actual[index])
+        if by_decision:  # name the decision that differs first, the budget context after it
+            result.fields.sort(key=lambda f: f.path in CONTEXT_FIELDS)
     else:
         which = "candidate" if len(actual) > len(expected) else "oracle"
         result.fields = [FieldDiff("<record count>", len(expected), len(actual))]
@@ -79,13 +88,18 @@ def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
     return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
 
 
-def _differs(e: dict, a: dict) -> bool:
-    return e != a and _compared(e) != _compared(a)
+def _first(expected: list, actual: list, skip: frozenset) -> int | None:
+    """Index of the first record that differs outside `skip` and informational fields."""
+    for i, (e, a) in enumerate(zip(expected, actual)):
+        if e != a and _compared(e, skip) != _compared(a, skip):
+            return i
+    return min(len(expected), len(actual)) if len(expected) != len(actual) else None
 
 
-def _compared(record: Any) -> Any:
+def _compared(record: Any, skip: frozenset = frozenset()) -> Any:
     if isinstance(record, dict):
-        return {k: _compared(v) for k, v in record.items() if not k.endswith(INFORMATIONAL_SUFFIX)}
+        return {k: _compared(v) for k, v in record.items()
+                if k not in skip and not k.endswith(INFORMATIONAL_SUFFIX)}
     if isinstance(record, list):
         return [_compared(v) for v in record]
     return record

@@ -44,10 +44,18 @@ class EngineFailure(RuntimeError):
 
 
 def resolve_engine(text: str, pins: Pins | None = None, log=print) -> EngineSpec:
-    """'0.28.0' / 'vllm==0.28.0' -> a pinned worker; anything else is a command line."""
+    """'0.28.0' / 'vllm==0.28.0' -> a pinned worker; '0.27.1+mutant:NAME' -> that pin with a
+    known bug injected (engines/vllm/mutants.py, a test device); anything else is a command line."""
     from .envs import WORKER, ensure_env
 
     pins = pins or load_pins()
+    pin, _, mutant = text.partition("+mutant:")
+    if mutant and parse_pin(pin, pins) is not None:
+        # A TEST DEVICE: the pin with a known bug injected. Never an oracle, never a golden.
+        release = parse_pin(pin, pins)
+        python = ensure_env(release, log=log, pins=pins)
+        return EngineSpec(f"vllm-{release}+mutant:{mutant}",
+                          (str(python), str(WORKER), "--release", release, "--mutant", mutant))
     release = parse_pin(text, pins)
     if release is not None:
         python = ensure_env(release, log=log, pins=pins)

@@ -45,6 +45,7 @@ def write_golden(path: Path, trace: dict, release: str | None) -> bool:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it private; a golden is a plain reviewable file
         with os.fdopen(fd, "w") as out:
             out.write(text)
             out.flush()

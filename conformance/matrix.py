@@ -61,7 +61,8 @@ def validate_method_matrix(raw: object, source: str, base_dir) -> tuple[dict, di
 
     ks = raw["ks"]
     if not isinstance(ks, list) or not ks:
-        raise ScenarioError(source, f"{where}.ks", f"must be a non-empty array of integers, got {_tname(ks)}")
+        got = "an empty array" if ks == [] else _tname(ks)
+        raise ScenarioError(source, f"{where}.ks", f"must be a non-empty array of integers, got {got}")
     for i, k in enumerate(ks):
         if not isinstance(k, int) or isinstance(k, bool):
             raise ScenarioError(source, f"{where}.ks[{i}]", f"must be an integer, got {_tname(k)}")
@@ -72,7 +73,8 @@ def validate_method_matrix(raw: object, source: str, base_dir) -> tuple[dict, di
 
     rows = raw["rows"]
     if not isinstance(rows, list) or not rows:
-        raise ScenarioError(source, f"{where}.rows", f"must be a non-empty array of objects, got {_tname(rows)}")
+        got = "an empty array" if rows == [] else _tname(rows)
+        raise ScenarioError(source, f"{where}.rows", f"must be a non-empty array of objects, got {got}")
     out_rows, hashed_rows, seen = [], [], set()
     for i, row in enumerate(rows):
         at = f"{where}.rows[{i}]"

@@ -27,7 +27,7 @@ MESSAGES: dict[str, dict[str, tuple[type, ...]]] = {
     "shutdown": {},
 }
 ERROR_KINDS = ("unsupported", "bad_request", "internal")
-LAYERS = ("config", "steps", "methods")
+LAYERS = ("config", "steps", "outputs", "methods")
 
 
 class ProtocolError(ValueError):

@@ -7,6 +7,8 @@ from collections import Counter
 
 from .verdict import KINDS, PASS, Verdict
 
+MAX_EXPLAINED = 20
+
 
 def render(verdicts: list[Verdict], oracle: str) -> str:
     parts = [render_verdict(v, oracle) for v in verdicts]
@@ -34,6 +36,14 @@ def render_verdict(v: Verdict, oracle: str) -> str:
             if f.path == "budget_log_lines":
                 continue  # shown whole, side by side, below
             lines.append(f"     {f.path.ljust(width)}  {_show(f.expected):>12}  {_show(f.actual):>12}")
+        lines += _per_request(c.record, c.actual_record)
+        if c.explanation and c.layer != "config":
+            lo, hi = c.window
+            explained = c.explanation.splitlines()
+            lines.append(f"   explained (DeepDiff, records {lo}..{hi - 1} only):")
+            lines += ["     " + e for e in explained[:MAX_EXPLAINED]]
+            if len(explained) > MAX_EXPLAINED:
+                lines.append(f"     ... {len(explained) - MAX_EXPLAINED} more lines")
     if v.kind != PASS and (v.expected_lines or v.actual_lines) and v.expected_lines != v.actual_lines:
         lines.append("   budget log lines, side by side:")
         for i in range(max(len(v.expected_lines), len(v.actual_lines))):
@@ -51,6 +61,27 @@ def render_summary(verdicts: list[Verdict]) -> str:
     cells = ", ".join(f"{counts[k]} {k}" for k in KINDS if counts[k])
     gate = ", ".join(f"{gating[k]} {k}" for k in KINDS if gating[k]) or "none"
     return f"-- {len(verdicts)} verdicts: {cells or 'none'}; gating: {gate}"
+
+
+def _per_request(expected: dict | None, actual: dict | None) -> list[str]:
+    """At a divergent step: every request's scheduled and draft tokens on both sides."""
+    e_reqs = (expected or {}).get("requests")
+    a_reqs = (actual or {}).get("requests")
+    if not isinstance(e_reqs, dict) and not isinstance(a_reqs, dict):
+        return []
+    e_reqs, a_reqs = e_reqs or {}, a_reqs or {}
+    out = ["   per request at this step (tokens / draft tokens):",
+           f"     {'request':<10} {'oracle':>14} {'candidate':>14}"]
+    for rid in sorted(set(e_reqs) | set(a_reqs)):
+        e, a = _counts(e_reqs.get(rid)), _counts(a_reqs.get(rid))
+        out.append(f"   {' ' if e == a else '!'} {rid:<10} {e:>14} {a:>14}")
+    return out
+
+
+def _counts(entry) -> str:
+    if not isinstance(entry, dict):
+        return "-"
+    return f"{entry.get('tokens')} / {entry.get('draft_tokens')}"
 
 
 def _where(c) -> str:

@@ -16,9 +16,10 @@ class EngineRun:
     cold_starts: int
 
 
-def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str], log=print) -> EngineRun:
+def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str] | None = None,
+                  log=print) -> EngineRun:
     """One cold start per engine; a crashed or hung engine is restarted for the next scenario,
-    so one bad scenario never hides the others."""
+    so one bad scenario never hides the others. `layers` defaults to each scenario's own."""
     traces, starts = [], 0
     proc: EngineProcess | None = None
     for scenario in scenarios:
@@ -33,7 +34,7 @@ def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str]
                 continue
         log(f"[run] {spec.label}: {scenario.name}")
         try:
-            layers_out = proc.run(scenario, layers)
+            layers_out = proc.run(scenario, layers or scenario.layers)
         except EngineFailure as failure:
             traces.append(_failed(spec, proc.hello, scenario, failure))
             proc.close()

@@ -11,8 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+
+from .matrix import validate_method_matrix
+from .workload import validate_workload
 
 SCHEMA = "vllm-parity/scenario/1"
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -63,7 +66,7 @@ SIZE_FIELDS = (
 )
 METHODS_WITH_DRAFT_MODEL = {"eagle", "eagle3", "dflash", "dspark", "draft_model", "mtp", "medusa"}
 METHODS = METHODS_WITH_DRAFT_MODEL | {"ngram", "suffix"}
-TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload"}
+TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix"}
 
 
 @dataclass(frozen=True)
@@ -74,11 +77,31 @@ class Scenario:
     workload: dict | None
     source: Path
     sha256: str
+    method_matrix: dict | None = None
+
+    @property
+    def layers(self) -> list[str]:
+        """The layers this scenario has something to say about."""
+        layers = ["config"]
+        if self.workload is not None:
+            layers += ["steps", "outputs"]
+        if self.method_matrix is not None:
+            layers.append("methods")
+        return layers
 
     def to_wire(self) -> dict:
         """What an engine receives in a `run` message."""
-        return {"name": self.name, "sha256": self.sha256, "engine_args": self.engine_args,
+        wire = {"name": self.name, "sha256": self.sha256, "engine_args": self.engine_args,
                 "workload": self.workload}
+        if self.method_matrix is not None:
+            wire["method_matrix"] = self.method_matrix
+        return wire
+
+    def without_speculation(self) -> "Scenario":
+        """The same scenario with speculative decoding off (outputs must not change)."""
+        args = {k: v for k, v in self.engine_args.items() if k != "speculative_config"}
+        return replace(self, name=self.name + ".no-spec", engine_args=args,
+                       sha256=hashlib.sha256((self.sha256 + ":no-spec").encode()).hexdigest())
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -136,11 +159,14 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
         args["speculative_config"], hashed["speculative_config"] = spec, hashed_spec
     _check_sizes(src, args)
     workload = raw.get("workload")
-    if workload is not None and not isinstance(workload, dict):
-        raise ScenarioError(src, "workload", f"must be an object, got {_tname(workload)}")
+    if workload is not None:
+        workload = validate_workload(workload, src, args)
     identity = {"schema": SCHEMA, "name": name, "engine_args": hashed, "workload": workload}
+    matrix = raw.get("method_matrix")
+    if matrix is not None:
+        matrix, identity["method_matrix"] = validate_method_matrix(matrix, src, base)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    return Scenario(name, description, args, workload, path, digest)
+    return Scenario(name, description, args, workload, path, digest, matrix)
 
 
 def _check_fields(src: str, where: str, obj: dict, schema: dict[str, tuple[type, bool]]) -> dict:

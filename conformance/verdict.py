@@ -62,8 +62,12 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
             f"the golden was written for another version of scenario {scenario} "
             f"(sha256 {golden['scenario']['sha256'][:12]} vs {trace['scenario']['sha256'][:12]}); "
             "regenerate it with `make goldens`"))
+    from .protocol import LAYERS
+
     comparisons = []
-    for layer, expected in golden["layers"].items():
+    order = sorted(golden["layers"], key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
+    for layer in order:
+        expected = golden["layers"][layer]
         if layer not in trace["layers"]:
             return Verdict(engine, scenario, "unsupported", role,
                            message=f"the engine produced no {layer!r} layer")

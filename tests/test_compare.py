@@ -60,3 +60,17 @@ def test_informational_text_is_shown_but_not_compared():
     c = compare_layer("methods", oracle, accepts)
     assert not c.equal and c.record["row"] == "pard/K=8"
     assert [f.path for f in c.fields] == ["refused", "refusal_kind"]
+
+
+def test_budget_context_does_not_hide_the_first_decision():
+    """Budgets differ on every step (4036 vs 4096); the divergence is where a decision differs."""
+    golden = [{"step": i, "token_budget": 4036, "requests": {"r0": {"tokens": 1}}} for i in range(10)]
+    cand = [{"step": i, "token_budget": 4096, "requests": {"r0": {"tokens": 1}}} for i in range(10)]
+    cand[6]["requests"]["r0"]["tokens"] = 2
+    c = compare_layer("steps", golden, cand)
+    assert c.index == 6
+    assert [(f.path, f.expected, f.actual) for f in c.fields] == [
+        ("requests.r0.tokens", 1, 2), ("token_budget", 4036, 4096)]
+    cand[6]["requests"]["r0"]["tokens"] = 1
+    only_budget = compare_layer("steps", golden, cand)
+    assert only_budget.index == 0 and only_budget.first.path == "token_budget"

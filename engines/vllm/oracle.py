@@ -18,6 +18,7 @@ def boot(device: str) -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
+    os.environ["VLLM_LOGGING_LEVEL"] = "INFO"  # budget log lines are captured at vLLM's default level
     if device == "cpu":
         # 0.33.0 honours VLLM_TARGET_DEVICE; 0.27.1 and 0.28.0 need the platform object set.
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
@@ -29,9 +30,12 @@ def boot(device: str) -> None:
     import vllm.engine.arg_utils  # noqa: F401
     import vllm.v1.core.sched.scheduler  # noqa: F401
 
-    from . import config_layer
+    from . import config_layer, methods_layer, steps_layer
 
     LAYERS["config"] = config_layer.resolve
+    LAYERS["steps"] = steps_layer.steps
+    LAYERS["outputs"] = steps_layer.outputs
+    LAYERS["methods"] = methods_layer.methods
 
 
 def environment() -> dict:
@@ -42,8 +46,11 @@ def environment() -> dict:
             "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine()}
 
 
-def build_scheduler(vllm_config, num_blocks: int | None = None):
-    """The release's real Scheduler over one full-attention KV group, as vLLM's own tests do."""
+def build_scheduler(vllm_config, num_blocks: int | None = None, cls=None):
+    """The release's real Scheduler over one full-attention KV group, as vLLM's own tests do.
+
+    `cls` replaces the class the config names (the steps layer passes RecordingScheduler).
+    """
     import torch
     from vllm.v1.core.sched.scheduler import Scheduler
     from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
@@ -60,8 +67,9 @@ def build_scheduler(vllm_config, num_blocks: int | None = None):
         num_blocks=num_blocks, kv_cache_tensors=[],
         kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
     )
-    cls = vllm_config.scheduler_config.get_scheduler_cls() if hasattr(
-        vllm_config.scheduler_config, "get_scheduler_cls") else Scheduler
+    if cls is None:
+        cls = vllm_config.scheduler_config.get_scheduler_cls() if hasattr(
+            vllm_config.scheduler_config, "get_scheduler_cls") else Scheduler
     return cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                structured_output_manager=StructuredOutputManager(vllm_config),
                block_size=block_size, log_stats=False)

@@ -15,6 +15,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for conformance.protocol
 
 from conformance import protocol  # noqa: E402  (standard library only)
+from conformance.scenario import ScenarioError  # noqa: E402  (standard library only)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -22,6 +23,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--release", help="the vllm release this environment must hold")
     parser.add_argument("--import-check", metavar="RELEASE", help="import vllm, check its version, exit")
     parser.add_argument("--device", choices=("cpu", "gpu"), default=os.environ.get("VLLM_PARITY_DEVICE", "cpu"))
+    parser.add_argument("--mutant", metavar="NAME",
+                        help="TEST DEVICE: inject a known scheduling bug (engines/vllm/mutants.py)")
     args = parser.parse_args(argv)
 
     # The protocol owns the real stdout; anything vLLM prints goes to stderr instead.
@@ -43,6 +46,14 @@ def main(argv: list[str] | None = None) -> int:
               "message": f"importing vllm {release} failed: {type(exc).__name__}: {exc}"})
         traceback.print_exc()
         return 1
+    if args.mutant:  # a TEST DEVICE: the release with a known bug injected, never the oracle
+        from engines.vllm import mutants
+
+        try:
+            mutants.apply(args.mutant)
+        except ValueError as exc:
+            send({"type": "error", "id": None, "kind": "bad_request", "message": str(exc)})
+            return 2
     if release and vllm.__version__ != release:
         send({"type": "error", "id": None, "kind": "internal",
               "message": f"expected vllm {release} in this environment, found {vllm.__version__}"})
@@ -51,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"vllm {vllm.__version__} imports on {args.device}", file=sys.stderr)
         return 0
 
-    send({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "engine": "vllm",
+    engine = f"vllm+mutant:{args.mutant}" if args.mutant else "vllm"
+    send({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "engine": engine,
           "version": vllm.__version__, "capabilities": sorted(oracle.LAYERS),
           "environment": oracle.environment()})
     for line in sys.stdin.buffer:
@@ -75,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
                     send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})
                     count += 1
             send({"type": "done", "id": run_id, "records": count})
+        except ScenarioError as exc:  # a malformed workload: the run is a bad request
+            send({"type": "error", "id": run_id, "kind": "bad_request", "message": str(exc)})
         except Exception as exc:
             traceback.print_exc()
             send({"type": "error", "id": run_id, "kind": "internal",

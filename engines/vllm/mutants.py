@@ -1,0 +1,79 @@
+"""TEST DEVICE ONLY: deliberately broken variants of a pinned vLLM release.
+
+Nothing here is a real engine. A mutant is the release with one known scheduling bug put
+in by hand, so the suite can prove it notices that class of bug (each mutant must change
+the steps of at least one scenario). The worker applies one with `--mutant NAME`, before
+any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm".
+
+    no-draft-reservation  SpeculativeConfig.max_num_new_slots_for_drafting is 0: no
+                          drafting-slot reservation at all (the seed bug of a port).
+    draft-plus-one        every request carries K+1 drafts, so the scheduler schedules one
+                          draft token too many per request (and verifies it).
+    draft-minus-one       every request carries K-1 drafts: one draft token too few.
+    ignore-max-num-seqs   the scheduler admits requests past max_num_seqs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+BANNER = "TEST DEVICE: vLLM with a deliberately injected scheduling bug (mutant {name}); not a real engine"
+
+
+def _no_draft_reservation() -> None:
+    from vllm.config import SpeculativeConfig
+
+    SpeculativeConfig.max_num_new_slots_for_drafting = property(lambda self: 0)
+
+
+def _draft_count(delta: int):
+    def apply() -> None:
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        original = Scheduler.update_draft_token_ids
+
+        def update_draft_token_ids(self, draft_token_ids):
+            lists = []
+            for drafts in draft_token_ids.draft_token_ids:
+                drafts = list(drafts)
+                if delta > 0 and drafts:
+                    drafts += drafts[-1:] * delta  # a real token id, repeated
+                elif delta < 0:
+                    drafts = drafts[:max(len(drafts) + delta, 0)]
+                lists.append(drafts)
+            draft_token_ids.draft_token_ids = lists
+            return original(self, draft_token_ids)
+
+        Scheduler.update_draft_token_ids = update_draft_token_ids
+
+    return apply
+
+
+def _ignore_max_num_seqs() -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    original = Scheduler.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.max_num_running_reqs = 1 << 30
+        if hasattr(self, "max_num_active_reqs"):  # 0.33.0 admits against this one
+            self.max_num_active_reqs = 1 << 30
+
+    Scheduler.__init__ = __init__
+
+
+MUTANTS = {
+    "no-draft-reservation": _no_draft_reservation,
+    "draft-plus-one": _draft_count(+1),
+    "draft-minus-one": _draft_count(-1),
+    "ignore-max-num-seqs": _ignore_max_num_seqs,
+}
+
+
+def apply(name: str) -> None:
+    """Patch the imported release in place. Call once, before any run."""
+    if name not in MUTANTS:
+        raise ValueError(f"unknown mutant {name!r}; known: {sorted(MUTANTS)}")
+    MUTANTS[name]()
+    print(BANNER.format(name=name), file=sys.stderr)

@@ -1,0 +1,122 @@
+"""RecordingScheduler: the pinned release's real Scheduler, recording every step it takes.
+
+A subclass of `vllm.v1.core.sched.scheduler.Scheduler` that changes nothing about
+scheduling: `schedule()` and `update_from_output()` call the release's own code and only
+read what it decided. It is importable by qualified name, so a real engine can run it:
+
+    --scheduler-cls engines.vllm.recorder.RecordingScheduler   (with async scheduling off)
+
+with VLLM_PARITY_RECORD_PATH=/some/file.jsonl, where each step is appended as one JSON line.
+On CPU, engines/vllm/steps_layer.py drives it with a deterministic stand-in instead of a
+model and reads `parity_steps`.
+
+One record per schedule() call, completed by the update_from_output() for that output:
+
+    {"step": n,                         # 0, 1, 2 ... schedule() calls of this scheduler
+     "total_num_scheduled_tokens": int,
+     "token_budget": int,               # scheduler.max_num_scheduled_tokens
+     "input_budget": int,               # only on releases with a per-step input budget
+     "drafting_slots_per_request": int, #   (0.28.0+): max_num_batched_tokens, and the
+                                        #   slots each scheduled request is charged
+     "requests": {req_id: {"tokens": int, "draft_tokens": int}},
+     "new": [ids], "resumed": [ids], "preempted": [ids],   # sorted
+     "finished": [ids]}                 # sorted; finished in this step's update_from_output
+
+Only JSON types, nothing from the clock or from object identity.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+
+from vllm.v1.core.sched.scheduler import Scheduler
+
+RECORD_PATH_ENV = "VLLM_PARITY_RECORD_PATH"
+
+# 0.28.0 charges drafting slots per scheduled request against a per-step input budget
+# (max_num_batched_tokens); 0.27.1 subtracts them once from max_num_scheduled_tokens.
+def _has_per_step_input_budget() -> bool:
+    try:
+        return "input_budget" in inspect.getsource(Scheduler.schedule)
+    except (OSError, TypeError):  # no source shipped: fall back on the release number
+        import vllm
+
+        return tuple(int(x) for x in vllm.__version__.split(".")[:2] if x.isdigit()) >= (0, 28)
+
+
+PER_STEP_INPUT_BUDGET = _has_per_step_input_budget()
+
+
+class RecordingScheduler(Scheduler):
+    """The release's Scheduler, unchanged, plus a record of each step (see module doc)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.parity_steps: list[dict] = []
+        self._parity_next_step = 0
+        # (scheduler_output, open record) in schedule() order; update_from_output() calls
+        # come back in the same order, also under a batch queue.
+        self._parity_open: list[tuple[object, dict]] = []
+
+    def schedule(self, *args, **kwargs):
+        output = super().schedule(*args, **kwargs)
+        self._parity_open.append((output, self._parity_record(output)))
+        return output
+
+    def update_from_output(self, scheduler_output, model_runner_output):
+        unfinished = [rid for rid, req in self.requests.items() if not req.is_finished()]
+        result = super().update_from_output(scheduler_output, model_runner_output)
+        record = None
+        for i, (output, rec) in enumerate(self._parity_open):
+            if output is scheduler_output:
+                record = self._parity_open.pop(i)[1]
+                break
+        if record is None:  # an output this scheduler did not make; record it all the same
+            record = self._parity_record(scheduler_output)
+        record["finished"] = sorted(
+            rid for rid in unfinished
+            if (req := self.requests.get(rid)) is None or req.is_finished())
+        self.parity_steps.append(record)
+        path = os.environ.get(RECORD_PATH_ENV)
+        if path:
+            with open(path, "a", encoding="utf-8") as out:
+                out.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+        return result
+
+    def _parity_record(self, output) -> dict:
+        step = self._parity_next_step
+        self._parity_next_step += 1
+        spec_tokens = output.scheduled_spec_decode_tokens or {}
+        requests = {
+            str(rid): {"tokens": int(n), "draft_tokens": len(spec_tokens.get(rid, ()))}
+            for rid, n in output.num_scheduled_tokens.items()
+        }
+        new, resumed = set(), set()
+        for data in output.scheduled_new_reqs:
+            # The V2 model runner's output lists resumed requests among the new ones.
+            req = self.requests.get(data.req_id)
+            (resumed if req is not None and getattr(req, "num_preemptions", 0) > 0
+             else new).add(data.req_id)
+        cached = output.scheduled_cached_reqs
+        if hasattr(cached, "resumed_req_ids"):
+            resumed.update(cached.resumed_req_ids or ())
+        elif hasattr(cached, "resumed_from_preemption"):  # releases before resumed_req_ids
+            resumed.update(rid for rid, flag in zip(cached.req_ids, cached.resumed_from_preemption)
+                           if flag)
+        record = {
+            "step": step,
+            "total_num_scheduled_tokens": int(output.total_num_scheduled_tokens),
+            "token_budget": int(self.max_num_scheduled_tokens),
+            "requests": requests,
+            "new": sorted(str(r) for r in new),
+            "resumed": sorted(str(r) for r in resumed),
+            "preempted": sorted(str(r) for r in (output.preempted_req_ids or ())),
+        }
+        if PER_STEP_INPUT_BUDGET:
+            spec = self.vllm_config.speculative_config
+            record["input_budget"] = int(self.scheduler_config.max_num_batched_tokens)
+            record["drafting_slots_per_request"] = int(
+                spec.max_num_new_slots_for_drafting if spec is not None else 0)
+        return record

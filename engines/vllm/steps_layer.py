@@ -1,0 +1,163 @@
+"""Steps and outputs layers: the release's real Scheduler, driven step by step on CPU.
+
+The configuration is resolved exactly as the config layer does (config_layer.resolve_config),
+the scheduler is the release's own (engines/vllm/recorder.py's RecordingScheduler, which only
+records), and conformance/workload.py's deterministic stand-in plays the model runner and the
+drafter. Each step mirrors the synchronous EngineCore.step() + post_step() of 0.27.1, 0.28.0
+and 0.33.0 (vllm/v1/engine/core.py):
+
+    add the requests arriving at this step
+    scheduler.schedule()
+    the stand-in "executes" it -> ModelRunnerOutput
+    scheduler.update_from_output(...)
+    if tokens were scheduled and speculation is on: scheduler.update_draft_token_ids(...)
+
+A step with nothing to schedule is still a step (recorded with 0 tokens), so step n of the
+trace is the step at which requests with arrival_step == n were added.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+
+from conformance.workload import draft, prompt_tokens, validate_workload, verify
+
+# The last run, so a run asking for both layers drives the scheduler once.
+_MEMO: dict = {}
+
+ARRIVAL_TIME_BASE = 1_000_000.0  # fixed arrival times: nothing depends on the clock
+
+
+def steps(scenario: dict):
+    yield from _run(scenario)[0]
+
+
+def outputs(scenario: dict):
+    yield from _run(scenario)[1]
+
+
+def _run(scenario: dict) -> tuple[list[dict], list[dict]]:
+    key = hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest()
+    if _MEMO.get("key") != key:
+        _MEMO.clear()
+        result = run_steps(scenario)
+        _MEMO.update(key=key, result=result)
+    return _MEMO["result"]
+
+
+def run_steps(scenario_wire: dict) -> tuple[list[dict], list[dict]]:
+    """(step records, one output record per request sorted by id) for the scenario."""
+    from vllm import SamplingParams
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    from .config_layer import resolve_config
+    from .oracle import build_scheduler
+    from .recorder import RecordingScheduler
+
+    from conformance.scenario import ScenarioError
+
+    engine_args = scenario_wire["engine_args"]
+    source = scenario_wire.get("name", "<scenario>")
+    if scenario_wire.get("workload") is None:
+        raise ScenarioError(source, "workload", "is required for the steps and outputs layers; "
+                            "this scenario has none")
+    workload = validate_workload(scenario_wire["workload"], source, engine_args)
+    config, _lines, refusal = resolve_config(scenario_wire)
+    if config is None:  # the release refused the configuration: that is the result
+        return [{"refused": refusal}], [{"refused": refusal}]
+    if config.scheduler_config.async_scheduling:
+        raise ScenarioError(source, "engine_args.async_scheduling", "must be false for the steps "
+                            "layer, which mirrors the synchronous EngineCore.step()")
+
+    scheduler = build_scheduler(config, engine_args.get("num_gpu_blocks_override"),
+                                cls=RecordingScheduler)
+    spec = config.speculative_config
+    k = spec.num_speculative_tokens if spec is not None else 0
+    seed, vocab = workload["seed"], workload["vocab_size"]
+    block_hasher = _block_hasher(config)
+
+    arrivals: dict[int, list[dict]] = {}
+    for req in workload["requests"]:
+        arrivals.setdefault(req["arrival_step"], []).append(req)
+    patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
+    verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
+    requests: dict = {}  # id -> the scheduler's Request object, kept after it finishes
+    total = len(workload["requests"])
+
+    step = 0
+    while True:
+        for req in arrivals.get(step, ()):
+            params = SamplingParams(max_tokens=req["max_tokens"],
+                                    stop_token_ids=list(req["stop_token_ids"]), ignore_eos=True)
+            kwargs = {"block_hasher": block_hasher} if block_hasher is not None else {}
+            request = Request(
+                request_id=req["id"],
+                prompt_token_ids=prompt_tokens(seed, req["id"], req["prompt_len"], vocab),
+                sampling_params=params, pooling_params=None,
+                arrival_time=ARRIVAL_TIME_BASE + step, **kwargs)
+            requests[req["id"]] = request
+            scheduler.add_request(request)
+        if len(requests) == total and all(r.is_finished() for r in requests.values()):
+            break
+        if step >= workload["max_steps"]:
+            unfinished = sorted(rid for rid, r in requests.items() if not r.is_finished())
+            raise RuntimeError(
+                f"the workload did not finish within max_steps={workload['max_steps']}: "
+                f"unfinished {unfinished}, not yet arrived {total - len(requests)}")
+
+        output = scheduler.schedule()
+
+        # The stand-in model runner: what the release's GPU model runner would return.
+        req_ids = list(output.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            request = requests[rid]
+            drafts = list(output.scheduled_spec_decode_tokens.get(rid, ()))
+            # schedule() has already advanced num_computed_tokens by the scheduled tokens.
+            if request.num_computed_tokens - len(drafts) < request.num_tokens:
+                sampled.append([])  # a prefill chunk that does not reach the end: no sample
+                continue
+            if drafts:
+                verified[rid] += 1
+            sampled.append(verify(seed, list(request.all_token_ids), drafts, vocab))
+        model_output = ModelRunnerOutput(
+            req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+            sampled_token_ids=sampled)
+        scheduler.update_from_output(output, model_output)
+
+        # post_step(): the drafter proposes K tokens for each request of the batch; the
+        # scheduler itself drops them for finished requests and prefill chunks.
+        if k and output.total_num_scheduled_tokens > 0 and not getattr(output, "skip_drafts", False):
+            drafts_out = []
+            for rid in req_ids:
+                request = requests[rid]
+                pattern = patterns[rid]
+                accept = pattern[verified[rid] % len(pattern)]
+                drafts_out.append(draft(seed, list(request.all_token_ids), k, accept, vocab))
+            scheduler.update_draft_token_ids(DraftTokenIds(req_ids, drafts_out))
+        step += 1
+
+    outputs = []
+    for rid in sorted(requests):
+        reason = requests[rid].get_finished_reason()
+        outputs.append({"id": rid, "output_token_ids": [int(t) for t in requests[rid].output_token_ids],
+                        "finish_reason": reason.name.lower() if reason is not None else None})
+    return scheduler.parity_steps, outputs
+
+
+def _block_hasher(config):
+    """The request block hasher EngineCore builds when prefix caching is on, else None."""
+    if not config.cache_config.enable_prefix_caching:
+        return None
+    from vllm.utils.hashing import get_hash_fn_by_name
+    from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
+
+    hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
+    init_none_hash(hash_fn)
+    args = [config.cache_config.block_size, hash_fn]
+    if "num_hash_lookahead_tokens" in inspect.signature(get_request_block_hasher).parameters:
+        args.append(getattr(config, "num_hash_lookahead_tokens", 0))
+    return get_request_block_hasher(*args)
