@@ -27,6 +27,13 @@ parity: envs
 test: envs
 	$(BIN)/python -m pytest -q
 
+# Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
+# (c) cold starts per `make parity` run.
+bench: envs
+	@$(BIN)/python benchmarks/bench_compare.py
+	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
+	@$(BIN)/parity gate 2>&1 >/dev/null | grep 'cold starts' | sed 's/^\[gate\]/(c) make parity:/'
+
 goldens: envs
 	$(BIN)/parity goldens
 

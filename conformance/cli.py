@@ -12,6 +12,8 @@ import sys
 from pathlib import Path
 
 from . import goldens as golden_files
+from .drift import drift_rows, render_drift
+from .methods_table import render_methods_table
 from .engine import EngineSpec, resolve_engine
 from .envs import EnvError, ensure_env
 from .pins import REPO_ROOT, PinError, load_pins, parse_pin
@@ -59,6 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", action="append", help="only these pins (a candidate is refused)")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
     p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
+
+    p = sub.add_parser("drift", help="where each pin first departs from the previous, per scenario")
+    p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
 
     p = sub.add_parser("selfcheck", help="check that an engine speaks the protocol correctly")
     p.add_argument("--engine", required=True)
@@ -115,12 +120,18 @@ def cmd_gate(args) -> int:
         log("[gate] no candidate configured: the other pins stand in as informational candidates")
         engines += [(resolve_engine(r, log=log), STAND_IN) for r in pins.candidates]
     verdicts: list[Verdict] = []
+    cold_starts = 0
     for spec, role in engines:
         run = run_scenarios(spec, scenarios, layers, log=log)
+        cold_starts += run.cold_starts
         for trace in run.traces:
             path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
             verdicts.append(_judge_against(trace, path, role))
     print(render(verdicts, pins.oracle))
+    print(render_drift(drift_rows([s.name for s in scenarios], pins.releases)))
+    if any(s.method_matrix for s in scenarios):
+        print(render_methods_table(pins.releases))
+    log(f"[gate] cold starts: {cold_starts} for {len(engines)} engines")
     status = exit_status(verdicts)
     log(f"[gate] exit status {status} ({['all gating verdicts pass', 'a gating engine diverged', 'a gating run could not be compared'][status]})")
     return status
@@ -176,7 +187,14 @@ def cmd_selfcheck(args) -> int:
     return 1 if problems else 0
 
 
-COMMANDS = {"envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
+def cmd_drift(args) -> int:
+    pins = load_pins()
+    print(render_drift(drift_rows([s.name for s in _scenarios(args.scenario)], pins.releases)))
+    print(render_methods_table(pins.releases))
+    return 0
+
+
+COMMANDS = {"drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck}
 
 

@@ -22,7 +22,7 @@ INFORMATIONAL_SUFFIX = "_text"
 # Per-step budget fields repeat the configuration on every step, so when budgets differ every
 # step differs. The first divergence is looked for in the scheduling decisions first; these
 # fields decide it only when nothing else differs. They are still listed at that step.
-CONTEXT_FIELDS = frozenset({"token_budget", "input_budget", "drafting_slots_per_request"})
+CONTEXT_FIELDS = {"steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request"})}
 
 
 @dataclass
@@ -55,7 +55,8 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
                              actual_count=len(actual))
     if result.equal:  # the cheap path: plain equality of the whole layer
         return result
-    index = _first(expected, actual, CONTEXT_FIELDS)
+    context = CONTEXT_FIELDS.get(layer, frozenset())
+    index = _first(expected, actual, context)
     by_decision = index is not None
     if index is None:
         index = _first(expected, actual, frozenset())
@@ -68,7 +69,7 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     if index < min(len(expected), len(actual)):
         result.fields = field_diffs(expected[index], actual[index])
         if by_decision:  # name the decision that differs first, the budget context after it
-            result.fields.sort(key=lambda f: f.path in CONTEXT_FIELDS)
+            result.fields.sort(key=lambda f: f.path in context)
     else:
         which = "candidate" if len(actual) > len(expected) else "oracle"
         result.fields = [FieldDiff("<record count>", len(expected), len(actual))]

@@ -10,6 +10,10 @@ import json
 
 PROTOCOL_VERSION = 1
 MAX_LINE_BYTES = 64 * 1024 * 1024  # one record; far above any step record
+# Nesting depth of a message (the message object itself is depth 1). Records are a few levels
+# deep; the limit keeps every later reader (trace writer, comparison, DeepDiff) off Python's
+# recursion limit, so a hostile line is a protocol error, never a RecursionError.
+MAX_DEPTH = 64
 
 # Message type -> required fields and their JSON types. Direction in the comment.
 MESSAGES: dict[str, dict[str, tuple[type, ...]]] = {
@@ -44,9 +48,16 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
     if len(line) > MAX_LINE_BYTES:
         raise ProtocolError(f"expected a line of at most {MAX_LINE_BYTES} bytes, got {len(line)}")
     try:
-        message = json.loads(line, parse_constant=_no_constants)
-    except (UnicodeDecodeError, ValueError) as exc:
+        # Strict UTF-8 (json.loads would also guess UTF-16/32 from raw bytes); a number too
+        # large for a float is as non-finite as Infinity; nesting is bounded before any
+        # recursive reader sees it.
+        message = json.loads(line.decode("utf-8"), parse_constant=_no_constants,
+                             parse_float=_finite_float)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        if isinstance(exc, RecursionError):
+            exc = f"nested deeper than {MAX_DEPTH} levels"
         raise ProtocolError(f"expected a JSON object on one line, got {_preview(line)} ({exc})") from None
+    _check_values(message)
     check(message, expect)
     return message
 
@@ -63,8 +74,51 @@ def check(message: object, expect: tuple[str, ...] | None = None) -> None:
         value = message.get(field, ...)
         if value is ... or not isinstance(value, types) or (int in types and isinstance(value, bool)):
             names = "/".join("null" if t is type(None) else t.__name__ for t in types)
-            got = "nothing" if value is ... else repr(value)[:80]
+            got = "nothing" if value is ... else _repr(value)
             raise ProtocolError(f"expected {kind}.{field} of type {names}, got {got}")
+
+
+def _check_values(message: object) -> None:
+    """Every value of a decoded line can be carried into a trace: nesting at most MAX_DEPTH
+    levels, and strings that are valid Unicode (a lone surrogate escape such as "\\ud800" is
+    valid JSON syntax but cannot be written as UTF-8)."""
+    stack = [(message, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, str):
+            _check_text(value)
+            continue
+        if not isinstance(value, (dict, list)):
+            continue
+        if depth >= MAX_DEPTH:
+            raise ProtocolError(f"expected a message nested at most {MAX_DEPTH} levels deep, got deeper")
+        if isinstance(value, dict):
+            for key, item in value.items():
+                _check_text(key)
+                stack.append((item, depth + 1))
+        else:
+            stack.extend((item, depth + 1) for item in value)
+
+
+def _check_text(text: str) -> None:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ProtocolError(f"expected valid Unicode text, got a lone surrogate in {_repr(text)}") from None
+
+
+def _repr(value: object) -> str:
+    try:
+        return repr(value)[:80]
+    except RecursionError:
+        return f"a deeply nested {type(value).__name__}"
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} is out of range for a number")
+    return value
 
 
 def _no_constants(token: str):

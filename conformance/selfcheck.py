@@ -26,10 +26,9 @@ def selfcheck(spec: EngineSpec, scenario: Scenario, log=print) -> list[str]:
     caps = hello.get("capabilities")
     if not all(isinstance(c, str) for c in caps):
         problems.append(f"hello.capabilities must be strings, got {caps!r}")
-    layers = [layer for layer in protocol.LAYERS if layer in caps]
-    if not layers:
+    if not any(layer in caps for layer in protocol.LAYERS):
         problems.append(f"hello.capabilities names no known layer {list(protocol.LAYERS)}: {caps!r}")
-        layers = ["config"]
+    layers = [layer for layer in scenario.layers if layer in caps] or ["config"]
     log(f"[selfcheck] {spec.label}: {hello['engine']} {hello['version']}, layers {layers}")
     try:
         first = proc.run(scenario, layers)

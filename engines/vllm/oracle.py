@@ -18,6 +18,9 @@ def boot(device: str) -> None:
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
     os.environ.setdefault("VLLM_DO_NOT_TRACK", "1")
+    # vLLM caches model inspection under ~/.cache/vllm, shared by every release: one cache per
+    # pin environment, or the pins overwrite each other's entries and pay the inspection again.
+    os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(sys.prefix, "vllm-cache"))
     os.environ["VLLM_LOGGING_LEVEL"] = "INFO"  # budget log lines are captured at vLLM's default level
     if device == "cpu":
         # 0.33.0 honours VLLM_TARGET_DEVICE; 0.27.1 and 0.28.0 need the platform object set.

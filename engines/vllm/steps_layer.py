@@ -47,8 +47,12 @@ def _run(scenario: dict) -> tuple[list[dict], list[dict]]:
     return _MEMO["result"]
 
 
-def run_steps(scenario_wire: dict) -> tuple[list[dict], list[dict]]:
-    """(step records, one output record per request sorted by id) for the scenario."""
+def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], list[dict]]:
+    """(step records, one output record per request sorted by id) for the scenario.
+
+    `cls` and `config` exist for the driver-overhead benchmark: a plain Scheduler (no
+    records) over a configuration resolved beforehand is the bare schedule/update loop.
+    """
     from vllm import SamplingParams
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm.v1.request import Request
@@ -65,7 +69,9 @@ def run_steps(scenario_wire: dict) -> tuple[list[dict], list[dict]]:
         raise ScenarioError(source, "workload", "is required for the steps and outputs layers; "
                             "this scenario has none")
     workload = validate_workload(scenario_wire["workload"], source, engine_args)
-    config, _lines, refusal = resolve_config(scenario_wire)
+    refusal = None
+    if config is None:
+        config, _lines, refusal = resolve_config(scenario_wire)
     if config is None:  # the release refused the configuration: that is the result
         return [{"refused": refusal}], [{"refused": refusal}]
     if config.scheduler_config.async_scheduling:
@@ -73,7 +79,7 @@ def run_steps(scenario_wire: dict) -> tuple[list[dict], list[dict]]:
                             "layer, which mirrors the synchronous EngineCore.step()")
 
     scheduler = build_scheduler(config, engine_args.get("num_gpu_blocks_override"),
-                                cls=RecordingScheduler)
+                                cls=cls or RecordingScheduler)
     spec = config.speculative_config
     k = spec.num_speculative_tokens if spec is not None else 0
     seed, vocab = workload["seed"], workload["vocab_size"]
@@ -145,7 +151,7 @@ def run_steps(scenario_wire: dict) -> tuple[list[dict], list[dict]]:
         reason = requests[rid].get_finished_reason()
         outputs.append({"id": rid, "output_token_ids": [int(t) for t in requests[rid].output_token_ids],
                         "finish_reason": reason.name.lower() if reason is not None else None})
-    return scheduler.parity_steps, outputs
+    return getattr(scheduler, "parity_steps", []), outputs
 
 
 def _block_hasher(config):

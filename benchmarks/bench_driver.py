@@ -1,0 +1,62 @@
+"""(b) Driver overhead: the steps layer as served (recording scheduler + protocol encode on the
+worker side + decode on the harness side) vs a bare schedule/update loop on the same scenario.
+
+Run from the harness (`make bench`): it re-executes itself inside the oracle pin's environment.
+"""
+
+import importlib.util
+import os
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from conformance import protocol  # noqa: E402
+from conformance.scenario import load_scenario  # noqa: E402
+from engines.vllm import oracle  # noqa: E402
+
+REPEATS = 5
+
+
+def main(path: str) -> None:
+    oracle.boot("cpu")
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    from engines.vllm.config_layer import resolve_config
+    from engines.vllm.recorder import RecordingScheduler
+    from engines.vllm.steps_layer import run_steps
+
+    wire = load_scenario(path).to_wire()
+
+    def bare() -> None:
+        config = resolve_config(wire)[0]
+        t0 = time.perf_counter()
+        run_steps(wire, cls=Scheduler, config=config)
+        return time.perf_counter() - t0
+
+    def driven() -> None:
+        config = resolve_config(wire)[0]
+        t0 = time.perf_counter()
+        steps, outputs = run_steps(wire, cls=RecordingScheduler, config=config)
+        for seq, data in enumerate(steps + outputs):  # what the worker sends, the harness reads
+            protocol.decode(protocol.encode({"type": "record", "id": "b", "layer": "steps",
+                                             "seq": seq, "data": data}))
+        return time.perf_counter() - t0
+
+    bare(), driven()  # warm both paths
+    b = min(bare() for _ in range(REPEATS))
+    d = min(driven() for _ in range(REPEATS))
+    print(f"(b) {Path(path).stem}: bare schedule/update loop {b * 1000:.1f} ms, with the driver "
+          f"{d * 1000:.1f} ms, overhead {100 * (d / b - 1):.0f}% (target <= 25%)")
+
+
+if __name__ == "__main__":
+    if importlib.util.find_spec("vllm") is None:  # the harness venv: move into the pin's
+        from conformance.envs import ensure_env
+        from conformance.pins import load_pins
+
+        python = str(ensure_env(load_pins().oracle))
+        os.execv(python, [python, __file__, *sys.argv[1:]])
+    main(sys.argv[1])

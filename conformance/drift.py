@@ -1,0 +1,58 @@
+"""Drift across the pins: per scenario, where each release first departs from the previous one.
+
+Read from the committed goldens only (no engine runs), so it is cheap enough for every
+`make parity` and is what a reviewer reads when the oracle pin is bumped.
+"""
+
+from __future__ import annotations
+
+import json
+
+from .compare import compare_layer
+from .goldens import golden_path
+from .protocol import LAYERS
+
+
+def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dict]:
+    rows = []
+    for name in scenario_names:
+        for older, newer in zip(releases, releases[1:]):
+            row = {"scenario": name, "from": older, "to": newer}
+            paths = golden_path(name, older), golden_path(name, newer)
+            if not all(p.exists() for p in paths):
+                row["status"] = "missing golden"
+                rows.append(row)
+                continue
+            a, b = (json.loads(p.read_text())["layers"] for p in paths)
+            row["layers"] = {}
+            for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
+                c = compare_layer(layer, a.get(layer, []), b.get(layer, []))
+                if c.equal:
+                    row["layers"][layer] = None
+                    continue
+                f = c.first
+                where = c.record or c.actual_record or {}
+                at = where.get("row") or (f"step {where['step']}" if "step" in where else f"record {c.index}")
+                row["layers"][layer] = {"at": at, "field": f.path, "old": f.expected, "new": f.actual}
+            row["status"] = "departs" if any(row["layers"].values()) else "same"
+            rows.append(row)
+    return rows
+
+
+def render_drift(rows: list[dict]) -> str:
+    lines = ["-- drift across pins (from the goldens): where each release first departs from the previous"]
+    for r in rows:
+        head = f"   {r['scenario']}: {r['from']} -> {r['to']}: "
+        if r["status"] != "departs":
+            lines.append(head + r["status"])
+            continue
+        lines.append(head.rstrip())
+        for layer, d in r["layers"].items():
+            text = "same" if d is None else f"{d['at']}, {d['field']}: {_short(d['old'])} -> {_short(d['new'])}"
+            lines.append(f"     {layer:<8} {text}")
+    return "\n".join(lines)
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 50 else text[:47] + "..."
