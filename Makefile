@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # A port to judge, as its command line, e.g. CANDIDATE='./build/port-engine --parity'
 CANDIDATE ?=
 
-.PHONY: setup envs parity test bench goldens goldens-check clean
+.PHONY: setup envs parity gate test bench goldens goldens-check clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -24,6 +24,11 @@ envs: setup
 parity: envs
 	$(BIN)/parity gate $(if $(CANDIDATE),--candidate '$(CANDIDATE)')
 
+# The release gate: verdicts by engine-matrix row, waivers.toml applied, and three reports
+# (junit.xml, summary.md, report.html) in out/gate/.
+gate: envs
+	$(BIN)/parity gate --reports out/gate --waivers waivers.toml $(if $(CANDIDATE),--candidate '$(CANDIDATE)')
+
 test: envs
 	$(BIN)/python -m pytest -q
 
@@ -34,11 +39,14 @@ bench: envs
 	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
 	@$(BIN)/parity gate 2>&1 >/dev/null | grep 'cold starts' | sed 's/^\[gate\]/(c) make parity:/'
 
+# Goldens are written only by the pinned oracles, through syrupy (parity/golden_extension.py):
+# a summary of each change is printed before the file is replaced atomically.
 goldens: envs
-	$(BIN)/parity goldens
+	$(BIN)/python -m pytest -q parity --snapshot-update
 
+# Regenerate in memory: fails if any golden would change or has no scenario or pin behind it.
 goldens-check: envs
-	$(BIN)/parity goldens --check
+	$(BIN)/python -m pytest -q parity
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -13,11 +13,13 @@ from pathlib import Path
 
 from . import goldens as golden_files
 from .drift import drift_rows, render_drift
+from .gate import WaiverError, apply_gate, load_waivers
+from .reports import write_reports
 from .methods_table import render_methods_table
 from .engine import EngineSpec, resolve_engine
 from .envs import EnvError, ensure_env
 from .pins import REPO_ROOT, PinError, load_pins, parse_pin
-from .report import render
+from .report import render, render_rows
 from .runner import run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
 from .trace import TraceError, dumps, load_trace
@@ -54,6 +56,9 @@ def main(argv: list[str] | None = None) -> int:
                         "pins, as informational stand-ins")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
     p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
+    p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
+                   help="waived divergences (default: waivers.toml)")
+    p.add_argument("--reports", type=Path, help="write junit.xml, summary.md and report.html here")
 
     p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs")
     p.add_argument("--check", action="store_true",
@@ -73,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except (ScenarioError, TraceError, PinError, EnvError, ValueError,
-            golden_files.GoldenRefused) as exc:
+            golden_files.GoldenRefused, WaiverError) as exc:
         log(f"parity {args.command}: error: {exc}")
         return 2
 
@@ -104,7 +109,7 @@ def cmd_compare(args) -> int:
     pins = load_pins()
     trace = load_trace(args.trace)
     path = args.golden or golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-    verdict = _judge_against(trace, path, CANDIDATE)
+    verdict, _golden = _judge_against(trace, path, CANDIDATE)
     print(render([verdict], pins.oracle))
     return exit_status([verdict])
 
@@ -112,6 +117,7 @@ def cmd_compare(args) -> int:
 def cmd_gate(args) -> int:
     pins = load_pins()
     scenarios = _scenarios(args.scenario)
+    waivers = load_waivers(args.waivers)  # a malformed waivers file stops the gate before any run
     layers = _layers(args.layers)
     engines: list[tuple[EngineSpec, str]] = [(resolve_engine(pins.oracle, log=log), ORACLE)]
     if args.candidate:
@@ -120,21 +126,35 @@ def cmd_gate(args) -> int:
         log("[gate] no candidate configured: the other pins stand in as informational candidates")
         engines += [(resolve_engine(r, log=log), STAND_IN) for r in pins.candidates]
     verdicts: list[Verdict] = []
+    traces: dict = {}
     cold_starts = 0
     for spec, role in engines:
-        run = run_scenarios(spec, scenarios, layers, log=log)
+        # the oracle runs every scenario twice: a nondeterministic oracle is named as such
+        run = run_scenarios(spec, scenarios, layers, log=log, repeat=2 if role == ORACLE else 1)
         cold_starts += run.cold_starts
         for trace in run.traces:
             path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-            verdicts.append(_judge_against(trace, path, role))
+            verdict, golden = _judge_against(trace, path, role)
+            verdicts.append(verdict)
+            traces[(verdict.engine, verdict.scenario)] = (trace, golden)
+    result = apply_gate(verdicts, {s.name: s.rows for s in scenarios}, waivers)
     print(render(verdicts, pins.oracle))
+    print(render_rows(result))
     print(render_drift(drift_rows([s.name for s in scenarios], pins.releases)))
     if any(s.method_matrix for s in scenarios):
         print(render_methods_table(pins.releases))
+    if args.reports:
+        for path in write_reports(args.reports, result, traces, pins.oracle):
+            log(f"[gate] wrote {path}")
     log(f"[gate] cold starts: {cold_starts} for {len(engines)} engines")
-    status = exit_status(verdicts)
-    log(f"[gate] exit status {status} ({['all gating verdicts pass', 'a gating engine diverged', 'a gating run could not be compared'][status]})")
+    status = result.status
+    log(f"[gate] exit status {status} ({STATUS_WORDS[status]})")
     return status
+
+
+STATUS_WORDS = ("every gating verdict passes or is waived",
+                "a gating engine diverged without a waiver, or a waiver expired",
+                "a gating run could not be compared")
 
 
 def cmd_goldens(args) -> int:
@@ -148,7 +168,7 @@ def cmd_goldens(args) -> int:
     releases = [resolve_engine(text, log=log) for text in args.engine or pins.releases]
     changed, failed = [], []
     for spec in releases:
-        run = run_scenarios(spec, scenarios, _layers(args.layers), log=log)
+        run = run_scenarios(spec, scenarios, _layers(args.layers), log=log, repeat=2)
         for trace in run.traces:
             path = golden_files.golden_path(trace["scenario"]["name"], spec.release)
             if "failure" in trace:
@@ -159,7 +179,7 @@ def cmd_goldens(args) -> int:
             if old == new:
                 continue
             changed.append(path)
-            log(_change_summary(path, old, trace))
+            log(golden_files.change_summary(path, old, trace))
             if not args.check:
                 golden_files.write_golden(path, trace, spec.release)
     orphans = [] if args.scenario else golden_files.orphans(
@@ -198,16 +218,19 @@ COMMANDS = {"drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck}
 
 
-def _judge_against(trace: dict, path: Path, role: str) -> Verdict:
+def _judge_against(trace: dict, path: Path, role: str) -> tuple[Verdict, dict | None]:
+    """The verdict, and the golden it was judged against (None when there is none)."""
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
+    if "failure" in trace:  # an engine failure is its own verdict, whatever the golden's state
+        return judge(trace, {}, role), None
     if not path.exists():
         return Verdict(engine, scenario, "missing_golden", role,
-                       message=f"no golden at {path}; write it with `make goldens`")
+                       message=f"no golden at {path}; write it with `make goldens`"), None
     try:
         golden = golden_files.load_golden(path)
     except TraceError as exc:
-        return Verdict(engine, scenario, "invalid_golden", role, message=str(exc))
-    return judge(trace, golden, role)
+        return Verdict(engine, scenario, "invalid_golden", role, message=str(exc)), None
+    return judge(trace, golden, role), golden
 
 
 def _scenarios(paths: list[Path] | None) -> list[Scenario]:
@@ -229,31 +252,6 @@ def _layers(text: str | None) -> list[str] | None:
     if unknown or not layers:
         raise ValueError(f"--layers: unknown layer(s) {unknown}; known: {list(LAYERS)}")
     return layers
-
-
-def _change_summary(path: Path, old_text: str | None, trace: dict) -> str:
-    rel = path.relative_to(REPO_ROOT)
-    if old_text is None:
-        return f"[goldens] new: {rel}"
-    from .compare import compare_layer
-    from .trace import TraceError as _TE
-
-    try:
-        import json
-
-        old = json.loads(old_text)
-        parts = []
-        for layer, records in trace["layers"].items():
-            c = compare_layer(layer, old.get("layers", {}).get(layer, []), records)
-            if not c.equal:
-                f = c.first
-                parts.append(f"{layer} record {c.index} {f.path}: {f.expected!r} -> {f.actual!r}"
-                             f" ({len(c.fields)} field(s))")
-        if not parts:
-            parts.append("metadata only (engine or provenance)")
-        return f"[goldens] changed: {rel}: " + "; ".join(parts)
-    except (ValueError, _TE, AttributeError):
-        return f"[goldens] changed: {rel} (old file unreadable)"
 
 
 if __name__ == "__main__":

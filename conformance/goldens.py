@@ -39,7 +39,11 @@ def write_golden(path: Path, trace: dict, release: str | None) -> bool:
                             "vLLM oracle, never by a candidate engine")
     if "failure" in trace:
         raise GoldenRefused(f"refusing to write {path}: the run failed ({trace['failure']['kind']})")
-    text = dumps(trace)
+    return write_text_atomic(path, dumps(trace))
+
+
+def write_text_atomic(path: Path, text: str) -> bool:
+    """Old file or new file, never half of either; True when the bytes changed."""
     if path.exists() and path.read_text() == text:
         return False
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -61,3 +65,26 @@ def orphans(scenario_names: set[str], releases: tuple[str, ...], root: Path = GO
     """Golden files with no scenario or no pinned release behind them."""
     expected = {golden_path(s, r, root) for s in scenario_names for r in releases}
     return sorted(p for p in root.glob("**/*.json") if p not in expected)
+
+
+def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
+    """One line saying what regenerating `path` changes, shown before it is written."""
+    import json
+
+    from .compare import compare_layer
+
+    rel = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    if old_text is None:
+        return f"[goldens] new: {rel}"
+    try:
+        old = json.loads(old_text)
+        parts = []
+        for layer, records in trace["layers"].items():
+            c = compare_layer(layer, old.get("layers", {}).get(layer, []), records)
+            if not c.equal:
+                f = c.first
+                parts.append(f"{layer} record {c.index} {f.path}: {f.expected!r} -> {f.actual!r}"
+                             f" ({len(c.fields)} field(s))")
+        return f"[goldens] changed: {rel}: " + ("; ".join(parts) or "metadata only (engine or provenance)")
+    except (ValueError, AttributeError, TypeError):
+        return f"[goldens] changed: {rel} (the old file was unreadable)"

@@ -98,3 +98,20 @@ def _show(value) -> str:
     if isinstance(value, str):
         return value if len(value) <= 60 else value[:57] + "..."
     return json.dumps(value, sort_keys=True)[:60]
+
+
+def render_rows(result) -> str:
+    """Verdicts grouped by engine-matrix row, with waivers applied."""
+    lines = ["-- by engine-matrix row"]
+    for row, verdicts in result.by_row().items():
+        counts = Counter("waived" if id(v) in result.waived else v.kind for v in verdicts if v.gating)
+        info = Counter(v.kind for v in verdicts if not v.gating)
+        text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no gating verdicts"
+        if info:
+            text += "; stand-ins: " + ", ".join(f"{n} {k}" for k, n in sorted(info.items()))
+        lines.append(f"   {row:<18} {text}")
+    for w in result.expired:
+        lines.append(f"   EXPIRED waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner}, expired {w.expires})")
+    for w in result.unused:
+        lines.append(f"   unused waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner})")
+    return "\n".join(lines)

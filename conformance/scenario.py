@@ -63,10 +63,14 @@ SPECULATIVE_CONFIG: dict[str, tuple[type, bool]] = {
 SIZE_FIELDS = (
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
     "max_num_scheduled_tokens", "num_gpu_blocks_override", "num_speculative_tokens",
+    "prompt_lookup_max", "prompt_lookup_min",
 )
+# Other integers and their allowed ranges (inclusive).
+RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
 METHODS_WITH_DRAFT_MODEL = {"eagle", "eagle3", "dflash", "dspark", "draft_model", "mtp", "medusa"}
 METHODS = METHODS_WITH_DRAFT_MODEL | {"ngram", "suffix"}
-TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix"}
+TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix", "rows"}
+ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,7 @@ class Scenario:
     source: Path
     sha256: str
     method_matrix: dict | None = None
+    rows: tuple[str, ...] = ("ENG-SCHED-CORE",)  # engine-matrix rows its verdicts belong to
 
     @property
     def layers(self) -> list[str]:
@@ -166,7 +171,12 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     if matrix is not None:
         matrix, identity["method_matrix"] = validate_method_matrix(matrix, src, base)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
-    return Scenario(name, description, args, workload, path, digest, matrix)
+    rows = raw.get("rows", ["ENG-SCHED-CORE"])
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, str) and ROW.match(r) for r in rows):
+        raise ScenarioError(src, "rows", f"must be a non-empty list of engine-matrix row names "
+                            f"like 'ENG-SCHED-CORE', got {rows!r}")
+    # rows are how verdicts are grouped, not what an engine runs: they are not in the hash
+    return Scenario(name, description, args, workload, path, digest, matrix, tuple(rows))
 
 
 def _check_fields(src: str, where: str, obj: dict, schema: dict[str, tuple[type, bool]]) -> dict:
@@ -191,6 +201,9 @@ def _check_sizes(src: str, args: dict) -> None:
             if key in obj and not 1 <= obj[key] <= MAX_TOKENS_LIMIT:
                 raise ScenarioError(src, f"{where}.{key}",
                                     f"must be between 1 and {MAX_TOKENS_LIMIT}, got {obj[key]}")
+    for key, (low, high) in RANGES.items():
+        if key in args and not low <= args[key] <= high:
+            raise ScenarioError(src, f"engine_args.{key}", f"must be between {low} and {high}, got {args[key]}")
 
 
 def _model_dir(src: str, field: str, value: str, base: Path) -> tuple[str, str]:

@@ -10,8 +10,8 @@ from .compare import LayerComparison
 PASS = "pass"
 DIVERGED = "diverged"
 # Kinds for runs that could not be compared at all; each is its own line in the report.
-FAILURE_KINDS = ("crash", "timeout", "protocol", "engine_error", "missing_golden",
-                 "invalid_golden", "unsupported")
+FAILURE_KINDS = ("crash", "timeout", "protocol", "engine_error", "nondeterministic",
+                 "missing_golden", "invalid_golden", "unsupported")
 KINDS = (PASS, DIVERGED) + FAILURE_KINDS
 # The oracle is judged against its own golden (it must reproduce it); candidates gate; stand-ins
 # (the other pins, when no port is configured) are shown but never set the exit status.
@@ -56,7 +56,8 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     if "failure" in trace:
         failure = trace["failure"]
-        return Verdict(engine, scenario, failure["kind"], role, message=failure["message"])
+        kind = failure["kind"] if failure["kind"] in FAILURE_KINDS else "engine_error"
+        return Verdict(engine, scenario, kind, role, message=failure["message"])
     if trace["scenario"]["sha256"] != golden["scenario"]["sha256"]:
         return Verdict(engine, scenario, "invalid_golden", role, message=(
             f"the golden was written for another version of scenario {scenario} "

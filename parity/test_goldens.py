@@ -1,0 +1,33 @@
+"""The parity suite's golden lifecycle: each pinned oracle, on each scenario, must reproduce its
+committed golden byte for byte. `pytest parity --snapshot-update` (make goldens) rewrites them."""
+
+import pytest
+
+from conformance.pins import load_pins
+from conformance.scenario import load_scenario
+from conformance.trace import make_trace
+from conftest import REPO
+from parity.golden_extension import GoldenExtension
+
+pytestmark = pytest.mark.oracle
+PINS = load_pins()
+SCENARIOS = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
+def test_oracle_reproduces_its_golden(snapshot, warm_workers, scenario, release):
+    proc = warm_workers(release)
+    records = proc.run(scenario, scenario.layers)
+    again = proc.run(scenario, scenario.layers)
+    # a nondeterministic oracle is named as such and never becomes a golden
+    assert again == records, f"vllm {release} is nondeterministic on {scenario.name}"
+    trace = make_trace(f"vllm-{release}", proc.hello, scenario, records)
+    assert trace == snapshot(extension_class=GoldenExtension.for_golden(scenario.name, release))
+
+
+def test_every_golden_has_a_scenario_and_a_pin():
+    from conformance.goldens import orphans
+
+    stray = orphans({s.name for s in SCENARIOS}, PINS.releases)
+    assert not stray, f"golden files with no scenario or pin behind them: {[str(p) for p in stray]}"
