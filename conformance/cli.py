@@ -67,6 +67,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
     p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
 
+    p = sub.add_parser("comparable", help="may these two runs' throughput figures be compared?")
+    p.add_argument("traces", nargs=2, type=Path, metavar="TRACE")
+
     p = sub.add_parser("drift", help="where each pin first departs from the previous, per scenario")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
 
@@ -207,6 +210,20 @@ def cmd_selfcheck(args) -> int:
     return 1 if problems else 0
 
 
+def cmd_comparable(args) -> int:
+    from .comparability import NotComparable, check_comparable
+
+    a, b = (load_trace(p) for p in args.traces)
+    try:
+        check_comparable(a, b)
+    except NotComparable as exc:
+        print(f"NOT COMPARABLE: {exc}")
+        return 1
+    print(f"comparable: {a['engine']['label']} and {b['engine']['label']} ran {a['scenario']['name']} "
+          "under equal per-step token budgets")
+    return 0
+
+
 def cmd_drift(args) -> int:
     pins = load_pins()
     print(render_drift(drift_rows([s.name for s in _scenarios(args.scenario)], pins.releases)))
@@ -214,7 +231,7 @@ def cmd_drift(args) -> int:
     return 0
 
 
-COMMANDS = {"drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
+COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck}
 
 

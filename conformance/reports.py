@@ -159,10 +159,10 @@ def _svg(series: list[tuple[str, list[int]]], marks: list[tuple[int, str]]) -> s
         parts.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.5'{dash} points='{points}'/>")
         parts.append(f"<text x='{pad}' y='{h + 14 + 20 * i}' font-size='12' fill='{color}'>"
                      f"{html.escape(label)}</text>")
-    for step, engine in marks:
+    for i, (step, engine) in enumerate(marks):
         parts.append(f"<line x1='{x(step):.1f}' y1='{pad}' x2='{x(step):.1f}' y2='{h - pad}' "
                      "stroke='#c22' stroke-width='2'/>")
-        parts.append(f"<text x='{x(step) + 4:.1f}' y='{pad + 12}' font-size='12' fill='#c22'>"
+        parts.append(f"<text x='{x(step) + 4:.1f}' y='{pad + 12 + 14 * i}' font-size='12' fill='#c22'>"
                      f"first divergence: step {step} ({html.escape(engine)})</text>")
     parts.append("</svg>")
     return "".join(parts)
