@@ -7,6 +7,8 @@ Every way an engine can fail ends in an EngineFailure with a kind and the partia
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
 import queue
 import shlex
@@ -23,8 +25,13 @@ from . import protocol
 from .pins import Pins, load_pins, parse_pin
 from .scenario import Scenario
 
-HANDSHAKE_TIMEOUT = float(os.environ.get("VLLM_PARITY_HANDSHAKE_TIMEOUT", 300))  # cold vllm import
-RUN_TIMEOUT = float(os.environ.get("VLLM_PARITY_RUN_TIMEOUT", 600))
+# Defaults, in seconds; $VLLM_PARITY_HANDSHAKE_TIMEOUT / $VLLM_PARITY_RUN_TIMEOUT override them,
+# read when an engine starts (timeout_setting).
+HANDSHAKE_TIMEOUT = 300.0  # a cold vllm import
+RUN_TIMEOUT = 600.0  # one scenario, all layers
+SHUTDOWN_GRACE = 10.0  # PROTOCOL.md: an engine exits within 10 s of `shutdown`
+EXIT_GRACE = 2.0  # how long an engine whose stdout closed gets to exit (and the reverse)
+POLL_INTERVAL = 0.25  # how often a wait for a line checks whether the engine is still alive
 
 
 @dataclass(frozen=True)
@@ -72,12 +79,16 @@ def resolve_engine(text: str, pins: Pins | None = None, log=print) -> EngineSpec
 
 @dataclass
 class EngineProcess:
+    """One engine process. Timeouts left as None are read from the environment when the engine
+    starts ($VLLM_PARITY_HANDSHAKE_TIMEOUT, $VLLM_PARITY_RUN_TIMEOUT, in seconds)."""
+
     spec: EngineSpec
-    handshake_timeout: float = HANDSHAKE_TIMEOUT
+    handshake_timeout: float | None = None
     hello: dict = field(default_factory=dict)
     _proc: subprocess.Popen | None = None
     _lines: queue.Queue = field(default_factory=queue.Queue)
     _runs: int = 0
+    run_timeout: float | None = None
 
     def __enter__(self) -> "EngineProcess":
         self.start()
@@ -87,6 +98,12 @@ class EngineProcess:
         self.close()
 
     def start(self) -> None:
+        # Settings first: a bad value is bad input, reported before any process exists.
+        handshake = self.handshake_timeout
+        if handshake is None:
+            handshake = timeout_setting("VLLM_PARITY_HANDSHAKE_TIMEOUT", HANDSHAKE_TIMEOUT)
+        if self.run_timeout is None:
+            self.run_timeout = timeout_setting("VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT)
         self._stderr = tempfile.TemporaryFile()
         try:
             self._proc = subprocess.Popen(
@@ -95,26 +112,37 @@ class EngineProcess:
             )
         except OSError as exc:
             raise EngineFailure("crash", f"{self.spec.label}: cannot start {self.spec.argv[0]!r}: {exc}")
-        threading.Thread(target=self._read, daemon=True).start()
-        message = self._next(time.monotonic() + self.handshake_timeout, ("hello", "error"), "handshake")
-        if message["type"] == "error":
-            self.close()
-            raise EngineFailure("engine_error", f"{self.spec.label} refused to start: {message['message']}")
-        if message["protocol"] != protocol.PROTOCOL_VERSION:
-            self.close()
-            raise EngineFailure("protocol", f"{self.spec.label}: expected protocol version "
-                                f"{protocol.PROTOCOL_VERSION}, got {message['protocol']}")
-        self.hello = message
+        threading.Thread(target=self._read, args=(self._proc.stdout, self._lines), daemon=True).start()
+        with self._ended_on_interrupt():
+            message = self._next(time.monotonic() + handshake, ("hello", "error"), "handshake")
+            if message["type"] == "error":
+                self.close()
+                raise EngineFailure("engine_error", f"{self.spec.label} refused to start: {message['message']}")
+            if message["protocol"] != protocol.PROTOCOL_VERSION:
+                self.close()
+                raise EngineFailure("protocol", f"{self.spec.label}: expected protocol version "
+                                    f"{protocol.PROTOCOL_VERSION}, got {message['protocol']}")
+            self.hello = message
 
-    def run(self, scenario: Scenario, layers: list[str], timeout: float = RUN_TIMEOUT) -> dict[str, list]:
-        """Run one scenario; return the records of each requested layer, in order."""
+    def run(self, scenario: Scenario, layers: list[str], timeout: float | None = None) -> dict[str, list]:
+        """Run one scenario; return the records of each requested layer, in order. The timeout
+        bounds the whole run (sending it, and every record), not each line."""
+        if timeout is None:
+            timeout = self.run_timeout if self.run_timeout is not None else \
+                timeout_setting("VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT)
+        with self._ended_on_interrupt():
+            return self._run(scenario, layers, time.monotonic() + timeout)
+
+    def _run(self, scenario: Scenario, layers: list[str], deadline: float) -> dict[str, list]:
         self._runs += 1
         run_id = f"run-{self._runs}"
         records: dict[str, list] = {layer: [] for layer in layers}
-        where = f"scenario {scenario.name}"
-        self._send({"type": "run", "id": run_id, "scenario": scenario.to_wire(), "layers": layers}, records)
-        deadline = time.monotonic() + timeout
+        last: tuple | None = None
+        where = _progress(scenario.name, records, last)
+        self._send({"type": "run", "id": run_id, "scenario": scenario.to_wire(), "layers": layers},
+                   records, deadline, where)
         while True:
+            where = _progress(scenario.name, records, last)
             message = self._next(deadline, ("record", "done", "error"), where, records)
             if message["id"] != run_id:
                 self._fail("protocol", f"{where}: expected messages for {run_id!r}, got id "
@@ -135,18 +163,18 @@ class EngineProcess:
                 self._fail("protocol", f"{where}: records out of order in layer {layer!r}: "
                            f"expected seq {len(records[layer])}, got {message['seq']}", records)
             records[layer].append(message["data"])
+            last = (layer, message["seq"], message["data"])
 
     def close(self) -> None:
         proc = self._proc
         if proc is None:
             return
         self._proc = None
-        if proc.poll() is None:
+        if proc.poll() is None and _write_within(proc, protocol.encode({"type": "shutdown"}),
+                                                 SHUTDOWN_GRACE) == "ok":
             try:
-                proc.stdin.write(protocol.encode({"type": "shutdown"}))
-                proc.stdin.flush()
-                proc.wait(timeout=10)
-            except (OSError, subprocess.TimeoutExpired):
+                proc.wait(timeout=SHUTDOWN_GRACE)
+            except subprocess.TimeoutExpired:
                 pass
         _kill_group(proc)
 
@@ -156,46 +184,136 @@ class EngineProcess:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _read(self) -> None:
-        stream = self._proc.stdout
+    @staticmethod
+    def _read(stream, lines: queue.Queue) -> None:
         while True:
             line = stream.readline(protocol.MAX_LINE_BYTES + 1)
-            self._lines.put(line)
+            lines.put(line)
             if not line:
                 return
 
-    def _send(self, message: dict, partial: dict) -> None:
+    @contextlib.contextmanager
+    def _ended_on_interrupt(self):
+        """Anything but an EngineFailure escaping (Ctrl-C, a bug, bad input found late) ends the
+        engine's process group: it runs in its own session, so no terminal signal reaches it."""
         try:
-            self._proc.stdin.write(protocol.encode(message))
-            self._proc.stdin.flush()
-        except OSError:
-            self._crashed("sending a run", partial)
+            yield
+        except EngineFailure:
+            raise
+        except BaseException:
+            proc, self._proc = self._proc, None
+            _kill_group(proc)
+            raise
+
+    def _send(self, message: dict, partial: dict, deadline: float, where: str) -> None:
+        # On a helper thread: an engine that does not read its stdin fills the pipe, and a
+        # blocked write must not outlive the run's deadline.
+        outcome = _write_within(self._proc, protocol.encode(message), max(0.0, deadline - time.monotonic()))
+        if outcome == "blocked":
+            self._timed_out(f"{where} (the engine did not read the run message)", partial)
+        if outcome != "ok":
+            self._crashed(f"sending the run of {where}", partial)
 
     def _next(self, deadline: float, expect: tuple[str, ...], where: str, partial: dict | None = None) -> dict:
-        try:
-            line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            _kill_group(self._proc)
-            self._proc = None
-            raise EngineFailure("timeout", f"{self.spec.label}: no answer during {where} before the "
-                                "timeout; the engine and its children were ended", partial) from None
-        if not line:
-            self._crashed(where, partial)
-        try:
-            return protocol.decode(line, expect)
-        except protocol.ProtocolError as exc:
-            self._fail("protocol", f"{self.spec.label} during {where}: {exc}", partial)
+        exited_at = None
+        while True:
+            # The deadline bounds the whole exchange, even while lines keep arriving.
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                self._timed_out(where, partial)
+            try:
+                line = self._lines.get(timeout=min(remaining, POLL_INTERVAL))
+            except queue.Empty:
+                proc = self._proc
+                if proc is not None and proc.poll() is not None:
+                    # The engine exited, yet its stdout is still open: a child holds it.
+                    exited_at = exited_at or time.monotonic()
+                    if time.monotonic() - exited_at >= EXIT_GRACE:
+                        self._crashed(where, partial, stdout_held=True)
+                continue
+            if not line:
+                self._crashed(where, partial)
+            try:
+                return protocol.decode(line, expect)
+            except protocol.ProtocolError as exc:
+                self._fail("protocol", f"{self.spec.label} during {where}: {exc}", partial)
 
-    def _crashed(self, where: str, partial: dict | None) -> None:
-        proc = self._proc
-        code = proc.wait() if proc is not None else None
-        self._proc = None
-        raise EngineFailure("crash", f"{self.spec.label} exited (status {code}) during {where}; "
-                            f"last stderr lines:\n{self.stderr_tail()}", partial)
+    def _timed_out(self, where: str, partial: dict | None) -> None:
+        proc, self._proc = self._proc, None
+        _kill_group(proc)
+        raise EngineFailure("timeout", f"{self.spec.label}: no answer during {where} before the "
+                            "timeout; the engine and its children were ended", partial) from None
+
+    def _crashed(self, where: str, partial: dict | None, stdout_held: bool = False) -> None:
+        proc, self._proc = self._proc, None
+        code = None
+        if proc is not None:
+            try:
+                code = proc.wait(timeout=EXIT_GRACE)
+            except subprocess.TimeoutExpired:
+                pass
+            _kill_group(proc)  # children that outlived it, or the engine itself if it lingers
+        if stdout_held:
+            how = f"exited (status {code}) but a child process kept its stdout open"
+        elif code is None:
+            how = "closed its stdout without exiting"
+        else:
+            how = f"exited (status {code})"
+        raise EngineFailure("crash", f"{self.spec.label} {how} during {where}; the engine and its "
+                            f"children were ended; last stderr lines:\n{self.stderr_tail()}", partial)
 
     def _fail(self, kind: str, message: str, partial: dict | None) -> None:
         self.close()
         raise EngineFailure(kind, message, partial)
+
+
+def timeout_setting(name: str, default: float) -> float:
+    """A timeout in seconds from the environment, read when an engine starts (not at import,
+    so it can be set by a wrapper or a test); a bad value is bad input naming the variable."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
+    return value
+
+
+def _progress(name: str, records: dict, last: tuple | None) -> str:
+    """Where a run got to, for failure messages: the scenario and the last record that arrived
+    (named by its row or step where the record has one)."""
+    if last is None:
+        return f"scenario {name}, before any record"
+    count = sum(len(v) for v in records.values())
+    layer, seq, data = last
+    name_it = next((f", {key} {data[key]}" for key in ("row", "step")
+                    if isinstance(data.get(key), (int, str)) and not isinstance(data.get(key), bool)), "")
+    return f"scenario {name} after {count} record{'s' if count != 1 else ''} (last: {layer} #{seq}{name_it})"
+
+
+def _write_within(proc: subprocess.Popen | None, data: bytes, seconds: float) -> str:
+    """Write to an engine's stdin without blocking the caller past `seconds`:
+    "ok", "broken" (the engine is gone) or "blocked" (it does not read)."""
+    if proc is None or proc.stdin is None:
+        return "broken"
+    outcome: list[str] = []
+
+    def write() -> None:
+        try:
+            proc.stdin.write(data)
+            proc.stdin.flush()
+            outcome.append("ok")
+        except (OSError, ValueError):  # broken pipe, or stdin already closed
+            outcome.append("broken")
+
+    writer = threading.Thread(target=write, daemon=True)
+    writer.start()
+    writer.join(seconds)
+    # A blocked writer ends when the engine's group is killed (its write then fails).
+    return outcome[0] if outcome else "blocked"
 
 
 def _kill_group(proc: subprocess.Popen | None) -> None:
@@ -215,4 +333,8 @@ def _kill_group(proc: subprocess.Popen | None) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=5)  # reap the leader, whatever ended it
+    except subprocess.TimeoutExpired:
         pass

@@ -84,7 +84,7 @@ def validate_method_matrix(raw: object, source: str, base_dir) -> tuple[dict, di
             if key not in ROW_KEYS:
                 raise ScenarioError(source, f"{at}.{key}", f"unknown key; allowed: {sorted(ROW_KEYS)}")
         name = row.get("name")
-        if not isinstance(name, str) or not ROW_NAME.match(name):
+        if not isinstance(name, str) or not ROW_NAME.fullmatch(name):
             raise ScenarioError(source, f"{at}.name", f"must be 1-32 characters of a-z 0-9 - (it names records), got {name!r}")
         if name in seen:
             raise ScenarioError(source, f"{at}.name", f"repeats row name {name!r}")

@@ -66,7 +66,7 @@ def check(message: object, expect: tuple[str, ...] | None = None) -> None:
     if not isinstance(message, dict):
         raise ProtocolError(f"expected a JSON object, got {type(message).__name__}")
     kind = message.get("type")
-    if kind not in MESSAGES:
+    if not isinstance(kind, str) or kind not in MESSAGES:  # a list or object is unhashable
         raise ProtocolError(f"expected a message type in {sorted(MESSAGES)}, got {kind!r}")
     if expect is not None and kind not in expect:
         raise ProtocolError(f"expected a {' or '.join(expect)} message, got {kind!r}")

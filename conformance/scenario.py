@@ -120,6 +120,8 @@ def load_scenario(path: str | Path) -> Scenario:
         raise ScenarioError(src, "<file>", f"cannot be read: {exc}") from None
     except (json.JSONDecodeError, ValueError) as exc:
         raise ScenarioError(src, "<file>", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(src, "<file>", "nested too deeply to be a scenario") from None
     return parse_scenario(raw, path)
 
 
@@ -131,7 +133,7 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     if raw.get("schema") != SCHEMA:
         raise ScenarioError(src, "schema", f"must be {SCHEMA!r}, got {raw.get('schema')!r}")
     name = raw.get("name")
-    if not isinstance(name, str) or not NAME.match(name):
+    if not isinstance(name, str) or not NAME.fullmatch(name):
         raise ScenarioError(src, "name", "must be 1-64 characters of a-z 0-9 _ . - "
                             f"(it names golden files), got {name!r}")
     description = raw.get("description", "")
@@ -172,7 +174,7 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
         matrix, identity["method_matrix"] = validate_method_matrix(matrix, src, base)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     rows = raw.get("rows", ["ENG-SCHED-CORE"])
-    if not isinstance(rows, list) or not rows or not all(isinstance(r, str) and ROW.match(r) for r in rows):
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, str) and ROW.fullmatch(r) for r in rows):
         raise ScenarioError(src, "rows", f"must be a non-empty list of engine-matrix row names "
                             f"like 'ENG-SCHED-CORE', got {rows!r}")
     # rows are how verdicts are grouped, not what an engine runs: they are not in the hash
@@ -208,22 +210,31 @@ def _check_sizes(src: str, args: dict) -> None:
 
 def _model_dir(src: str, field: str, value: str, base: Path) -> tuple[str, str]:
     """Absolute path for the engine, and the sha256 of its config.json for the scenario hash."""
-    folder = (base / value).resolve()
-    config = folder / "config.json"
-    if not config.is_file():
+    if "\x00" in value:
+        raise ScenarioError(src, field, "a path may not contain a NUL character")
+    try:
+        folder = (base / value).resolve()
+        config = folder / "config.json"
+        found = config.is_file()
+    except (OSError, ValueError) as exc:  # too long, unencodable (lone surrogate), ...
+        raise ScenarioError(src, field, f"{value[:80]!r} is not a usable path: {exc}") from None
+    if not found:
         raise ScenarioError(src, field, f"{value!r} is not a local folder with a config.json "
                             f"(looked in {folder}); hub ids are not allowed")
     try:
         json.loads(config.read_text())
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise ScenarioError(src, field, f"{config} is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(src, field, f"{config} is nested too deeply") from None
     return str(folder), "sha256:" + hashlib.sha256(config.read_bytes()).hexdigest()
 
 
 def _no_unknown(src: str, prefix: str, obj: dict, allowed: set[str]) -> None:
     for key in obj:
         if key not in allowed:
-            raise ScenarioError(src, f"{prefix}{key}", f"unknown key; allowed: {sorted(allowed)}")
+            raise ScenarioError(src, f"{prefix}{key!r}" if not key.strip() else f"{prefix}{key}",
+                                f"unknown key; allowed: {sorted(allowed)}")
 
 
 def _reject_constant(token: str):

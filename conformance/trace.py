@@ -55,6 +55,8 @@ def load_trace(path: Path) -> dict:
         trace = json.loads(text)
     except ValueError as exc:
         raise TraceError(f"{path}: not valid JSON (truncated or corrupted?): {exc}") from None
+    except RecursionError:
+        raise TraceError(f"{path}: nested too deeply to be a trace") from None
     if not isinstance(trace, dict) or trace.get("schema") != SCHEMA:
         got = trace.get("schema") if isinstance(trace, dict) else type(trace).__name__
         raise TraceError(f"{path}: expected schema {SCHEMA!r}, got {got!r}; regenerate it "
@@ -62,7 +64,14 @@ def load_trace(path: Path) -> dict:
     for key, typ in (("engine", dict), ("scenario", dict), ("layers", dict), ("provenance", dict)):
         if not isinstance(trace.get(key), typ):
             raise TraceError(f"{path}: field {key!r} is missing or not an object")
+    for key, sub in (("engine", "label"), ("scenario", "name"), ("scenario", "sha256")):
+        if not isinstance(trace[key].get(sub), str):
+            raise TraceError(f"{path}: field {key}.{sub} is missing or not a string")
     for layer, records in trace["layers"].items():
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise TraceError(f"{path}: layers.{layer} must be a list of objects")
+    for record in trace["layers"].get("config", []):
+        lines = record.get("budget_log_lines", [])
+        if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
+            raise TraceError(f"{path}: layers.config budget_log_lines must be a list of strings")
     return trace

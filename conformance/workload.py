@@ -102,7 +102,7 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
         rid = req["id"]
         if not isinstance(rid, str):
             fail(f"{where}.id", f"must be a string, got {_tname(rid)}")
-        if not REQUEST_ID.match(rid):
+        if not REQUEST_ID.fullmatch(rid):
             fail(f"{where}.id", f"must be 1-32 characters of A-Z a-z 0-9 _ - , got {rid!r}")
         if rid in seen:
             fail(f"{where}.id", f"duplicate request id {rid!r}")

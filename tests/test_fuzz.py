@@ -10,25 +10,22 @@
     reference reading of the protocol says, or fails with that EngineFailure kind, and leaves
     no process behind.
 
-Known bugs in files this suite may not edit are pinned by strict-xfail tests in
-tests/test_faults.py; KNOWN_BUGS below lets the fuzzers tolerate exactly those (and nothing
-else) until they are fixed. When one is fixed, its xfail turns XPASS and fails the run:
-remove the xfail and its KNOWN_BUGS entry together.
+A known bug would be pinned by a strict-xfail test in tests/test_faults.py and tolerated by
+the fuzzers only through KNOWN_BUGS below (empty: every bug found so far is fixed).
 """
 
 from __future__ import annotations
 
 import copy
-import errno
+import dataclasses
 import json
-import math
 import re
 import shutil
 import sys
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, assume, event, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from conformance import protocol
@@ -50,29 +47,16 @@ FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCh
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")          # fullmatch: no trailing newline
 REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 ROW_NAME = re.compile(r"[a-z0-9-]{1,32}")
+MATRIX_ROW = re.compile(r"[A-Z][A-Z0-9-]{1,40}")  # an engine-matrix row, e.g. ENG-SCHED-CORE
 OPTIONAL_INT_RANGES = {  # optional integers outside SIZE_FIELDS: the "absurd size" rule
-    "seed": (0, (1 << 64) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT),
+    "seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT),
     "prompt_lookup_max": (1, MAX_TOKENS_LIMIT), "prompt_lookup_min": (1, MAX_TOKENS_LIMIT),
 }
 
-# Known bugs, each pinned by a strict xfail in tests/test_faults.py (named here).
-KNOWN_BUGS = {
-    "test_deeply_nested_scenario_is_a_scenario_error":
-        lambda exc, text: isinstance(exc, RecursionError),
-    "test_overlong_model_path_is_a_scenario_error":
-        lambda exc, text: isinstance(exc, OSError) and exc.errno == errno.ENAMETOOLONG,
-    "test_nul_in_model_path_is_a_scenario_error":
-        lambda exc, text: type(exc) is ValueError and "embedded null byte" in str(exc),
-}
-KNOWN_ACCEPTED = {  # violations (see schema_violations) a known bug lets through
-    "test_name_with_trailing_newline_is_refused": re.compile(r"^name .*\\n'$"),
-    "test_request_id_with_trailing_newline_is_refused": re.compile(r"^workload\.requests\[\d+\]\.id .*\\n'$"),
-    "test_matrix_row_name_with_trailing_newline_is_refused":
-        re.compile(r"^method_matrix\.rows\[\d+\]\.name .*\\n'$"),
-    "test_optional_engine_args_numbers_are_range_checked":
-        re.compile(r"^engine_args\.(speculative_config\.)?(seed|long_prefill_token_threshold|"
-                   r"prompt_lookup_max|prompt_lookup_min) out of range"),
-}
+# Bugs the fuzzers once found are fixed; none is tolerated now. A new one goes here, named
+# after the strict-xfail test in tests/test_faults.py that pins it, until it is fixed.
+KNOWN_BUGS: dict = {}
+KNOWN_ACCEPTED: dict = {}  # violations (see schema_violations) a known bug lets through
 
 
 def known_bug(exc: BaseException, text: str) -> str | None:
@@ -130,11 +114,10 @@ def _paths(value, prefix=()):
             stack += [(v, path + (i,)) for i, v in enumerate(item)]
 
 
-def _known_keys(path) -> list[str]:
-    return sorted(set(ENGINE_ARGS) | set(SPECULATIVE_CONFIG) | TOP_LEVEL | set(ROW_SPEC_KEYS)
-                  | {"seed", "vocab_size", "max_steps", "requests", "id", "arrival_step",
-                     "prompt_len", "max_tokens", "stop_token_ids", "acceptance", "ks", "rows",
-                     "name", "target"})
+# Keys some part of a scenario allows: adding one in the wrong place must still be refused.
+KNOWN_KEYS = sorted(set(ENGINE_ARGS) | set(SPECULATIVE_CONFIG) | TOP_LEVEL | set(ROW_SPEC_KEYS)
+                    | {"seed", "vocab_size", "max_steps", "requests", "id", "arrival_step", "prompt_len",
+                       "max_tokens", "stop_token_ids", "acceptance", "ks", "rows", "name", "target"})
 
 
 @st.composite
@@ -155,7 +138,7 @@ def mutated_scenarios(draw) -> str:
         if op == "add" or not path:
             target = parent if not path else (parent[path[-1]] if isinstance(parent[path[-1]], dict) else None)
             if isinstance(target, dict):
-                key = draw(st.sampled_from(_known_keys(path)) | st.text(max_size=8))
+                key = draw(st.sampled_from(KNOWN_KEYS) | st.text(max_size=8))
                 target[key] = draw(json_values())
             continue
         key = path[-1]
@@ -214,6 +197,9 @@ def schema_violations(s: Scenario, raw: dict) -> list[str]:
         bad.append(f"name {s.name!r}")
     if not isinstance(s.description, str):
         bad.append(f"description {s.description!r}")
+    rows = getattr(s, "rows", ("ENG-SCHED-CORE",))
+    if not (rows and all(isinstance(r, str) and MATRIX_ROW.fullmatch(r) for r in rows)):
+        bad.append(f"rows {rows!r}")
     if not re.fullmatch(r"[0-9a-f]{64}", s.sha256):
         bad.append(f"sha256 {s.sha256!r}")
     args = s.engine_args
@@ -353,8 +339,7 @@ def test_reference_schema_catches_a_bad_field(scenario_dir):
     """The independent schema check is not vacuous: it flags what it is meant to flag."""
     s = load_scenario(GATE)
     raw = json.loads(GATE.read_text())
-    broken = Scenario(s.name + "\n", s.description, dict(s.engine_args, max_num_seqs=True, extra=1),
-                      s.workload, s.source, s.sha256)
+    broken = dataclasses.replace(s, name=s.name + "\n", engine_args=dict(s.engine_args, max_num_seqs=True, extra=1))
     bad = schema_violations(broken, raw)
     assert any(v.startswith("name ") for v in bad)
     assert any("max_num_seqs wrong type" in v for v in bad)
@@ -385,9 +370,10 @@ def _field_values(types):
 
 @st.composite
 def messages(draw) -> dict:
-    kind = draw(st.sampled_from(sorted(protocol.MESSAGES) + ["bogus", ""]))
+    kind = draw(st.sampled_from(sorted(protocol.MESSAGES) + ["bogus", ""]) | json_values(3))
     message = {"type": kind} if draw(st.integers(0, 20)) else {}
-    for name, types in protocol.MESSAGES.get(kind, {}).items():
+    fields = protocol.MESSAGES.get(kind, {}) if isinstance(kind, str) else {}
+    for name, types in fields.items():
         if draw(st.integers(0, 6)):
             message[name] = draw(_field_values(types))
     if draw(st.booleans()):
@@ -396,7 +382,9 @@ def messages(draw) -> dict:
 
 
 RAW_LINES = [
-    b"", b"\n", b"{}", b"null", b"[]", b'"type"', b"\xff\xfe{}", b"\x00",
+    b"", b"\n", b"{}", b"null", b"[]", b'"type"', b"\xff\xfe{}", b"\x00", b'{"type": []}',
+    b'{"type": {"record": 1}}', b'{"type": 1}', b'\xef\xbb\xbf{"type": "shutdown"}',
+    '{"type": "shutdown"}'.encode("utf-16"),
     b'{"type":"record","id":"r","layer":"config","seq":0,"data":{"x":1e400}}',
     b'{"type":"record","id":"r","layer":"config","seq":0,"data":{"x":-1e999}}',
     b'{"type":"record","id":"r","layer":"config","seq":0,"data":{"x":NaN}}',
@@ -560,7 +548,7 @@ def test_fuzz_engine_reader(script_dir, script):
     path.write_text(json.dumps({"lines": [line.hex() for line in lines], "end": exit_mode, "status": status}))
     scenario = load_scenario(GATE)
     # Only an expected hang waits out its timeout; everything else must end long before.
-    timeout = 0.5 if kind == "timeout" else 30
+    timeout = 1.0 if kind == "timeout" else 30
     proc = EngineProcess(EngineSpec("scripted", (sys.executable, "-S", str(SCRIPTED), str(path))),
                          handshake_timeout=30)
     proc.start()

@@ -1,7 +1,6 @@
 """The release gate: rows, waivers (expired fails, unused reported), exit status, reports."""
 
 import datetime as dt
-import json
 import xml.etree.ElementTree as ET
 
 import pytest

@@ -4,7 +4,14 @@
 It answers every `config` run with the record in --record (a JSON file), or misbehaves on
 purpose with --fault, so the harness's handling of each failure can be tested with a real
 process: crash, hang, garbage, wrong-version, out-of-order, bad-count, wrong-id, error,
-no-hello, fork-hang (leaves a child process behind while hanging).
+no-hello, fork-hang (leaves a child process behind while hanging), and:
+  crash-with-child   forks a child that keeps stdout open, then exits 3 (no EOF arrives)
+  crash-orphan       forks a child that closes its stdout and sleeps, then exits 3
+  close-stdout       closes its stdout and sleeps without exiting
+  flood              answers a run with records 0, 1, 2, ... forever, never `done`
+  no-read            sends hello, then sleeps without ever reading stdin
+With --steps N it also serves the `steps` layer: N records {"step": i}. `crash` sends
+--crash-after records (default 1) of the run, then exits 3.
 """
 
 import argparse
@@ -23,6 +30,8 @@ def main() -> int:
     parser.add_argument("--fault", default="none")
     parser.add_argument("--after-runs", type=int, default=0, help="misbehave from this run on")
     parser.add_argument("--pidfile", help="write the pids of this process and its children here")
+    parser.add_argument("--steps", type=int, default=None, help="serve the steps layer: this many records")
+    parser.add_argument("--crash-after", type=int, default=1, help="records sent before a crash")
     args = parser.parse_args()
     out = sys.stdout.buffer
     record = json.load(open(args.record)) if args.record else {"max_num_scheduled_tokens": 1}
@@ -31,10 +40,21 @@ def main() -> int:
         out.write(json.dumps(message).encode() + b"\n")
         out.flush()
 
+    def pids(*more: int) -> None:
+        if args.pidfile:
+            with open(args.pidfile, "w") as f:
+                f.write(" ".join(str(p) for p in (os.getpid(), *more)) + "\n")
+
     if args.fault == "no-hello":
         time.sleep(3600)
+    if args.fault == "no-read":
+        send({"type": "hello", "protocol": 1, "engine": "double", "version": "0.0-test",
+              "capabilities": ["config"]})
+        time.sleep(3600)
     send({"type": "hello", "protocol": 99 if args.fault == "wrong-version" else 1,
-          "engine": "double", "version": "0.0-test", "capabilities": ["config"]})
+          "engine": "double", "version": "0.0-test",
+          "capabilities": ["config"] + (["steps"] if args.steps is not None else [])})
+    served = {"config"} | ({"steps"} if args.steps is not None else set())
     runs = 0
     for line in sys.stdin.buffer:
         try:
@@ -45,22 +65,45 @@ def main() -> int:
         if message["type"] == "shutdown":
             return 0
         run_id, layers = message["id"], message["layers"]
-        if any(layer != "config" for layer in layers):
+        if any(layer not in served for layer in layers):
             send({"type": "error", "id": run_id, "kind": "unsupported", "message": f"only config, not {layers}"})
             continue
         runs += 1
         fault = args.fault if runs > args.after_runs else "none"
+        answer = []  # (layer, seq, data) of this run's records, in order
+        for layer in layers:
+            if layer == "config":
+                answer.append(("config", 0, record))
+            else:
+                answer += [("steps", i, {"step": i, "num_scheduled_tokens": 1}) for i in range(args.steps)]
         if fault == "crash":
-            send({"type": "record", "id": run_id, "layer": "config", "seq": 0, "data": record})
+            for layer, seq, data in answer[:args.crash_after]:
+                send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})
             os._exit(3)
+        if fault in ("crash-with-child", "crash-orphan"):
+            child = os.fork()
+            if child == 0:
+                if fault == "crash-orphan":
+                    os.close(1)  # the parent's exit now closes the harness's pipe
+                time.sleep(3600)
+                os._exit(0)
+            pids(child)
+            os._exit(3)
+        if fault == "close-stdout":
+            pids()
+            sys.stdout.flush()
+            os.close(1)
+            time.sleep(3600)
+        if fault == "flood":
+            for seq in range(1 << 62):
+                send({"type": "record", "id": run_id, "layer": "config", "seq": seq, "data": record})
         if fault in ("hang", "fork-hang"):
             if fault == "fork-hang":
                 child = os.fork()
                 if child == 0:
                     time.sleep(3600)
                     os._exit(0)
-                if args.pidfile:
-                    open(args.pidfile, "w").write(f"{os.getpid()} {child}\n")
+                pids(child)
             time.sleep(3600)
         if fault == "garbage":
             out.write(b"Segmentation fault? {not json\n")
@@ -69,10 +112,12 @@ def main() -> int:
         if fault == "error":
             send({"type": "error", "id": run_id, "kind": "internal", "message": "the double was told to fail"})
             continue
-        seq = 1 if fault == "out-of-order" else 0
-        send({"type": "record", "id": "someone-else" if fault == "wrong-id" else run_id,
-              "layer": "config", "seq": seq, "data": record})
-        send({"type": "done", "id": run_id, "records": 5 if fault == "bad-count" else 1})
+        for i, (layer, seq, data) in enumerate(answer):
+            if fault == "out-of-order" and i == 0:
+                seq += 1
+            send({"type": "record", "id": "someone-else" if fault == "wrong-id" else run_id,
+                  "layer": layer, "seq": seq, "data": data})
+        send({"type": "done", "id": run_id, "records": 5 if fault == "bad-count" else len(answer)})
     return 0
 
 
