@@ -65,3 +65,33 @@ def test_orphans(tmp_path):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("{}")
     assert orphans({"gate"}, ("0.27.1",), tmp_path) == sorted([stray, old_pin])
+
+
+def test_killing_a_regeneration_leaves_every_golden_whole(tmp_path):
+    """A real process rewriting goldens is SIGKILLed midway: each file is the old or the new one."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    script = f"""
+import json, sys
+sys.path.insert(0, {str(goldens.REPO_ROOT)!r})
+from conformance.goldens import write_text_atomic
+from pathlib import Path
+big = [{{"step": i, "requests": {{"r": i}}}} for i in range(20000)]
+n = 0
+while True:
+    for k in range(5):
+        write_text_atomic(Path({str(tmp_path)!r}) / f"g{{k}}.json", json.dumps({{"n": n, "steps": big}}))
+    n += 1
+    print(n, flush=True)
+"""
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    proc.stdout.readline()  # at least one full round written
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    for k in range(5):
+        data = json.loads((tmp_path / f"g{k}.json").read_text())  # parses: whole, never half
+        assert len(data["steps"]) == 20000

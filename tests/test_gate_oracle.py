@@ -1,0 +1,48 @@
+"""Integration: `parity gate` end to end with the real oracle and a candidate with the seed's bug."""
+
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conformance.pins import load_pins
+from conftest import GATE
+
+pytestmark = pytest.mark.oracle
+PINS = load_pins()
+WAIVER = """
+[[waiver]]
+row = "ENG-SCHED-CORE"
+scenario = "dflash_27b_gate"
+field = "config.max_num_scheduled_tokens"
+reason = "the port lacks the drafting-slot reservation (PORT-129/156)"
+owner = "port-team"
+expires = {expires}
+"""
+
+
+def gate(tmp_path, expires):
+    (tmp_path / "waivers.toml").write_text(WAIVER.format(expires=expires))
+    return subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "gate", "--scenario", str(GATE),
+         "--candidate", f"{PINS.oracle}+mutant:no-draft-reservation",
+         "--waivers", str(tmp_path / "waivers.toml"), "--reports", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=900)
+
+
+def test_gate_with_a_waiver_passes_and_writes_three_reports(tmp_path):
+    result = gate(tmp_path, "2099-12-31")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "max_num_scheduled_tokens: oracle 4036, candidate 4096" in result.stdout
+    junit = ET.parse(tmp_path / "out" / "junit.xml").getroot()
+    assert junit.find(".//skipped").get("message").startswith("waived:")
+    assert "waived" in (tmp_path / "out" / "summary.md").read_text()
+    assert "<svg" not in (tmp_path / "out" / "report.html").read_text()  # config layer only: no steps
+    assert "cold starts: 2 for 2 engines" in result.stderr
+
+
+def test_an_expired_waiver_fails_the_gate(tmp_path):
+    result = gate(tmp_path, "2020-01-01")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "EXPIRED waiver" in result.stdout
