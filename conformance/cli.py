@@ -13,13 +13,13 @@ from pathlib import Path
 
 from . import goldens as golden_files
 from .drift import drift_rows, render_drift
-from .gate import WaiverError, apply_gate, load_waivers
-from .reports import write_reports
-from .methods_table import render_methods_table
 from .engine import EngineSpec, resolve_engine
 from .envs import EnvError, ensure_env
+from .gate import WaiverError, apply_gate, load_waivers
+from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins, parse_pin
 from .report import render, render_rows
+from .reports import write_reports
 from .runner import run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
 from .trace import TraceError, dumps, load_trace

@@ -19,7 +19,7 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .verdict import DIVERGED, FAILURE_KINDS, Verdict
+from .verdict import DIVERGED, Verdict, exit_status
 
 # Methods-layer rows are attributed by method: the first segment of a row label like pard/K=8.
 METHOD_ROWS = {"dflash": "SPEC-DFLASH", "dspark": "SPEC-DSPARK", "draft-model": "SPEC-DRAFT-MODEL",
@@ -58,12 +58,7 @@ class GateResult:
 
     @property
     def status(self) -> int:
-        gating = [v for v in self.verdicts if v.gating]
-        if any(v.kind in FAILURE_KINDS for v in gating):
-            return 2
-        if self.expired or any(v.kind == DIVERGED and id(v) not in self.waived for v in gating):
-            return 1
-        return 0
+        return exit_status(self.verdicts, frozenset(self.waived), bool(self.expired))
 
     def by_row(self) -> dict[str, list[Verdict]]:
         groups: dict[str, list[Verdict]] = {}

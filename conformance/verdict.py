@@ -38,13 +38,15 @@ class Verdict:
         return self.role != STAND_IN
 
 
-def exit_status(verdicts: list[Verdict]) -> int:
-    """0: every gating verdict passed; 1: a gating engine diverged; 2: a gating run could not
-    be compared (engine failure, missing or invalid golden). Stand-ins never set the status."""
+def exit_status(verdicts: list[Verdict], waived: frozenset[int] = frozenset(),
+                expired_waiver: bool = False) -> int:
+    """0: every gating verdict passed (or its divergence is waived: ids in `waived`);
+    1: a gating engine diverged unwaived, or a waiver expired; 2: a gating run could not be
+    compared (engine failure, missing or invalid golden). Stand-ins never set the status."""
     gating = [v for v in verdicts if v.gating]
     if any(v.kind in FAILURE_KINDS for v in gating):
         return 2
-    if any(v.kind == DIVERGED for v in gating):
+    if expired_waiver or any(v.kind == DIVERGED and id(v) not in waived for v in gating):
         return 1
     return 0
 
