@@ -79,3 +79,20 @@ def test_parity_run_on_a_scenario_outside_the_repository(tmp_path, release):
     # 0.27.1 subtracts (K - 1) * max_num_seqs in the config; 0.28.0 on charge it per step.
     expected = {"0.27.1": 2048 - 15 * 4}.get(release, 2048)
     assert record["max_num_scheduled_tokens"] == expected
+
+
+def test_parity_run_per_step_layer_on_a_scenario_outside_the_repository(tmp_path):
+    shutil.copytree(REPO / "scenarios" / "models", tmp_path / "models")
+    scenario = json.loads((REPO / "scenarios" / "prefill_budget_binds.json").read_text())
+    scenario["name"] = "outside-steps"
+    scenario["workload"]["requests"] = scenario["workload"]["requests"][:3]
+    (tmp_path / "s.json").write_text(json.dumps(scenario))
+    out = tmp_path / "trace.json"
+    result = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--engine", PINS.oracle,
+                             "--scenario", str(tmp_path / "s.json"), "--out", str(out)],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr
+    layers = json.loads(out.read_text())["layers"]
+    assert set(layers) == {"config", "steps", "outputs"}
+    assert layers["steps"][0]["total_num_scheduled_tokens"] == 4036  # the budget binds at step 0
+    assert sorted(r["id"] for r in layers["outputs"]) == ["r0", "r1", "r2"]
