@@ -36,6 +36,8 @@ def render_verdict(v: Verdict, oracle: str) -> str:
             if f.path == "budget_log_lines":
                 continue  # shown whole, side by side, below
             lines.append(f"     {f.path.ljust(width)}  {_show(f.expected):>12}  {_show(f.actual):>12}")
+        if v.role == "stand-in":
+            continue  # informational: the first divergence and its fields are enough
         lines += _per_request(c.record, c.actual_record)
         if c.explanation and c.layer != "config":
             lo, hi = c.window
