@@ -3,7 +3,6 @@ real pinned releases, one warm worker per pin for the whole session."""
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 
@@ -15,7 +14,9 @@ DOUBLE = REPO / "tests" / "doubles" / "double_engine.py"
 
 
 def pytest_collection_modifyitems(config, items):
-    if shutil.which("nvidia-smi") is None:
+    from conformance.envs import device_mode
+
+    if device_mode() != "gpu":  # the same rule that picks a pin environment's recipe
         skip = pytest.mark.skip(reason="needs a CUDA GPU; this runner has none")
         for item in items:
             if "gpu" in item.keywords:

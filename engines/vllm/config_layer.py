@@ -7,7 +7,6 @@ Records the resolved scheduling budget and, verbatim, the log lines vLLM emitted
 from __future__ import annotations
 
 import contextlib
-import inspect
 import logging
 
 # Log lines about the scheduling budget are the ones that name one of these.
@@ -72,16 +71,12 @@ def resolve(scenario: dict):
 
 
 def budget_record(config, lines: list[str]) -> dict:
-    from vllm.v1.core.sched.scheduler import Scheduler
-
-    from .oracle import build_scheduler
+    from .oracle import build_scheduler, charges_drafting_per_step
 
     sched = config.scheduler_config
     spec = config.speculative_config
     scheduler = build_scheduler(config)
-    # 0.28.0 moved the drafting reservation from the config into a per-step input budget;
-    # read which one this release does from its own scheduler code.
-    per_step = "max_num_new_slots_for_drafting" in inspect.getsource(Scheduler)
+    per_step = charges_drafting_per_step()
     return {
         "refused": None,
         "max_num_batched_tokens": sched.max_num_batched_tokens,

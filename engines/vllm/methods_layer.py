@@ -47,9 +47,10 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import inspect
 import logging
 import re
+
+from .oracle import charges_drafting_per_step
 
 PROBES = (("below", -1), ("at", 0), ("above", 1))
 
@@ -58,9 +59,6 @@ PROBES = (("below", -1), ("at", 0), ("above", 1))
 _PYDANTIC_TAIL = re.compile(r" \[type=[^\n]*")
 _PYDANTIC_URL = re.compile(r"\n *For further information visit [^\n]*")
 _PYDANTIC_HEAD = re.compile(r"^\d+ validation errors? for (\w+)\n")
-
-_PER_STEP: dict = {}
-
 
 def methods(scenario_wire: dict):
     matrix = scenario_wire.get("method_matrix")
@@ -96,7 +94,7 @@ def methods(scenario_wire: dict):
                 num_lookahead_tokens=getattr(scheduler, "num_lookahead_tokens", None),
                 max_num_scheduled_tokens=config.scheduler_config.max_num_scheduled_tokens,
                 per_step_input_budget=(config.scheduler_config.max_num_batched_tokens
-                                       if _charges_per_step() else None),
+                                       if charges_drafting_per_step() else None),
             )
             yield record
             reservation = _reservation(config, args)
@@ -188,15 +186,6 @@ def _reservation(config, args: dict) -> int:
         vllm_logger.setLevel(level)
         for f, v in saved.items():
             setattr(sched, f, v)
-
-
-def _charges_per_step() -> bool:
-    """0.28.0 moved the drafting reservation into the scheduler's per-step input budget."""
-    if "value" not in _PER_STEP:
-        from vllm.v1.core.sched.scheduler import Scheduler
-
-        _PER_STEP["value"] = "max_num_new_slots_for_drafting" in inspect.getsource(Scheduler)
-    return _PER_STEP["value"]
 
 
 @contextlib.contextmanager

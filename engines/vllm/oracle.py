@@ -5,6 +5,7 @@ Imported only inside a pin's environment, by worker.py.
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import sys
@@ -47,6 +48,23 @@ def environment() -> dict:
 
     return {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
             "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine()}
+
+
+@functools.cache
+def charges_drafting_per_step() -> bool:
+    """True where the release charges drafting slots per scheduled request against a per-step
+    input budget (vLLM >= 0.28, upstream vllm#51725); False where it subtracts them once from
+    max_num_scheduled_tokens in the config (0.27.1). Read from the release's own scheduler."""
+    import inspect
+
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    try:
+        return "input_budget" in inspect.getsource(Scheduler.schedule)
+    except (OSError, TypeError):  # no source shipped: fall back on the release number
+        import vllm
+
+        return tuple(int(x) for x in vllm.__version__.split(".")[:2] if x.isdigit()) >= (0, 28)
 
 
 def build_scheduler(vllm_config, num_blocks: int | None = None, cls=None):

@@ -27,26 +27,16 @@ Only JSON types, nothing from the clock or from object identity.
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from engines.vllm.oracle import charges_drafting_per_step
+
 RECORD_PATH_ENV = "VLLM_PARITY_RECORD_PATH"
 
-# 0.28.0 charges drafting slots per scheduled request against a per-step input budget
-# (max_num_batched_tokens); 0.27.1 subtracts them once from max_num_scheduled_tokens.
-def _has_per_step_input_budget() -> bool:
-    try:
-        return "input_budget" in inspect.getsource(Scheduler.schedule)
-    except (OSError, TypeError):  # no source shipped: fall back on the release number
-        import vllm
-
-        return tuple(int(x) for x in vllm.__version__.split(".")[:2] if x.isdigit()) >= (0, 28)
-
-
-PER_STEP_INPUT_BUDGET = _has_per_step_input_budget()
+PER_STEP_INPUT_BUDGET = charges_drafting_per_step()
 
 
 class RecordingScheduler(Scheduler):
