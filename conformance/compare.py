@@ -22,7 +22,13 @@ INFORMATIONAL_SUFFIX = "_text"
 # Per-step budget fields repeat the configuration on every step, so when budgets differ every
 # step differs. The first divergence is looked for in the scheduling decisions first; these
 # fields decide it only when nothing else differs. They are still listed at that step.
-CONTEXT_FIELDS = {"steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request"})}
+CONTEXT_FIELDS = {
+    "steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request"}),
+    # the engine layers add the worker's capacity and what it ran: consequences, not decisions
+    "engine_steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request",
+                               "max_num_batched_tokens", "target_forward_tokens",
+                               "drafter_forward_tokens"}),
+}
 
 
 @dataclass
@@ -44,6 +50,9 @@ class LayerComparison:
     explanation: str = ""
     record: dict | None = None  # the oracle's record at the divergence (names its step or row)
     actual_record: dict | None = None  # the candidate's record there
+    # engine layers only (conformance/numerics.py): why the runs differ, e.g. "scheduling",
+    # "acceptance", "numerics", "logprobs", "mismatch"
+    cause: str = ""
 
     @property
     def first(self) -> FieldDiff | None:
@@ -69,7 +78,7 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     if index < min(len(expected), len(actual)):
         result.fields = field_diffs(expected[index], actual[index])
         if by_decision:  # name the decision that differs first, the budget context after it
-            result.fields.sort(key=lambda f: f.path in context)
+            result.fields.sort(key=lambda f: f.path.split(".")[0].split("[")[0] in context)
     else:
         which = "candidate" if len(actual) > len(expected) else "oracle"
         result.fields = [FieldDiff("<record count>", len(expected), len(actual))]

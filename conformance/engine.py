@@ -148,7 +148,9 @@ class EngineProcess:
                 self._fail("protocol", f"{where}: expected messages for {run_id!r}, got id "
                            f"{message['id']!r}", records)
             if message["type"] == "error":
-                raise EngineFailure("engine_error", f"{where}: engine reported {message['kind']}: "
+                # an engine that does not serve a layer says so: the verdict is `unsupported`
+                kind = "unsupported" if message["kind"] == "unsupported" else "engine_error"
+                raise EngineFailure(kind, f"{where}: engine reported {message['kind']}: "
                                     f"{message['message']}", records)
             if message["type"] == "done":
                 count = sum(len(v) for v in records.values())

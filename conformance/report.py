@@ -28,8 +28,9 @@ def render_verdict(v: Verdict, oracle: str) -> str:
             lines.append(f"   layer {c.layer}: equal ({c.expected_count} records)")
             continue
         first = c.first
+        cause = f" ({CAUSES.get(c.cause, c.cause)})" if c.cause else ""
         lines.append(f"   layer {c.layer}: first divergence at {_where(c)}, field {first.path}: "
-                     f"oracle {_show(first.expected)}, candidate {_show(first.actual)}")
+                     f"oracle {_show(first.expected)}, candidate {_show(first.actual)}{cause}")
         width = max(len(f.path) for f in c.fields)
         lines.append(f"     {'field'.ljust(width)}  {'oracle':>12}  {'candidate':>12}")
         for f in c.fields:
@@ -39,13 +40,14 @@ def render_verdict(v: Verdict, oracle: str) -> str:
         if v.role == "stand-in":
             continue  # informational: the first divergence and its fields are enough
         lines += _per_request(c.record, c.actual_record)
-        if c.explanation and c.layer != "config":
+        if c.explanation and c.layer not in ("config", "engine_config"):
             lo, hi = c.window
             explained = c.explanation.splitlines()
             lines.append(f"   explained (DeepDiff, records {lo}..{hi - 1} only):")
             lines += ["     " + e for e in explained[:MAX_EXPLAINED]]
             if len(explained) > MAX_EXPLAINED:
                 lines.append(f"     ... {len(explained) - MAX_EXPLAINED} more lines")
+    lines += _capacity(v)
     if v.kind != PASS and (v.expected_lines or v.actual_lines) and v.expected_lines != v.actual_lines:
         lines.append("   budget log lines, side by side:")
         for i in range(max(len(v.expected_lines), len(v.actual_lines))):
@@ -55,6 +57,31 @@ def render_verdict(v: Verdict, oracle: str) -> str:
             lines.append(f"   {mark} oracle   : {e}")
             lines.append(f"   {mark} candidate: {a}")
     return "\n".join(lines)
+
+
+CAUSES = {
+    "scheduling": "scheduling divergence: a decision that differs on the same state",
+    "acceptance": "acceptance divergence: the drafter or target computed differently (numerics)",
+    "numerics": "numerics: each side's token is in the other's top-k",
+    "logprobs": "logprob beyond the scenario's tolerance",
+    "mismatch": "mismatch: a token outside the other side's top-k",
+}
+
+
+def _capacity(v: Verdict) -> list[str]:
+    """Forwards above the worker's capacity (max_num_batched_tokens), candidate and oracle."""
+    lines = []
+    for who, excess in (("candidate", v.capacity), ("oracle", v.oracle_capacity)):
+        if who == "oracle" and not v.capacity:
+            continue  # the oracle's own excess is shown beside a candidate's, not alone
+        for e in excess[:10]:
+            lines.append(f"   capacity: {who} step {e['step']}: a {e['forward']} forward ran "
+                         f"{e['tokens']} tokens > max_num_batched_tokens {e['limit']} (excess {e['excess']})")
+        if len(excess) > 10:
+            lines.append(f"   capacity: {who}: {len(excess) - 10} more steps over capacity")
+        if who == "oracle" and not excess:
+            lines.append("   capacity: oracle: no forward above max_num_batched_tokens")
+    return lines
 
 
 def render_summary(verdicts: list[Verdict]) -> str:

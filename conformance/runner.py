@@ -45,8 +45,9 @@ def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str]
                                         layers_out)
         except EngineFailure as failure:
             traces.append(_failed(spec, proc.hello, scenario, failure))
-            proc.close()
-            proc = None
+            if failure.kind != "unsupported":  # a refused layer leaves a healthy, warm engine
+                proc.close()
+                proc = None
             continue
         traces.append(make_trace(spec.label, proc.hello, scenario, layers_out))
     if proc is not None:

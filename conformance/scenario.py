@@ -69,7 +69,13 @@ SIZE_FIELDS = (
 RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
 METHODS_WITH_DRAFT_MODEL = {"eagle", "eagle3", "dflash", "dspark", "draft_model", "mtp", "medusa"}
 METHODS = METHODS_WITH_DRAFT_MODEL | {"ngram", "suffix"}
-TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix", "rows"}
+TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix", "rows", "engine"}
+# The `engine` block: this scenario runs the whole engine (the engine layers) on its workload.
+# key -> (type, low, high). logprob_atol is the comparison's tolerance, not the engine's input,
+# so it stays out of the scenario hash (like `rows`).
+ENGINE_OPTIONS = {"logprobs": (int, 1, 20), "logprob_decimals": (int, 1, 8),
+                  "logprob_atol": (float, 0.0, 10.0)}
+DEFAULT_ENGINE = {"logprobs": 5, "logprob_decimals": 4}
 ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE
 
 
@@ -83,12 +89,16 @@ class Scenario:
     sha256: str
     method_matrix: dict | None = None
     rows: tuple[str, ...] = ("ENG-SCHED-CORE",)  # engine-matrix rows its verdicts belong to
+    engine: dict | None = None  # the engine block (without logprob_atol), or None
+    logprob_atol: float | None = None  # engine layers' logprob tolerance
 
     @property
     def layers(self) -> list[str]:
         """The layers this scenario has something to say about."""
         layers = ["config"]
-        if self.workload is not None:
+        if self.engine is not None:  # the real engine generates the workload
+            layers += ["engine_config", "engine_steps", "engine_outputs"]
+        elif self.workload is not None:
             layers += ["steps", "outputs"]
         if self.method_matrix is not None:
             layers.append("methods")
@@ -100,6 +110,8 @@ class Scenario:
                 "workload": self.workload}
         if self.method_matrix is not None:
             wire["method_matrix"] = self.method_matrix
+        if self.engine is not None:
+            wire["engine"] = self.engine
         return wire
 
     def without_speculation(self) -> "Scenario":
@@ -173,12 +185,39 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     if matrix is not None:
         matrix, identity["method_matrix"] = validate_method_matrix(matrix, src, base)
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    engine, atol = _engine_options(src, raw.get("engine"), args, workload)
+    if engine is not None:
+        identity["engine"] = engine
+        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     rows = raw.get("rows", ["ENG-SCHED-CORE"])
     if not isinstance(rows, list) or not rows or not all(isinstance(r, str) and ROW.fullmatch(r) for r in rows):
         raise ScenarioError(src, "rows", f"must be a non-empty list of engine-matrix row names "
                             f"like 'ENG-SCHED-CORE', got {rows!r}")
     # rows are how verdicts are grouped, not what an engine runs: they are not in the hash
-    return Scenario(name, description, args, workload, path, digest, matrix, tuple(rows))
+    return Scenario(name, description, args, workload, path, digest, matrix, tuple(rows), engine, atol)
+
+
+def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, float | None]:
+    if raw is None:
+        return None, None
+    if not isinstance(raw, dict):
+        raise ScenarioError(src, "engine", f"must be an object, got {_tname(raw)}")
+    _no_unknown(src, "engine.", raw, set(ENGINE_OPTIONS))
+    if workload is None:
+        raise ScenarioError(src, "workload", "is required with `engine`: the engine generates it")
+    for key, (typ, low, high) in ENGINE_OPTIONS.items():
+        if key not in raw:
+            continue
+        value = raw[key]
+        ok = isinstance(value, (int, float) if typ is float else typ) and not isinstance(value, bool)
+        if not ok or not low <= value <= high or (typ is float and value == 0):
+            raise ScenarioError(src, f"engine.{key}", f"must be a {typ.__name__} in "
+                                f"{'(' if typ is float else '['}{low}, {high}], got {value!r}")
+    engine = {k: raw.get(k, v) for k, v in DEFAULT_ENGINE.items()}
+    from .numerics import DEFAULT_ATOL
+
+    atol = float(raw.get("logprob_atol", DEFAULT_ATOL.get(args.get("dtype", "float32"), 0.1)))
+    return engine, atol
 
 
 def _check_fields(src: str, where: str, obj: dict, schema: dict[str, tuple[type, bool]]) -> dict:

@@ -30,13 +30,20 @@ def make_trace(label: str, hello: dict, scenario, layers: dict, failure: dict | 
         "schema": SCHEMA,
         "engine": {"label": label, "name": hello.get("engine"), "version": hello.get("version"),
                    "protocol": hello.get("protocol")},
-        "scenario": {"name": scenario.name, "sha256": scenario.sha256},
+        "scenario": _scenario_block(scenario),
         "provenance": {"harness": __version__, "environment": hello.get("environment", {})},
         "layers": layers,
     }
     if failure is not None:
         trace["failure"] = failure
     return trace
+
+
+def _scenario_block(scenario) -> dict:
+    block = {"name": scenario.name, "sha256": scenario.sha256}
+    if getattr(scenario, "logprob_atol", None) is not None:  # engine layers: their tolerance
+        block["logprob_atol"] = scenario.logprob_atol
+    return block
 
 
 def dumps(trace: dict) -> str:

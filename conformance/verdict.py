@@ -9,10 +9,14 @@ from .compare import LayerComparison
 
 PASS = "pass"
 DIVERGED = "diverged"
+# Real engines that differ only where arithmetic explains it (conformance/numerics.py): a
+# near-tie resolved the other way, or drafts accepted differently. Reported, never failing,
+# as vLLM's own check_logprobs_close passes such sequences.
+NUMERICS = "numerics"
 # Kinds for runs that could not be compared at all; each is its own line in the report.
 FAILURE_KINDS = ("crash", "timeout", "protocol", "engine_error", "nondeterministic",
                  "missing_golden", "invalid_golden", "unsupported")
-KINDS = (PASS, DIVERGED) + FAILURE_KINDS
+KINDS = (PASS, NUMERICS, DIVERGED) + FAILURE_KINDS
 # The oracle is judged against its own golden (it must reproduce it); candidates gate; stand-ins
 # (the other pins, when no port is configured) are shown but never set the exit status.
 ORACLE, CANDIDATE, STAND_IN = "oracle", "candidate", "stand-in"
@@ -29,6 +33,10 @@ class Verdict:
     message: str = ""
     expected_lines: list[str] = field(default_factory=list)
     actual_lines: list[str] = field(default_factory=list)
+    # engine layers: each forward of the candidate's worker above max_num_batched_tokens, and
+    # the oracle's for comparison (conformance/numerics.py capacity_excess)
+    capacity: list[dict] = field(default_factory=list)
+    oracle_capacity: list[dict] = field(default_factory=list)
 
     def __post_init__(self):
         assert self.kind in KINDS and self.role in ROLES, (self.kind, self.role)
@@ -54,6 +62,8 @@ def exit_status(verdicts: list[Verdict], waived: frozenset[int] = frozenset(),
 def judge(trace: dict, golden: dict, role: str) -> Verdict:
     """Compare one trace with the oracle's golden for the same scenario."""
     from .compare import compare_layer
+    from .numerics import (NUMERICS_CAUSES, capacity_excess, compare_engine_outputs,
+                           compare_engine_steps)
 
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     if "failure" in trace:
@@ -74,11 +84,29 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
         if layer not in trace["layers"]:
             return Verdict(engine, scenario, "unsupported", role,
                            message=f"the engine produced no {layer!r} layer")
-        comparisons.append(compare_layer(layer, expected, trace["layers"][layer]))
-    verdict = Verdict(engine, scenario, PASS if all(c.equal for c in comparisons) else DIVERGED,
-                      role, comparisons)
+        actual = trace["layers"][layer]
+        if layer == "engine_steps":
+            comparisons.append(compare_engine_steps(expected, actual))
+        elif layer == "engine_outputs":
+            comparisons.append(compare_engine_outputs(expected, actual, logprob_atol(golden)))
+        else:
+            comparisons.append(compare_layer(layer, expected, actual))
+    differing = [c for c in comparisons if not c.equal]
+    kind = (PASS if not differing else
+            NUMERICS if all(c.cause in NUMERICS_CAUSES for c in differing) else DIVERGED)
+    verdict = Verdict(engine, scenario, kind, role, comparisons)
+    verdict.capacity = capacity_excess(trace["layers"].get("engine_steps", []))
+    verdict.oracle_capacity = capacity_excess(golden["layers"].get("engine_steps", []))
     expected_config, actual_config = golden["layers"].get("config"), trace["layers"].get("config")
     if expected_config and actual_config:
         verdict.expected_lines = expected_config[0].get("budget_log_lines", [])
         verdict.actual_lines = actual_config[0].get("budget_log_lines", [])
     return verdict
+
+
+def logprob_atol(golden: dict) -> float:
+    """The tolerance the scenario states for engine-layer logprobs (kept in its traces)."""
+    from .numerics import DEFAULT_ATOL
+
+    value = golden.get("scenario", {}).get("logprob_atol")
+    return float(value) if isinstance(value, (int, float)) else DEFAULT_ATOL["float32"]

