@@ -16,7 +16,9 @@ the steps layer):
   - a scheduling field differs (scheduled tokens, draft tokens, new / resumed / preempted):
     `scheduling`, a decision that differs on the same state (every earlier step was equal);
   - only accepted drafts or finished requests differ: `acceptance`, the drafter or the target
-    computed differently (numerics), not the scheduler.
+    computed differently (numerics), not the scheduler;
+  - nothing but the recorded budget or the worker's token counts differ: `context` (every
+    decision is equal; a release that records its per-step input budget, say).
 Capacity: every forward the worker ran, target and drafter, against max_num_batched_tokens.
 """
 
@@ -36,7 +38,7 @@ def compare_engine_steps(expected: list[dict], actual: list[dict]) -> LayerCompa
         decided = [f for f in c.fields if f.path.split(".")[0] not in STEP_CONTEXT]
         model_only = decided and all(f.path.endswith(MODEL_FIELDS[0]) or f.path.startswith(MODEL_FIELDS[1])
                                      for f in decided)
-        c.cause = "acceptance" if model_only else "scheduling"
+        c.cause = ("context" if not decided else "acceptance" if model_only else "scheduling")
     return c
 
 

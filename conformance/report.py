@@ -64,6 +64,7 @@ CAUSES = {
     "acceptance": "acceptance divergence: the drafter or target computed differently (numerics)",
     "numerics": "numerics: each side's token is in the other's top-k",
     "logprobs": "logprob beyond the scenario's tolerance",
+    "context": "only the recorded budget or worker token counts differ; every decision is equal",
     "mismatch": "mismatch: a token outside the other side's top-k",
 }
 

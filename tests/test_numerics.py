@@ -79,3 +79,9 @@ def test_verdicts_numerics_passes_and_scheduling_diverges():
     assert v.kind == DIVERGED and v.capacity[0]["excess"] == 51
     text = render_verdict(v, "0.27.1")
     assert "scheduling divergence" in text and "excess 51" in text and "step 0" in text
+
+
+def test_a_budget_recorded_differently_is_context_not_scheduling():
+    candidate = [dict(_step(0), input_budget=4096, drafting_slots_per_request=16)]
+    c = compare_engine_steps([_step(0)], candidate)
+    assert c.cause == "context" and not c.equal

@@ -189,9 +189,12 @@ def run_engine(scenario: dict):
 
 
 def _budget_line(line: str) -> bool:
+    """A line the engine logged about its budget. LLM() also echoes its own arguments
+    ("non-default args: {...}"): that is our input, with this machine's model paths, not a
+    decision, so it is left out."""
     from .config_layer import BUDGET_WORDS
 
-    return any(w in line for w in BUDGET_WORDS)
+    return not line.startswith("non-default args") and any(w in line for w in BUDGET_WORDS)
 
 
 def _output_record(rid: str, out, decimals: int) -> dict:

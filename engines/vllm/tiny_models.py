@@ -275,7 +275,7 @@ def materialize(model_dir: Path, cache_root: Path) -> Path:
     parent = Path(cache_root) / "tiny-models"
     final = parent / f"{model_dir.name}-{expected[:12]}"
     config_bytes = (model_dir / "config.json").read_bytes()
-    if _is_complete(final, config_bytes):
+    if _is_complete(final, config_bytes, expected):
         return final
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=parent))
@@ -291,7 +291,7 @@ def materialize(model_dir: Path, cache_root: Path) -> Path:
         except OSError:
             # Another caller won the race (final exists and is non-empty) or a stale,
             # incomplete folder is in the way.
-            if not _is_complete(final, config_bytes):
+            if not _is_complete(final, config_bytes, expected):
                 stale = parent / f".{final.name}.stale-{os.getpid()}"
                 try:
                     os.rename(final, stale)
@@ -302,15 +302,17 @@ def materialize(model_dir: Path, cache_root: Path) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    if not _is_complete(final, config_bytes):
+    if not _is_complete(final, config_bytes, expected):
         raise RuntimeError(f"tiny model {model_dir.name}: {final} incomplete after build")
     return final
 
 
-def _is_complete(folder: Path, config_bytes: bytes) -> bool:
+def _is_complete(folder: Path, config_bytes: bytes, sha256: str) -> bool:
+    """The folder holds this config and weights of this sha256 (checked on every reuse: a few
+    MB, milliseconds; a cache edited by hand is rebuilt, never loaded)."""
     try:
-        return ((folder / "model.safetensors").stat().st_size > 0
-                and (folder / "config.json").read_bytes() == config_bytes)
+        return ((folder / "config.json").read_bytes() == config_bytes
+                and _sha256_file(folder / "model.safetensors") == sha256)
     except OSError:
         return False
 

@@ -1,0 +1,50 @@
+"""The engine layers on a GPU runner: the real DFlash 27B gate configuration, real weights.
+
+Needs a CUDA GPU (the `gpu` marker: skipped on CPU runners) and VLLM_PARITY_GATE_MODELS, a
+folder holding `qwen3-27b/` (the target) and `dflash-27b-draft/` (its DFlash drafter), each a
+Hugging Face checkpoint with weights. The scenario is scenarios/dflash_27b_gate.json with those
+folders, the engine block and a workload whose four ~2,000-token prompts make the budget bind
+at step 0. The code path is the CPU one (engines/vllm/engine_layer.py), on the official wheel.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from conformance.numerics import capacity_excess
+from conformance.pins import load_pins
+from conformance.scenario import load_scenario
+from conftest import GATE
+
+pytestmark = pytest.mark.gpu
+MODELS_ENV = "VLLM_PARITY_GATE_MODELS"
+STATED = "max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."
+
+
+def gate_engine_scenario(tmp_path: Path, models: Path):
+    raw = json.loads(GATE.read_text())
+    raw["name"] = "engine_dflash_27b_gate"
+    raw["engine_args"]["model"] = str(models / "qwen3-27b")
+    raw["engine_args"]["speculative_config"]["model"] = str(models / "dflash-27b-draft")
+    raw["workload"] = {"seed": 11, "vocab_size": 151936, "max_steps": 400, "requests": [
+        {"id": f"r{i}", "arrival_step": 0, "prompt_len": n, "max_tokens": 64}
+        for i, n in enumerate((1900, 2100, 2000, 1800))]}
+    raw["engine"] = {"logprobs": 5}
+    path = tmp_path / "engine_dflash_27b_gate.json"
+    path.write_text(json.dumps(raw))
+    return load_scenario(path)
+
+
+def test_the_27b_gate_on_the_real_gpu_engine(tmp_path, warm_workers):
+    models = os.environ.get(MODELS_ENV)
+    if not models:
+        pytest.skip(f"{MODELS_ENV} is not set (a folder with qwen3-27b/ and dflash-27b-draft/, weights included)")
+    scenario = gate_engine_scenario(tmp_path, Path(models))
+    oracle = load_pins().oracle
+    records = warm_workers(oracle).run(scenario, scenario.layers)
+    lines = records["engine_config"][0]["budget_log_lines"]
+    assert any(line.startswith(STATED) for line in lines), lines
+    assert records["engine_steps"][0]["total_num_scheduled_tokens"] == 4036
+    print("capacity excess of the oracle:", capacity_excess(records["engine_steps"]))

