@@ -33,11 +33,12 @@ test: envs
 	$(BIN)/python -m pytest -q
 
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
-# (c) cold starts per `make parity` run.
+# (c) cold starts per `make parity` run, (d) the engine layers' cost per pin.
 bench: envs
 	@$(BIN)/python benchmarks/bench_compare.py
 	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
 	@$(BIN)/parity gate 2>&1 >/dev/null | grep 'cold starts' | sed 's/^\[gate\]/(c) make parity:/'
+	@$(BIN)/python benchmarks/bench_engine.py 2>/dev/null
 
 # Goldens are written only by the pinned oracles, through syrupy (parity/golden_extension.py):
 # a summary of each change is printed before the file is replaced atomically.

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 
-from .compare import compare_layer
 from .goldens import golden_path
+from .numerics import compare_by_layer
 from .protocol import LAYERS
+from .verdict import logprob_atol
 
 
 def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dict]:
@@ -20,13 +21,15 @@ def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dic
             row = {"scenario": name, "from": older, "to": newer}
             paths = golden_path(name, older), golden_path(name, newer)
             if not all(p.exists() for p in paths):
-                row["status"] = "missing golden"
+                row["status"] = _missing(name, paths, (older, newer))
                 rows.append(row)
                 continue
-            a, b = (json.loads(p.read_text())["layers"] for p in paths)
+            old, new = (json.loads(p.read_text()) for p in paths)
+            a, b = old["layers"], new["layers"]
             row["layers"] = {}
             for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
-                c = compare_layer(layer, a.get(layer, []), b.get(layer, []))
+                # engine layers within the scenario's logprob tolerance are the same
+                c = compare_by_layer(layer, a.get(layer, []), b.get(layer, []), logprob_atol(old))
                 if c.equal:
                     row["layers"][layer] = None
                     continue
@@ -39,6 +42,17 @@ def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dic
     return rows
 
 
+def _missing(name: str, paths, releases) -> str:
+    """Why a pair has no drift: a pin without a CPU engine has no engine-layer goldens."""
+    from .pins import load_pins
+
+    pins = load_pins()
+    for path, release in zip(paths, releases):
+        if not path.exists() and name.startswith("engine_") and not pins.cpu_engine_build(release):
+            return f"no golden for {release}: it has no CPU engine (its engine layers run on GPU runners)"
+    return "missing golden"
+
+
 def render_drift(rows: list[dict]) -> str:
     lines = ["-- drift across pins (from the goldens): where each release first departs from the previous"]
     for r in rows:
@@ -49,7 +63,7 @@ def render_drift(rows: list[dict]) -> str:
         lines.append(head.rstrip())
         for layer, d in r["layers"].items():
             text = "same" if d is None else f"{d['at']}, {d['field']}: {_short(d['old'])} -> {_short(d['new'])}"
-            lines.append(f"     {layer:<8} {text}")
+            lines.append(f"     {layer:<14} {text}")
     return "\n".join(lines)
 
 

@@ -13,7 +13,7 @@ from xml.etree import ElementTree as ET
 
 from .gate import GateResult, where_of
 from .report import render_verdict
-from .verdict import DIVERGED, KINDS, NUMERICS, PASS, Verdict
+from .verdict import DIVERGED, KINDS, NUMERICS, ORACLE, PASS, Verdict
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 
@@ -45,7 +45,7 @@ def junit(result: GateResult, oracle: str) -> str:
             text = render_verdict(v, oracle)
             if status == PASS:
                 continue
-            if status == NUMERICS:  # passes, with what arithmetic explained kept in the log
+            if status == NUMERICS and v.role != ORACLE:  # passes; what arithmetic explained is kept
                 ET.SubElement(case, "system-out").text = text
                 continue
             if status == "waived" or not v.gating:
@@ -53,7 +53,7 @@ def junit(result: GateResult, oracle: str) -> str:
                 reason = (f"waived: {result.waived[id(v)].reason}" if status == "waived"
                           else f"informational stand-in: {v.kind}")
                 ET.SubElement(case, "skipped", message=reason).text = text
-            elif v.kind == DIVERGED:
+            elif v.kind in (DIVERGED, NUMERICS):  # NUMERICS here: the oracle, not byte for byte
                 failures += 1
                 ET.SubElement(case, "failure", type="divergence", message=where_of(v)).text = text
             else:
@@ -109,14 +109,14 @@ def html_report(result: GateResult, traces: dict, oracle: str) -> str:
         body.append(f"<h2>{html.escape(scenario)}</h2>")
         golden = next((g for v in verdicts if (g := traces.get((v.engine, scenario), (None, None))[1])), None)
         series, marks = [], []
-        if golden and golden["layers"].get("steps"):
-            series.append((f"oracle vllm-{oracle} (golden)", _tokens(golden["layers"]["steps"])))
+        if golden and _steps(golden)[1]:
+            series.append((f"oracle vllm-{oracle} (golden)", _tokens(_steps(golden)[1])))
         for v in verdicts:
             trace = traces.get((v.engine, scenario), (None, None))[0]
-            steps = (trace or {}).get("layers", {}).get("steps")
+            layer, steps = _steps(trace or {})
             if steps and v.role != "oracle":
                 series.append((v.engine, _tokens(steps)))
-                c = next((c for c in v.comparisons if c.layer == "steps" and not c.equal), None)
+                c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
                 if c is not None:
                     marks.append((c.index, v.engine))
         if len(series) > 1 or (series and marks):
@@ -133,10 +133,19 @@ def html_report(result: GateResult, traces: dict, oracle: str) -> str:
                 body.append(f"<details><summary>{html.escape(v.engine)}: {v.kind}</summary>"
                             f"<pre>{html.escape(render_verdict(v, oracle))}</pre></details>")
     style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px}"
-             ".pass{color:#2a2}.diverged{color:#c22}.waived{color:#a80}pre{background:#f6f6f6;"
+             ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}pre{background:#f6f6f6;"
              "padding:8px;overflow-x:auto}")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>vllm-parity gate</title>"
             f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+
+
+def _steps(trace: dict) -> tuple[str, list[dict]]:
+    """The per-step layer of a trace: the whole engine's where it ran, else the stand-in's."""
+    layers = trace.get("layers", {})
+    for layer in ("engine_steps", "steps"):
+        if layers.get(layer):
+            return layer, layers[layer]
+    return "steps", []
 
 
 def _tokens(steps: list[dict]) -> list[int]:

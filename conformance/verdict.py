@@ -48,22 +48,24 @@ class Verdict:
 
 def exit_status(verdicts: list[Verdict], waived: frozenset[int] = frozenset(),
                 expired_waiver: bool = False) -> int:
-    """0: every gating verdict passed (or its divergence is waived: ids in `waived`);
-    1: a gating engine diverged unwaived, or a waiver expired; 2: a gating run could not be
-    compared (engine failure, missing or invalid golden). Stand-ins never set the status."""
+    """0: every gating verdict passed (or its divergence is waived: ids in `waived`; a
+    candidate's `numerics` passes); 1: a gating engine diverged unwaived, the oracle did not
+    reproduce its golden byte for byte (even within tolerance: a golden must regenerate
+    exactly), or a waiver expired; 2: a gating run could not be compared (engine failure,
+    missing or invalid golden). Stand-ins never set the status."""
     gating = [v for v in verdicts if v.gating]
     if any(v.kind in FAILURE_KINDS for v in gating):
         return 2
     if expired_waiver or any(v.kind == DIVERGED and id(v) not in waived for v in gating):
+        return 1
+    if any(v.kind == NUMERICS and v.role == ORACLE for v in gating):
         return 1
     return 0
 
 
 def judge(trace: dict, golden: dict, role: str) -> Verdict:
     """Compare one trace with the oracle's golden for the same scenario."""
-    from .compare import compare_layer
-    from .numerics import (NUMERICS_CAUSES, capacity_excess, compare_engine_outputs,
-                           compare_engine_steps)
+    from .numerics import NUMERICS_CAUSES, capacity_excess, compare_by_layer
 
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     if "failure" in trace:
@@ -84,13 +86,7 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
         if layer not in trace["layers"]:
             return Verdict(engine, scenario, "unsupported", role,
                            message=f"the engine produced no {layer!r} layer")
-        actual = trace["layers"][layer]
-        if layer == "engine_steps":
-            comparisons.append(compare_engine_steps(expected, actual))
-        elif layer == "engine_outputs":
-            comparisons.append(compare_engine_outputs(expected, actual, logprob_atol(golden)))
-        else:
-            comparisons.append(compare_layer(layer, expected, actual))
+        comparisons.append(compare_by_layer(layer, expected, trace["layers"][layer], logprob_atol(golden)))
     differing = [c for c in comparisons if not c.equal]
     kind = (PASS if not differing else
             NUMERICS if all(c.cause in NUMERICS_CAUSES for c in differing) else DIVERGED)

@@ -106,8 +106,7 @@ def test_greedy_margins_are_wide_enough_to_regenerate_anywhere(scenario):
     and top-2 logprobs come close could flip a token on another machine."""
     for release in CPU_ENGINES:
         for out in golden(scenario, release)["layers"]["engine_outputs"]:
-            margins = [pos[0][1] - pos[1][1] for pos in out["logprobs"]]
-            assert min(margins) >= 0.01, (scenario.name, release, out["id"])
+            assert out["top1_margin_at_least"] >= 0.01, (scenario.name, release, out["id"])
 
 
 @pytest.mark.parametrize("release", NO_CPU_ENGINE)

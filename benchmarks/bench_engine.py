@@ -1,0 +1,56 @@
+"""(d) The engine layers' cost per pin, from one run: cold start of the pin's worker, then each
+engine scenario once in that warm worker (as `make parity` runs them; the oracle runs each
+twice there), and the worker's peak memory. A pin with no CPU engine prints its reason.
+"""
+
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from conformance.engine import EngineFailure, EngineProcess, resolve_engine  # noqa: E402
+from conformance.pins import load_pins  # noqa: E402
+from conformance.scenario import load_scenario  # noqa: E402
+
+
+def peak_rss_gib(pid: int) -> float:
+    """VmHWM of the worker: vLLM's engine core runs inside it (in process)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / (1 << 20)
+    return float("nan")
+
+
+def main() -> None:
+    scenarios = [s for s in (load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json")))
+                 if s.engine is not None]
+    for release in load_pins().releases:
+        proc = EngineProcess(resolve_engine(release, log=lambda m: None))
+        t0 = time.perf_counter()
+        proc.start()
+        cold = time.perf_counter() - t0
+        if "engine_steps" not in proc.hello["capabilities"]:
+            try:
+                proc.run(scenarios[0], ["engine_steps"])
+            except EngineFailure as failure:
+                reason = str(failure).split("unsupported: ", 1)[-1]
+            proc.close()
+            print(f"(d) engine layer, vllm {release}: unsupported: {reason}")
+            continue
+        times = {}
+        for s in scenarios:
+            t = time.perf_counter()
+            proc.run(s, ["engine_config", "engine_steps", "engine_outputs"])
+            times[s.name] = time.perf_counter() - t
+        rss = peak_rss_gib(proc._proc.pid)
+        proc.close()
+        slowest = max(times, key=times.get)
+        print(f"(d) engine layer, vllm {release}: cold start {cold:.1f} s, {len(times)} engine scenarios "
+              f"{sum(times.values()):.1f} s (slowest {slowest} {times[slowest]:.1f} s, median "
+              f"{sorted(times.values())[len(times) // 2]:.1f} s), worker peak RSS {rss:.2f} GiB")
+
+
+if __name__ == "__main__":
+    main()
