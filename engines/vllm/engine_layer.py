@@ -98,11 +98,11 @@ def llm_kwargs(scenario: dict) -> dict:
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu():
-        # An explicit KV cache (1 GiB): vLLM on CPU otherwise takes most of the machine's
+        # An explicit KV cache (256 MiB): vLLM on CPU otherwise takes most of the machine's
         # memory (0.27.1) or refuses to start beside other processes (0.28.0). Far more
         # blocks than any tiny workload needs, so the cache never decides a step unless the
         # scenario sets num_gpu_blocks_override.
-        args.setdefault("kv_cache_memory_bytes", 1 << 30)
+        args.setdefault("kv_cache_memory_bytes", 256 << 20)
     args.update(
         enforce_eager=True,  # no CUDA graphs: every forward is counted, CPU and GPU alike
         skip_tokenizer_init=True,
@@ -114,13 +114,11 @@ def llm_kwargs(scenario: dict) -> dict:
 
 def run_engine(scenario: dict):
     import vllm
-    from vllm import SamplingParams
 
     from conformance.scenario import ScenarioError
-    from conformance.workload import prompt_tokens, validate_workload
+    from conformance.workload import validate_workload
 
-    from . import worker_counts
-    from .config_layer import _captured_vllm_log, _forget_once_caches, _scrub, budget_record
+    from .config_layer import _captured_vllm_log, _forget_once_caches, _scrub
 
     source = scenario.get("name", "<scenario>")
     engine_args = scenario["engine_args"]
@@ -139,53 +137,69 @@ def run_engine(scenario: dict):
     with _captured_vllm_log() as captured:
         try:
             llm = vllm.LLM(**kwargs)
-        except Exception as exc:  # a refused configuration is a result, not a crash
-            if isinstance(exc, (ValueError, TypeError)) or "Error" in type(exc).__name__:
-                refusal = {"type": type(exc).__name__, "message": _scrub(str(exc), engine_args)}
-                lines = [_scrub(x, engine_args) for x in captured if _budget_line(x)]
-                gc.collect()
-                return ([{"refused": refusal, "budget_log_lines": lines}], [{"refused": refusal}],
-                        [{"refused": refusal}])
-            raise
+        except Exception as exc:  # the release refusing a configuration is a result, not a crash
+            _release_memory()
+            refusal = {"type": type(exc).__name__, "message": _scrub(str(exc), engine_args)}
+            lines = [_scrub(x, engine_args) for x in captured if _budget_line(x)]
+            return ([{"refused": refusal, "budget_log_lines": lines}], [{"refused": refusal}],
+                    [{"refused": refusal}])
+    lines = [_scrub(x, engine_args) for x in captured if _budget_line(x)]
     try:
-        lines = [_scrub(x, engine_args) for x in captured if _budget_line(x)]
-        engine = llm.llm_engine
-        core = engine.engine_core.engine_core  # InprocClient -> EngineCore
-        scheduler = core.scheduler
-        config = budget_record(engine.vllm_config, lines, scheduler)
-        hooked = llm.collective_rpc(worker_counts.install)
-        print(f"[engine] counting tokens through {hooked}", flush=True)
-
-        arrivals: dict[int, list[dict]] = {}
-        for req in workload["requests"]:
-            arrivals.setdefault(req["arrival_step"], []).append(req)
-        seed, vocab = workload["seed"], workload["vocab_size"]
-        finished: dict[str, object] = {}
-        added, step = 0, 0
-        total = len(workload["requests"])
-        while True:
-            for req in arrivals.get(step, ()):
-                params = SamplingParams(
-                    temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=True,
-                    stop_token_ids=list(req["stop_token_ids"]), logprobs=num_logprobs,
-                    detokenize=False, seed=0)
-                prompt = {"prompt_token_ids": prompt_tokens(seed, req["id"], req["prompt_len"], vocab)}
-                engine.add_request(req["id"], prompt, params)
-                added += 1
-            if added == total and not engine.has_unfinished_requests():
-                break
-            if step >= workload["max_steps"]:
-                raise RuntimeError(f"the workload did not finish within max_steps={workload['max_steps']}")
-            for out in engine.step():
-                if out.finished:
-                    finished[out.request_id] = out
-            step += 1
-        steps = list(scheduler.parity_steps)
-        outputs = [_output_record(rid, finished[rid], decimals) for rid in sorted(finished)]
+        return _generate(llm, workload, lines, num_logprobs, decimals)
     finally:
+        llm.llm_engine.engine_core.shutdown()
         del llm
-        gc.collect()
-    return [config], steps, outputs
+        _release_memory()
+
+
+def _generate(llm, workload: dict, lines: list[str], num_logprobs: int, decimals: int):
+    """Add the workload's requests at their arrival steps and step the engine until done."""
+    from vllm import SamplingParams
+
+    from conformance.workload import prompt_tokens
+
+    from . import worker_counts
+    from .config_layer import budget_record
+
+    engine = llm.llm_engine
+    scheduler = engine.engine_core.engine_core.scheduler  # InprocClient -> EngineCore
+    config = budget_record(engine.vllm_config, lines, scheduler)
+    hooked = llm.collective_rpc(worker_counts.install)
+    print(f"[engine] counting tokens through {hooked}", flush=True)
+
+    arrivals: dict[int, list[dict]] = {}
+    for req in workload["requests"]:
+        arrivals.setdefault(req["arrival_step"], []).append(req)
+    seed, vocab = workload["seed"], workload["vocab_size"]
+    finished: dict[str, object] = {}
+    added, step = 0, 0
+    total = len(workload["requests"])
+    while True:
+        for req in arrivals.get(step, ()):
+            params = SamplingParams(
+                temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=True,
+                stop_token_ids=list(req["stop_token_ids"]), logprobs=num_logprobs,
+                detokenize=False, seed=0)
+            prompt = {"prompt_token_ids": prompt_tokens(seed, req["id"], req["prompt_len"], vocab)}
+            engine.add_request(req["id"], prompt, params)
+            added += 1
+        if added == total and not engine.has_unfinished_requests():
+            break
+        if step >= workload["max_steps"]:
+            raise RuntimeError(f"the workload did not finish within max_steps={workload['max_steps']}")
+        for out in engine.step():
+            if out.finished:
+                finished[out.request_id] = out
+        step += 1
+    outputs = [_output_record(rid, finished[rid], decimals) for rid in sorted(finished)]
+    return [config], list(scheduler.parity_steps), outputs
+
+
+def _release_memory() -> None:
+    """Free the engine before the next one: vLLM freezes the garbage collector after start-up
+    (gc.freeze), so without this every engine's KV cache stays in the warm worker."""
+    gc.unfreeze()
+    gc.collect()
 
 
 def _budget_line(line: str) -> bool:

@@ -1,0 +1,199 @@
+// Writers for every layer's records (engines/PROTOCOL.md "Layers and their records").
+// Fill the struct, call to_json(), hand it to Session::record(layer, ...). Optional fields
+// are written only where PROTOCOL.md says an engine has them; field names are the protocol's.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parity/protocol.hpp"
+
+namespace parity {
+
+// A configuration the engine refused (a *result*, sent as a record, not an error):
+// `type` is the exception's class name in vLLM (ValueError, ...), `message` free text.
+struct Refusal {
+    std::string type, message;
+    json to_json() const { return {{"type", type}, {"message", message}}; }
+};
+
+// `config` (and `engine_config`): the resolved scheduling budget. One record.
+struct ConfigRecord {
+    std::optional<Refusal> refused;  // set: only `refused` and `budget_log_lines` are written
+    std::int64_t max_num_batched_tokens = 0, max_num_scheduled_tokens = 0, max_num_seqs = 0;
+    std::int64_t num_speculative_tokens = 0;
+    std::optional<std::string> speculative_method;  // null without speculation
+    bool parallel_drafting = false;
+    std::int64_t drafting_slots_per_request = 0;
+    std::optional<std::string> drafting_reservation;  // "config", "per_step_input_budget", null
+    std::optional<std::int64_t> num_lookahead_tokens;  // null where the engine has none
+    std::int64_t block_size = 0;
+    bool enable_prefix_caching = false, enable_chunked_prefill = false;
+    std::string scheduler_class;
+    std::vector<std::string> budget_log_lines;  // verbatim, in order (see BudgetLog)
+
+    json to_json() const {
+        if (refused) return {{"refused", refused->to_json()}, {"budget_log_lines", budget_log_lines}};
+        auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
+        return {{"refused", nullptr},
+                {"max_num_batched_tokens", max_num_batched_tokens},
+                {"max_num_scheduled_tokens", max_num_scheduled_tokens},
+                {"max_num_seqs", max_num_seqs},
+                {"num_speculative_tokens", num_speculative_tokens},
+                {"speculative_method", opt(speculative_method)},
+                {"parallel_drafting", parallel_drafting},
+                {"drafting_slots_per_request", drafting_slots_per_request},
+                {"drafting_reservation", opt(drafting_reservation)},
+                {"num_lookahead_tokens", opt(num_lookahead_tokens)},
+                {"block_size", block_size},
+                {"enable_prefix_caching", enable_prefix_caching},
+                {"enable_chunked_prefill", enable_chunked_prefill},
+                {"scheduler_class", scheduler_class},
+                {"budget_log_lines", budget_log_lines}};
+    }
+};
+
+// The budget log lines a port prints, with vLLM's exact text, so a reviewer reads the
+// oracle's and the port's side by side. Each helper returns the line; log it to stderr with
+// your own logger and push it into ConfigRecord::budget_log_lines.
+namespace budget_log {
+inline std::string chunked_prefill(std::int64_t max_num_batched_tokens) {  // vLLM SchedulerConfig
+    return "Chunked prefill is enabled with max_num_batched_tokens=" + std::to_string(max_num_batched_tokens) + ".";
+}
+inline std::string scheduled_tokens_reduced(std::int64_t max_num_scheduled_tokens) {  // VllmConfig, <= 0.27
+    return "max_num_scheduled_tokens is set to " + std::to_string(max_num_scheduled_tokens) +
+           " based on the speculative decoding settings. This may lead to suboptimal performance. Consider "
+           "increasing max_num_batched_tokens to accommodate the additional draft token slots, or decrease "
+           "num_speculative_tokens or max_num_seqs.";
+}
+inline std::string scheduled_tokens_refused(std::int64_t max_num_scheduled_tokens) {  // the ValueError's text
+    return "max_num_scheduled_tokens is set to " + std::to_string(max_num_scheduled_tokens) +
+           " based on the speculative decoding settings, which does not allow any tokens to be scheduled. "
+           "Increase max_num_batched_tokens to accommodate the additional draft token slots, or decrease "
+           "num_speculative_tokens or max_num_seqs.";
+}
+}  // namespace budget_log
+
+// `steps` (and `engine_steps`): one record per scheduler step.
+struct StepRequest {
+    std::int64_t tokens = 0, draft_tokens = 0;
+    std::optional<std::int64_t> accepted_draft_tokens;  // engine_steps only
+};
+
+struct StepRecord {
+    std::int64_t step = 0, total_num_scheduled_tokens = 0, token_budget = 0;
+    // Only where drafting slots are charged per scheduled request (vLLM >= 0.28):
+    std::optional<std::int64_t> input_budget, drafting_slots_per_request;
+    std::map<std::string, StepRequest> requests;
+    std::vector<std::string> new_, resumed, preempted, finished;  // written sorted
+    // engine_steps only:
+    std::optional<std::vector<std::int64_t>> target_forward_tokens, drafter_forward_tokens;
+    std::optional<std::int64_t> max_num_batched_tokens;
+
+    json to_json() const {
+        auto sorted = [](std::vector<std::string> v) {
+            std::sort(v.begin(), v.end());
+            return v;
+        };
+        json reqs = json::object();
+        for (const auto& [id, r] : requests) {
+            json entry = {{"tokens", r.tokens}, {"draft_tokens", r.draft_tokens}};
+            if (r.accepted_draft_tokens) entry["accepted_draft_tokens"] = *r.accepted_draft_tokens;
+            reqs[id] = entry;
+        }
+        json out = {{"step", step},
+                    {"total_num_scheduled_tokens", total_num_scheduled_tokens},
+                    {"token_budget", token_budget},
+                    {"requests", reqs},
+                    {"new", sorted(new_)},
+                    {"resumed", sorted(resumed)},
+                    {"preempted", sorted(preempted)},
+                    {"finished", sorted(finished)}};
+        if (input_budget) out["input_budget"] = *input_budget;
+        if (drafting_slots_per_request) out["drafting_slots_per_request"] = *drafting_slots_per_request;
+        if (target_forward_tokens) out["target_forward_tokens"] = *target_forward_tokens;
+        if (drafter_forward_tokens) out["drafter_forward_tokens"] = *drafter_forward_tokens;
+        if (max_num_batched_tokens) out["max_num_batched_tokens"] = *max_num_batched_tokens;
+        return out;
+    }
+};
+
+// `outputs` (and `engine_outputs`): one record per request, sent sorted by id.
+struct OutputRecord {
+    std::string id;
+    std::vector<std::int64_t> output_token_ids;
+    std::optional<std::string> finish_reason;  // "length" or "stop"
+    // engine_outputs only: per position [[token id, logprob], ...] best first, rounded.
+    std::optional<std::vector<std::vector<std::pair<std::int64_t, double>>>> logprobs;
+    std::optional<double> top1_margin_at_least;
+
+    json to_json() const {
+        json out = {{"id", id},
+                    {"output_token_ids", output_token_ids},
+                    {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
+        if (logprobs) {
+            json positions = json::array();
+            for (const auto& pos : *logprobs) {
+                json entries = json::array();
+                for (const auto& [token, lp] : pos) entries.push_back({token, lp});
+                positions.push_back(entries);
+            }
+            out["logprobs"] = positions;
+        }
+        if (top1_margin_at_least) out["top1_margin_at_least"] = *top1_margin_at_least;
+        return out;
+    }
+};
+
+// `methods`: one record per (row, K), then refusal probes (see PROTOCOL.md). Fields whose
+// names end in _text are shown, never compared.
+struct MethodRecord {
+    std::string row, method;
+    std::int64_t k = 0;
+    bool constructible = true;
+    std::optional<std::string> refusal_kind, refusal_text;
+    bool parallel_drafting = false;
+    std::int64_t drafting_slots_per_request = 0;
+    std::optional<std::int64_t> num_lookahead_tokens, max_num_scheduled_tokens, per_step_input_budget;
+
+    json to_json() const {
+        auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
+        return {{"row", row},
+                {"method", method},
+                {"k", k},
+                {"constructible", constructible},
+                {"refusal_kind", opt(refusal_kind)},
+                {"refusal_text", opt(refusal_text)},
+                {"parallel_drafting", parallel_drafting},
+                {"drafting_slots_per_request", drafting_slots_per_request},
+                {"num_lookahead_tokens", opt(num_lookahead_tokens)},
+                {"max_num_scheduled_tokens", opt(max_num_scheduled_tokens)},
+                {"per_step_input_budget", opt(per_step_input_budget)}};
+    }
+};
+
+struct ProbeRecord {
+    std::string row, probe;  // probe: "below", "at", "above"
+    bool refused = false;
+    std::optional<std::string> refusal_kind, refused_by, refusal_text;
+    std::int64_t reservation = 0;
+    json adjusted = json::object();  // what else had to change, e.g. {"max_num_seqs": 3}
+
+    json to_json() const {
+        auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
+        return {{"row", row},
+                {"probe", probe},
+                {"refused", refused},
+                {"refusal_kind", opt(refusal_kind)},
+                {"refused_by", opt(refused_by)},
+                {"refusal_text", opt(refusal_text)},
+                {"reservation", reservation},
+                {"adjusted", adjusted}};
+    }
+};
+
+}  // namespace parity

@@ -1,0 +1,85 @@
+// A typed reader for the scenario object of a `run` message (see README "Scenarios" and
+// engines/PROTOCOL.md "The scenario object"). The harness has validated the scenario file
+// already; this reader still checks every field it reads (type and range), so a bad `run`
+// is answered with a bad_request error naming the field, and no size can make the engine
+// allocate without bound. Unknown keys are ignored (the protocol's rule).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parity/protocol.hpp"
+
+namespace parity {
+
+// Limits, as conformance/scenario.py and conformance/workload.py state them.
+constexpr std::int64_t kMaxTokensLimit = 1 << 20;  // any size field
+constexpr std::int64_t kMaxVocabSize = 151936;
+constexpr std::int64_t kMaxSteps = 100000;
+constexpr std::size_t kMaxRequests = 4096;
+constexpr std::size_t kMaxList = 1024;  // stop_token_ids, acceptance
+constexpr std::int64_t kMaxAccept = 1024;
+
+struct SpeculativeConfig {
+    std::string method;                       // eagle, eagle3, dflash, dspark, mtp, ngram, draft_model, ...
+    std::int64_t num_speculative_tokens = 0;  // K (a method_matrix row takes it from `ks`)
+    std::optional<std::string> model;         // absolute path of the draft model folder
+    std::optional<bool> parallel_drafting;
+    std::optional<std::int64_t> prompt_lookup_max, prompt_lookup_min;
+};
+
+// engine_args: vLLM's own argument names.
+struct EngineArgs {
+    std::string model;  // absolute path of a folder with config.json
+    std::string load_format;
+    std::int64_t max_num_seqs = 0, max_num_batched_tokens = 0, max_model_len = 0, block_size = 0;
+    bool enable_prefix_caching = false, enable_chunked_prefill = true, async_scheduling = false;
+    std::optional<std::string> dtype, scheduling_policy;
+    std::optional<std::int64_t> seed, max_num_scheduled_tokens, long_prefill_token_threshold,
+        num_gpu_blocks_override;
+    std::optional<SpeculativeConfig> speculative_config;
+};
+
+struct RequestSpec {
+    std::string id;  // [A-Za-z0-9_-]{1,32}
+    std::int64_t arrival_step = 0, prompt_len = 0, max_tokens = 0;
+    std::vector<std::int64_t> stop_token_ids;
+    std::vector<std::int64_t> acceptance{0};  // drafts accepted at each verify step, cycled
+};
+
+struct Workload {
+    std::uint64_t seed = 0;
+    std::int64_t vocab_size = 0, max_steps = 0;
+    std::vector<RequestSpec> requests;
+};
+
+struct MethodRow {
+    std::string name;
+    std::optional<std::string> target;  // replaces engine_args.model for this row
+    SpeculativeConfig speculative_config;  // num_speculative_tokens left 0: K comes from ks
+};
+
+struct MethodMatrix {
+    std::vector<std::int64_t> ks;
+    std::vector<MethodRow> rows;
+};
+
+struct EngineOptions {  // the `engine` block: run the whole engine (engine_* layers)
+    std::int64_t logprobs = 5, logprob_decimals = 1;
+};
+
+struct Scenario {
+    std::string name, sha256;
+    EngineArgs engine_args;
+    std::optional<Workload> workload;
+    std::optional<MethodMatrix> method_matrix;
+    std::optional<EngineOptions> engine;
+    json raw;  // the object as received
+};
+
+// Reads `run.scenario`. Throws RunError(bad_request) naming the field on a wrong type or range.
+Scenario read_scenario(const json& scenario);
+
+}  // namespace parity

@@ -1,0 +1,70 @@
+// The one interface a port implements to put its scheduler under the `steps` and `outputs`
+// layers, and the driver that runs it on a scenario's workload with the stand-in.
+//
+// It mirrors the part of vLLM's v1 Scheduler the engine core calls each step
+// (add_request, schedule, update_from_output, update_draft_token_ids) plus what the driver
+// must read back about a request. Wrap your scheduler in an adapter that implements it.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "parity/records.hpp"
+#include "parity/scenario.hpp"
+#include "parity/standin.hpp"
+
+namespace parity {
+
+using standin::Token;
+using standin::Tokens;
+
+// What schedule() decided for one step.
+struct ScheduledStep {
+    std::vector<std::string> order;                    // scheduled request ids, in batch order
+    std::map<std::string, std::int64_t> num_scheduled_tokens;  // id -> tokens this step
+    std::map<std::string, Tokens> spec_tokens;         // id -> draft tokens scheduled for verification
+    std::vector<std::string> new_, resumed, preempted;  // first scheduled / resumed / preempted this step
+    std::int64_t token_budget = 0;                      // the step's budget (max_num_scheduled_tokens)
+};
+
+class PortScheduler {
+  public:
+    virtual ~PortScheduler() = default;
+    // A request arrives (before the schedule() of its arrival step). `prompt` holds its
+    // stand-in prompt tokens; greedy sampling, EOS ignored, stop_token_ids and max_tokens apply.
+    virtual void add_request(const RequestSpec& spec, Tokens prompt) = 0;
+    // Decide this step. Advances each scheduled request's computed tokens by its scheduled
+    // tokens (drafts included), as vLLM does before the model runs.
+    virtual ScheduledStep schedule() = 0;
+    // The request's prompt and output tokens so far, and its computed tokens.
+    virtual const Tokens& all_token_ids(const std::string& id) const = 0;
+    virtual std::int64_t num_computed_tokens(const std::string& id) const = 0;
+    // The model runner's answer: id -> sampled tokens (empty for a prefill chunk that does
+    // not end the prompt; accepted drafts plus a bonus token otherwise). Rejected drafts
+    // give back their computed tokens; stop conditions are checked token by token.
+    virtual void update_from_output(const ScheduledStep& step, const std::map<std::string, Tokens>& sampled) = 0;
+    // The drafter's K proposals for each request of the batch just run (finished requests
+    // and prefill chunks ignore theirs).
+    virtual void update_draft_token_ids(const std::vector<std::pair<std::string, Tokens>>& drafts) = 0;
+    virtual bool is_finished(const std::string& id) const = 0;
+    virtual Tokens output_token_ids(const std::string& id) const = 0;
+    virtual std::optional<std::string> finish_reason(const std::string& id) const = 0;  // "length"/"stop"
+};
+
+struct WorkloadResult {
+    std::vector<StepRecord> steps;
+    std::vector<OutputRecord> outputs;  // sorted by id
+};
+
+// Drives `scheduler` over the workload exactly as engines/vllm/steps_layer.py drives vLLM's:
+//   add the requests arriving at step n; stop when every request has finished;
+//   schedule(); the stand-in samples (verify() of the scheduled drafts); update_from_output();
+//   if K > 0 and tokens were scheduled: draft() K tokens per scheduled request with the
+//   acceptance of its pattern (indexed by its verify steps so far); update_draft_token_ids().
+// Throws RunError(internal) when the workload does not finish within max_steps.
+WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortScheduler& scheduler);
+
+}  // namespace parity

@@ -1,0 +1,388 @@
+// The reference engine: a worked example of a C++ engine under the vllm-parity gate.
+//
+// IT IS NOT AN ORACLE. It is the skeleton a port team copies: the kit (include/parity/) does
+// the protocol, the scenario, the records and the stand-in; this file holds the two things a
+// port brings itself, here in their simplest form:
+//
+//   1. resolve_config(): the engine's configuration code, which decides the scheduling budget
+//      and prints its budget log lines (the `config` layer). This one computes vLLM 0.27.1's
+//      drafting-slot reservation, as VllmConfig._set_max_num_scheduled_tokens does.
+//   2. SimpleScheduler: a scheduler behind the kit's PortScheduler interface (the `steps` and
+//      `outputs` layers). Chunked prefill under a token budget, a running cap, K drafts per
+//      decoding request, a block-counting KV cache with FCFS preemption. A port replaces it
+//      with an adapter around its own scheduler; nothing else in this file has to change.
+//
+// It does not serve `methods` (the per-method drafting table) nor the engine layers
+// (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
+// for them are answered with the protocol's `unsupported` error.
+//
+// Usage: reference_engine            (speaks protocol v1 on stdin/stdout, logs to stderr)
+#include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <iostream>
+#include <memory>
+#include <set>
+
+#include "parity/protocol.hpp"
+#include "parity/records.hpp"
+#include "parity/scenario.hpp"
+#include "parity/scheduler.hpp"
+
+namespace {
+
+using parity::ConfigRecord;
+using parity::ErrorKind;
+using parity::json;
+using parity::RunError;
+using parity::Token;
+using parity::Tokens;
+
+const char* kEngineName = "parity-cpp-reference";
+const char* kEngineVersion = "0.1.0";
+const std::vector<std::string> kServed = {"config", "steps", "outputs"};
+
+void log_line(const char* level, const std::string& text) {
+    std::fprintf(stderr, "%s [reference_engine] %s\n", level, text.c_str());
+}
+
+// ---- 1. configuration ----------------------------------------------------------------------
+
+// What the scheduler needs from the resolved configuration.
+struct Settings {
+    std::int64_t max_num_scheduled_tokens = 0, max_num_seqs = 0, max_model_len = 0, block_size = 16;
+    std::int64_t num_speculative_tokens = 0, num_lookahead_tokens = 0, long_prefill_token_threshold = 0;
+    std::int64_t num_gpu_blocks = 0;
+    bool enable_chunked_prefill = true;
+};
+
+// Resolves engine_args the way vLLM 0.27.1 does for the fields the config layer records.
+// Returns the record; `settings` is filled unless the configuration is refused.
+ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) {
+    ConfigRecord rec;
+    auto refuse = [&](const std::string& message) {
+        log_line("ERROR", message);
+        rec.refused = parity::Refusal{"ValueError", message};
+        return rec;
+    };
+    // SchedulerConfig: its INFO line comes first.
+    if (args.enable_chunked_prefill) {
+        rec.budget_log_lines.push_back(parity::budget_log::chunked_prefill(args.max_num_batched_tokens));
+        log_line("INFO", rec.budget_log_lines.back());
+    }
+    if (args.max_num_batched_tokens < args.max_num_seqs)
+        return refuse("max_num_batched_tokens (" + std::to_string(args.max_num_batched_tokens) +
+                      ") must be greater than or equal to max_num_seqs (" + std::to_string(args.max_num_seqs) + ").");
+    if (!args.enable_chunked_prefill && args.max_num_batched_tokens < args.max_model_len)
+        return refuse("max_num_batched_tokens is smaller than max_model_len with chunked prefill disabled.");
+
+    const auto& spec = args.speculative_config;
+    const std::int64_t k = spec ? spec->num_speculative_tokens : 0;
+    const std::string method = spec ? spec->method : "";
+    // SpeculativeConfig: DFlash and DSpark always draft in parallel.
+    const bool parallel = spec && (spec->parallel_drafting.value_or(false) || method == "dflash" || method == "dspark");
+    // max_num_new_slots_for_drafting: one slot per masked token when drafting in parallel,
+    // plus one for a separate draft model (it does not slice the draft tokens).
+    std::int64_t slots = 0;
+    if (spec) slots = (parallel ? k - 1 : 0) + (method == "draft_model" ? 1 : 0);
+    // The scheduler's lookahead slots per request.
+    std::int64_t lookahead = 0;
+    if (method == "eagle" || method == "eagle3" || method == "mtp" || method == "draft_model" || method == "dspark")
+        lookahead = k;
+    if (method == "dflash") lookahead = k + 1;  // a query for the last sampled token, plus K
+
+    // VllmConfig._set_max_num_scheduled_tokens (0.27.1): the drafting reservation is
+    // subtracted once, from the whole budget, for max_num_seqs requests.
+    std::int64_t scheduled = args.max_num_scheduled_tokens.value_or(args.max_num_batched_tokens);
+    if (spec) {
+        const std::int64_t delta = slots * args.max_num_seqs;
+        if (!args.max_num_scheduled_tokens) scheduled = args.max_num_batched_tokens - delta;
+        if (scheduled <= 0) return refuse(parity::budget_log::scheduled_tokens_refused(scheduled));
+        if (scheduled < 8192) {
+            rec.budget_log_lines.push_back(parity::budget_log::scheduled_tokens_reduced(scheduled));
+            log_line("WARNING", rec.budget_log_lines.back());
+        }
+        if (args.max_num_batched_tokens < scheduled + delta)
+            return refuse("VllmConfig received max_num_scheduled_tokens but it does not have enough slots to "
+                          "support the speculative decoding settings.");
+    }
+
+    rec.max_num_batched_tokens = args.max_num_batched_tokens;
+    rec.max_num_scheduled_tokens = scheduled;
+    rec.max_num_seqs = args.max_num_seqs;
+    rec.num_speculative_tokens = k;
+    if (spec) rec.speculative_method = method;
+    rec.parallel_drafting = parallel;
+    rec.drafting_slots_per_request = slots;
+    if (spec) rec.drafting_reservation = "config";
+    rec.num_lookahead_tokens = lookahead;
+    rec.block_size = args.block_size;
+    rec.enable_prefix_caching = args.enable_prefix_caching;
+    rec.enable_chunked_prefill = args.enable_chunked_prefill;
+    // The protocol compares the class name: report the vLLM class your scheduler ports
+    // (vLLM's v1 default is "Scheduler").
+    rec.scheduler_class = "Scheduler";
+
+    settings.max_num_scheduled_tokens = scheduled;
+    settings.max_num_seqs = args.max_num_seqs;
+    settings.max_model_len = args.max_model_len;
+    settings.block_size = args.block_size;
+    settings.num_speculative_tokens = k;
+    settings.num_lookahead_tokens = lookahead;
+    settings.long_prefill_token_threshold = args.long_prefill_token_threshold.value_or(0);
+    settings.enable_chunked_prefill = args.enable_chunked_prefill;
+    // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/oracle.py).
+    const std::int64_t blocks_per_seq = (args.max_model_len + args.block_size - 1) / args.block_size;
+    settings.num_gpu_blocks = args.num_gpu_blocks_override.value_or(args.max_num_seqs * blocks_per_seq + 1);
+    return rec;
+}
+
+// ---- 2. the scheduler ----------------------------------------------------------------------
+// Replace this class with an adapter around your own scheduler.
+
+class SimpleScheduler : public parity::PortScheduler {
+  public:
+    explicit SimpleScheduler(const Settings& s) : s_(s), free_blocks_(s.num_gpu_blocks - 1) {}  // one null block
+
+    void add_request(const parity::RequestSpec& spec, Tokens prompt) override {
+        auto r = std::make_unique<Request>();
+        r->id = spec.id;
+        r->num_prompt_tokens = static_cast<std::int64_t>(prompt.size());
+        r->tokens = std::move(prompt);
+        r->max_tokens = spec.max_tokens;
+        r->stop_token_ids = std::set<Token>(spec.stop_token_ids.begin(), spec.stop_token_ids.end());
+        waiting_.push_back(r.get());
+        requests_[spec.id] = std::move(r);
+    }
+
+    parity::ScheduledStep schedule() override {
+        parity::ScheduledStep out;
+        out.token_budget = s_.max_num_scheduled_tokens;
+        std::int64_t budget = s_.max_num_scheduled_tokens;
+        std::vector<Request*> scheduled;
+        bool prefill_scheduled = false;  // a running request scheduled mid-prefill
+
+        auto take = [&](Request* r, std::int64_t n) {
+            scheduled.push_back(r);
+            out.order.push_back(r->id);
+            out.num_scheduled_tokens[r->id] = n;
+            budget -= n;
+        };
+
+        // First the running requests, in order: each catches up with its tokens plus drafts.
+        for (std::size_t i = 0; i < running_.size() && budget > 0;) {
+            Request* r = running_[i];
+            std::int64_t n = r->num_tokens() + static_cast<std::int64_t>(r->spec.size()) - r->num_computed;
+            if (0 < s_.long_prefill_token_threshold && s_.long_prefill_token_threshold < n)
+                n = s_.long_prefill_token_threshold;
+            n = std::min(n, budget);
+            n = std::min(n, s_.max_model_len - r->num_computed - 1);  // one sampled token per step
+            if (n <= 0) {
+                ++i;
+                continue;
+            }
+            bool ok = allocate(*r, n);
+            while (!ok) {  // no room: preempt the newest running request (FCFS), maybe this one
+                Request* victim = running_.back();
+                running_.pop_back();
+                preempt(*victim);
+                out.preempted.push_back(victim->id);
+                if (victim == r) break;
+                ok = allocate(*r, n);
+            }
+            if (!ok) break;
+            take(r, n);
+            prefill_scheduled |= r->is_prefill_chunk;
+            ++i;
+            if (!r->spec.empty()) {  // schedule as many drafts as the budget left room for
+                std::int64_t n_spec = n + r->num_computed - r->num_tokens();
+                if (n_spec > 0) {
+                    Tokens drafts = r->spec;
+                    if (static_cast<std::int64_t>(drafts.size()) > n_spec) drafts.resize(n_spec);
+                    out.spec_tokens[r->id] = drafts;
+                }
+                r->spec.clear();  // new ones arrive through update_draft_token_ids
+            }
+        }
+
+        // Then the waiting requests, in order, while nothing was preempted this step.
+        while (out.preempted.empty() && !waiting_.empty() && budget > 0) {
+            if (static_cast<std::int64_t>(running_.size()) >= s_.max_num_seqs) break;
+            Request* r = waiting_.front();
+            std::int64_t n = r->num_tokens() - r->num_computed;
+            bool pad = false;
+            // vLLM admits a one-token prompt straight into decode, padded with K placeholder
+            // drafts, when the batch is decoding (uniform decode batches).
+            if (s_.num_speculative_tokens > 0 && n == 1 && !scheduled.empty() && !prefill_scheduled) {
+                n = 1 + s_.num_speculative_tokens;
+                if (n > budget || r->num_computed + n > s_.max_model_len) break;
+                pad = true;
+            }
+            if (0 < s_.long_prefill_token_threshold && s_.long_prefill_token_threshold < n)
+                n = s_.long_prefill_token_threshold;
+            if (!s_.enable_chunked_prefill && n > budget) break;
+            n = std::min(n, budget);
+            if (!allocate(*r, n)) break;
+            waiting_.pop_front();
+            running_.push_back(r);
+            (r->num_preemptions > 0 ? out.resumed : out.new_).push_back(r->id);
+            r->running = true;
+            take(r, n);
+            if (pad) out.spec_tokens[r->id] = Tokens(s_.num_speculative_tokens, -1);
+        }
+
+        // The model runs on what was scheduled: computed tokens advance now (drafts included).
+        for (Request* r : scheduled) {
+            r->num_computed += out.num_scheduled_tokens[r->id];
+            r->is_prefill_chunk = r->num_computed < r->num_tokens();
+        }
+        return out;
+    }
+
+    const Tokens& all_token_ids(const std::string& id) const override { return get(id).tokens; }
+    std::int64_t num_computed_tokens(const std::string& id) const override { return get(id).num_computed; }
+
+    void update_from_output(const parity::ScheduledStep& step, const std::map<std::string, Tokens>& sampled) override {
+        for (const auto& id : step.order) {
+            Request& r = get(id);
+            if (r.finish_reason) continue;
+            const Tokens& new_tokens = sampled.at(id);
+            auto drafts = step.spec_tokens.find(id);
+            if (drafts != step.spec_tokens.end() && !new_tokens.empty()) {
+                // accepted = sampled - 1 (the bonus token); rejected drafts were not computed
+                std::int64_t rejected =
+                    static_cast<std::int64_t>(drafts->second.size()) - (static_cast<std::int64_t>(new_tokens.size()) - 1);
+                if (r.num_computed > 0) r.num_computed -= rejected;
+            }
+            for (Token t : new_tokens) {  // append one by one; a stop drops the rest
+                r.tokens.push_back(t);
+                if (r.stop_token_ids.count(t)) {
+                    r.finish_reason = "stop";
+                } else if (r.num_tokens() >= s_.max_model_len || r.num_output_tokens() >= r.max_tokens) {
+                    r.finish_reason = "length";
+                }
+                if (r.finish_reason) break;
+            }
+            if (r.finish_reason) {
+                free_blocks_ += r.blocks;
+                r.blocks = 0;
+                r.running = false;
+                running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
+            }
+        }
+    }
+
+    void update_draft_token_ids(const std::vector<std::pair<std::string, Tokens>>& drafts) override {
+        for (const auto& [id, tokens] : drafts) {
+            Request& r = get(id);
+            if (r.finish_reason || !r.running) continue;
+            if (r.is_prefill_chunk) {
+                r.spec.clear();  // still prefilling: its drafts are meaningless
+                continue;
+            }
+            r.spec = tokens;
+        }
+    }
+
+    bool is_finished(const std::string& id) const override { return get(id).finish_reason.has_value(); }
+    Tokens output_token_ids(const std::string& id) const override {
+        const Request& r = get(id);
+        return Tokens(r.tokens.begin() + r.num_prompt_tokens, r.tokens.end());
+    }
+    std::optional<std::string> finish_reason(const std::string& id) const override { return get(id).finish_reason; }
+
+  private:
+    struct Request {
+        std::string id;
+        Tokens tokens;  // prompt + outputs
+        std::int64_t num_prompt_tokens = 0, max_tokens = 0, num_computed = 0, blocks = 0, num_preemptions = 0;
+        std::set<Token> stop_token_ids;
+        Tokens spec;  // drafts proposed for the next step
+        bool running = false, is_prefill_chunk = false;
+        std::optional<std::string> finish_reason;
+        std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
+        std::int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
+    };
+
+    Request& get(const std::string& id) const { return *requests_.at(id); }
+
+    // KV blocks for computed + new tokens plus the lookahead slots of the drafts to come.
+    bool allocate(Request& r, std::int64_t n) {
+        const std::int64_t needed_tokens = std::min(r.num_computed + n + s_.num_lookahead_tokens, s_.max_model_len);
+        const std::int64_t needed = (needed_tokens + s_.block_size - 1) / s_.block_size;
+        const std::int64_t more = std::max<std::int64_t>(0, needed - r.blocks);
+        if (more > free_blocks_) return false;
+        free_blocks_ -= more;
+        r.blocks += more;
+        return true;
+    }
+
+    // Back to the front of the waiting queue; everything is recomputed on resumption.
+    void preempt(Request& r) {
+        free_blocks_ += r.blocks;
+        r.blocks = 0;
+        r.num_computed = 0;
+        r.spec.clear();
+        r.running = false;
+        ++r.num_preemptions;
+        waiting_.push_front(&r);
+    }
+
+    Settings s_;
+    std::int64_t free_blocks_;
+    std::map<std::string, std::unique_ptr<Request>> requests_;
+    std::vector<Request*> running_;
+    std::deque<Request*> waiting_;
+};
+
+// ---- the run handler: layers -> records ----------------------------------------------------
+
+void handle_run(parity::Session& session, const json& message) {
+    std::vector<std::string> layers;
+    for (const auto& layer : message["layers"]) {
+        if (!layer.is_string()) throw RunError(ErrorKind::bad_request, "run.layers must be a list of strings");
+        layers.push_back(layer.get<std::string>());
+    }
+    for (const auto& layer : layers)
+        if (std::find(kServed.begin(), kServed.end(), layer) == kServed.end())
+            throw RunError(ErrorKind::unsupported,
+                           "the reference engine serves config, steps and outputs, not " + layer +
+                               (layer.rfind("engine_", 0) == 0 ? " (the engine layers need a real model runner)" : ""));
+
+    const parity::Scenario scenario = parity::read_scenario(message["scenario"]);
+    Settings settings;
+    const ConfigRecord config = resolve_config(scenario.engine_args, settings);
+
+    std::optional<parity::WorkloadResult> result;  // one drive serves both steps and outputs
+    auto drive = [&]() -> const parity::WorkloadResult& {
+        if (!result) {
+            if (!scenario.workload)
+                throw RunError(ErrorKind::bad_request, "the steps and outputs layers need a workload; this scenario has none");
+            if (scenario.engine_args.async_scheduling)
+                throw RunError(ErrorKind::bad_request, "engine_args.async_scheduling must be false for the steps layer");
+            SimpleScheduler scheduler(settings);
+            result = parity::run_workload(*scenario.workload, settings.num_speculative_tokens, scheduler);
+        }
+        return *result;
+    };
+    for (const auto& layer : layers) {
+        if (layer == "config") {
+            session.record("config", config.to_json());
+        } else if (config.refused) {  // a refused configuration is the result of every layer
+            session.record(layer, {{"refused", config.refused->to_json()}});
+        } else if (layer == "steps") {
+            for (const auto& step : drive().steps) session.record("steps", step.to_json());
+        } else if (layer == "outputs") {
+            for (const auto& output : drive().outputs) session.record("outputs", output.to_json());
+        }
+    }
+}
+
+}  // namespace
+
+int main() {
+    std::ios::sync_with_stdio(false);
+    parity::Session session(stdout);
+    session.hello(kEngineName, kEngineVersion, kServed);
+    return parity::serve(session, stdin, handle_run);
+}

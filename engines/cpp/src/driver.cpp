@@ -1,0 +1,101 @@
+// The stand-in driver: see include/parity/scheduler.hpp and engines/vllm/steps_layer.py.
+#include <algorithm>
+#include <set>
+
+#include "parity/scheduler.hpp"
+
+namespace parity {
+
+WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortScheduler& scheduler) {
+    std::map<std::int64_t, std::vector<const RequestSpec*>> arrivals;
+    std::map<std::string, const RequestSpec*> specs;
+    std::map<std::string, std::int64_t> verified;  // verify steps so far, per request
+    for (const auto& r : workload.requests) {
+        arrivals[r.arrival_step].push_back(&r);
+        specs[r.id] = &r;
+        verified[r.id] = 0;
+    }
+    std::set<std::string> added;
+    WorkloadResult result;
+    const std::uint64_t seed = workload.seed;
+    const std::int64_t vocab = workload.vocab_size;
+
+    for (std::int64_t step = 0;; ++step) {
+        if (auto it = arrivals.find(step); it != arrivals.end())
+            for (const RequestSpec* r : it->second) {
+                scheduler.add_request(*r, standin::prompt_tokens(seed, r->id, r->prompt_len, vocab));
+                added.insert(r->id);
+            }
+        bool all_done = added.size() == specs.size();
+        for (const auto& id : added) all_done = all_done && scheduler.is_finished(id);
+        if (all_done) break;
+        if (step >= workload.max_steps)
+            throw RunError(ErrorKind::internal, "the workload did not finish within max_steps=" +
+                                                    std::to_string(workload.max_steps));
+
+        std::vector<std::string> unfinished;
+        for (const auto& id : added)
+            if (!scheduler.is_finished(id)) unfinished.push_back(id);
+
+        ScheduledStep out = scheduler.schedule();
+
+        StepRecord rec;
+        rec.step = step;
+        rec.token_budget = out.token_budget;
+        for (const auto& id : out.order) {
+            auto drafts = out.spec_tokens.find(id);
+            std::int64_t n = out.num_scheduled_tokens.at(id);
+            parity::StepRequest entry;
+            entry.tokens = n;
+            entry.draft_tokens = drafts == out.spec_tokens.end() ? 0 : static_cast<std::int64_t>(drafts->second.size());
+            rec.requests[id] = entry;
+            rec.total_num_scheduled_tokens += n;
+        }
+        rec.new_ = out.new_;
+        rec.resumed = out.resumed;
+        rec.preempted = out.preempted;
+
+        // The stand-in model runner.
+        std::map<std::string, Tokens> sampled;
+        for (const auto& id : out.order) {
+            auto it = out.spec_tokens.find(id);
+            const Tokens no_drafts;
+            const Tokens& drafts = it == out.spec_tokens.end() ? no_drafts : it->second;
+            const Tokens& tokens = scheduler.all_token_ids(id);
+            // schedule() has already advanced the computed tokens by the scheduled ones.
+            if (scheduler.num_computed_tokens(id) - static_cast<std::int64_t>(drafts.size()) <
+                static_cast<std::int64_t>(tokens.size())) {
+                sampled[id] = {};  // a prefill chunk that does not reach the end: no sample
+                continue;
+            }
+            if (!drafts.empty()) ++verified[id];
+            sampled[id] = standin::verify(seed, tokens, drafts, vocab);
+        }
+        scheduler.update_from_output(out, sampled);
+        for (const auto& id : unfinished)
+            if (scheduler.is_finished(id)) rec.finished.push_back(id);
+
+        // The stand-in drafter (post_step).
+        if (k > 0 && rec.total_num_scheduled_tokens > 0) {
+            std::vector<std::pair<std::string, Tokens>> drafts;
+            for (const auto& id : out.order) {
+                if (scheduler.is_finished(id)) continue;  // the scheduler would drop these
+                const auto& pattern = specs.at(id)->acceptance;
+                std::int64_t accept = pattern[static_cast<std::size_t>(verified[id]) % pattern.size()];
+                drafts.emplace_back(id, standin::draft(seed, scheduler.all_token_ids(id), k, accept, vocab));
+            }
+            scheduler.update_draft_token_ids(drafts);
+        }
+        result.steps.push_back(std::move(rec));
+    }
+    for (const auto& [id, spec] : specs) {  // std::map: sorted by id
+        OutputRecord o;
+        o.id = id;
+        o.output_token_ids = scheduler.output_token_ids(id);
+        o.finish_reason = scheduler.finish_reason(id);
+        result.outputs.push_back(std::move(o));
+    }
+    return result;
+}
+
+}  // namespace parity

@@ -1,0 +1,189 @@
+// Typed scenario reader: see include/parity/scenario.hpp.
+#include "parity/scenario.hpp"
+
+#include <set>
+
+namespace parity {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& where, const std::string& problem) {
+    throw RunError(ErrorKind::bad_request, "scenario." + where + ": " + problem);
+}
+
+const json* find(const json& obj, const char* key) {
+    auto it = obj.find(key);
+    return it == obj.end() ? nullptr : &*it;
+}
+
+const json& require(const json& obj, const std::string& where, const char* key) {
+    const json* v = find(obj, key);
+    if (!v) fail(where + key, "is required");
+    return *v;
+}
+
+std::int64_t integer(const json& v, const std::string& where, std::int64_t low, std::int64_t high) {
+    if (!v.is_number_integer()) fail(where, "must be an integer, got " + v.dump().substr(0, 40));
+    if (v.is_number_unsigned() && v.get<std::uint64_t>() > static_cast<std::uint64_t>(INT64_MAX))
+        fail(where, "is out of range");
+    std::int64_t x = v.get<std::int64_t>();
+    if (x < low || x > high)
+        fail(where, "must be between " + std::to_string(low) + " and " + std::to_string(high) + ", got " +
+                        std::to_string(x));
+    return x;
+}
+
+std::string string(const json& v, const std::string& where) {
+    if (!v.is_string()) fail(where, "must be a string");
+    return v.get<std::string>();
+}
+
+bool boolean(const json& v, const std::string& where) {
+    if (!v.is_boolean()) fail(where, "must be a boolean");
+    return v.get<bool>();
+}
+
+const json& object(const json& v, const std::string& where) {
+    if (!v.is_object()) fail(where, "must be an object");
+    return v;
+}
+
+std::vector<std::int64_t> int_list(const json& v, const std::string& where, std::int64_t low, std::int64_t high,
+                                   bool allow_empty) {
+    if (!v.is_array()) fail(where, "must be an array of integers");
+    if (!allow_empty && v.empty()) fail(where, "must not be empty");
+    if (v.size() > kMaxList) fail(where, "must hold at most " + std::to_string(kMaxList) + " entries");
+    std::vector<std::int64_t> out;
+    for (std::size_t i = 0; i < v.size(); ++i)
+        out.push_back(integer(v[i], where + "[" + std::to_string(i) + "]", low, high));
+    return out;
+}
+
+std::optional<std::int64_t> opt_int(const json& obj, const std::string& where, const char* key, std::int64_t low,
+                                    std::int64_t high) {
+    const json* v = find(obj, key);
+    if (!v || v->is_null()) return std::nullopt;
+    return integer(*v, where + key, low, high);
+}
+
+std::optional<std::string> opt_string(const json& obj, const std::string& where, const char* key) {
+    const json* v = find(obj, key);
+    if (!v || v->is_null()) return std::nullopt;
+    return string(*v, where + key);
+}
+
+SpeculativeConfig read_spec(const json& raw, const std::string& where, bool needs_k) {
+    object(raw, where);
+    SpeculativeConfig s;
+    s.method = string(require(raw, where + ".", "method"), where + ".method");
+    if (needs_k)
+        s.num_speculative_tokens =
+            integer(require(raw, where + ".", "num_speculative_tokens"), where + ".num_speculative_tokens", 1,
+                    kMaxTokensLimit);
+    s.model = opt_string(raw, where + ".", "model");
+    if (const json* v = find(raw, "parallel_drafting"); v && !v->is_null())
+        s.parallel_drafting = boolean(*v, where + ".parallel_drafting");
+    s.prompt_lookup_max = opt_int(raw, where + ".", "prompt_lookup_max", 1, kMaxTokensLimit);
+    s.prompt_lookup_min = opt_int(raw, where + ".", "prompt_lookup_min", 1, kMaxTokensLimit);
+    return s;
+}
+
+bool valid_id(const std::string& id) {
+    if (id.empty() || id.size() > 32) return false;
+    for (char c : id)
+        if (!((c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' || c == '-'))
+            return false;
+    return true;
+}
+
+Workload read_workload(const json& raw, std::int64_t max_model_len) {
+    object(raw, "workload");
+    Workload w;
+    w.seed = static_cast<std::uint64_t>(integer(require(raw, "workload.", "seed"), "workload.seed", 0, INT64_MAX));
+    w.vocab_size = integer(require(raw, "workload.", "vocab_size"), "workload.vocab_size", 2, kMaxVocabSize);
+    w.max_steps = integer(require(raw, "workload.", "max_steps"), "workload.max_steps", 1, kMaxSteps);
+    const json& reqs = require(raw, "workload.", "requests");
+    if (!reqs.is_array() || reqs.empty() || reqs.size() > kMaxRequests)
+        fail("workload.requests", "must be an array of 1 to " + std::to_string(kMaxRequests) + " requests");
+    std::set<std::string> seen;
+    for (std::size_t i = 0; i < reqs.size(); ++i) {
+        const std::string where = "workload.requests[" + std::to_string(i) + "]";
+        const json& r = object(reqs[i], where);
+        RequestSpec q;
+        q.id = string(require(r, where + ".", "id"), where + ".id");
+        if (!valid_id(q.id)) fail(where + ".id", "must be 1-32 characters of A-Z a-z 0-9 _ -");
+        if (!seen.insert(q.id).second) fail(where + ".id", "duplicate request id " + q.id);
+        q.arrival_step = integer(require(r, where + ".", "arrival_step"), where + ".arrival_step", 0, w.max_steps - 1);
+        q.prompt_len = integer(require(r, where + ".", "prompt_len"), where + ".prompt_len", 1, max_model_len);
+        q.max_tokens = integer(require(r, where + ".", "max_tokens"), where + ".max_tokens", 1, max_model_len);
+        if (q.prompt_len + q.max_tokens > max_model_len)
+            fail(where + ".max_tokens", "prompt_len + max_tokens exceeds engine_args.max_model_len");
+        if (const json* v = find(r, "stop_token_ids"))
+            q.stop_token_ids = int_list(*v, where + ".stop_token_ids", 0, w.vocab_size - 1, true);
+        if (const json* v = find(r, "acceptance"))
+            q.acceptance = int_list(*v, where + ".acceptance", 0, kMaxAccept, false);
+        w.requests.push_back(std::move(q));
+    }
+    return w;
+}
+
+}  // namespace
+
+Scenario read_scenario(const json& raw) {
+    object(raw, "<scenario>");
+    Scenario s;
+    s.raw = raw;
+    s.name = string(require(raw, "", "name"), "name");
+    if (const json* v = find(raw, "sha256")) s.sha256 = string(*v, "sha256");
+    const json& a = object(require(raw, "", "engine_args"), "engine_args");
+    EngineArgs& e = s.engine_args;
+    const std::string w = "engine_args.";
+    e.model = string(require(a, w, "model"), w + "model");
+    e.load_format = string(require(a, w, "load_format"), w + "load_format");
+    e.max_num_seqs = integer(require(a, w, "max_num_seqs"), w + "max_num_seqs", 1, kMaxTokensLimit);
+    e.max_num_batched_tokens =
+        integer(require(a, w, "max_num_batched_tokens"), w + "max_num_batched_tokens", 1, kMaxTokensLimit);
+    e.max_model_len = integer(require(a, w, "max_model_len"), w + "max_model_len", 1, kMaxTokensLimit);
+    e.block_size = integer(require(a, w, "block_size"), w + "block_size", 1, kMaxTokensLimit);
+    e.enable_prefix_caching = boolean(require(a, w, "enable_prefix_caching"), w + "enable_prefix_caching");
+    e.enable_chunked_prefill = boolean(require(a, w, "enable_chunked_prefill"), w + "enable_chunked_prefill");
+    e.async_scheduling = boolean(require(a, w, "async_scheduling"), w + "async_scheduling");
+    e.dtype = opt_string(a, w, "dtype");
+    e.scheduling_policy = opt_string(a, w, "scheduling_policy");
+    e.seed = opt_int(a, w, "seed", 0, INT64_MAX);
+    e.max_num_scheduled_tokens = opt_int(a, w, "max_num_scheduled_tokens", 1, kMaxTokensLimit);
+    e.long_prefill_token_threshold = opt_int(a, w, "long_prefill_token_threshold", 0, kMaxTokensLimit);
+    e.num_gpu_blocks_override = opt_int(a, w, "num_gpu_blocks_override", 1, kMaxTokensLimit);
+    if (const json* v = find(a, "speculative_config"); v && !v->is_null())
+        e.speculative_config = read_spec(*v, "engine_args.speculative_config", true);
+
+    if (const json* v = find(raw, "workload"); v && !v->is_null()) s.workload = read_workload(*v, e.max_model_len);
+    if (const json* v = find(raw, "method_matrix"); v && !v->is_null()) {
+        object(*v, "method_matrix");
+        MethodMatrix m;
+        m.ks = int_list(require(*v, "method_matrix.", "ks"), "method_matrix.ks", 1, 64, false);
+        const json& rows = require(*v, "method_matrix.", "rows");
+        if (!rows.is_array() || rows.size() > kMaxList) fail("method_matrix.rows", "must be an array");
+        for (std::size_t i = 0; i < rows.size(); ++i) {
+            const std::string where = "method_matrix.rows[" + std::to_string(i) + "]";
+            const json& r = object(rows[i], where);
+            MethodRow row;
+            row.name = string(require(r, where + ".", "name"), where + ".name");
+            row.target = opt_string(r, where + ".", "target");
+            row.speculative_config =
+                read_spec(require(r, where + ".", "speculative_config"), where + ".speculative_config", false);
+            m.rows.push_back(std::move(row));
+        }
+        s.method_matrix = std::move(m);
+    }
+    if (const json* v = find(raw, "engine"); v && !v->is_null()) {
+        object(*v, "engine");
+        EngineOptions o;
+        if (auto x = opt_int(*v, "engine.", "logprobs", 1, 20)) o.logprobs = *x;
+        if (auto x = opt_int(*v, "engine.", "logprob_decimals", 0, 8)) o.logprob_decimals = *x;
+        s.engine = o;
+    }
+    return s;
+}
+
+}  // namespace parity

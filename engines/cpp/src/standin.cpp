@@ -1,0 +1,111 @@
+// The stand-in: see include/parity/standin.hpp. Bit-exact with conformance/workload.py.
+#include "parity/standin.hpp"
+
+#include <blake2.h>
+
+#include <cstring>
+#include <stdexcept>
+
+namespace parity::standin {
+
+namespace {
+
+// value as 8 bytes little-endian, two's complement (Python: to_bytes(8, "little", signed=True)).
+void put_le(std::string& out, std::uint64_t value) {
+    for (int i = 0; i < 8; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
+}
+
+class Hasher {
+  public:
+    explicit Hasher(const char* person) {
+        blake2b_param p;
+        std::memset(&p, 0, sizeof p);
+        p.digest_length = 8;
+        p.fanout = 1;
+        p.depth = 1;
+        std::size_t n = std::strlen(person);
+        if (n > sizeof p.personal) throw std::invalid_argument("personalization longer than 16 bytes");
+        std::memcpy(p.personal, person, n);
+        if (blake2b_init_param(&state_, &p) != 0) throw std::runtime_error("blake2b_init_param failed");
+    }
+    void update(const std::string& bytes) {
+        blake2b_update(&state_, reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size());
+    }
+    void update_le(std::uint64_t value) {
+        std::string b;
+        put_le(b, value);
+        update(b);
+    }
+    std::uint64_t digest() {
+        std::uint8_t out[8];
+        if (blake2b_final(&state_, out, sizeof out) != 0) throw std::runtime_error("blake2b_final failed");
+        std::uint64_t v = 0;
+        for (int i = 7; i >= 0; --i) v = (v << 8) | out[i];
+        return v;
+    }
+
+  private:
+    blake2b_state state_;
+};
+
+std::uint64_t modulo(std::uint64_t digest, std::int64_t vocab_size) {
+    if (vocab_size < 1) throw std::invalid_argument("vocab_size must be at least 1");
+    return digest % static_cast<std::uint64_t>(vocab_size);
+}
+
+}  // namespace
+
+std::uint64_t blake2b64(const std::string& person, const std::vector<std::string>& parts) {
+    Hasher h(person.c_str());
+    for (const auto& part : parts) h.update(part);
+    return h.digest();
+}
+
+Token target_next(std::uint64_t seed, const Tokens& tokens, std::int64_t vocab_size) {
+    Hasher h("parity-target");
+    h.update_le(seed);
+    h.update_le(static_cast<std::uint64_t>(tokens.size()));
+    std::size_t start = tokens.size() > kContext ? tokens.size() - kContext : 0;
+    for (std::size_t i = start; i < tokens.size(); ++i) h.update_le(static_cast<std::uint64_t>(tokens[i]));
+    return static_cast<Token>(modulo(h.digest(), vocab_size));
+}
+
+Tokens prompt_tokens(std::uint64_t seed, const std::string& req_id, std::int64_t n, std::int64_t vocab_size) {
+    Tokens out;
+    out.reserve(n > 0 ? static_cast<std::size_t>(n) : 0);
+    for (std::int64_t i = 0; i < n; ++i) {
+        Hasher h("parity-prompt");
+        h.update_le(seed);
+        h.update_le(static_cast<std::uint64_t>(i));
+        h.update(req_id);  // std::string holds the id's UTF-8 bytes as received
+        out.push_back(static_cast<Token>(modulo(h.digest(), vocab_size)));
+    }
+    return out;
+}
+
+Tokens draft(std::uint64_t seed, const Tokens& tokens, std::int64_t k, std::int64_t accept, std::int64_t vocab_size) {
+    Tokens context = tokens;
+    Tokens out;
+    for (std::int64_t i = 0; i < k; ++i) {
+        Token truth = target_next(seed, context, vocab_size);
+        Token token = i < accept ? truth : (truth + 1) % vocab_size;
+        out.push_back(token);
+        context.push_back(token);
+    }
+    return out;
+}
+
+Tokens verify(std::uint64_t seed, const Tokens& tokens, const Tokens& drafts, std::int64_t vocab_size) {
+    Tokens context = tokens;
+    Tokens out;
+    for (Token proposed : drafts) {
+        Token truth = target_next(seed, context, vocab_size);
+        out.push_back(truth);
+        if (proposed != truth) return out;
+        context.push_back(truth);
+    }
+    out.push_back(target_next(seed, context, vocab_size));
+    return out;
+}
+
+}  // namespace parity::standin
