@@ -22,6 +22,10 @@ from __future__ import annotations
 
 import re
 
+from .fields import METHODS, METHODS_WITH_DRAFT_MODEL, ScenarioError
+from .fields import model_dir as _model_dir
+from .fields import type_name as _tname
+
 ROW_NAME = re.compile(r"^[a-z0-9-]{1,32}$")
 K_MIN, K_MAX = 1, 64
 MATRIX_KEYS = {"ks", "rows"}
@@ -46,7 +50,6 @@ def validate_method_matrix(raw: object, source: str, base_dir) -> tuple[dict, di
     """
     from pathlib import Path
 
-    from .scenario import METHODS, METHODS_WITH_DRAFT_MODEL, ScenarioError, _model_dir, _tname
 
     base = Path(base_dir)
     where = "method_matrix"

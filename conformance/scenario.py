@@ -14,20 +14,14 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .fields import METHODS, METHODS_WITH_DRAFT_MODEL, ScenarioError, model_dir as _model_dir
+from .fields import type_name as _tname
 from .matrix import validate_method_matrix
 from .workload import validate_workload
 
 SCHEMA = "vllm-parity/scenario/1"
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 MAX_TOKENS_LIMIT = 1 << 20  # far above any gate configuration; rejects absurd sizes
-
-
-class ScenarioError(ValueError):
-    """A scenario file is malformed. The message names the file and the field."""
-
-    def __init__(self, source: str, field: str, problem: str):
-        super().__init__(f"{source}: {field}: {problem}")
-        self.source, self.field, self.problem = source, field, problem
 
 
 # Field -> (type, required). The keys are vLLM's own EngineArgs names, as in `vllm serve`.
@@ -67,8 +61,6 @@ SIZE_FIELDS = (
 )
 # Other integers and their allowed ranges (inclusive).
 RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
-METHODS_WITH_DRAFT_MODEL = {"eagle", "eagle3", "dflash", "dspark", "draft_model", "mtp", "medusa"}
-METHODS = METHODS_WITH_DRAFT_MODEL | {"ngram", "suffix"}
 TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix", "rows", "engine"}
 # The `engine` block: this scenario runs the whole engine (the engine layers) on its workload.
 # key -> (type, low, high). logprob_atol is the comparison's tolerance, not the engine's input,
@@ -251,28 +243,6 @@ def _check_sizes(src: str, args: dict) -> None:
             raise ScenarioError(src, f"engine_args.{key}", f"must be between {low} and {high}, got {args[key]}")
 
 
-def _model_dir(src: str, field: str, value: str, base: Path) -> tuple[str, str]:
-    """Absolute path for the engine, and the sha256 of its config.json for the scenario hash."""
-    if "\x00" in value:
-        raise ScenarioError(src, field, "a path may not contain a NUL character")
-    try:
-        folder = (base / value).resolve()
-        config = folder / "config.json"
-        found = config.is_file()
-    except (OSError, ValueError) as exc:  # too long, unencodable (lone surrogate), ...
-        raise ScenarioError(src, field, f"{value[:80]!r} is not a usable path: {exc}") from None
-    if not found:
-        raise ScenarioError(src, field, f"{value!r} is not a local folder with a config.json "
-                            f"(looked in {folder}); hub ids are not allowed")
-    try:
-        json.loads(config.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise ScenarioError(src, field, f"{config} is not valid JSON: {exc}") from None
-    except RecursionError:
-        raise ScenarioError(src, field, f"{config} is nested too deeply") from None
-    return str(folder), "sha256:" + hashlib.sha256(config.read_bytes()).hexdigest()
-
-
 def _no_unknown(src: str, prefix: str, obj: dict, allowed: set[str]) -> None:
     for key in obj:
         if key not in allowed:
@@ -282,8 +252,3 @@ def _no_unknown(src: str, prefix: str, obj: dict, allowed: set[str]) -> None:
 
 def _reject_constant(token: str):
     raise ValueError(f"{token} is not allowed")
-
-
-def _tname(value: object) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer",
-            float: "number", type(None): "null"}.get(type(value), type(value).__name__)

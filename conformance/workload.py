@@ -40,6 +40,9 @@ from __future__ import annotations
 import hashlib
 import re
 
+from conformance.fields import ScenarioError
+from conformance.fields import type_name as _tname
+
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 MAX_VOCAB_SIZE = 151936
 MAX_STEPS = 100_000
@@ -55,7 +58,6 @@ REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_id
 
 def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
     """The workload with defaults filled in; raises ScenarioError naming the field."""
-    from conformance.scenario import ScenarioError  # lazily: scenario.py imports this module
 
     def fail(field: str, problem: str):
         raise ScenarioError(source, field, problem)
@@ -136,11 +138,6 @@ def _int_list(fail, where: str, value: object, low: int, high: int, allow_empty:
         if not low <= item <= high:
             fail(f"{where}[{j}]", f"must be between {low} and {high}, got {item}")
     return list(value)
-
-
-def _tname(value: object) -> str:
-    return {dict: "object", list: "array", str: "string", bool: "boolean", int: "integer",
-            float: "number", type(None): "null"}.get(type(value), type(value).__name__)
 
 
 # --- the stand-in ---------------------------------------------------------------------

@@ -72,7 +72,7 @@ def resolve(scenario: dict):
 
 def budget_record(config, lines: list[str], scheduler=None) -> dict:
     """`scheduler`: a live engine's own (the engine layers); else one is built to read."""
-    from .oracle import build_scheduler, charges_drafting_per_step
+    from .release import build_scheduler, charges_drafting_per_step
 
     sched = config.scheduler_config
     spec = config.speculative_config

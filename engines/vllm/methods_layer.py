@@ -50,7 +50,7 @@ import importlib
 import logging
 import re
 
-from .oracle import charges_drafting_per_step
+from .release import charges_drafting_per_step
 
 PROBES = (("below", -1), ("at", 0), ("above", 1))
 
@@ -84,7 +84,7 @@ def methods(scenario_wire: dict):
                 continue
             spec = config.speculative_config
             with _triton_platform():
-                from .oracle import build_scheduler
+                from .release import build_scheduler
 
                 scheduler = build_scheduler(config)
             record.update(

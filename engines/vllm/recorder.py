@@ -32,7 +32,7 @@ import os
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
-from engines.vllm.oracle import charges_drafting_per_step
+from engines.vllm.release import charges_drafting_per_step
 
 RECORD_PATH_ENV = "VLLM_PARITY_RECORD_PATH"
 

@@ -58,7 +58,7 @@ def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], l
     from vllm.v1.request import Request
 
     from .config_layer import resolve_config
-    from .oracle import build_scheduler
+    from .release import build_scheduler
     from .recorder import RecordingScheduler
 
     from conformance.scenario import ScenarioError
