@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # A port to judge, as its command line, e.g. CANDIDATE='./build/port-engine --parity'
 CANDIDATE ?=
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -29,7 +29,13 @@ parity: envs
 gate: envs
 	$(BIN)/parity gate --reports out/gate --waivers waivers.toml $(if $(CANDIDATE),--candidate '$(CANDIDATE)')
 
-test: envs
+# The C++ adapter kit and its reference engine (engines/cpp/build/): installs g++, make,
+# nlohmann-json3-dev and libb2-dev with apt-get where they are missing (root only), then
+# builds. Without them it says so in one line and the kit's tests skip.
+cpp:
+	@sh engines/cpp/build.sh
+
+test: envs cpp
 	$(BIN)/python -m pytest -q
 
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,

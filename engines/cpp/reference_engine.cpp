@@ -16,7 +16,11 @@
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
 // for them are answered with the protocol's `unsupported` error.
 //
-// Usage: reference_engine            (speaks protocol v1 on stdin/stdout, logs to stderr)
+// Usage: reference_engine [--no-draft-reservation]
+//   Speaks protocol v1 on stdin/stdout, logs to stderr.
+//   --no-draft-reservation: the seed's bug, on purpose: no drafting-slot reservation, so the
+//   scheduler plans the whole max_num_batched_tokens (4096 instead of 4036 on the DFlash gate
+//   configuration). A demonstration of what the gate reports for a port that diverges.
 #include <algorithm>
 #include <cstdio>
 #include <deque>
@@ -41,6 +45,7 @@ using parity::Tokens;
 const char* kEngineName = "parity-cpp-reference";
 const char* kEngineVersion = "0.1.0";
 const std::vector<std::string> kServed = {"config", "steps", "outputs"};
+bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 
 void log_line(const char* level, const std::string& text) {
     std::fprintf(stderr, "%s [reference_engine] %s\n", level, text.c_str());
@@ -95,10 +100,10 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     // subtracted once, from the whole budget, for max_num_seqs requests.
     std::int64_t scheduled = args.max_num_scheduled_tokens.value_or(args.max_num_batched_tokens);
     if (spec) {
-        const std::int64_t delta = slots * args.max_num_seqs;
+        const std::int64_t delta = g_no_draft_reservation ? 0 : slots * args.max_num_seqs;
         if (!args.max_num_scheduled_tokens) scheduled = args.max_num_batched_tokens - delta;
         if (scheduled <= 0) return refuse(parity::budget_log::scheduled_tokens_refused(scheduled));
-        if (scheduled < 8192) {
+        if (!g_no_draft_reservation && scheduled < 8192) {  // the port without a reservation has no such line
             rec.budget_log_lines.push_back(parity::budget_log::scheduled_tokens_reduced(scheduled));
             log_line("WARNING", rec.budget_log_lines.back());
         }
@@ -380,8 +385,16 @@ void handle_run(parity::Session& session, const json& message) {
 
 }  // namespace
 
-int main() {
-    std::ios::sync_with_stdio(false);
+int main(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+        const std::string arg = argv[i];
+        if (arg == "--no-draft-reservation") {
+            g_no_draft_reservation = true;
+        } else {
+            std::fprintf(stderr, "usage: reference_engine [--no-draft-reservation]\n");
+            return 2;
+        }
+    }
     parity::Session session(stdout);
     session.hello(kEngineName, kEngineVersion, kServed);
     return parity::serve(session, stdin, handle_run);

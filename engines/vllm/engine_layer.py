@@ -27,7 +27,7 @@ import os
 from pathlib import Path
 
 LAYERS = ("engine_config", "engine_steps", "engine_outputs")
-_MEMO: dict = {}
+_MEMO: dict = {}  # this run's result, shared by its three layers (oracle.new_run() clears it)
 DEFAULT_LOGPROBS = 5
 DEFAULT_DECIMALS = 1  # logprobs are stored rounded to this many decimals (see scenario.py)
 

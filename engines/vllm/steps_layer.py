@@ -24,7 +24,8 @@ import json
 
 from conformance.workload import draft, prompt_tokens, validate_workload, verify
 
-# The last run, so a run asking for both layers drives the scheduler once.
+# This run's result, so a run asking for both layers drives the scheduler once (cleared by
+# oracle.new_run() before every run).
 _MEMO: dict = {}
 
 ARRIVAL_TIME_BASE = 1_000_000.0  # fixed arrival times: nothing depends on the clock

@@ -84,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             count = 0
+            oracle.new_run()
             for layer in message["layers"]:
                 for seq, data in enumerate(oracle.LAYERS[layer](message["scenario"])):
                     send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})

@@ -1,0 +1,221 @@
+"""The C++ adapter kit (engines/cpp/): cross-language stand-in vectors, the protocol rules on
+the reference engine, and one gate run of it against the oracle.
+
+`make test` builds the kit first (`make cpp`, engines/cpp/build.sh). Where the compiler or the
+libraries are missing and cannot be installed, these tests skip with a one-line reason.
+Every process is started from an argument list, never through a shell.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conformance import protocol
+
+REPO = Path(__file__).resolve().parents[1]
+KIT = REPO / "engines" / "cpp"
+ENGINE = KIT / "build" / "reference_engine"
+CHECK_VECTORS = KIT / "build" / "check_vectors"
+GEN_VECTORS = KIT / "tests" / "gen_vectors.py"
+
+
+@pytest.fixture(scope="module")
+def kit() -> Path:
+    """The built kit; built here when the toolchain is present but the binaries are not."""
+    if not (ENGINE.exists() and CHECK_VECTORS.exists()):
+        if shutil.which("sh") is None:
+            pytest.skip("C++ kit not built and no sh to run engines/cpp/build.sh")
+        done = subprocess.run(["sh", str(KIT / "build.sh")], capture_output=True, text=True, timeout=600)
+        if done.returncode != 0:  # the toolchain is there and the build failed: a real failure
+            pytest.fail(f"engines/cpp/build.sh failed:\n{done.stdout}\n{done.stderr}")
+        if not (ENGINE.exists() and CHECK_VECTORS.exists()):
+            reason = (done.stdout.strip().splitlines() or ["the C++ kit was not built"])[-1]
+            pytest.skip(reason)
+    return KIT
+
+
+# --- 1. the stand-in, bit-exact across languages -------------------------------------------
+
+def test_cpp_stand_in_reproduces_the_python_vectors(kit, tmp_path):
+    vectors = tmp_path / "vectors.jsonl"
+    subprocess.run([sys.executable, str(GEN_VECTORS), str(vectors)], check=True, timeout=120,
+                   capture_output=True)
+    done = subprocess.run([str(CHECK_VECTORS), str(vectors)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = done.stdout.strip().splitlines()[-1]
+    cases = int(summary.split()[0])
+    assert cases >= 5000 and summary.endswith(", 0 mismatches"), summary
+    for fn in ("target_next", "prompt_tokens", "draft", "verify"):
+        assert fn in summary
+
+
+def test_the_vector_check_sees_a_mismatch(kit, tmp_path):
+    """The checker is not vacuous: one wrong expected value is one mismatch."""
+    from conformance.workload import target_next
+
+    case = {"fn": "target_next", "seed": 0, "tokens": [], "vocab": 2, "expect": target_next(0, [], 2)}
+    wrong = dict(case, expect=1 - case["expect"])
+    vectors = tmp_path / "vectors.jsonl"
+    vectors.write_text(json.dumps(case) + "\n" + json.dumps(wrong) + "\n")
+    done = subprocess.run([str(CHECK_VECTORS), str(vectors)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 1 and "2 cases" in done.stdout and "1 mismatches" in done.stdout, done.stdout
+
+
+# --- 2. the protocol, on the reference engine ----------------------------------------------
+
+def test_reference_engine_passes_selfcheck(kit, capsys):
+    from conformance.cli import main
+
+    status = main(["selfcheck", "--engine", str(ENGINE), "--scenario", str(REPO / "scenarios" / "steady_decode.json")])
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert status == 0, out
+    assert "protocol self-check: passed" in out
+    assert "layers ['config', 'steps', 'outputs']" in out
+
+
+class Engine:
+    """The reference engine under a raw pipe: what it answers to each line we send."""
+
+    def __init__(self, *args: str):
+        self.proc = subprocess.Popen([str(ENGINE), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.DEVNULL)
+        self.hello = self.read()
+
+    def send(self, raw: bytes) -> None:
+        self.proc.stdin.write(raw)
+        self.proc.stdin.flush()
+
+    def read(self) -> dict:
+        line = self.proc.stdout.readline()
+        assert line, "the engine closed its stdout"
+        return protocol.decode(line)  # the harness's own reader: every answer must pass it
+
+    def run(self, run_id: str, scenario: dict, layers: list[str]) -> list[dict]:
+        self.send(protocol.encode({"type": "run", "id": run_id, "scenario": scenario, "layers": layers}))
+        answers = [self.read()]
+        while answers[-1]["type"] == "record":
+            answers.append(self.read())
+        return answers
+
+    def close(self) -> int:
+        self.send(protocol.encode({"type": "shutdown"}))
+        return self.proc.wait(timeout=10)
+
+
+def _wire(name: str) -> dict:
+    from conformance.scenario import load_scenario
+
+    return load_scenario(REPO / "scenarios" / f"{name}.json").to_wire()
+
+
+BAD_LINES = {
+    "not json": b"this is not json\n",
+    "byte-order mark": b'\xef\xbb\xbf{"type":"shutdown"}\n',
+    "invalid UTF-8": b'{"type":"run","id":"\xff","scenario":{},"layers":[]}\n',
+    "NaN": b'{"type":"run","id":"x","scenario":{"a":NaN},"layers":[]}\n',
+    "number overflow": b'{"type":"run","id":"x","scenario":{"a":1e400},"layers":[]}\n',
+    "lone surrogate": b'{"type":"run","id":"\\ud800","scenario":{},"layers":[]}\n',
+    "too deep": b'{"type":"run","id":"x","layers":[],"scenario":' + b'[' * 70 + b']' * 70 + b'}\n',
+    "not an object": b'[1, 2, 3]\n',
+    "unknown type": b'{"type":"hello","protocol":1}\n',
+    "missing field": b'{"type":"run","scenario":{},"layers":[]}\n',
+    "wrong type": b'{"type":"run","id":7,"scenario":{},"layers":[]}\n',
+    "boolean for a string": b'{"type":"run","id":true,"scenario":{},"layers":[]}\n',
+}
+
+
+def test_malformed_lines_are_answered_and_the_engine_keeps_serving(kit):
+    engine = Engine()
+    try:
+        assert engine.hello["protocol"] == 1 and engine.hello["capabilities"] == ["config", "steps", "outputs"]
+        for what, raw in BAD_LINES.items():
+            engine.send(raw)
+            answer = engine.read()
+            assert (answer["type"], answer["id"], answer["kind"]) == ("error", None, "bad_request"), what
+        # the nesting limit falls where the harness's own reader puts it
+        for depth in range(60, 66):
+            line = (b'{"type":"run","id":"deep","layers":["no-such-layer"],"scenario":{"a":'
+                    + b'[' * depth + b']' * depth + b'}}\n')
+            try:
+                protocol.decode(line)
+                expected = "deep"  # a message: its unknown layer is refused with its id
+            except protocol.ProtocolError:
+                expected = None
+            engine.send(line)
+            assert engine.read()["id"] == expected, depth
+        # a line over 64 MiB is consumed and refused, and memory stays bounded
+        engine.send(b'{"type":"run","id":"' + b"x" * protocol.MAX_LINE_BYTES + b'"}\n')
+        answer = engine.read()
+        assert (answer["id"], answer["kind"]) == (None, "bad_request") and "at most" in answer["message"]
+        # a well-formed run whose scenario is wrong: bad_request with the run's id, naming the field
+        scenario = _wire("steady_decode")
+        bad = json.loads(json.dumps(scenario))
+        bad["engine_args"]["max_num_seqs"] = "four"
+        [answer] = engine.run("r-bad", bad, ["config"])
+        assert (answer["type"], answer["id"], answer["kind"]) == ("error", "r-bad", "bad_request")
+        assert "engine_args.max_num_seqs" in answer["message"]
+        # and after all that, a real run
+        answers = engine.run("r-ok", scenario, ["config", "steps", "outputs"])
+        assert answers[-1] == {"type": "done", "id": "r-ok", "records": len(answers) - 1}
+        assert answers[0]["data"]["max_num_scheduled_tokens"] == 4036
+        assert engine.close() == 0
+    finally:
+        engine.proc.kill()
+
+
+def test_layers_it_does_not_serve_are_unsupported(kit):
+    engine = Engine()
+    try:
+        [answer] = engine.run("r-engine", _wire("engine_dflash_gate"),
+                              ["config", "engine_config", "engine_steps", "engine_outputs"])
+        assert (answer["type"], answer["id"], answer["kind"]) == ("error", "r-engine", "unsupported")
+        [answer] = engine.run("r-methods", _wire("method_matrix"), ["config", "methods"])
+        assert (answer["type"], answer["kind"]) == ("error", "unsupported")
+        assert engine.close() == 0
+    finally:
+        engine.proc.kill()
+
+
+def test_config_record_is_the_oracles_on_the_gate_configuration(kit):
+    """The 0.27.1 reservation, without the oracle: 4096 - 4 x 15 = 4036, and vLLM's log lines."""
+    golden = json.loads((REPO / "goldens" / "dflash_27b_gate" / "vllm-0.27.1.json").read_text())
+    engine = Engine()
+    try:
+        answers = engine.run("r-gate", _wire("dflash_27b_gate"), ["config"])
+        assert answers[0]["data"] == golden["layers"]["config"][0]
+        engine.close()
+    finally:
+        engine.proc.kill()
+    bugged = Engine("--no-draft-reservation")
+    try:
+        record = bugged.run("r-gate", _wire("dflash_27b_gate"), ["config"])[0]["data"]
+        assert record["max_num_scheduled_tokens"] == 4096
+        bugged.close()
+    finally:
+        bugged.proc.kill()
+
+
+# --- 3. the gate: the reference engine passes, the bugged one diverges -----------------------
+
+@pytest.mark.oracle
+def test_gate_reference_engine_against_the_oracle(kit, capsys):
+    """One gate run on the gate scenario: the verdicts the README's section states."""
+    from conformance.cli import main
+
+    status = main(["gate", "--candidate", str(ENGINE), "--candidate", f"{ENGINE} --no-draft-reservation",
+                   "--scenario", str(REPO / "scenarios" / "dflash_27b_gate.json")])
+    out = capsys.readouterr().out
+    verdicts = [line for line in out.splitlines() if line.startswith("== ")]
+    assert any("reference_engine [candidate] on dflash_27b_gate" in v and v.endswith(": PASS")
+               and "--no-draft-reservation" not in v for v in verdicts), out
+    assert any("--no-draft-reservation [candidate] on dflash_27b_gate" in v and v.endswith(": DIVERGED")
+               for v in verdicts), out
+    assert "first divergence at record 0, field max_num_scheduled_tokens: oracle 4036, candidate 4096" in out
+    assert status == 1  # a gating candidate diverged
