@@ -26,9 +26,6 @@ from __future__ import annotations
 
 from .compare import CONTEXT_FIELDS, FieldDiff, LayerComparison, compare_layer
 
-# By the scenario's dtype, for logprobs stored at one decimal: the rounding step (0.1) plus the
-# arithmetic's own noise (fp32 on CPU: 5e-4 measured; bf16 on a GPU: a few hundredths).
-DEFAULT_ATOL = {"float32": 0.15, "bfloat16": 0.5, "float16": 0.3}
 NUMERICS_CAUSES = frozenset({"numerics", "acceptance"})  # differences arithmetic explains
 STEP_CONTEXT = CONTEXT_FIELDS["engine_steps"]
 MODEL_FIELDS = ("accepted_draft_tokens", "finished")  # decided by the model's outputs

@@ -102,7 +102,7 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
 
 def logprob_atol(golden: dict) -> float:
     """The tolerance the scenario states for engine-layer logprobs (kept in its traces)."""
-    from .numerics import DEFAULT_ATOL
+    from .scenario import DEFAULT_ATOL
 
     value = golden.get("scenario", {}).get("logprob_atol")
     return float(value) if isinstance(value, (int, float)) else DEFAULT_ATOL["float32"]
