@@ -37,6 +37,9 @@ class Verdict:
     # the oracle's for comparison (conformance/numerics.py capacity_excess)
     capacity: list[dict] = field(default_factory=list)
     oracle_capacity: list[dict] = field(default_factory=list)
+    # the run and the golden come from the same build of the release (provenance
+    # environment.build): only then must the oracle reproduce its golden byte for byte
+    same_build: bool = True
 
     def __post_init__(self):
         assert self.kind in KINDS and self.role in ROLES, (self.kind, self.role)
@@ -49,16 +52,18 @@ class Verdict:
 def exit_status(verdicts: list[Verdict], waived: frozenset[int] = frozenset(),
                 expired_waiver: bool = False) -> int:
     """0: every gating verdict passed (or its divergence is waived: ids in `waived`; a
-    candidate's `numerics` passes); 1: a gating engine diverged unwaived, the oracle did not
-    reproduce its golden byte for byte (even within tolerance: a golden must regenerate
-    exactly), or a waiver expired; 2: a gating run could not be compared (engine failure,
+    candidate's `numerics` passes, and so does the oracle's on another build than the one that
+    wrote the golden: the CUDA wheel on a GPU runner against a CPU rebuild's golden); 1: a
+    gating engine diverged unwaived, the oracle did not reproduce its golden byte for byte on
+    the same build (even within tolerance: a golden must regenerate exactly), or a waiver
+    expired; 2: a gating run could not be compared (engine failure,
     missing or invalid golden). Stand-ins never set the status."""
     gating = [v for v in verdicts if v.gating]
     if any(v.kind in FAILURE_KINDS for v in gating):
         return 2
     if expired_waiver or any(v.kind == DIVERGED and id(v) not in waived for v in gating):
         return 1
-    if any(v.kind == NUMERICS and v.role == ORACLE for v in gating):
+    if any(v.kind == NUMERICS and v.role == ORACLE and v.same_build for v in gating):
         return 1
     return 0
 
@@ -91,6 +96,8 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
     kind = (PASS if not differing else
             NUMERICS if all(c.cause in NUMERICS_CAUSES for c in differing) else DIVERGED)
     verdict = Verdict(engine, scenario, kind, role, comparisons)
+    build = lambda t: t.get("provenance", {}).get("environment", {}).get("build")  # noqa: E731
+    verdict.same_build = build(trace) == build(golden)
     verdict.capacity = capacity_excess(trace["layers"].get("engine_steps", []))
     verdict.oracle_capacity = capacity_excess(golden["layers"].get("engine_steps", []))
     expected_config, actual_config = golden["layers"].get("config"), trace["layers"].get("config")

