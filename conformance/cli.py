@@ -87,9 +87,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def cmd_envs(args) -> int:
+    """Build the pins' environments concurrently: a build is mostly downloading and unpacking,
+    pip's cache is shared, and each environment has its own folder and lock. A failed build
+    does not stop the others; the first failure is reported once they are done."""
+    from concurrent.futures import ThreadPoolExecutor
+
     pins = load_pins()
-    for release in args.pin or pins.releases:
-        ensure_env(release, log=log, pins=pins)
+    releases = args.pin or list(pins.releases)
+    with ThreadPoolExecutor(max_workers=len(releases)) as pool:
+        builds = [pool.submit(ensure_env, release, log, pins) for release in releases]
+    failures = [b.exception() for b in builds if b.exception() is not None]
+    if failures:
+        raise failures[0]
     return 0
 
 
