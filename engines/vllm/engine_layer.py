@@ -20,14 +20,13 @@ fetched from a hub.
 from __future__ import annotations
 
 import gc
-import hashlib
 import importlib.metadata
-import json
 import os
 from pathlib import Path
 
+from . import per_run
+
 LAYERS = ("engine_config", "engine_steps", "engine_outputs")
-_MEMO: dict = {}  # this run's result, shared by its three layers (oracle.new_run() clears it)
 DEFAULT_LOGPROBS = 5
 DEFAULT_DECIMALS = 1  # logprobs are stored rounded to this many decimals (see scenario.py)
 
@@ -60,12 +59,7 @@ def engine_outputs(scenario: dict):
 
 
 def _run(scenario: dict):
-    key = hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest()
-    if _MEMO.get("key") != key:
-        _MEMO.clear()
-        result = run_engine(scenario)
-        _MEMO.update(key=key, result=result)
-    return _MEMO["result"]
+    return per_run.once("engine", scenario, run_engine)
 
 
 def _model_path(folder: str) -> str:

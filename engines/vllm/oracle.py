@@ -51,16 +51,6 @@ def boot(device: str) -> None:
         UNSERVED.update({layer: reason for layer in engine_layer.LAYERS})
 
 
-def new_run() -> None:
-    """Forget what the last run computed. Layers served from one engine run (steps and
-    outputs; the three engine layers) share it within a run, never across runs: the oracle
-    runs each scenario twice to prove it deterministic, and a remembered answer proves nothing."""
-    from . import engine_layer, steps_layer
-
-    steps_layer._MEMO.clear()
-    engine_layer._MEMO.clear()
-
-
 def environment() -> dict:
     import torch
     import vllm

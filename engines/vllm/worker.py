@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
 
     release = args.import_check or args.release
     try:
-        from engines.vllm import oracle  # imports vllm with the platform forced first
+        from engines.vllm import oracle, per_run  # oracle imports vllm with the platform forced first
 
         oracle.boot(args.device)
         import vllm
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
             continue
         try:
             count = 0
-            oracle.new_run()
+            per_run.forget()  # layers share one computation within a run, never across runs
             for layer in message["layers"]:
                 for seq, data in enumerate(oracle.LAYERS[layer](message["scenario"])):
                     send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})

@@ -1,0 +1,25 @@
+"""One computation per run, shared by the layers that run asks for.
+
+The steps and outputs layers come from one drive of the scheduler, the three engine layers
+from one engine run: a run asking for several of them computes it once. Never across runs:
+worker.py calls forget() before each run, since the oracle runs every scenario twice to prove
+it deterministic, and a remembered answer would prove nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+_RESULTS: dict = {}  # (what, scenario hash) -> result, for the run being served
+
+
+def once(what: str, scenario: dict, compute):
+    key = (what, hashlib.sha256(json.dumps(scenario, sort_keys=True).encode()).hexdigest())
+    if key not in _RESULTS:
+        _RESULTS[key] = compute(scenario)
+    return _RESULTS[key]
+
+
+def forget() -> None:
+    _RESULTS.clear()
