@@ -134,3 +134,16 @@ def test_each_run_runs_the_engine_again(warm_workers):
     first = proc.run(scenario, scenario.layers)
     second = proc.run(scenario, scenario.layers)
     assert count() == before + 2 and first == second
+
+
+def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_workers, tmp_path):
+    raw = json.loads((REPO / "scenarios" / "engine_dflash_gate.json").read_text())
+    raw["engine_args"]["model"] = str(REPO / "scenarios" / "models" / "qwen3-27b")
+    raw["engine_args"]["speculative_config"]["model"] = str(REPO / "scenarios" / "models" / "tiny-dflash")
+    raw["workload"]["vocab_size"] = 151936
+    path = tmp_path / "engine_27b_without_weights.json"
+    path.write_text(json.dumps(raw))
+    scenario = load_scenario(path)
+    with pytest.raises(EngineFailure, match="engine_args.model: .*qwen3-27b holds no weights") as failure:
+        warm_workers(PINS.oracle).run(scenario, scenario.layers)
+    assert "bad_request" in str(failure.value)

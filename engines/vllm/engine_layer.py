@@ -62,9 +62,20 @@ def _run(scenario: dict):
     return per_run.once("engine", scenario, run_engine)
 
 
-def _model_path(folder: str) -> str:
-    """The folder vLLM loads: tiny weights materialized from weights.json, else the folder."""
+WEIGHT_FILES = ("*.safetensors", "*.bin", "*.pt")
+
+
+def _model_path(folder: str, source: str, field: str) -> str:
+    """The folder vLLM loads: tiny weights materialized from weights.json, else the folder,
+    which must then hold real weights (a GPU runner's checkpoint)."""
     if not (Path(folder) / "weights.json").is_file():
+        if not any(next(Path(folder).glob(pattern), None) for pattern in WEIGHT_FILES):
+            from conformance.fields import ScenarioError
+
+            raise ScenarioError(source, field, f"{folder} holds no weights and no weights.json: the "
+                                "engine layers run a real model (a tiny model of scenarios/models/"
+                                "tiny-*, or a checkpoint with weights); an architecture-only folder "
+                                "serves the config, steps and methods layers only")
         return folder
     from .tiny_models import materialize
 
@@ -81,13 +92,14 @@ def llm_kwargs(scenario: dict) -> dict:
         raise ScenarioError(scenario.get("name", "<scenario>"), "engine_args.async_scheduling",
                             "must be false for the engine layers: a step is one schedule() "
                             "followed by its update_from_output()")
-    args["model"] = _model_path(args["model"])
+    source = scenario.get("name", "<scenario>")
+    args["model"] = _model_path(args["model"], source, "engine_args.model")
     args["load_format"] = "auto"  # tiny weights made here, or a GPU runner's real checkpoint
     spec = args.get("speculative_config")
     if spec is not None:
         spec = dict(spec)
         if "model" in spec:
-            spec["model"] = _model_path(spec["model"])
+            spec["model"] = _model_path(spec["model"], source, "engine_args.speculative_config.model")
         args["speculative_config"] = spec
     from vllm.platforms import current_platform
 
