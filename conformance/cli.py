@@ -8,6 +8,7 @@ or invalid golden) or bad input (malformed scenario, unknown engine).
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -158,6 +159,13 @@ def cmd_gate(args) -> int:
     if args.reports:
         for path in write_reports(args.reports, result, traces, pins.oracle):
             log(f"[gate] wrote {path}")
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:  # GitHub Actions shows this file on the run's page
+        from .reports import markdown
+
+        with open(summary, "a", encoding="utf-8") as out:
+            out.write(markdown(result, pins.oracle))
+        log(f"[gate] appended the summary to $GITHUB_STEP_SUMMARY ({summary})")
     log(f"[gate] cold starts: {cold_starts} for {len(engines)} engines")
     status = result.status
     log(f"[gate] exit status {status} ({STATUS_WORDS[status]})")

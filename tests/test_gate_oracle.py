@@ -1,5 +1,6 @@
 """Integration: `parity gate` end to end with the real oracle and a candidate with the seed's bug."""
 
+import os
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
@@ -24,11 +25,13 @@ expires = {expires}
 
 def gate(tmp_path, expires):
     (tmp_path / "waivers.toml").write_text(WAIVER.format(expires=expires))
+    (tmp_path / "step_summary.md").write_text("an earlier step's summary\n")
+    env = dict(os.environ, GITHUB_STEP_SUMMARY=str(tmp_path / "step_summary.md"))
     return subprocess.run(
         [sys.executable, "-m", "conformance.cli", "gate", "--scenario", str(GATE),
          "--candidate", f"{PINS.oracle}+mutant:no-draft-reservation",
          "--waivers", str(tmp_path / "waivers.toml"), "--reports", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=900)
+        capture_output=True, text=True, timeout=900, env=env)
 
 
 def test_gate_with_a_waiver_passes_and_writes_three_reports(tmp_path):
@@ -46,3 +49,5 @@ def test_an_expired_waiver_fails_the_gate(tmp_path):
     result = gate(tmp_path, "2020-01-01")
     assert result.returncode == 1, result.stdout + result.stderr
     assert "EXPIRED waiver" in result.stdout
+    summary = (tmp_path / "step_summary.md").read_text()  # appended, as GitHub Actions expects
+    assert summary.startswith("an earlier step's summary\n") and "EXPIRED" in summary.upper()
