@@ -139,17 +139,21 @@ def run_engine(scenario: dict):
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core runs in this process
 
     kwargs = llm_kwargs(scenario)
+
+    def clean(text: str) -> str:  # this machine's paths (materialized models, scenario folders) out
+        return _scrub(_scrub(text, kwargs), engine_args)
+
     _forget_once_caches()
     with _captured_vllm_log() as captured:
         try:
             llm = vllm.LLM(**kwargs)
         except Exception as exc:  # the release refusing a configuration is a result, not a crash
             _release_memory()
-            refusal = {"type": type(exc).__name__, "message": _scrub(str(exc), engine_args)}
-            lines = [_scrub(x, engine_args) for x in captured if _budget_line(x)]
+            refusal = {"type": type(exc).__name__, "message": clean(str(exc))}
+            lines = [clean(x) for x in captured if _budget_line(x)]
             return ([{"refused": refusal, "budget_log_lines": lines}], [{"refused": refusal}],
                     [{"refused": refusal}])
-    lines = [_scrub(x, engine_args) for x in captured if _budget_line(x)]
+    lines = [clean(x) for x in captured if _budget_line(x)]
     try:
         return _generate(llm, workload, lines, num_logprobs, decimals)
     finally:
