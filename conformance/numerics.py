@@ -43,7 +43,7 @@ def compare_by_layer(layer: str, expected: list[dict], actual: list[dict], atol:
 def compare_engine_steps(expected: list[dict], actual: list[dict]) -> LayerComparison:
     c = compare_layer("engine_steps", expected, actual)
     if not c.equal:
-        decided = [f for f in c.fields if f.path.split(".")[0] not in STEP_CONTEXT]
+        decided = [f for f in c.fields if f.path.split(".")[0].split("[")[0] not in STEP_CONTEXT]
         model_only = decided and all(f.path.endswith(MODEL_FIELDS[0]) or f.path.startswith(MODEL_FIELDS[1])
                                      for f in decided)
         c.cause = ("context" if not decided else "acceptance" if model_only else "scheduling")
@@ -63,10 +63,8 @@ def compare_engine_outputs(expected: list[dict], actual: list[dict], atol: float
     e_by, a_by = {r.get("id"): r for r in expected}, {r.get("id"): r for r in actual}
     for index, rid in enumerate(sorted(set(e_by) | set(a_by), key=str)):
         e, a = e_by.get(rid), a_by.get(rid)
-        if e is None or a is None or "refused" in e or "refused" in a:
-            if e != a:
-                return _diverged(c, index, e, a, [FieldDiff(f"{rid}", e, a)], "mismatch")
-            continue
+        if e is None or a is None:  # a request only one side has
+            return _diverged(c, index, e, a, [FieldDiff(f"{rid}", e, a)], "mismatch")
         cause, fields = _compare_request(rid, e, a, atol)
         if cause == "numerics":
             numerics.append((index, fields))

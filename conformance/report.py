@@ -100,7 +100,10 @@ def _per_request(expected: dict | None, actual: dict | None) -> list[str]:
     if not isinstance(e_reqs, dict) and not isinstance(a_reqs, dict):
         return []
     e_reqs, a_reqs = e_reqs or {}, a_reqs or {}
-    out = ["   per request at this step (tokens / draft tokens):",
+    accepted = any("accepted_draft_tokens" in r for r in list(e_reqs.values()) + list(a_reqs.values())
+                   if isinstance(r, dict))
+    what = "tokens / draft tokens / accepted drafts" if accepted else "tokens / draft tokens"
+    out = [f"   per request at this step ({what}):",
            f"     {'request':<10} {'oracle':>14} {'candidate':>14}"]
     for rid in sorted(set(e_reqs) | set(a_reqs)):
         e, a = _counts(e_reqs.get(rid)), _counts(a_reqs.get(rid))
@@ -111,7 +114,10 @@ def _per_request(expected: dict | None, actual: dict | None) -> list[str]:
 def _counts(entry) -> str:
     if not isinstance(entry, dict):
         return "-"
-    return f"{entry.get('tokens')} / {entry.get('draft_tokens')}"
+    counts = f"{entry.get('tokens')} / {entry.get('draft_tokens')}"
+    if "accepted_draft_tokens" in entry:  # the engine layers: what the target accepted
+        counts += f" / {entry['accepted_draft_tokens']}"
+    return counts
 
 
 def _where(c) -> str:

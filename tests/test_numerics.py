@@ -85,6 +85,14 @@ def test_a_budget_recorded_differently_is_context_not_scheduling():
     candidate = [dict(_step(0), input_budget=4096, drafting_slots_per_request=16)]
     c = compare_engine_steps([_step(0)], candidate)
     assert c.cause == "context" and not c.equal
+    # the same decisions, but the drafter ran more tokens: the worker's count, not a decision
+    c = compare_engine_steps([_step(0)], [_step(0, drafter=4147)])
+    assert c.cause == "context" and c.first.path == "drafter_forward_tokens[0]"
+
+
+def test_a_request_only_one_side_has_is_a_mismatch():
+    c = compare_engine_outputs(A, A[:1], atol=1e-3)
+    assert c.cause == "mismatch" and c.first.path == "r1"
 
 
 def test_the_oracle_must_match_its_golden_exactly_on_the_build_that_wrote_it():
