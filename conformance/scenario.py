@@ -183,11 +183,10 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     matrix = raw.get("method_matrix")
     if matrix is not None:
         matrix, identity["method_matrix"] = validate_method_matrix(matrix, src, base)
-    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     engine, atol = _engine_options(src, raw.get("engine"), args, workload)
     if engine is not None:
         identity["engine"] = engine
-        digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     rows = raw.get("rows", ["ENG-SCHED-CORE"])
     if not isinstance(rows, list) or not rows or not all(isinstance(r, str) and ROW.fullmatch(r) for r in rows):
         raise ScenarioError(src, "rows", f"must be a non-empty list of engine-matrix row names "
@@ -202,8 +201,6 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
     if not isinstance(raw, dict):
         raise ScenarioError(src, "engine", f"must be an object, got {_tname(raw)}")
     _no_unknown(src, "engine.", raw, set(ENGINE_OPTIONS))
-    if workload is None:
-        raise ScenarioError(src, "workload", "is required with `engine`: the engine generates it")
     for key, (typ, low, high) in ENGINE_OPTIONS.items():
         if key not in raw:
             continue
@@ -212,6 +209,8 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
         if not ok or not low <= value <= high or (typ is float and value == 0):
             raise ScenarioError(src, f"engine.{key}", f"must be a {typ.__name__} in "
                                 f"{'(' if typ is float else '['}{low}, {high}], got {value!r}")
+    if workload is None:
+        raise ScenarioError(src, "workload", "is required with `engine`: the engine generates it")
     engine = {k: raw.get(k, v) for k, v in DEFAULT_ENGINE.items()}
     atol = float(raw.get("logprob_atol", DEFAULT_ATOL.get(args.get("dtype", "float32"), 0.1)))
     return engine, atol

@@ -34,6 +34,24 @@ def test_gate_scenario_loads_with_absolute_model_paths():
     assert s.engine_args["speculative_config"]["num_speculative_tokens"] == 16
 
 
+def test_the_engine_block_chooses_the_layers_and_its_tolerance_stays_out_of_the_hash():
+    path = GATE.parent / "engine_dflash_gate.json"
+    s = load_scenario(path)
+    assert s.layers == ["config", "engine_config", "engine_steps", "engine_outputs"]
+    assert s.engine == {"logprobs": 5, "logprob_decimals": 1} and s.logprob_atol == 0.15
+    data = json.loads(path.read_text())
+    data["engine"]["logprob_atol"] = 0.3
+    other = path.parent / ".engine_atol_test.json"
+    try:
+        other.write_text(json.dumps(data))
+        assert load_scenario(other).sha256 == s.sha256 and load_scenario(other).logprob_atol == 0.3
+        data["engine"]["logprobs"] = 3
+        other.write_text(json.dumps(data))
+        assert load_scenario(other).sha256 != s.sha256
+    finally:
+        other.unlink()
+
+
 def test_hash_depends_on_content_not_location(scenario_dir):
     moved = load_scenario(write(scenario_dir, lambda d: None))
     assert moved.sha256 == load_scenario(GATE).sha256
@@ -61,6 +79,11 @@ def test_hash_depends_on_content_not_location(scenario_dir):
     (lambda d: d["engine_args"].update(load_format="auto"), "engine_args.load_format", "dummy"),
     (lambda d: d.update(name="../../etc/passwd"), "name", "a-z 0-9"),
     (lambda d: d.update(schema="v0"), "schema", "must be"),
+    (lambda d: d.update(engine={}), "workload", "is required with `engine`"),
+    (lambda d: d.update(engine={"logprob": 5}), "engine.logprob", "unknown key"),
+    (lambda d: d.update(engine={"logprobs": 50}), "engine.logprobs", "in [1, 20]"),
+    (lambda d: d.update(engine={"logprob_atol": 0}), "engine.logprob_atol", "in (0.0, 10.0]"),
+    (lambda d: d.update(engine=[]), "engine", "must be an object"),
 ])
 def test_malformed_scenario_names_the_field(scenario_dir, mutate, field, words):
     with pytest.raises(ScenarioError) as err:
