@@ -12,6 +12,7 @@ sys.path.insert(0, str(REPO))
 
 from conformance.engine import EngineFailure, EngineProcess, resolve_engine  # noqa: E402
 from conformance.pins import load_pins  # noqa: E402
+from conformance.protocol import ENGINE_LAYERS  # noqa: E402
 from conformance.scenario import load_scenario  # noqa: E402
 
 
@@ -42,7 +43,7 @@ def main() -> None:
         times = {}
         for s in scenarios:
             t = time.perf_counter()
-            proc.run(s, ["engine_config", "engine_steps", "engine_outputs"])
+            proc.run(s, list(ENGINE_LAYERS))
             times[s.name] = time.perf_counter() - t
         rss = peak_rss_gib(proc._proc.pid)
         proc.close()

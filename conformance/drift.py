@@ -10,7 +10,7 @@ import json
 
 from .goldens import golden_path
 from .numerics import compare_by_layer
-from .protocol import LAYERS
+from .protocol import ENGINE_LAYERS, LAYERS
 from .verdict import logprob_atol
 
 
@@ -47,8 +47,10 @@ def _missing(name: str, paths, releases) -> str:
     from .pins import load_pins
 
     pins = load_pins()
+    present = [json.loads(p.read_text()) for p in paths if p.exists()]
+    engine = any(layer in ENGINE_LAYERS for g in present for layer in g["layers"])
     for path, release in zip(paths, releases):
-        if not path.exists() and name.startswith("engine_") and not pins.cpu_engine_build(release):
+        if not path.exists() and engine and not pins.cpu_engine_build(release):
             return f"no golden for {release}: it has no CPU engine (its engine layers run on GPU runners)"
     return "missing golden"
 

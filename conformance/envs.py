@@ -46,6 +46,7 @@ def device_mode() -> str:
 
 
 def env_key(release: str, mode: str, pins: Pins) -> str:
+    rebuild = _engine_build(release, mode, pins)
     parts = {
         "recipe": RECIPE,
         "release": release,
@@ -53,8 +54,8 @@ def env_key(release: str, mode: str, pins: Pins) -> str:
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "torch": pins.cpu_torch if mode == "cpu" else None,
         "requirements": pins.cpu_requirements.read_text() if mode == "cpu" else None,
-        "engine_build": _engine_build(release, mode, pins),
-        "engine_requirements": list(pins.engine_requirements) if _engine_build(release, mode, pins) else None,
+        "engine_build": rebuild,
+        "engine_requirements": list(pins.engine_requirements) if rebuild else None,
     }
     blob = json.dumps(parts, sort_keys=True).encode()
     return hashlib.sha256(blob).hexdigest()[:12]

@@ -31,7 +31,8 @@ MESSAGES: dict[str, dict[str, tuple[type, ...]]] = {
     "shutdown": {},
 }
 ERROR_KINDS = ("unsupported", "bad_request", "internal")
-LAYERS = ("config", "steps", "outputs", "methods", "engine_config", "engine_steps", "engine_outputs")
+ENGINE_LAYERS = ("engine_config", "engine_steps", "engine_outputs")  # the whole engine's
+LAYERS = ("config", "steps", "outputs", "methods") + ENGINE_LAYERS
 
 
 class ProtocolError(ValueError):

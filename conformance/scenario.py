@@ -17,6 +17,7 @@ from pathlib import Path
 from .fields import METHODS, METHODS_WITH_DRAFT_MODEL, ScenarioError, model_dir as _model_dir
 from .fields import type_name as _tname
 from .matrix import validate_method_matrix
+from .protocol import ENGINE_LAYERS
 from .workload import validate_workload
 
 SCHEMA = "vllm-parity/scenario/1"
@@ -96,7 +97,7 @@ class Scenario:
         """The layers this scenario has something to say about."""
         layers = ["config"]
         if self.engine is not None:  # the real engine generates the workload
-            layers += ["engine_config", "engine_steps", "engine_outputs"]
+            layers += list(ENGINE_LAYERS)
         elif self.workload is not None:
             layers += ["steps", "outputs"]
         if self.method_matrix is not None:

