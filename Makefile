@@ -35,8 +35,12 @@ gate: envs
 cpp:
 	@sh engines/cpp/build.sh
 
+# Two pytest processes (pytest-xdist), one per core of the project's 2-core machine; tests that
+# drive the same warm engine run in the same process (conftest.py), so no engine starts twice.
+TEST_WORKERS ?= 2
+
 test: envs cpp
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
 # (c) cold starts per `make parity` run, (d) the engine layers' cost per pin.

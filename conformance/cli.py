@@ -15,13 +15,13 @@ from pathlib import Path
 from . import goldens as golden_files
 from .drift import drift_rows, render_drift
 from .engine import EngineSpec, resolve_engine
-from .envs import EnvError, ensure_env
+from .envs import EnvError, device_mode, ensure_env
 from .gate import WaiverError, apply_gate, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins, parse_pin
 from .report import render, render_rows
 from .reports import write_reports
-from .runner import run_scenarios
+from .runner import default_parallel, only_layers, run_engines, run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
 from .trace import TraceError, dumps, load_trace
 from .verdict import CANDIDATE, ORACLE, STAND_IN, Verdict, exit_status, judge
@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
                    help="waived divergences (default: waivers.toml)")
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md and report.html here")
+    p.add_argument("--jobs", type=int, help="engines run side by side (default: the CPU count on "
+                   "CPU, 1 on a GPU runner)")
 
     p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs")
     p.add_argument("--check", action="store_true",
@@ -132,6 +134,8 @@ def cmd_gate(args) -> int:
     scenarios = _scenarios(args.scenario)
     waivers = load_waivers(args.waivers)  # a malformed waivers file stops the gate before any run
     layers = _layers(args.layers)
+    if layers is not None:  # a filter: each scenario's own layers among those named
+        scenarios = [s for s, _ in only_layers(scenarios, layers)]
     engines: list[tuple[EngineSpec, str]] = [(resolve_engine(pins.oracle, log=log), ORACLE)]
     if args.candidate:
         engines += [(resolve_engine(c, log=log), CANDIDATE) for c in args.candidate]
@@ -141,13 +145,15 @@ def cmd_gate(args) -> int:
     verdicts: list[Verdict] = []
     traces: dict = {}
     cold_starts = 0
-    for spec, role in engines:
-        # the oracle runs every scenario twice: a nondeterministic oracle is named as such
-        run = run_scenarios(spec, scenarios, layers, log=log, repeat=2 if role == ORACLE else 1)
+    # the oracle runs every scenario twice: a nondeterministic oracle is named as such
+    jobs = [(spec, 2 if role == ORACLE else 1) for spec, role in engines]
+    parallel = args.jobs or default_parallel(device_mode())
+    runs = run_engines(jobs, scenarios, layers, log=log, parallel=parallel, layer_filter=True)
+    for (spec, role), run in zip(engines, runs):
         cold_starts += run.cold_starts
         for trace in run.traces:
             path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-            verdict, golden = _judge_against(trace, path, role)
+            verdict, golden = _judge_against(trace, path, role, only=layers)
             verdicts.append(verdict)
             traces[(verdict.engine, verdict.scenario)] = (trace, golden)
     result = apply_gate(verdicts, {s.name: s.rows for s in scenarios}, waivers)
@@ -187,8 +193,9 @@ def cmd_goldens(args) -> int:
     scenarios = _scenarios(args.scenario)
     releases = [resolve_engine(text, log=log) for text in args.engine or pins.releases]
     changed, failed = [], []
-    for spec in releases:
-        run = run_scenarios(spec, scenarios, _layers(args.layers), log=log, repeat=2)
+    runs = run_engines([(spec, 2) for spec in releases], scenarios, _layers(args.layers), log=log,
+                       parallel=default_parallel(device_mode()))
+    for spec, run in zip(releases, runs):
         for trace in run.traces:
             path = golden_files.golden_path(trace["scenario"]["name"], spec.release)
             if "failure" in trace:
@@ -252,11 +259,17 @@ COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, 
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck}
 
 
-def _judge_against(trace: dict, path: Path, role: str) -> tuple[Verdict, dict | None]:
-    """The verdict, and the golden it was judged against (None when there is none)."""
+def _judge_against(trace: dict, path: Path, role: str,
+                   only: list[str] | None = None) -> tuple[Verdict, dict | None]:
+    """The verdict, and the golden it was judged against (None when there is none); with
+    `only` (the gate's --layers), against those layers of the golden alone."""
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
-    if "failure" in trace:  # an engine failure is its own verdict, whatever the golden's state
-        return judge(trace, {}, role), None
+    if "failure" in trace:  # an engine failure is its own verdict, whatever the golden's state;
+        try:  # the records it sent before failing are still compared with a readable golden
+            golden = golden_files.load_golden(path) if path.exists() else None
+        except TraceError:
+            golden = None
+        return judge(trace, golden, role), golden
     if not path.exists():
         return Verdict(engine, scenario, "missing_golden", role,
                        message=f"no golden at {path}; write it with `make goldens`"), None
@@ -264,6 +277,8 @@ def _judge_against(trace: dict, path: Path, role: str) -> tuple[Verdict, dict | 
         golden = golden_files.load_golden(path)
     except TraceError as exc:
         return Verdict(engine, scenario, "invalid_golden", role, message=str(exc)), None
+    if only is not None:
+        golden = {**golden, "layers": {k: v for k, v in golden["layers"].items() if k in only}}
     return judge(trace, golden, role), golden
 
 

@@ -112,12 +112,14 @@ class EngineProcess:
             )
         except OSError as exc:
             raise EngineFailure("crash", f"{self.spec.label}: cannot start {self.spec.argv[0]!r}: {exc}")
+        _LIVE.add(self._proc)
         threading.Thread(target=self._read, args=(self._proc.stdout, self._lines), daemon=True).start()
         with self._ended_on_interrupt():
             message = self._next(time.monotonic() + handshake, ("hello", "error"), "handshake")
             if message["type"] == "error":
                 self.close()
-                raise EngineFailure("engine_error", f"{self.spec.label} refused to start: {message['message']}")
+                raise EngineFailure("engine_error", f"{self.spec.label} refused to start: "
+                                    f"{message['message']}{self._tail()}")
             if message["protocol"] != protocol.PROTOCOL_VERSION:
                 self.close()
                 raise EngineFailure("protocol", f"{self.spec.label}: expected protocol version "
@@ -149,9 +151,14 @@ class EngineProcess:
                            f"{message['id']!r}", records)
             if message["type"] == "error":
                 # an engine that does not serve a layer says so: the verdict is `unsupported`
-                kind = "unsupported" if message["kind"] == "unsupported" else "engine_error"
-                raise EngineFailure(kind, f"{where}: engine reported {message['kind']}: "
-                                    f"{message['message']}", records)
+                # an engine that does not serve a layer says so: the verdict is `unsupported`;
+                # any other error comes with the engine's last stderr lines (its traceback)
+                if message["kind"] == "unsupported":
+                    raise EngineFailure("unsupported", f"{where}: engine reported unsupported: "
+                                        f"{message['message']}", records)
+                tail = "" if message["kind"] == "bad_request" else self._tail()  # our input's fault
+                raise EngineFailure("engine_error", f"{where}: engine reported {message['kind']}: "
+                                    f"{message['message']}{tail}", records)
             if message["type"] == "done":
                 count = sum(len(v) for v in records.values())
                 if message["records"] != count:
@@ -244,7 +251,8 @@ class EngineProcess:
         proc, self._proc = self._proc, None
         _kill_group(proc)
         raise EngineFailure("timeout", f"{self.spec.label}: no answer during {where} before the "
-                            "timeout; the engine and its children were ended", partial) from None
+                            f"timeout; the engine and its children were ended{self._tail()}",
+                            partial) from None
 
     def _crashed(self, where: str, partial: dict | None, stdout_held: bool = False) -> None:
         proc, self._proc = self._proc, None
@@ -262,11 +270,19 @@ class EngineProcess:
         else:
             how = f"exited (status {code})"
         raise EngineFailure("crash", f"{self.spec.label} {how} during {where}; the engine and its "
-                            f"children were ended; last stderr lines:\n{self.stderr_tail()}", partial)
+                            f"children were ended{self._tail()}", partial)
 
     def _fail(self, kind: str, message: str, partial: dict | None) -> None:
+        tail = self._tail()
         self.close()
-        raise EngineFailure(kind, message, partial)
+        raise EngineFailure(kind, message + tail, partial)
+
+    def _tail(self) -> str:
+        """The engine's last stderr lines, for a failure's message: where a port's traceback is."""
+        tail = self.stderr_tail(60)
+        start = tail.rfind("Traceback (most recent call last)")  # a Python engine's last traceback whole
+        tail = tail[start:] if start >= 0 else "\n".join(tail.splitlines()[-15:])
+        return f"; last stderr lines:\n{tail}" if tail.strip() else "; its stderr is empty"
 
 
 def timeout_setting(name: str, default: float) -> float:
@@ -318,9 +334,21 @@ def _write_within(proc: subprocess.Popen | None, data: bytes, seconds: float) ->
     return outcome[0] if outcome else "blocked"
 
 
+# Every engine process started and not yet ended: engines run in threads side by side
+# (runner.run_engines), and a Ctrl-C reaches only the main thread, which ends them all.
+_LIVE: set = set()
+
+
+def end_all() -> None:
+    """End every engine process still running (and its children)."""
+    for proc in list(_LIVE):
+        _kill_group(proc)
+
+
 def _kill_group(proc: subprocess.Popen | None) -> None:
     if proc is None:
         return
+    _LIVE.discard(proc)
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)

@@ -116,7 +116,7 @@ def apply_gate(verdicts: list[Verdict], rows: dict[str, tuple[str, ...]], waiver
     used: set[int] = set()
     for v in verdicts:
         result.rows[id(v)] = row_of(v, rows.get(v.scenario, ("ENG-SCHED-CORE",)))
-        if v.kind != DIVERGED or not v.gating:
+        if v.kind != DIVERGED or not v.gating or v.failure:  # a run that then failed: never waived
             continue
         for i, w in enumerate(waivers):
             if w.expires >= today and w.matches(result.row_of(v), v.scenario, where_of(v)):

@@ -40,6 +40,9 @@ class Verdict:
     # the run and the golden come from the same build of the release (provenance
     # environment.build): only then must the oracle reproduce its golden byte for byte
     same_build: bool = True
+    # a run that diverged and then failed: the failure's kind (crash, timeout, ...); such a
+    # verdict is DIVERGED at the first difference before the failure and is never waived
+    failure: str = ""
 
     def __post_init__(self):
         assert self.kind in KINDS and self.role in ROLES, (self.kind, self.role)
@@ -56,10 +59,10 @@ def exit_status(verdicts: list[Verdict], waived: frozenset[int] = frozenset(),
     wrote the golden: the CUDA wheel on a GPU runner against a CPU rebuild's golden); 1: a
     gating engine diverged unwaived, the oracle did not reproduce its golden byte for byte on
     the same build (even within tolerance: a golden must regenerate exactly), or a waiver
-    expired; 2: a gating run could not be compared (engine failure,
-    missing or invalid golden). Stand-ins never set the status."""
+    expired; 2: a gating run could not be compared (engine failure, even one that diverged
+    first, missing or invalid golden). Stand-ins never set the status."""
     gating = [v for v in verdicts if v.gating]
-    if any(v.kind in FAILURE_KINDS for v in gating):
+    if any(v.kind in FAILURE_KINDS or v.failure for v in gating):  # diverged, then failed: 2
         return 2
     if expired_waiver or any(v.kind == DIVERGED and id(v) not in waived for v in gating):
         return 1
@@ -74,9 +77,7 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
 
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     if "failure" in trace:
-        failure = trace["failure"]
-        kind = failure["kind"] if failure["kind"] in FAILURE_KINDS else "engine_error"
-        return Verdict(engine, scenario, kind, role, message=failure["message"])
+        return _judge_failure(trace, golden, role)
     if trace["scenario"]["sha256"] != golden["scenario"]["sha256"]:
         return Verdict(engine, scenario, "invalid_golden", role, message=(
             f"the golden was written for another version of scenario {scenario} "
@@ -104,6 +105,40 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
     if expected_config and actual_config:
         verdict.expected_lines = expected_config[0].get("budget_log_lines", [])
         verdict.actual_lines = actual_config[0].get("budget_log_lines", [])
+    return verdict
+
+
+# Failures after which the records the engine did send are compared with the golden: a port
+# that diverged at step 3 and crashed at step 40 is reported at step 3.
+PARTIAL_KINDS = ("crash", "timeout", "protocol", "engine_error")
+
+
+def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
+    """A run that did not finish. Its partial records are compared with the golden's first
+    records; a difference there is the verdict (DIVERGED, naming the failure that followed),
+    otherwise the failure is, with how far the engine agreed before it."""
+    from .numerics import NUMERICS_CAUSES, compare_by_layer
+
+    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
+    failure = trace["failure"]
+    kind = failure["kind"] if failure["kind"] in FAILURE_KINDS else "engine_error"
+    verdict = Verdict(engine, scenario, kind, role, message=failure["message"])
+    sent = {layer: records for layer, records in trace["layers"].items() if records}
+    if (kind not in PARTIAL_KINDS or not golden or not sent
+            or trace["scenario"]["sha256"] != golden["scenario"]["sha256"]):
+        return verdict
+    comparisons = [compare_by_layer(layer, golden["layers"][layer][:len(records)], records,
+                                    logprob_atol(golden))
+                   for layer, records in sent.items() if layer in golden["layers"]]
+    differing = [c for c in comparisons if not c.equal]
+    if differing and not all(c.cause in NUMERICS_CAUSES for c in differing):
+        verdict.kind, verdict.failure, verdict.comparisons = DIVERGED, kind, comparisons
+        verdict.message = (f"then the engine failed ({kind}); the divergence below is in the "
+                           f"records it sent before that:\n{failure['message']}")
+        return verdict
+    agreed = ", ".join(f"{c.layer}: {c.actual_count} records" for c in comparisons)
+    verdict.message = (f"{failure['message']}\nbefore it failed, every record it sent agreed with "
+                       f"the golden ({agreed or 'none comparable'})")
     return verdict
 
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conformance.engine import EngineFailure, EngineProcess, resolve_engine
+from conformance.engine import EngineFailure
 from conformance.goldens import golden_path
 from conformance.numerics import capacity_excess
 from conformance.pins import load_pins
@@ -49,11 +49,12 @@ def test_0_28_0_diverges_at_step_0_naming_the_request_and_both_counts():
     assert "step 0, field requests.r2.tokens: oracle 36, candidate 48" in render_verdict(verdict, PINS.oracle)
 
 
-def test_the_seed_bug_on_the_real_engine_diverges_at_step_0_and_overflows_capacity():
+@pytest.mark.xdist_group(f"{PINS.oracle}+mutant:no-draft-reservation")  # shares its process
+def test_the_seed_bug_on_the_real_engine_diverges_at_step_0_and_overflows_capacity(warm_workers):
     """The no-draft-reservation mutant (a TEST DEVICE) through the whole 0.27.1 engine."""
-    with EngineProcess(resolve_engine(f"{PINS.oracle}+mutant:no-draft-reservation")) as proc:
-        records = proc.run(GATE, GATE.layers)
-        trace = make_trace("mutant", proc.hello, GATE, records)
+    proc = warm_workers(f"{PINS.oracle}+mutant:no-draft-reservation")
+    assert proc.hello["engine"] == "vllm+mutant:no-draft-reservation"
+    trace = make_trace("mutant", proc.hello, GATE, proc.run(GATE, GATE.layers))
     verdict = judge(trace, golden(GATE), "candidate")
     steps = next(c for c in verdict.comparisons if c.layer == "engine_steps")
     assert verdict.kind == DIVERGED and steps.record["step"] == 0 and steps.cause == "scheduling"

@@ -386,7 +386,9 @@ def test_failed_run_compared_with_the_committed_golden_leaves_it_untouched(
     run_cli(capsys, "run", "--engine", double_cmd("--record", record_file, "--fault", "crash"),
             "--scenario", str(GATE), "--out", str(out), "--layers", "config")
     status, report, _ = run_cli(capsys, "compare", "--trace", str(out))
-    assert status == 2 and "on dflash_27b_gate vs oracle vllm-0.27.1 golden: CRASH" in report
+    # the one record the double sent before crashing is not the oracle's: reported first
+    assert status == 2 and "on dflash_27b_gate vs oracle vllm-0.27.1 golden: DIVERGED" in report
+    assert "then the engine failed (crash)" in report and "layer config: first divergence" in report
 
 
 def test_unreadable_trace_is_bad_input(tmp_path, capsys):

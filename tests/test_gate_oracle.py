@@ -1,14 +1,20 @@
-"""Integration: `parity gate` end to end with the real oracle and a candidate with the seed's bug."""
+"""Integration: `parity gate` end to end with the real oracle and a candidate with the seed's
+bug. The candidate is the TEST DOUBLE engine answering the oracle's own config record with the
+bug's 4096 (a process that starts in a fraction of a second): the real engine with that bug is
+tests/test_steps_oracle.py's and tests/test_engine_layer.py's mutant."""
 
+import json
 import os
+import shlex
 import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
 import pytest
 
+from conformance.goldens import golden_path
 from conformance.pins import load_pins
-from conftest import GATE
+from conftest import DOUBLE, GATE
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -27,9 +33,12 @@ def gate(tmp_path, expires):
     (tmp_path / "waivers.toml").write_text(WAIVER.format(expires=expires))
     (tmp_path / "step_summary.md").write_text("an earlier step's summary\n")
     env = dict(os.environ, GITHUB_STEP_SUMMARY=str(tmp_path / "step_summary.md"))
+    record = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())["layers"]["config"][0]
+    (tmp_path / "record.json").write_text(json.dumps({**record, "max_num_scheduled_tokens": 4096}))
+    candidate = shlex.join([sys.executable, str(DOUBLE), "--record", str(tmp_path / "record.json")])
     return subprocess.run(
         [sys.executable, "-m", "conformance.cli", "gate", "--scenario", str(GATE),
-         "--candidate", f"{PINS.oracle}+mutant:no-draft-reservation",
+         "--candidate", candidate,
          "--waivers", str(tmp_path / "waivers.toml"), "--reports", str(tmp_path / "out")],
         capture_output=True, text=True, timeout=900, env=env)
 

@@ -61,18 +61,15 @@ def test_no_draft_reservation_double_of_the_port_is_caught(warm_workers):
 
 
 @pytest.mark.parametrize("release", PINS.releases)
-def test_parity_run_on_a_scenario_outside_the_repository(tmp_path, release):
+def test_each_pin_runs_a_scenario_outside_the_repository(tmp_path, warm_workers, release):
+    """Model folders relative to a scenario anywhere. (The `parity run` command itself, out of
+    the repository, is the next test: one process per pin here would only repeat it.)"""
     shutil.copytree(REPO / "scenarios" / "models", tmp_path / "models")
     scenario = json.loads(GATE.read_text())
     scenario["name"] = "outside"
     scenario["engine_args"]["max_num_batched_tokens"] = 2048
     (tmp_path / "s.json").write_text(json.dumps(scenario))
-    out = tmp_path / "trace.json"
-    result = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--engine", f"vllm=={release}",
-                             "--scenario", str(tmp_path / "s.json"), "--out", str(out)],
-                            capture_output=True, text=True, cwd=tmp_path, timeout=600)
-    assert result.returncode == 0, result.stderr
-    trace = json.loads(out.read_text())
+    trace = trace_of(warm_workers, release, load_scenario(tmp_path / "s.json"))
     record = trace["layers"]["config"][0]
     assert trace["engine"]["version"] == release
     assert record["max_num_batched_tokens"] == 2048
@@ -88,7 +85,7 @@ def test_parity_run_per_step_layer_on_a_scenario_outside_the_repository(tmp_path
     scenario["workload"]["requests"] = scenario["workload"]["requests"][:3]
     (tmp_path / "s.json").write_text(json.dumps(scenario))
     out = tmp_path / "trace.json"
-    result = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--engine", PINS.oracle,
+    result = subprocess.run([sys.executable, "-m", "conformance.cli", "run", "--engine", f"vllm=={PINS.oracle}",
                              "--scenario", str(tmp_path / "s.json"), "--out", str(out)],
                             capture_output=True, text=True, cwd=tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr

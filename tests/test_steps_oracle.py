@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from conformance.engine import EngineProcess, resolve_engine
+from conformance.engine import EngineFailure
 from conformance.goldens import golden_path
 from conformance.pins import load_pins
 from conformance.report import render
@@ -52,6 +52,7 @@ def test_scenario_library_exercises_what_it_claims():
     assert 16 in drafts
 
 
+@pytest.mark.xdist_group("0.28.0")  # with the other tests of that pin's warm worker
 def test_later_pin_is_reported_where_the_budget_binds(warm_workers):
     """0.28.0 vs the 0.27.1 golden: the first step where the budget binds, per-request counts."""
     scenario = next(s for s in WORKLOADS if s.name == "prefill_budget_binds")
@@ -71,22 +72,34 @@ MUTANTS = {
     "draft-plus-one": ("steady_decode", "steps", None),
     "draft-minus-one": ("steady_decode", "steps", None),
     "ignore-max-num-seqs": ("prefill_budget_binds", "steps", None),
+    "crash-after-divergence": ("prefill_budget_binds", "steps", "requests.r1.tokens"),
 }
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_every_mutant_is_caught(mutant):
+def test_every_mutant_is_caught(warm_workers, mutant):
     """Each injected bug (a TEST DEVICE on the oracle pin) diverges from the oracle's golden."""
     name, layer, field = MUTANTS[mutant]
     scenario = next(s for s in WORKLOADS if s.name == name)
-    with EngineProcess(resolve_engine(f"{PINS.oracle}+mutant:{mutant}", log=lambda m: None)) as proc:
-        assert proc.hello["engine"] == f"vllm+mutant:{mutant}"
+    proc = warm_workers(f"{PINS.oracle}+mutant:{mutant}")  # its own process, shared with other tests
+    assert proc.hello["engine"] == f"vllm+mutant:{mutant}"
+    try:
         trace = make_trace(f"mutant-{mutant}", proc.hello, scenario, proc.run(scenario, scenario.layers))
+    except EngineFailure as failure:  # as the runner keeps it: the records sent, and why it ended
+        trace = make_trace(f"mutant-{mutant}", proc.hello, scenario, failure.partial,
+                           failure={"kind": failure.kind, "message": str(failure)})
     verdict = judge(trace, golden(scenario), "candidate")
     assert verdict.kind == "diverged"
+    if mutant == "crash-after-divergence":
+        # the divergence at step 0 before the crash at step 3 is the verdict, and the report
+        # shows the engine's traceback, where a bare AssertionError alone would say nothing
+        assert verdict.failure == "engine_error" and "AssertionError" in verdict.message
+        assert "Traceback (most recent call last)" in verdict.message
+        assert "assert self._parity_calls < 4" in verdict.message
+        assert len(trace["layers"]["steps"]) == 3
     comparison = next(c for c in verdict.comparisons if c.layer == layer)
     assert not comparison.equal
-    if mutant == "no-draft-reservation":
+    if mutant in ("no-draft-reservation", "crash-after-divergence"):
         # the seed's bug: named at its first step, with the token counts on both sides
         assert comparison.index == 0 and comparison.first.path == field
         assert (comparison.first.expected, comparison.first.actual) == (1036, 1096)

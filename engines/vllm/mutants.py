@@ -11,6 +11,8 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           draft token too many per request (and verifies it).
     draft-minus-one       every request carries K-1 drafts: one draft token too few.
     ignore-max-num-seqs   the scheduler admits requests past max_num_seqs.
+    crash-after-divergence  no-draft-reservation, and the scheduler fails a bare `assert` on
+                          its fourth schedule() call: a port that diverges, then crashes.
 """
 
 from __future__ import annotations
@@ -63,11 +65,26 @@ def _ignore_max_num_seqs() -> None:
     Scheduler.__init__ = __init__
 
 
+def _crash_after_divergence() -> None:
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    _no_draft_reservation()
+    original = Scheduler.schedule
+
+    def schedule(self, *args, **kwargs):
+        self._parity_calls = getattr(self, "_parity_calls", 0) + 1
+        assert self._parity_calls < 4  # an AssertionError with no message, as ports raise them
+        return original(self, *args, **kwargs)
+
+    Scheduler.schedule = schedule
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
     "draft-minus-one": _draft_count(-1),
     "ignore-max-num-seqs": _ignore_max_num_seqs,
+    "crash-after-divergence": _crash_after_divergence,
 }
 
 

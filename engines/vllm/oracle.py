@@ -26,6 +26,13 @@ def boot(device: str) -> None:
     os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(sys.prefix, "vllm-cache"))
     os.environ["VLLM_LOGGING_LEVEL"] = "INFO"  # budget log lines are captured at vLLM's default level
     if device == "cpu":
+        # One compute thread per engine process. vLLM on CPU otherwise binds an OpenMP thread to
+        # every core in every worker, so two workers (pins run side by side) fight for the same
+        # cores and idle threads spin: measured, half the CPU time on the tiny models, the same
+        # records. A fixed count also keeps the order of each reduction the same on any machine.
+        os.environ.setdefault("OMP_NUM_THREADS", "1")
+        os.environ.setdefault("NUMBA_NUM_THREADS", "1")  # the ngram proposer's numba kernels
+        os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         # 0.33.0 honours VLLM_TARGET_DEVICE; 0.27.1 and 0.28.0 need the platform object set.
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
         import vllm.platforms as platforms

@@ -23,3 +23,19 @@ def once(what: str, scenario: dict, compute):
 
 def forget() -> None:
     _RESULTS.clear()
+
+
+def keep_partial(exc: BaseException, **records: list) -> None:
+    """Attach what a failed run produced before failing (layer -> records), for sent()."""
+    exc.parity_partial = {layer: list(recs) for layer, recs in records.items()}  # type: ignore[attr-defined]
+
+
+def sent(layer: str, run):
+    """Yield the layer's records of run(); when run() fails, first the records it produced
+    before failing, then the failure: a port's crash at step 40 still shows steps 0 to 39."""
+    try:
+        result = run()
+    except Exception as exc:
+        yield from getattr(exc, "parity_partial", {}).get(layer, ())
+        raise
+    yield from result

@@ -29,7 +29,7 @@ ARRIVAL_TIME_BASE = 1_000_000.0  # fixed arrival times: nothing depends on the c
 
 
 def steps(scenario: dict):
-    yield from _run(scenario)[0]
+    yield from per_run.sent("steps", lambda: _run(scenario)[0])
 
 
 def outputs(scenario: dict):
@@ -46,10 +46,6 @@ def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], l
     `cls` and `config` exist for the driver-overhead benchmark: a plain Scheduler (no
     records) over a configuration resolved beforehand is the bare schedule/update loop.
     """
-    from vllm import SamplingParams
-    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
-    from vllm.v1.request import Request
-
     from .config_layer import resolve_config
     from .release import build_scheduler
     from .recorder import RecordingScheduler
@@ -75,17 +71,29 @@ def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], l
                                 cls=cls or RecordingScheduler)
     spec = config.speculative_config
     k = spec.num_speculative_tokens if spec is not None else 0
-    seed, vocab = workload["seed"], workload["vocab_size"]
     block_hasher = _block_hasher(config)
 
     arrivals: dict[int, list[dict]] = {}
     for req in workload["requests"]:
         arrivals.setdefault(req["arrival_step"], []).append(req)
+
+    try:
+        return _drive(scheduler, workload, arrivals, k, block_hasher)
+    except Exception as exc:  # the steps recorded before the failure still go out
+        per_run.keep_partial(exc, steps=getattr(scheduler, "parity_steps", []))
+        raise
+
+
+def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
+    from vllm import SamplingParams
+    from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
+    from vllm.v1.request import Request
+
+    seed, vocab = workload["seed"], workload["vocab_size"]
     patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
     verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
     requests: dict = {}  # id -> the scheduler's Request object, kept after it finishes
     total = len(workload["requests"])
-
     step = 0
     while True:
         for req in arrivals.get(step, ()):
