@@ -13,6 +13,7 @@ GATE = REPO / "scenarios" / "dflash_27b_gate.json"
 DOUBLE = REPO / "tests" / "doubles" / "double_engine.py"
 
 
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     from conformance.envs import device_mode
     from conformance.pins import load_pins
