@@ -1,0 +1,71 @@
+"""(e) (f) (g) The three times the project holds itself to (issue "A fast, clean house"), each
+measured by running the command itself, once, on this machine:
+
+  (e) `make test` with the pin environments built                       goal: 120 s
+  (f) the README's test command on a fresh machine: a fresh clone of HEAD, an empty
+      VLLM_PARITY_CACHE and an empty pip cache, so every wheel is downloaded again   goal: 8 min
+  (g) `make parity` with the environments built: the layers that need no model  goal: 20 s,
+      and the engine layers' cost stated separately (the whole gate minus those layers)
+
+(f) takes minutes and downloads about 1 GB: BENCH_FRESH=0 leaves it out (it then says so).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+NO_MODEL_LAYERS = "config,steps,outputs,methods"
+
+
+def timed(argv: list[str], cwd: Path, env: dict | None = None) -> float:
+    """Seconds the command took; its output goes to a log whose tail is shown if it fails."""
+    with tempfile.TemporaryFile() as log:
+        start = time.perf_counter()
+        done = subprocess.run(argv, cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        seconds = time.perf_counter() - start
+        if done.returncode not in (0, 1):  # the gate's 1 (a divergence) is still a timed run
+            log.seek(0)
+            tail = log.read().decode("utf-8", "replace").splitlines()[-20:]
+            sys.exit(f"{' '.join(argv)} failed ({done.returncode}):\n" + "\n".join(tail))
+    return seconds
+
+
+def verdict(seconds: float, goal: float) -> str:
+    return f"within the goal of {goal:.0f} s" if seconds <= goal else f"OVER the goal of {goal:.0f} s by {seconds - goal:.0f} s"
+
+
+def main() -> None:
+    make = ["make", "--no-print-directory"]
+    parity = [str(REPO / ".venv" / "bin" / "parity"), "gate"]
+    timed(make + ["envs"], REPO)  # built before anything is timed
+
+    seconds = timed(make + ["test"], REPO)
+    print(f"(e) make test, environments built: {seconds:.0f} s, {verdict(seconds, 120)}")
+
+    if os.environ.get("BENCH_FRESH", "1") == "0":
+        print("(f) fresh machine: left out (BENCH_FRESH=0)")
+    else:
+        with tempfile.TemporaryDirectory(prefix="parity-fresh-") as tmp:
+            clone = Path(tmp) / "clone"
+            subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
+            env = dict(os.environ, VLLM_PARITY_CACHE=str(Path(tmp) / "cache"),
+                       PIP_CACHE_DIR=str(Path(tmp) / "pip-cache"))
+            seconds = timed(make + ["test"], clone, env)
+        print(f"(f) make test on a fresh machine (fresh clone of HEAD, empty caches): "
+              f"{seconds / 60:.1f} min, {verdict(seconds, 480)}")
+
+    no_model = timed(parity + ["--layers", NO_MODEL_LAYERS], REPO)
+    whole = timed(parity, REPO)
+    print(f"(g) make parity, environments built: layers without a model ({NO_MODEL_LAYERS}) "
+          f"{no_model:.0f} s, {verdict(no_model, 20)}; the whole gate {whole:.0f} s, so the "
+          f"engine layers cost {whole - no_model:.0f} s more")
+
+
+if __name__ == "__main__":
+    main()
