@@ -18,28 +18,44 @@ class EngineRun:
 
 def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str] | None = None,
                   log=print, repeat: int = 1) -> EngineRun:
-    """One cold start per engine; a crashed or hung engine is restarted for the next scenario,
-    so one bad scenario never hides the others. `layers` defaults to each scenario's own.
+    """Every scenario with `layers` (default: each scenario's own); see run_units."""
+    return run_units(spec, [(s, layers or s.layers) for s in scenarios], log, repeat)
 
-    With repeat=2 (the oracle) every scenario runs twice in the warm process; records that
-    differ between the two runs make a `nondeterministic` failure, never a golden."""
+
+def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=print, repeat: int = 1,
+              progress=None) -> EngineRun:
+    """Each (scenario, layers) item, one trace each. One cold start per engine; a crashed or
+    hung engine is restarted for the next item, so one bad scenario never hides the others.
+
+    With repeat=2 (the oracle) every item runs twice in the warm process; records that differ
+    between the two runs make a `nondeterministic` failure, never a golden.
+
+    `progress`, when given, is told when the engine starts (`starting()`), when an item starts
+    (`item(number)`, 1-based) and ends (`end(number)`); without it each item is logged."""
     traces, starts = [], 0
     proc: EngineProcess | None = None
-    for number, scenario in enumerate(scenarios, 1):
+    for number, (scenario, layers) in enumerate(items, 1):
         if proc is None:
             proc = EngineProcess(spec)
             starts += 1
+            if progress is not None:
+                progress.starting()
             try:
                 proc.start()
             except EngineFailure as failure:
                 traces.append(_failed(spec, {}, scenario, failure))
                 proc = None
+                if progress is not None:
+                    progress.end(number)
                 continue
-        log(f"[run] {spec.label}: {scenario.name} ({number}/{len(scenarios)})")
+        if progress is not None:
+            progress.item(number)
+        else:
+            log(f"[run] {spec.label}: {scenario.name} ({number}/{len(items)})")
         try:
-            layers_out = proc.run(scenario, layers or scenario.layers)
+            layers_out = proc.run(scenario, layers)
             for _ in range(repeat - 1):
-                again = proc.run(scenario, layers or scenario.layers)
+                again = proc.run(scenario, layers)
                 if again != layers_out:
                     raise EngineFailure("nondeterministic", _nondeterminism(scenario, layers_out, again),
                                         layers_out)
@@ -48,8 +64,10 @@ def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str]
             if failure.kind != "unsupported":  # a refused layer leaves a healthy, warm engine
                 proc.close()
                 proc = None
-            continue
-        traces.append(make_trace(spec.label, proc.hello, scenario, layers_out))
+        else:
+            traces.append(make_trace(spec.label, proc.hello, scenario, layers_out))
+        if progress is not None:
+            progress.end(number)
     if proc is not None:
         proc.close()
     return EngineRun(spec, traces, starts)
