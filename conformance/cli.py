@@ -8,23 +8,21 @@ or invalid golden) or bad input (malformed scenario, unknown engine).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from . import goldens as golden_files
 from .drift import drift_rows, render_drift
-from .engine import EngineSpec, resolve_engine
+from .engine import resolve_engine
 from .envs import EnvError, ensure_env
-from .gate import WaiverError, apply_gate, load_waivers
+from .gate import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins, parse_pin
-from .report import render, render_rows
-from .reports import write_reports
+from .report import render
 from .runner import run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
 from .trace import TraceError, dumps, load_trace
-from .verdict import CANDIDATE, ORACLE, STAND_IN, Verdict, exit_status, judge
+from .verdict import CANDIDATE, Verdict, exit_status
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 
@@ -59,7 +57,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
     p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
                    help="waived divergences (default: waivers.toml)")
-    p.add_argument("--reports", type=Path, help="write junit.xml, summary.md and report.html here")
+    p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
+    p.add_argument("--shard", metavar="I/N", help="run only shard I of N of the work (a CI matrix); "
+                   "its verdicts and traces go to --results, the gate's verdict comes from `parity merge`")
+    p.add_argument("--results", type=Path, help="write this run's traces, verdicts and manifest here "
+                   "(default with --shard: out/results/shard-I-of-N)")
+
+    p = sub.add_parser("merge", help="combine the results folders of every shard into the gate's verdict")
+    p.add_argument("results", nargs="+", type=Path, metavar="RESULTS", help="one folder per shard")
+    p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
+                   help="waived divergences (default: waivers.toml)")
+    p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
 
     p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs")
     p.add_argument("--check", action="store_true",
@@ -96,7 +104,7 @@ def cmd_envs(args) -> int:
     pins = load_pins()
     releases = args.pin or list(pins.releases)
     with ThreadPoolExecutor(max_workers=len(releases)) as pool:
-        builds = [pool.submit(ensure_env, release, log, pins) for release in releases]
+        builds = [pool.submit(ensure_env, release, log, pins, True) for release in releases]
     failures = [b.exception() for b in builds if b.exception() is not None]
     if failures:
         raise failures[0]
@@ -128,53 +136,27 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
+    from .gate_run import gate, gate_engines
+    from .shards import parse_shard
+
     pins = load_pins()
+    shard = parse_shard(args.shard) if args.shard else None
     scenarios = _scenarios(args.scenario)
     waivers = load_waivers(args.waivers)  # a malformed waivers file stops the gate before any run
     layers = _layers(args.layers)
-    engines: list[tuple[EngineSpec, str]] = [(resolve_engine(pins.oracle, log=log), ORACLE)]
-    if args.candidate:
-        engines += [(resolve_engine(c, log=log), CANDIDATE) for c in args.candidate]
-    else:
-        log("[gate] no candidate configured: the other pins stand in as informational candidates")
-        engines += [(resolve_engine(r, log=log), STAND_IN) for r in pins.candidates]
-    verdicts: list[Verdict] = []
-    traces: dict = {}
-    cold_starts = 0
-    for spec, role in engines:
-        # the oracle runs every scenario twice: a nondeterministic oracle is named as such
-        run = run_scenarios(spec, scenarios, layers, log=log, repeat=2 if role == ORACLE else 1)
-        cold_starts += run.cold_starts
-        for trace in run.traces:
-            path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-            verdict, golden = _judge_against(trace, path, role)
-            verdicts.append(verdict)
-            traces[(verdict.engine, verdict.scenario)] = (trace, golden)
-    result = apply_gate(verdicts, {s.name: s.rows for s in scenarios}, waivers)
-    print(render(verdicts, pins.oracle))
-    print(render_rows(result))
-    print(render_drift(drift_rows([s.name for s in scenarios], pins.releases)))
-    if any(s.method_matrix for s in scenarios):
-        print(render_methods_table(pins.releases))
-    if args.reports:
-        for path in write_reports(args.reports, result, traces, pins.oracle):
-            log(f"[gate] wrote {path}")
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:  # GitHub Actions shows this file on the run's page
-        from .reports import markdown
-
-        with open(summary, "a", encoding="utf-8") as out:
-            out.write(markdown(result, pins.oracle))
-        log(f"[gate] appended the summary to $GITHUB_STEP_SUMMARY ({summary})")
-    log(f"[gate] cold starts: {cold_starts} for {len(engines)} engines")
-    status = result.status
-    log(f"[gate] exit status {status} ({STATUS_WORDS[status]})")
-    return status
+    engines = gate_engines(pins, args.candidate, log)
+    results = args.results
+    if shard and results is None:
+        results = REPO_ROOT / "out" / "results" / f"shard-{shard[0]}-of-{shard[1]}"
+    return gate(pins, scenarios, engines, layers, waivers, args.reports, shard, results, log)
 
 
-STATUS_WORDS = ("every gating verdict passes or is waived",
-                "a gating engine diverged without a waiver, or a waiver expired",
-                "a gating run could not be compared")
+def cmd_merge(args) -> int:
+    from .gate_run import merge
+
+    pins = load_pins()
+    waivers = load_waivers(args.waivers)
+    return merge(args.results, pins, waivers, args.reports, log)
 
 
 def cmd_goldens(args) -> int:
@@ -249,22 +231,14 @@ def cmd_drift(args) -> int:
 
 
 COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
-            "goldens": cmd_goldens, "selfcheck": cmd_selfcheck}
+            "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge}
 
 
 def _judge_against(trace: dict, path: Path, role: str) -> tuple[Verdict, dict | None]:
     """The verdict, and the golden it was judged against (None when there is none)."""
-    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
-    if "failure" in trace:  # an engine failure is its own verdict, whatever the golden's state
-        return judge(trace, {}, role), None
-    if not path.exists():
-        return Verdict(engine, scenario, "missing_golden", role,
-                       message=f"no golden at {path}; write it with `make goldens`"), None
-    try:
-        golden = golden_files.load_golden(path)
-    except TraceError as exc:
-        return Verdict(engine, scenario, "invalid_golden", role, message=str(exc)), None
-    return judge(trace, golden, role), golden
+    from .gate_run import judge_against
+
+    return judge_against(trace, path, role)
 
 
 def _scenarios(paths: list[Path] | None) -> list[Scenario]:
