@@ -18,6 +18,7 @@ from .envs import EnvError, ensure_env
 from .gate import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins, parse_pin
+from .progress import EngineProgress, Progress
 from .report import render
 from .runner import run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
@@ -114,7 +115,9 @@ def cmd_envs(args) -> int:
 def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario)  # validated before any engine starts
     spec = resolve_engine(args.engine, log=log)
-    result = run_scenarios(spec, [scenario], _layers(args.layers), log=log)
+    with Progress(2.0, log) as progress:  # a cold start and one scenario, said while they last
+        result = run_scenarios(spec, [scenario], _layers(args.layers), log=log, progress=EngineProgress(
+            progress, "run", spec.label, [(scenario.name, _layers(args.layers) or scenario.layers, 1.0)], 1.0))
     trace = result.traces[0]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(dumps(trace))
@@ -169,21 +172,25 @@ def cmd_goldens(args) -> int:
     scenarios = _scenarios(args.scenario)
     releases = [resolve_engine(text, log=log) for text in args.engine or pins.releases]
     changed, failed = [], []
-    for spec in releases:
-        run = run_scenarios(spec, scenarios, _layers(args.layers), log=log, repeat=2)
-        for trace in run.traces:
-            path = golden_files.golden_path(trace["scenario"]["name"], spec.release)
-            if "failure" in trace:
-                failed.append(f"{path}: {trace['failure']['kind']}: {trace['failure']['message']}")
-                continue
-            new = dumps(trace)
-            old = path.read_text() if path.exists() else None
-            if old == new:
-                continue
-            changed.append(path)
-            log(golden_files.change_summary(path, old, trace))
-            if not args.check:
-                golden_files.write_golden(path, trace, spec.release)
+    layers = _layers(args.layers)
+    # progress: each pin's cold start and scenarios count one each, the time left by estimate
+    with Progress(len(releases) * (len(scenarios) + 1.0), log) as progress:
+        for spec in releases:
+            run = run_scenarios(spec, scenarios, layers, log=log, repeat=2, progress=EngineProgress(
+                progress, "goldens", spec.label, [(s.name, layers or s.layers, 1.0) for s in scenarios], 1.0))
+            for trace in run.traces:
+                path = golden_files.golden_path(trace["scenario"]["name"], spec.release)
+                if "failure" in trace:
+                    failed.append(f"{path}: {trace['failure']['kind']}: {trace['failure']['message']}")
+                    continue
+                new = dumps(trace)
+                old = path.read_text() if path.exists() else None
+                if old == new:
+                    continue
+                changed.append(path)
+                progress.say(golden_files.change_summary(path, old, trace))
+                if not args.check:
+                    golden_files.write_golden(path, trace, spec.release)
     orphans = [] if args.scenario else golden_files.orphans(
         {s.name for s in scenarios}, pins.releases)
     for path in orphans:

@@ -26,7 +26,7 @@ from .engine import resolve_engine
 from .gate import apply_gate, where_of
 from .methods_table import render_methods_table
 from .pins import Pins, parse_pin
-from .progress import Progress, duration
+from .progress import EngineProgress, Progress, duration
 from .report import render_gate, render_rows
 from .reports import annotation, markdown, write_reports
 from .runner import run_units
@@ -108,30 +108,6 @@ def identity(pins: Pins, scenarios, engines: list[GateEngine], layers, units: li
     }
 
 
-class _Progress:
-    """One engine's part of the gate's progress: which engine and item, the time left by
-    estimate (conformance/progress.py). A cold start counts as done once the first item starts."""
-
-    def __init__(self, progress: Progress, label: str, units: list[Unit], cold_start: float):
-        self.progress, self.label, self.units, self.cold_start = progress, label, units, cold_start
-        self._starting = False
-
-    def starting(self) -> None:
-        self._starting = True
-        self.progress.begin(f"[gate] {self.label}: starting the engine", self.cold_start)
-
-    def item(self, number: int) -> None:
-        if self._starting:
-            self._starting = False
-            self.progress.advance(self.cold_start)
-        u = self.units[number - 1]
-        self.progress.begin(f"[gate] {self.label}: {u.scenario} ({', '.join(u.layers)}; "
-                            f"{number}/{len(self.units)})", u.cost)
-
-    def end(self, number: int) -> None:
-        self.progress.advance(self.units[number - 1].cost)
-
-
 def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pins, log) -> dict[str, dict]:
     """Run `units` (in plan order), one warm worker per engine; unit key -> its trace."""
     from .shards import COLD_START
@@ -151,7 +127,8 @@ def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pin
             spec = replace(resolve_engine(engine.engine, pins, log), label=engine.key)
             run = run_units(spec, [(by_name[u.scenario], list(u.layers)) for u in mine], log,
                             repeat=2 if engine.role == ORACLE else 1,
-                            progress=_Progress(progress, engine.key, mine, COLD_START))
+                            progress=EngineProgress(progress, "gate", engine.key,
+                                                    [(u.scenario, u.layers, u.cost) for u in mine], COLD_START))
             cold_starts += run.cold_starts
             traces.update((u.key, t) for u, t in zip(mine, run.traces))
         log(f"[gate] cold starts: {cold_starts} for {sum(any(u.engine == e.key for u in units) for e in engines)} "
@@ -161,7 +138,8 @@ def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pin
 
 def gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, reports: Path | None,
          shard: tuple[int, int] | None, results: Path | None, log, out=print) -> int:
-    units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, layers)
+    units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, layers,
+                 _refused(engines, pins))
     index, count = shard or (1, 1)
     share = assign(units, count)[index - 1] if shard else units
     if shard:
@@ -179,6 +157,16 @@ def gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, repo
     return finish(pins, manifest, units, traces, waivers, reports, log, out)
 
 
+def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
+    """On CPU a pin without a CPU engine build refuses the engine layers at once (README)."""
+    from .envs import device_mode
+
+    if device_mode() != "cpu":
+        return frozenset()
+    return frozenset((e.key, "engine") for e in engines if e.command is None
+                     and not pins.cpu_engine_build(parse_pin(e.engine.partition("+mutant:")[0], pins)))
+
+
 def merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, out=print) -> int:
     manifest, traces = load_results(folders)
     here = {"tool": tool_identity(), "oracle": pins.oracle, "pins": list(pins.releases),
@@ -188,7 +176,12 @@ def merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, o
             raise ValueError(f"the shards were made with another {key} than this checkout's "
                              f"({json.dumps(manifest[key])} vs {json.dumps(value)}): merge them "
                              "in a checkout of the commit that made them")
-    engines = [GateEngine(**e) for e in manifest["engines"]]
+    if digest(manifest["scenarios"]) != manifest["scenario_set"]:
+        raise ValueError("the shards' manifests list other scenarios than their scenario set's digest")
+    try:
+        engines = [GateEngine(**e) for e in manifest["engines"]]
+    except TypeError as exc:
+        raise ValueError(f"the shards' manifests list engines in another form: {exc}") from None
     units = plan_from_manifest(engines, manifest)
     log(f"[merge] {len(folders)} shard{'s' if len(folders) != 1 else ''}, {len(units)} units")
     return finish(pins, manifest, units, traces, waivers, reports, log, out)

@@ -92,6 +92,32 @@ class Progress:
                          f"[{self.status()}]")
 
 
+class EngineProgress:
+    """One engine's share of a Progress, as conformance/runner.py reports it: the cold start
+    (`starting`), then each item (`item`, `end`, numbered from 1). items: (scenario name,
+    layers, estimated seconds); the cold start counts as done once the first item starts."""
+
+    def __init__(self, progress: Progress, tag: str, label: str, items: list[tuple[str, list, float]],
+                 cold_start: float):
+        self.progress, self.tag, self.label, self.items = progress, tag, label, items
+        self.cold_start, self._starting = cold_start, False
+
+    def starting(self) -> None:
+        self._starting = True
+        self.progress.begin(f"[{self.tag}] {self.label}: starting the engine", self.cold_start)
+
+    def item(self, number: int) -> None:
+        if self._starting:
+            self._starting = False
+            self.progress.advance(self.cold_start)
+        name, layers, cost = self.items[number - 1]
+        self.progress.begin(f"[{self.tag}] {self.label}: {name} ({', '.join(layers)}; "
+                            f"{number}/{len(self.items)})", cost)
+
+    def end(self, number: int) -> None:
+        self.progress.advance(self.items[number - 1][2])
+
+
 @contextlib.contextmanager
 def heartbeat(log, activity: str, every: float = HEARTBEAT, clock=time.monotonic):
     """Say `activity` now and again every `every` seconds while the block runs, with the time

@@ -301,7 +301,7 @@ def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str
         if focus is not None and focus < len(tokens):  # the values at the divergence, marked
             parts.append(f"<circle class='marker' cx='{x(focus):.1f}' cy='{y(tokens[focus]):.1f}' r='4' "
                          f"fill='{color}'/><text class='marker-value' x='{x(focus) + 8:.1f}' "
-                         f"y='{y(tokens[focus]) + 4 - 12 * i:.1f}' font-size='12' fill='{color}'>"
+                         f"y='{y(tokens[focus]) + 16:.1f}' font-size='12' fill='{color}'>"
                          f"{tokens[focus]} scheduled</text>")
     if clip:
         parts.append("</g>")
@@ -323,9 +323,9 @@ def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str
         if first is not None and lo <= first < hi:
             parts.append(f"<line x1='{x(first):.1f}' y1='{pad}' x2='{x(first):.1f}' y2='{h - pad}' "
                          "stroke='#c22' stroke-width='2' stroke-opacity='0.5'/>")
-            at = pad + 12 + 14 * i if focus is not None else h - pad - 8 - 14 * i  # clear of the lines
-            parts.append(f"<text class='divergence' x='{x(first) + 4:.1f}' y='{at}' "
-                         f"font-size='12' fill='#c22'>first divergence: step {first} ({html.escape(label)})</text>")
+            if focus is None:  # a zoom names its step in its title, its values at the markers
+                parts.append(f"<text class='divergence' x='{x(first) + 4:.1f}' y='{h - pad - 8 - 14 * i}' "
+                             f"font-size='12' fill='#c22'>first divergence: step {first} ({html.escape(label)})</text>")
     parts.append("</svg>")
     return "".join(parts)
 

@@ -17,9 +17,9 @@ class EngineRun:
 
 
 def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str] | None = None,
-                  log=print, repeat: int = 1) -> EngineRun:
+                  log=print, repeat: int = 1, progress=None) -> EngineRun:
     """Every scenario with `layers` (default: each scenario's own); see run_units."""
-    return run_units(spec, [(s, layers or s.layers) for s in scenarios], log, repeat)
+    return run_units(spec, [(s, layers or s.layers) for s in scenarios], log, repeat, progress)
 
 
 def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=print, repeat: int = 1,

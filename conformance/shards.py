@@ -34,10 +34,12 @@ SCHEMA = "vllm-parity/results/1"
 # Layers computed together by one run of an engine (engines/vllm/per_run.py).
 GROUPS = {"config": ("config",), "steps": ("steps", "outputs"), "engine": ENGINE_LAYERS,
           "methods": ("methods",)}
-# Cost estimates in seconds, measured on the 2-core CPU machine (`parity gate` prints each
-# unit's time in verdicts.json); only their ratios matter for balance.
+# Cost estimates in seconds, from the progress lines of `parity gate` on the 2-core CPU
+# machine (a pin's cold start 6-8 s, a whole-engine scenario 3-8 s, a stand-in scenario well
+# under 1 s); only their ratios matter for balance.
 COLD_START = 8.0  # a pin's worker importing vLLM: paid once per engine per shard
-COST = {"config": 0.1, "methods": 2.0, "engine": 3.0}
+COST = {"config": 0.1, "methods": 1.0, "engine": 5.0}
+REFUSED = 0.1  # a group the engine refuses at once (a pin without a CPU engine, on CPU)
 STEP_TOKENS_PER_SECOND = 40_000  # the stand-in drive: scheduled tokens per second
 # Fields every shard of one gate run has in common; merge refuses a set where any differs.
 IDENTITY = ("tool", "oracle", "pins", "scenario_set", "goldens", "engines", "layers", "plan",
@@ -95,13 +97,16 @@ def unit_cost(group: str, scenario, repeat: int) -> float:
     return cost * repeat
 
 
-def plan(engines: list[tuple[str, int]], scenarios: list, layers: list[str] | None) -> list[Unit]:
-    """engines: (key, repeat) in run order. Units in plan order: engine, scenario, group."""
+def plan(engines: list[tuple[str, int]], scenarios: list, layers: list[str] | None,
+         refused: frozenset = frozenset()) -> list[Unit]:
+    """engines: (key, repeat) in run order; `refused`: (key, group) pairs the engine is known
+    to refuse at once. Units in plan order: engine, scenario, group."""
     units = []
     for key, repeat in engines:
         for scenario in scenarios:
             for group, held in layer_groups(layers or scenario.layers):
-                units.append(Unit(key, scenario.name, group, held, unit_cost(group, scenario, repeat)))
+                cost = REFUSED if (key, group) in refused else unit_cost(group, scenario, repeat)
+                units.append(Unit(key, scenario.name, group, held, cost))
     return units
 
 

