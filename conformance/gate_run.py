@@ -142,6 +142,9 @@ def gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, repo
                  _refused(engines, pins))
     index, count = shard or (1, 1)
     share = assign(units, count)[index - 1] if shard else units
+    if shard and reports:
+        log("[gate] --reports is for the whole gate: pass it to `parity merge`; this shard writes "
+            "its results folder only")
     if shard:
         log(f"[gate] shard {index}/{count}: {len(share)} of {len(units)} units, estimated "
             f"{duration(share_cost(share))} (engines: {', '.join(sorted({u.engine for u in share})) or 'none'})")

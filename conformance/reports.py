@@ -275,9 +275,9 @@ def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str
     n = max(len(s) for _, s, _ in series) or 1
     lo, hi = window or (0, n)
     hi = min(hi, n)
-    if focus is not None:
-        near = [v for _, s, _ in series if focus < len(s)
-                for v in (_tokens(s)[focus], _budgets(s)[focus]) if v is not None]
+    near = [v for _, s, _ in series if focus is not None and focus < len(s)
+            for v in (_tokens(s)[focus], _budgets(s)[focus]) if v is not None]
+    if near:
         margin = max(8.0, 0.3 * (max(near) - min(near)))
         bottom, top = max(0.0, min(near) - margin), max(near) + margin
     else:

@@ -8,6 +8,7 @@ import json
 import os
 import shlex
 import sys
+import xml.etree.ElementTree as ET
 
 import pytest
 
@@ -90,6 +91,41 @@ def test_three_shards_merged_give_what_one_run_gives(tmp_path, engines, monkeypa
     for name in REPORTS:
         assert (tmp_path / "merged" / name).read_text() == (tmp_path / "one" / name).read_text(), name
     assert summary.read_text() == once + once  # appended by each, never overwritten
+    names = [c.get("name") for c in ET.parse(tmp_path / "one" / "junit.xml").iter("testcase")]
+    assert "ENG-SCHED-CORE / dflash_27b_gate / double-candidate / config" in names
+    assert "ENG-SCHED-CORE / steady_decode / double-candidate / all layers" in names  # unsupported
+    assert whole_out.count("budget log lines [") == 2  # oracle's and candidate's blocks differ
+
+
+def test_a_block_of_budget_log_lines_prints_once():
+    from conformance.compare import compare_layer
+    from conformance.gate import apply_gate
+    from conformance.report import render_gate
+    from conformance.verdict import Verdict
+
+    def diverged(scenario):
+        v = Verdict("port", scenario, "diverged", CANDIDATE, [compare_layer(
+            "config", [{"max_num_scheduled_tokens": 4036}], [{"max_num_scheduled_tokens": 4096}])])
+        v.expected_lines, v.actual_lines = ["set to 4036"], ["set to 4096"]
+        return v
+
+    text = render_gate(apply_gate([diverged("a"), diverged("b")], {}, []), PINS.oracle)
+    assert text.count("set to 4096") == 1 and "budget log lines: as block [1] above (a, port)" in text
+    assert text.splitlines()[3].split() == ["a", "diverged", "config.max_num_scheduled_tokens"]
+
+
+def test_the_matrix_of_the_built_in_scenarios_and_pins_fits_a_screen():
+    from conformance.gate import apply_gate
+    from conformance.report import render_gate
+    from conformance.verdict import STAND_IN, Verdict
+
+    verdicts = [Verdict(f"vllm-{r}", s.name, "pass" if r == PINS.oracle else "unsupported",
+                        ORACLE if r == PINS.oracle else STAND_IN, message="no CPU engine")
+                for r in PINS.releases for s in SCENARIOS]
+    lines = render_gate(apply_gate(verdicts, {}, []), PINS.oracle).splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith(f"-- {len(verdicts)} verdicts"))
+    assert summary < 40 and all(s.name in "".join(lines[:summary]) for s in SCENARIOS)
+    assert lines[summary - len(SCENARIOS)].split() == [SCENARIOS[0].name, "pass", "unsupported", "unsupported"]
 
 
 def test_merge_refuses_a_missing_a_duplicate_or_a_foreign_shard(tmp_path, engines):
