@@ -20,7 +20,7 @@ from xml.etree import ElementTree as ET
 
 from .gate import GateResult, where_of
 from .report import cell, matrix, render_verdict, status_of
-from .verdict import KINDS, ORACLE, PASS, Verdict
+from .verdict import FAILURE_KINDS, KINDS, ORACLE, PASS, Verdict
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 ZOOM = 6  # steps either side of a first divergence in its zoom panel
@@ -160,8 +160,8 @@ def html_report(result: GateResult, traces: dict, oracle: str,
     style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;text-align:left}"
              "table{border-collapse:collapse}table.matrix td,table.matrix th{border:1px solid #ddd}"
              ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
-             "td.pass a{color:#2a2}td.diverged a{color:#c22}td.waived a{color:#a80}"
-             "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}pre{background:#f6f6f6;padding:8px;overflow-x:auto}"
+             "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
+             "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
              "svg text{font-family:sans-serif}")
     # Opens the collapsed details a matrix link points at; marks the page as scripted-ready.
     script = ("function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));"
