@@ -161,7 +161,8 @@ def html_report(result: GateResult, traces: dict, oracle: str,
              "table{border-collapse:collapse}table.matrix td,table.matrix th{border:1px solid #ddd}"
              ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
              "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
-             "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
+             "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}"
+             "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
              "svg text{font-family:sans-serif}")
     # Opens the collapsed details a matrix link points at; marks the page as scripted-ready.
     script = ("function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));"
