@@ -30,7 +30,7 @@ from .progress import EngineProgress, Progress, duration
 from .report import render_gate, render_rows
 from .reports import annotation, markdown, write_reports
 from .runner import run_units
-from .shards import (Unit, assign, digest, goldens_digest, load_results, plan, share_cost,
+from .shards import (COLD_START, GROUPS, Unit, assign, digest, goldens_digest, load_results, plan, share_cost,
                      tool_identity, write_results)
 from .trace import TraceError
 from .verdict import CANDIDATE, ORACLE, PASS, STAND_IN, Verdict, judge
@@ -110,8 +110,6 @@ def identity(pins: Pins, scenarios, engines: list[GateEngine], layers, units: li
 
 def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pins, log) -> dict[str, dict]:
     """Run `units` (in plan order), one warm worker per engine; unit key -> its trace."""
-    from .shards import COLD_START
-
     by_name = {s.name: s for s in scenarios}
     traces: dict[str, dict] = {}
     cold_starts = 0
@@ -193,8 +191,6 @@ def merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, o
 def plan_from_manifest(engines: list[GateEngine], manifest: dict) -> list[Unit]:
     """The units in plan order, rebuilt from what the shards ran and checked against the
     digest of the plan every shard computed."""
-    from .shards import GROUPS
-
     order_e = {e.key: i for i, e in enumerate(engines)}
     order_s = {s["name"]: i for i, s in enumerate(manifest["scenarios"])}
     order_g = {g: i for i, g in enumerate(GROUPS)}
