@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # A port to judge, as its command line, e.g. CANDIDATE='./build/port-engine --parity'
 CANDIDATE ?=
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,20 @@ parity: envs
 # (junit.xml, summary.md, report.html) in out/gate/.
 gate: envs
 	$(BIN)/parity gate --reports out/gate --waivers waivers.toml $(if $(CANDIDATE),--candidate '$(CANDIDATE)')
+
+# The HTML report as a reader sees it: installs chromium with apt-get where it is missing (root
+# only), gates the no-draft-reservation mutant (a TEST DEVICE) on engine_dflash_gate, and renders
+# its report in headless Chromium (tests/test_report_html.py): no script error, both budget
+# lines (4036 and 4096), the difference panel, the zoom, the per-request and capacity tables.
+report-check: envs
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
+		echo "report-check: chromium is missing and this is not root: the check will skip"
+	@mkdir -p out/report-check
+	$(BIN)/parity gate --scenario scenarios/engine_dflash_gate.json --waivers /dev/null \
+		--candidate "$$($(BIN)/python -c 'from conformance.pins import load_pins; print(load_pins().oracle)')+mutant:no-draft-reservation" \
+		--reports out/report-check > out/report-check/report.txt; test $$? -le 1
+	VLLM_PARITY_REPORT=out/report-check/report.html $(BIN)/python -m pytest -q tests/test_report_html.py
 
 # The C++ adapter kit and its reference engine (engines/cpp/build/): installs g++, make,
 # nlohmann-json3-dev and libb2-dev with apt-get where they are missing (root only), then

@@ -8,23 +8,22 @@ or invalid golden) or bad input (malformed scenario, unknown engine).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
 from . import goldens as golden_files
 from .drift import drift_rows, render_drift
-from .engine import EngineSpec, resolve_engine
+from .engine import resolve_engine
 from .envs import EnvError, device_mode, ensure_env
-from .gate import WaiverError, apply_gate, load_waivers
+from .gate import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins, parse_pin
-from .report import render, render_rows
-from .reports import write_reports
-from .runner import default_parallel, only_layers, run_engines, run_scenarios
+from .progress import EngineProgress, Progress
+from .report import render
+from .runner import default_parallel, run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
 from .trace import TraceError, dumps, load_trace
-from .verdict import CANDIDATE, ORACLE, STAND_IN, Verdict, exit_status, judge
+from .verdict import CANDIDATE, Verdict, exit_status
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 
@@ -59,9 +58,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
     p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
                    help="waived divergences (default: waivers.toml)")
-    p.add_argument("--reports", type=Path, help="write junit.xml, summary.md and report.html here")
+    p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
+    p.add_argument("--shard", metavar="I/N", help="run only shard I of N of the work (a CI matrix); "
+                   "its verdicts and traces go to --results, the gate's verdict comes from `parity merge`")
+    p.add_argument("--results", type=Path, help="write this run's traces, verdicts and manifest here "
+                   "(default with --shard: out/results/shard-I-of-N)")
     p.add_argument("--jobs", type=int, help="engines run side by side (default: the CPU count on "
                    "CPU, 1 on a GPU runner)")
+
+    p = sub.add_parser("merge", help="combine the results folders of every shard into the gate's verdict")
+    p.add_argument("results", nargs="+", type=Path, metavar="RESULTS", help="one folder per shard")
+    p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
+                   help="waived divergences (default: waivers.toml)")
+    p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
 
     p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs")
     p.add_argument("--check", action="store_true",
@@ -98,7 +107,7 @@ def cmd_envs(args) -> int:
     pins = load_pins()
     releases = args.pin or list(pins.releases)
     with ThreadPoolExecutor(max_workers=len(releases)) as pool:
-        builds = [pool.submit(ensure_env, release, log, pins) for release in releases]
+        builds = [pool.submit(ensure_env, release, log, pins, True) for release in releases]
     failures = [b.exception() for b in builds if b.exception() is not None]
     if failures:
         raise failures[0]
@@ -108,7 +117,9 @@ def cmd_envs(args) -> int:
 def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario)  # validated before any engine starts
     spec = resolve_engine(args.engine, log=log)
-    result = run_scenarios(spec, [scenario], _layers(args.layers), log=log)
+    with Progress(2.0, log) as progress:  # a cold start and one scenario, said while they last
+        result = run_scenarios(spec, [scenario], _layers(args.layers), log=log, progress=EngineProgress(
+            progress, "run", spec.label, [(scenario.name, _layers(args.layers) or scenario.layers, 1.0)], 1.0))
     trace = result.traces[0]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(dumps(trace))
@@ -130,57 +141,29 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
+    from .gate_run import gate, gate_engines
+    from .shards import parse_shard
+
     pins = load_pins()
+    shard = parse_shard(args.shard) if args.shard else None
     scenarios = _scenarios(args.scenario)
     waivers = load_waivers(args.waivers)  # a malformed waivers file stops the gate before any run
     layers = _layers(args.layers)
-    if layers is not None:  # a filter: each scenario's own layers among those named
-        scenarios = [s for s, _ in only_layers(scenarios, layers)]
-    engines: list[tuple[EngineSpec, str]] = [(resolve_engine(pins.oracle, log=log), ORACLE)]
-    if args.candidate:
-        engines += [(resolve_engine(c, log=log), CANDIDATE) for c in args.candidate]
-    else:
-        log("[gate] no candidate configured: the other pins stand in as informational candidates")
-        engines += [(resolve_engine(r, log=log), STAND_IN) for r in pins.candidates]
-    verdicts: list[Verdict] = []
-    traces: dict = {}
-    cold_starts = 0
-    # the oracle runs every scenario twice: a nondeterministic oracle is named as such
-    jobs = [(spec, 2 if role == ORACLE else 1) for spec, role in engines]
+    engines = gate_engines(pins, args.candidate, log)
+    results = args.results
+    if shard and results is None:
+        results = REPO_ROOT / "out" / "results" / f"shard-{shard[0]}-of-{shard[1]}"
     parallel = args.jobs or default_parallel(device_mode())
-    runs = run_engines(jobs, scenarios, layers, log=log, parallel=parallel, layer_filter=True)
-    for (spec, role), run in zip(engines, runs):
-        cold_starts += run.cold_starts
-        for trace in run.traces:
-            path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-            verdict, golden = _judge_against(trace, path, role, only=layers)
-            verdicts.append(verdict)
-            traces[(verdict.engine, verdict.scenario)] = (trace, golden)
-    result = apply_gate(verdicts, {s.name: s.rows for s in scenarios}, waivers)
-    print(render(verdicts, pins.oracle))
-    print(render_rows(result))
-    print(render_drift(drift_rows([s.name for s in scenarios], pins.releases)))
-    if any(s.method_matrix for s in scenarios):
-        print(render_methods_table(pins.releases))
-    if args.reports:
-        for path in write_reports(args.reports, result, traces, pins.oracle):
-            log(f"[gate] wrote {path}")
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:  # GitHub Actions shows this file on the run's page
-        from .reports import markdown
-
-        with open(summary, "a", encoding="utf-8") as out:
-            out.write(markdown(result, pins.oracle))
-        log(f"[gate] appended the summary to $GITHUB_STEP_SUMMARY ({summary})")
-    log(f"[gate] cold starts: {cold_starts} for {len(engines)} engines")
-    status = result.status
-    log(f"[gate] exit status {status} ({STATUS_WORDS[status]})")
-    return status
+    return gate(pins, scenarios, engines, layers, waivers, args.reports, shard, results, log,
+                parallel=parallel)
 
 
-STATUS_WORDS = ("every gating verdict passes or is waived",
-                "a gating engine diverged without a waiver, or a waiver expired",
-                "a gating run could not be compared")
+def cmd_merge(args) -> int:
+    from .gate_run import merge
+
+    pins = load_pins()
+    waivers = load_waivers(args.waivers)
+    return merge(args.results, pins, waivers, args.reports, log)
 
 
 def cmd_goldens(args) -> int:
@@ -193,22 +176,25 @@ def cmd_goldens(args) -> int:
     scenarios = _scenarios(args.scenario)
     releases = [resolve_engine(text, log=log) for text in args.engine or pins.releases]
     changed, failed = [], []
-    runs = run_engines([(spec, 2) for spec in releases], scenarios, _layers(args.layers), log=log,
-                       parallel=default_parallel(device_mode()))
-    for spec, run in zip(releases, runs):
-        for trace in run.traces:
-            path = golden_files.golden_path(trace["scenario"]["name"], spec.release)
-            if "failure" in trace:
-                failed.append(f"{path}: {trace['failure']['kind']}: {trace['failure']['message']}")
-                continue
-            new = dumps(trace)
-            old = path.read_text() if path.exists() else None
-            if old == new:
-                continue
-            changed.append(path)
-            log(golden_files.change_summary(path, old, trace))
-            if not args.check:
-                golden_files.write_golden(path, trace, spec.release)
+    layers = _layers(args.layers)
+    # progress: each pin's cold start and scenarios count one each, the time left by estimate
+    with Progress(len(releases) * (len(scenarios) + 1.0), log) as progress:
+        for spec in releases:
+            run = run_scenarios(spec, scenarios, layers, log=log, repeat=2, progress=EngineProgress(
+                progress, "goldens", spec.label, [(s.name, layers or s.layers, 1.0) for s in scenarios], 1.0))
+            for trace in run.traces:
+                path = golden_files.golden_path(trace["scenario"]["name"], spec.release)
+                if "failure" in trace:
+                    failed.append(f"{path}: {trace['failure']['kind']}: {trace['failure']['message']}")
+                    continue
+                new = dumps(trace)
+                old = path.read_text() if path.exists() else None
+                if old == new:
+                    continue
+                changed.append(path)
+                progress.say(golden_files.change_summary(path, old, trace))
+                if not args.check:
+                    golden_files.write_golden(path, trace, spec.release)
     orphans = [] if args.scenario else golden_files.orphans(
         {s.name for s in scenarios}, pins.releases)
     for path in orphans:
@@ -256,30 +242,14 @@ def cmd_drift(args) -> int:
 
 
 COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
-            "goldens": cmd_goldens, "selfcheck": cmd_selfcheck}
+            "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge}
 
 
-def _judge_against(trace: dict, path: Path, role: str,
-                   only: list[str] | None = None) -> tuple[Verdict, dict | None]:
-    """The verdict, and the golden it was judged against (None when there is none); with
-    `only` (the gate's --layers), against those layers of the golden alone."""
-    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
-    if "failure" in trace:  # an engine failure is its own verdict, whatever the golden's state;
-        try:  # the records it sent before failing are still compared with a readable golden
-            golden = golden_files.load_golden(path) if path.exists() else None
-        except TraceError:
-            golden = None
-        return judge(trace, golden, role), golden
-    if not path.exists():
-        return Verdict(engine, scenario, "missing_golden", role,
-                       message=f"no golden at {path}; write it with `make goldens`"), None
-    try:
-        golden = golden_files.load_golden(path)
-    except TraceError as exc:
-        return Verdict(engine, scenario, "invalid_golden", role, message=str(exc)), None
-    if only is not None:
-        golden = {**golden, "layers": {k: v for k, v in golden["layers"].items() if k in only}}
-    return judge(trace, golden, role), golden
+def _judge_against(trace: dict, path: Path, role: str) -> tuple[Verdict, dict | None]:
+    """The verdict, and the golden it was judged against (None when there is none)."""
+    from .gate_run import judge_against
+
+    return judge_against(trace, path, role)
 
 
 def _scenarios(paths: list[Path] | None) -> list[Scenario]:

@@ -16,6 +16,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from .pins import REPO_ROOT, Pins, load_pins
@@ -132,11 +133,13 @@ def _refuse_unfaithful_oracle(release: str, env: Path, pins: Pins) -> None:
             f"(conformance/fidelity.py); see {fidelity_file(env)}")
 
 
-def ensure_env(release: str, log=print, pins: Pins | None = None) -> Path:
+def ensure_env(release: str, log=print, pins: Pins | None = None, say_cached: bool = False) -> Path:
     """Return the python of the pin's environment, building it first if it is not cached."""
     pins = pins or load_pins()
     mode = device_mode()
     final = env_dir(release, mode, pins)
+    if say_cached and (final / "READY").exists():
+        log(f"[envs] vllm {release} ({mode}): cached in {final}")
     if not (final / "READY").exists():
         final.parent.mkdir(parents=True, exist_ok=True)
         with open(final.parent / f"{final.name}.lock", "w") as lock:
@@ -148,25 +151,33 @@ def ensure_env(release: str, log=print, pins: Pins | None = None) -> Path:
 
 
 def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
+    from .progress import duration, heartbeat
+
     tmp = final.with_name(final.name + ".building")
     shutil.rmtree(tmp, ignore_errors=True)
     build_log = final.with_name(final.name + ".log")
     log(f"[envs] building vllm {release} ({mode}) in {final} (log: {build_log})")
+    started = time.monotonic()
+    steps = [[sys.executable, "-m", "venv", str(tmp)]]
+    steps += [[str(env_python(tmp))] + step for step in install_steps(release, mode, pins)]
+    steps.append([str(env_python(tmp)), str(WORKER), "--import-check", release])
+    rebuild = _engine_build(release, mode, pins)
+    phases = len(steps) + bool(rebuild)
     with open(build_log, "w") as out:
-        steps = [[sys.executable, "-m", "venv", str(tmp)]]
-        steps += [[str(env_python(tmp))] + step for step in install_steps(release, mode, pins)]
-        steps.append([str(env_python(tmp)), str(WORKER), "--import-check", release])
-        for argv in steps:
+        for number, argv in enumerate(steps, 1):
             out.write(f"$ {argv}\n")
             out.flush()
-            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+            # each phase says what it does, repeats itself while it lasts, and times itself
+            with heartbeat(log, f"[envs] vllm {release}: phase {number}/{phases}: {_phase(argv)}"):
+                result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
             if result.returncode != 0:
                 out.flush()
                 tail = build_log.read_text()[-3000:]
                 raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{tail}")
-    rebuild = _engine_build(release, mode, pins)
     if rebuild:
-        fidelity = check_fidelity(release, env_python(tmp), rebuild, log)
+        with heartbeat(log, f"[envs] vllm {release}: phase {phases}/{phases}: fidelity check of "
+                            f"{rebuild} against the official wheel"):
+            fidelity = check_fidelity(release, env_python(tmp), rebuild, log)
         fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n")
     freeze = subprocess.run(
         [str(env_python(tmp)), "-m", "pip", "freeze", "--disable-pip-version-check"],
@@ -176,4 +187,18 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
     if final.exists():
         shutil.rmtree(final)
     os.rename(tmp, final)
-    log(f"[envs] vllm {release} ready")
+    log(f"[envs] vllm {release} ready, built in {duration(time.monotonic() - started)}")
+
+
+def _phase(argv: list[str]) -> str:
+    """A build step in a few words: `pip install torch==2.13.0`, `import check`."""
+    if "venv" in argv[1:3]:
+        return "create the virtual environment"
+    if "--import-check" in argv:
+        return "import check"
+    if "install" in argv:
+        rest = argv[argv.index("install") + 1:]
+        words = [Path(a).name if a.endswith(".txt") else a for a in rest
+                 if not a.startswith("--") or a == "--no-deps"]
+        return "pip install " + " ".join(words)
+    return " ".join(Path(a).name for a in argv[:3])

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 
-from .verdict import KINDS, PASS, Verdict
+from .verdict import DIVERGED, KINDS, PASS, Verdict
 
 MAX_EXPLAINED = 20
 
@@ -16,7 +16,9 @@ def render(verdicts: list[Verdict], oracle: str) -> str:
     return "\n".join(parts)
 
 
-def render_verdict(v: Verdict, oracle: str) -> str:
+def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
+    """One verdict in full. `blocks`, shared across the verdicts of one report, numbers each
+    distinct block of budget log lines: a block seen before is referred to, not repeated."""
     role = {"oracle": "oracle, must reproduce its golden", "candidate": "candidate",
             "stand-in": "stand-in candidate, informational"}[v.role]
     head = f"== {v.engine} [{role}] on {v.scenario} vs oracle vllm-{oracle} golden: {v.kind.upper()}"
@@ -49,7 +51,16 @@ def render_verdict(v: Verdict, oracle: str) -> str:
                 lines.append(f"     ... {len(explained) - MAX_EXPLAINED} more lines")
     lines += _capacity(v)
     if v.kind != PASS and (v.expected_lines or v.actual_lines) and v.expected_lines != v.actual_lines:
-        lines.append("   budget log lines, side by side:")
+        key = (tuple(v.expected_lines), tuple(v.actual_lines))
+        if blocks is not None and key in blocks:
+            number, first = blocks[key]
+            lines.append(f"   budget log lines: as block [{number}] above ({first})")
+            return "\n".join(lines)
+        if blocks is not None:
+            blocks[key] = (len(blocks) + 1, f"{v.scenario}, {v.engine}")
+            lines.append(f"   budget log lines [{len(blocks)}], side by side:")
+        else:
+            lines.append("   budget log lines, side by side:")
         for i in range(max(len(v.expected_lines), len(v.actual_lines))):
             e = v.expected_lines[i] if i < len(v.expected_lines) else "<none>"
             a = v.actual_lines[i] if i < len(v.actual_lines) else "<none>"
@@ -83,6 +94,75 @@ def _capacity(v: Verdict) -> list[str]:
         if who == "oracle" and not excess:
             lines.append("   capacity: oracle: no forward above max_num_batched_tokens")
     return lines
+
+
+CELL_WIDTH = 40  # a matrix cell: the verdict and the first divergent field, cut to fit
+
+
+def status_of(result, v: Verdict) -> str:
+    """A verdict's kind, or `waived` for a divergence a waiver covers."""
+    return "waived" if v.kind == DIVERGED and id(v) in result.waived else v.kind
+
+
+def cell(result, v: Verdict) -> str:
+    """pass, or the verdict and where it first differs: `diverged config.max_num_scheduled_tokens`."""
+    from .gate import where_of
+
+    status = status_of(result, v)
+    if status == PASS:
+        return "pass"
+    text = f"{status} {where_of(v)}".strip()
+    return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
+
+
+def matrix(result) -> tuple[list[str], list[str], dict]:
+    """Scenarios (down) and engines (across) in the order they ran, and (scenario, engine) -> verdict."""
+    scenarios, engines, cells = [], [], {}
+    for v in result.verdicts:
+        if v.scenario not in scenarios:
+            scenarios.append(v.scenario)
+        if v.engine not in engines:
+            engines.append(v.engine)
+        cells[(v.scenario, v.engine)] = v
+    return scenarios, engines, cells
+
+
+def render_gate(result, oracle: str, commands: dict[str, str] | None = None) -> str:
+    """The gate's terminal report: one compact matrix first (scenarios down, engines across,
+    each cell the verdict and its first divergent field), then the details of every cell that
+    did not pass, each distinct block of budget log lines printed once."""
+    scenarios, engines, cells = matrix(result)
+    roles = {v.engine: v.role for v in result.verdicts}
+    word = ("PASS", "FAIL", "ERROR")[result.status]
+    lines = [f"== vllm-parity gate: {word} (exit status {result.status}); oracle vllm-{oracle}; "
+             f"{len(scenarios)} scenarios x {len(engines)} engines"]
+    for label, command in (commands or {}).items():
+        lines.append(f"   {label}: command {command}")
+    first = max([len("scenario")] + [len(s) for s in scenarios])
+    widths = [max([len(e), len(roles[e]) + 2] + [len(cell(result, cells[(s, e)]))
+                                                 for s in scenarios if (s, e) in cells]) for e in engines]
+    lines.append(" ".join([" " * first] + [e.ljust(w) for e, w in zip(engines, widths)]).rstrip())
+    lines.append(" ".join(["scenario".ljust(first)] + [f"({roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
+    for s in scenarios:
+        row = [cell(result, cells[(s, e)]) if (s, e) in cells else "-" for e in engines]
+        lines.append(" ".join([s.ljust(first)] + [c.ljust(w) for c, w in zip(row, widths)]).rstrip())
+    lines.append(render_summary(result.verdicts))
+    failing = [cells[(s, e)] for s in scenarios for e in engines
+               if (s, e) in cells and cells[(s, e)].kind != PASS]
+    if failing:
+        lines.append(f"-- details of the {len(failing)} cells that did not pass")
+    blocks: dict = {}
+    messages: dict[str, str] = {}
+    for v in failing:
+        text = render_verdict(v, oracle, blocks)
+        head, _, body = text.partition("\n")
+        said = body.replace(v.scenario, "<scenario>")  # the same failure on another scenario
+        if body and not v.comparisons and said in messages:  # said once, then referred to
+            text = f"{head}\n   as {messages[said]} above"
+        elif body and not v.comparisons:
+            messages[said] = f"{v.scenario}, {v.engine}"
+        lines.append(text)
+    return "\n".join(lines)
 
 
 def render_summary(verdicts: list[Verdict]) -> str:

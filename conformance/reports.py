@@ -1,81 +1,109 @@
-"""The gate's three reports from one run: JUnit XML, a markdown summary, a self-contained HTML.
+"""The gate's reports from one run: JUnit XML, a markdown summary (also the Buildkite
+annotation), and one self-contained HTML page.
 
-The HTML has, per scenario, a plot of scheduled tokens per step for the oracle and each
-candidate, with the first divergence marked. Inline SVG: no script, nothing fetched.
+The HTML page opens with the verdict matrix, each cell a link to its scenario. Per scenario:
+scheduled tokens per step for the oracle and each candidate, each engine's token budget drawn
+as a line of its own colour; a second panel with the per-step difference candidate minus
+oracle; then, per candidate that diverged, a zoom on the steps around its first divergence,
+every request's counts at that step and the capacity check of the engine layers. Inline SVG
+and CSS, one small inline script (it opens the details a link points at): nothing fetched,
+readable offline.
 """
 
 from __future__ import annotations
 
 import html
+import re
 from collections import Counter
 from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from .gate import GateResult, where_of
-from .report import render_verdict
-from .verdict import DIVERGED, KINDS, NUMERICS, ORACLE, PASS, Verdict
+from .report import cell, matrix, render_verdict, status_of
+from .verdict import FAILURE_KINDS, KINDS, ORACLE, PASS, Verdict
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+ZOOM = 6  # steps either side of a first divergence in its zoom panel
 
 
-def write_reports(out: Path, result: GateResult, traces: dict, oracle: str) -> list[Path]:
+def write_reports(out: Path, result: GateResult, traces: dict, oracle: str,
+                  commands: dict[str, str] | None = None) -> list[Path]:
     """traces: (engine label, scenario) -> (trace, golden or None)."""
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "junit.xml", out / "summary.md", out / "report.html"]
     paths[0].write_text(junit(result, oracle))
-    paths[1].write_text(markdown(result, oracle))
-    paths[2].write_text(html_report(result, traces, oracle))
+    paths[1].write_text(markdown(result, oracle, commands))
+    paths[2].write_text(html_report(result, traces, oracle, commands))
     return paths
 
 
 def _status(result: GateResult, v: Verdict) -> str:
-    if v.kind == DIVERGED and id(v) in result.waived:
-        return "waived"
-    return v.kind
+    return status_of(result, v)
 
 
 def junit(result: GateResult, oracle: str) -> str:
+    """One test case per verdict and layer, named `row / scenario / engine / layer` so CI
+    views group them; a run that could not be compared is one case for all its layers."""
+    from .numerics import NUMERICS_CAUSES
+
     suites = ET.Element("testsuites", name="vllm-parity")
     for row, verdicts in result.by_row().items():
-        suite = ET.SubElement(suites, "testsuite", name=row, tests=str(len(verdicts)))
-        failures = errors = skipped = 0
+        suite = ET.SubElement(suites, "testsuite", name=row)
+        counts = Counter()
         for v in verdicts:
-            case = ET.SubElement(suite, "testcase", classname=f"{row}.{v.scenario}", name=v.engine)
             status = _status(result, v)
             text = render_verdict(v, oracle)
-            if status == PASS:
-                continue
-            if status == NUMERICS and v.role != ORACLE:  # passes; what arithmetic explained is kept
-                ET.SubElement(case, "system-out").text = text
-                continue
-            if status == "waived" or not v.gating:
-                skipped += 1
-                reason = (f"waived: {result.waived[id(v)].reason}" if status == "waived"
-                          else f"informational stand-in: {v.kind}")
-                ET.SubElement(case, "skipped", message=reason).text = text
-            elif v.kind in (DIVERGED, NUMERICS):  # NUMERICS here: the oracle, not byte for byte
-                failures += 1
-                ET.SubElement(case, "failure", type="divergence", message=where_of(v)).text = text
-            else:
-                errors += 1
-                ET.SubElement(case, "error", type=v.kind, message=v.message[:200]).text = text
-        suite.set("failures", str(failures))
-        suite.set("errors", str(errors))
-        suite.set("skipped", str(skipped))
+            layers = [(c.layer, c) for c in v.comparisons] or [("all layers", None)]
+            for layer, c in layers:
+                case = ET.SubElement(suite, "testcase", classname=row,
+                                     name=f"{row} / {v.scenario} / {v.engine} / {layer}")
+                counts["tests"] += 1
+                if c is not None and c.equal:
+                    continue
+                numerics = c is not None and c.cause in NUMERICS_CAUSES
+                if status == PASS or (numerics and not (v.role == ORACLE and v.same_build)):
+                    if numerics:  # passes; what arithmetic explained is kept
+                        ET.SubElement(case, "system-out").text = text
+                    continue
+                if status == "waived" or not v.gating:
+                    counts["skipped"] += 1
+                    reason = (f"waived: {result.waived[id(v)].reason}" if status == "waived"
+                              else f"informational stand-in: {v.kind}")
+                    ET.SubElement(case, "skipped", message=reason).text = text
+                elif c is not None:
+                    counts["failures"] += 1
+                    first = f"{c.layer}.{c.first.path}" if c.first else where_of(v)
+                    ET.SubElement(case, "failure", type="divergence", message=first).text = text
+                else:
+                    counts["errors"] += 1
+                    ET.SubElement(case, "error", type=v.kind, message=v.message[:200]).text = text
+        for key in ("tests", "failures", "errors", "skipped"):
+            suite.set(key, str(counts[key]))
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
-def markdown(result: GateResult, oracle: str) -> str:
+def markdown(result: GateResult, oracle: str, commands: dict[str, str] | None = None) -> str:
+    """The summary for a pull request, $GITHUB_STEP_SUMMARY and a Buildkite annotation: the
+    matrix, then one table row per verdict that did not pass."""
     verdict_word = {0: "PASS", 1: "FAIL (unwaived divergence or expired waiver)",
                     2: "ERROR (a gating run could not be compared)"}[result.status]
+    scenarios, engines, cells = matrix(result)
+    roles = {v.engine: v.role for v in result.verdicts}
     lines = [f"## vllm-parity gate: {verdict_word}", "",
-             f"Oracle: vLLM {oracle}. Exit status {result.status}.", "",
-             "| row | scenario | engine | role | verdict | first divergence |",
-             "|---|---|---|---|---|---|"]
-    for row, verdicts in result.by_row().items():
-        for v in verdicts:
-            lines.append(f"| {row} | {v.scenario} | `{v.engine}` | {v.role} | {_status(result, v)} | "
+             f"Oracle: vLLM {oracle}. Exit status {result.status}.", ""]
+    lines += [f"- `{_md(label)}`: command `{_md(command)}`" for label, command in (commands or {}).items()]
+    lines += ["", "| scenario | " + " | ".join(f"`{_md(e)}` ({roles[e]})" for e in engines) + " |",
+              "|---|" + "---|" * len(engines)]
+    for s in scenarios:
+        row = [_md(cell(result, cells[(s, e)])) if (s, e) in cells else "-" for e in engines]
+        lines.append(f"| {s} | " + " | ".join(row) + " |")
+    failing = [(row, v) for row, verdicts in result.by_row().items() for v in verdicts if v.kind != PASS]
+    if failing:
+        lines += ["", "| row | scenario | engine | role | verdict | first divergence |",
+                  "|---|---|---|---|---|---|"]
+        for row, v in failing:
+            lines.append(f"| {row} | {v.scenario} | `{_md(v.engine)}` | {v.role} | {_status(result, v)} | "
                          f"{_md(_first_line(v))} |")
     counts = Counter(_status(result, v) for v in result.verdicts)
     lines += ["", "Counts: " + ", ".join(f"{counts[k]} {k}" for k in KINDS + ("waived",) if counts[k])]
@@ -85,6 +113,11 @@ def markdown(result: GateResult, oracle: str) -> str:
     for w in result.unused:
         lines.append(f"- unused waiver {w.row} / {w.scenario} / `{w.field}` (owner {w.owner})")
     return "\n".join(lines) + "\n"
+
+
+def annotation(result: GateResult, oracle: str, commands: dict[str, str] | None = None) -> str:
+    """The Buildkite annotation: the same markdown (Buildkite renders it, tables included)."""
+    return markdown(result, oracle, commands)
 
 
 def _first_line(v: Verdict) -> str:
@@ -99,44 +132,99 @@ def _md(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")[:300]
 
 
-def html_report(result: GateResult, traces: dict, oracle: str) -> str:
-    body = [f"<h1>vllm-parity gate: exit status {result.status}</h1>",
-            f"<p>Oracle: vLLM {html.escape(oracle)}.</p>"]
-    by_scenario: dict[str, list[Verdict]] = {}
-    for v in result.verdicts:
-        by_scenario.setdefault(v.scenario, []).append(v)
-    for scenario, verdicts in by_scenario.items():
-        body.append(f"<h2>{html.escape(scenario)}</h2>")
-        golden = next((g for v in verdicts if (g := traces.get((v.engine, scenario), (None, None))[1])), None)
-        series, marks = [], []
-        if golden and _steps(golden)[1]:
-            series.append((f"oracle vllm-{oracle} (golden)", _tokens(_steps(golden)[1])))
-        for v in verdicts:
-            trace = traces.get((v.engine, scenario), (None, None))[0]
-            layer, steps = _steps(trace or {})
-            if steps and v.role != "oracle":
-                series.append((v.engine, _tokens(steps)))
-                c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
-                if c is not None:
-                    marks.append((c.index, v.engine))
-        if len(series) > 1 or (series and marks):
-            body.append(_svg(series, marks))
-        elif not series:
-            body.append("<p>(no per-step layer in this scenario)</p>")
-        body.append("<table><tr><th>engine</th><th>role</th><th>row</th><th>verdict</th></tr>")
-        for v in verdicts:
-            body.append(f"<tr><td><code>{html.escape(v.engine)}</code></td><td>{v.role}</td>"
-                        f"<td>{result.row_of(v)}</td><td class='{_status(result, v)}'>{_status(result, v)}</td></tr>")
-        body.append("</table>")
-        for v in verdicts:
-            if v.kind != PASS:
-                body.append(f"<details><summary>{html.escape(v.engine)}: {v.kind}</summary>"
-                            f"<pre>{html.escape(render_verdict(v, oracle))}</pre></details>")
-    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px}"
-             ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}pre{background:#f6f6f6;"
-             "padding:8px;overflow-x:auto}")
+def html_report(result: GateResult, traces: dict, oracle: str,
+                commands: dict[str, str] | None = None) -> str:
+    scenarios, engines, cells = matrix(result)
+    roles = {v.engine: v.role for v in result.verdicts}
+    word = ("PASS", "FAIL", "ERROR")[result.status]
+    body = [f"<h1>vllm-parity gate: {word} (exit status {result.status})</h1>",
+            f"<p>Oracle: vLLM {html.escape(oracle)}. {len(scenarios)} scenarios x {len(engines)} engines.</p>"]
+    body += [f"<p><code>{html.escape(label)}</code>: command <code>{html.escape(command)}</code></p>"
+             for label, command in (commands or {}).items()]
+    body.append("<table class='matrix'><tr><th>scenario</th>" + "".join(
+        f"<th><code>{html.escape(e)}</code><br>({roles[e]})</th>" for e in engines) + "</tr>")
+    for s in scenarios:
+        row = [f"<th><a href='#{_anchor(s)}'>{html.escape(s)}</a></th>"]
+        for e in engines:
+            v = cells.get((s, e))
+            if v is None:
+                row.append("<td>-</td>")
+                continue
+            target = _anchor(s, e) if v.kind != PASS else _anchor(s)
+            row.append(f"<td class='{status_of(result, v)}'><a href='#{target}'>"
+                       f"{html.escape(cell(result, v))}</a></td>")
+        body.append("<tr>" + "".join(row) + "</tr>")
+    body.append("</table>")
+    for s in scenarios:
+        body += _scenario_section(result, s, [cells[(s, e)] for e in engines if (s, e) in cells], traces, oracle)
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;text-align:left}"
+             "table{border-collapse:collapse}table.matrix td,table.matrix th{border:1px solid #ddd}"
+             ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
+             "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
+             "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}"
+             "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
+             "svg text{font-family:sans-serif}")
+    # Opens the collapsed details a matrix link points at; marks the page as scripted-ready.
+    script = ("function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));"
+              "if(t&&t.tagName==='DETAILS'){t.open=true;}}"
+              "window.addEventListener('hashchange',openTarget);openTarget();"
+              "document.body.setAttribute('data-ready','1');")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>vllm-parity gate</title>"
-            f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n")
+            f"<style>{style}</style></head><body>{''.join(body)}<script>{script}</script></body></html>\n")
+
+
+def _scenario_section(result: GateResult, scenario: str, verdicts: list[Verdict], traces: dict,
+                      oracle: str) -> list[str]:
+    body = [f"<section id='{_anchor(scenario)}'><h2>{html.escape(scenario)}</h2>"]
+    golden = next((g for v in verdicts if (g := traces.get((v.engine, scenario), (None, None))[1])), None)
+    layer, oracle_steps = _steps(golden or {})
+    series = []  # (label, steps records, first divergent step or None)
+    if oracle_steps:
+        series.append((f"oracle vllm-{oracle} (golden)", oracle_steps, None))
+    for v in verdicts:
+        trace = traces.get((v.engine, scenario), (None, None))[0]
+        _, steps = _steps(trace or {})
+        if steps and v.role != ORACLE:
+            c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
+            series.append((v.engine, steps, c.index if c is not None else None))
+    if len(series) > 1 or (series and not oracle_steps):
+        body.append(_plot(series, "scheduled tokens per step, each engine's token budget as a line",
+                          "plot-steps"))
+        if oracle_steps:
+            body.append(_diff_plot(series))
+    elif not series:
+        body.append("<p>(no per-step layer in this scenario)</p>")
+    body.append("<table class='verdicts'><tr><th>engine</th><th>role</th><th>row</th><th>verdict</th></tr>")
+    for v in verdicts:
+        body.append(f"<tr><td><code>{html.escape(v.engine)}</code></td><td>{v.role}</td>"
+                    f"<td>{result.row_of(v)}</td><td class='{_status(result, v)}'>{_status(result, v)}</td></tr>")
+    body.append("</table>")
+    for v in verdicts:
+        if v.kind == PASS:
+            continue
+        body.append(f"<details id='{_anchor(scenario, v.engine)}' open><summary>{html.escape(v.engine)}: "
+                    f"{_status(result, v)} {html.escape(where_of(v))}</summary>")
+        steps_c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
+        own = next((s for label, s, _ in series if label == v.engine), None)
+        if steps_c is not None and oracle_steps and own:
+            body.append(_plot([series[0], (v.engine, own, steps_c.index)],
+                              f"zoom: steps around the first divergence (step {steps_c.index}), "
+                              "tokens near its values", "plot-zoom",
+                              window=(max(0, steps_c.index - ZOOM), steps_c.index + ZOOM + 1),
+                              focus=steps_c.index, clip=_anchor(scenario, v.engine) + "-zoom"))
+        for c in v.comparisons:
+            if not c.equal and isinstance((c.record or c.actual_record or {}).get("requests"), dict):
+                body.append(_request_table(c))
+                break
+        body.append(_capacity_table(v))
+        body.append(f"<pre>{html.escape(render_verdict(v, oracle))}</pre></details>")
+    body.append("</section>")
+    return body
+
+
+def _anchor(scenario: str, engine: str | None = None) -> str:
+    text = scenario if engine is None else f"{scenario}--{engine}"
+    return "s-" + re.sub(r"[^A-Za-z0-9_-]+", "_", text)
 
 
 def _steps(trace: dict) -> tuple[str, list[dict]]:
@@ -152,29 +240,167 @@ def _tokens(steps: list[dict]) -> list[int]:
     return [s.get("total_num_scheduled_tokens", 0) for s in steps]
 
 
-def _svg(series: list[tuple[str, list[int]]], marks: list[tuple[int, str]]) -> str:
-    w, h, pad = 1000, 300, 40
-    n = max(len(s) for _, s in series) or 1
-    top = max(max(s or [0]) for _, s in series) or 1
-    x = lambda i: pad + (w - 2 * pad) * i / max(n - 1, 1)  # noqa: E731
-    y = lambda v: h - pad - (h - 2 * pad) * v / top  # noqa: E731
-    parts = [f"<svg xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h + 20 * len(series)}' "
-             "role='img' aria-label='scheduled tokens per step'>",
+def _budgets(steps: list[dict]) -> list[int | None]:
+    return [s.get("token_budget") if isinstance(s.get("token_budget"), int) else None for s in steps]
+
+
+def _frame(w: int, h: int, pad: int, lo: int, hi: int, bottom: float, top: float, title: str, cls: str,
+           extra_height: int):
+    x = lambda i: pad + (w - 2 * pad) * (i - lo) / max(hi - 1 - lo, 1)  # noqa: E731
+    y = lambda v: h - pad - (h - 2 * pad) * (v - bottom) / ((top - bottom) or 1)  # noqa: E731
+    parts = [f"<svg class='{cls}' xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h + extra_height}' "
+             f"role='img' aria-label='{html.escape(title)}'>",
              f"<line x1='{pad}' y1='{h - pad}' x2='{w - pad}' y2='{h - pad}' stroke='#888'/>",
              f"<line x1='{pad}' y1='{pad}' x2='{pad}' y2='{h - pad}' stroke='#888'/>",
-             f"<text x='{pad}' y='{pad - 8}' font-size='12'>scheduled tokens per step (max {top})</text>",
-             f"<text x='{w - pad}' y='{h - pad + 16}' font-size='12' text-anchor='end'>step {n - 1}</text>"]
-    for i, (label, values) in enumerate(series):
+             f"<text x='{pad}' y='{pad - 22}' font-size='13'>{html.escape(title)}</text>",
+             f"<text x='{pad - 4}' y='{pad + 4}' font-size='11' text-anchor='end'>{top:g}</text>",
+             f"<text x='{pad - 4}' y='{h - pad + 4}' font-size='11' text-anchor='end'>{bottom:g}</text>",
+             f"<text x='{pad}' y='{h - pad + 16}' font-size='11'>step {lo}</text>",
+             f"<text x='{w - pad}' y='{h - pad + 16}' font-size='11' text-anchor='end'>step {hi - 1}</text>"]
+    return x, y, parts
+
+
+def _polyline(points: list[tuple[float, float]], color: str, cls: str, dash: str = "") -> str:
+    text = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+    dash = f" stroke-dasharray='{dash}'" if dash else ""
+    return f"<polyline class='{cls}' fill='none' stroke='{color}' stroke-width='1.5'{dash} points='{text}'/>"
+
+
+def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str,
+          window: tuple[int, int] | None = None, focus: int | None = None, clip: str = "") -> str:
+    """Scheduled tokens per step (solid for the oracle, dashed for candidates), each engine's
+    token budget as a dotted line of the same colour with its value at the right, first
+    divergences marked. With `focus`, the token axis spans only the values at that step
+    (a zoom; lines leaving it are clipped)."""
+    w, h, pad = 1000, 300, 50
+    n = max(len(s) for _, s, _ in series) or 1
+    lo, hi = window or (0, n)
+    hi = min(hi, n)
+    near = [v for _, s, _ in series if focus is not None and focus < len(s)
+            for v in (_tokens(s)[focus], _budgets(s)[focus]) if v is not None]
+    if near:
+        margin = max(8.0, 0.3 * (max(near) - min(near)))
+        bottom, top = max(0.0, min(near) - margin), max(near) + margin
+    else:
+        values = [v for _, s, _ in series for v in _tokens(s)[lo:hi] + [b for b in _budgets(s)[lo:hi] if b]]
+        bottom, top = 0, max(values or [1]) or 1
+    x, y, parts = _frame(w, h, pad, lo, hi, bottom, top, title, cls, 34 * len(series))
+    if clip:
+        parts.append(f"<clipPath id='{clip}'><rect x='{pad}' y='{pad}' width='{w - 2 * pad}' "
+                     f"height='{h - 2 * pad}'/></clipPath><g clip-path='url(#{clip})'>")
+    ends: list[tuple[float, int, str]] = []  # each budget line's last value, labelled at the right
+    for i, (label, steps, first) in enumerate(series):
         color = COLORS[i % len(COLORS)]
-        points = " ".join(f"{x(j):.1f},{y(v):.1f}" for j, v in enumerate(values))
-        dash = "" if i == 0 else " stroke-dasharray='6 3'"
-        parts.append(f"<polyline fill='none' stroke='{color}' stroke-width='1.5'{dash} points='{points}'/>")
-        parts.append(f"<text x='{pad}' y='{h + 14 + 20 * i}' font-size='12' fill='{color}'>"
-                     f"{html.escape(label)}</text>")
-    for i, (step, engine) in enumerate(marks):
-        parts.append(f"<line x1='{x(step):.1f}' y1='{pad}' x2='{x(step):.1f}' y2='{h - pad}' "
-                     "stroke='#c22' stroke-width='2'/>")
-        parts.append(f"<text x='{x(step) + 4:.1f}' y='{pad + 12 + 14 * i}' font-size='12' fill='#c22'>"
-                     f"first divergence: step {step} ({html.escape(engine)})</text>")
+        tokens = _tokens(steps)
+        parts.append(_polyline([(x(j), y(tokens[j])) for j in range(lo, min(hi, len(tokens)))], color,
+                               "tokens", "" if i == 0 else "6 3"))
+        budgets = _budgets(steps)
+        drawn = [(j, budgets[j]) for j in range(lo, min(hi, len(budgets))) if budgets[j] is not None]
+        if drawn:
+            parts.append(_polyline([(x(j), y(b)) for j, b in drawn], color, "budget", "2 3"))
+            ends.append((y(drawn[-1][1]), drawn[-1][1], color))
+        if focus is not None and focus < len(tokens):  # the values at the divergence, marked
+            parts.append(f"<circle class='marker' cx='{x(focus):.1f}' cy='{y(tokens[focus]):.1f}' r='4' "
+                         f"fill='{color}'/><text class='marker-value' x='{x(focus) + 8:.1f}' "
+                         f"y='{y(tokens[focus]) + 16:.1f}' font-size='12' fill='{color}'>"
+                         f"{tokens[focus]} scheduled</text>")
+    if clip:
+        parts.append("</g>")
+    last = None
+    for at, value, color in sorted(ends):  # top to bottom, never on top of each other
+        at = max(at, last + 13) if last is not None else at
+        parts.append(f"<text class='budget-value' x='{w - pad + 4}' y='{at + 4:.1f}' font-size='11' "
+                     f"fill='{color}'>{value}</text>")
+        last = at
+    for i, (label, steps, first) in enumerate(series):
+        color = COLORS[i % len(COLORS)]
+        shown = sorted({b for b in _budgets(steps)[lo:hi] if b is not None})
+        budget = (f"token budget {shown[0]}" if len(shown) == 1 else
+                  f"token budget {shown[0]}..{shown[-1]}" if shown else "no token budget recorded")
+        parts.append(f"<text class='legend' x='{pad}' y='{h + 14 + 34 * i}' font-size='12' fill='{color}'>"
+                     f"{html.escape(label)}: scheduled tokens ({'solid' if i == 0 else 'dashed'})</text>")
+        parts.append(f"<text class='budget-label' x='{pad + 20}' y='{h + 28 + 34 * i}' font-size='12' "
+                     f"fill='{color}'>{html.escape(budget)} (dotted)</text>")
+        if first is not None and lo <= first < hi:
+            parts.append(f"<line x1='{x(first):.1f}' y1='{pad}' x2='{x(first):.1f}' y2='{h - pad}' "
+                         "stroke='#c22' stroke-width='2' stroke-opacity='0.5'/>")
+            if focus is None:  # a zoom names its step in its title, its values at the markers
+                parts.append(f"<text class='divergence' x='{x(first) + 4:.1f}' y='{h - pad - 8 - 14 * i}' "
+                             f"font-size='12' fill='#c22'>first divergence: step {first} ({html.escape(label)})</text>")
     parts.append("</svg>")
     return "".join(parts)
+
+
+def _diff_plot(series: list[tuple[str, list[dict], int | None]]) -> str:
+    """Per step: each candidate's scheduled tokens minus the oracle's (steps both have)."""
+    w, h, pad = 1000, 200, 50
+    oracle = _tokens(series[0][1])
+    diffs = [(label, [a - b for a, b in zip(_tokens(steps), oracle)], len(steps))
+             for label, steps, _ in series[1:]]
+    n = max([len(d) for _, d, _ in diffs] + [1])
+    values = [v for _, d, _ in diffs for v in d] + [0]
+    bottom, top = min(values), max(values)
+    if bottom == top:
+        bottom, top = bottom - 1, top + 1
+    x, y, parts = _frame(w, h, pad, 0, n, bottom, top, "difference per step: candidate minus oracle "
+                         "(scheduled tokens)", "plot-diff", 18 * len(diffs))
+    parts.append(f"<line x1='{pad}' y1='{y(0):.1f}' x2='{w - pad}' y2='{y(0):.1f}' stroke='#bbb'/>")
+    for i, (label, d, length) in enumerate(diffs, 1):
+        color = COLORS[i % len(COLORS)]
+        parts.append(_polyline([(x(j), y(v)) for j, v in enumerate(d)], color, "difference"))
+        nonzero = [v for v in d if v]
+        text = (f"{label}: {len(nonzero)} of {len(d)} steps differ, from {min(nonzero):+d} to {max(nonzero):+d}"
+                if nonzero else f"{label}: no difference in scheduled tokens")
+        if length != len(oracle):
+            text += f"; {length} steps against the oracle's {len(oracle)}"
+        parts.append(f"<text class='legend' x='{pad}' y='{h + 14 + 18 * (i - 1)}' font-size='12' "
+                     f"fill='{color}'>{html.escape(text)}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _request_table(c) -> str:
+    """Every request's counts at the first divergent step, oracle beside candidate."""
+    e_reqs = (c.record or {}).get("requests") or {}
+    a_reqs = (c.actual_record or {}).get("requests") or {}
+    fields = ["tokens", "draft_tokens"] + (["accepted_draft_tokens"] if any(
+        isinstance(r, dict) and "accepted_draft_tokens" in r for r in [*e_reqs.values(), *a_reqs.values()]) else [])
+    step = (c.record or c.actual_record or {}).get("step", c.index)
+    names = "".join(f"<th>{f}</th>" for f in fields)
+    rows = [f"<table class='per-request'><caption>every request at step {step} ({c.layer})</caption>"
+            f"<tr><th></th><th colspan='{len(fields)}'>oracle</th><th colspan='{len(fields)}'>candidate</th></tr>"
+            f"<tr><th>request</th>{names}{names}</tr>"]
+    for rid in sorted(set(e_reqs) | set(a_reqs)):
+        e, a = e_reqs.get(rid) or {}, a_reqs.get(rid) or {}
+        differs = any(e.get(f) != a.get(f) for f in fields)
+        cells = "".join(f"<td>{_num(e.get(f))}</td>" for f in fields) + "".join(
+            f"<td class='{'diff' if e.get(f) != a.get(f) else ''}'>{_num(a.get(f))}</td>" for f in fields)
+        rows.append(f"<tr class='{'differs' if differs else 'same'}'><td>{html.escape(rid)}</td>{cells}</tr>")
+    for key in ("total_num_scheduled_tokens", "token_budget", "input_budget"):
+        e, a = (c.record or {}).get(key), (c.actual_record or {}).get(key)
+        if e is not None or a is not None:
+            rows.append(f"<tr class='{'differs' if e != a else 'same'}'><td><i>{key}</i></td>"
+                        f"<td colspan='{len(fields)}'>{_num(e)}</td><td colspan='{len(fields)}'>{_num(a)}</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def _capacity_table(v: Verdict) -> str:
+    """Forwards above max_num_batched_tokens, candidate and oracle (engine layers only)."""
+    if not any(c.layer == "engine_steps" for c in v.comparisons):
+        return ""
+    rows = ["<table class='capacity'><caption>capacity check: forwards above max_num_batched_tokens"
+            "</caption><tr><th>engine</th><th>step</th><th>forward</th><th>tokens</th><th>limit</th>"
+            "<th>excess</th></tr>"]
+    for who, excess in (("candidate", v.capacity), ("oracle", v.oracle_capacity)):
+        for e in excess[:20]:
+            rows.append(f"<tr><td>{who}</td><td>{e['step']}</td><td>{html.escape(str(e['forward']))}</td>"
+                        f"<td>{e['tokens']}</td><td>{e['limit']}</td><td>{e['excess']}</td></tr>")
+        if not excess:
+            rows.append(f"<tr><td>{who}</td><td colspan='5'>no forward above max_num_batched_tokens</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def _num(value) -> str:
+    return "-" if value is None else html.escape(str(value))

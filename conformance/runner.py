@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -17,42 +18,46 @@ class EngineRun:
     cold_starts: int
 
 
-def only_layers(scenarios: list[Scenario], layers: list[str] | None) -> list[tuple[Scenario, list[str]]]:
-    """Each scenario with the given layers among its own (all of its own when None); the
-    scenarios that have none of them are left out. The gate's --layers is such a filter."""
-    pairs = [(s, [x for x in s.layers if layers is None or x in layers]) for s in scenarios]
-    return [(s, chosen) for s, chosen in pairs if chosen]
-
-
 def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str] | None = None,
-                  log=print, repeat: int = 1, layer_filter: bool = False) -> EngineRun:
-    """One cold start per engine; a crashed or hung engine is restarted for the next scenario,
-    so one bad scenario never hides the others. `layers` defaults to each scenario's own; with
-    layer_filter, each scenario runs those of its own layers that `layers` names (only_layers).
+                  log=print, repeat: int = 1, progress=None) -> EngineRun:
+    """Every scenario with `layers` (default: each scenario's own); see run_units."""
+    return run_units(spec, [(s, layers or s.layers) for s in scenarios], log, repeat, progress)
 
-    With repeat=2 (the oracle) every scenario runs twice in the warm process; records that
-    differ between the two runs make a `nondeterministic` failure, never a golden."""
+
+def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=print, repeat: int = 1,
+              progress=None) -> EngineRun:
+    """Each (scenario, layers) item, one trace each. One cold start per engine; a crashed or
+    hung engine is restarted for the next item, so one bad scenario never hides the others.
+
+    With repeat=2 (the oracle) every item runs twice in the warm process; records that differ
+    between the two runs make a `nondeterministic` failure, never a golden.
+
+    `progress`, when given, is told when the engine starts (`starting()`), when an item starts
+    (`item(number)`, 1-based) and ends (`end(number)`); without it each item is logged."""
     traces, starts = [], 0
     proc: EngineProcess | None = None
-    chosen = {s.name: x for s, x in only_layers(scenarios, layers)} if layer_filter else {}
-    if layer_filter:
-        scenarios = [s for s in scenarios if s.name in chosen]
-    for number, scenario in enumerate(scenarios, 1):
-        wanted = chosen.get(scenario.name) or layers or scenario.layers
+    for number, (scenario, layers) in enumerate(items, 1):
         if proc is None:
             proc = EngineProcess(spec)
             starts += 1
+            if progress is not None:
+                progress.starting()
             try:
                 proc.start()
             except EngineFailure as failure:
                 traces.append(_failed(spec, {}, scenario, failure))
                 proc = None
+                if progress is not None:
+                    progress.end(number)
                 continue
-        log(f"[run] {spec.label}: {scenario.name} ({number}/{len(scenarios)})")
+        if progress is not None:
+            progress.item(number)
+        else:
+            log(f"[run] {spec.label}: {scenario.name} ({number}/{len(items)})")
         try:
-            layers_out = proc.run(scenario, wanted)
+            layers_out = proc.run(scenario, layers)
             for _ in range(repeat - 1):
-                again = proc.run(scenario, wanted)
+                again = proc.run(scenario, layers)
                 if again != layers_out:
                     raise EngineFailure("nondeterministic", _nondeterminism(scenario, layers_out, again),
                                         layers_out)
@@ -61,25 +66,24 @@ def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str]
             if failure.kind != "unsupported":  # a refused layer leaves a healthy, warm engine
                 proc.close()
                 proc = None
-            continue
-        traces.append(make_trace(spec.label, proc.hello, scenario, layers_out))
+        else:
+            traces.append(make_trace(spec.label, proc.hello, scenario, layers_out))
+        if progress is not None:
+            progress.end(number)
     if proc is not None:
         proc.close()
     return EngineRun(spec, traces, starts)
 
 
-def run_engines(jobs: list[tuple[EngineSpec, int]], scenarios: list[Scenario],
-                layers: list[str] | None = None, log=print, parallel: int = 1,
-                layer_filter: bool = False) -> list[EngineRun]:
-    """run_scenarios for each (engine, repeat), up to `parallel` engines at once, each in its
-    own process: their cold starts (~6 s of importing vLLM each) overlap. Results in job
+def side_by_side(tasks: list, parallel: int) -> list:
+    """Call each task (one engine's run_units, say), up to `parallel` at once, each engine in
+    its own process: their cold starts (~6 s of importing vLLM each) overlap. Results in task
     order. An interrupt ends every engine process before it propagates."""
-    if parallel <= 1 or len(jobs) <= 1:
-        return [run_scenarios(spec, scenarios, layers, log, repeat, layer_filter) for spec, repeat in jobs]
-    pool = ThreadPoolExecutor(max_workers=min(parallel, len(jobs)))
+    if parallel <= 1 or len(tasks) <= 1:
+        return [task() for task in tasks]
+    pool = ThreadPoolExecutor(max_workers=min(parallel, len(tasks)))
     try:
-        futures = [pool.submit(run_scenarios, spec, scenarios, layers, log, repeat, layer_filter)
-                   for spec, repeat in jobs]
+        futures = [pool.submit(task) for task in tasks]
         return [f.result() for f in futures]
     except BaseException:
         end_all()
@@ -89,10 +93,8 @@ def run_engines(jobs: list[tuple[EngineSpec, int]], scenarios: list[Scenario],
 
 
 def default_parallel(device: str) -> int:
-    """Engines run side by side on CPU (one compute thread each; up to the core count); on a
-    GPU runner one at a time, since engines on one GPU would share its memory."""
-    import os
-
+    """Engines side by side on CPU (each computes on one thread; up to the core count), one
+    at a time on a GPU runner, where engines would share the GPU's memory."""
     return 1 if device == "gpu" else max(1, len(os.sched_getaffinity(0)))
 
 

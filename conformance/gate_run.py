@@ -1,0 +1,368 @@
+"""Running the gate: its engines, its units of work (all of them, or one shard's share), the
+verdicts, and the reports.
+
+`parity gate` runs every unit and judges; `parity gate --shard I/N` runs its share and writes
+a results folder; `parity merge` reads every shard's folder. Both ways end in `finish`, fed
+the same unit traces in the same plan order, so a merge gives the verdicts, exit status and
+reports one unsharded run gives.
+"""
+
+from __future__ import annotations
+
+import copy
+import datetime as dt
+import json
+import os
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from . import goldens as golden_files
+from .drift import drift_rows, render_drift
+from .engine import resolve_engine
+from .gate import apply_gate, where_of
+from .methods_table import render_methods_table
+from .pins import Pins, parse_pin
+from .progress import EngineProgress, Progress, duration
+from .report import render_gate, render_rows
+from .reports import annotation, markdown, write_reports
+from .runner import run_units, side_by_side
+from .shards import (COLD_START, GROUPS, Unit, assign, digest, goldens_digest, load_results, plan, share_cost,
+                     tool_identity, write_results)
+from .trace import TraceError
+from .verdict import CANDIDATE, ORACLE, PASS, STAND_IN, Verdict, judge
+
+NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.+:-]{0,63})=(\S.*)$")  # --candidate NAME=COMMAND
+
+
+@dataclass(frozen=True)
+class GateEngine:
+    key: str  # names it in the plan, the same on every runner: NAME, the pin's label, or the command
+    role: str
+    engine: str  # what resolves it: a pin, a pin+mutant, or a command line
+    name: str | None = None  # NAME of --candidate NAME=COMMAND
+    command: str | None = None  # a command-line engine's command, shown once in the report
+
+    def to_json(self) -> dict:
+        return {"key": self.key, "role": self.role, "engine": self.engine, "name": self.name,
+                "command": self.command}
+
+
+def gate_engines(pins: Pins, candidates: list[str], log) -> list[GateEngine]:
+    """The oracle, then each candidate (or, with none, the other pins as stand-ins). A command
+    line is checked now (bad input stops the gate before any engine starts); a pin's
+    environment is built only when a runner has work for it."""
+    engines = [GateEngine(f"vllm-{pins.oracle}", ORACLE, pins.oracle)]
+    if not candidates:
+        log("[gate] no candidate configured: the other pins stand in as informational candidates")
+        engines += [GateEngine(f"vllm-{r}", STAND_IN, r) for r in pins.candidates]
+    for text in candidates:
+        name, engine = None, text
+        match = NAMED.match(text)
+        if match and not _pin_label(text, pins):
+            name, engine = match[1], match[2]
+        label = _pin_label(engine, pins)
+        command = None
+        if label is None:  # a command line: split, never run through a shell
+            resolve_engine(engine, pins, log)
+            command = shlex.join(shlex.split(engine))
+        engines.append(GateEngine(name or label or command, CANDIDATE, engine, name, command))
+    keys = [e.key for e in engines]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"--candidate: two engines have the same name ({keys}); "
+                         "name them with NAME=COMMAND")
+    return engines
+
+
+def _pin_label(text: str, pins: Pins) -> str | None:
+    """vllm-0.28.0 for a pin, vllm-0.27.1+mutant:NAME for a mutant; None for a command line."""
+    pin, _, mutant = text.partition("+mutant:")
+    release = parse_pin(pin, pins)
+    if release is None:
+        return None
+    return f"vllm-{release}+mutant:{mutant}" if mutant else f"vllm-{release}"
+
+
+def scenario_info(scenarios) -> list[dict]:
+    """What the verdicts and reports need of each scenario, kept in the manifest."""
+    return [{"name": s.name, "sha256": s.sha256, "rows": list(s.rows),
+             "method_matrix": s.method_matrix is not None} for s in scenarios]
+
+
+def identity(pins: Pins, scenarios, engines: list[GateEngine], layers, units: list[Unit],
+             count: int) -> dict:
+    """What every shard of one gate run shares (shards.IDENTITY)."""
+    from .envs import device_mode
+
+    info = scenario_info(scenarios)
+    return {
+        "tool": tool_identity(), "oracle": pins.oracle, "pins": list(pins.releases),
+        "scenario_set": digest(info), "scenarios": info,
+        "goldens": goldens_digest([s.name for s in scenarios], pins.releases),
+        "engines": [e.to_json() for e in engines], "layers": layers,
+        "plan": digest([[u.key, list(u.layers)] for u in units]), "planned": len(units),
+        "device": device_mode(), "count": count,
+    }
+
+
+def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pins, log,
+              parallel: int = 1) -> dict[str, dict]:
+    """Run `units` (in plan order), one warm worker per engine, up to `parallel` engines side by
+    side (runner.side_by_side); unit key -> its trace."""
+    by_name = {s.name: s for s in scenarios}
+    traces: dict[str, dict] = {}
+    with Progress(share_cost(units), log) as progress:
+        def task(number: int, engine: GateEngine, mine: list[Unit]):
+            def run():
+                progress.say(f"[gate] engine {number}/{len(engines)}: {engine.key} ({engine.role}), "
+                             f"{len(mine)} unit{'s' if len(mine) != 1 else ''}")
+                # named by its key while it runs (a command line can be long); the report names
+                # it by its NAME or its hello
+                spec = replace(resolve_engine(engine.engine, pins, log), label=engine.key)
+                return run_units(spec, [(by_name[u.scenario], list(u.layers)) for u in mine], log,
+                                 repeat=2 if engine.role == ORACLE else 1,
+                                 progress=EngineProgress(progress, "gate", engine.key,
+                                                         [(u.scenario, u.layers, u.cost) for u in mine],
+                                                         COLD_START))
+            return run
+
+        shares = [(number, engine, [u for u in units if u.engine == engine.key])
+                  for number, engine in enumerate(engines, 1)]
+        shares = [share for share in shares if share[2]]
+        runs = side_by_side([task(*share) for share in shares], parallel)
+        for (_, _, mine), run in zip(shares, runs):
+            traces.update((u.key, t) for u, t in zip(mine, run.traces))
+        log(f"[gate] cold starts: {sum(run.cold_starts for run in runs)} for {len(shares)} engines "
+            f"({min(parallel, max(len(shares), 1))} side by side); {len(units)} units in "
+            f"{duration(progress.elapsed())}")
+    return traces
+
+
+def gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, reports: Path | None,
+         shard: tuple[int, int] | None, results: Path | None, log, out=print, parallel: int = 1) -> int:
+    units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, layers,
+                 _refused(engines, pins))
+    index, count = shard or (1, 1)
+    share = assign(units, count)[index - 1] if shard else units
+    if shard and reports:
+        log("[gate] --reports is for the whole gate: pass it to `parity merge`; this shard writes "
+            "its results folder only")
+    if shard:
+        log(f"[gate] shard {index}/{count}: {len(share)} of {len(units)} units, estimated "
+            f"{duration(share_cost(share))} (engines: {', '.join(sorted({u.engine for u in share})) or 'none'})")
+    traces = run_share(engines, scenarios, share, pins, log, parallel)
+    manifest = identity(pins, scenarios, engines, layers, units, count)
+    summaries = [_unit_summary(u, traces[u.key], pins) for u in share] if shard or results else []
+    if results is not None:
+        manifest.update(index=index, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+        write_results(results, manifest, [(u, traces[u.key], s) for u, s in zip(share, summaries)])
+        log(f"[gate] results of shard {index}/{count} written to {results}")
+    if shard:
+        return _shard_report(index, count, share, summaries, results, out)
+    return finish(pins, manifest, units, traces, waivers, reports, log, out)
+
+
+def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
+    """On CPU a pin without a CPU engine build refuses the engine layers at once (README)."""
+    from .envs import device_mode
+
+    if device_mode() != "cpu":
+        return frozenset()
+    return frozenset((e.key, "engine") for e in engines if e.command is None
+                     and not pins.cpu_engine_build(parse_pin(e.engine.partition("+mutant:")[0], pins)))
+
+
+def merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, out=print) -> int:
+    manifest, traces = load_results(folders)
+    here = {"tool": tool_identity(), "oracle": pins.oracle, "pins": list(pins.releases),
+            "goldens": goldens_digest([s["name"] for s in manifest["scenarios"]], pins.releases)}
+    for key, value in here.items():
+        if manifest[key] != value:
+            raise ValueError(f"the shards were made with another {key} than this checkout's "
+                             f"({json.dumps(manifest[key])} vs {json.dumps(value)}): merge them "
+                             "in a checkout of the commit that made them")
+    if digest(manifest["scenarios"]) != manifest["scenario_set"]:
+        raise ValueError("the shards' manifests list other scenarios than their scenario set's digest")
+    try:
+        engines = [GateEngine(**e) for e in manifest["engines"]]
+    except TypeError as exc:
+        raise ValueError(f"the shards' manifests list engines in another form: {exc}") from None
+    units = plan_from_manifest(engines, manifest)
+    log(f"[merge] {len(folders)} shard{'s' if len(folders) != 1 else ''}, {len(units)} units")
+    return finish(pins, manifest, units, traces, waivers, reports, log, out)
+
+
+def plan_from_manifest(engines: list[GateEngine], manifest: dict) -> list[Unit]:
+    """The units in plan order, rebuilt from what the shards ran and checked against the
+    digest of the plan every shard computed."""
+    order_e = {e.key: i for i, e in enumerate(engines)}
+    order_s = {s["name"]: i for i, s in enumerate(manifest["scenarios"])}
+    order_g = {g: i for i, g in enumerate(GROUPS)}
+    try:
+        units = sorted((Unit(e["engine"], e["scenario"], e["group"], tuple(e["layers"]), 0.0)
+                        for e in manifest["units"]),
+                       key=lambda u: (order_e[u.engine], order_s[u.scenario], order_g[u.group]))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"the shards' manifests name a unit outside their plan ({exc})") from None
+    if digest([[u.key, list(u.layers)] for u in units]) != manifest["plan"]:
+        raise ValueError("the shards' units do not make up the plan their manifests name")
+    return units
+
+
+def finish(pins: Pins, manifest: dict, units: list[Unit], traces: dict[str, dict], waivers,
+           reports: Path | None, log, out=print) -> int:
+    """Judge the assembled traces, print the report, write the reports; the exit status."""
+    engines = [GateEngine(**e) for e in manifest["engines"]]
+    scenarios = manifest["scenarios"]
+    names = [s["name"] for s in scenarios]
+    verdicts: list[Verdict] = []
+    judged: dict = {}
+    for engine, trace in assemble(engines, names, units, traces):
+        path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
+        verdict, golden = judge_against(trace, path, engine.role)
+        verdicts.append(verdict)
+        judged[(verdict.engine, verdict.scenario)] = (trace, golden)
+    result = apply_gate(verdicts, {s["name"]: tuple(s["rows"]) for s in scenarios}, waivers)
+    commands = {label: e.command for e, label in _labels(engines, units, traces).items() if e.command}
+    out(render_gate(result, pins.oracle, commands))
+    out(render_rows(result))
+    out(render_drift(drift_rows(names, pins.releases)))
+    if any(s["method_matrix"] for s in scenarios):
+        out(render_methods_table(pins.releases))
+    if reports:
+        for path in write_reports(reports, result, judged, pins.oracle, commands):
+            log(f"[gate] wrote {path}")
+    ci_summaries(result, pins.oracle, reports, log, commands)
+    status = result.status
+    log(f"[gate] exit status {status} ({STATUS_WORDS[status]})")
+    return status
+
+
+STATUS_WORDS = ("every gating verdict passes or is waived",
+                "a gating engine diverged without a waiver, or a waiver expired",
+                "a gating run could not be compared")
+
+
+def ci_summaries(result, oracle: str, reports: Path | None, log, commands=None) -> None:
+    """GitHub Actions: the markdown summary appended to $GITHUB_STEP_SUMMARY. Buildkite: an
+    annotation file in the reports folder, and, on a Buildkite agent ($BUILDKITE set), the
+    same text handed to `buildkite-agent annotate` where that program exists."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if summary:
+        with open(summary, "a", encoding="utf-8") as stream:
+            stream.write(markdown(result, oracle, commands))
+        log(f"[gate] appended the summary to $GITHUB_STEP_SUMMARY ({summary})")
+    text = annotation(result, oracle, commands)
+    path = None
+    if reports:
+        path = reports / "annotation.md"
+        reports.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        log(f"[gate] wrote {path} (a Buildkite annotation)")
+    agent = shutil.which("buildkite-agent") if os.environ.get("BUILDKITE") else None
+    if agent:
+        style = ("success", "error", "error")[result.status]
+        done = subprocess.run([agent, "annotate", "--style", style, "--context", "vllm-parity"],
+                              input=text, text=True, capture_output=True)
+        log(f"[gate] buildkite-agent annotate: {'done' if done.returncode == 0 else done.stderr.strip()[:200]}")
+    elif os.environ.get("BUILDKITE"):
+        log("[gate] BUILDKITE is set but buildkite-agent is not on PATH: annotation left in the reports folder")
+
+
+def _unit_summary(unit: Unit, trace: dict, pins: Pins) -> dict:
+    """A unit's own verdict against the golden's same layers, for reading a shard alone."""
+    path = golden_files.golden_path(unit.scenario, pins.oracle)
+    verdict, _ = judge_against(trace, path, ORACLE, layers=unit.layers)
+    first = where_of(verdict) or next(iter(verdict.message.splitlines()), "")[:200]
+    return {"engine": unit.engine, "scenario": unit.scenario, "layers": list(unit.layers),
+            "kind": verdict.kind, "first": first}
+
+
+def _shard_report(index: int, count: int, share: list[Unit], summaries: list[dict],
+                  results: Path | None, out) -> int:
+    """A shard prints what it ran; the gate's verdict comes from `parity merge`."""
+    from collections import Counter
+
+    kinds = Counter(s["kind"] for s in summaries)
+    out(f"-- shard {index}/{count}: {len(share)} units: "
+        + (", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "none"))
+    for unit, s in zip(share, summaries):
+        if s["kind"] != PASS:
+            out(f"   {unit.key}: {s['kind']} {s['first'] or ''}".rstrip())
+    out(f"-- the gate's verdict and reports come from `parity merge` over every shard's results"
+        + (f" ({results})" if results else ""))
+    return 0
+
+
+def assemble(engines: list[GateEngine], names: list[str], units: list[Unit],
+             traces: dict[str, dict]) -> list[tuple[GateEngine, dict]]:
+    """One trace per engine and scenario, its units' layers together, labelled for the report."""
+    labels = _labels(engines, units, traces)
+    out = []
+    for engine in engines:
+        for name in names:
+            parts = [traces[u.key] for u in units if u.engine == engine.key and u.scenario == name]
+            if not parts:
+                continue
+            base = next((p for p in parts if p["engine"].get("name")), parts[0])
+            trace = {k: copy.deepcopy(v) for k, v in base.items() if k not in ("layers", "failure")}
+            trace["layers"] = {}
+            for part in parts:
+                trace["layers"].update(part["layers"])
+                if "failure" in part and "failure" not in trace:
+                    trace["failure"] = part["failure"]
+            trace["engine"]["label"] = labels[engine]
+            out.append((engine, trace))
+    return out
+
+
+def _labels(engines: list[GateEngine], units: list[Unit], traces: dict) -> dict[GateEngine, str]:
+    """How the report names each engine: a pin by its label, a named candidate by its NAME, any
+    other by what its `hello` said (engine and version), its command line shown once apart.
+    Two engines that say the same hello are told apart by their arguments."""
+    labels: dict[GateEngine, str] = {}
+    for engine in engines:
+        label = engine.name or (engine.key if engine.command is None else None)
+        if label is None:
+            argv = shlex.split(engine.command)
+            hello = next((traces[u.key]["engine"] for u in units
+                          if u.engine == engine.key and traces[u.key]["engine"].get("name")), None)
+            label = f"{hello['name']} {hello['version']}" if hello else Path(argv[0]).name
+            if label in labels.values() and argv[1:]:
+                label += f" ({shlex.join(argv[1:])})"
+        number = 2
+        while label in labels.values() or f"{label} #{number}" in labels.values():
+            label = f"{label.rsplit(' #', 1)[0]} #{number}"
+            number += 1
+        labels[engine] = label
+    return labels
+
+
+def judge_against(trace: dict, path: Path, role: str, layers=None) -> tuple[Verdict, dict | None]:
+    """The verdict, and the golden it was judged against (None when there is none); with
+    `layers`, against those layers of the golden only."""
+    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
+    if "failure" in trace:  # an engine failure is its own verdict, whatever the golden's state;
+        try:  # the records it sent before failing are still compared with a readable golden
+            golden = golden_files.load_golden(path) if path.exists() else None
+        except TraceError:
+            golden = None
+        if golden is not None and layers is not None:
+            golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers})
+        return judge(trace, golden, role), golden
+    if not path.exists():
+        return Verdict(engine, scenario, "missing_golden", role,
+                       message=f"no golden at {path}; write it with `make goldens`"), None
+    try:
+        golden = golden_files.load_golden(path)
+    except TraceError as exc:
+        return Verdict(engine, scenario, "invalid_golden", role, message=str(exc)), None
+    if layers is not None:
+        golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers})
+    return judge(trace, golden, role), golden
+
+
+__all__ = ["GateEngine", "gate", "gate_engines", "merge", "judge_against"]

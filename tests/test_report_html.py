@@ -1,0 +1,104 @@
+"""The HTML report as a reader sees it: rendered by headless Chromium, checked for script
+errors and for the elements a reviewer looks for.
+
+Built from the committed goldens (no engine runs): on engine_dflash_gate the oracle 0.27.1
+schedules under a token budget of 4036 and 0.28.0, as a candidate, under 4096. `make
+report-check` also renders the report of a real run against the no-draft-reservation mutant
+(VLLM_PARITY_REPORT names it). Skipped, with the reason, where chromium is not installed.
+"""
+
+import datetime as dt
+import os
+import shutil
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conformance.gate import apply_gate
+from conformance.goldens import golden_path, load_golden
+from conformance.pins import load_pins
+from conformance.reports import write_reports
+from conformance.verdict import CANDIDATE, ORACLE, judge
+
+PINS = load_pins()
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (`make report-check` installs it)")
+
+
+class Elements(HTMLParser):
+    """Every element of a page: (tag, attributes, its own text)."""
+
+    def __init__(self):
+        super().__init__()
+        self.found: list[tuple[str, dict, list[str]]] = []
+        self._open: list[list[str]] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.found.append((tag, dict(attrs), []))
+        self._open.append(self.found[-1][2])
+
+    def handle_endtag(self, tag):
+        if self._open:
+            self._open.pop()
+
+    def handle_data(self, data):
+        if self._open:
+            self._open[-1].append(data)
+
+    def having(self, tag: str, cls: str | None = None) -> list[tuple[dict, str]]:
+        return [(a, "".join(t)) for g, a, t in self.found
+                if g == tag and (cls is None or cls in a.get("class", "").split())]
+
+
+def render(page: Path) -> tuple[Elements, list[str]]:
+    """The page's DOM after Chromium loaded it and ran its script, and its console errors."""
+    done = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
+         "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and
+              ("Uncaught" in line or "Error" in line)]
+    dom = Elements()
+    dom.feed(done.stdout)
+    return dom, errors
+
+
+def check_page(page: Path, budgets: tuple[int, int]) -> Elements:
+    dom, errors = render(page)
+    assert errors == [], errors
+    assert dom.having("body")[0][0].get("data-ready") == "1"  # the page's script ran to its end
+    matrix = dom.having("table", "matrix")
+    assert matrix and any(a.get("href", "").startswith("#s-") for a, _ in dom.having("a"))
+    ids = {a.get("id") for _, a, _ in dom.found if a.get("id")}
+    assert all(a["href"][1:] in ids for a, _ in dom.having("a") if a.get("href", "").startswith("#"))
+    assert dom.having("svg", "plot-steps") and dom.having("svg", "plot-diff") and dom.having("svg", "plot-zoom")
+    labels = [text for _, text in dom.having("text", "budget-label")]
+    for budget in budgets:
+        assert any(f"token budget {budget}" in label for label in labels), labels
+    assert len(dom.having("polyline", "budget")) >= 2 and dom.having("polyline", "difference")
+    assert dom.having("table", "per-request") and dom.having("tr", "differs")
+    assert dom.having("table", "capacity")
+    return dom
+
+
+def test_the_report_renders_with_budgets_difference_zoom_and_tables(tmp_path):
+    name = "engine_dflash_gate"
+    oracle = load_golden(golden_path(name, PINS.oracle))
+    candidate = load_golden(golden_path(name, "0.28.0"))
+    candidate["engine"]["label"] = "vllm-0.28.0"
+    verdicts = [judge(oracle, oracle, ORACLE), judge(candidate, oracle, CANDIDATE)]
+    result = apply_gate(verdicts, {name: ("SPEC-DFLASH",)}, [], dt.date(2026, 11, 30))
+    traces = {(v.engine, name): (t, oracle) for v, t in zip(verdicts, (oracle, candidate))}
+    page = write_reports(tmp_path, result, traces, PINS.oracle)[2]
+    dom = check_page(page, (4036, 4096))
+    assert any("first divergence: step 0" in text for _, text in dom.having("text", "divergence"))
+
+
+@pytest.mark.skipif(not os.environ.get("VLLM_PARITY_REPORT"),
+                    reason="VLLM_PARITY_REPORT is not set (`make report-check` sets it)")
+def test_the_report_of_a_run_against_the_no_draft_reservation_mutant():
+    dom = check_page(Path(os.environ["VLLM_PARITY_REPORT"]), (4036, 4096))
+    assert any("no-draft-reservation" in text for _, text in dom.having("code"))
+    assert any(text == "4147" for _, text in dom.having("td"))  # the drafter's pass over capacity

@@ -1,0 +1,217 @@
+"""Sharding the gate: the plan and its shares, the results folders, and `parity merge`.
+
+Engines here are the TEST DOUBLE (tests/doubles/double_engine.py), oracle included: the
+mechanics of sharding do not depend on which engine answers. Their verdicts against the real
+goldens are divergences and `unsupported` layers, which is what the comparison needs."""
+
+import json
+import os
+import shlex
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from conformance import cli, gate_run
+from conformance.gate_run import GateEngine
+from conformance.pins import load_pins
+from conformance.scenario import load_scenario
+from conformance.shards import COLD_START, ShardError, assign, parse_shard, plan, share_cost
+from conformance.verdict import CANDIDATE, ORACLE
+from conftest import DOUBLE, REPO
+
+PINS = load_pins()
+SCENARIOS = [load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json"))]
+CHEAP = [s for s in SCENARIOS if s.name in ("dflash_27b_gate", "steady_decode", "engine_ngram")]
+REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
+
+
+def command(*options) -> str:
+    return shlex.join([sys.executable, str(DOUBLE), *options])
+
+
+@pytest.fixture
+def engines(tmp_path):
+    record = tmp_path / "record.json"
+    record.write_text(json.dumps({"max_num_scheduled_tokens": 4096, "budget_log_lines": ["candidate line"]}))
+    oracle = command("--steps", "3")
+    return [GateEngine("TEST-DOUBLE-oracle", ORACLE, oracle, None, oracle),
+            GateEngine("double-candidate", CANDIDATE, command("--record", str(record)), "double-candidate",
+                       command("--record", str(record)))]
+
+
+def run(collect, *args, **kwargs):
+    lines = []
+    status = collect(*args, log=lambda m: None, out=lines.append, **kwargs)
+    return status, "\n".join(lines)
+
+
+def test_shard_parsing():
+    assert parse_shard("2/3") == (2, 3)
+    for bad in ("0/3", "4/3", "3", "a/b", ""):
+        with pytest.raises(ShardError, match="--shard"):
+            parse_shard(bad)
+
+
+def test_shares_are_deterministic_balanced_and_cover_the_plan():
+    units = plan([("vllm-0.27.1", 2), ("vllm-0.28.0", 1), ("vllm-0.33.0", 1)], SCENARIOS, None)
+    shares = assign(units, 3)
+    # every runner computes the same shares from the same engines and scenario files
+    again = plan([("vllm-0.27.1", 2), ("vllm-0.28.0", 1), ("vllm-0.33.0", 1)],
+                 [load_scenario(s.source) for s in SCENARIOS], None)
+    assert assign(again, 3) == shares
+    assert sorted(u.key for s in shares for u in s) == sorted(u.key for u in units)  # each unit once
+    costs = [share_cost(s) for s in shares]
+    # balanced: no share exceeds the mean by more than the costliest unit plus a cold start
+    assert max(costs) - sum(costs) / 3 <= max(u.cost for u in units) + COLD_START
+    # an engine's units stay together: at most one extra cold start per cut (3 engines + 2 cuts)
+    assert sum(len({u.engine for u in s}) for s in shares) <= 5
+    assert all(s == sorted(s, key=units.index) for s in shares)  # plan order within a share
+
+
+def test_one_shard_per_unit_at_most():
+    units = plan([("a", 1)], CHEAP, ["config"])
+    shares = assign(units, 5)
+    assert [len(s) for s in shares].count(0) >= 2 and sum(len(s) for s in shares) == len(units)
+
+
+def test_three_shards_merged_give_what_one_run_gives(tmp_path, engines, monkeypatch):
+    summary = tmp_path / "step_summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.delenv("BUILDKITE", raising=False)
+    whole, whole_out = run(gate_run.gate, PINS, CHEAP, engines, None, [], tmp_path / "one", None, None)
+    once = summary.read_text()
+    for i in (1, 2, 3):
+        status, text = run(gate_run.gate, PINS, CHEAP, engines, None, [], None, (i, 3), tmp_path / f"s{i}")
+        assert status == 0 and f"shard {i}/3" in text
+        assert (tmp_path / f"s{i}" / "manifest.json").exists() and (tmp_path / f"s{i}" / "verdicts.json").exists()
+    merged, merged_out = run(gate_run.merge, [tmp_path / f"s{i}" for i in (3, 1, 2)], PINS, [], tmp_path / "merged")
+    assert whole == merged == 2  # the candidate's layers are unsupported: could not be compared
+    assert merged_out == whole_out and merged_out.startswith("== vllm-parity gate: ERROR")
+    for name in REPORTS:
+        assert (tmp_path / "merged" / name).read_text() == (tmp_path / "one" / name).read_text(), name
+    assert summary.read_text() == once + once  # appended by each, never overwritten
+    names = [c.get("name") for c in ET.parse(tmp_path / "one" / "junit.xml").iter("testcase")]
+    assert "ENG-SCHED-CORE / dflash_27b_gate / double-candidate / config" in names
+    assert "ENG-SCHED-CORE / steady_decode / double-candidate / all layers" in names  # unsupported
+    assert whole_out.count("budget log lines [") == 2  # oracle's and candidate's blocks differ
+
+
+def test_a_block_of_budget_log_lines_prints_once():
+    from conformance.compare import compare_layer
+    from conformance.gate import apply_gate
+    from conformance.report import render_gate
+    from conformance.verdict import Verdict
+
+    def diverged(scenario):
+        v = Verdict("port", scenario, "diverged", CANDIDATE, [compare_layer(
+            "config", [{"max_num_scheduled_tokens": 4036}], [{"max_num_scheduled_tokens": 4096}])])
+        v.expected_lines, v.actual_lines = ["set to 4036"], ["set to 4096"]
+        return v
+
+    text = render_gate(apply_gate([diverged("a"), diverged("b")], {}, []), PINS.oracle)
+    assert text.count("set to 4096") == 1 and "budget log lines: as block [1] above (a, port)" in text
+    assert text.splitlines()[3].split() == ["a", "diverged", "config.max_num_scheduled_tokens"]
+
+
+def test_the_matrix_of_the_built_in_scenarios_and_pins_fits_a_screen():
+    from conformance.gate import apply_gate
+    from conformance.report import render_gate
+    from conformance.verdict import STAND_IN, Verdict
+
+    verdicts = [Verdict(f"vllm-{r}", s.name, "pass" if r == PINS.oracle else "unsupported",
+                        ORACLE if r == PINS.oracle else STAND_IN, message="no CPU engine")
+                for r in PINS.releases for s in SCENARIOS]
+    lines = render_gate(apply_gate(verdicts, {}, []), PINS.oracle).splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith(f"-- {len(verdicts)} verdicts"))
+    assert summary < 40 and all(s.name in "".join(lines[:summary]) for s in SCENARIOS)
+    assert lines[summary - len(SCENARIOS)].split() == [SCENARIOS[0].name, "pass", "unsupported", "unsupported"]
+
+
+def test_merge_refuses_a_missing_a_duplicate_or_a_foreign_shard(tmp_path, engines):
+    for i in (1, 2):
+        run(gate_run.gate, PINS, CHEAP, engines, None, [], None, (i, 2), tmp_path / f"s{i}")
+    with pytest.raises(ShardError, match=r"shard 2/2 missing"):
+        gate_run.merge([tmp_path / "s1"], PINS, [], None, log=lambda m: None)
+    with pytest.raises(ShardError, match=r"shard 1/2 given twice"):
+        gate_run.merge([tmp_path / "s1", tmp_path / "s1"], PINS, [], None, log=lambda m: None)
+    manifest = json.loads((tmp_path / "s2" / "manifest.json").read_text())
+    for key, value, words in (("oracle", "0.28.0", "oracle"), ("scenario_set", "0" * 64, "scenario set"),
+                              ("tool", {"version": "9.9", "sources": "x"}, "tool version")):
+        (tmp_path / "s2" / "manifest.json").write_text(json.dumps(dict(manifest, **{key: value})))
+        with pytest.raises(ShardError, match=f"not shards of one gate run: they differ in {words}"):
+            gate_run.merge([tmp_path / "s1", tmp_path / "s2"], PINS, [], None, log=lambda m: None)
+    with pytest.raises(ShardError, match="no manifest.json"):
+        gate_run.merge([tmp_path], PINS, [], None, log=lambda m: None)
+
+
+def test_merge_on_the_command_line(tmp_path, engines, capsys):
+    for i in (1, 2):
+        run(gate_run.gate, PINS, CHEAP, engines, None, [], None, (i, 2), tmp_path / f"s{i}")
+    assert cli.main(["merge", str(tmp_path / "s1")]) == 2
+    assert "parity merge: error: shard 2/2 missing" in capsys.readouterr().err
+    assert cli.main(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--reports", str(tmp_path / "r")]) == 2
+    out, err = capsys.readouterr()
+    assert out.startswith("== vllm-parity gate: ERROR") and "[gate]" not in out and "[merge]" not in out
+    assert "[merge] 2 shards" in err and (tmp_path / "r" / "annotation.md").exists()
+    assert cli.main(["gate", "--shard", "3/2"]) == 2
+    assert "I must be between 1 and N" in capsys.readouterr().err
+
+
+def test_a_candidate_is_named_by_its_hello_and_its_command_shown_once(tmp_path, engines):
+    unnamed = GateEngine(engines[1].command, CANDIDATE, engines[1].engine, None, engines[1].command)
+    _, text = run(gate_run.gate, PINS, CHEAP[:1], [engines[0], unnamed], None, [], None, None, None)
+    # both doubles say "double 0.0-test": the second is told apart by its arguments
+    second = text.splitlines()[2]
+    assert second.startswith("   double 0.0-test (") and "--record" in second
+    assert text.count(engines[1].command) == 1
+
+
+def test_named_candidates_on_the_command_line(monkeypatch):
+    found = gate_run.gate_engines(PINS, [f"port={command('--steps', '1')}", "0.28.0"], log=lambda m: None)
+    assert [(e.key, e.role, e.name) for e in found] == [
+        ("vllm-0.27.1", ORACLE, None), ("port", CANDIDATE, "port"), ("vllm-0.28.0", CANDIDATE, None)]
+    assert found[1].command == command("--steps", "1") and found[2].command is None
+    with pytest.raises(ValueError, match="same name"):
+        gate_run.gate_engines(PINS, ["0.28.0", "vllm==0.28.0"], log=lambda m: None)
+
+
+def test_buildkite_annotation_goes_through_the_agent_when_it_exists(tmp_path, engines, monkeypatch):
+    """A TEST DOUBLE buildkite-agent records its argument list and its input."""
+    agent = tmp_path / "bin" / "buildkite-agent"
+    agent.parent.mkdir()
+    agent.write_text(f"#!{sys.executable}\nimport json, sys\n"
+                     f"open({str(tmp_path / 'called.json')!r}, 'w').write(json.dumps([sys.argv[1:], sys.stdin.read()]))\n")
+    agent.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{agent.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("BUILDKITE", "true")
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    run(gate_run.gate, PINS, CHEAP[:1], engines, None, [], tmp_path / "r", None, None)
+    argv, text = json.loads((tmp_path / "called.json").read_text())
+    assert argv == ["annotate", "--style", "error", "--context", "vllm-parity"]
+    assert text == (tmp_path / "r" / "annotation.md").read_text() and "| dflash_27b_gate |" in text
+    agent.unlink()
+    logged = []
+    gate_run.ci_summaries(*_result_of(tmp_path), log=logged.append)
+    assert any("buildkite-agent is not on PATH" in line for line in logged)
+
+
+def _result_of(tmp_path):
+    from conformance.gate import apply_gate
+    from conformance.verdict import Verdict
+
+    return apply_gate([Verdict("x", "s", "pass", ORACLE)], {}, []), "0.27.1", tmp_path / "r2"
+
+
+def test_progress_goes_to_stderr_only(tmp_path, engines, capsys):
+    status = gate_run.gate(PINS, CHEAP[:1], engines, None, [], None, None, None,
+                           log=lambda m: print(m, file=sys.stderr))
+    out, err = capsys.readouterr()
+    assert "[gate]" not in out and out.startswith("== vllm-parity gate")
+    assert "[gate] engine 1/2: TEST-DOUBLE-oracle (oracle)" in err and "left]" in err and status == 1
+
+
+def test_the_ci_examples_use_shards_and_merge():
+    for name in ("github-actions.yml", "buildkite.yml"):
+        text = (REPO / "ci-examples" / name).read_text()
+        assert "parity gate" in text and "--shard" in text and "parity merge" in text, name
