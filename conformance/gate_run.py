@@ -222,7 +222,7 @@ def finish(pins: Pins, manifest: dict, units: list[Unit], traces: dict[str, dict
     judged: dict = {}
     for engine, trace in assemble(engines, names, units, traces):
         path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-        verdict, golden = judge_against(trace, path, engine.role)
+        verdict, golden = judge_against(trace, path, engine.role, layers=manifest.get("layers"))
         verdicts.append(verdict)
         judged[(verdict.engine, verdict.scenario)] = (trace, golden)
     result = apply_gate(verdicts, {s["name"]: tuple(s["rows"]) for s in scenarios}, waivers)

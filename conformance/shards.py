@@ -104,7 +104,9 @@ def plan(engines: list[tuple[str, int]], scenarios: list, layers: list[str] | No
     units = []
     for key, repeat in engines:
         for scenario in scenarios:
-            for group, held in layer_groups(layers or scenario.layers):
+            # --layers is a filter: each scenario's own layers among those named
+            own = [x for x in scenario.layers if layers is None or x in layers]
+            for group, held in layer_groups(own):
                 cost = REFUSED if (key, group) in refused else unit_cost(group, scenario, repeat)
                 units.append(Unit(key, scenario.name, group, held, cost))
     return units
