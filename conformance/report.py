@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import textwrap
 from collections import Counter
 
 from .verdict import DIVERGED, KINDS, PASS, Verdict
@@ -138,14 +139,21 @@ def render_gate(result, oracle: str, commands: dict[str, str] | None = None) -> 
              f"{len(scenarios)} scenarios x {len(engines)} engines"]
     for label, command in (commands or {}).items():
         lines.append(f"   {label}: command {command}")
-    first = max([len("scenario")] + [len(s) for s in scenarios])
-    widths = [max([len(e), len(roles[e]) + 2] + [len(cell(result, cells[(s, e)]))
-                                                 for s in scenarios if (s, e) in cells]) for e in engines]
+    rows = {s: tuple(cell(result, cells[(s, e)]) if (s, e) in cells else "-" for e in engines)
+            for s in scenarios}
+    groups = _fold(rows)
+    first = max([len("scenario")] + [len(_label(names)) for names in groups])
+    widths = [max([len(e), len(roles[e]) + 2] + [len(row[i]) for row in rows.values()])
+              for i, e in enumerate(engines)]
     lines.append(" ".join([" " * first] + [e.ljust(w) for e, w in zip(engines, widths)]).rstrip())
     lines.append(" ".join(["scenario".ljust(first)] + [f"({roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
-    for s in scenarios:
-        row = [cell(result, cells[(s, e)]) if (s, e) in cells else "-" for e in engines]
-        lines.append(" ".join([s.ljust(first)] + [c.ljust(w) for c, w in zip(row, widths)]).rstrip())
+    for names in groups:
+        lines.append(" ".join([_label(names).ljust(first)] + [c.ljust(w) for c, w in
+                                                              zip(rows[names[0]], widths)]).rstrip())
+    for names in groups:
+        if len(names) > 1:  # every scenario is still named before the details
+            lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=MATRIX_WIDTH,
+                                   initial_indent="   ", subsequent_indent="     ")
     lines.append(render_summary(result.verdicts))
     failing = [cells[(s, e)] for s in scenarios for e in engines
                if (s, e) in cells and cells[(s, e)].kind != PASS]
@@ -163,6 +171,27 @@ def render_gate(result, oracle: str, commands: dict[str, str] | None = None) -> 
             messages[said] = f"{v.scenario}, {v.engine}"
         lines.append(text)
     return "\n".join(lines)
+
+
+# Past this many scenarios, rows whose cells are all the same fold into one, so the matrix
+# still fits a screen: "steady_decode +20" reads as steady_decode and 20 more scenarios with the
+# same verdicts, named just below the matrix.
+MAX_ROWS = 24
+MATRIX_WIDTH = 117
+
+
+def _fold(rows: dict[str, tuple]) -> list[list[str]]:
+    """Scenario names grouped by identical rows (each scenario alone when there are few)."""
+    if len(rows) <= MAX_ROWS:
+        return [[name] for name in rows]
+    groups: dict[tuple, list[str]] = {}
+    for name, row in rows.items():
+        groups.setdefault(row, []).append(name)
+    return list(groups.values())
+
+
+def _label(names: list[str]) -> str:
+    return names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1}"
 
 
 def render_summary(verdicts: list[Verdict]) -> str:
