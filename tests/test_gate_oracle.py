@@ -29,33 +29,51 @@ expires = {expires}
 """
 
 
-def gate(tmp_path, expires):
-    (tmp_path / "waivers.toml").write_text(WAIVER.format(expires=expires))
-    (tmp_path / "step_summary.md").write_text("an earlier step's summary\n")
-    env = dict(os.environ, GITHUB_STEP_SUMMARY=str(tmp_path / "step_summary.md"))
+def waivers(folder, expires):
+    (folder / "waivers.toml").write_text(WAIVER.format(expires=expires))
+    (folder / "step_summary.md").write_text("an earlier step's summary\n")
+    return dict(os.environ, GITHUB_STEP_SUMMARY=str(folder / "step_summary.md"))
+
+
+@pytest.fixture(scope="module")
+def gated(tmp_path_factory):
+    """One real gate run (the oracle's cold start is the cost), its results folder kept for
+    `parity merge` to judge again under other waivers."""
+    folder = tmp_path_factory.mktemp("gate")
+    env = waivers(folder, "2099-12-31")
     record = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())["layers"]["config"][0]
-    (tmp_path / "record.json").write_text(json.dumps({**record, "max_num_scheduled_tokens": 4096}))
-    candidate = shlex.join([sys.executable, str(DOUBLE), "--record", str(tmp_path / "record.json")])
-    return subprocess.run(
-        [sys.executable, "-m", "conformance.cli", "gate", "--scenario", str(GATE),
-         "--candidate", candidate,
-         "--waivers", str(tmp_path / "waivers.toml"), "--reports", str(tmp_path / "out")],
+    (folder / "record.json").write_text(json.dumps({**record, "max_num_scheduled_tokens": 4096}))
+    candidate = shlex.join([sys.executable, str(DOUBLE), "--record", str(folder / "record.json")])
+    result = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "gate", "--scenario", str(GATE), "--candidate", candidate,
+         "--waivers", str(folder / "waivers.toml"), "--reports", str(folder / "out"),
+         "--results", str(folder / "results")],
         capture_output=True, text=True, timeout=900, env=env)
+    return folder, result
 
 
-def test_gate_with_a_waiver_passes_and_writes_three_reports(tmp_path):
-    result = gate(tmp_path, "2099-12-31")
+@pytest.mark.xdist_group("gate-cli")  # both tests read the one gate run
+def test_gate_with_a_waiver_passes_and_writes_three_reports(gated):
+    folder, result = gated
     assert result.returncode == 0, result.stdout + result.stderr
     assert "max_num_scheduled_tokens: oracle 4036, candidate 4096" in result.stdout
-    junit = ET.parse(tmp_path / "out" / "junit.xml").getroot()
+    junit = ET.parse(folder / "out" / "junit.xml").getroot()
     assert junit.find(".//skipped").get("message").startswith("waived:")
-    assert "waived" in (tmp_path / "out" / "summary.md").read_text()
-    assert "<svg" not in (tmp_path / "out" / "report.html").read_text()  # config layer only: no steps
+    assert "waived" in (folder / "out" / "summary.md").read_text()
+    assert "<svg" not in (folder / "out" / "report.html").read_text()  # config layer only: no steps
     assert "cold starts: 2 for 2 engines" in result.stderr
 
 
-def test_an_expired_waiver_fails_the_gate(tmp_path):
-    result = gate(tmp_path, "2020-01-01")
+@pytest.mark.xdist_group("gate-cli")
+def test_an_expired_waiver_fails_the_gate(gated, tmp_path):
+    """The same run judged again by `parity merge` (the gate's own judging, from its results
+    folder), now under an expired waiver."""
+    folder, _ = gated
+    env = waivers(tmp_path, "2020-01-01")
+    result = subprocess.run(
+        [sys.executable, "-m", "conformance.cli", "merge", str(folder / "results"),
+         "--waivers", str(tmp_path / "waivers.toml"), "--reports", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 1, result.stdout + result.stderr
     assert "EXPIRED waiver" in result.stdout
     summary = (tmp_path / "step_summary.md").read_text()  # appended, as GitHub Actions expects
