@@ -1,0 +1,258 @@
+"""The suite's power, measured: how much of the scheduling code the scenario library runs
+(coverage.py, per pin), and how many generated mutants of it the gate catches.
+
+Coverage: each pin's worker runs the scenario library under coverage.py
+(conformance/coverage_run.py); conformance/scope.py decides what counts. The engine layers'
+scenarios are left out unless asked for (--engine-layers): measured on 0.27.1, they cost
+about 100 s per pin under coverage and add two branches the stand-in scenarios do not take.
+
+Mutants: conformance/mutation.py generates the catalog from the gate oracle's own sources;
+each mutant is served as a CANDIDATE through the protocol (engines/vllm/mutant_server.py
+forks it from one warm import of the release) and judged against the oracle's goldens by
+conformance/verdict.py, scenario after scenario until one catches it. Results are cached by
+(pin, mutant, scenario-set hash), so a re-run pays only for what changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import select
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import goldens as golden_files
+from .coverage_run import MEASURED, ensure_coverage, json_report, measured_worker, write_rcfile
+from .engine import EngineFailure, EngineProcess, EngineSpec
+from .envs import cache_root, ensure_env
+from .gate import where_of
+from .mutation import Mutant, generate
+from .pins import REPO_ROOT, load_pins
+from .scenario import Scenario
+from .scope import FunctionScope, Scope, function_scopes
+from .trace import make_trace
+from .verdict import CANDIDATE, PASS, judge
+
+SERVER = REPO_ROOT / "engines" / "vllm" / "mutant_server.py"
+CLIENT = REPO_ROOT / "engines" / "vllm" / "mutant_client.py"
+MUTANT_RUN_TIMEOUT = 60.0  # one scenario on a mutant; the oracle needs under 5 s for any
+GOAL_BRANCHES, GOAL_KILLED = 90.0, 95.0  # percent
+
+
+def site_packages(python: Path) -> Path:
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return Path(out)
+
+
+def measured_files(site: Path) -> list[str]:
+    """The measured files of a pin, relative to its site-packages."""
+    found = set()
+    for pattern in MEASURED:
+        found.update(str(p.relative_to(site)) for p in site.glob("vllm/" + pattern.split("/vllm/", 1)[1]))
+    return sorted(found)
+
+
+# -- coverage -------------------------------------------------------------------------------
+
+@dataclass
+class PinCoverage:
+    release: str
+    functions: list[FunctionScope]
+    sources: dict[str, list[str]]  # file (relative) -> its lines
+    seconds: float
+
+    def totals(self) -> tuple[int, int, int, int]:
+        """(covered lines, lines, covered branches, branches), in scope."""
+        return (sum(len(f.covered) for f in self.functions), sum(len(f.statements) for f in self.functions),
+                sum(len(f.covered_branches) for f in self.functions), sum(len(f.branches) for f in self.functions))
+
+
+def measure_coverage(release: str, scenarios: list[Scenario], scope: Scope, log=print) -> PinCoverage:
+    python = ensure_env(release, log=log)
+    coverage_dir = ensure_coverage(python, log=log)
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"parity-adequacy-{release}-") as tmp:
+        rcfile, data = write_rcfile(Path(tmp)), Path(tmp) / "coverage.data"
+        proc = EngineProcess(measured_worker(release, python, coverage_dir, rcfile, data))
+        proc.start()
+        try:
+            for scenario in scenarios:
+                log(f"[adequacy] coverage {release}: {scenario.name}")
+                if all(layer in proc.hello["capabilities"] for layer in scenario.layers):
+                    proc.run(scenario, scenario.layers)
+        finally:
+            proc.close()  # the worker exits on shutdown, and coverage.py writes its data
+        report = json_report(python, coverage_dir, rcfile, data)
+    texts = {path: Path(path).read_text() for path in report["files"]}
+    functions = function_scopes(report, texts, scope)
+    sources = {"vllm/" + p.split("/vllm/", 1)[1]: t.splitlines() for p, t in texts.items()}
+    return PinCoverage(release, functions, sources, time.monotonic() - started)
+
+
+# -- mutants --------------------------------------------------------------------------------
+
+def catalog(release: str, scope: Scope, log=print) -> tuple[list[Mutant], dict[str, str]]:
+    """Every mutant of the pin's counted code, and the sources they were made from."""
+    site = site_packages(ensure_env(release, log=log))
+    mutants, sources = [], {}
+    for rel in measured_files(site):
+        sources[rel] = (site / rel).read_text()
+        mutants += generate(sources[rel], rel, scope)
+    return mutants, sources
+
+
+def sample(mutants: list[Mutant], size: int | None, seed: int) -> list[Mutant]:
+    """A deterministic sample: the same catalog, size and seed give the same mutants."""
+    if size is None or size >= len(mutants):
+        return list(mutants)
+    chosen = random.Random(seed).sample(sorted(mutants, key=lambda m: m.id), size)
+    return sorted(chosen, key=lambda m: (m.file, m.start, m.replacement))
+
+
+def scenario_set_hash(release: str, scenarios: list[Scenario]) -> str:
+    """What a mutant's result depends on besides the mutant: the scenarios and their goldens."""
+    h = hashlib.sha256(release.encode())
+    for s in sorted(scenarios, key=lambda s: s.name):
+        h.update(f"{s.name}\0{s.sha256}\0".encode())
+        h.update(golden_files.golden_path(s.name, release).read_bytes())
+    return h.hexdigest()[:16]
+
+
+class ResultCache:
+    """(pin, mutant, scenario-set hash) -> result, one JSON file in the cache, rewritten
+    atomically after every mutant so an interrupted run keeps what it paid for."""
+
+    def __init__(self, path: Path | None = None):
+        self.path = path or cache_root() / "adequacy" / "mutant-results.json"
+        try:
+            self.data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.data = {}
+
+    @staticmethod
+    def key(release: str, mutant: Mutant, set_hash: str) -> str:
+        return f"{release}|{mutant.id}|{set_hash}"
+
+    def get(self, key: str) -> dict | None:
+        return self.data.get(key)
+
+    def put(self, key: str, result: dict) -> None:
+        self.data[key] = result
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+        os.replace(tmp, self.path)
+
+
+class MutantServer:
+    """engines/vllm/mutant_server.py for one pin: one import of vLLM, one fork per mutant."""
+
+    def __init__(self, release: str, log=print):
+        self.release, self.log = release, log
+        self.python = ensure_env(release, log=log)
+        self._tmp = tempfile.TemporaryDirectory(prefix="parity-mutants-")
+        self.socket = Path(self._tmp.name) / "server.sock"
+        self._stderr = open(Path(self._tmp.name) / "server.log", "wb")
+        self._proc = subprocess.Popen(
+            [str(self.python), str(SERVER), "--release", release, "--socket", str(self.socket)],
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, start_new_session=True)
+        ready, _, _ = select.select([self._proc.stdout], [], [], 300)
+        if not ready or self._proc.stdout.readline().strip() != b"ready":
+            tail = (Path(self._tmp.name) / "server.log").read_text(errors="replace")[-2000:]
+            self.close()
+            raise RuntimeError(f"the mutant server for vllm {release} did not start:\n{tail}")
+
+    def spec(self, mutant: Mutant) -> EngineSpec:
+        return EngineSpec(f"vllm-{self.release}+mutant:catalog:{mutant.id}",
+                          (sys.executable, str(CLIENT), "--socket", str(self.socket),
+                           "--mutant", json.dumps(mutant.to_json())))
+
+    def close(self) -> None:
+        import signal
+
+        try:
+            os.killpg(self._proc.pid, signal.SIGKILL)  # the server and every mutant it forked
+        except ProcessLookupError:
+            pass
+        self._proc.wait()
+        self._stderr.close()
+        self._tmp.cleanup()
+
+
+def judge_mutant(server: MutantServer, mutant: Mutant, scenarios: list[Scenario],
+                 goldens: dict[str, dict]) -> dict:
+    """Run the mutant as a candidate on the scenarios, in order, until one catches it."""
+    spec = server.spec(mutant)
+    proc = EngineProcess(spec, handshake_timeout=60.0, run_timeout=MUTANT_RUN_TIMEOUT)
+    try:
+        proc.start()
+    except EngineFailure as failure:
+        return {"killed": False, "kind": "not_installed", "message": str(failure)[:500]}
+    try:
+        for scenario in scenarios:
+            try:
+                records = proc.run(scenario, scenario.layers)
+                trace = make_trace(spec.label, proc.hello, scenario, records)
+            except EngineFailure as failure:
+                trace = make_trace(spec.label, proc.hello, scenario, failure.partial,
+                                   failure={"kind": failure.kind, "message": str(failure)})
+            verdict = judge(trace, goldens[scenario.name], CANDIDATE)
+            if verdict.kind != PASS:
+                where = where_of(verdict) or (verdict.message.splitlines() or [""])[0][:300]
+                return {"killed": True, "kind": verdict.kind, "scenario": scenario.name, "where": where}
+        return {"killed": False, "kind": PASS}
+    finally:
+        proc.close()
+
+
+@dataclass
+class MutantRun:
+    release: str
+    generated: int
+    results: list[tuple[Mutant, dict]] = field(default_factory=list)
+    cached: int = 0
+    seconds: float = 0.0
+
+
+def run_mutants(release: str, mutants: list[Mutant], scenarios: list[Scenario], generated: int,
+                cache: ResultCache, log=print) -> MutantRun:
+    pins = load_pins()
+    goldens = {s.name: golden_files.load_golden(golden_files.golden_path(s.name, pins.oracle))
+               for s in scenarios}
+    set_hash = scenario_set_hash(pins.oracle, scenarios)
+    run = MutantRun(release, generated)
+    started = time.monotonic()
+    todo = []
+    for m in mutants:
+        hit = cache.get(ResultCache.key(release, m, set_hash))
+        if hit is not None:
+            run.results.append((m, hit))
+            run.cached += 1
+        else:
+            todo.append(m)
+    if todo:
+        kills = {s.name: 0 for s in scenarios}
+        server = MutantServer(release, log)
+        try:
+            for number, m in enumerate(todo, 1):
+                # the scenarios that caught most so far go first: a caught mutant stops there
+                order = sorted(scenarios, key=lambda s: -kills[s.name])
+                result = judge_mutant(server, m, order, goldens)
+                if result.get("scenario"):
+                    kills[result["scenario"]] += 1
+                cache.put(ResultCache.key(release, m, set_hash), result)
+                run.results.append((m, result))
+                log(f"[adequacy] mutant {number}/{len(todo)} {m.name}: "
+                    f"{'caught by ' + result['scenario'] if result['killed'] else result['kind']}")
+        finally:
+            server.close()
+    run.results.sort(key=lambda r: (r[0].file, r[0].start, r[0].replacement))
+    run.seconds = time.monotonic() - started
+    return run

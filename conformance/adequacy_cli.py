@@ -1,0 +1,35 @@
+"""`parity adequacy`: the coverage pass over every pin, then the mutant catalog on the gate
+oracle; prints conformance/adequacy_report.py's report. Exit 0 when both goals are met,
+1 when one is missed."""
+
+from __future__ import annotations
+
+from .adequacy import ResultCache, catalog, measure_coverage, run_mutants, sample
+from .adequacy_report import render_coverage, render_goals, render_mutants
+from .pins import load_pins
+from .scope import load_scope
+
+
+def adequacy(args, scenarios, log) -> int:
+    pins = load_pins()
+    scope = load_scope()
+    # The engine layers run the whole engine: costly, and the stand-in scenarios drive the
+    # same scheduler (see conformance/adequacy.py for the measurement).
+    library = [s for s in scenarios if args.engine_layers or s.engine is None]
+    coverages = []
+    if not args.no_coverage:
+        for release in args.pin or pins.releases:
+            cov = measure_coverage(release, library, scope, log)
+            coverages.append(cov)
+            print(render_coverage(cov), flush=True)
+    run = None
+    if not args.no_mutants:
+        mutants, sources = catalog(pins.oracle, scope, log)
+        chosen = sample(mutants, args.sample, args.seed)
+        log(f"[adequacy] {len(mutants)} mutants generated from vllm {pins.oracle}; running {len(chosen)}")
+        stand_in = [s for s in scenarios if s.engine is None]  # mutants never run the engine layers
+        run = run_mutants(pins.oracle, chosen, stand_in, len(mutants), ResultCache(), log)
+        print(render_mutants(run, sources, scope.equivalent), flush=True)
+    text, ok = render_goals(coverages, run, scope.equivalent)
+    print(text)
+    return 0 if ok else 1
