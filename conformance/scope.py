@@ -6,9 +6,13 @@ A rule is either
     function = "Scheduler._mamba_block_aligned_split"   # fnmatch on the function's qualname
 or
     line = "self\\.connector"                            # regex searched in a statement's text
+or
+    branch = "if finished:"   taken = "false"           # one direction of an `if`
 A `line` rule matches a statement whose first line (for a compound statement: its header, e.g.
 the whole condition of an `if`) contains the pattern; the statement and, for an `if`, its body
-(not its `else`), for a loop, `with` or `try`, everything in it, are out of scope.
+(not its `else`), for a loop, `with` or `try`, everything in it, are out of scope. A `branch`
+rule matches an `if` header the same way and puts only the arcs of one direction out of scope:
+"true" (into its body) or "false" (anywhere else); the statements stay counted.
 """
 
 from __future__ import annotations
@@ -34,10 +38,14 @@ class Rule:
     reason: str
     function: str | None = None
     line: str | None = None
+    branch: str | None = None
+    taken: str | None = None  # "true" or "false", for a branch rule
 
     @property
     def label(self) -> str:
-        return f"function {self.function}" if self.function else f"line /{self.line}/"
+        if self.function:
+            return f"function {self.function}"
+        return f"line /{self.line}/" if self.line else f"branch /{self.branch}/ {self.taken}"
 
 
 @dataclass(frozen=True)
@@ -69,15 +77,18 @@ def load_scope(path: Path = SCOPE_FILE) -> Scope:
         measure.append((m["file"], tuple(m["functions"])))
     rules = []
     for i, r in enumerate(data.get("out_of_scope", [])):
-        kinds = [k for k in ("function", "line") if k in r]
-        if len(kinds) != 1 or set(r) - {"function", "line", "reason"} or not str(r.get("reason", "")).strip():
-            raise ScopeError(f"{path}: out_of_scope[{i}]: expected one of function / line, and a reason")
-        if "line" in r:
-            try:
-                re.compile(r["line"])
-            except re.error as exc:
-                raise ScopeError(f"{path}: out_of_scope[{i}].line: bad regex: {exc}") from None
-        rules.append(Rule(r["reason"], r.get("function"), r.get("line")))
+        kinds = [k for k in ("function", "line", "branch") if k in r]
+        if len(kinds) != 1 or set(r) - {"function", "line", "branch", "taken", "reason"} or \
+                not str(r.get("reason", "")).strip() or ("branch" in r) != (r.get("taken") in ("true", "false")):
+            raise ScopeError(f"{path}: out_of_scope[{i}]: expected one of function / line / branch "
+                             "(a branch with taken = \"true\" or \"false\"), and a reason")
+        for key in ("line", "branch"):
+            if key in r:
+                try:
+                    re.compile(r[key])
+                except re.error as exc:
+                    raise ScopeError(f"{path}: out_of_scope[{i}].{key}: bad regex: {exc}") from None
+        rules.append(Rule(r["reason"], r.get("function"), r.get("line"), r.get("branch"), r.get("taken")))
     equivalent = {}
     for i, e in enumerate(data.get("equivalent", [])):
         if set(e) != {"id", "reason"} or not re.fullmatch(r"m[0-9a-f]{10}", str(e["id"])) or not str(e["reason"]).strip():
@@ -107,7 +118,18 @@ class FunctionScope:
 
 def out_of_scope_lines(source: str, scope: Scope) -> dict[int, Rule]:
     """line number -> the line rule that puts it out of scope, for one file's source."""
+    return _scan(source, scope)[0]
+
+
+def out_of_scope_arcs(source: str, scope: Scope) -> dict[int, tuple[int, Rule]]:
+    """`if` line -> (the first line of its body, the branch rule naming one direction)."""
+    return _scan(source, scope)[1]
+
+
+def _scan(source: str, scope: Scope):
     line_rules = [r for r in scope.rules if r.line]
+    branch_rules = [r for r in scope.rules if r.branch]
+    arcs: dict[int, tuple[int, Rule]] = {}
     lines = source.splitlines()
     found: dict[int, Rule] = {}
 
@@ -125,14 +147,18 @@ def out_of_scope_lines(source: str, scope: Scope) -> dict[int, Rule]:
             header_end = node.lineno
         else:  # a simple statement is matched on its first line: a call that passes an
             header_end = node.lineno  # out-of-scope argument along is still in scope
-        header = text(node.lineno, header_end)
+        header = text(node.lineno, header_end).strip()
+        if isinstance(node, ast.If):
+            b = next((r for r in branch_rules if re.search(r.branch, header)), None)
+            if b is not None:
+                arcs[node.lineno] = (node.body[0].lineno, b)
         rule = next((r for r in line_rules if re.search(r.line, header)), None)
         if rule is None:
             continue
         end = node.body[-1].end_lineno if isinstance(node, ast.If) else node.end_lineno
         for n in range(node.lineno, end + 1):
             found.setdefault(n, rule)
-    return found
+    return found, arcs
 
 
 def function_scopes(report: dict, sources: dict[str, str], scope: Scope) -> list[FunctionScope]:
@@ -141,7 +167,7 @@ def function_scopes(report: dict, sources: dict[str, str], scope: Scope) -> list
     out = []
     for path, data in sorted(report["files"].items()):
         rel = "vllm/" + path.split("/vllm/", 1)[1] if "/vllm/" in path else path
-        out_lines = out_of_scope_lines(sources[path], scope)
+        out_lines, out_arcs = _scan(sources[path], scope)
         for qualname, fn in data.get("functions", {}).items():
             if not qualname or not scope.measured(rel, qualname):
                 continue
@@ -159,6 +185,10 @@ def function_scopes(report: dict, sources: dict[str, str], scope: Scope) -> list
             f.covered = f.statements & set(fn["executed_lines"])
             for arc in arcs:
                 rule = whole or out_lines.get(arc[0]) or (out_lines.get(arc[1]) if arc[1] > 0 else None)
+                if rule is None and arc[0] in out_arcs:
+                    body, branch = out_arcs[arc[0]]
+                    if (arc[1] == body) == (branch.taken == "true"):
+                        rule = branch
                 if rule:
                     f.out_branches[arc] = rule
                     if arc not in executed_arcs:
