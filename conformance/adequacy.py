@@ -116,18 +116,23 @@ def sample(mutants: list[Mutant], size: int | None, seed: int) -> list[Mutant]:
     return sorted(chosen, key=lambda m: (m.file, m.start, m.replacement))
 
 
-def scenario_set_hash(release: str, scenarios: list[Scenario]) -> str:
-    """What a mutant's result depends on besides the mutant: the scenarios and their goldens."""
-    h = hashlib.sha256(release.encode())
-    for s in sorted(scenarios, key=lambda s: s.name):
-        h.update(f"{s.name}\0{s.sha256}\0".encode())
-        h.update(golden_files.golden_path(s.name, release).read_bytes())
+def scenario_hash(release: str, scenario: Scenario) -> str:
+    """What a verdict on one scenario depends on besides the mutant: the scenario and its golden."""
+    h = hashlib.sha256(f"{release}\0{scenario.name}\0{scenario.sha256}\0".encode())
+    h.update(golden_files.golden_path(scenario.name, release).read_bytes())
     return h.hexdigest()[:16]
 
 
+def scenario_set_hash(release: str, scenarios: list[Scenario]) -> str:
+    return hashlib.sha256("\0".join(sorted(scenario_hash(release, s) for s in scenarios)).encode()).hexdigest()[:16]
+
+
 class ResultCache:
-    """(pin, mutant, scenario-set hash) -> result, one JSON file in the cache, rewritten
-    atomically after every mutant so an interrupted run keeps what it paid for."""
+    """What each (pin, mutant) did on each scenario (by scenario_hash): the scenario that caught
+    it, or the scenarios it passed. A result for a scenario set is read from it when the set
+    holds the catching scenario, or when every scenario of the set was passed; otherwise only
+    the scenarios not yet passed are run. One JSON file in the cache, rewritten atomically after
+    every mutant, so an interrupted run keeps what it paid for."""
 
     def __init__(self, path: Path | None = None):
         self.path = path or cache_root() / "adequacy" / "mutant-results.json"
@@ -137,14 +142,26 @@ class ResultCache:
             self.data = {}
 
     @staticmethod
-    def key(release: str, mutant: Mutant, set_hash: str) -> str:
-        return f"{release}|{mutant.id}|{set_hash}"
+    def key(release: str, mutant: Mutant) -> str:
+        return f"{release}|{mutant.id}"
 
-    def get(self, key: str) -> dict | None:
-        return self.data.get(key)
+    def lookup(self, key: str, hashes: dict[str, str]) -> tuple[dict | None, set[str]]:
+        """(the result for this scenario set if known, the scenario names already passed)."""
+        entry = self.data.get(key, {})
+        caught = entry.get("caught")
+        if caught and hashes.get(caught["scenario"]) == caught["hash"]:
+            return {k: v for k, v in caught.items() if k != "hash"} | {"killed": True}, set(hashes)
+        passed = {name for name, h in hashes.items() if h in entry.get("passed", ())}
+        if passed == set(hashes):
+            return {"killed": False, "kind": "pass"}, passed
+        return None, passed
 
-    def put(self, key: str, result: dict) -> None:
-        self.data[key] = result
+    def record(self, key: str, hashes: dict[str, str], passed: set[str], result: dict) -> None:
+        entry = self.data.setdefault(key, {})
+        entry["passed"] = sorted(set(entry.get("passed", ())) | {hashes[n] for n in passed})
+        if result.get("killed") and result.get("scenario"):
+            entry["caught"] = {k: v for k, v in result.items() if k != "killed"} | {
+                "hash": hashes[result["scenario"]]}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
@@ -187,8 +204,10 @@ class MutantServer:
 
 
 def judge_mutant(server: MutantServer, mutant: Mutant, scenarios: list[Scenario],
-                 goldens: dict[str, dict]) -> dict:
-    """Run the mutant as a candidate on the scenarios, in order, until one catches it."""
+                 goldens: dict[str, dict], passed: set[str] | None = None) -> dict:
+    """Run the mutant as a candidate on the scenarios, in order, until one catches it; the
+    names of the scenarios it passed are added to `passed`."""
+    passed = set() if passed is None else passed
     spec = server.spec(mutant)
     proc = EngineProcess(spec, handshake_timeout=60.0, run_timeout=MUTANT_RUN_TIMEOUT)
     try:
@@ -207,6 +226,7 @@ def judge_mutant(server: MutantServer, mutant: Mutant, scenarios: list[Scenario]
             if verdict.kind != PASS:
                 where = where_of(verdict) or (verdict.message.splitlines() or [""])[0][:300]
                 return {"killed": True, "kind": verdict.kind, "scenario": scenario.name, "where": where}
+            passed.add(scenario.name)
         return {"killed": False, "kind": PASS}
     finally:
         proc.close()
@@ -219,6 +239,8 @@ class MutantRun:
     results: list[tuple[Mutant, dict]] = field(default_factory=list)
     cached: int = 0
     seconds: float = 0.0
+    set_hash: str = ""
+    scenarios: int = 0
 
 
 def run_mutants(release: str, mutants: list[Mutant], scenarios: list[Scenario], generated: int,
@@ -226,28 +248,29 @@ def run_mutants(release: str, mutants: list[Mutant], scenarios: list[Scenario], 
     pins = load_pins()
     goldens = {s.name: golden_files.load_golden(golden_files.golden_path(s.name, pins.oracle))
                for s in scenarios}
-    set_hash = scenario_set_hash(pins.oracle, scenarios)
-    run = MutantRun(release, generated)
+    hashes = {s.name: scenario_hash(pins.oracle, s) for s in scenarios}
+    run = MutantRun(release, generated, set_hash=scenario_set_hash(pins.oracle, scenarios), scenarios=len(scenarios))
     started = time.monotonic()
     todo = []
     for m in mutants:
-        hit = cache.get(ResultCache.key(release, m, set_hash))
+        hit, passed = cache.lookup(ResultCache.key(release, m), hashes)
         if hit is not None:
             run.results.append((m, hit))
             run.cached += 1
         else:
-            todo.append(m)
+            todo.append((m, passed))
     if todo:
         kills = {s.name: 0 for s in scenarios}
         server = MutantServer(release, log)
         try:
-            for number, m in enumerate(todo, 1):
-                # the scenarios that caught most so far go first: a caught mutant stops there
-                order = sorted(scenarios, key=lambda s: -kills[s.name])
-                result = judge_mutant(server, m, order, goldens)
+            for number, (m, passed) in enumerate(todo, 1):
+                # the scenarios that caught most so far go first: a caught mutant stops there;
+                # scenarios this mutant already passed (cached) are not run again
+                order = sorted((s for s in scenarios if s.name not in passed), key=lambda s: -kills[s.name])
+                result = judge_mutant(server, m, order, goldens, passed)
                 if result.get("scenario"):
                     kills[result["scenario"]] += 1
-                cache.put(ResultCache.key(release, m, set_hash), result)
+                cache.record(ResultCache.key(release, m), hashes, passed, result)
                 run.results.append((m, result))
                 log(f"[adequacy] mutant {number}/{len(todo)} {m.name}: "
                     f"{'caught by ' + result['scenario'] if result['killed'] else result['kind']}")

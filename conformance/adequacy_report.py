@@ -24,6 +24,12 @@ def render_coverage(cov: PinCoverage) -> str:
                      f"{len(f.covered_branches):4d}/{len(f.branches):<4d}{pct(len(f.covered_branches), len(f.branches))}")
     cl, nl, cb, nb = cov.totals()
     lines.append(f"   {'TOTAL (in scope)':58s} {cl:4d}/{nl:<4d}{pct(cl, nl)} {cb:4d}/{nb:<4d}{pct(cb, nb)}")
+    al = nl + sum(len(f.out_lines) for f in cov.functions)
+    ab = nb + sum(len(f.out_branches) for f in cov.functions)
+    acl = cl + sum(1 for f in cov.functions for n in f.out_lines if n in f.executed_out)
+    acb = cb + sum(len(f.out_branches) - len(f.missing_out_branches) for f in cov.functions)
+    lines.append(f"   {'all measured code, out of scope included':58s} {acl:4d}/{al:<4d}{pct(acl, al)} "
+                 f"{acb:4d}/{ab:<4d}{pct(acb, ab)}")
     missing = [(f, arc) for f in cov.functions for arc in f.missing_branches]
     lines.append(f"   uncovered branches in scope: {len(missing)}")
     for f, (a, b) in missing:
@@ -58,6 +64,7 @@ def render_mutants(run: MutantRun, sources: dict[str, str], equivalent: dict[str
             kinds[r["kind"]] += 1
     lines = [f"== generated mutants of vllm {run.release} judged against its goldens "
              f"({run.seconds:.0f} s, {run.cached} from the cache)",
+             f"   on {run.scenarios} scenarios (the engine layers' are left out), scenario-set hash {run.set_hash}",
              f"   generated {run.generated}, run {len(run.results)}"
              + (" (a deterministic seeded sample)" if len(run.results) < run.generated else ""),
              f"   caught {killed} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "

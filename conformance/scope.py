@@ -110,6 +110,7 @@ class FunctionScope:
     out_lines: dict[int, Rule] = field(default_factory=dict)
     out_branches: dict[tuple[int, int], Rule] = field(default_factory=dict)
     missing_out_branches: dict[tuple[int, int], Rule] = field(default_factory=dict)
+    executed_out: set[int] = field(default_factory=set)  # out-of-scope lines that ran anyway
 
     @property
     def missing_branches(self) -> list[tuple[int, int]]:
@@ -183,6 +184,7 @@ def function_scopes(report: dict, sources: dict[str, str], scope: Scope) -> list
                 else:
                     f.statements.add(n)
             f.covered = f.statements & set(fn["executed_lines"])
+            f.executed_out = set(f.out_lines) & set(fn["executed_lines"])
             for arc in arcs:
                 rule = whole or out_lines.get(arc[0]) or (out_lines.get(arc[1]) if arc[1] > 0 else None)
                 if rule is None and arc[0] in out_arcs:

@@ -139,14 +139,21 @@ def test_the_sample_is_deterministic_and_says_nothing_when_whole(tmp_path):
     assert sample(ms, None, 1) == ms
 
 
-def test_results_are_cached_by_pin_mutant_and_scenario_set(tmp_path):
-    m = generate(SOURCE, FILE, scope(tmp_path))[0]
+def test_results_are_cached_by_pin_mutant_and_scenario(tmp_path):
+    a, b = generate(SOURCE, FILE, scope(tmp_path))[:2]
     cache = ResultCache(tmp_path / "results.json")
-    key = ResultCache.key("0.27.1", m, "abc")
-    assert cache.get(key) is None
-    cache.put(key, {"killed": True, "kind": "diverged"})
-    assert ResultCache(tmp_path / "results.json").get(key) == {"killed": True, "kind": "diverged"}
-    assert ResultCache(tmp_path / "results.json").get(ResultCache.key("0.27.1", m, "abd")) is None
+    ka, kb = ResultCache.key("0.27.1", a), ResultCache.key("0.27.1", b)
+    hashes = {"s1": "h1", "s2": "h2"}
+    assert cache.lookup(ka, hashes) == (None, set())
+    cache.record(ka, hashes, {"s1"}, {"killed": True, "kind": "diverged", "scenario": "s2", "where": "x"})
+    cache.record(kb, hashes, {"s1", "s2"}, {"killed": False, "kind": "pass"})
+    again = ResultCache(tmp_path / "results.json")
+    assert again.lookup(ka, hashes)[0] == {"killed": True, "kind": "diverged", "scenario": "s2", "where": "x"}
+    assert again.lookup(kb, hashes)[0] == {"killed": False, "kind": "pass"}
+    # a changed golden behind s2: the catch is forgotten, the s1 pass is kept
+    assert again.lookup(ka, {"s1": "h1", "s2": "h2b"}) == (None, {"s1"})
+    # a new scenario: a survivor runs only that one
+    assert again.lookup(kb, dict(hashes, s3="h3")) == (None, {"s1", "s2"})
 
 
 def test_the_scenario_set_hash_follows_the_scenarios():
