@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # A port to judge, as its command line, e.g. CANDIDATE='./build/port-engine --parity'
 CANDIDATE ?=
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp adequacy
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -54,6 +54,11 @@ goldens: envs
 # Regenerate in memory: fails if any golden would change or has no scenario or pin behind it.
 goldens-check: envs
 	$(BIN)/python -m pytest -q parity
+
+# The suite's power: coverage of vLLM's scheduling code by the scenarios (every pin) and the
+# generated mutant catalog judged against the gate oracle's goldens (results cached).
+adequacy: envs
+	$(BIN)/parity adequacy
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -4,6 +4,9 @@ oracle; prints conformance/adequacy_report.py's report. Exit 0 when both goals a
 
 from __future__ import annotations
 
+import signal
+import sys
+
 from .adequacy import ResultCache, catalog, measure_coverage, run_mutants, sample
 from .adequacy_report import render_coverage, render_goals, render_mutants
 from .pins import load_pins
@@ -11,6 +14,9 @@ from .scope import load_scope
 
 
 def adequacy(args, scenarios, log) -> int:
+    # A run can be long: on SIGTERM, unwind (SystemExit) so the mutant server and its forks
+    # are ended by their `finally`, and the results cached so far are kept.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     pins = load_pins()
     scope = load_scope()
     # The engine layers run the whole engine: costly, and the stand-in scenarios drive the

@@ -17,6 +17,12 @@ Operators (the name each mutant carries):
     negate       an if / while / conditional-expression condition negated
     remove       an assignment, augmented assignment or call statement replaced by pass
 
+Not mutated (each would be a mutant no run can tell apart, or one that is never installed):
+    assert statements (checks, not decisions: a weaker assert behaves the same), default
+    values and annotations of parameters (not part of the function's code object), and an
+    assignment whose target (a local name or a `self.` attribute) is read only by
+    out-of-scope code of the same file, e.g. state kept for KV connectors.
+
 Standard library only: the harness generates the catalog, the worker installs one mutant.
 """
 
@@ -107,7 +113,12 @@ def generate(source: str, relpath: str, scope: Scope) -> list[Mutant]:
         if not scope.measured(relpath, qualname) or any(fnmatch.fnmatchcase(qualname, g) for g in whole_out):
             return
         skip = set()  # nodes inside logging calls and docstrings: never a scheduling decision
+        for part in [fn.args, *fn.decorator_list] + ([fn.returns] if fn.returns else []):
+            skip.update(id(n) for n in ast.walk(part))
         for node in ast.walk(fn):
+            if isinstance(node, ast.Assert) or (isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                                                 and _dead_store(node, fn, reads)):
+                skip.update(id(n) for n in ast.walk(node))
             if isinstance(node, ast.Call) and _is_logging(node):
                 skip.update(id(n) for n in ast.walk(node))
             if isinstance(node, ast.JoinedStr):
@@ -118,6 +129,13 @@ def generate(source: str, relpath: str, scope: Scope) -> list[Mutant]:
             for operator, line, a, b, replacement in _edits(node, span, text):
                 add(qualname, operator, line, a, b, replacement)
 
+    # where each self.attribute is read in scope (locals are looked up in their function)
+    reads: dict = {"__in_scope_lines__": set(range(1, len(starts))) - set(out_lines)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and \
+                isinstance(node.value, ast.Name) and node.value.id == "self" and node.lineno not in out_lines:
+            reads.setdefault(("self", node.attr), set()).add(node.lineno)
+
     def walk(body, prefix: str) -> None:
         for node in body:
             if isinstance(node, ast.ClassDef):
@@ -127,6 +145,26 @@ def generate(source: str, relpath: str, scope: Scope) -> list[Mutant]:
 
     walk(tree.body, "")
     return sorted(found.values(), key=lambda m: (m.start, m.end, m.replacement))
+
+
+def _dead_store(node, fn, reads) -> bool:
+    """An assignment whose every target is read nowhere in scope (see the module's docstring)."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+    names = []
+    for t in targets:
+        if isinstance(t, ast.Name):
+            names.append(("local", t.id))
+        elif isinstance(t, ast.Attribute) and isinstance(t.value, ast.Name) and t.value.id == "self":
+            names.append(("self", t.attr))
+        else:
+            return False
+    for kind, name in names:
+        if kind == "self" and reads.get(("self", name)):
+            return False
+        if kind == "local" and any(isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Load)
+                                   and n.lineno in reads["__in_scope_lines__"] for n in ast.walk(fn)):
+            return False
+    return True
 
 
 def _is_logging(call: ast.Call) -> bool:

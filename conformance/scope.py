@@ -11,8 +11,8 @@ or
 A `line` rule matches a statement whose first line (for a compound statement: its header, e.g.
 the whole condition of an `if`) contains the pattern; the statement and, for an `if`, its body
 (not its `else`), for a loop, `with` or `try`, everything in it, are out of scope. A `branch`
-rule matches an `if` header the same way and puts only the arcs of one direction out of scope:
-"true" (into its body) or "false" (anywhere else); the statements stay counted.
+rule matches an `if` header the same way and puts only one direction out of scope: "true" (the
+arc into its body, and the body) or "false" (the other arcs, and the `else` body).
 """
 
 from __future__ import annotations
@@ -153,6 +153,10 @@ def _scan(source: str, scope: Scope):
             b = next((r for r in branch_rules if re.search(r.branch, header)), None)
             if b is not None:
                 arcs[node.lineno] = (node.body[0].lineno, b)
+                # the code only that direction reaches is out of scope with it
+                for stmt in node.body if b.taken == "true" else node.orelse:
+                    for n in range(stmt.lineno, stmt.end_lineno + 1):
+                        found.setdefault(n, b)
         rule = next((r for r in line_rules if re.search(r.line, header)), None)
         if rule is None:
             continue

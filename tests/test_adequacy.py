@@ -73,8 +73,10 @@ def test_a_malformed_scope_file_is_refused_naming_the_entry(tmp_path, text, mess
 
 def test_a_line_rule_takes_the_if_body_but_not_its_else(tmp_path):
     out = out_of_scope_lines(SOURCE, scope(tmp_path))
-    assert sorted(out) == [3, 4]  # the `if self.connector` header and its body; `else` stays
-    assert out[3].reason == "KV connectors"
+    # the `if self.connector` header and its body (its `else` stays), and the body of the
+    # direction the branch rule names
+    assert sorted(out) == [3, 4, 11]
+    assert out[3].reason == "KV connectors" and out[11].reason == "test: the true direction only"
 
 
 def report(executed_lines, missing_lines, executed_arcs, missing_arcs, qualname="Scheduler.schedule"):
@@ -88,7 +90,7 @@ def test_function_scopes_count_in_scope_code_and_list_the_rest_by_rule(tmp_path)
     r = report([3, 6, 7, 8, 9, 10, 12], [4, 11], [[3, 6], [7, 8], [7, 10], [10, 12]], [[3, 4], [10, 11]])
     [f, stats] = function_scopes(r, {f"/env/site-packages/{FILE}": SOURCE}, scope(tmp_path))
     assert f.qualname == "Scheduler.schedule" and f.file == FILE
-    assert 4 not in f.statements and 11 in f.statements - f.covered
+    assert 4 not in f.statements and 11 not in f.statements and 12 in f.covered
     assert f.branches == {(7, 8), (7, 10), (10, 12)}  # 3->x by the line rule, 10->11 by the branch rule
     assert f.missing_branches == []
     assert {arc: rule.reason for arc, rule in f.missing_out_branches.items()} == {
@@ -213,3 +215,19 @@ def test_a_fixed_sample_of_generated_mutants_is_caught():
             assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
     finally:
         server.close()
+
+
+def test_asserts_parameter_defaults_and_dead_stores_are_not_mutated(tmp_path):
+    source = textwrap.dedent('''\
+        class Scheduler:
+            def schedule(self, budget, flag=False):
+                assert budget >= 0
+                self.kv_state = {}
+                self.steps = 1
+                if self.connector is not None:
+                    self.connector.save(self.kv_state)
+                return budget + self.steps
+        ''')
+    found = {(m.line, m.operator) for m in generate(source, FILE, scope(tmp_path))}
+    assert not any(line in (2, 3, 4) for line, _ in found)  # default, assert, a store only connectors read
+    assert (5, "remove") in found and (8, "aor") in found
