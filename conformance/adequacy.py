@@ -37,11 +37,16 @@ from .pins import REPO_ROOT, load_pins
 from .scenario import Scenario
 from .scope import FunctionScope, Scope, function_scopes
 from .trace import make_trace
-from .verdict import CANDIDATE, PASS, judge
+from .verdict import CANDIDATE, NUMERICS, PASS, judge
 
 SERVER = REPO_ROOT / "engines" / "vllm" / "mutant_server.py"
 CLIENT = REPO_ROOT / "engines" / "vllm" / "mutant_client.py"
 MUTANT_RUN_TIMEOUT = 20.0  # one scenario on a mutant (a mutated loop may never end); the oracle needs under 5 s
+ENGINE_RUN_TIMEOUT = 300.0  # one engine-layer scenario (a whole engine on CPU) on a mutant
+# The second tier: mutants no stand-in scenario caught run these engine-layer scenarios, where
+# the real model runner reads what the steps layer does not record (block ids, the cached
+# request data, the client-facing outputs). Two, for cost: every draft accepted, and preemption.
+ENGINE_TIER = ("engine_draft_model_self", "engine_kv_pressure")
 GOAL_BRANCHES, GOAL_KILLED = 90.0, 95.0  # percent
 
 
@@ -217,13 +222,14 @@ def judge_mutant(server: MutantServer, mutant: Mutant, scenarios: list[Scenario]
     try:
         for scenario in scenarios:
             try:
-                records = proc.run(scenario, scenario.layers)
+                records = proc.run(scenario, scenario.layers,
+                                   ENGINE_RUN_TIMEOUT if scenario.engine is not None else MUTANT_RUN_TIMEOUT)
                 trace = make_trace(spec.label, proc.hello, scenario, records)
             except EngineFailure as failure:
                 trace = make_trace(spec.label, proc.hello, scenario, failure.partial,
                                    failure={"kind": failure.kind, "message": str(failure)})
             verdict = judge(trace, goldens[scenario.name], CANDIDATE)
-            if verdict.kind != PASS:
+            if verdict.kind not in (PASS, NUMERICS):  # numerics: arithmetic noise, not a catch
                 where = where_of(verdict) or (verdict.message.splitlines() or [""])[0][:300]
                 return {"killed": True, "kind": verdict.kind, "scenario": scenario.name, "where": where}
             passed.add(scenario.name)
@@ -244,29 +250,37 @@ class MutantRun:
 
 
 def run_mutants(release: str, mutants: list[Mutant], scenarios: list[Scenario], generated: int,
-                cache: ResultCache, log=print) -> MutantRun:
+                cache: ResultCache, log=print, engine_tier: list[Scenario] = (),
+                equivalent: dict[str, str] | None = None) -> MutantRun:
+    """`scenarios` (the stand-in ones) first; a mutant none of them caught runs `engine_tier`
+    unless it is listed as equivalent."""
     pins = load_pins()
+    every = list(scenarios) + list(engine_tier)
     goldens = {s.name: golden_files.load_golden(golden_files.golden_path(s.name, pins.oracle))
-               for s in scenarios}
-    hashes = {s.name: scenario_hash(pins.oracle, s) for s in scenarios}
-    run = MutantRun(release, generated, set_hash=scenario_set_hash(pins.oracle, scenarios), scenarios=len(scenarios))
+               for s in every}
+    hashes = {s.name: scenario_hash(pins.oracle, s) for s in every}
+    stand_in = {name: h for name, h in hashes.items() if name in {s.name for s in scenarios}}
+    equivalent = equivalent or {}
+    run = MutantRun(release, generated, set_hash=scenario_set_hash(pins.oracle, every), scenarios=len(every))
     started = time.monotonic()
     todo = []
     for m in mutants:
-        hit, passed = cache.lookup(ResultCache.key(release, m), hashes)
+        hit, passed = cache.lookup(ResultCache.key(release, m), stand_in if m.id in equivalent else hashes)
         if hit is not None:
             run.results.append((m, hit))
             run.cached += 1
         else:
             todo.append((m, passed))
     if todo:
-        kills = {s.name: 0 for s in scenarios}
+        kills = {s.name: 0 for s in every}
         server = MutantServer(release, log)
         try:
             for number, (m, passed) in enumerate(todo, 1):
                 # the scenarios that caught most so far go first: a caught mutant stops there;
                 # scenarios this mutant already passed (cached) are not run again
                 order = sorted((s for s in scenarios if s.name not in passed), key=lambda s: -kills[s.name])
+                if m.id not in equivalent:
+                    order += [s for s in engine_tier if s.name not in passed]
                 result = judge_mutant(server, m, order, goldens, passed)
                 if result.get("scenario"):
                     kills[result["scenario"]] += 1

@@ -7,7 +7,7 @@ from __future__ import annotations
 import signal
 import sys
 
-from .adequacy import ResultCache, catalog, measure_coverage, run_mutants, sample
+from .adequacy import ENGINE_TIER, ResultCache, catalog, measure_coverage, run_mutants, sample
 from .adequacy_report import render_coverage, render_goals, render_mutants
 from .pins import load_pins
 from .scope import load_scope
@@ -33,8 +33,10 @@ def adequacy(args, scenarios, log) -> int:
         mutants, sources = catalog(pins.oracle, scope, log)
         chosen = sample(mutants, args.sample, args.seed)
         log(f"[adequacy] {len(mutants)} mutants generated from vllm {pins.oracle}; running {len(chosen)}")
-        stand_in = [s for s in scenarios if s.engine is None]  # mutants never run the engine layers
-        run = run_mutants(pins.oracle, chosen, stand_in, len(mutants), ResultCache(), log)
+        stand_in = [s for s in scenarios if s.engine is None]
+        tier = [] if args.no_engine_tier else [s for s in scenarios if s.name in ENGINE_TIER]
+        run = run_mutants(pins.oracle, chosen, stand_in, len(mutants), ResultCache(), log,
+                          engine_tier=tier, equivalent=scope.equivalent)
         print(render_mutants(run, sources, scope.equivalent), flush=True)
     text, ok = render_goals(coverages, run, scope.equivalent)
     print(text)

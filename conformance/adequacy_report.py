@@ -64,7 +64,8 @@ def render_mutants(run: MutantRun, sources: dict[str, str], equivalent: dict[str
             kinds[r["kind"]] += 1
     lines = [f"== generated mutants of vllm {run.release} judged against its goldens "
              f"({run.seconds:.0f} s, {run.cached} from the cache)",
-             f"   on {run.scenarios} scenarios (the engine layers' are left out), scenario-set hash {run.set_hash}",
+             f"   on {run.scenarios} scenarios (the stand-in ones, then for a survivor the engine-layer "
+             f"tier), scenario-set hash {run.set_hash}",
              f"   generated {run.generated}, run {len(run.results)}"
              + (" (a deterministic seeded sample)" if len(run.results) < run.generated else ""),
              f"   caught {killed} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "

@@ -87,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-coverage", action="store_true", help="mutants only")
     p.add_argument("--engine-layers", action="store_true",
                    help="measure coverage on the engine-layer scenarios too (about 100 s per pin)")
+    p.add_argument("--no-engine-tier", action="store_true",
+                   help="mutants run the stand-in scenarios only, not the two engine-layer ones after them")
 
     args = parser.parse_args(argv)
     try:
