@@ -9,8 +9,9 @@ about 100 s per pin under coverage and add two branches the stand-in scenarios d
 Mutants: conformance/mutation.py generates the catalog from the gate oracle's own sources;
 each mutant is served as a CANDIDATE through the protocol (engines/vllm/mutant_server.py
 forks it from one warm import of the release) and judged against the oracle's goldens by
-conformance/verdict.py, scenario after scenario until one catches it. Results are cached by
-(pin, mutant, scenario-set hash), so a re-run pays only for what changed.
+conformance/verdict.py, scenario after scenario until one catches it: the stand-in ones, then,
+for a mutant none of them caught and not listed as equivalent, the ENGINE_TIER scenarios.
+Results are cached per (pin, mutant, scenario), so a re-run pays only for what changed.
 """
 
 from __future__ import annotations

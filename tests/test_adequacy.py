@@ -6,9 +6,8 @@ import textwrap
 
 import pytest
 
-from conformance.adequacy import ResultCache, sample, scenario_set_hash
+from conformance.adequacy import MutantRun, ResultCache, sample, scenario_set_hash
 from conformance.adequacy_report import kill_figures
-from conformance.adequacy import MutantRun
 from conformance.mutation import Mutant, generate
 from conformance.scope import SCOPE_FILE, Scope, ScopeError, function_scopes, load_scope, out_of_scope_lines
 
