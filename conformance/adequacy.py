@@ -174,6 +174,10 @@ class ResultCache:
         os.replace(tmp, self.path)
 
 
+class MutantServerError(RuntimeError):
+    """The mutant server did not start; the message carries the tail of its log."""
+
+
 class MutantServer:
     """engines/vllm/mutant_server.py for one pin: one import of vLLM, one fork per mutant."""
 
@@ -190,7 +194,7 @@ class MutantServer:
         if not ready or self._proc.stdout.readline().strip() != b"ready":
             tail = (Path(self._tmp.name) / "server.log").read_text(errors="replace")[-2000:]
             self.close()
-            raise RuntimeError(f"the mutant server for vllm {release} did not start:\n{tail}")
+            raise MutantServerError(f"the mutant server for vllm {release} did not start:\n{tail}")
 
     def spec(self, mutant: Mutant) -> EngineSpec:
         return EngineSpec(f"vllm-{self.release}+mutant:catalog:{mutant.id}",

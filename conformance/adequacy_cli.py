@@ -7,8 +7,10 @@ from __future__ import annotations
 import signal
 import sys
 
-from .adequacy import ENGINE_TIER, ResultCache, catalog, measure_coverage, run_mutants, sample
+from .adequacy import (ENGINE_TIER, MutantServerError, ResultCache, catalog, measure_coverage,
+                       run_mutants, sample)
 from .adequacy_report import render_coverage, render_goals, render_mutants
+from .coverage_run import CoverageError
 from .pins import load_pins
 from .scope import load_scope
 
@@ -17,6 +19,16 @@ def adequacy(args, scenarios, log) -> int:
     # A run can be long: on SIGTERM, unwind (SystemExit) so the mutant server and its forks
     # are ended by their `finally`, and the results cached so far are kept.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    if args.sample is not None and args.sample <= 0:
+        raise ValueError(f"--sample {args.sample}: expected a positive number of mutants")
+    try:
+        return _adequacy(args, scenarios, log)
+    except (CoverageError, MutantServerError) as exc:
+        log(f"parity adequacy: error: {exc}")
+        return 2
+
+
+def _adequacy(args, scenarios, log) -> int:
     pins = load_pins()
     scope = load_scope()
     # The engine layers run the whole engine: costly, and the stand-in scenarios drive the

@@ -266,8 +266,9 @@ def cmd_adequacy(args) -> int:
     return adequacy(args, _scenarios(None), log)
 
 
-COMMANDS = {"adequacy": cmd_adequacy, "comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
+COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck}
+COMMANDS["adequacy"] = cmd_adequacy
 
 
 def _judge_against(trace: dict, path: Path, role: str) -> tuple[Verdict, dict | None]:

@@ -177,6 +177,13 @@ def test_the_kill_rate_leaves_out_equivalent_mutants(tmp_path):
     assert (killed, counted, equivalent) == (2, 3, 1) and [m for m, _ in survivors] == [ms[2]]
 
 
+def test_parity_adequacy_refuses_a_bad_sample_before_any_engine_starts(capsys):
+    from conformance.cli import main
+
+    assert main(["adequacy", "--sample", "0"]) == 2
+    assert "--sample 0: expected a positive number of mutants" in capsys.readouterr().err
+
+
 # -- a fixed sample of the generated catalog, served as candidates --------------------------
 # (function, operator, original, replacement, text of the mutated line, the scenario that must
 # catch it): the seed's bug class (the drafting reservation), the token budget of the running
