@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # A port to judge, as its command line, e.g. CANDIDATE='./build/port-engine --parity'
 CANDIDATE ?=
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,14 @@ goldens: envs
 # Regenerate in memory: fails if any golden would change or has no scenario or pin behind it.
 goldens-check: envs
 	$(BIN)/python -m pytest -q parity
+
+# The suite's power: coverage of vLLM's scheduling code by the scenarios (every pin) and the
+# generated mutant catalog judged against the gate oracle's goldens (results cached). A cold
+# run of the whole catalog takes over 15 min here, so a deterministic sample by default;
+# `make adequacy ADEQUACY_SAMPLE=` runs all of it.
+ADEQUACY_SAMPLE ?= 250
+adequacy: envs
+	$(BIN)/parity adequacy $(if $(ADEQUACY_SAMPLE),--sample $(ADEQUACY_SAMPLE) --seed 13)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

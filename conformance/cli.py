@@ -89,6 +89,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine", required=True)
     p.add_argument("--scenario", type=Path, default=SCENARIO_DIR / "dflash_27b_gate.json")
 
+    p = sub.add_parser("adequacy", help="coverage of vLLM's scheduler by the scenarios, and the "
+                       "generated mutants the gate catches (make adequacy)")
+    p.add_argument("--pin", action="append", help="coverage of these pins only (default: all pins)")
+    p.add_argument("--sample", type=int, help="run a deterministic sample of this many mutants")
+    p.add_argument("--seed", type=int, default=13, help="the sample's seed (default 13)")
+    p.add_argument("--no-mutants", action="store_true", help="coverage only")
+    p.add_argument("--no-coverage", action="store_true", help="mutants only")
+    p.add_argument("--engine-layers", action="store_true",
+                   help="measure coverage on the engine-layer scenarios too (about 100 s per pin)")
+    p.add_argument("--no-engine-tier", action="store_true",
+                   help="mutants run the stand-in scenarios only, not the two engine-layer ones after them")
+
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
@@ -241,8 +253,15 @@ def cmd_drift(args) -> int:
     return 0
 
 
+def cmd_adequacy(args) -> int:
+    from .adequacy_cli import adequacy
+
+    return adequacy(args, _scenarios(None), log)
+
+
 COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
-            "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge}
+            "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
+            "adequacy": cmd_adequacy}
 
 
 def _judge_against(trace: dict, path: Path, role: str) -> tuple[Verdict, dict | None]:

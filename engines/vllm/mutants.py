@@ -90,6 +90,12 @@ MUTANTS = {
 
 def apply(name: str) -> None:
     """Patch the imported release in place. Call once, before any run."""
+    if name.startswith("catalog:"):  # generated: installed by mutant_server.py before the worker starts
+        from . import mutant_catalog
+
+        if mutant_catalog.INSTALLED != name.removeprefix("catalog:"):
+            raise ValueError(f"generated mutant {name!r} is served by engines/vllm/mutant_server.py only")
+        return
     if name not in MUTANTS:
         raise ValueError(f"unknown mutant {name!r}; known: {sorted(MUTANTS)}")
     MUTANTS[name]()

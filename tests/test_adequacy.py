@@ -1,0 +1,239 @@
+"""The adequacy measures: the scope rules, the mutation operators, the result cache, and a
+small fixed sample of the generated catalog served as candidates (each must be caught)."""
+
+import json
+import textwrap
+
+import pytest
+
+from conformance.adequacy import MutantRun, ResultCache, sample, scenario_set_hash
+from conformance.adequacy_report import kill_figures
+from conformance.mutation import Mutant, generate
+from conformance.scope import SCOPE_FILE, Scope, ScopeError, function_scopes, load_scope, out_of_scope_lines
+
+SOURCE = textwrap.dedent('''\
+    class Scheduler:
+        def schedule(self, budget, running):
+            if self.connector is not None:
+                self.connector.start()
+            else:
+                budget -= 1
+            while running and budget > 0:
+                request = running.pop()
+                budget = min(budget, request.n + 1)
+            if budget == 0:
+                return None
+            return budget
+
+        def stats(self):
+            return 3
+    ''')
+RULES = """
+[[measure]]
+file = "vllm/v1/core/sched/scheduler.py"
+functions = ["Scheduler.*"]
+[[out_of_scope]]
+function = "Scheduler.stats"
+reason = "metrics"
+[[out_of_scope]]
+line = "connector"
+reason = "KV connectors"
+[[out_of_scope]]
+branch = "^if budget == 0:$"
+taken = "true"
+reason = "test: the true direction only"
+"""
+FILE = "vllm/v1/core/sched/scheduler.py"
+
+
+def scope(tmp_path, text=RULES) -> Scope:
+    path = tmp_path / "scope.toml"
+    path.write_text(text)
+    return load_scope(path)
+
+
+def test_the_projects_scope_file_loads():
+    s = load_scope(SCOPE_FILE)
+    assert s.measure and s.rules and all(r.reason for r in s.rules)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("[[out_of_scope]]\nline = 'x'\n", "a reason"),
+    ("[[out_of_scope]]\nline = '('\nreason = 'r'\n", "bad regex"),
+    ("[[out_of_scope]]\nbranch = 'x'\nreason = 'r'\n", "taken"),
+    ("[[measure]]\nfile = 'x'\n", "measure[0]"),
+    ("[[equivalent]]\nid = 'nope'\nreason = 'r'\n", "equivalent[0]"),
+    ("surprise = 1\n", "unknown top-level"),
+])
+def test_a_malformed_scope_file_is_refused_naming_the_entry(tmp_path, text, message):
+    with pytest.raises(ScopeError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        scope(tmp_path, text)
+
+
+def test_a_line_rule_takes_the_if_body_but_not_its_else(tmp_path):
+    out = out_of_scope_lines(SOURCE, scope(tmp_path))
+    # the `if self.connector` header and its body (its `else` stays), and the body of the
+    # direction the branch rule names
+    assert sorted(out) == [3, 4, 11]
+    assert out[3].reason == "KV connectors" and out[11].reason == "test: the true direction only"
+
+
+def report(executed_lines, missing_lines, executed_arcs, missing_arcs, qualname="Scheduler.schedule"):
+    fn = {"executed_lines": executed_lines, "missing_lines": missing_lines,
+          "executed_branches": executed_arcs, "missing_branches": missing_arcs}
+    return {"files": {f"/env/site-packages/{FILE}": {"functions": {qualname: fn, "Scheduler.stats": {
+        "executed_lines": [], "missing_lines": [15], "executed_branches": [], "missing_branches": []}}}}}
+
+
+def test_function_scopes_count_in_scope_code_and_list_the_rest_by_rule(tmp_path):
+    r = report([3, 6, 7, 8, 9, 10, 12], [4, 11], [[3, 6], [7, 8], [7, 10], [10, 12]], [[3, 4], [10, 11]])
+    [f, stats] = function_scopes(r, {f"/env/site-packages/{FILE}": SOURCE}, scope(tmp_path))
+    assert f.qualname == "Scheduler.schedule" and f.file == FILE
+    assert 4 not in f.statements and 11 not in f.statements and 12 in f.covered
+    assert f.branches == {(7, 8), (7, 10), (10, 12)}  # 3->x by the line rule, 10->11 by the branch rule
+    assert f.missing_branches == []
+    assert {arc: rule.reason for arc, rule in f.missing_out_branches.items()} == {
+        (3, 4): "KV connectors", (10, 11): "test: the true direction only"}
+    assert not stats.statements and 15 in stats.out_lines  # a whole function, still listed
+
+
+def mutants_by_operator(tmp_path):
+    found = {}
+    for m in generate(SOURCE, FILE, scope(tmp_path)):
+        found.setdefault(m.operator, []).append(m)
+    return found
+
+
+def test_every_operator_the_code_allows_is_generated_and_compiles(tmp_path):
+    found = mutants_by_operator(tmp_path)
+    assert set(found) == {"ror", "cmp-off", "arith-off", "aor", "minmax", "pop", "const", "negate", "remove"}
+    for ms in found.values():
+        for m in ms:
+            compile(m.apply(SOURCE), FILE, "exec")
+            assert m.line not in (3, 4, 15)  # never in out-of-scope code
+    replacements = {(m.operator, m.original, m.replacement) for ms in found.values() for m in ms}
+    assert ("ror", ">", ">=") in replacements
+    assert ("ror", "==", "!=") in replacements
+    assert ("minmax", "min", "max") in replacements
+    assert ("pop", "running.pop()", "running.pop(0)") in replacements
+    assert ("negate", "budget == 0", "not (budget == 0)") in replacements
+    assert ("remove", "budget -= 1", "pass") in replacements
+    assert ("aor", "+", "-") in replacements
+
+
+def test_a_mutant_has_a_stable_id_a_diff_and_refuses_another_source(tmp_path):
+    m = next(m for m in generate(SOURCE, FILE, scope(tmp_path)) if m.operator == "minmax")
+    again = next(x for x in generate(SOURCE, FILE, scope(tmp_path)) if x.operator == "minmax")
+    assert m == again and m.id.startswith("m") and len(m.id) == 11
+    diff = m.diff(SOURCE)
+    assert "-            budget = min(budget, request.n + 1)" in diff
+    assert "+            budget = max(budget, request.n + 1)" in diff
+    assert Mutant.from_json(json.loads(json.dumps(m.to_json()))) == m
+    with pytest.raises(ValueError, match="another source"):
+        m.apply(SOURCE.replace("min(", "mim("))
+
+
+def test_the_sample_is_deterministic_and_says_nothing_when_whole(tmp_path):
+    ms = generate(SOURCE, FILE, scope(tmp_path))
+    assert sample(ms, 5, 1) == sample(ms, 5, 1) and len(sample(ms, 5, 1)) == 5
+    assert sample(ms, 5, 1) != sample(ms, 5, 2) or len(ms) <= 5
+    assert sample(ms, None, 1) == ms
+
+
+def test_results_are_cached_by_pin_mutant_and_scenario(tmp_path):
+    a, b = generate(SOURCE, FILE, scope(tmp_path))[:2]
+    cache = ResultCache(tmp_path / "results.json")
+    ka, kb = ResultCache.key("0.27.1", a), ResultCache.key("0.27.1", b)
+    hashes = {"s1": "h1", "s2": "h2"}
+    assert cache.lookup(ka, hashes) == (None, set())
+    cache.record(ka, hashes, {"s1"}, {"killed": True, "kind": "diverged", "scenario": "s2", "where": "x"})
+    cache.record(kb, hashes, {"s1", "s2"}, {"killed": False, "kind": "pass"})
+    again = ResultCache(tmp_path / "results.json")
+    assert again.lookup(ka, hashes)[0] == {"killed": True, "kind": "diverged", "scenario": "s2", "where": "x"}
+    assert again.lookup(kb, hashes)[0] == {"killed": False, "kind": "pass"}
+    # a changed golden behind s2: the catch is forgotten, the s1 pass is kept
+    assert again.lookup(ka, {"s1": "h1", "s2": "h2b"}) == (None, {"s1"})
+    # a new scenario: a survivor runs only that one
+    assert again.lookup(kb, dict(hashes, s3="h3")) == (None, {"s1", "s2"})
+
+
+def test_the_scenario_set_hash_follows_the_scenarios():
+    from conformance.scenario import load_scenario
+    from conftest import REPO
+
+    a = load_scenario(REPO / "scenarios" / "dflash_27b_gate.json")
+    b = load_scenario(REPO / "scenarios" / "steady_decode.json")
+    assert scenario_set_hash("0.27.1", [a, b]) == scenario_set_hash("0.27.1", [b, a])
+    assert scenario_set_hash("0.27.1", [a]) != scenario_set_hash("0.27.1", [a, b])
+
+
+def test_the_kill_rate_leaves_out_equivalent_mutants(tmp_path):
+    ms = generate(SOURCE, FILE, scope(tmp_path))[:4]
+    run = MutantRun("0.27.1", 10, [(ms[0], {"killed": True, "kind": "diverged"}),
+                                   (ms[1], {"killed": False, "kind": "pass"}),
+                                   (ms[2], {"killed": False, "kind": "pass"}),
+                                   (ms[3], {"killed": True, "kind": "crash"})])
+    killed, counted, equivalent, survivors = kill_figures(run, {ms[1].id: "same result"})
+    assert (killed, counted, equivalent) == (2, 3, 1) and [m for m, _ in survivors] == [ms[2]]
+
+
+def test_parity_adequacy_refuses_a_bad_sample_before_any_engine_starts(capsys):
+    from conformance.cli import main
+
+    assert main(["adequacy", "--sample", "0"]) == 2
+    assert "--sample 0: expected a positive number of mutants" in capsys.readouterr().err
+
+
+# -- a fixed sample of the generated catalog, served as candidates --------------------------
+# (function, operator, original, replacement, text of the mutated line, the scenario that must
+# catch it): the seed's bug class (the drafting reservation), the token budget of the running
+# queue, the preemption victim, the max_tokens stop.
+FIXED_SAMPLE = [
+    ("VllmConfig._set_max_num_scheduled_tokens", "aor", "-", "+", "max_num_batched_tokens - scheduled_token_delta",
+     "dflash_27b_gate"),
+    ("Scheduler.schedule", "remove", "token_budget -= num_new_tokens", "pass", "token_budget -= num_new_tokens",
+     "prefill_budget_binds"),
+    ("Scheduler.schedule", "pop", "self.running.pop()", "self.running.pop(0)", "self.running.pop()", "kv_pressure"),
+    ("check_stop", "ror", ">=", ">", "num_output_tokens >= request.max_tokens", "stop_conditions"),
+]
+
+
+@pytest.mark.oracle
+def test_a_fixed_sample_of_generated_mutants_is_caught():
+    from conformance.adequacy import MutantServer, catalog, judge_mutant
+    from conformance.goldens import golden_path, load_golden
+    from conformance.pins import load_pins
+    from conformance.scenario import load_scenario
+    from conftest import REPO
+
+    pins = load_pins()
+    mutants, sources = catalog(pins.oracle, load_scope(), log=lambda m: None)
+    server = MutantServer(pins.oracle, log=lambda m: None)
+    try:
+        for function, operator, original, replacement, line, name in FIXED_SAMPLE:
+            chosen = [m for m in mutants if (m.function, m.operator, m.original, m.replacement)
+                      == (function, operator, original, replacement)
+                      and line in sources[m.file].splitlines()[m.line - 1]]
+            assert chosen, f"the catalog has no {operator} mutant {original!r} -> {replacement!r} in {function}"
+            scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
+            golden = load_golden(golden_path(name, pins.oracle))
+            result = judge_mutant(server, chosen[0], [scenario], {name: golden})
+            assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
+    finally:
+        server.close()
+
+
+def test_asserts_parameter_defaults_and_dead_stores_are_not_mutated(tmp_path):
+    source = textwrap.dedent('''\
+        class Scheduler:
+            def schedule(self, budget, flag=False):
+                assert budget >= 0
+                self.kv_state = {}
+                self.steps = 1
+                if self.connector is not None:
+                    self.connector.save(self.kv_state)
+                return budget + self.steps
+        ''')
+    found = {(m.line, m.operator) for m in generate(source, FILE, scope(tmp_path))}
+    assert not any(line in (2, 3, 4) for line, _ in found)  # default, assert, a store only connectors read
+    assert (5, "remove") in found and (8, "aor") in found
