@@ -29,7 +29,10 @@ SCENARIO_DIR = REPO_ROOT / "scenarios"
 
 
 def log(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    # one write per line: engines and environment builds log from several threads at once,
+    # and print() writes the text and its newline apart, so two lines could run together
+    sys.stderr.write(f"{message}\n")
+    sys.stderr.flush()
 
 
 def main(argv: list[str] | None = None) -> int:
