@@ -112,6 +112,8 @@ def cell(result, v: Verdict) -> str:
     status = status_of(result, v)
     if status == PASS:
         return "pass"
+    if v.failure:  # diverged, then the engine failed: both, the divergence's field first
+        status = f"{status}+{v.failure}"
     text = f"{status} {where_of(v)}".strip()
     return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
 

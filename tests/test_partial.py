@@ -33,6 +33,11 @@ def test_a_divergence_before_the_crash_is_the_verdict_at_its_step():
     text = render_verdict(verdict, "0.27.1")
     assert "then the engine failed (crash)" in text and "Traceback (most recent call last)" in text
     assert exit_status([verdict]) == 2  # it did not finish: never a plain divergence
+    from conformance.gate import apply_gate
+    from conformance.report import render_gate
+
+    matrix_row = render_gate(apply_gate([verdict], {}, []), "0.27.1").splitlines()[3]
+    assert matrix_row.split()[1] == "diverged+crash" and matrix_row.split()[2].startswith("steps.total_num")
 
 
 def test_a_crash_after_agreeing_says_how_far_it_agreed():
