@@ -40,6 +40,11 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(engine))
 
 
+# Engines kept warm at once per pytest process. A group's tests run one after another, so an
+# engine ended to make room is rarely wanted again; the cap keeps `make test` near 3 GiB.
+MAX_WARM = 3
+
+
 @pytest.fixture(scope="session")
 def warm_workers():
     """engine (a pin, or a pin's TEST DEVICE mutant "0.27.1+mutant:NAME") -> a started
@@ -48,13 +53,16 @@ def warm_workers():
 
     from conformance.engine import EngineProcess, resolve_engine
 
-    workers: dict[str, EngineProcess] = {}
+    workers: dict[str, EngineProcess] = {}  # least recently used first
 
     def get(engine: str) -> EngineProcess:
         if engine not in workers:
             proc = EngineProcess(resolve_engine(engine, log=lambda m: None))
             proc.start()
             workers[engine] = proc
+            while len(workers) > MAX_WARM:  # each holds up to 1 GiB: end the longest unused
+                workers.pop(next(iter(workers))).close()
+        workers[engine] = workers.pop(engine)
         return workers[engine]
 
     yield get
