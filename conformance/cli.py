@@ -190,7 +190,7 @@ def cmd_goldens(args) -> int:
                 f"({', '.join(pins.releases)}) writes goldens")
     scenarios = _scenarios(args.scenario)
     releases = [resolve_engine(text, log=log) for text in args.engine or pins.releases]
-    changed, failed = [], []
+    changed, failed, skipped = [], [], []
     layers = _layers(args.layers)
     # progress: each pin's cold start and scenarios count one each, the time left by estimate
     with Progress(len(releases) * (len(scenarios) + 1.0), log) as progress:
@@ -199,8 +199,9 @@ def cmd_goldens(args) -> int:
                 progress, "goldens", spec.label, [(s.name, layers or s.layers, 1.0) for s in scenarios], 1.0))
             for trace in run.traces:
                 path = golden_files.golden_path(trace["scenario"]["name"], spec.release)
-                if "failure" in trace:
-                    failed.append(f"{path}: {trace['failure']['kind']}: {trace['failure']['message']}")
+                if "failure" in trace:  # a pin that cannot serve the layers here has no golden
+                    (skipped if trace["failure"]["kind"] == "unsupported" else failed).append(
+                        f"{path}: {trace['failure']['kind']}: {trace['failure']['message']}")
                     continue
                 new = dumps(trace)
                 old = path.read_text() if path.exists() else None
@@ -214,10 +215,13 @@ def cmd_goldens(args) -> int:
         {s.name for s in scenarios}, pins.releases)
     for path in orphans:
         log(f"[goldens] orphan: {path.relative_to(REPO_ROOT)} has no scenario or pin behind it")
+    for line in skipped:
+        log(f"[goldens] none for this pin here: {line}")
     for line in failed:
         log(f"[goldens] not written: {line}")
     verb = "would change" if args.check else "written"
-    log(f"[goldens] {len(changed)} {verb}, {len(orphans)} orphaned, {len(failed)} failed")
+    log(f"[goldens] {len(changed)} {verb}, {len(orphans)} orphaned, {len(skipped)} unsupported here, "
+        f"{len(failed)} failed")
     if failed:
         return 2
     return 1 if (args.check and changed) or orphans else 0
