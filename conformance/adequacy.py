@@ -31,10 +31,11 @@ from pathlib import Path
 from . import goldens as golden_files
 from .coverage_run import MEASURED, ensure_coverage, json_report, measured_worker, write_rcfile
 from .engine import EngineFailure, EngineProcess, EngineSpec
-from .envs import cache_root, ensure_env
+from .envs import cache_root, ensure_env, site_packages
 from .gate import where_of
 from .mutation import Mutant, generate
 from .pins import REPO_ROOT, load_pins
+from .runner import failure_trace
 from .scenario import Scenario
 from .scope import FunctionScope, Scope, function_scopes
 from .trace import make_trace
@@ -49,12 +50,6 @@ ENGINE_RUN_TIMEOUT = 300.0  # one engine-layer scenario (a whole engine on CPU) 
 # request data, the client-facing outputs). Two, for cost: every draft accepted, and preemption.
 ENGINE_TIER = ("engine_draft_model_self", "engine_kv_pressure")
 GOAL_BRANCHES, GOAL_KILLED = 90.0, 95.0  # percent
-
-
-def site_packages(python: Path) -> Path:
-    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
-    return Path(out)
 
 
 def measured_files(site: Path) -> list[str]:
@@ -231,8 +226,7 @@ def judge_mutant(server: MutantServer, mutant: Mutant, scenarios: list[Scenario]
                                    ENGINE_RUN_TIMEOUT if scenario.engine is not None else MUTANT_RUN_TIMEOUT)
                 trace = make_trace(spec.label, proc.hello, scenario, records)
             except EngineFailure as failure:
-                trace = make_trace(spec.label, proc.hello, scenario, failure.partial,
-                                   failure={"kind": failure.kind, "message": str(failure)})
+                trace = failure_trace(spec, proc.hello, scenario, failure)
             verdict = judge(trace, goldens[scenario.name], CANDIDATE)
             if verdict.kind not in (PASS, NUMERICS):  # numerics: arithmetic noise, not a catch
                 where = where_of(verdict) or (verdict.message.splitlines() or [""])[0][:300]

@@ -18,6 +18,7 @@ from .envs import EnvError, device_mode, ensure_env
 from .gate import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins, parse_pin
+from .gate_run import gate, gate_engines, judge_against, merge
 from .progress import EngineProgress, Progress
 from .report import render
 from .runner import default_parallel, run_scenarios
@@ -132,9 +133,10 @@ def cmd_envs(args) -> int:
 def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario)  # validated before any engine starts
     spec = resolve_engine(args.engine, log=log)
+    layers = _layers(args.layers) or scenario.layers
     with Progress(2.0, log) as progress:  # a cold start and one scenario, said while they last
-        result = run_scenarios(spec, [scenario], _layers(args.layers), log=log, progress=EngineProgress(
-            progress, "run", spec.label, [(scenario.name, _layers(args.layers) or scenario.layers, 1.0)], 1.0))
+        result = run_scenarios(spec, [scenario], layers, log=log, progress=EngineProgress(
+            progress, "run", spec.label, [(scenario.name, layers, 1.0)], 1.0))
     trace = result.traces[0]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(dumps(trace))
@@ -150,13 +152,12 @@ def cmd_compare(args) -> int:
     pins = load_pins()
     trace = load_trace(args.trace)
     path = args.golden or golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-    verdict, _golden = _judge_against(trace, path, CANDIDATE)
+    verdict, _golden = judge_against(trace, path, CANDIDATE)
     print(render([verdict], pins.oracle))
     return exit_status([verdict])
 
 
 def cmd_gate(args) -> int:
-    from .gate_run import gate, gate_engines
     from .shards import parse_shard
 
     pins = load_pins()
@@ -174,8 +175,6 @@ def cmd_gate(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    from .gate_run import merge
-
     pins = load_pins()
     waivers = load_waivers(args.waivers)
     return merge(args.results, pins, waivers, args.reports, log)
@@ -269,13 +268,6 @@ def cmd_adequacy(args) -> int:
 COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
             "adequacy": cmd_adequacy}
-
-
-def _judge_against(trace: dict, path: Path, role: str) -> tuple[Verdict, dict | None]:
-    """The verdict, and the golden it was judged against (None when there is none)."""
-    from .gate_run import judge_against
-
-    return judge_against(trace, path, role)
 
 
 def _scenarios(paths: list[Path] | None) -> list[Scenario]:

@@ -150,7 +150,6 @@ class EngineProcess:
                 self._fail("protocol", f"{where}: expected messages for {run_id!r}, got id "
                            f"{message['id']!r}", records)
             if message["type"] == "error":
-                # an engine that does not serve a layer says so: the verdict is `unsupported`
                 # an engine that does not serve a layer says so: the verdict is `unsupported`;
                 # any other error comes with the engine's last stderr lines (its traceback)
                 if message["kind"] == "unsupported":
@@ -335,7 +334,7 @@ def _write_within(proc: subprocess.Popen | None, data: bytes, seconds: float) ->
 
 
 # Every engine process started and not yet ended: engines run in threads side by side
-# (runner.run_engines), and a Ctrl-C reaches only the main thread, which ends them all.
+# (runner.side_by_side), and a Ctrl-C reaches only the main thread, which ends them all.
 _LIVE: set = set()
 
 

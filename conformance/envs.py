@@ -112,11 +112,16 @@ def check_fidelity(release: str, python: Path, rebuild: str, log=print):
     if result.returncode != 0 or not found:
         raise EnvError(f"the fidelity check of {rebuild} needs the official wheel vllm=={release}, "
                        f"which could not be downloaded:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
-    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                          capture_output=True, text=True, check=True).stdout.strip()
-    fidelity = compare_sources(Path(site), found[0], rebuild, f"vllm=={release}")
+    fidelity = compare_sources(site_packages(python), found[0], rebuild, f"vllm=={release}")
     log(f"[envs] fidelity: {fidelity.describe()}")
     return fidelity
+
+
+def site_packages(python: Path) -> Path:
+    """The site-packages folder of an environment's python (where its `vllm/` is installed)."""
+    out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    return Path(out)
 
 
 def read_fidelity(env: Path) -> dict | None:

@@ -10,6 +10,7 @@ reports one unsharded run gives.
 from __future__ import annotations
 
 import copy
+import functools
 import datetime as dt
 import json
 import os
@@ -115,24 +116,21 @@ def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pin
     by_name = {s.name: s for s in scenarios}
     traces: dict[str, dict] = {}
     with Progress(share_cost(units), log) as progress:
-        def task(number: int, engine: GateEngine, mine: list[Unit]):
-            def run():
-                progress.say(f"[gate] engine {number}/{len(engines)}: {engine.key} ({engine.role}), "
-                             f"{len(mine)} unit{'s' if len(mine) != 1 else ''}")
-                # named by its key while it runs (a command line can be long); the report names
-                # it by its NAME or its hello
-                spec = replace(resolve_engine(engine.engine, pins, log), label=engine.key)
-                return run_units(spec, [(by_name[u.scenario], list(u.layers)) for u in mine], log,
-                                 repeat=2 if engine.role == ORACLE else 1,
-                                 progress=EngineProgress(progress, "gate", engine.key,
-                                                         [(u.scenario, u.layers, u.cost) for u in mine],
-                                                         COLD_START))
-            return run
+        def run_engine(number: int, engine: GateEngine, mine: list[Unit]):
+            progress.say(f"[gate] engine {number}/{len(engines)}: {engine.key} ({engine.role}), "
+                         f"{len(mine)} unit{'s' if len(mine) != 1 else ''}")
+            # named by its key while it runs (a command line can be long); the report names it
+            # by its NAME or its hello
+            spec = replace(resolve_engine(engine.engine, pins, log), label=engine.key)
+            return run_units(spec, [(by_name[u.scenario], list(u.layers)) for u in mine], log,
+                             repeat=2 if engine.role == ORACLE else 1,
+                             progress=EngineProgress(progress, "gate", engine.key,
+                                                     [(u.scenario, u.layers, u.cost) for u in mine], COLD_START))
 
         shares = [(number, engine, [u for u in units if u.engine == engine.key])
                   for number, engine in enumerate(engines, 1)]
         shares = [share for share in shares if share[2]]
-        runs = side_by_side([task(*share) for share in shares], parallel)
+        runs = side_by_side([functools.partial(run_engine, *share) for share in shares], parallel)
         for (_, _, mine), run in zip(shares, runs):
             traces.update((u.key, t) for u, t in zip(mine, run.traces))
         log(f"[gate] cold starts: {sum(run.cold_starts for run in runs)} for {len(shares)} engines "

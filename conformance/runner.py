@@ -45,7 +45,7 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
             try:
                 proc.start()
             except EngineFailure as failure:
-                traces.append(_failed(spec, {}, scenario, failure))
+                traces.append(failure_trace(spec, {}, scenario, failure))
                 proc = None
                 if progress is not None:
                     progress.end(number)
@@ -62,7 +62,7 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
                     raise EngineFailure("nondeterministic", _nondeterminism(scenario, layers_out, again),
                                         layers_out)
         except EngineFailure as failure:
-            traces.append(_failed(spec, proc.hello, scenario, failure))
+            traces.append(failure_trace(spec, proc.hello, scenario, failure))
             if failure.kind != "unsupported":  # a refused layer leaves a healthy, warm engine
                 proc.close()
                 proc = None
@@ -98,7 +98,8 @@ def default_parallel(device: str) -> int:
     return 1 if device == "gpu" else max(1, len(os.sched_getaffinity(0)))
 
 
-def _failed(spec: EngineSpec, hello: dict, scenario: Scenario, failure: EngineFailure) -> dict:
+def failure_trace(spec: EngineSpec, hello: dict, scenario: Scenario, failure: EngineFailure) -> dict:
+    """The trace of a run that failed: the records it sent, and the failure's kind and message."""
     return make_trace(spec.label, hello, scenario, failure.partial,
                       failure={"kind": failure.kind, "message": str(failure)})
 

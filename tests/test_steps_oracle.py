@@ -8,6 +8,7 @@ from conformance.engine import EngineFailure
 from conformance.goldens import golden_path
 from conformance.pins import load_pins
 from conformance.report import render
+from conformance.runner import failure_trace
 from conformance.scenario import load_scenario
 from conformance.trace import make_trace
 from conformance.verdict import judge
@@ -86,8 +87,7 @@ def test_every_mutant_is_caught(warm_workers, mutant):
     try:
         trace = make_trace(f"mutant-{mutant}", proc.hello, scenario, proc.run(scenario, scenario.layers))
     except EngineFailure as failure:  # as the runner keeps it: the records sent, and why it ended
-        trace = make_trace(f"mutant-{mutant}", proc.hello, scenario, failure.partial,
-                           failure={"kind": failure.kind, "message": str(failure)})
+        trace = failure_trace(proc.spec, proc.hello, scenario, failure)
     verdict = judge(trace, golden(scenario), "candidate")
     assert verdict.kind == "diverged"
     if mutant == "crash-after-divergence":
