@@ -53,6 +53,9 @@ class LayerComparison:
     # engine layers only (conformance/numerics.py): why the runs differ, e.g. "scheduling",
     # "acceptance", "numerics", "logprobs", "mismatch"
     cause: str = ""
+    # engine layers: the evidence behind the cause, in one sentence (an acceptance difference
+    # names its step, request, draft position and the oracle's top-1 margin there)
+    evidence: str = ""
 
     @property
     def first(self) -> FieldDiff | None:

@@ -29,7 +29,8 @@ def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dic
             row["layers"] = {}
             for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
                 # engine layers within the scenario's logprob tolerance are the same
-                c = compare_by_layer(layer, a.get(layer, []), b.get(layer, []), logprob_atol(old))
+                c = compare_by_layer(layer, a.get(layer, []), b.get(layer, []), logprob_atol(old),
+                                     a.get("engine_outputs"))
                 if c.equal:
                     row["layers"][layer] = None
                     continue

@@ -2,12 +2,23 @@
 
 goldens/<scenario name>/vllm-<release>.json holds the trace of pinned release <release> on
 that scenario. Only a pinned vLLM release may write one; a candidate never does.
+
+Whether a regenerated trace still holds its golden (`check_golden`, the one rule of both
+lifecycles, `make goldens` and `parity goldens`):
+  - on the machine that wrote it (same build, CPU model, ISA level and CPU flags): byte for byte;
+  - on another machine or ISA level: every integer fact exactly (config, steps, engine_steps,
+    token ids, finish reasons) and the engine layers' logprobs within the scenario's calibrated
+    tolerance (conformance/numerics.py); a golden that holds is not rewritten, so goldens do
+    not churn from machine to machine;
+  - on another build (the CUDA wheel against a CPU rebuild's golden): by the numerics rules,
+    where a near-tie resolved the other way is reported, not failed.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 from .pins import REPO_ROOT
@@ -30,6 +41,44 @@ def load_golden(path: Path) -> dict:
         raise TraceError(f"{path}: a golden must come from a finished oracle run, this one records "
                          f"a failure ({trace['failure'].get('kind')})")
     return trace
+
+
+@dataclass(frozen=True)
+class GoldenCheck:
+    """Whether a regenerated trace holds its golden, by which rule, and the verdict behind it."""
+
+    holds: bool
+    rule: str  # "bytes" (the writer's machine), "tolerance" (another machine), "numerics" (another build)
+    verdict: object = None  # the conformance.verdict.Verdict of a judged check
+    reason: str = ""
+
+
+def writer(trace: dict) -> dict:
+    """What wrote a trace: the build, and the CPU's model, ISA level and flags (provenance)."""
+    env = trace.get("provenance", {}).get("environment", {})
+    return {"build": env.get("build"), "cpu": env.get("cpu")}
+
+
+def check_golden(trace: dict, golden: dict) -> GoldenCheck:
+    """The one rule by which a trace holds its golden (module doc)."""
+    from .verdict import NUMERICS, PASS, judge
+
+    theirs, ours = writer(golden), writer(trace)
+    if theirs == ours and theirs["cpu"] is not None:
+        same = dumps(trace) == dumps(golden)
+        return GoldenCheck(same, "bytes", reason="" if same else "on the machine that wrote it, "
+                           "the golden must regenerate byte for byte")
+    rule = "tolerance" if theirs["build"] == ours["build"] else "numerics"
+    for key in ("engine", "scenario"):
+        if trace.get(key) != golden.get(key):
+            return GoldenCheck(False, rule, reason=f"{key} differs: golden {golden.get(key)}, "
+                               f"run {trace.get(key)}")
+    verdict = judge(trace, golden, "oracle")
+    holds = verdict.kind == PASS or (rule == "numerics" and verdict.kind == NUMERICS)
+    return GoldenCheck(holds, rule, verdict, reason="" if holds else (
+        f"written by {theirs}, run on {ours}: judged {verdict.kind}, "
+        + ("integer facts exact and logprobs within the tolerance required" if rule == "tolerance"
+           else "within the numerics rules required")))
 
 
 def write_golden(path: Path, trace: dict, release: str | None) -> bool:

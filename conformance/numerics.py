@@ -6,8 +6,11 @@ a GPU, another kernel). The rules, after vLLM's own check_outputs_equal and
 check_logprobs_close (tests/models/utils.py):
 
 engine_outputs, per request (sorted by id), position by position:
-  - same token: its logprob must agree within the scenario's tolerance (`logprob_atol`);
-    beyond it the cause is `logprobs`.
+  - same token: every entry of the two top-k lists is compared. A token both sides list must
+    agree within the scenario's tolerance (`logprob_atol`); a token only one side lists must not
+    beat the other side's k-th logprob by more than the tolerance (it would have been in the
+    other side's top-k). Either is a `logprobs` difference: a logit scale of 1.1 keeps every
+    greedy token and moves the rest of the top-k by nats.
   - different token: when each side's token is in the other side's top-k, the difference is
     `numerics` (near-tie between two candidates; the rest of that request is not compared,
     since its continuation legitimately differs); otherwise it is a `mismatch`.
@@ -15,8 +18,14 @@ engine_steps, at the first step that differs (budget and worker counts are conte
 the steps layer):
   - a scheduling field differs (scheduled tokens, draft tokens, new / resumed / preempted):
     `scheduling`, a decision that differs on the same state (every earlier step was equal);
-  - only accepted drafts or finished requests differ: `acceptance`, the drafter or the target
-    computed differently (numerics), not the scheduler;
+  - only accepted drafts or finished requests differ: the drafter or the target decided
+    differently. That is `numerics` only with evidence: the oracle's own logprobs show a
+    near-tie (top-1 minus top-2 within the tolerance) at the output position where the two
+    sides' acceptance parts. Without it the cause is `acceptance`, a failing divergence (a
+    rejection sampler that drops the bonus token, say): no arithmetic noise rejects a draft
+    the target prefers by a wide margin.
+  - only the state recorded after the update differs (computed or output tokens, KV blocks,
+    queues): `state`, a failing divergence in what the engine kept, every decision equal;
   - nothing but the recorded budget or the worker's token counts differ: `context` (every
     decision is equal; a release that records its per-step input budget, say).
 Capacity: every forward the worker ran, target and drafter, against max_num_batched_tokens.
@@ -26,28 +35,98 @@ from __future__ import annotations
 
 from .compare import CONTEXT_FIELDS, FieldDiff, LayerComparison, compare_layer
 
-NUMERICS_CAUSES = frozenset({"numerics", "acceptance"})  # differences arithmetic explains
+NUMERICS_CAUSES = frozenset({"numerics"})  # differences arithmetic explains, with evidence
 STEP_CONTEXT = CONTEXT_FIELDS["engine_steps"]
 MODEL_FIELDS = ("accepted_draft_tokens", "finished")  # decided by the model's outputs
+# State recorded after a step's update: where it differs beside an acceptance difference, it
+# follows from it; where it differs alone, the engine kept its state differently (`state`).
+STATE_FIELDS = ("output_tokens", "computed_tokens", "kv_blocks", "waiting", "running")
 
 
-def compare_by_layer(layer: str, expected: list[dict], actual: list[dict], atol: float) -> LayerComparison:
-    """The comparison each layer gets: the engine layers' knows numerics, the rest is exact."""
+def compare_by_layer(layer: str, expected: list[dict], actual: list[dict], atol: float,
+                     oracle_outputs: list[dict] | None = None) -> LayerComparison:
+    """The comparison each layer gets: the engine layers' knows numerics, the rest is exact.
+    `oracle_outputs` (the golden's engine_outputs) is the evidence for an acceptance difference."""
     if layer == "engine_steps":
-        return compare_engine_steps(expected, actual)
+        return compare_engine_steps(expected, actual, oracle_outputs or [], atol)
     if layer == "engine_outputs":
         return compare_engine_outputs(expected, actual, atol)
     return compare_layer(layer, expected, actual)
 
 
-def compare_engine_steps(expected: list[dict], actual: list[dict]) -> LayerComparison:
+def compare_engine_steps(expected: list[dict], actual: list[dict], oracle_outputs: list[dict] = (),
+                         atol: float = 0.0) -> LayerComparison:
     c = compare_layer("engine_steps", expected, actual)
     if not c.equal:
-        decided = [f for f in c.fields if f.path.split(".")[0].split("[")[0] not in STEP_CONTEXT]
-        model_only = decided and all(f.path.endswith(MODEL_FIELDS[0]) or f.path.startswith(MODEL_FIELDS[1])
-                                     for f in decided)
-        c.cause = ("context" if not decided else "acceptance" if model_only else "scheduling")
+        decided = [f.path for f in c.fields if _top_field(f.path) not in STEP_CONTEXT]
+        model = [p for p in decided if _leaf(p) in MODEL_FIELDS or _top_field(p) in MODEL_FIELDS]
+        state = [p for p in decided if _leaf(p) in STATE_FIELDS or _top_field(p) in STATE_FIELDS]
+        c.cause = ("context" if not decided else
+                   "scheduling" if len(model) + len(state) < len(decided) else
+                   "acceptance" if model else "state")
+        if c.cause == "acceptance":
+            _acceptance_evidence(c, expected, oracle_outputs, atol)
     return c
+
+
+def _top_field(path: str) -> str:
+    return path.split(".")[0].split("[")[0]
+
+
+def _leaf(path: str) -> str:
+    return path.rsplit(".", 1)[-1].split("[")[0]
+
+
+def _acceptance_evidence(c: LayerComparison, steps: list[dict], oracle_outputs, atol: float) -> None:
+    """Decide an acceptance difference: `numerics` where the oracle's logprobs show a near-tie at
+    the output position where the two sides' acceptance parts, else `acceptance` (failing)."""
+    here, there = c.record or {}, c.actual_record or {}
+    margins = {r.get("id"): r.get("logprobs", []) for r in oracle_outputs if isinstance(r, dict)}
+    found = []
+    for rid, e in sorted((here.get("requests") or {}).items()):
+        a = (there.get("requests") or {}).get(rid, {})
+        ea, aa = e.get("accepted_draft_tokens"), a.get("accepted_draft_tokens")
+        if ea == aa or not isinstance(ea, int) or not isinstance(aa, int):
+            continue
+        draft = min(ea, aa)  # the first draft one side accepted and the other rejected
+        before = _output_tokens_before(steps, c.index, rid)
+        position = None if before is None else before + draft
+        margin = _margin(margins.get(rid, []), position)
+        found.append((rid, draft, position, margin))
+    if not found:
+        return  # only `finished` differs: no draft to judge, a failing difference
+    near = [f for f in found if f[3] is not None and f[3] <= atol]
+    rid, draft, position, margin = (near or found)[0]
+    where = (f"step {c.index}, request {rid}, draft position {draft}"
+             + (f" (output position {position})" if position is not None else ""))
+    shown = "unknown (no oracle logprobs there)" if margin is None else f"{margin:.4g}"
+    if near:
+        c.cause = "numerics"
+        c.evidence = (f"acceptance differs at {where}: the oracle's top-1 margin there is {shown}, "
+                      f"within the tolerance {atol:g}: a near-tie, resolved differently by "
+                      "different arithmetic")
+    else:
+        c.evidence = (f"acceptance differs at {where}: the oracle's top-1 margin there is {shown}, "
+                      f"beyond the tolerance {atol:g}: no arithmetic noise explains it")
+
+
+def _output_tokens_before(steps: list[dict], index: int, rid: str) -> int | None:
+    """The request's output tokens after the last step before `index` (recorded per request
+    as `output_tokens`); 0 before its first step, None when the records do not say."""
+    for record in reversed(steps[:index]):
+        state = (record.get("requests") or {}).get(rid)
+        if state is not None:
+            value = state.get("output_tokens")
+            return value if isinstance(value, int) else None
+    return 0
+
+
+def _margin(logprobs: list, position: int | None) -> float | None:
+    """Top-1 minus top-2 logprob of the oracle at an output position."""
+    if position is None or position >= len(logprobs):
+        return None
+    values = sorted(_top(logprobs, position).values(), reverse=True)
+    return values[0] - values[1] if len(values) > 1 else None
 
 
 def compare_engine_outputs(expected: list[dict], actual: list[dict], atol: float) -> LayerComparison:
@@ -95,12 +174,29 @@ def _compare_request(rid, e: dict, a: dict, atol: float):
             if et in a_top and at in e_top:
                 return "numerics", fields
             return "mismatch", fields
-        if et in e_top and et in a_top and abs(e_top[et] - a_top[et]) > atol:
-            return "logprobs", [FieldDiff(f"{rid}.logprobs[{pos}][token {et}]", e_top[et], a_top[et])]
+        beyond = _topk_diffs(f"{rid}.logprobs[{pos}]", e_top, a_top, atol)
+        if beyond:
+            return "logprobs", beyond
     if len(e_tokens) != len(a_tokens) or e.get("finish_reason") != a.get("finish_reason"):
         return "mismatch", [FieldDiff(f"{rid}.output_token_ids (length)", len(e_tokens), len(a_tokens)),
                             FieldDiff(f"{rid}.finish_reason", e.get("finish_reason"), a.get("finish_reason"))]
     return None, []
+
+
+def _topk_diffs(path: str, e_top: dict, a_top: dict, atol: float) -> list[FieldDiff]:
+    """Every top-k entry of one position: a token both sides list agrees within `atol`; a token
+    one side lists alone does not beat the other side's k-th logprob by more than `atol`."""
+    out = [FieldDiff(f"{path}[token {t}]", e_top[t], a_top[t])
+           for t in sorted(set(e_top) & set(a_top), key=lambda t: -e_top[t])
+           if abs(e_top[t] - a_top[t]) > atol]
+    for mine, other, shown in ((e_top, a_top, lambda t: (e_top[t], "<not in top-k>")),
+                               (a_top, e_top, lambda t: ("<not in top-k>", a_top[t]))):
+        if not other:
+            continue
+        floor = min(other.values())
+        out += [FieldDiff(f"{path}[token {t}]", *shown(t))
+                for t in sorted(set(mine) - set(other), key=lambda t: -mine[t]) if mine[t] > floor + atol]
+    return out
 
 
 def _top(logprobs: list, pos: int) -> dict:

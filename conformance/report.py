@@ -34,6 +34,8 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
         cause = f" ({CAUSES.get(c.cause, c.cause)})" if c.cause else ""
         lines.append(f"   layer {c.layer}: first divergence at {_where(c)}, field {first.path}: "
                      f"oracle {_show(first.expected)}, candidate {_show(first.actual)}{cause}")
+        if c.evidence:
+            lines.append(f"   evidence: {c.evidence}")
         width = max(len(f.path) for f in c.fields)
         lines.append(f"     {'field'.ljust(width)}  {'oracle':>12}  {'candidate':>12}")
         for f in c.fields:
@@ -73,9 +75,10 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
 
 CAUSES = {
     "scheduling": "scheduling divergence: a decision that differs on the same state",
-    "acceptance": "acceptance divergence: the drafter or target computed differently (numerics)",
-    "numerics": "numerics: each side's token is in the other's top-k",
+    "acceptance": "acceptance divergence: drafts judged differently where the oracle shows no near-tie",
+    "numerics": "numerics: a near-tie in the oracle's own logprobs, resolved the other way",
     "logprobs": "logprob beyond the scenario's tolerance",
+    "state": "state divergence: every decision equal, the state recorded after the update differs",
     "context": "only the recorded budget or worker token counts differ; every decision is equal",
     "mismatch": "mismatch: a token outside the other side's top-k",
 }

@@ -92,7 +92,8 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
         if layer not in trace["layers"]:
             return Verdict(engine, scenario, "unsupported", role,
                            message=f"the engine produced no {layer!r} layer")
-        comparisons.append(compare_by_layer(layer, expected, trace["layers"][layer], logprob_atol(golden)))
+        comparisons.append(compare_by_layer(layer, expected, trace["layers"][layer], logprob_atol(golden),
+                                            golden["layers"].get("engine_outputs")))
     differing = [c for c in comparisons if not c.equal]
     kind = (PASS if not differing else
             NUMERICS if all(c.cause in NUMERICS_CAUSES for c in differing) else DIVERGED)
@@ -128,7 +129,7 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
             or trace["scenario"]["sha256"] != golden["scenario"]["sha256"]):
         return verdict
     comparisons = [compare_by_layer(layer, golden["layers"][layer][:len(records)], records,
-                                    logprob_atol(golden))
+                                    logprob_atol(golden), golden["layers"].get("engine_outputs"))
                    for layer, records in sent.items() if layer in golden["layers"]]
     differing = [c for c in comparisons if not c.equal]
     if differing and not all(c.cause in NUMERICS_CAUSES for c in differing):

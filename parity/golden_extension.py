@@ -2,8 +2,10 @@
 
 syrupy owns the lifecycle (compare, `--snapshot-update` to rewrite, unused-golden report);
 this extension only says where a golden lives, how a trace is serialized (the canonical
-text of conformance.trace.dumps) and how it is written (atomically, oracle only, with a
-summary of what changed printed first).
+text of conformance.trace.dumps), when a regenerated trace still matches (the comparator role:
+conformance.goldens.check_golden, so a golden that holds within tolerance on another machine is
+not rewritten) and how it is written (atomically, oracle only, with a summary of what changed
+printed first).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from pathlib import Path
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from conformance.goldens import GOLDEN_DIR, GoldenRefused, change_summary, golden_path, write_text_atomic
+from conformance.goldens import (GOLDEN_DIR, GoldenRefused, change_summary, check_golden, golden_path,
+                                 write_text_atomic)
 from conformance.trace import dumps
 
 
@@ -30,6 +33,13 @@ class GoldenExtension(SingleFileSnapshotExtension):
 
     def serialize(self, data, **kwargs) -> str:
         return dumps(data)
+
+    def matches(self, *, serialized_data, snapshot_data) -> bool:
+        try:
+            golden = json.loads(snapshot_data)
+        except ValueError:
+            return False  # an unreadable golden never matches: regenerated on update
+        return check_golden(json.loads(serialized_data), golden).holds
 
     @classmethod
     def dirname(cls, *, test_location) -> str:

@@ -108,3 +108,60 @@ def test_the_oracle_must_match_its_golden_exactly_on_the_build_that_wrote_it():
     assert exit_status([judge(same, golden, "oracle")]) == 1  # a golden must regenerate exactly
     assert exit_status([judge(gpu, golden, "oracle")]) == 0  # the CUDA wheel: numerics, reported
     assert exit_status([judge(same, golden, "candidate")]) == 0
+
+
+def test_every_top_k_entry_is_compared_not_only_the_chosen_token():
+    # a logit scale of 1.1: the greedy token keeps ~0.0, the rest of the top-k moves by nats
+    b = copy.deepcopy(A)
+    b[0]["logprobs"][2] = [[7, 0.0], [1, -9.9]]
+    c = compare_engine_outputs(A, b, atol=0.01)
+    assert c.cause == "logprobs" and c.first.path == "r0.logprobs[2][token 1]"
+    assert (c.first.expected, c.first.actual) == (-9.0, -9.9)
+
+
+def test_a_token_in_one_top_k_only_differs_when_it_beats_the_others_kth():
+    b = copy.deepcopy(A)
+    b[1]["logprobs"][1] = [[2, -0.2], [8, -8.005]]  # 8 replaces 4 (-8.0): a near-tie at the k-th
+    assert compare_engine_outputs(A, b, atol=0.01).equal
+    b[1]["logprobs"][1] = [[2, -0.2], [8, -5.0]]  # 8 beats the oracle's k-th (-8.0) by 3 nats
+    c = compare_engine_outputs(A, b, atol=0.01)
+    assert c.cause == "logprobs" and c.first.path == "r1.logprobs[1][token 8]"
+    assert c.first.expected == "<not in top-k>" and c.first.actual == -5.0
+
+
+def _spec_step(step, accepted, output_tokens, drafts=4):
+    return {"step": step, "total_num_scheduled_tokens": 1 + drafts, "token_budget": 512,
+            "new": [], "resumed": [], "preempted": [], "finished": [],
+            "requests": {"r0": {"tokens": 1 + drafts, "draft_tokens": drafts,
+                                "accepted_draft_tokens": accepted, "output_tokens": output_tokens}}}
+
+
+def _oracle_outputs(margins):
+    """r0's top-2 at each output position, the top-1 ahead by the given margin."""
+    return [{"id": "r0", "output_token_ids": [10] * len(margins), "finish_reason": "length",
+             "logprobs": [[[10, -0.5], [11, -0.5 - m]] for m in margins]}]
+
+
+def test_an_acceptance_difference_without_a_near_tie_fails_naming_step_request_draft_margin():
+    oracle = [_spec_step(0, 4, 5), _spec_step(1, 4, 10)]
+    dropped_bonus = [_spec_step(0, 4, 5), _spec_step(1, 3, 9)]  # all accepted, bonus dropped
+    c = compare_engine_steps(oracle, dropped_bonus, _oracle_outputs([2.0] * 12), atol=0.01)
+    assert c.cause == "acceptance" and c.index == 1
+    assert "step 1, request r0, draft position 3 (output position 8)" in c.evidence
+    assert "margin there is 2" in c.evidence and "beyond the tolerance 0.01" in c.evidence
+    golden = dict(_trace(oracle, _oracle_outputs([2.0] * 12)), scenario={
+        "name": "s", "sha256": "h", "logprob_atol": 0.01})
+    candidate = dict(golden, layers=dict(golden["layers"], engine_steps=dropped_bonus))
+    v = judge(candidate, golden, "candidate")
+    assert v.kind == DIVERGED and "evidence: acceptance differs at step 1" in render_verdict(v, "0.27.1")
+
+
+def test_an_acceptance_difference_at_a_near_tie_of_the_oracle_is_numerics():
+    oracle = [_spec_step(0, 4, 5), _spec_step(1, 4, 10)]
+    other = [_spec_step(0, 4, 5), _spec_step(1, 2, 8)]
+    margins = [2.0] * 12
+    margins[7] = 0.004  # output position 5 + 2: where the candidate rejected draft 2
+    c = compare_engine_steps(oracle, other, _oracle_outputs(margins), atol=0.01)
+    assert c.cause == "numerics" and "within the tolerance" in c.evidence
+    margins[7], margins[6] = 2.0, 0.004  # a near-tie elsewhere is no evidence
+    assert compare_engine_steps(oracle, other, _oracle_outputs(margins), atol=0.01).cause == "acceptance"

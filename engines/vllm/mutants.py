@@ -1,8 +1,8 @@
 """TEST DEVICE ONLY: deliberately broken variants of a pinned vLLM release.
 
-Nothing here is a real engine. A mutant is the release with one known scheduling bug put
-in by hand, so the suite can prove it notices that class of bug (each mutant must change
-the steps of at least one scenario). The worker applies one with `--mutant NAME`, before
+Nothing here is a real engine. A mutant is the release with one known bug put in by hand, so
+the suite can prove it notices that class of bug (each mutant must change the records of at
+least one scenario). The worker applies one with `--mutant NAME`, before
 any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm".
 
     no-draft-reservation  SpeculativeConfig.max_num_new_slots_for_drafting is 0: no
@@ -13,6 +13,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     ignore-max-num-seqs   the scheduler admits requests past max_num_seqs.
     crash-after-divergence  no-draft-reservation, and the scheduler fails a bare `assert` on
                           its fourth schedule() call: a port that diverges, then crashes.
+    logit-scale-1.10      the logits processor returns logits times 1.10: every greedy token
+                          is the same, every other logprob of the top-k moves (engine_outputs).
+    drop-bonus-token      the rejection sampler drops the bonus token whenever every draft is
+                          accepted: lossless (the same tokens, fewer per step; engine_steps).
 """
 
 from __future__ import annotations
@@ -79,12 +83,42 @@ def _crash_after_divergence() -> None:
     Scheduler.schedule = schedule
 
 
+def _logit_scale() -> None:
+    from vllm.model_executor.layers.logits_processor import LogitsProcessor
+
+    original = LogitsProcessor.forward
+
+    def forward(self, *args, **kwargs):
+        logits = original(self, *args, **kwargs)
+        return None if logits is None else logits * 1.10
+
+    LogitsProcessor.forward = forward
+
+
+def _drop_bonus_token() -> None:
+    from vllm.v1.sample import rejection_sampler as rs
+
+    original = rs.RejectionSampler.forward
+
+    def forward(self, metadata, *args, **kwargs):
+        out = original(self, metadata, *args, **kwargs)
+        ids = out.sampled_token_ids  # [requests, max_spec_len + 1], rejected ones PLACEHOLDER
+        for row, drafts in enumerate(metadata.num_draft_tokens):
+            if drafts and bool((ids[row, :drafts + 1] != rs.PLACEHOLDER_TOKEN_ID).all()):
+                ids[row, drafts] = rs.PLACEHOLDER_TOKEN_ID  # every draft accepted: no bonus
+        return out
+
+    rs.RejectionSampler.forward = forward
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
     "draft-minus-one": _draft_count(-1),
     "ignore-max-num-seqs": _ignore_max_num_seqs,
     "crash-after-divergence": _crash_after_divergence,
+    "logit-scale-1.10": _logit_scale,
+    "drop-bonus-token": _drop_bonus_token,
 }
 
 

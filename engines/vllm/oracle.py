@@ -58,6 +58,31 @@ def boot(device: str) -> None:
         UNSERVED.update({layer: reason for layer in engine_layer.LAYERS})
 
 
+def cpu() -> dict:
+    """The CPU that computed the records: its model, the ISA level PyTorch's kernels run at
+    (after ATEN_CPU_CAPABILITY), oneDNN's cap if one is set, and a digest of its flags. A golden
+    is byte-exact only on the machine that wrote it (conformance/goldens.py check_golden)."""
+    import hashlib
+
+    import torch
+
+    info: dict[str, str] = {}  # the first CPU's fields
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                info.setdefault(key.strip(), value.strip())
+    except OSError:
+        pass
+    model = info.get("model name") or platform.processor() or platform.machine()
+    flags = " ".join(sorted((info.get("flags") or info.get("Features") or "").split()))
+    record = {"model": model, "isa": torch.backends.cpu.get_cpu_capability(),
+              "flags_sha256": hashlib.sha256(flags.encode()).hexdigest()[:16]}
+    if os.environ.get("ONEDNN_MAX_CPU_ISA"):
+        record["onednn_max_isa"] = os.environ["ONEDNN_MAX_CPU_ISA"]
+    return record
+
+
 def environment() -> dict:
     import torch
     import vllm
@@ -66,7 +91,7 @@ def environment() -> dict:
 
     env = {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
            "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine(),
-           "build": release.build(), "fidelity": None}
+           "build": release.build(), "fidelity": None, "cpu": cpu()}
     # Written by conformance/envs.py when the build is a rebuild: what the fidelity check found.
     fidelity = os.path.join(sys.prefix, "FIDELITY.json")
     if os.path.exists(fidelity):
