@@ -59,13 +59,15 @@ test: envs cpp
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
 # (c) cold starts per `make parity` run, (d) the engine layers' cost per pin; then the three
 # times: (e) make test, (f) make test on a fresh machine (BENCH_FRESH=0 leaves it out), (g)
-# make parity without and with the engine layers.
+# make parity without and with the engine layers; (h) the engine layers' logprob noise across
+# ISA caps, thread counts and batch layouts, against each scenario's tolerance.
 bench: envs
 	@$(BIN)/python benchmarks/bench_compare.py
 	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
 	@$(BIN)/parity gate 2>&1 >/dev/null | grep 'cold starts' | sed 's/^\[gate\]/(c) make parity:/'
 	@$(BIN)/python benchmarks/bench_engine.py 2>/dev/null
 	@$(BIN)/python benchmarks/bench_times.py
+	@$(BIN)/python benchmarks/bench_noise.py 2>/dev/null
 
 # Goldens are written only by the pinned oracles, through syrupy (parity/golden_extension.py):
 # a summary of each change is printed before the file is replaced atomically.

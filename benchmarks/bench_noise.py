@@ -8,15 +8,18 @@ and another batch layout (max_num_seqs 1: every request decoded alone). The nois
 is the largest |difference| of one token's logprob over every variant and pin
 (conformance/noise.py); token flips must be 0.
 
-    python benchmarks/bench_noise.py [--scenario NAME ...] [--json FILE]
+    python benchmarks/bench_noise.py [--scenario NAME ...] [--json FILE] [--write]
 
---json writes the figures (the calibration record), for scenarios' `logprob_noise`.
+--json writes the figures; --write records each scenario's noise (rounded up to two
+significant digits) as `engine.logprob_noise` in its scenario file, from where every golden
+written after it states the noise beside the tolerance.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from dataclasses import replace
@@ -63,6 +66,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--scenario", action="append")
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--write", action="store_true")
     opts = parser.parse_args()
     scenarios = [s for s in (load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json")))
                  if s.engine is not None and (not opts.scenario or s.name in opts.scenario)]
@@ -98,6 +102,17 @@ def main() -> None:
               f"compared {f['compared']}  token flips {f['token_flips']}")
     if opts.json:
         opts.json.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+    if opts.write:
+        for s in scenarios:
+            record(s.source, figures[s.name]["noise"])
+
+
+def record(path: Path, noise: float) -> None:
+    """engine.logprob_noise in the scenario file, rounded up to two significant digits."""
+    digits = 1 - math.floor(math.log10(noise))  # a noise of 0 was never measured: it fails here
+    raw = json.loads(path.read_text())
+    raw["engine"]["logprob_noise"] = round(math.ceil(noise * 10 ** digits) / 10 ** digits, digits)
+    path.write_text(json.dumps(raw, indent=2, ensure_ascii=False) + "\n")
 
 
 if __name__ == "__main__":

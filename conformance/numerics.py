@@ -99,15 +99,17 @@ def _acceptance_evidence(c: LayerComparison, steps: list[dict], oracle_outputs, 
     rid, draft, position, margin = (near or found)[0]
     where = (f"step {c.index}, request {rid}, draft position {draft}"
              + (f" (output position {position})" if position is not None else ""))
-    shown = "unknown (no oracle logprobs there)" if margin is None else f"{margin:.4g}"
     if near:
         c.cause = "numerics"
-        c.evidence = (f"acceptance differs at {where}: the oracle's top-1 margin there is {shown}, "
+        c.evidence = (f"acceptance differs at {where}: the oracle's top-1 margin there is {margin:.4g}, "
                       f"within the tolerance {atol:g}: a near-tie, resolved differently by "
                       "different arithmetic")
-    else:
-        c.evidence = (f"acceptance differs at {where}: the oracle's top-1 margin there is {shown}, "
+    elif margin is not None:
+        c.evidence = (f"acceptance differs at {where}: the oracle's top-1 margin there is {margin:.4g}, "
                       f"beyond the tolerance {atol:g}: no arithmetic noise explains it")
+    else:
+        c.evidence = (f"acceptance differs at {where}: the oracle's records name no top-1 margin "
+                      "there, so no near-tie explains it")
 
 
 def _output_tokens_before(steps: list[dict], index: int, rid: str) -> int | None:

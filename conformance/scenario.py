@@ -64,18 +64,20 @@ SIZE_FIELDS = (
 RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
 TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix", "rows", "engine"}
 # The `engine` block: this scenario runs the whole engine (the engine layers) on its workload.
-# key -> (type, low, high). logprob_atol is the comparison's tolerance, not the engine's input,
-# so it stays out of the scenario hash (like `rows`).
+# key -> (type, low, high). logprob_atol (the comparison's tolerance) and logprob_noise (the
+# noise it was calibrated on, measured by benchmarks/bench_noise.py) say how runs are judged,
+# not what an engine runs: they stay out of the scenario hash (like `rows`) and out of the
+# engine's input.
 ENGINE_OPTIONS = {"logprobs": (int, 1, 20), "logprob_decimals": (int, 0, 8),
-                  "logprob_atol": (float, 0.0, 10.0)}
-# One decimal: two layouts of the same batch (0.27.1 vs 0.28.0 chunking) moved 1.8% of the
-# stored top-5 logprobs at 4 decimals (by up to 5e-4, logits spread over ~200 nats); at one
-# decimal a value crosses a rounding boundary about once in 10,000, so a golden regenerates
-# byte for byte on another CPU except by that chance. Token ids carry the exact check.
-DEFAULT_ENGINE = {"logprobs": 5, "logprob_decimals": 1}
-# By the scenario's dtype, for logprobs stored at one decimal: the rounding step (0.1) plus the
-# arithmetic's own noise (fp32 on CPU: 5e-4 measured; bf16 on a GPU: a few hundredths).
-DEFAULT_ATOL = {"float32": 0.15, "bfloat16": 0.5, "float16": 0.3}
+                  "logprob_atol": (float, 0.0, 10.0), "logprob_noise": (float, 0.0, 10.0)}
+# Four decimals: 10x finer than the float32 tolerance below, so rounding never decides a
+# comparison. Token ids carry the exact check.
+DEFAULT_ENGINE = {"logprobs": 5, "logprob_decimals": 4}
+# By the scenario's dtype. float32: at least 10x the largest noise measured on any engine
+# scenario (2.4e-5, across oneDNN's ISA capped at SSE4.1, two compute threads and requests
+# decoded alone, both CPU pins; benchmarks/bench_noise.py, README "On every machine"), which
+# leaves 40x. bf16 / fp16 on a GPU: not measured here (no GPU); a few hundredths expected.
+DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE
 
 
@@ -89,8 +91,11 @@ class Scenario:
     sha256: str
     method_matrix: dict | None = None
     rows: tuple[str, ...] = ("ENG-SCHED-CORE",)  # engine-matrix rows its verdicts belong to
-    engine: dict | None = None  # the engine block (without logprob_atol), or None
+    engine: dict | None = None  # the engine block (without the JUDGING_OPTIONS), or None
     logprob_atol: float | None = None  # engine layers' logprob tolerance
+    # the largest cross-machine noise measured on this scenario's logprobs
+    # (benchmarks/bench_noise.py), from which logprob_atol is calibrated; None if not measured
+    logprob_noise: float | None = None
 
     @property
     def layers(self) -> list[str]:
@@ -184,7 +189,7 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     matrix = raw.get("method_matrix")
     if matrix is not None:
         matrix, identity["method_matrix"] = validate_method_matrix(matrix, src, base)
-    engine, atol = _engine_options(src, raw.get("engine"), args, workload)
+    engine, atol, noise = _engine_options(src, raw.get("engine"), args, workload)
     if engine is not None:
         identity["engine"] = engine
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
@@ -193,12 +198,13 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
         raise ScenarioError(src, "rows", f"must be a non-empty list of engine-matrix row names "
                             f"like 'ENG-SCHED-CORE', got {rows!r}")
     # rows are how verdicts are grouped, not what an engine runs: they are not in the hash
-    return Scenario(name, description, args, workload, path, digest, matrix, tuple(rows), engine, atol)
+    return Scenario(name, description, args, workload, path, digest, matrix, tuple(rows), engine, atol,
+                    noise)
 
 
-def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, float | None]:
+def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, float | None, float | None]:
     if raw is None:
-        return None, None
+        return None, None, None
     if not isinstance(raw, dict):
         raise ScenarioError(src, "engine", f"must be an object, got {_tname(raw)}")
     _no_unknown(src, "engine.", raw, set(ENGINE_OPTIONS))
@@ -214,7 +220,8 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
         raise ScenarioError(src, "workload", "is required with `engine`: the engine generates it")
     engine = {k: raw.get(k, v) for k, v in DEFAULT_ENGINE.items()}
     atol = float(raw.get("logprob_atol", DEFAULT_ATOL.get(args.get("dtype", "float32"), 0.1)))
-    return engine, atol
+    noise = raw.get("logprob_noise")
+    return engine, atol, None if noise is None else float(noise)
 
 
 def _check_fields(src: str, where: str, obj: dict, schema: dict[str, tuple[type, bool]]) -> dict:

@@ -43,6 +43,8 @@ def _scenario_block(scenario) -> dict:
     block = {"name": scenario.name, "sha256": scenario.sha256}
     if getattr(scenario, "logprob_atol", None) is not None:  # engine layers: their tolerance
         block["logprob_atol"] = scenario.logprob_atol
+    if getattr(scenario, "logprob_noise", None) is not None:  # and the noise it was calibrated on
+        block["logprob_noise"] = scenario.logprob_noise
     return block
 
 

@@ -4,20 +4,18 @@ syrupy owns the lifecycle (compare, `--snapshot-update` to rewrite, unused-golde
 this extension only says where a golden lives, how a trace is serialized (the canonical
 text of conformance.trace.dumps), when a regenerated trace still matches (the comparator role:
 conformance.goldens.check_golden, so a golden that holds within tolerance on another machine is
-not rewritten) and how it is written (atomically, oracle only, with a summary of what changed
-printed first).
+not rewritten) and how it is written (atomically, oracle only; parity/test_goldens.py prints
+what the rewrite changes first).
 """
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from conformance.goldens import (GOLDEN_DIR, GoldenRefused, change_summary, check_golden, golden_path,
-                                 write_text_atomic)
+from conformance.goldens import GOLDEN_DIR, GoldenRefused, check_golden, golden_path, write_text_atomic
 from conformance.trace import dumps
 
 
@@ -71,6 +69,4 @@ class GoldenExtension(SingleFileSnapshotExtension):
         trace = json.loads(text)
         if trace.get("provenance", {}).get("environment", {}).get("vllm") != cls.release:
             raise GoldenRefused(f"refusing to write {path}: it is not the trace of vLLM {cls.release}")
-        old = path.read_text() if path.exists() else None
-        print(change_summary(path, old, trace), file=sys.stderr)
-        write_text_atomic(path, text)
+        write_text_atomic(path, text)  # parity/test_goldens.py printed what changes

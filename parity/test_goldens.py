@@ -7,7 +7,7 @@ hold, and only such a one."""
 import pytest
 
 from conformance.engine import EngineFailure
-from conformance.goldens import check_golden, golden_path, load_golden
+from conformance.goldens import change_summary, check_golden, golden_path, load_golden
 from conformance.report import render_verdict
 from conformance.pins import load_pins
 from conformance.scenario import load_scenario
@@ -37,9 +37,15 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario,
     path = golden_path(scenario.name, release)
     golden = load_golden(path) if path.exists() else None
     check = check_golden(trace, golden) if golden else None
-    if check and not check.holds and not request.config.option.update_snapshots:
+    updating = request.config.option.update_snapshots
+    if check and not check.holds and not updating:
         detail = render_verdict(check.verdict, release) if check.verdict else ""
         pytest.fail(f"{path.name} does not hold ({check.rule} rule): {check.reason}\n{detail}")
+    if updating and not (check and check.holds):  # what the rewrite changes, before it is written
+        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+        summary = change_summary(path, path.read_text() if golden else None, trace)
+        if reporter:  # shown as the run goes, not captured with the test's output
+            reporter.write_line(summary)
     assert trace == snapshot(extension_class=GoldenExtension.for_golden(scenario.name, release))
 
 

@@ -242,27 +242,16 @@ def _budget_line(line: str) -> bool:
     return not line.startswith("non-default args") and any(w in line for w in BUDGET_WORDS)
 
 
-# Powers of ten: the top-1 margin is stored as the largest of these it reaches, a grid coarse
-# enough that arithmetic noise (~5e-4) almost never moves a value across a point.
-MARGIN_GRID = (0.0, 0.001, 0.01, 0.1, 1.0, 10.0)
-
-
 def _output_record(rid: str, out, decimals: int) -> dict:
     completion = out.outputs[0]
-    logprobs, margins = [], []
+    logprobs = []
     for position in completion.logprobs or []:
         # (token id, logprob) by logprob, best first; ties by token id. The sampled token is
         # included by vLLM even when it is outside the top k.
         entries = sorted(((int(t), float(lp.logprob)) for t, lp in position.items()),
                          key=lambda e: (-e[1], e[0]))
         logprobs.append([[t, round(lp, decimals)] for t, lp in entries])
-        if len(entries) > 1:
-            margins.append(entries[0][1] - entries[1][1])
     reason = completion.finish_reason
-    margin = min(margins, default=float("inf"))
     return {"id": rid, "output_token_ids": [int(t) for t in completion.token_ids],
             "finish_reason": reason if reason in ("length", "stop") else str(reason),
-            "logprobs": logprobs,
-            # how close greedy decoding came to a tie (top-1 minus top-2 logprob, before
-            # rounding): a golden is only portable across CPUs while this stays wide
-            "top1_margin_at_least": max(g for g in MARGIN_GRID if g <= margin)}
+            "logprobs": logprobs}

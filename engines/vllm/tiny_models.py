@@ -42,7 +42,12 @@ INT_LOW, INT_HIGH = -(2**15), 2**15
 #   embed   -14 -> std ~1.15 (embeddings of unit size)
 #   linear  -18 -> std ~0.072 (~1/sqrt(fan_in) for fan_in 128..256: healthy activations)
 #   lm_head -10 -> std ~18: with a unit-RMS final hidden of width 128 the logits have std ~200,
-#                  so top-1/top-2 gaps are wide and greedy tokens never flip between CPUs.
+#                  the drafters' default (only their argmax is read).
+# The targets whose logprobs are recorded (tiny-qwen3, tiny-mimo) set lm_head -15 in their
+# weights.json: logits of std ~6, so the output distributions look like a real model's (top-1
+# probabilities spread over ~0.2-0.95, tenths of a nat between the top-5), where a logit bug
+# shows in every logprob. A power-of-two scale changes no argmax: the greedy tokens, and so
+# the top-1 margins measured against the noise, are those of -10 scaled exactly by 2**-5.
 DEFAULT_SCALES_LOG2 = {"embed": -14, "linear": -18, "lm_head": -10}
 
 # kind of each tensor: "embed" | "linear" | "lm_head" (random, scaled), "ones", "zeros".
