@@ -1,0 +1,132 @@
+"""The fault probe's defects (issue 21), one test each, with real processes: the TEST DOUBLE
+engines in tests/doubles/, driven through the `parity` command line where one is involved.
+
+No timing assertions: a wait is bounded only so that a regression into a hang fails the test
+instead of hanging the suite.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+from conformance.scenario import load_scenario
+from conftest import DOUBLE, GATE, REPO
+from test_faults import alive, assert_ended, bounded, read_pids
+
+
+def double_cmd(*options: str) -> str:
+    return shlex.join([sys.executable, str(DOUBLE), *options])
+
+
+def double_spec(*options: str) -> EngineSpec:
+    return EngineSpec("double", (sys.executable, str(DOUBLE), *options))
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. a child that leaves the engine's process group (setsid) is ended by pid, and said so
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fault, kind", [("setsid-hang", "timeout"), ("setsid-crash", "crash")])
+def test_a_child_that_left_the_process_group_is_ended_by_pid_and_named(tmp_path, fault, kind):
+    pidfile = tmp_path / "pids"
+    proc = EngineProcess(double_spec("--fault", fault, "--pidfile", str(pidfile)))
+    proc.start()
+    try:
+        with pytest.raises(EngineFailure) as err:
+            bounded(lambda: proc.run(load_scenario(GATE), ["config"], timeout=2), 60,
+                    lambda: read_pids(pidfile))
+        pids = read_pids(pidfile)
+        assert_ended(pids)
+    finally:
+        for pid in read_pids(pidfile)[1:]:  # never leave the escaped child behind
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert err.value.kind == kind
+    assert (f"the engine and its children were ended (1 of them by pid, {pids[1]}: it had left "
+            "the engine's process group)") in str(err.value), str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# 1, 2. Ctrl-C and SIGTERM stop a gate running engines side by side: every engine ended, none
+# restarted, a message and status 128 + the signal, no traceback
+# ---------------------------------------------------------------------------------------------
+
+# `parity gate` in a process of its own, its engines two hanging TEST DOUBLEs (in place of the
+# oracle's and a candidate's worker: the stop does not depend on which engine hangs).
+GATE_DRIVER = """
+import sys
+sys.path[:0] = [sys.argv[1]]
+from conformance import cli
+from conformance.gate_run import GateEngine
+oracle, candidate = sys.argv[2], sys.argv[3]
+cli.gate_engines = lambda pins, candidates, log: [
+    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
+    GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+sys.exit(cli.main(sys.argv[4:]))
+"""
+
+
+def start_gate(tmp_path, jobs: int, faults=("fork-hang", "no-read")) -> tuple[subprocess.Popen, list[Path], Path]:
+    """Two engines, each hanging on its first unit of two scenarios; their pid files."""
+    pidfiles = [tmp_path / f"pids-{i}" for i in range(2)]
+    starts = tmp_path / "starts"
+    engines = [double_cmd("--fault", fault, "--pidfile", str(pidfile), "--startfile", str(starts))
+               for fault, pidfile in zip(faults, pidfiles)]
+    argv = [sys.executable, "-c", GATE_DRIVER, str(REPO), *engines, "gate", "--scenario", str(GATE),
+            "--scenario", str(REPO / "scenarios" / "steady_decode.json"), "--layers", "config",
+            "--waivers", "/dev/null", "--jobs", str(jobs), "--reports", str(tmp_path / "reports")]
+    gate = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return gate, pidfiles, starts
+
+
+def wait_for(condition, seconds: float, what: str) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"waited {seconds} s for {what}"
+        time.sleep(0.05)
+
+
+def started(path: Path) -> list[int]:
+    return [int(p) for p in path.read_text().split()] if path.exists() else []
+
+
+@pytest.mark.parametrize("jobs, sig", [(2, signal.SIGINT), (2, signal.SIGTERM), (1, signal.SIGINT)])
+def test_a_signal_stops_the_gate_ends_every_engine_and_restarts_none(tmp_path, jobs, sig):
+    gate, pidfiles, starts = start_gate(tmp_path, jobs, ("fork-hang", "fork-hang") if jobs == 1
+                                        else ("fork-hang", "no-read"))
+    try:
+        # every engine side by side is hanging in its first unit (with --jobs 1, the first)
+        wait_for(lambda: len(started(starts)) == jobs and (jobs == 1 or pidfiles[0].exists()), 120,
+                 "the engines to start")
+        if jobs == 1:
+            wait_for(lambda: pidfiles[0].exists(), 60, "the first engine to hang")
+        engines = started(starts)
+        hung = [pid for f in pidfiles if f.exists() for pid in read_pids(f)]
+        gate.send_signal(sig)
+        try:
+            out, err = gate.communicate(timeout=60)  # bounded: not a timing assertion
+        except subprocess.TimeoutExpired:
+            pytest.fail("the gate did not stop within 60 s of the signal")
+    finally:
+        if gate.poll() is None:
+            gate.kill()
+        for pid in started(starts) + [p for f in pidfiles if f.exists() for p in read_pids(f)]:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert gate.returncode == 128 + sig, err
+    assert "Traceback" not in err, err
+    words = "interrupted (Ctrl-C)" if sig == signal.SIGINT else "stopped by SIGTERM"
+    assert f"parity gate: {words}: every engine process and its children were ended; no verdict" in err, err
+    assert started(starts) == engines  # no engine was started again after the signal
+    assert_ended(engines + hung)
+    assert out == "" and not (tmp_path / "reports").exists()  # no verdict, no report
