@@ -130,3 +130,41 @@ def test_a_signal_stops_the_gate_ends_every_engine_and_restarts_none(tmp_path, j
     assert started(starts) == engines  # no engine was started again after the signal
     assert_ended(engines + hung)
     assert out == "" and not (tmp_path / "reports").exists()  # no verdict, no report
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. a 1,000-digit integer in a record is a protocol error, and every report is still written
+# ---------------------------------------------------------------------------------------------
+
+REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
+
+
+def gate_engines_of(tmp_path, *candidate_options: str):
+    from conformance.gate_run import GateEngine
+
+    oracle = double_cmd("--steps", "3")
+    candidate = double_cmd(*candidate_options)
+    return [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
+            GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+
+
+def run_gate(engines, reports: Path | None, scenarios=(GATE,), shard=None, results=None, said=None):
+    from conformance import gate_run
+    from conformance.pins import load_pins
+
+    lines = said if said is not None else []
+    status = gate_run.gate(load_pins(), [load_scenario(s) for s in scenarios], engines, ["config"], [],
+                           reports, shard, results, log=lines.append, out=lines.append)
+    return status, "\n".join(lines)
+
+
+def test_a_huge_integer_in_a_record_is_a_protocol_error_and_the_reports_are_written(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    record = tmp_path / "record.json"
+    record.write_text('{"max_num_scheduled_tokens": ' + "9" * 1000 + "}")
+    status, text = run_gate(gate_engines_of(tmp_path, "--record", str(record)), tmp_path / "reports")
+    assert status == 2
+    assert "TEST-DOUBLE-candidate" in text and "PROTOCOL" in text.upper()
+    assert "out of the 64-bit range" in text and "(1000 digits)" in text
+    for name in REPORTS:
+        assert (tmp_path / "reports" / name).is_file(), name
