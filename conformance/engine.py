@@ -203,9 +203,14 @@ class EngineProcess:
                 pass
         _kill_group(proc)
 
-    def stderr_tail(self, lines: int = 15) -> str:
-        self._stderr.seek(0)
-        return "\n".join(self._stderr.read().decode("utf-8", "replace").splitlines()[-lines:])
+    def stderr_tail(self, lines: int = 15, max_bytes: int | None = None) -> str:
+        """The last `lines` lines of the engine's stderr, read from its last `max_bytes` only
+        when given (a line cut by that bound starts with "[...]")."""
+        size = self._stderr.seek(0, os.SEEK_END)
+        start = 0 if max_bytes is None else max(0, size - max_bytes)
+        self._stderr.seek(start)
+        text = self._stderr.read().decode("utf-8", "replace")
+        return ("[...]" if start else "") + "\n".join(text.splitlines()[-lines:])
 
     # -- internals ---------------------------------------------------------------------
 
@@ -296,11 +301,23 @@ class EngineProcess:
         raise EngineFailure(kind, message + tail, partial)
 
     def _tail(self) -> str:
-        """The engine's last stderr lines, for a failure's message: where a port's traceback is."""
-        tail = self.stderr_tail(60)
+        """The engine's last stderr lines, for a failure's message: where a port's traceback is.
+        Bounded in bytes and lines, each line too: the message lands in every report."""
+        tail = self.stderr_tail(60, TAIL_BYTES)
         start = tail.rfind("Traceback (most recent call last)")  # a Python engine's last traceback whole
         tail = tail[start:] if start >= 0 else "\n".join(tail.splitlines()[-15:])
+        tail = "\n".join(_cut(line) for line in tail.splitlines())
         return f"; last stderr lines:\n{tail}" if tail.strip() else "; its stderr is empty"
+
+
+TAIL_BYTES = 32 * 1024  # of an engine's stderr read for a failure's message
+TAIL_LINE = 500  # characters of one stderr line in that message
+
+
+def _cut(line: str) -> str:
+    if len(line) <= TAIL_LINE:
+        return line
+    return f"{line[:TAIL_LINE - 100]} [... {len(line) - TAIL_LINE + 100} characters cut ...]"
 
 
 def timeout_setting(name: str, default: float) -> float:

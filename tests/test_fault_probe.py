@@ -168,3 +168,19 @@ def test_a_huge_integer_in_a_record_is_a_protocol_error_and_the_reports_are_writ
     assert "out of the 64-bit range" in text and "(1000 digits)" in text
     for name in REPORTS:
         assert (tmp_path / "reports" / name).is_file(), name
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. the engine's stderr in a failure's message is bounded, in lines and in bytes, and says so
+# ---------------------------------------------------------------------------------------------
+
+def test_a_huge_stderr_line_is_cut_in_the_message_and_the_reports(tmp_path, monkeypatch):
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    huge = 20 * 1024 * 1024
+    engines = gate_engines_of(tmp_path, "--stderr-line", str(huge), "--fault", "crash", "--crash-after", "0")
+    status, text = run_gate(engines, tmp_path / "reports")
+    assert status == 2 and "exited (status 3)" in text
+    assert "characters cut ...]" in text and "x" * 300 in text and "x" * 1000 not in text
+    for name in REPORTS:
+        size = (tmp_path / "reports" / name).stat().st_size
+        assert size < 200_000, (name, size)  # each holds the message: bounded, not 20 MiB

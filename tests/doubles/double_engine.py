@@ -12,7 +12,8 @@ no-hello, fork-hang (leaves a child process behind while hanging), and:
   no-read            sends hello, then sleeps without ever reading stdin
   setsid-hang        forks a child that leaves the process group (setsid), then hangs
   setsid-crash       forks a child that leaves the process group (setsid), then exits 3
-With --startfile PATH it appends its pid to PATH when it starts (to count starts).
+With --startfile PATH it appends its pid to PATH when it starts (to count starts); with
+--stderr-line N it writes one line of N bytes to stderr first.
 With --steps N it also serves the `steps` layer: N records {"step": i}. `crash` sends
 --crash-after records (default 1) of the run, then exits 3.
 """
@@ -36,7 +37,11 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=None, help="serve the steps layer: this many records")
     parser.add_argument("--crash-after", type=int, default=1, help="records sent before a crash")
     parser.add_argument("--startfile", help="append this process's pid here when it starts")
+    parser.add_argument("--stderr-line", type=int, default=0, help="write one stderr line this long")
     args = parser.parse_args()
+    if args.stderr_line:
+        sys.stderr.write("x" * args.stderr_line + "\n")
+        sys.stderr.flush()
     if args.startfile:
         with open(args.startfile, "a") as f:
             f.write(f"{os.getpid()}\n")
