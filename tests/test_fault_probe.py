@@ -184,3 +184,55 @@ def test_a_huge_stderr_line_is_cut_in_the_message_and_the_reports(tmp_path, monk
     for name in REPORTS:
         size = (tmp_path / "reports" / name).stat().st_size
         assert size < 200_000, (name, size)  # each holds the message: bounded, not 20 MiB
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. `parity merge` refuses a trace changed after its shard wrote it; 9. and names the engine
+# two shards disagree on
+# ---------------------------------------------------------------------------------------------
+
+def two_shards(tmp_path, engines) -> list[Path]:
+    folders = [tmp_path / f"s{i}" for i in (1, 2)]
+    for i, folder in enumerate(folders, 1):
+        status, _ = run_gate(engines, None, shard=(i, 2), results=folder)
+        assert (folder / "manifest.json").is_file()
+    return folders
+
+
+def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, capsys, monkeypatch):
+    from conformance import cli, goldens
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    record = tmp_path / "record.json"
+    record.write_text('{"max_num_scheduled_tokens": 4096}')  # the golden says 4036: a divergence
+    folders = two_shards(tmp_path, gate_engines_of(tmp_path, "--record", str(record)))
+    assert cli.main(["merge", *map(str, folders), "--waivers", "/dev/null"]) == 1  # untouched: FAIL
+    capsys.readouterr()
+    # rewrite the candidate's trace with the golden's records: it would now pass
+    manifest = json.loads((folders[1] / "manifest.json").read_text())
+    entry = next(u for u in manifest["units"] if u["engine"] == "TEST-DOUBLE-candidate")
+    path = folders[1] / entry["trace"]
+    trace = json.loads(path.read_text())
+    golden = goldens.load_golden(goldens.golden_path("dflash_27b_gate", "0.27.1"))
+    trace["layers"]["config"] = golden["layers"]["config"]
+    path.write_text(json.dumps(trace))
+    status = cli.main(["merge", *map(str, folders), "--waivers", "/dev/null", "--reports", str(tmp_path / "r")])
+    out, err = capsys.readouterr()
+    assert status == 2 and out == "" and not (tmp_path / "r").exists()
+    assert f"parity merge: error: {path}: changed after its shard wrote it" in err, err
+
+
+def test_merge_names_the_engine_two_shards_disagree_on(tmp_path, monkeypatch):
+    from conformance import gate_run
+    from conformance.pins import load_pins
+    from conformance.shards import ShardError
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    folders = two_shards(tmp_path, gate_engines_of(tmp_path, "--steps", "1"))
+    manifest = json.loads((folders[1] / "manifest.json").read_text())
+    manifest["engines"][1]["command"] += " --extra"
+    (folders[1] / "manifest.json").write_text(json.dumps(manifest))
+    with pytest.raises(ShardError) as err:
+        gate_run.merge(folders, load_pins(), [], None, log=lambda m: None)
+    assert "they differ in engines (TEST-DOUBLE-candidate: command " in str(err.value), str(err.value)
+    assert "--steps 1\" vs " in str(err.value) and "--steps 1 --extra\"" in str(err.value)
