@@ -236,3 +236,63 @@ def test_merge_names_the_engine_two_shards_disagree_on(tmp_path, monkeypatch):
         gate_run.merge(folders, load_pins(), [], None, log=lambda m: None)
     assert "they differ in engines (TEST-DOUBLE-candidate: command " in str(err.value), str(err.value)
     assert "--steps 1\" vs " in str(err.value) and "--steps 1 --extra\"" in str(err.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. a --reports path or $GITHUB_STEP_SUMMARY that cannot be written is bad input, found before
+# any engine runs; 8. a second gate given the folder another gate is writing to is refused
+# ---------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def gate_cli(tmp_path, monkeypatch, capsys):
+    """`parity gate` in this process, its engines TEST DOUBLEs that log each start."""
+    from conformance import cli
+
+    starts = tmp_path / "starts"
+    engines = gate_engines_of(tmp_path, "--steps", "1", "--startfile", str(starts))
+    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: engines)
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = cli.main(["gate", "--scenario", str(GATE), "--layers", "config", "--waivers", "/dev/null",
+                           "--jobs", "1", *argv])
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    run.starts = starts
+    return run
+
+
+def test_a_reports_path_that_is_a_file_is_bad_input(tmp_path, gate_cli):
+    path = tmp_path / "reports"
+    path.write_text("not a folder")
+    status, out, err = gate_cli("--reports", str(path))
+    assert status == 2 and out == "" and "Traceback" not in err
+    assert f"parity gate: error: --reports {path}: is a file, not a folder" in err
+    assert not gate_cli.starts.exists()  # said before any engine started
+
+
+def test_a_step_summary_in_a_missing_folder_is_bad_input(tmp_path, gate_cli, monkeypatch):
+    summary = tmp_path / "missing" / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    status, out, err = gate_cli("--reports", str(tmp_path / "reports"))
+    assert status == 2 and out == "" and "Traceback" not in err
+    assert f"$GITHUB_STEP_SUMMARY={summary}: its folder {summary.parent} does not exist" in err
+    assert not gate_cli.starts.exists()
+
+
+def test_a_second_gate_on_a_reports_folder_in_use_is_refused(tmp_path, gate_cli):
+    from conformance.reports import claimed
+
+    folder = tmp_path / "reports"
+    with claimed(folder):  # a gate that is running and will write its reports here
+        status, out, err = gate_cli("--reports", str(folder))
+        assert status == 2 and out == ""
+        assert (f"parity gate: error: --reports {folder}: another gate (pid {os.getpid()}) is writing "
+                "its reports there; give each gate its own folder") in err
+        assert not gate_cli.starts.exists()
+    status, out, err = gate_cli("--reports", str(folder))  # free again: written whole
+    assert status == 1 and out.startswith("== vllm-parity gate: FAIL"), err
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == sorted(REPORTS)
+    assert not [p for p in folder.iterdir() if p.name.endswith(".part")]
