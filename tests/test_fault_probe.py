@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+from conformance.pins import load_pins
 from conformance.scenario import load_scenario
 from conftest import DOUBLE, GATE, REPO
 from test_faults import alive, assert_ended, bounded, read_pids
@@ -301,3 +302,27 @@ def test_a_second_gate_on_a_reports_folder_in_use_is_refused(tmp_path, gate_cli)
     assert status == 1 and out.startswith("== vllm-parity gate: FAIL"), err
     assert written(folder) == sorted(REPORTS)
     assert not [p for p in folder.iterdir() if p.name.endswith(".part")]
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. corrupt real weights are an engine error of the real oracle, not a refused configuration
+# ---------------------------------------------------------------------------------------------
+
+def test_corrupt_real_weights_are_an_engine_error_not_a_refusal(warm_workers, tmp_path):
+    """A model folder without weights.json holds real weights; here its model.safetensors is
+    random bytes (a TEST corrupt checkpoint, 1 MiB) beside the tiny Qwen3's config."""
+    import random
+
+    folder = tmp_path / "models" / "corrupt-qwen3"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text((REPO / "scenarios" / "models" / "tiny-qwen3" / "config.json").read_text())
+    (folder / "model.safetensors").write_bytes(random.Random(21).randbytes(1 << 20))
+    raw = json.loads((REPO / "scenarios" / "engine_ngram.json").read_text())
+    raw["name"], raw["engine_args"]["model"] = "engine_corrupt_weights", "models/corrupt-qwen3"
+    path = tmp_path / "engine_corrupt_weights.json"
+    path.write_text(json.dumps(raw))
+    scenario = load_scenario(path)
+    with pytest.raises(EngineFailure) as failure:
+        warm_workers(load_pins().oracle).run(scenario, scenario.layers)
+    assert failure.value.kind == "engine_error", failure.value
+    assert "SafetensorError" in str(failure.value) and "internal" in str(failure.value)
