@@ -31,8 +31,8 @@ from .progress import EngineProgress, Progress, duration
 from .report import render_gate, render_rows
 from .reports import annotation, claimed, markdown, write_reports, write_text
 from .runner import run_units, side_by_side
-from .shards import (COLD_START, GROUPS, Unit, assign, digest, goldens_digest, load_results, plan, share_cost,
-                     tool_identity, write_results)
+from .shards import (COLD_START, GROUPS, ShardError, Unit, assign, digest, goldens_digest, load_results, plan,
+                     share_cost, tool_identity, write_results)
 from .trace import TraceError
 from .verdict import CANDIDATE, ORACLE, PASS, STAND_IN, Verdict, judge
 
@@ -156,6 +156,9 @@ def _gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, rep
     units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, layers,
                  _refused(engines, pins))
     index, count = shard or (1, 1)
+    if count > max(len(units), 1):  # a share would be empty, and balancing them takes count x units^2
+        raise ShardError(f"--shard {index}/{count}: this gate has {len(units)} units of work, so at most "
+                         f"{len(units)} shards; use N <= {len(units)}")
     share = assign(units, count)[index - 1] if shard else units
     if shard:
         log(f"[gate] shard {index}/{count}: {len(share)} of {len(units)} units, estimated "

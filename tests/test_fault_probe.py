@@ -326,3 +326,47 @@ def test_corrupt_real_weights_are_an_engine_error_not_a_refusal(warm_workers, tm
         warm_workers(load_pins().oracle).run(scenario, scenario.layers)
     assert failure.value.kind == "engine_error", failure.value
     assert "SafetensorError" in str(failure.value) and "internal" in str(failure.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. the smaller ones
+# ---------------------------------------------------------------------------------------------
+
+def test_an_environment_build_waiting_for_another_says_so(tmp_path, monkeypatch):
+    import fcntl
+    import threading
+
+    from conformance import envs
+
+    monkeypatch.setenv("VLLM_PARITY_CACHE", str(tmp_path))
+    pins = load_pins()
+    final = envs.env_dir(pins.oracle, envs.device_mode(), pins)
+    final.parent.mkdir(parents=True)
+    said, waiting = [], threading.Event()
+
+    def log(message):
+        said.append(message)
+        if "waiting for another build" in message:
+            waiting.set()
+
+    with open(final.parent / f"{final.name}.lock", "w") as lock:  # another build holds the lock
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        result = {}
+        thread = threading.Thread(target=lambda: result.update(python=envs.ensure_env(pins.oracle, log, pins)),
+                                  daemon=True)
+        thread.start()
+        assert waiting.wait(60), said
+        (final / "READY").parent.mkdir(parents=True)
+        (final / "READY").touch()  # ... and finishes
+    thread.join(60)
+    assert result["python"] == envs.env_python(final)
+    assert said[0] == (f"[envs] vllm {pins.oracle} ({envs.device_mode()}): waiting for another build of it "
+                       f"to finish (lock {final.parent / (final.name + '.lock')}) ...")
+    assert "done in" in said[-1] and not any("building" in line for line in said)
+
+
+def test_more_shards_than_units_is_refused_at_once(tmp_path, capsys, gate_cli):
+    (status, out, err), _ = bounded(lambda: gate_cli("--shard", "1/1000000", "--results", str(tmp_path / "s")), 60)
+    assert status == 2 and out == ""
+    assert "--shard 1/1000000: this gate has 2 units of work, so at most 2 shards" in err, err
+    assert not gate_cli.starts.exists()
