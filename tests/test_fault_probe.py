@@ -370,3 +370,25 @@ def test_more_shards_than_units_is_refused_at_once(tmp_path, capsys, gate_cli):
     assert status == 2 and out == ""
     assert "--shard 1/1000000: this gate has 2 units of work, so at most 2 shards" in err, err
     assert not gate_cli.starts.exists()
+
+
+def test_a_wrong_sha256_in_weights_json_is_a_clear_error_of_the_real_oracle(warm_workers, tmp_path):
+    folder = tmp_path / "models" / "tiny-qwen3"
+    folder.mkdir(parents=True)
+    source = REPO / "scenarios" / "models" / "tiny-qwen3"
+    (folder / "config.json").write_text((source / "config.json").read_text())
+    weights = json.loads((source / "weights.json").read_text())
+    weights["sha256"] = "0" * 64
+    (folder / "weights.json").write_text(json.dumps(weights))
+    raw = json.loads((REPO / "scenarios" / "engine_ngram.json").read_text())
+    raw["name"] = "engine_wrong_weights_sha"
+    path = tmp_path / "engine_wrong_weights_sha.json"
+    path.write_text(json.dumps(raw))
+    scenario = load_scenario(path)
+    with pytest.raises(EngineFailure) as failure:
+        warm_workers(load_pins().oracle).run(scenario, scenario.layers)
+    message = str(failure.value)
+    assert failure.value.kind == "engine_error" and "engine reported bad_request" in message, message
+    assert "engine_args.model" in message and "weights.json" in message
+    assert "model.safetensors sha256 mismatch: expected 0000000000000000" in message
+    assert "internal" not in message and "Traceback" not in message

@@ -72,10 +72,15 @@ def _model_path(folder: str, source: str, field: str) -> str:
                                 "tiny-*, or a checkpoint with weights); an architecture-only folder "
                                 "serves the config, steps and methods layers only")
         return folder
+    from conformance.fields import ScenarioError
+
     from .tiny_models import materialize
 
     cache = Path(os.environ.get("VLLM_PARITY_CACHE", Path.home() / ".cache" / "vllm-parity"))
-    return str(materialize(Path(folder), cache))
+    try:
+        return str(materialize(Path(folder), cache))
+    except ValueError as exc:  # a weights.json that does not make the weights it names: bad input
+        raise ScenarioError(source, field, f"{folder}/weights.json: {exc}") from None
 
 
 def llm_kwargs(scenario: dict) -> dict:
