@@ -392,3 +392,34 @@ def test_a_wrong_sha256_in_weights_json_is_a_clear_error_of_the_real_oracle(warm
     assert "engine_args.model" in message and "weights.json" in message
     assert "model.safetensors sha256 mismatch: expected 0000000000000000" in message
     assert "internal" not in message and "Traceback" not in message
+
+
+def test_an_engine_that_failed_at_once_is_not_said_to_be_still_running(tmp_path):
+    """Two engines side by side share one progress: the one that failed is not repeated."""
+    import threading
+
+    from conformance.progress import EngineProgress, Progress
+    from conformance.runner import run_units
+
+    said, ended, beat = [], [], threading.Event()
+
+    def log(message):
+        said.append(message)
+        if ended and "still running" in message:
+            beat.set()
+
+    crashing = EngineSpec("crashing", (sys.executable, "-c", "import sys; sys.exit(3)"))  # before its hello
+    items = [(load_scenario(GATE), ["config"])]
+    with Progress(10.0, log, heartbeat=0.05) as progress:
+        other = EngineProgress(progress, "gate", "other", [(GATE.stem, ["config"], 1.0)], 1.0)
+        other.starting()  # still starting while the other engine fails
+        run = run_units(crashing, items, progress=EngineProgress(progress, "gate", "crashing",
+                                                                 [(GATE.stem, ["config"], 1.0)], 1.0))
+        assert run.traces[0]["failure"]["kind"] == "crash"
+        ended.append(len(said))
+        assert beat.wait(60), said
+        other.end(1)
+    assert any(line.startswith("[gate] crashing: starting the engine [") for line in said[:ended[0]])
+    repeated = [line for line in said[ended[0]:] if "still running" in line]
+    assert repeated and all(line.startswith("[gate] other: starting the engine: still running")
+                            for line in repeated), repeated
