@@ -399,10 +399,6 @@ def resume() -> None:
     _STOPPING.clear()
 
 
-def stopping() -> bool:
-    return _STOPPING.is_set()
-
-
 def _kill_group(proc: subprocess.Popen | None) -> list[int]:
     """End the engine's process group, then by pid any of its processes that left the group
     (found by the engine's mark, or as descendants seen before the group was ended). Returns
@@ -432,7 +428,7 @@ def _kill_group(proc: subprocess.Popen | None) -> list[int]:
     except subprocess.TimeoutExpired:
         pass
     mark = getattr(proc, "parity_mark", None)
-    strays = sorted(p for p in set(tree) | set(_marked(mark) if mark else ()) if _running(p))
+    strays = sorted(p for p in set(tree) | set(_marked(mark) if mark else ()) if _outside(p, proc.pid))
     for pid in strays:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -456,14 +452,20 @@ def ended_words(strays: list[int], who: str = "the engine and its children") -> 
     return words
 
 
-def _stat(pid: int) -> tuple[str, int] | None:
-    """(state, parent pid) of a process, from /proc; None when it is gone."""
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, process group) of a process, from /proc; None when it is gone."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):
+        return fields[0].decode(), int(fields[1]), int(fields[2])
+    except (OSError, IndexError, ValueError):
         return None
-    return fields[0].decode(), int(fields[1])
+
+
+def _outside(pid: int, group: int) -> bool:
+    """Running in another process group than `group`: out of killpg's reach."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X") and stat[2] != group
 
 
 def _running(pid: int) -> bool:
