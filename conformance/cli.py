@@ -2,7 +2,8 @@
 
 Exit status (every command): 0 success; 1 a divergence (or a golden that would change, in
 --check); 2 a run that could not be compared (engine crash, hang, protocol violation, missing
-or invalid golden) or bad input (malformed scenario, unknown engine).
+or invalid golden) or bad input (malformed scenario, unknown engine); 130 stopped by Ctrl-C,
+143 by SIGTERM (every engine ended, no verdict).
 """
 
 from __future__ import annotations
