@@ -2,19 +2,23 @@
 
 Exit status (every command): 0 success; 1 a divergence (or a golden that would change, in
 --check); 2 a run that could not be compared (engine crash, hang, protocol violation, missing
-or invalid golden) or bad input (malformed scenario, unknown engine).
+or invalid golden) or bad input (malformed scenario, unknown engine); 130 stopped by Ctrl-C,
+143 by SIGTERM (every engine ended, no verdict).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import signal
 import sys
+import threading
 from pathlib import Path
 
 from . import goldens as golden_files
 from .drift import drift_rows, render_drift
-from .engine import resolve_engine
+from .engine import end_all, ended_words, resolve_engine, resume
 from .envs import EnvError, device_mode, ensure_env
 from .gate import WaiverError, load_waivers
 from .methods_table import render_methods_table
@@ -107,12 +111,55 @@ def main(argv: list[str] | None = None) -> int:
                    help="mutants run the stand-in scenarios only, not the two engine-layer ones after them")
 
     args = parser.parse_args(argv)
+    with _stop_on_signals():  # also while the engines are ended below
+        try:
+            return COMMANDS[args.command](args)
+        except (ScenarioError, TraceError, PinError, EnvError, ValueError,
+                golden_files.GoldenRefused, WaiverError) as exc:
+            log(f"parity {args.command}: error: {exc}")
+            return 2
+        except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted)
+            strays = getattr(exc, "parity_strays", []) + end_all()
+            resume()
+            signum = getattr(exc, "signum", signal.SIGINT)
+            how = ("interrupted (Ctrl-C)" if signum == signal.SIGINT
+                   else f"stopped by {signal.Signals(signum).name}")
+            log(f"parity {args.command}: {how}: "
+                f"{ended_words(strays, 'every engine process and its children')}; no verdict")
+            return 128 + signum
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM (a CI runner cancelling the job, `kill`), handled as Ctrl-C is."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def _stop_on_signals():
+    """While a command runs, SIGINT and SIGTERM raise Interrupted in the main thread, which
+    ends every engine (an engine runs in its own session: no terminal signal reaches it).
+    After the first, further signals are noted and ignored: the cleanup runs to its end."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def later(signum, frame):
+        log(f"parity: {signal.Signals(signum).name} again: still ending the engines")
+
+    def first(signum, frame):
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, later)
+        raise Interrupted(signum)
+
+    before = {sig: signal.signal(sig, first) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
-        return COMMANDS[args.command](args)
-    except (ScenarioError, TraceError, PinError, EnvError, ValueError,
-            golden_files.GoldenRefused, WaiverError) as exc:
-        log(f"parity {args.command}: error: {exc}")
-        return 2
+        yield
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def cmd_envs(args) -> int:

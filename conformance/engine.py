@@ -8,6 +8,7 @@ Every way an engine can fail ends in an EngineFailure with a kind and the partia
 from __future__ import annotations
 
 import contextlib
+import itertools
 import math
 import os
 import queue
@@ -40,6 +41,10 @@ class EngineSpec:
     argv: tuple[str, ...]
     release: str | None = None  # set when this is a pinned vLLM release
     is_oracle: bool = False
+
+
+class Stopped(Exception):
+    """The whole run is being stopped (Ctrl-C, SIGTERM): no engine starts or waits any more."""
 
 
 class EngineFailure(RuntimeError):
@@ -104,15 +109,27 @@ class EngineProcess:
             handshake = timeout_setting("VLLM_PARITY_HANDSHAKE_TIMEOUT", HANDSHAKE_TIMEOUT)
         if self.run_timeout is None:
             self.run_timeout = timeout_setting("VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT)
+        if _STOPPING.is_set():
+            raise Stopped(f"{self.spec.label}: not started, the run is being stopped")
         self._stderr = tempfile.TemporaryFile()
+        mark = f"{os.getpid()}-{next(_MARKS)}"
         try:
-            self._proc = subprocess.Popen(
+            proc = subprocess.Popen(
                 list(self.spec.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=self._stderr, start_new_session=True,  # own group: killed with its children
+                env={**os.environ, MARK: mark},  # inherited by its children, found by it if they leave the group
             )
         except OSError as exc:
             raise EngineFailure("crash", f"{self.spec.label}: cannot start {self.spec.argv[0]!r}: {exc}")
-        _LIVE.add(self._proc)
+        proc.parity_mark = mark
+        with _LIVE_LOCK:  # an end_all() that ran meanwhile must not miss this engine
+            stopping = _STOPPING.is_set()
+            if not stopping:
+                _LIVE.add(proc)
+        if stopping:
+            _kill_group(proc)
+            raise Stopped(f"{self.spec.label}: ended at once, the run is being stopped")
+        self._proc = proc
         threading.Thread(target=self._read, args=(self._proc.stdout, self._lines), daemon=True).start()
         with self._ended_on_interrupt():
             message = self._next(time.monotonic() + handshake, ("hello", "error"), "handshake")
@@ -186,9 +203,14 @@ class EngineProcess:
                 pass
         _kill_group(proc)
 
-    def stderr_tail(self, lines: int = 15) -> str:
-        self._stderr.seek(0)
-        return "\n".join(self._stderr.read().decode("utf-8", "replace").splitlines()[-lines:])
+    def stderr_tail(self, lines: int = 15, max_bytes: int | None = None) -> str:
+        """The last `lines` lines of the engine's stderr, read from its last `max_bytes` only
+        when given (a line cut by that bound starts with "[...]")."""
+        size = self._stderr.seek(0, os.SEEK_END)
+        start = 0 if max_bytes is None else max(0, size - max_bytes)
+        self._stderr.seek(start)
+        text = self._stderr.read().decode("utf-8", "replace")
+        return ("[...]" if start else "") + "\n".join(text.splitlines()[-lines:])
 
     # -- internals ---------------------------------------------------------------------
 
@@ -208,9 +230,9 @@ class EngineProcess:
             yield
         except EngineFailure:
             raise
-        except BaseException:
+        except BaseException as exc:
             proc, self._proc = self._proc, None
-            _kill_group(proc)
+            exc.parity_strays = getattr(exc, "parity_strays", []) + _kill_group(proc)  # said by the caller
             raise
 
     def _send(self, message: dict, partial: dict, deadline: float, where: str) -> None:
@@ -229,6 +251,8 @@ class EngineProcess:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 self._timed_out(where, partial)
+            if _STOPPING.is_set():  # end_all() ended this engine: no failure to report
+                raise Stopped(f"{self.spec.label}: stopped during {where}")
             try:
                 line = self._lines.get(timeout=min(remaining, POLL_INTERVAL))
             except queue.Empty:
@@ -248,28 +272,28 @@ class EngineProcess:
 
     def _timed_out(self, where: str, partial: dict | None) -> None:
         proc, self._proc = self._proc, None
-        _kill_group(proc)
+        strays = _kill_group(proc)
         raise EngineFailure("timeout", f"{self.spec.label}: no answer during {where} before the "
-                            f"timeout; the engine and its children were ended{self._tail()}",
+                            f"timeout; {ended_words(strays)}{self._tail()}",
                             partial) from None
 
     def _crashed(self, where: str, partial: dict | None, stdout_held: bool = False) -> None:
         proc, self._proc = self._proc, None
-        code = None
+        code, strays = None, []
         if proc is not None:
             try:
                 code = proc.wait(timeout=EXIT_GRACE)
             except subprocess.TimeoutExpired:
                 pass
-            _kill_group(proc)  # children that outlived it, or the engine itself if it lingers
+            strays = _kill_group(proc)  # children that outlived it, or the engine itself if it lingers
         if stdout_held:
             how = f"exited (status {code}) but a child process kept its stdout open"
         elif code is None:
             how = "closed its stdout without exiting"
         else:
             how = f"exited (status {code})"
-        raise EngineFailure("crash", f"{self.spec.label} {how} during {where}; the engine and its "
-                            f"children were ended{self._tail()}", partial)
+        raise EngineFailure("crash", f"{self.spec.label} {how} during {where}; "
+                            f"{ended_words(strays)}{self._tail()}", partial)
 
     def _fail(self, kind: str, message: str, partial: dict | None) -> None:
         tail = self._tail()
@@ -277,11 +301,23 @@ class EngineProcess:
         raise EngineFailure(kind, message + tail, partial)
 
     def _tail(self) -> str:
-        """The engine's last stderr lines, for a failure's message: where a port's traceback is."""
-        tail = self.stderr_tail(60)
+        """The engine's last stderr lines, for a failure's message: where a port's traceback is.
+        Bounded in bytes and lines, each line too: the message lands in every report."""
+        tail = self.stderr_tail(60, TAIL_BYTES)
         start = tail.rfind("Traceback (most recent call last)")  # a Python engine's last traceback whole
         tail = tail[start:] if start >= 0 else "\n".join(tail.splitlines()[-15:])
+        tail = "\n".join(_cut(line) for line in tail.splitlines())
         return f"; last stderr lines:\n{tail}" if tail.strip() else "; its stderr is empty"
+
+
+TAIL_BYTES = 32 * 1024  # of an engine's stderr read for a failure's message
+TAIL_LINE = 500  # characters of one stderr line in that message
+
+
+def _cut(line: str) -> str:
+    if len(line) <= TAIL_LINE:
+        return line
+    return f"{line[:TAIL_LINE - 100]} [... {len(line) - TAIL_LINE + 100} characters cut ...]"
 
 
 def timeout_setting(name: str, default: float) -> float:
@@ -336,18 +372,42 @@ def _write_within(proc: subprocess.Popen | None, data: bytes, seconds: float) ->
 # Every engine process started and not yet ended: engines run in threads side by side
 # (runner.side_by_side), and a Ctrl-C reaches only the main thread, which ends them all.
 _LIVE: set = set()
+_LIVE_LOCK = threading.Lock()
+# Set while a run is being stopped: no engine starts again, no wait for an engine goes on.
+_STOPPING = threading.Event()
+# Every engine's environment carries its own mark, inherited by its children: a child that
+# left the engine's process group (setsid) is still found by it, even once reparented.
+MARK = "VLLM_PARITY_ENGINE_MARK"
+_MARKS = itertools.count(1)
 
 
-def end_all() -> None:
-    """End every engine process still running (and its children)."""
-    for proc in list(_LIVE):
-        _kill_group(proc)
+def end_all() -> list[int]:
+    """Stop the run: no engine starts again (until `resume`), and every engine process still
+    running is ended with its children. Returns the pids of processes that had left their
+    engine's process group and were ended by pid."""
+    with _LIVE_LOCK:
+        _STOPPING.set()
+        procs = list(_LIVE)
+    for proc in procs:  # every group told at once, so their exits overlap
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGTERM)
+    return [pid for proc in procs for pid in _kill_group(proc)]
 
 
-def _kill_group(proc: subprocess.Popen | None) -> None:
+def resume() -> None:
+    """Engines may start again (after a stop that was handled)."""
+    _STOPPING.clear()
+
+
+def _kill_group(proc: subprocess.Popen | None) -> list[int]:
+    """End the engine's process group, then by pid any of its processes that left the group
+    (found by the engine's mark, or as descendants seen before the group was ended). Returns
+    the pids of those processes (ended_words says which of them, if any, still run)."""
     if proc is None:
-        return
-    _LIVE.discard(proc)
+        return []
+    with _LIVE_LOCK:
+        _LIVE.discard(proc)
+    tree = _descendants(proc.pid)  # while the leader lives, its children are still linked to it
     for sig in (signal.SIGTERM, signal.SIGKILL):
         try:
             os.killpg(proc.pid, sig)
@@ -367,3 +427,84 @@ def _kill_group(proc: subprocess.Popen | None) -> None:
         proc.wait(timeout=5)  # reap the leader, whatever ended it
     except subprocess.TimeoutExpired:
         pass
+    mark = getattr(proc, "parity_mark", None)
+    strays = sorted(p for p in set(tree) | set(_marked(mark) if mark else ()) if _outside(p, proc.pid))
+    for pid in strays:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    deadline = time.monotonic() + 2.0
+    while any(_running(p) for p in strays) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return strays
+
+
+def ended_words(strays: list[int], who: str = "the engine and its children") -> str:
+    """What was ended, truthfully: a process that had left its engine's process group is
+    named by pid, and one that still runs is said to."""
+    left = [p for p in strays if _running(p)]
+    ended = [p for p in strays if p not in left]
+    words = f"{who} were ended"
+    if ended:
+        words += (f" ({len(ended)} of them by pid, {', '.join(map(str, ended))}: "
+                  f"{'it' if len(ended) == 1 else 'they'} had left the engine's process group)")
+    if left:
+        words += f"; could not end pid {', '.join(map(str, left))}, still running"
+    return words
+
+
+def _stat(pid: int) -> tuple[str, int, int] | None:
+    """(state, parent pid, process group) of a process, from /proc; None when it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), int(fields[1]), int(fields[2])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _outside(pid: int, group: int) -> bool:
+    """Running in another process group than `group`: out of killpg's reach."""
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X") and stat[2] != group
+
+
+def _running(pid: int) -> bool:
+    stat = _stat(pid)
+    return stat is not None and stat[0] not in ("Z", "X")  # a zombie has ended
+
+
+def _pids() -> list[int]:
+    try:
+        return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+    except OSError:  # no /proc (not Linux): process groups are all there is
+        return []
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for pid in _pids():
+        stat = _stat(pid)
+        if stat is not None:
+            children.setdefault(stat[1], []).append(pid)
+    found, todo = [], list(children.get(root, ()))
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, ()))
+    return found
+
+
+def _marked(mark: str) -> list[int]:
+    """Processes whose environment carries `mark` (readable for our own processes only)."""
+    needle = f"{MARK}={mark}".encode()
+    found = []
+    for pid in _pids():
+        if pid == os.getpid():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                if needle in f.read().split(b"\0"):
+                    found.append(pid)
+        except OSError:
+            continue
+    return found

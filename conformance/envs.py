@@ -148,7 +148,14 @@ def ensure_env(release: str, log=print, pins: Pins | None = None, say_cached: bo
     if not (final / "READY").exists():
         final.parent.mkdir(parents=True, exist_ok=True)
         with open(final.parent / f"{final.name}.lock", "w") as lock:
-            fcntl.flock(lock, fcntl.LOCK_EX)  # two runs building the same pin wait for each other
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # two runs building the same pin wait for each other, and say so
+                from .progress import heartbeat
+
+                with heartbeat(log, f"[envs] vllm {release} ({mode}): waiting for another build of it "
+                               f"to finish (lock {lock.name})"):
+                    fcntl.flock(lock, fcntl.LOCK_EX)
             if not (final / "READY").exists():
                 _build(release, mode, pins, final, log)
     _refuse_unfaithful_oracle(release, final, pins)

@@ -29,10 +29,10 @@ from .methods_table import render_methods_table
 from .pins import Pins, parse_pin
 from .progress import EngineProgress, Progress, duration
 from .report import render_gate, render_rows
-from .reports import annotation, markdown, write_reports
+from .reports import annotation, claimed, markdown, write_reports, write_text
 from .runner import run_units, side_by_side
-from .shards import (COLD_START, GROUPS, Unit, assign, digest, goldens_digest, load_results, plan, share_cost,
-                     tool_identity, write_results)
+from .shards import (COLD_START, GROUPS, ShardError, Unit, assign, digest, goldens_digest, load_results, plan,
+                     share_cost, tool_identity, write_results)
 from .trace import TraceError
 from .verdict import CANDIDATE, ORACLE, PASS, STAND_IN, Verdict, judge
 
@@ -141,13 +141,25 @@ def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pin
 
 def gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, reports: Path | None,
          shard: tuple[int, int] | None, results: Path | None, log, out=print, parallel: int = 1) -> int:
-    units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, layers,
-                 _refused(engines, pins))
-    index, count = shard or (1, 1)
-    share = assign(units, count)[index - 1] if shard else units
     if shard and reports:
         log("[gate] --reports is for the whole gate: pass it to `parity merge`; this shard writes "
             "its results folder only")
+        reports = None
+    if not shard:
+        check_summary_target()
+    with claimed(reports):  # checked before any engine runs, held until the reports are written
+        return _gate(pins, scenarios, engines, layers, waivers, reports, shard, results, log, out, parallel)
+
+
+def _gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, reports: Path | None,
+          shard: tuple[int, int] | None, results: Path | None, log, out, parallel: int) -> int:
+    units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, layers,
+                 _refused(engines, pins))
+    index, count = shard or (1, 1)
+    if count > max(len(units), 1):  # a share would be empty, and balancing them takes count x units^2
+        raise ShardError(f"--shard {index}/{count}: this gate has {len(units)} units of work, so at most "
+                         f"{len(units)} shards; use N <= {len(units)}")
+    share = assign(units, count)[index - 1] if shard else units
     if shard:
         log(f"[gate] shard {index}/{count}: {len(share)} of {len(units)} units, estimated "
             f"{duration(share_cost(share))} (engines: {', '.join(sorted({u.engine for u in share})) or 'none'})")
@@ -174,6 +186,12 @@ def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
 
 
 def merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, out=print) -> int:
+    check_summary_target()
+    with claimed(reports):
+        return _merge(folders, pins, waivers, reports, log, out)
+
+
+def _merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, out) -> int:
     manifest, traces = load_results(folders)
     here = {"tool": tool_identity(), "oracle": pins.oracle, "pins": list(pins.releases),
             "goldens": goldens_digest([s["name"] for s in manifest["scenarios"]], pins.releases)}
@@ -230,13 +248,34 @@ def finish(pins: Pins, manifest: dict, units: list[Unit], traces: dict[str, dict
     out(render_drift(drift_rows(names, pins.releases)))
     if any(s["method_matrix"] for s in scenarios):
         out(render_methods_table(pins.releases))
-    if reports:
-        for path in write_reports(reports, result, judged, pins.oracle, commands):
-            log(f"[gate] wrote {path}")
-    ci_summaries(result, pins.oracle, reports, log, commands)
     status = result.status
+    try:
+        if reports:
+            for path in write_reports(reports, result, judged, pins.oracle, commands):
+                log(f"[gate] wrote {path}")
+        ci_summaries(result, pins.oracle, reports, log, commands)
+    except OSError as exc:  # checked up front; a disk that fills meanwhile still ends here
+        log(f"[gate] error: cannot write the reports: {exc}")
+        log(f"[gate] exit status 2 (the reports are incomplete; the verdict above alone gives "
+            f"{result.status})")
+        return 2
     log(f"[gate] exit status {status} ({STATUS_WORDS[status]})")
     return status
+
+
+def check_summary_target() -> None:
+    """$GITHUB_STEP_SUMMARY, when set, must name a file that can be appended to: checked
+    before any engine runs, so a wrong value is bad input, not a traceback after the verdict."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary:
+        return
+    path = Path(summary)
+    if path.is_dir():
+        raise ValueError(f"$GITHUB_STEP_SUMMARY={summary}: is a folder, not a file")
+    if not path.parent.is_dir():
+        raise ValueError(f"$GITHUB_STEP_SUMMARY={summary}: its folder {path.parent} does not exist")
+    if not os.access(path if path.exists() else path.parent, os.W_OK):
+        raise ValueError(f"$GITHUB_STEP_SUMMARY={summary}: cannot be written")
 
 
 STATUS_WORDS = ("every gating verdict passes or is waived",
@@ -258,7 +297,7 @@ def ci_summaries(result, oracle: str, reports: Path | None, log, commands=None) 
     if reports:
         path = reports / "annotation.md"
         reports.mkdir(parents=True, exist_ok=True)
-        path.write_text(text)
+        write_text(path, text)
         log(f"[gate] wrote {path} (a Buildkite annotation)")
     agent = shutil.which("buildkite-agent") if os.environ.get("BUILDKITE") else None
     if agent:

@@ -34,7 +34,8 @@ class Progress:
         self.total, self.done = max(total, 0.0), 0.0
         self._log, self._clock, self._every = log, clock, heartbeat
         self._start = self._said = clock()
-        self._activity, self._since, self._cost = "", self._start, 0.0
+        # what runs now, by key (one per engine side by side): activity, since, estimated cost
+        self._running: dict = {}
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -44,18 +45,20 @@ class Progress:
             self._said = self._clock()
             self._log(message)
 
-    def begin(self, activity: str, cost: float = 0.0) -> None:
+    def begin(self, activity: str, cost: float = 0.0, key=None) -> None:
         """A new activity of `cost` estimated seconds (not yet done): said now, with the time
-        left, and repeated while it lasts."""
+        left, and repeated while it lasts. It replaces the activity of the same `key` (one
+        key per engine running side by side)."""
         with self._lock:
-            self._activity, self._since, self._cost = activity, self._clock(), max(cost, 0.0)
+            self._running[key] = (activity, self._clock(), max(cost, 0.0))
         self.say(f"{activity} [{self.status()}]")
 
-    def advance(self, cost: float) -> None:
-        """`cost` estimated seconds are done (the current activity's, when it ends)."""
+    def advance(self, cost: float, key=None) -> None:
+        """`cost` estimated seconds are done; the activity of `key` has ended (never repeated
+        again: an engine that failed is not "still running")."""
         with self._lock:
             self.done = min(self.total, self.done + max(cost, 0.0))
-            self._cost = 0.0
+            self._running.pop(key, None)
 
     def elapsed(self) -> float:
         return self._clock() - self._start
@@ -64,8 +67,9 @@ class Progress:
         """Seconds left by estimate: the estimated remainder at the rate measured so far
         (the estimate itself until enough is done to measure a rate)."""
         rate = self.elapsed() / self.done if self.done >= 0.05 * self.total and self.done > 0 else 1.0
-        # the current activity counts as done for the time it has run, up to its estimate
-        current = min(self._cost, (self._clock() - self._since) / rate)
+        # the current activities count as done for the time they have run, up to their estimates
+        now = self._clock()
+        current = sum(min(cost, (now - since) / rate) for _, since, cost in list(self._running.values()))
         return max((self.total - self.done - current) * rate, 0.0)
 
     def status(self) -> str:
@@ -86,8 +90,8 @@ class Progress:
         while not self._stop.wait(min(1.0, self._every)):
             with self._lock:
                 quiet = self._clock() - self._said >= self._every
-                activity, since = self._activity, self._since
-            if quiet and activity:
+                running = sorted(self._running.values(), key=lambda r: r[1]) if quiet else []
+            for activity, since, _ in running:
                 self.say(f"{activity}: still running after {duration(self._clock() - since)} "
                          f"[{self.status()}]")
 
@@ -104,18 +108,22 @@ class EngineProgress:
 
     def starting(self) -> None:
         self._starting = True
-        self.progress.begin(f"[{self.tag}] {self.label}: starting the engine", self.cold_start)
+        self.progress.begin(f"[{self.tag}] {self.label}: starting the engine", self.cold_start, self)
 
     def item(self, number: int) -> None:
-        if self._starting:
-            self._starting = False
-            self.progress.advance(self.cold_start)
+        self._started()
         name, layers, cost = self.items[number - 1]
         self.progress.begin(f"[{self.tag}] {self.label}: {name} ({', '.join(layers)}; "
-                            f"{number}/{len(self.items)})", cost)
+                            f"{number}/{len(self.items)})", cost, self)
 
     def end(self, number: int) -> None:
-        self.progress.advance(self.items[number - 1][2])
+        self._started()  # an engine that failed to start ends its item without running it
+        self.progress.advance(self.items[number - 1][2], self)
+
+    def _started(self) -> None:
+        if self._starting:
+            self._starting = False
+            self.progress.advance(self.cold_start, self)
 
 
 @contextlib.contextmanager

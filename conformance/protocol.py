@@ -53,7 +53,7 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
         # large for a float is as non-finite as Infinity; nesting is bounded before any
         # recursive reader sees it.
         message = json.loads(line.decode("utf-8"), parse_constant=_no_constants,
-                             parse_float=_finite_float)
+                             parse_float=_finite_float, parse_int=_int64)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, RecursionError):
             exc = f"nested deeper than {MAX_DEPTH} levels"
@@ -120,6 +120,22 @@ def _finite_float(text: str) -> float:
     if value in (float("inf"), float("-inf")):
         raise ValueError(f"{text[:40]} is out of range for a number")
     return value
+
+
+# Integers a port's JSON library holds exactly (int64 or uint64); a larger one would be cut or
+# rounded there, and overflows the float conversions of the reports here.
+MIN_INT, MAX_INT = -(2 ** 63), 2 ** 64 - 1
+
+
+def _int64(text: str) -> int:
+    value = int(text) if len(text) <= 21 else None  # never convert a huge digit string
+    if value is None or not MIN_INT <= value <= MAX_INT:
+        raise ValueError(f"integer {_digits(text)} is out of the 64-bit range")
+    return value
+
+
+def _digits(text: str) -> str:
+    return text if len(text) <= 30 else f"{text[:12]}...{text[-6:]} ({len(text.lstrip('-'))} digits)"
 
 
 def _no_constants(token: str):

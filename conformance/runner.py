@@ -6,7 +6,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .engine import EngineFailure, EngineProcess, EngineSpec, end_all
+from .engine import EngineFailure, EngineProcess, EngineSpec, end_all, resume
 from .scenario import Scenario
 from .trace import make_trace
 
@@ -78,18 +78,20 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
 def side_by_side(tasks: list, parallel: int) -> list:
     """Call each task (one engine's run_units, say), up to `parallel` at once, each engine in
     its own process: their cold starts (~6 s of importing vLLM each) overlap. Results in task
-    order. An interrupt ends every engine process before it propagates."""
+    order. An interrupt (or any error) stops the run: every engine process is ended, and no
+    thread starts an engine again (each ends with engine.Stopped), before it propagates."""
     if parallel <= 1 or len(tasks) <= 1:
         return [task() for task in tasks]
     pool = ThreadPoolExecutor(max_workers=min(parallel, len(tasks)))
     try:
         futures = [pool.submit(task) for task in tasks]
         return [f.result() for f in futures]
-    except BaseException:
-        end_all()
+    except BaseException as exc:
+        exc.parity_strays = end_all()  # the caller says what was ended, by pid where it had to be
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        resume()
 
 
 def default_parallel(device: str) -> int:

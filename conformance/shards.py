@@ -12,7 +12,8 @@ count, so every runner of a CI matrix computes the same plan and takes its own s
 
 A results folder:
     manifest.json   what the run was (oracle, pins, scenario set, goldens, tool version,
-                    engines, plan) and which units this shard ran, with their trace files
+                    engines, plan) and which units this shard ran, with their trace files and
+                    each trace's sha256 (merge refuses a trace changed since)
     verdicts.json   each unit's own verdict, for reading (merge judges again from the traces)
     traces/         one trace per unit
 """
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -187,9 +189,12 @@ def write_results(folder: Path, manifest: dict, done: list[tuple[Unit, dict, dic
     entries, verdicts = [], []
     for number, (unit, trace, summary) in enumerate(done, 1):
         name = f"traces/{number:04d}-{_slug(unit.key)}.json"
-        (folder / name).write_text(dumps(trace))
+        data = dumps(trace).encode()
+        (folder / name).write_bytes(data)
+        # merge checks each trace against its digest: a trace rewritten later is refused
         entries.append({"key": unit.key, "engine": unit.engine, "scenario": unit.scenario,
-                        "group": unit.group, "layers": list(unit.layers), "trace": name})
+                        "group": unit.group, "layers": list(unit.layers), "trace": name,
+                        "sha256": hashlib.sha256(data).hexdigest()})
         verdicts.append(dict(summary, unit=unit.key))
     (folder / "verdicts.json").write_text(json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
     manifest = dict(manifest, schema=SCHEMA, units=entries)
@@ -213,7 +218,7 @@ def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:
             if manifest.get(key) != first.get(key):
                 raise ShardError(
                     f"{folder} and {first_folder} are not shards of one gate run: they differ in "
-                    f"{_IDENTITY_WORDS.get(key, key)} ({_short(first.get(key))} vs {_short(manifest.get(key))}); "
+                    f"{_IDENTITY_WORDS.get(key, key)} ({_difference(first.get(key), manifest.get(key))}); "
                     "merge the shards of one run, all made by the same commit")
     count = first["count"]
     seen: dict[int, Path] = {}
@@ -232,6 +237,7 @@ def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:
         for entry in manifest["units"]:
             if entry["key"] in traces:
                 raise ShardError(f"{folder}: unit {entry['key']} was also run by another shard")
+            _check_digest(folder / entry["trace"], entry["sha256"])
             try:
                 traces[entry["key"]] = load_trace(folder / entry["trace"])
             except TraceError as exc:
@@ -269,9 +275,47 @@ def _manifest(folder: Path) -> dict:
     if not isinstance(manifest["units"], list) or not all(
             isinstance(u, dict) and isinstance(u.get("key"), str) and isinstance(u.get("trace"), str)
             and not Path(u["trace"]).is_absolute() and ".." not in Path(u["trace"]).parts
+            and isinstance(u.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", u["sha256"])
             for u in manifest["units"]):
-        raise ShardError(f"{path}: field 'units' must list {{key, trace}} objects with relative trace paths")
+        raise ShardError(f"{path}: field 'units' must list {{key, trace, sha256}} objects with relative "
+                         "trace paths and the sha256 of each trace")
     return manifest
+
+
+def _check_digest(path: Path, expected: str) -> None:
+    try:
+        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ShardError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if actual != expected:
+        raise ShardError(f"{path}: changed after its shard wrote it (sha256 {actual[:16]}..., the "
+                         f"manifest says {expected[:16]}...): merge only what the shards wrote")
+
+
+def _difference(a, b) -> str:
+    """Where two manifest values differ, shortly: the first differing item of a list (an
+    engine, say) and its differing fields, else both values."""
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                if isinstance(x, dict) and isinstance(y, dict):
+                    fields = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
+                    name = x.get("key") or y.get("key") or f"#{i + 1}"
+                    return f"{name}: " + "; ".join(f"{k} {_pair(x.get(k), y.get(k))}" for k in fields)
+                return f"item {i + 1}: {_pair(x, y)}"
+        if len(a) != len(b):
+            longer = a if len(a) > len(b) else b
+            return f"{len(a)} vs {len(b)} items; the first unmatched: {_short(longer[min(len(a), len(b))])}"
+    return _pair(a, b)
+
+
+def _pair(a, b) -> str:
+    """Two values side by side; two long strings from a little before where they part."""
+    if isinstance(a, str) and isinstance(b, str) and max(len(a), len(b)) > 70:
+        cut = max(0, len(os.path.commonprefix([a, b])) - 20)
+        if cut:
+            a, b = "..." + a[cut:], "..." + b[cut:]
+    return f"{_short(a)} vs {_short(b)}"
 
 
 def _short(value) -> str:

@@ -72,10 +72,15 @@ def _model_path(folder: str, source: str, field: str) -> str:
                                 "tiny-*, or a checkpoint with weights); an architecture-only folder "
                                 "serves the config, steps and methods layers only")
         return folder
+    from conformance.fields import ScenarioError
+
     from .tiny_models import materialize
 
     cache = Path(os.environ.get("VLLM_PARITY_CACHE", Path.home() / ".cache" / "vllm-parity"))
-    return str(materialize(Path(folder), cache))
+    try:
+        return str(materialize(Path(folder), cache))
+    except ValueError as exc:  # a weights.json that does not make the weights it names: bad input
+        raise ScenarioError(source, field, f"{folder}/weights.json: {exc}") from None
 
 
 def llm_kwargs(scenario: dict) -> dict:
@@ -147,6 +152,8 @@ def run_engine(scenario: dict):
             llm = vllm.LLM(**kwargs)
         except Exception as exc:  # the release refusing a configuration is a result, not a crash
             _release_memory()
+            if not _is_refusal(exc):
+                raise  # weights that cannot be read, a missing file: an engine error, never a result
             refusal = {"type": type(exc).__name__, "message": clean(str(exc))}
             lines = [clean(x) for x in captured if _budget_line(x)]
             return ([{"refused": refusal, "budget_log_lines": lines}], [{"refused": refusal}],
@@ -159,6 +166,17 @@ def run_engine(scenario: dict):
             llm.llm_engine.engine_core.shutdown()
         del llm
         _release_memory()
+
+
+def _is_refusal(exc: Exception) -> bool:
+    """vLLM refuses a configuration with a ValueError (pydantic's ValidationError is one) or a
+    NotImplementedError; anything else (a SafetensorError, an OSError, a RuntimeError), or any
+    error raised while the weights are read, is the engine failing to load."""
+    import traceback
+
+    loading = any("model_executor/model_loader" in frame.f_code.co_filename.replace(os.sep, "/")
+                  for frame, _ in traceback.walk_tb(exc.__traceback__))
+    return isinstance(exc, (ValueError, NotImplementedError)) and not loading
 
 
 def _generate(llm, workload: dict, lines: list[str], num_logprobs: int, decimals: int):

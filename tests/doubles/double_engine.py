@@ -10,6 +10,10 @@ no-hello, fork-hang (leaves a child process behind while hanging), and:
   close-stdout       closes its stdout and sleeps without exiting
   flood              answers a run with records 0, 1, 2, ... forever, never `done`
   no-read            sends hello, then sleeps without ever reading stdin
+  setsid-hang        forks a child that leaves the process group (setsid), then hangs
+  setsid-crash       forks a child that leaves the process group (setsid), then exits 3
+With --startfile PATH it appends its pid to PATH when it starts (to count starts); with
+--stderr-line N it writes one line of N bytes to stderr first.
 With --steps N it also serves the `steps` layer: N records {"step": i}. `crash` sends
 --crash-after records (default 1) of the run, then exits 3.
 """
@@ -32,7 +36,15 @@ def main() -> int:
     parser.add_argument("--pidfile", help="write the pids of this process and its children here")
     parser.add_argument("--steps", type=int, default=None, help="serve the steps layer: this many records")
     parser.add_argument("--crash-after", type=int, default=1, help="records sent before a crash")
+    parser.add_argument("--startfile", help="append this process's pid here when it starts")
+    parser.add_argument("--stderr-line", type=int, default=0, help="write one stderr line this long")
     args = parser.parse_args()
+    if args.stderr_line:
+        sys.stderr.write("x" * args.stderr_line + "\n")
+        sys.stderr.flush()
+    if args.startfile:
+        with open(args.startfile, "a") as f:
+            f.write(f"{os.getpid()}\n")
     out = sys.stdout.buffer
     record = json.load(open(args.record)) if args.record else {"max_num_scheduled_tokens": 1}
 
@@ -80,6 +92,17 @@ def main() -> int:
             for layer, seq, data in answer[:args.crash_after]:
                 send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})
             os._exit(3)
+        if fault in ("setsid-hang", "setsid-crash"):
+            child = os.fork()
+            if child == 0:
+                os.setsid()  # out of the engine's process group: a group kill misses it
+                os.close(1)
+                time.sleep(3600)
+                os._exit(0)
+            pids(child)
+            if fault == "setsid-crash":
+                os._exit(3)
+            time.sleep(3600)
         if fault in ("crash-with-child", "crash-orphan"):
             child = os.fork()
             if child == 0:
