@@ -134,7 +134,7 @@ BAD_LINES = {
 def test_malformed_lines_are_answered_and_the_engine_keeps_serving(kit):
     engine = Engine()
     try:
-        assert engine.hello["protocol"] == 1 and engine.hello["capabilities"] == ["config", "steps", "outputs"]
+        assert engine.hello["protocol"] == protocol.PROTOCOL_VERSION and engine.hello["capabilities"] == ["config", "steps", "outputs"]
         for what, raw in BAD_LINES.items():
             engine.send(raw)
             answer = engine.read()

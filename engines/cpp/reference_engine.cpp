@@ -17,7 +17,7 @@
 // for them are answered with the protocol's `unsupported` error.
 //
 // Usage: reference_engine [--no-draft-reservation]
-//   Speaks protocol v1 on stdin/stdout, logs to stderr.
+//   Speaks protocol v2 on stdin/stdout, logs to stderr.
 //   --no-draft-reservation: the seed's bug, on purpose: no drafting-slot reservation, so the
 //   scheduler plans the whole max_num_batched_tokens (4096 instead of 4036 on the DFlash gate
 //   configuration). A demonstration of what the gate reports for a port that diverges.
