@@ -296,6 +296,11 @@ class SimpleScheduler : public parity::PortScheduler {
     }
     std::optional<std::string> finish_reason(const std::string& id) const override { return get(id).finish_reason; }
 
+    std::int64_t num_kv_blocks(const std::string& id) const override { return get(id).blocks; }
+    parity::KvBlocks kv_blocks() const override { return {free_blocks_, s_.num_gpu_blocks - 1 - free_blocks_}; }
+    std::vector<std::string> waiting() const override { return ids(waiting_); }
+    std::vector<std::string> running() const override { return ids(running_); }
+
   private:
     struct Request {
         std::string id;
@@ -310,6 +315,13 @@ class SimpleScheduler : public parity::PortScheduler {
     };
 
     Request& get(const std::string& id) const { return *requests_.at(id); }
+
+    template <typename Queue>
+    static std::vector<std::string> ids(const Queue& queue) {
+        std::vector<std::string> out;
+        for (const Request* r : queue) out.push_back(r->id);
+        return out;
+    }
 
     // KV blocks for computed + new tokens plus the lookahead slots of the drafts to come.
     bool allocate(Request& r, std::int64_t n) {

@@ -127,7 +127,7 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
             if request.num_computed_tokens - len(drafts) < request.num_tokens:
                 sampled.append([])  # a prefill chunk that does not reach the end: no sample
                 continue
-            if drafts:
+            if counts_as_verify_step(drafts):
                 verified[rid] += 1
             sampled.append(verify(seed, list(request.all_token_ids), drafts, vocab))
         model_output = ModelRunnerOutput(
@@ -153,6 +153,14 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
         outputs.append({"id": rid, "output_token_ids": [int(t) for t in requests[rid].output_token_ids],
                         "finish_reason": reason.name.lower() if reason is not None else None})
     return getattr(scheduler, "parity_steps", []), outputs
+
+
+def counts_as_verify_step(drafts: list[int]) -> bool:
+    """Whether a step that samples a request (its scheduled tokens reach the end of its
+    tokens) is one of its verify steps, which index its acceptance pattern: it is when drafts
+    were scheduled for it, placeholder drafts of a padded one-token prompt included. A step
+    whose drafts were all cut (by the budget) is not, nor is the step that ends its prefill."""
+    return bool(drafts)
 
 
 def _block_hasher(config):
