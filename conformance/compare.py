@@ -30,6 +30,12 @@ CONTEXT_FIELDS = {
                                "drafter_forward_tokens"}),
 }
 
+# State recorded after a step's update (engines/PROTOCOL.md, `steps`): compared like every
+# decision, so the first divergence falls on the step where the state first differs; within
+# that step, a differing decision is named before the state it led to.
+STATE_FIELDS = frozenset({"accepted_draft_tokens", "computed_tokens", "output_tokens", "kv_blocks",
+                          "waiting", "running"})
+
 
 @dataclass
 class FieldDiff:
@@ -77,8 +83,8 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     result.actual_record = actual[index] if index < len(actual) else None
     if index < min(len(expected), len(actual)):
         result.fields = field_diffs(expected[index], actual[index])
-        if by_decision:  # name the decision that differs first, the budget context after it
-            result.fields.sort(key=lambda f: f.path.split(".")[0].split("[")[0] in context)
+        if by_decision:  # name the decision that differs first, then state, the budget context last
+            result.fields.sort(key=lambda f: _rank(f.path, context))
     else:
         which = "candidate" if len(actual) > len(expected) else "oracle"
         result.fields = [FieldDiff("<record count>", len(expected), len(actual))]
@@ -96,6 +102,11 @@ def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
     _walk(expected, actual, path, out)
     rank = {name: i for i, name in enumerate(PRIMARY_FIELDS)}
     return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
+
+
+def _rank(path: str, context: frozenset) -> int:
+    top, leaf = path.split(".")[0].split("[")[0], path.rsplit(".", 1)[-1].split("[")[0]
+    return 2 if top in context else 1 if top in STATE_FIELDS or leaf in STATE_FIELDS else 0
 
 
 def _first(expected: list, actual: list, skip: frozenset) -> int | None:
