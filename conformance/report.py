@@ -227,9 +227,9 @@ def _per_request(expected: dict | None, actual: dict | None) -> list[str]:
     if state:
         out.append("     -> after the update: computed tokens / output tokens / KV blocks held; "
                    "new / resumed: admitted at this step")
-    out.append(f"     {'request':<{rid_width}}  {'oracle':>{width}}  {'candidate':>{width}}")
+    out.append(f"     {'request':<{rid_width}}  {'oracle':<{width}}  candidate")
     for rid, e, a in rows:
-        out.append(f"   {' ' if e == a else '!'} {rid:<{rid_width}}  {e:>{width}}  {a:>{width}}")
+        out.append(f"   {' ' if e == a else '!'} {rid:<{rid_width}}  {e:<{width}}  {a}")
     return out + _queues(expected or {}, actual or {})
 
 
