@@ -27,7 +27,8 @@ One record per schedule() call, completed by the update_from_output() for that o
      "new": [ids], "resumed": [ids], "preempted": [ids],   # sorted
      "finished": [ids],                 # sorted; finished in this step's update_from_output
      "kv_blocks": {"free": int, "used": int},   # the block pool after the update; "used" is
-                                        #   every block but the free ones and the null block
+                                        #   every block but the free ones and the null block;
+                                        #   engine_steps: "free" only under num_gpu_blocks_override
      "waiting": [ids],                  # after the update, in the order the scheduler takes
                                         #   them (its side queue first, then `waiting`)
      "running": [ids]}                  # after the update, in the running queue's order
@@ -176,6 +177,14 @@ class EngineRecordingScheduler(RecordingScheduler):
 
         worker_counts.begin_step()
         return super().schedule(*args, **kwargs)
+
+    def _parity_state(self) -> dict:
+        state = super()._parity_state()
+        if self.cache_config.num_gpu_blocks_override is None:
+            # The KV cache's size is then the machine's (its memory), not the scenario's: free
+            # blocks would differ from one machine to the next, the blocks requests hold do not.
+            del state["kv_blocks"]["free"]
+        return state
 
     def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
         from engines.vllm import worker_counts
