@@ -274,7 +274,7 @@ def _state(value) -> str:
     if value is None:
         return "-"
     if isinstance(value, dict):  # kv_blocks
-        return f"{value.get('free')} / {value.get('used')}"
+        return f"{value.get('free', '-')} / {value.get('used', '-')}"  # engine_steps may lack free
     if isinstance(value, list):
         return " ".join(str(v) for v in value) or "(empty)"
     return str(value)

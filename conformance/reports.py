@@ -405,7 +405,7 @@ def _admitted(record: dict, rid: str) -> str:
 
 def _state(value) -> str:
     if isinstance(value, dict):  # kv_blocks
-        return html.escape(f"free {value.get('free')}, used {value.get('used')}")
+        return html.escape(", ".join(f"{k} {value[k]}" for k in ("free", "used") if k in value))
     if isinstance(value, list):  # a queue, in its order
         return html.escape(" ".join(str(v) for v in value)) or "(empty)"
     return _num(value)
