@@ -64,26 +64,29 @@ def test_golden_state_is_consistent(scenario, release):
 ENGINE = [s for s in SCENARIOS if s.engine is not None]
 
 
-@pytest.mark.parametrize("release", PINS.releases)
 @pytest.mark.parametrize("scenario", ENGINE, ids=[s.name for s in ENGINE])
-def test_engine_goldens_record_the_state(scenario, release):
+def test_engine_goldens_record_the_state(scenario):
     """engine_steps carry the same state; free blocks only where the scenario fixes the KV
     cache's size, since elsewhere the machine's memory sizes it."""
-    path = golden_path(scenario.name, release)
-    steps = json.loads(path.read_text())["layers"].get("engine_steps") if path.exists() else None
-    if not steps or "refused" in steps[0]:
-        pytest.skip(f"{scenario.name}: no engine_steps golden for {release}")
     fixed = scenario.engine_args.get("num_gpu_blocks_override") is not None
-    outputs = {}
-    for s in steps:
-        assert set(s["kv_blocks"]) == ({"free", "used"} if fixed else {"used"}), s["step"]
-        assert isinstance(s["waiting"], list) and isinstance(s["running"], list)
-        for rid, r in s["requests"].items():
-            assert set(REQUEST_STATE) <= set(r), (s["step"], rid)
-            grew = r["output_tokens"] - outputs.get(rid, 0)
-            assert grew in (0, 1 + r["accepted_draft_tokens"]) or rid in s["finished"], (s["step"], rid, grew)
-            outputs[rid] = r["output_tokens"]
-    assert not steps[-1]["running"] and steps[-1]["kv_blocks"]["used"] == 0
+    checked = []
+    for release in PINS.releases:  # the pins whose whole engine runs here (0.33.0's needs a GPU)
+        path = golden_path(scenario.name, release)
+        steps = json.loads(path.read_text())["layers"].get("engine_steps") if path.exists() else None
+        if not steps or "refused" in steps[0]:
+            continue
+        outputs = {}
+        for s in steps:
+            assert set(s["kv_blocks"]) == ({"free", "used"} if fixed else {"used"}), (release, s["step"])
+            assert isinstance(s["waiting"], list) and isinstance(s["running"], list)
+            for rid, r in s["requests"].items():
+                assert set(REQUEST_STATE) <= set(r), (release, s["step"], rid)
+                grew = r["output_tokens"] - outputs.get(rid, 0)
+                assert grew in (0, 1 + r["accepted_draft_tokens"]) or rid in s["finished"], (release, s["step"], rid)
+                outputs[rid] = r["output_tokens"]
+        assert not steps[-1]["running"] and steps[-1]["kv_blocks"]["used"] == 0, release
+        checked.append(release)
+    assert PINS.oracle in checked
 
 
 # --- the reports: state oracle beside candidate, admissions marked --------------------------
