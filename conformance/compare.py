@@ -30,11 +30,11 @@ CONTEXT_FIELDS = {
                                "drafter_forward_tokens"}),
 }
 
-# State recorded after a step's update (engines/PROTOCOL.md, `steps`): compared like every
-# decision, so the first divergence falls on the step where the state first differs; within
-# that step, a differing decision is named before the state it led to.
-STATE_FIELDS = frozenset({"accepted_draft_tokens", "computed_tokens", "output_tokens", "kv_blocks",
-                          "waiting", "running"})
+# Recorded after a step's update (engines/PROTOCOL.md, `steps`): compared like every decision,
+# so the first divergence falls on the step where the state first differs. Within that step a
+# differing decision is named first, then these in this order (the drafts accepted, then the
+# state they led to), the budget context last.
+AFTER_UPDATE = ("accepted_draft_tokens", "computed_tokens", "output_tokens", "kv_blocks", "waiting", "running")
 
 
 @dataclass
@@ -83,7 +83,7 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     result.actual_record = actual[index] if index < len(actual) else None
     if index < min(len(expected), len(actual)):
         result.fields = field_diffs(expected[index], actual[index])
-        if by_decision:  # name the decision that differs first, then state, the budget context last
+        if by_decision:  # the decision that differs first, then what followed, the budget last
             result.fields.sort(key=lambda f: _rank(f.path, context))
     else:
         which = "candidate" if len(actual) > len(expected) else "oracle"
@@ -106,7 +106,10 @@ def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
 
 def _rank(path: str, context: frozenset) -> int:
     top, leaf = path.split(".")[0].split("[")[0], path.rsplit(".", 1)[-1].split("[")[0]
-    return 2 if top in context else 1 if top in STATE_FIELDS or leaf in STATE_FIELDS else 0
+    if top in context:
+        return len(AFTER_UPDATE) + 1
+    name = top if top in AFTER_UPDATE else leaf
+    return 1 + AFTER_UPDATE.index(name) if name in AFTER_UPDATE else 0
 
 
 def _first(expected: list, actual: list, skip: frozenset) -> int | None:

@@ -106,10 +106,16 @@ CANDIDATE_STEPS = [ORACLE_STEPS[0], _step(1, 301, ["r2"], ["r1"], free=9)]
 def test_a_decision_is_named_before_the_state_it_led_to():
     c = compare_layer("steps", ORACLE_STEPS, CANDIDATE_STEPS)
     assert c.index == 1
-    assert [f.path for f in c.fields] == ["resumed", "kv_blocks.free", "kv_blocks.used",
-                                          "requests.r1.computed_tokens"]
+    assert [f.path for f in c.fields] == ["resumed", "requests.r1.computed_tokens", "kv_blocks.free",
+                                          "kv_blocks.used"]
     same_decisions = [ORACLE_STEPS[0], dict(CANDIDATE_STEPS[1], resumed=["r1"])]
-    assert compare_layer("steps", ORACLE_STEPS, same_decisions).first.path == "kv_blocks.free"
+    assert compare_layer("steps", ORACLE_STEPS, same_decisions).first.path == "requests.r1.computed_tokens"
+    # the drafts accepted come before the state they led to, the budget after both
+    accepted = json.loads(json.dumps(same_decisions))
+    accepted[1]["requests"]["r1"]["accepted_draft_tokens"] = 3
+    accepted[1]["token_budget"] = 65
+    paths = [f.path for f in compare_layer("steps", ORACLE_STEPS, accepted).fields]
+    assert paths[0] == "requests.r1.accepted_draft_tokens" and paths[-1] == "token_budget"
 
 
 def test_text_report_shows_the_state_beside_the_decision():
