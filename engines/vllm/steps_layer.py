@@ -9,8 +9,11 @@ and 0.33.0 (vllm/v1/engine/core.py):
     add the requests arriving at this step
     scheduler.schedule()
     the stand-in "executes" it -> ModelRunnerOutput
-    scheduler.update_from_output(...)
+    scheduler.update_from_output(...)   (the recorder reads the state after it)
     if tokens were scheduled and speculation is on: scheduler.update_draft_token_ids(...)
+
+engines/PROTOCOL.md (`steps`) states this loop as the driver contract a port implements:
+verify steps, padding, empty steps, when `finished` is reported, the stand-in's recipe.
 
 A step with nothing to schedule is still a step (recorded with 0 tokens), so step n of the
 trace is the step at which requests with arrival_step == n were added.
