@@ -79,9 +79,10 @@ struct WorkloadResult {
 //   record the state (computed and output tokens, KV blocks, queues);
 //   if K > 0 and tokens were scheduled: draft() K tokens per scheduled request with the
 //   acceptance of its pattern (indexed by its verify steps so far); update_draft_token_ids().
-// A verify step of a request is a step that scheduled drafts for it (vLLM's placeholder
-// drafts of a padded one-token prompt included) and whose tokens reach the end of its known
-// tokens, so the stand-in samples; a step whose drafts were cut to none is not one.
+// A verify step of a request is a step that scheduled drafts for it (the placeholder drafts
+// vLLM pads a request admitted with one token left to compute with included) and whose tokens
+// reach the end of its known tokens, so the stand-in samples; a step whose drafts were cut to
+// none is not one (engines/PROTOCOL.md, `steps`, states the whole contract).
 // Throws RunError(internal) when the workload does not finish within max_steps.
 WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortScheduler& scheduler);
 
