@@ -30,6 +30,12 @@ CONTEXT_FIELDS = {
                                "drafter_forward_tokens"}),
 }
 
+# Recorded after a step's update (engines/PROTOCOL.md, `steps`): compared like every decision,
+# so the first divergence falls on the step where the state first differs. Within that step a
+# differing decision is named first, then these in this order (the drafts accepted, then the
+# state they led to), the budget context last.
+AFTER_UPDATE = ("accepted_draft_tokens", "computed_tokens", "output_tokens", "kv_blocks", "waiting", "running")
+
 
 @dataclass
 class FieldDiff:
@@ -80,8 +86,8 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     result.actual_record = actual[index] if index < len(actual) else None
     if index < min(len(expected), len(actual)):
         result.fields = field_diffs(expected[index], actual[index])
-        if by_decision:  # name the decision that differs first, the budget context after it
-            result.fields.sort(key=lambda f: f.path.split(".")[0].split("[")[0] in context)
+        if by_decision:  # the decision that differs first, then what followed, the budget last
+            result.fields.sort(key=lambda f: _rank(f.path, context))
     else:
         which = "candidate" if len(actual) > len(expected) else "oracle"
         result.fields = [FieldDiff("<record count>", len(expected), len(actual))]
@@ -99,6 +105,14 @@ def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
     _walk(expected, actual, path, out)
     rank = {name: i for i, name in enumerate(PRIMARY_FIELDS)}
     return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
+
+
+def _rank(path: str, context: frozenset) -> int:
+    top, leaf = path.split(".")[0].split("[")[0], path.rsplit(".", 1)[-1].split("[")[0]
+    if top in context:
+        return len(AFTER_UPDATE) + 1
+    name = top if top in AFTER_UPDATE else leaf
+    return 1 + AFTER_UPDATE.index(name) if name in AFTER_UPDATE else 0
 
 
 def _first(expected: list, actual: list, skip: frozenset) -> int | None:

@@ -208,30 +208,79 @@ def render_summary(verdicts: list[Verdict]) -> str:
 
 
 def _per_request(expected: dict | None, actual: dict | None) -> list[str]:
-    """At a divergent step: every request's scheduled and draft tokens on both sides."""
+    """At a divergent step: every request's scheduled and draft tokens on both sides, the
+    state each side recorded after the update, and the queues and KV blocks."""
     e_reqs = (expected or {}).get("requests")
     a_reqs = (actual or {}).get("requests")
     if not isinstance(e_reqs, dict) and not isinstance(a_reqs, dict):
         return []
     e_reqs, a_reqs = e_reqs or {}, a_reqs or {}
-    accepted = any("accepted_draft_tokens" in r for r in list(e_reqs.values()) + list(a_reqs.values())
-                   if isinstance(r, dict))
+    entries = [r for r in list(e_reqs.values()) + list(a_reqs.values()) if isinstance(r, dict)]
+    accepted = any("accepted_draft_tokens" in r for r in entries)
+    state = any(key in r for r in entries for key in STATE_KEYS)
     what = "tokens / draft tokens / accepted drafts" if accepted else "tokens / draft tokens"
-    out = [f"   per request at this step ({what}):",
-           f"     {'request':<10} {'oracle':>14} {'candidate':>14}"]
+    rows = []
     for rid in sorted(set(e_reqs) | set(a_reqs)):
-        e, a = _counts(e_reqs.get(rid)), _counts(a_reqs.get(rid))
-        out.append(f"   {' ' if e == a else '!'} {rid:<10} {e:>14} {a:>14}")
-    return out
+        e = _mark(expected, rid) + _counts(e_reqs.get(rid))
+        a = _mark(actual, rid) + _counts(a_reqs.get(rid))
+        rows.append((rid, e, a))
+    width = max([len("oracle")] + [max(len(e), len(a)) for _, e, a in rows])
+    rid_width = max([len("request")] + [len(rid) for rid, _, _ in rows])
+    out = [f"   per request at this step ({what}):"]
+    if state:
+        out.append("     -> after the update: computed tokens / output tokens / KV blocks held; "
+                   "new / resumed: admitted at this step")
+    out.append(f"     {'request':<{rid_width}}  {'oracle':<{width}}  candidate")
+    for rid, e, a in rows:
+        out.append(f"   {' ' if e == a else '!'} {rid:<{rid_width}}  {e:<{width}}  {a}")
+    return out + _queues(expected or {}, actual or {})
+
+
+# Per-request fields recorded after a step's update (engines/PROTOCOL.md, `steps`).
+STATE_KEYS = ("computed_tokens", "output_tokens", "kv_blocks")
+
+
+def _mark(record: dict | None, rid: str) -> str:
+    """`new` or `resumed` where that side admitted the request at this step."""
+    for key in ("new", "resumed"):
+        if rid in ((record or {}).get(key) or ()):
+            return f"{key} "
+    return ""
 
 
 def _counts(entry) -> str:
     if not isinstance(entry, dict):
         return "-"
     counts = f"{entry.get('tokens')} / {entry.get('draft_tokens')}"
-    if "accepted_draft_tokens" in entry:  # the engine layers: what the target accepted
+    if "accepted_draft_tokens" in entry:  # what the target accepted
         counts += f" / {entry['accepted_draft_tokens']}"
+    if any(key in entry for key in STATE_KEYS):
+        counts += " -> " + " / ".join(str(entry.get(key, "-")) for key in STATE_KEYS)
     return counts
+
+
+def _queues(expected: dict, actual: dict) -> list[str]:
+    """The step's state after the update, oracle beside candidate: KV blocks and queues."""
+    shown = {"kv_blocks": "KV blocks free / used", "waiting": "waiting (in order)",
+             "running": "running (in order)"}
+    if not any(key in record for record in (expected, actual) for key in shown):
+        return []
+    rows = [(label, _state(expected.get(key)), _state(actual.get(key))) for key, label in shown.items()]
+    width = max([len("oracle")] + [len(e) for _, e, _ in rows])
+    out = ["   state after the update at this step:", f"     {'':<21}  {'oracle':<{width}}  candidate"]
+    for label, e, a in rows:
+        out.append(f"   {' ' if e == a else '!'} {label:<21}  {e:<{width}}  {a}")
+    return out
+
+
+def _state(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):  # kv_blocks
+        return f"{value.get('free', '-')} / {value.get('used', '-')}"  # engine_steps may lack free
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value) or "(empty)"
+    return str(value)
 
 
 def _where(c) -> str:

@@ -408,29 +408,55 @@ def _diff_plot(series: list[tuple[str, list[dict], int | None]]) -> str:
 
 
 def _request_table(c) -> str:
-    """Every request's counts at the first divergent step, oracle beside candidate."""
-    e_reqs = (c.record or {}).get("requests") or {}
-    a_reqs = (c.actual_record or {}).get("requests") or {}
-    fields = ["tokens", "draft_tokens"] + (["accepted_draft_tokens"] if any(
-        isinstance(r, dict) and "accepted_draft_tokens" in r for r in [*e_reqs.values(), *a_reqs.values()]) else [])
+    """Every request's counts at the first divergent step, oracle beside candidate: what was
+    scheduled, then the state after the update; newly admitted and resumed requests marked;
+    then the step's budgets, KV blocks and queues."""
+    e_rec, a_rec = c.record or {}, c.actual_record or {}
+    e_reqs = e_rec.get("requests") or {}
+    a_reqs = a_rec.get("requests") or {}
+    entries = [r for r in [*e_reqs.values(), *a_reqs.values()] if isinstance(r, dict)]
+    fields = [f for f in REQUEST_FIELDS if f in ("tokens", "draft_tokens") or any(f in r for r in entries)]
     step = (c.record or c.actual_record or {}).get("step", c.index)
     names = "".join(f"<th>{f}</th>" for f in fields)
-    rows = [f"<table class='per-request'><caption>every request at step {step} ({c.layer})</caption>"
-            f"<tr><th></th><th colspan='{len(fields)}'>oracle</th><th colspan='{len(fields)}'>candidate</th></tr>"
-            f"<tr><th>request</th>{names}{names}</tr>"]
+    rows = [f"<table class='per-request'><caption>every request at step {step} ({c.layer}); "
+            "computed_tokens, output_tokens and kv_blocks after the step's update</caption>"
+            f"<tr><th></th><th colspan='{len(fields) + 1}'>oracle</th>"
+            f"<th colspan='{len(fields) + 1}'>candidate</th></tr>"
+            f"<tr><th>request</th><th>admitted</th>{names}<th>admitted</th>{names}</tr>"]
     for rid in sorted(set(e_reqs) | set(a_reqs)):
         e, a = e_reqs.get(rid) or {}, a_reqs.get(rid) or {}
-        differs = any(e.get(f) != a.get(f) for f in fields)
-        cells = "".join(f"<td>{_num(e.get(f))}</td>" for f in fields) + "".join(
-            f"<td class='{'diff' if e.get(f) != a.get(f) else ''}'>{_num(a.get(f))}</td>" for f in fields)
+        e_mark, a_mark = _admitted(e_rec, rid), _admitted(a_rec, rid)
+        differs = e_mark != a_mark or any(e.get(f) != a.get(f) for f in fields)
+        cells = (f"<td>{e_mark}</td>" + "".join(f"<td>{_num(e.get(f))}</td>" for f in fields)
+                 + f"<td class='{'diff' if e_mark != a_mark else ''}'>{a_mark}</td>" + "".join(
+                     f"<td class='{'diff' if e.get(f) != a.get(f) else ''}'>{_num(a.get(f))}</td>" for f in fields))
         rows.append(f"<tr class='{'differs' if differs else 'same'}'><td>{html.escape(rid)}</td>{cells}</tr>")
-    for key in ("total_num_scheduled_tokens", "token_budget", "input_budget"):
-        e, a = (c.record or {}).get(key), (c.actual_record or {}).get(key)
+    span = len(fields) + 1
+    for key in ("total_num_scheduled_tokens", "token_budget", "input_budget", "kv_blocks", "waiting", "running"):
+        e, a = e_rec.get(key), a_rec.get(key)
         if e is not None or a is not None:
             rows.append(f"<tr class='{'differs' if e != a else 'same'}'><td><i>{key}</i></td>"
-                        f"<td colspan='{len(fields)}'>{_num(e)}</td><td colspan='{len(fields)}'>{_num(a)}</td></tr>")
+                        f"<td colspan='{span}'>{_state(e)}</td><td colspan='{span}'>{_state(a)}</td></tr>")
     rows.append("</table>")
     return "".join(rows)
+
+
+# Per request at a step: what schedule() gave it, then its state after the update.
+REQUEST_FIELDS = ("tokens", "draft_tokens", "accepted_draft_tokens", "computed_tokens", "output_tokens",
+                  "kv_blocks")
+
+
+def _admitted(record: dict, rid: str) -> str:
+    """`new` or `resumed` where that side admitted the request at this step, else empty."""
+    return next((key for key in ("new", "resumed") if rid in (record.get(key) or ())), "")
+
+
+def _state(value) -> str:
+    if isinstance(value, dict):  # kv_blocks
+        return html.escape(", ".join(f"{k} {value[k]}" for k in ("free", "used") if k in value))
+    if isinstance(value, list):  # a queue, in its order
+        return html.escape(" ".join(str(v) for v in value)) or "(empty)"
+    return _num(value)
 
 
 def _capacity_table(v: Verdict) -> str:

@@ -83,6 +83,12 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
             f"the golden was written for another version of scenario {scenario} "
             f"(sha256 {golden['scenario']['sha256'][:12]} vs {trace['scenario']['sha256'][:12]}); "
             "regenerate it with `make goldens`"))
+    written, speaks = golden.get("engine", {}).get("protocol"), trace["engine"].get("protocol")
+    if isinstance(written, int) and isinstance(speaks, int) and written != speaks:
+        # records change shape between protocol versions (2 added the state after each step)
+        return Verdict(engine, scenario, "invalid_golden", role, message=(
+            f"the golden was written under protocol {written}, the run speaks protocol {speaks}, "
+            "whose records have another shape; regenerate it with `make goldens`"))
     from .protocol import LAYERS
 
     comparisons = []

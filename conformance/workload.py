@@ -15,6 +15,7 @@ The workload schema (every key below; no others):
                    "stop_token_ids": [int],  # optional, default []
                    "acceptance": [int]}]}    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
+                                             # (verify step: engines/PROTOCOL.md, `steps`)
 
 THE STAND-IN IS NOT A MODEL. It is a pure function from a request's tokens so far to its
 next token, so a scheduler can be driven without weights, identically on every machine:

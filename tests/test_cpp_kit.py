@@ -134,7 +134,7 @@ BAD_LINES = {
 def test_malformed_lines_are_answered_and_the_engine_keeps_serving(kit):
     engine = Engine()
     try:
-        assert engine.hello["protocol"] == 1 and engine.hello["capabilities"] == ["config", "steps", "outputs"]
+        assert engine.hello["protocol"] == protocol.PROTOCOL_VERSION and engine.hello["capabilities"] == ["config", "steps", "outputs"]
         for what, raw in BAD_LINES.items():
             engine.send(raw)
             answer = engine.read()
@@ -200,6 +200,39 @@ def test_config_record_is_the_oracles_on_the_gate_configuration(kit):
         bugged.close()
     finally:
         bugged.proc.kill()
+
+
+# The stand-in scenarios the README says the reference engine passes on 0.27.1: a second,
+# independent implementation of the driver contract in engines/PROTOCOL.md (arrivals, verify
+# steps, padding, empty steps, `finished`) and of the state each step records after its update.
+AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_arrivals", "stop_conditions",
+            "chunk_one_short", "drafts_cut_to_none", "eagle_kv_pressure", "priority_kv_pressure",
+            "max_model_len_edge", "drafts_cut_by_budget", "drafts_cut_by_one", "drafts_use_input_budget",
+            "long_prefill_threshold", "kv_pressure_no_spec", "long_prefill_threshold_one", "no_chunked_prefill")
+
+
+def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):
+    from conformance.compare import compare_layer
+
+    engine = Engine()
+    try:
+        for name in AGREEING:
+            golden = json.loads((REPO / "goldens" / name / "vllm-0.27.1.json").read_text())["layers"]
+            answers = engine.run(f"r-{name}", _wire(name), ["steps", "outputs"])
+            assert answers[-1]["type"] == "done", answers[-1]
+            layers = {"steps": [], "outputs": []}
+            for answer in answers[:-1]:
+                layers[answer["layer"]].append(answer["data"])
+            for layer in ("steps", "outputs"):
+                c = compare_layer(layer, golden[layer], layers[layer])
+                assert c.equal, (name, layer, c.index, c.first)
+            steps = layers["steps"]
+            assert all({"kv_blocks", "waiting", "running"} <= set(s) for s in steps), name
+            assert all({"computed_tokens", "output_tokens", "kv_blocks", "accepted_draft_tokens"} <= set(r)
+                       for s in steps for r in s["requests"].values()), name
+        assert engine.close() == 0
+    finally:
+        engine.proc.kill()
 
 
 # --- 3. the gate: the reference engine passes, the bugged one diverges -----------------------

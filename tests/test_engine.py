@@ -55,7 +55,7 @@ def test_crash_keeps_the_partial_trace(double_engine, record_file):
 
 
 def test_wrong_protocol_version_is_named(double_engine):
-    with pytest.raises(EngineFailure, match="expected protocol version 1, got 99"):
+    with pytest.raises(EngineFailure, match="expected protocol version 2, got 99"):
         EngineProcess(spec(double_engine("--fault", "wrong-version"))).start()
 
 

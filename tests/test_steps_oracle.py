@@ -64,7 +64,7 @@ def test_later_pin_is_reported_where_the_budget_binds(warm_workers):
     assert steps.index == 0 and steps.first.path == "requests.r1.tokens"
     assert (steps.first.expected, steps.first.actual) == (1036, 1064)
     text = render([verdict], PINS.oracle)
-    assert "! r1               1036 / 0       1064 / 0" in text
+    assert "! r1       new 1036 / 0 / 0 -> 1036 / 0 / 66   new 1064 / 0 / 0 -> 1064 / 0 / 68" in text
 
 
 MUTANTS = {

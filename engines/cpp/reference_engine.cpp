@@ -17,7 +17,7 @@
 // for them are answered with the protocol's `unsupported` error.
 //
 // Usage: reference_engine [--no-draft-reservation]
-//   Speaks protocol v1 on stdin/stdout, logs to stderr.
+//   Speaks protocol v2 on stdin/stdout, logs to stderr.
 //   --no-draft-reservation: the seed's bug, on purpose: no drafting-slot reservation, so the
 //   scheduler plans the whole max_num_batched_tokens (4096 instead of 4036 on the DFlash gate
 //   configuration). A demonstration of what the gate reports for a port that diverges.
@@ -296,6 +296,11 @@ class SimpleScheduler : public parity::PortScheduler {
     }
     std::optional<std::string> finish_reason(const std::string& id) const override { return get(id).finish_reason; }
 
+    std::int64_t num_kv_blocks(const std::string& id) const override { return get(id).blocks; }
+    parity::KvBlocks kv_blocks() const override { return {free_blocks_, s_.num_gpu_blocks - 1 - free_blocks_}; }
+    std::vector<std::string> waiting() const override { return ids(waiting_); }
+    std::vector<std::string> running() const override { return ids(running_); }
+
   private:
     struct Request {
         std::string id;
@@ -310,6 +315,13 @@ class SimpleScheduler : public parity::PortScheduler {
     };
 
     Request& get(const std::string& id) const { return *requests_.at(id); }
+
+    template <typename Queue>
+    static std::vector<std::string> ids(const Queue& queue) {
+        std::vector<std::string> out;
+        for (const Request* r : queue) out.push_back(r->id);
+        return out;
+    }
 
     // KV blocks for computed + new tokens plus the lookahead slots of the drafts to come.
     bool allocate(Request& r, std::int64_t n) {

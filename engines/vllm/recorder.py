@@ -18,9 +18,24 @@ One record per schedule() call, completed by the update_from_output() for that o
      "input_budget": int,               # only on releases with a per-step input budget
      "drafting_slots_per_request": int, #   (0.28.0+): max_num_batched_tokens, and the
                                         #   slots each scheduled request is charged
-     "requests": {req_id: {"tokens": int, "draft_tokens": int}},
+     "requests": {req_id: {             # the requests scheduled this step
+         "tokens": int, "draft_tokens": int,       # what schedule() gave it
+         "accepted_draft_tokens": int,             # drafts the sampled tokens accepted
+         "computed_tokens": int,                   # num_computed_tokens after the update
+         "output_tokens": int,                     # num_output_tokens after the update
+         "kv_blocks": int}},                       # KV blocks it holds after the update
      "new": [ids], "resumed": [ids], "preempted": [ids],   # sorted
-     "finished": [ids]}                 # sorted; finished in this step's update_from_output
+     "finished": [ids],                 # sorted; finished in this step's update_from_output
+     "kv_blocks": {"free": int, "used": int},   # the block pool after the update; "used" is
+                                        #   every block but the free ones and the null block;
+                                        #   engine_steps: "free" only under num_gpu_blocks_override
+     "waiting": [ids],                  # after the update, in the order the scheduler takes
+                                        #   them (its side queue first, then `waiting`)
+     "running": [ids]}                  # after the update, in the running queue's order
+
+The state fields are read after update_from_output(), so a step's record says what the
+scheduler decided and what it then held: the first divergence falls on the step where the
+state first differs, not steps later where a decision finally shows it.
 
 Only JSON types, nothing from the clock or from object identity.
 """
@@ -57,6 +72,9 @@ class RecordingScheduler(Scheduler):
 
     def update_from_output(self, scheduler_output, model_runner_output):
         unfinished = [rid for rid, req in self.requests.items() if not req.is_finished()]
+        # The Request objects of this step: a request that finishes leaves self.requests.
+        scheduled = {rid: self.requests.get(rid) for rid in scheduler_output.num_scheduled_tokens}
+        accepted = _accepted_drafts(scheduler_output, model_runner_output)
         seen = self._parity_observe(scheduler_output, model_runner_output)
         result = super().update_from_output(scheduler_output, model_runner_output)
         record = None
@@ -69,15 +87,42 @@ class RecordingScheduler(Scheduler):
         record["finished"] = sorted(
             rid for rid in unfinished
             if (req := self.requests.get(rid)) is None or req.is_finished())
+        for rid, req in scheduled.items():
+            entry = record["requests"][str(rid)]
+            entry["accepted_draft_tokens"] = accepted.get(rid, 0)
+            if req is not None:
+                entry["computed_tokens"] = int(req.num_computed_tokens)
+                entry["output_tokens"] = int(req.num_output_tokens)
+            entry["kv_blocks"] = self._parity_request_blocks(rid)
         for rid, fields in seen.pop("requests", {}).items():
             record["requests"][rid].update(fields)
         record.update(seen)
+        record.update(self._parity_state())
         self.parity_steps.append(record)
         path = os.environ.get(RECORD_PATH_ENV)
         if path:
             with open(path, "a", encoding="utf-8") as out:
                 out.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
         return result
+
+    def _parity_state(self) -> dict:
+        """The scheduler's state after an update: the block pool and the two queues."""
+        pool = self.kv_cache_manager.block_pool
+        free = int(pool.get_num_free_blocks())
+        # 0.27.1 / 0.28.0 keep skipped requests in `skipped_waiting`, 0.33.0 keeps requests
+        # holding blocks in `kv_holding_waiting`; either is drained before `waiting`.
+        side = [getattr(self, name) for name in ("kv_holding_waiting", "skipped_waiting")
+                if getattr(self, name, None) is not None]
+        return {
+            "kv_blocks": {"free": free, "used": int(pool.num_gpu_blocks) - 1 - free},  # 1: null block
+            "waiting": [str(req.request_id) for queue in [*side, self.waiting] for req in queue],
+            "running": [str(req.request_id) for req in self.running],
+        }
+
+    def _parity_request_blocks(self, rid) -> int:
+        """KV blocks the request holds, over every KV cache group (none once it finished)."""
+        groups = self.kv_cache_manager.coordinator.get_blocks(rid)
+        return sum(1 for blocks in groups for block in blocks if not getattr(block, "is_null", False))
 
     def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
         """Fields a subclass adds to the step's record (per request under "requests"), read
@@ -124,8 +169,8 @@ class RecordingScheduler(Scheduler):
 
 class EngineRecordingScheduler(RecordingScheduler):
     """RecordingScheduler inside the whole engine (the engine layers): each step's record also
-    holds the drafts the target accepted (from the model runner's output) and the tokens the
-    worker ran through the target and the drafter (engines/vllm/worker_counts.py)."""
+    holds the tokens the worker ran through the target and the drafter
+    (engines/vllm/worker_counts.py) and the worker's capacity."""
 
     def schedule(self, *args, **kwargs):
         from engines.vllm import worker_counts
@@ -133,20 +178,33 @@ class EngineRecordingScheduler(RecordingScheduler):
         worker_counts.begin_step()
         return super().schedule(*args, **kwargs)
 
+    def _parity_state(self) -> dict:
+        state = super()._parity_state()
+        if self.cache_config.num_gpu_blocks_override is None:
+            # The KV cache's size is then the machine's (its memory), not the scenario's: free
+            # blocks would differ from one machine to the next, the blocks requests hold do not.
+            del state["kv_blocks"]["free"]
+        return state
+
     def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
         from engines.vllm import worker_counts
 
-        index = model_runner_output.req_id_to_index or {}
-        sampled = model_runner_output.sampled_token_ids
-        spec_tokens = scheduler_output.scheduled_spec_decode_tokens or {}
-        requests = {}
-        for rid in scheduler_output.num_scheduled_tokens:
-            i = index.get(rid)
-            tokens = sampled[i] if i is not None and i < len(sampled) else []
-            # the target samples one token more than it accepted drafts (its bonus token)
-            accepted = max(len(tokens) - 1, 0) if len(spec_tokens.get(rid, ())) else 0
-            requests[str(rid)] = {"accepted_draft_tokens": accepted}
         counts = worker_counts.snapshot()
-        return {"requests": requests, "target_forward_tokens": counts["target"],
+        return {"target_forward_tokens": counts["target"],
                 "drafter_forward_tokens": counts["drafter"],
                 "max_num_batched_tokens": int(self.scheduler_config.max_num_batched_tokens)}
+
+
+def _accepted_drafts(scheduler_output, model_runner_output) -> dict:
+    """Drafts accepted per request, read from the model runner's output before
+    update_from_output() trims tokens past a stop: the target samples one token more than it
+    accepted (its bonus token), as vLLM's own spec-decoding stats count them."""
+    index = model_runner_output.req_id_to_index or {}
+    sampled = model_runner_output.sampled_token_ids
+    spec_tokens = scheduler_output.scheduled_spec_decode_tokens or {}
+    accepted = {}
+    for rid in scheduler_output.num_scheduled_tokens:
+        i = index.get(rid)
+        tokens = sampled[i] if sampled is not None and i is not None and i < len(sampled) else []
+        accepted[rid] = max(len(tokens) - 1, 0) if len(spec_tokens.get(rid, ())) else 0
+    return accepted

@@ -9,8 +9,11 @@ and 0.33.0 (vllm/v1/engine/core.py):
     add the requests arriving at this step
     scheduler.schedule()
     the stand-in "executes" it -> ModelRunnerOutput
-    scheduler.update_from_output(...)
+    scheduler.update_from_output(...)   (the recorder reads the state after it)
     if tokens were scheduled and speculation is on: scheduler.update_draft_token_ids(...)
+
+engines/PROTOCOL.md (`steps`) states this loop as the driver contract a port implements:
+verify steps, padding, empty steps, when `finished` is reported, the stand-in's recipe.
 
 A step with nothing to schedule is still a step (recorded with 0 tokens), so step n of the
 trace is the step at which requests with arrival_step == n were added.
@@ -127,7 +130,7 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
             if request.num_computed_tokens - len(drafts) < request.num_tokens:
                 sampled.append([])  # a prefill chunk that does not reach the end: no sample
                 continue
-            if drafts:
+            if counts_as_verify_step(drafts):
                 verified[rid] += 1
             sampled.append(verify(seed, list(request.all_token_ids), drafts, vocab))
         model_output = ModelRunnerOutput(
@@ -153,6 +156,14 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
         outputs.append({"id": rid, "output_token_ids": [int(t) for t in requests[rid].output_token_ids],
                         "finish_reason": reason.name.lower() if reason is not None else None})
     return getattr(scheduler, "parity_steps", []), outputs
+
+
+def counts_as_verify_step(drafts: list[int]) -> bool:
+    """Whether a step that samples a request (its scheduled tokens reach the end of its
+    tokens) is one of its verify steps, which index its acceptance pattern: it is when drafts
+    were scheduled for it, placeholder drafts of a padded one-token prompt included. A step
+    whose drafts were all cut (by the budget) is not, nor is the step that ends its prefill."""
+    return bool(drafts)
 
 
 def _block_hasher(config):

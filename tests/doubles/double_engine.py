@@ -60,10 +60,10 @@ def main() -> int:
     if args.fault == "no-hello":
         time.sleep(3600)
     if args.fault == "no-read":
-        send({"type": "hello", "protocol": 1, "engine": "double", "version": "0.0-test",
+        send({"type": "hello", "protocol": 2, "engine": "double", "version": "0.0-test",
               "capabilities": ["config"]})
         time.sleep(3600)
-    send({"type": "hello", "protocol": 99 if args.fault == "wrong-version" else 1,
+    send({"type": "hello", "protocol": 99 if args.fault == "wrong-version" else 2,
           "engine": "double", "version": "0.0-test",
           "capabilities": ["config"] + (["steps"] if args.steps is not None else [])})
     served = {"config"} | ({"steps"} if args.steps is not None else set())

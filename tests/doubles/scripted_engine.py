@@ -19,7 +19,7 @@ import sys
 def main() -> int:
     script = json.load(open(sys.argv[1]))
     out = sys.stdout.buffer
-    out.write(b'{"type":"hello","protocol":1,"engine":"scripted","version":"0.0-test",'
+    out.write(b'{"type":"hello","protocol":2,"engine":"scripted","version":"0.0-test",'
               b'"capabilities":["config","steps"]}\n')
     out.flush()
     if not sys.stdin.buffer.readline():

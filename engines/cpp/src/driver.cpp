@@ -75,6 +75,21 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
         for (const auto& id : unfinished)
             if (scheduler.is_finished(id)) rec.finished.push_back(id);
 
+        // The state after the update.
+        for (auto& [id, entry] : rec.requests) {
+            const Tokens& tokens = sampled.at(id);
+            if (entry.draft_tokens > 0 && !tokens.empty())  // the target samples a bonus token
+                entry.accepted_draft_tokens = static_cast<std::int64_t>(tokens.size()) - 1;
+            entry.computed_tokens = scheduler.num_computed_tokens(id);
+            entry.output_tokens = static_cast<std::int64_t>(scheduler.output_token_ids(id).size());
+            entry.kv_blocks = scheduler.num_kv_blocks(id);
+        }
+        const KvBlocks blocks = scheduler.kv_blocks();
+        rec.kv_free = blocks.free;
+        rec.kv_used = blocks.used;
+        rec.waiting = scheduler.waiting();
+        rec.running = scheduler.running();
+
         // The stand-in drafter (post_step).
         if (k > 0 && rec.total_num_scheduled_tokens > 0) {
             std::vector<std::pair<std::string, Tokens>> drafts;

@@ -1,4 +1,4 @@
-// Protocol v1 framing and messages: see include/parity/protocol.hpp and engines/PROTOCOL.md.
+// Protocol v2 framing and messages: see include/parity/protocol.hpp and engines/PROTOCOL.md.
 #include "parity/protocol.hpp"
 
 #include <cmath>

@@ -1,4 +1,4 @@
-// vllm-parity engine protocol, version 1, for C++ engines (see engines/PROTOCOL.md).
+// vllm-parity engine protocol, version 2, for C++ engines (see engines/PROTOCOL.md).
 //
 // JSON lines over stdin/stdout. This header gives a port everything the framing needs:
 //   - LineReader: reads one '\n'-terminated line with a hard size limit (64 MiB), never more;
@@ -23,7 +23,7 @@ namespace parity {
 
 using json = nlohmann::json;
 
-constexpr int kProtocolVersion = 1;
+constexpr int kProtocolVersion = 2;
 constexpr std::size_t kMaxLineBytes = 64u * 1024u * 1024u;  // one message, as PROTOCOL.md
 constexpr int kMaxDepth = 64;  // the message object itself is depth 1
 

@@ -78,10 +78,14 @@ inline std::string scheduled_tokens_refused(std::int64_t max_num_scheduled_token
 }
 }  // namespace budget_log
 
-// `steps` (and `engine_steps`): one record per scheduler step.
-struct StepRequest {
-    std::int64_t tokens = 0, draft_tokens = 0;
-    std::optional<std::int64_t> accepted_draft_tokens;  // engine_steps only
+// `steps` (and `engine_steps`): one record per scheduler step. The state fields are read
+// after update_from_output() (engines/PROTOCOL.md "steps").
+struct StepRequest {  // a request scheduled this step
+    std::int64_t tokens = 0, draft_tokens = 0;  // what schedule() gave it
+    std::int64_t accepted_draft_tokens = 0;     // drafts the sampled tokens accepted (sampled - 1)
+    std::int64_t computed_tokens = 0;           // after the update (rejected drafts given back)
+    std::int64_t output_tokens = 0;             // after the update (cut at a stop token)
+    std::int64_t kv_blocks = 0;                 // KV blocks it holds after the update (0 once finished)
 };
 
 struct StepRecord {
@@ -90,6 +94,10 @@ struct StepRecord {
     std::optional<std::int64_t> input_budget, drafting_slots_per_request;
     std::map<std::string, StepRequest> requests;
     std::vector<std::string> new_, resumed, preempted, finished;  // written sorted
+    // After the update: the KV cache's free blocks and the blocks requests hold (vLLM's null
+    // block in neither), and the queues in their own order (written as given, not sorted).
+    std::int64_t kv_free = 0, kv_used = 0;
+    std::vector<std::string> waiting, running;
     // engine_steps only:
     std::optional<std::vector<std::int64_t>> target_forward_tokens, drafter_forward_tokens;
     std::optional<std::int64_t> max_num_batched_tokens;
@@ -100,11 +108,13 @@ struct StepRecord {
             return v;
         };
         json reqs = json::object();
-        for (const auto& [id, r] : requests) {
-            json entry = {{"tokens", r.tokens}, {"draft_tokens", r.draft_tokens}};
-            if (r.accepted_draft_tokens) entry["accepted_draft_tokens"] = *r.accepted_draft_tokens;
-            reqs[id] = entry;
-        }
+        for (const auto& [id, r] : requests)
+            reqs[id] = {{"tokens", r.tokens},
+                        {"draft_tokens", r.draft_tokens},
+                        {"accepted_draft_tokens", r.accepted_draft_tokens},
+                        {"computed_tokens", r.computed_tokens},
+                        {"output_tokens", r.output_tokens},
+                        {"kv_blocks", r.kv_blocks}};
         json out = {{"step", step},
                     {"total_num_scheduled_tokens", total_num_scheduled_tokens},
                     {"token_budget", token_budget},
@@ -112,7 +122,10 @@ struct StepRecord {
                     {"new", sorted(new_)},
                     {"resumed", sorted(resumed)},
                     {"preempted", sorted(preempted)},
-                    {"finished", sorted(finished)}};
+                    {"finished", sorted(finished)},
+                    {"kv_blocks", {{"free", kv_free}, {"used", kv_used}}},
+                    {"waiting", waiting},
+                    {"running", running}};
         if (input_budget) out["input_budget"] = *input_budget;
         if (drafting_slots_per_request) out["drafting_slots_per_request"] = *drafting_slots_per_request;
         if (target_forward_tokens) out["target_forward_tokens"] = *target_forward_tokens;

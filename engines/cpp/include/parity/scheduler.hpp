@@ -30,6 +30,10 @@ struct ScheduledStep {
     std::int64_t token_budget = 0;                      // the step's budget (max_num_scheduled_tokens)
 };
 
+struct KvBlocks {
+    std::int64_t free = 0, used = 0;
+};
+
 class PortScheduler {
   public:
     virtual ~PortScheduler() = default;
@@ -52,6 +56,16 @@ class PortScheduler {
     virtual bool is_finished(const std::string& id) const = 0;
     virtual Tokens output_token_ids(const std::string& id) const = 0;
     virtual std::optional<std::string> finish_reason(const std::string& id) const = 0;  // "length"/"stop"
+    // The state each step record carries, read after update_from_output():
+    // KV blocks the request holds (0 once finished, its blocks freed),
+    virtual std::int64_t num_kv_blocks(const std::string& id) const = 0;
+    // the KV cache's free blocks and the blocks requests hold (neither counts vLLM's null block),
+    virtual KvBlocks kv_blocks() const = 0;
+    // the waiting queue in the order the scheduler takes from it (a preempted request goes
+    // back to its front under FCFS), and the running queue in its own order (newly admitted
+    // requests at its end; under FCFS the last one is the next preemption victim).
+    virtual std::vector<std::string> waiting() const = 0;
+    virtual std::vector<std::string> running() const = 0;
 };
 
 struct WorkloadResult {
@@ -62,8 +76,13 @@ struct WorkloadResult {
 // Drives `scheduler` over the workload exactly as engines/vllm/steps_layer.py drives vLLM's:
 //   add the requests arriving at step n; stop when every request has finished;
 //   schedule(); the stand-in samples (verify() of the scheduled drafts); update_from_output();
+//   record the state (computed and output tokens, KV blocks, queues);
 //   if K > 0 and tokens were scheduled: draft() K tokens per scheduled request with the
 //   acceptance of its pattern (indexed by its verify steps so far); update_draft_token_ids().
+// A verify step of a request is a step that scheduled drafts for it (the placeholder drafts
+// vLLM pads a request admitted with one token left to compute with included) and whose tokens
+// reach the end of its known tokens, so the stand-in samples; a step whose drafts were cut to
+// none is not one (engines/PROTOCOL.md, `steps`, states the whole contract).
 // Throws RunError(internal) when the workload does not finish within max_steps.
 WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortScheduler& scheduler);
 
