@@ -59,7 +59,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="a candidate engine (pin or command line); repeatable. Default: the other "
                         "pins, as informational stand-ins")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
-    p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
+    p.add_argument("--layers", help="comma-separated layers to judge (default: every layer the scenario "
+                   "has); a candidate is judged on those its hello declares, the reports say which were not")
+    p.add_argument("--require-layers", help="comma-separated layers a candidate must serve to pass "
+                   "(default: the layers asked); a required layer it does not serve fails the gate")
+    p.add_argument("--drift", action="store_true", help="with a candidate, also print the drift across "
+                   "pins and the per-pin tables (always printed without a candidate)")
     p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
                    help="waived divergences (default: waivers.toml)")
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
@@ -75,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
                    help="waived divergences (default: waivers.toml)")
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
+    p.add_argument("--drift", action="store_true", help="also print the drift across pins and the per-pin tables")
 
     p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs")
     p.add_argument("--check", action="store_true",
@@ -165,19 +171,23 @@ def cmd_gate(args) -> int:
     scenarios = _scenarios(args.scenario)
     waivers = load_waivers(args.waivers)  # a malformed waivers file stops the gate before any run
     layers = _layers(args.layers)
+    required = _layers(args.require_layers, "--require-layers")
+    if required and layers and set(required) - set(layers):
+        raise ValueError(f"--require-layers {','.join(required)}: "
+                         f"{', '.join(sorted(set(required) - set(layers)))} not among --layers {','.join(layers)}")
     engines = gate_engines(pins, args.candidate, log)
     results = args.results
     if shard and results is None:
         results = REPO_ROOT / "out" / "results" / f"shard-{shard[0]}-of-{shard[1]}"
     parallel = args.jobs or default_parallel(device_mode())
     return gate(pins, scenarios, engines, layers, waivers, args.reports, shard, results, log,
-                parallel=parallel)
+                parallel=parallel, require_layers=required, drift=args.drift)
 
 
 def cmd_merge(args) -> int:
     pins = load_pins()
     waivers = load_waivers(args.waivers)
-    return merge(args.results, pins, waivers, args.reports, log)
+    return merge(args.results, pins, waivers, args.reports, log, drift=args.drift)
 
 
 def cmd_goldens(args) -> int:
@@ -279,15 +289,15 @@ def _scenarios(paths: list[Path] | None) -> list[Scenario]:
     return scenarios
 
 
-def _layers(text: str | None) -> list[str] | None:
+def _layers(text: str | None, option: str = "--layers") -> list[str] | None:
     from .protocol import LAYERS
 
     if text is None:
         return None
-    layers = [x for x in text.split(",") if x]
+    layers = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [x for x in layers if x not in LAYERS]
     if unknown or not layers:
-        raise ValueError(f"--layers: unknown layer(s) {unknown}; known: {list(LAYERS)}")
+        raise ValueError(f"{option}: unknown layer(s) {unknown}; known: {list(LAYERS)}")
     return layers
 
 
