@@ -312,7 +312,9 @@ def judge_layers(trace: dict, engine: GateEngine, scenario: dict, units: list[Un
     path = golden_files.golden_path(name, pins.oracle)
     verdict, golden = judge_against(trace, path, engine.role, layers=None if everything else layers)
     verdict.judged = layers
-    verdict.not_judged = {layer: NOT_ASKED for layer in scenario.get("layers", planned) if layer not in planned}
+    declared = trace.get("capabilities")  # a candidate's hello: a layer not asked may not be served either
+    verdict.not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
+                          for layer in scenario.get("layers", planned) if layer not in planned}
     verdict.not_judged.update((layer, NOT_SERVED) for layer in not_served)
     required = manifest.get("require_layers")
     missing = [layer for layer in not_served if required is None or layer in required]
@@ -370,7 +372,7 @@ def assemble(engines: list[GateEngine], names: list[str], units: list[Unit],
                 continue
             base = next((p for p in parts if p["engine"].get("name")), parts[0])
             trace = {k: copy.deepcopy(v) for k, v in base.items()
-                     if k not in ("layers", "failure", "not_served")}
+                     if k not in ("layers", "failure", "not_served", "capabilities")}
             trace["layers"] = {}
             for part in parts:
                 trace["layers"].update(part["layers"])
@@ -378,6 +380,8 @@ def assemble(engines: list[GateEngine], names: list[str], units: list[Unit],
                     trace["failure"] = part["failure"]
                 if part.get("not_served"):
                     trace.setdefault("not_served", []).extend(part["not_served"])
+                if "capabilities" in part:
+                    trace["capabilities"] = part["capabilities"]
             trace["engine"]["label"] = labels[engine]
             out.append((engine, trace))
     return out

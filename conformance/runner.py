@@ -37,7 +37,8 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
 
     With declared_only (a candidate under the gate), the engine is asked only for the layers
     its `hello` declares; the others are listed in the trace's `not_served` (the gate reports
-    them as not judged), and an item with none of its layers declared is not sent at all."""
+    them as not judged), and an item with none of its layers declared is not sent at all.
+    Its traces also keep what the hello declared (`capabilities`): they are never goldens."""
     traces, starts = [], 0
     proc: EngineProcess | None = None
     for number, (scenario, layers) in enumerate(items, 1):
@@ -64,7 +65,7 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
             missing = [layer for layer in layers if layer not in declared]
             layers = [layer for layer in layers if layer in declared]
             if not layers:
-                traces.append(make_trace(spec.label, proc.hello, scenario, {}, not_served=missing))
+                traces.append(_declared(make_trace(spec.label, proc.hello, scenario, {}, not_served=missing), proc))
                 if progress is not None:
                     progress.end(number)
                 continue
@@ -76,17 +77,24 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
                     raise EngineFailure("nondeterministic", _nondeterminism(scenario, layers_out, again),
                                         layers_out)
         except EngineFailure as failure:
-            traces.append(failure_trace(spec, proc.hello, scenario, failure, missing))
+            traces.append(_declared(failure_trace(spec, proc.hello, scenario, failure, missing), proc, declared_only))
             if failure.kind != "unsupported":  # a refused layer leaves a healthy, warm engine
                 proc.close()
                 proc = None
         else:
-            traces.append(make_trace(spec.label, proc.hello, scenario, layers_out, not_served=missing))
+            traces.append(_declared(make_trace(spec.label, proc.hello, scenario, layers_out, not_served=missing),
+                                    proc, declared_only))
         if progress is not None:
             progress.end(number)
     if proc is not None:
         proc.close()
     return EngineRun(spec, traces, starts)
+
+
+def _declared(trace: dict, proc: EngineProcess, keep: bool = True) -> dict:
+    if keep:
+        trace["capabilities"] = [c for c in proc.hello.get("capabilities", []) if isinstance(c, str)]
+    return trace
 
 
 def side_by_side(tasks: list, parallel: int) -> list:

@@ -12,6 +12,7 @@ Schema (version 1):
   not_served  present only when the engine was not asked for some of the scenario's layers
               because its `hello` does not declare them (a candidate under the gate): those
               layers, which the gate reports as not judged. Never in a golden.
+  capabilities  with not_served's asking: the layers the engine's hello declared
 """
 
 from __future__ import annotations
@@ -86,6 +87,9 @@ def load_trace(path: Path) -> dict:
     served = trace.get("not_served", [])
     if not isinstance(served, list) or not all(isinstance(x, str) for x in served):
         raise TraceError(f"{path}: not_served must be a list of layer names")
+    declared = trace.get("capabilities", [])
+    if not isinstance(declared, list) or not all(isinstance(x, str) for x in declared):
+        raise TraceError(f"{path}: capabilities must be a list of layer names")
     for record in trace["layers"].get("config", []):
         lines = record.get("budget_log_lines", [])
         if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):

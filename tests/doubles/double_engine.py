@@ -12,6 +12,10 @@ no-hello, fork-hang (leaves a child process behind while hanging), and:
   no-read            sends hello, then sleeps without ever reading stdin
 With --steps N it also serves the `steps` layer: N records {"step": i}. `crash` sends
 --crash-after records (default 1) of the run, then exits 3.
+With --replay RELEASE it answers every layer of a run with that pin's golden records for the
+run's scenario (goldens/<scenario>/vllm-RELEASE.json), and --serve LAYERS (comma-separated)
+sets the layers its hello declares and serves: a port that serves only some layers, equal to
+the oracle on those, for testing how the gate judges what an engine declares.
 """
 
 import argparse
@@ -32,6 +36,8 @@ def main() -> int:
     parser.add_argument("--pidfile", help="write the pids of this process and its children here")
     parser.add_argument("--steps", type=int, default=None, help="serve the steps layer: this many records")
     parser.add_argument("--crash-after", type=int, default=1, help="records sent before a crash")
+    parser.add_argument("--replay", help="answer with this pin's golden records")
+    parser.add_argument("--serve", help="comma-separated layers the hello declares")
     args = parser.parse_args()
     out = sys.stdout.buffer
     record = json.load(open(args.record)) if args.record else {"max_num_scheduled_tokens": 1}
@@ -51,10 +57,11 @@ def main() -> int:
         send({"type": "hello", "protocol": 1, "engine": "double", "version": "0.0-test",
               "capabilities": ["config"]})
         time.sleep(3600)
+    served = ["config"] + (["steps"] if args.steps is not None else [])
+    if args.serve:
+        served = args.serve.split(",")
     send({"type": "hello", "protocol": 99 if args.fault == "wrong-version" else 1,
-          "engine": "double", "version": "0.0-test",
-          "capabilities": ["config"] + (["steps"] if args.steps is not None else [])})
-    served = {"config"} | ({"steps"} if args.steps is not None else set())
+          "engine": "double", "version": "0.0-test", "capabilities": served})
     runs = 0
     for line in sys.stdin.buffer:
         try:
@@ -66,13 +73,20 @@ def main() -> int:
             return 0
         run_id, layers = message["id"], message["layers"]
         if any(layer not in served for layer in layers):
-            send({"type": "error", "id": run_id, "kind": "unsupported", "message": f"only config, not {layers}"})
+            send({"type": "error", "id": run_id, "kind": "unsupported", "message": f"only {served}, not {layers}"})
             continue
         runs += 1
         fault = args.fault if runs > args.after_runs else "none"
         answer = []  # (layer, seq, data) of this run's records, in order
+        golden = None
+        if args.replay:
+            path = os.path.join(os.path.dirname(__file__), "..", "..", "goldens",
+                                message["scenario"]["name"], f"vllm-{args.replay}.json")
+            golden = json.load(open(path))["layers"]
         for layer in layers:
-            if layer == "config":
+            if golden is not None:
+                answer += [(layer, i, data) for i, data in enumerate(golden[layer])]
+            elif layer == "config":
                 answer.append(("config", 0, record))
             else:
                 answer += [("steps", i, {"step": i, "num_scheduled_tokens": 1}) for i in range(args.steps)]
