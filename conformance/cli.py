@@ -27,6 +27,8 @@ from .trace import TraceError, dumps, load_trace
 from .verdict import CANDIDATE, Verdict, exit_status
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
+# `parity selfcheck` exercises each layer the engine declares on the first of these that has it
+SELF_CHECK = ("dflash_27b_gate", "steady_decode", "method_matrix", "engine_ngram")
 
 
 def log(message: str) -> None:
@@ -95,9 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("drift", help="where each pin first departs from the previous, per scenario")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
 
-    p = sub.add_parser("selfcheck", help="check that an engine speaks the protocol correctly")
+    p = sub.add_parser("selfcheck", help="check that an engine speaks the protocol correctly, on "
+                       "every layer its hello declares")
     p.add_argument("--engine", required=True)
-    p.add_argument("--scenario", type=Path, default=SCENARIO_DIR / "dflash_27b_gate.json")
+    p.add_argument("--scenario", action="append", type=Path,
+                   help="repeatable (default: " + ", ".join(SELF_CHECK) + ": the first that has each "
+                   "declared layer)")
 
     p = sub.add_parser("adequacy", help="coverage of vLLM's scheduler by the scenarios, and the "
                        "generated mutants the gate catches (make adequacy)")
@@ -239,9 +244,9 @@ def cmd_goldens(args) -> int:
 def cmd_selfcheck(args) -> int:
     from .selfcheck import selfcheck
 
-    scenario = load_scenario(args.scenario)
+    scenarios = [load_scenario(p) for p in args.scenario or [SCENARIO_DIR / f"{n}.json" for n in SELF_CHECK]]
     spec = resolve_engine(args.engine, log=log)
-    problems = selfcheck(spec, scenario, log=log)
+    problems = selfcheck(spec, scenarios, log=log)
     for problem in problems:
         print(f"FAIL {problem}")
     print("protocol self-check: " + ("passed" if not problems else f"{len(problems)} problem(s)"))

@@ -133,3 +133,27 @@ def test_a_candidate_is_asked_only_for_the_layers_it_declares():
     engine = next(t for key, t in traces.items() if key == "port / engine_ngram / engine")
     assert engine["layers"] == {} and engine["not_served"] == ["engine_config", "engine_steps", "engine_outputs"]
     assert engine["capabilities"] == SCHEDULER.split(",")
+
+
+def test_selfcheck_exercises_every_layer_the_engine_declares(capsys):
+    status = cli.main(["selfcheck", "--engine", double("--serve", "config,steps,outputs,methods")])
+    captured = capsys.readouterr()
+    assert status == 0, captured.out + captured.err
+    assert "layers ['config', 'steps', 'outputs', 'methods']" in captured.err
+    assert "steady_decode: layers ['config', 'steps', 'outputs']" in captured.err
+    assert "method_matrix: layers ['config', 'methods']" in captured.err
+    assert "engine_ngram" not in captured.err  # it does not declare the engine layers
+
+
+def test_selfcheck_fails_a_declared_layer_the_engine_does_not_serve(capsys):
+    # declares methods, but without --replay the double serves no methods records
+    status = cli.main(["selfcheck", "--engine", shlex.join([sys.executable, str(DOUBLE), "--serve", "config,methods"])])
+    out = capsys.readouterr().out
+    assert status == 1 and "method_matrix: the declared layer methods was asked for and sent no record" in out
+
+
+def test_selfcheck_names_a_declared_layer_no_scenario_given_has(capsys):
+    status = cli.main(["selfcheck", "--engine", double("--serve", "config,steps,outputs"),
+                       "--scenario", str(REPO / "scenarios" / "dflash_27b_gate.json")])
+    out = capsys.readouterr().out
+    assert status == 1 and "no scenario given has the declared layer(s) ['steps', 'outputs']" in out

@@ -88,8 +88,9 @@ def main() -> int:
                 answer += [(layer, i, data) for i, data in enumerate(golden[layer])]
             elif layer == "config":
                 answer.append(("config", 0, record))
-            else:
+            elif layer == "steps" and args.steps is not None:
                 answer += [("steps", i, {"step": i, "num_scheduled_tokens": 1}) for i in range(args.steps)]
+            # any other layer --serve declares: no records (a port that declares more than it sends)
         if fault == "crash":
             for layer, seq, data in answer[:args.crash_after]:
                 send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})
