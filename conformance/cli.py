@@ -104,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="repeatable (default: " + ", ".join(SELF_CHECK) + ": the first that has each "
                    "declared layer)")
 
+    p = sub.add_parser("docs", help="rewrite README.md's scenario tables from scenarios/*.json")
+    p.add_argument("--check", action="store_true", help="change nothing; fail if a table differs")
+
     p = sub.add_parser("adequacy", help="coverage of vLLM's scheduler by the scenarios, and the "
                        "generated mutants the gate catches (make adequacy)")
     p.add_argument("--pin", action="append", help="coverage of these pins only (default: all pins)")
@@ -274,6 +277,24 @@ def cmd_drift(args) -> int:
     return 0
 
 
+def cmd_docs(args) -> int:
+    from .readme_tables import render, stale
+
+    readme = REPO_ROOT / "README.md"
+    scenarios = _scenarios(None)
+    if args.check:
+        old = stale(readme, scenarios)
+        for name in old:
+            log(f"parity docs: README.md's {name} table differs from scenarios/*.json: run `parity docs`")
+        return 1 if old else 0
+    text = readme.read_text()
+    new = render(text, scenarios)
+    if new != text:
+        readme.write_text(new)
+        log("parity docs: README.md's scenario tables rewritten")
+    return 0
+
+
 def cmd_adequacy(args) -> int:
     from .adequacy_cli import adequacy
 
@@ -282,7 +303,7 @@ def cmd_adequacy(args) -> int:
 
 COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
-            "adequacy": cmd_adequacy}
+            "adequacy": cmd_adequacy, "docs": cmd_docs}
 
 
 def _scenarios(paths: list[Path] | None) -> list[Scenario]:
