@@ -338,10 +338,16 @@ def judge_layers(trace: dict, engine: GateEngine, scenario: dict, units: list[Un
 def _unit_summary(unit: Unit, trace: dict, pins: Pins) -> dict:
     """A unit's own verdict against the golden's same layers, for reading a shard alone."""
     path = golden_files.golden_path(unit.scenario, pins.oracle)
-    verdict, _ = judge_against(trace, path, ORACLE, layers=unit.layers)
+    served = [layer for layer in unit.layers if layer not in trace.get("not_served", [])]
+    verdict, _ = judge_against(trace, path, ORACLE, layers=served)
     first = where_of(verdict) or next(iter(verdict.message.splitlines()), "")[:200]
-    return {"engine": unit.engine, "scenario": unit.scenario, "layers": list(unit.layers),
-            "kind": verdict.kind, "first": first}
+    summary = {"engine": unit.engine, "scenario": unit.scenario, "layers": list(unit.layers),
+               "kind": verdict.kind, "first": first}
+    if len(served) < len(unit.layers):  # judged by `parity merge` against --require-layers
+        summary["not_served"] = [layer for layer in unit.layers if layer not in served]
+        if not served:
+            summary.update(kind="not served", first="its hello does not declare these layers")
+    return summary
 
 
 def _shard_report(index: int, count: int, share: list[Unit], summaries: list[dict],
