@@ -324,7 +324,7 @@ def judge_layers(trace: dict, engine: GateEngine, scenario: dict, units: list[Un
     why = (f"required layer{'s' if len(missing) > 1 else ''} {', '.join(missing)} not judged: the engine "
            f"does not serve {'them' if len(missing) > 1 else 'it'} (its hello does not declare "
            f"{'them' if len(missing) > 1 else 'it'}); a port cannot pass by serving less. "
-           + (f"Judge it on the layers it serves with --layers {','.join(served)} (make ... "
+           + (f"Judge it on the layers it serves with --layers {','.join(served)} (in make: "
               f"LAYERS={','.join(served)}), or name the layers the gate requires with "
               "--require-layers (REQUIRE_LAYERS=)" if served else "It serves none of the layers asked")
            if missing else "none of this scenario's layers asked is served by the engine")

@@ -246,7 +246,8 @@ def _judged_clause(verdicts: list[Verdict]) -> str:
 
 def layer_groups(verdicts: list[Verdict]) -> list[dict]:
     """Per engine that was not judged on every layer, its scenarios grouped by the layers
-    judged and not judged (with why)."""
+    judged and not judged (with why): the candidates' when there are any."""
+    verdicts = [v for v in verdicts if v.role == "candidate"] or verdicts
     partial = {v.engine for v in verdicts if v.not_judged}
     groups: dict[tuple, dict] = {}
     for v in verdicts:
