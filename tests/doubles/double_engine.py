@@ -60,7 +60,7 @@ def main() -> int:
     served = ["config"] + (["steps"] if args.steps is not None else [])
     if args.serve:
         served = args.serve.split(",")
-    send({"type": "hello", "protocol": 99 if args.fault == "wrong-version" else 1,
+    send({"type": "hello", "protocol": 99 if args.fault == "wrong-version" else protocol.PROTOCOL_VERSION,
           "engine": "double", "version": "0.0-test", "capabilities": served})
     runs = 0
     for line in sys.stdin.buffer:
