@@ -11,6 +11,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
+import pytest
+
 from conformance import cli, gate_run
 from conformance.gate_run import GateEngine
 from conformance.pins import load_pins
@@ -157,3 +159,26 @@ def test_selfcheck_names_a_declared_layer_no_scenario_given_has(capsys):
                        "--scenario", str(REPO / "scenarios" / "dflash_27b_gate.json")])
     out = capsys.readouterr().out
     assert status == 1 and "no scenario given has the declared layer(s) ['steps', 'outputs']" in out
+
+
+@pytest.mark.oracle
+def test_the_real_oracle_judges_a_scheduler_only_port_by_its_layers(tmp_path, capsys):
+    """`parity gate` end to end with the gate oracle (vLLM 0.27.1): with the layers the port
+    serves it passes, and its reports say what was not judged; without them it fails, saying
+    which required layers it does not serve."""
+    port = double("--serve", SCHEDULER)
+    scenarios = [arg for s in SCENARIOS for arg in ("--scenario", str(s.source))]
+    status = cli.main(["gate", "--candidate", f"port={port}", "--layers", SCHEDULER, "--waivers", "/dev/null",
+                       "--reports", str(tmp_path / "with"), *scenarios])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert ("judged on config, steps, outputs; methods, the engine layers not judged: the engine does not serve "
+            "them") in out.splitlines()[0]
+    for name in ("summary.md", "junit.xml", "report.html"):
+        assert "methods, the engine layers not judged" in (tmp_path / "with" / name).read_text(), name
+    status = cli.main(["gate", "--candidate", f"port={port}", "--waivers", "/dev/null",
+                       "--scenario", str(REPO / "scenarios" / "method_matrix.json")])
+    out = capsys.readouterr().out
+    assert status == 2, out  # every layer is required: methods too
+    assert "required layer methods not judged: the engine does not serve it" in out
+    assert "--layers config (in make: LAYERS=config)" in out  # what it served in this run
