@@ -7,6 +7,14 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # A port to judge, as its command line, e.g. CANDIDATE='./build/port-engine --parity'
 CANDIDATE ?=
+# The layers to judge, e.g. LAYERS=config,steps,outputs (default: every layer of each scenario);
+# the layers a candidate must serve to pass (default: those judged); DRIFT=1 prints the drift
+# across pins and the per-pin tables beside a candidate's verdicts.
+LAYERS ?=
+REQUIRE_LAYERS ?=
+DRIFT ?=
+GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--layers '$(LAYERS)') \
+	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') $(if $(DRIFT),--drift)
 
 .PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy
 
@@ -22,12 +30,12 @@ envs: setup
 	$(BIN)/parity envs
 
 parity: envs
-	$(BIN)/parity gate $(if $(CANDIDATE),--candidate '$(CANDIDATE)')
+	$(BIN)/parity gate $(GATE_OPTIONS)
 
 # The release gate: verdicts by engine-matrix row, waivers.toml applied, and three reports
 # (junit.xml, summary.md, report.html) in out/gate/.
 gate: envs
-	$(BIN)/parity gate --reports out/gate --waivers waivers.toml $(if $(CANDIDATE),--candidate '$(CANDIDATE)')
+	$(BIN)/parity gate --reports out/gate --waivers waivers.toml $(GATE_OPTIONS)
 
 # The HTML report as a reader sees it: installs chromium with apt-get where it is missing (root
 # only), gates the no-draft-reservation mutant (a TEST DEVICE) on engine_dflash_gate, and renders

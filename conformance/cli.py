@@ -32,6 +32,8 @@ from .trace import TraceError, dumps, load_trace
 from .verdict import CANDIDATE, Verdict, exit_status
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
+# `parity selfcheck` exercises each layer the engine declares on the first of these that has it
+SELF_CHECK = ("dflash_27b_gate", "steady_decode", "method_matrix", "engine_ngram")
 
 
 def log(message: str) -> None:
@@ -64,7 +66,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="a candidate engine (pin or command line); repeatable. Default: the other "
                         "pins, as informational stand-ins")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
-    p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
+    p.add_argument("--layers", help="comma-separated layers to judge (default: every layer the scenario "
+                   "has); a candidate is judged on those its hello declares, the reports say which were not")
+    p.add_argument("--require-layers", help="comma-separated layers a candidate must serve to pass "
+                   "(default: the layers asked); a required layer it does not serve fails the gate")
+    p.add_argument("--drift", action="store_true", help="with a candidate, also print the drift across "
+                   "pins and the per-pin tables (always printed without a candidate)")
     p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
                    help="waived divergences (default: waivers.toml)")
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
@@ -80,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
                    help="waived divergences (default: waivers.toml)")
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
+    p.add_argument("--drift", action="store_true", help="also print the drift across pins and the per-pin tables")
 
     p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs")
     p.add_argument("--check", action="store_true",
@@ -94,9 +102,15 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("drift", help="where each pin first departs from the previous, per scenario")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
 
-    p = sub.add_parser("selfcheck", help="check that an engine speaks the protocol correctly")
+    p = sub.add_parser("selfcheck", help="check that an engine speaks the protocol correctly, on "
+                       "every layer its hello declares")
     p.add_argument("--engine", required=True)
-    p.add_argument("--scenario", type=Path, default=SCENARIO_DIR / "dflash_27b_gate.json")
+    p.add_argument("--scenario", action="append", type=Path,
+                   help="repeatable (default: " + ", ".join(SELF_CHECK) + ": the first that has each "
+                   "declared layer)")
+
+    p = sub.add_parser("docs", help="rewrite README.md's scenario tables from scenarios/*.json")
+    p.add_argument("--check", action="store_true", help="change nothing; fail if a table differs")
 
     p = sub.add_parser("adequacy", help="coverage of vLLM's scheduler by the scenarios, and the "
                        "generated mutants the gate catches (make adequacy)")
@@ -213,19 +227,23 @@ def cmd_gate(args) -> int:
     scenarios = _scenarios(args.scenario)
     waivers = load_waivers(args.waivers)  # a malformed waivers file stops the gate before any run
     layers = _layers(args.layers)
+    required = _layers(args.require_layers, "--require-layers")
+    if required and layers and set(required) - set(layers):
+        raise ValueError(f"--require-layers {','.join(required)}: "
+                         f"{', '.join(sorted(set(required) - set(layers)))} not among --layers {','.join(layers)}")
     engines = gate_engines(pins, args.candidate, log)
     results = args.results
     if shard and results is None:
         results = REPO_ROOT / "out" / "results" / f"shard-{shard[0]}-of-{shard[1]}"
     parallel = args.jobs or default_parallel(device_mode())
     return gate(pins, scenarios, engines, layers, waivers, args.reports, shard, results, log,
-                parallel=parallel)
+                parallel=parallel, require_layers=required, drift=args.drift)
 
 
 def cmd_merge(args) -> int:
     pins = load_pins()
     waivers = load_waivers(args.waivers)
-    return merge(args.results, pins, waivers, args.reports, log)
+    return merge(args.results, pins, waivers, args.reports, log, drift=args.drift)
 
 
 def cmd_goldens(args) -> int:
@@ -276,9 +294,9 @@ def cmd_goldens(args) -> int:
 def cmd_selfcheck(args) -> int:
     from .selfcheck import selfcheck
 
-    scenario = load_scenario(args.scenario)
+    scenarios = [load_scenario(p) for p in args.scenario or [SCENARIO_DIR / f"{n}.json" for n in SELF_CHECK]]
     spec = resolve_engine(args.engine, log=log)
-    problems = selfcheck(spec, scenario, log=log)
+    problems = selfcheck(spec, scenarios, log=log)
     for problem in problems:
         print(f"FAIL {problem}")
     print("protocol self-check: " + ("passed" if not problems else f"{len(problems)} problem(s)"))
@@ -306,6 +324,24 @@ def cmd_drift(args) -> int:
     return 0
 
 
+def cmd_docs(args) -> int:
+    from .readme_tables import render, stale
+
+    readme = REPO_ROOT / "README.md"
+    scenarios = _scenarios(None)
+    if args.check:
+        old = stale(readme, scenarios)
+        for name in old:
+            log(f"parity docs: README.md's {name} table differs from scenarios/*.json: run `parity docs`")
+        return 1 if old else 0
+    text = readme.read_text()
+    new = render(text, scenarios)
+    if new != text:
+        readme.write_text(new)
+        log("parity docs: README.md's scenario tables rewritten")
+    return 0
+
+
 def cmd_adequacy(args) -> int:
     from .adequacy_cli import adequacy
 
@@ -314,7 +350,7 @@ def cmd_adequacy(args) -> int:
 
 COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
-            "adequacy": cmd_adequacy}
+            "adequacy": cmd_adequacy, "docs": cmd_docs}
 
 
 def _scenarios(paths: list[Path] | None) -> list[Scenario]:
@@ -326,15 +362,15 @@ def _scenarios(paths: list[Path] | None) -> list[Scenario]:
     return scenarios
 
 
-def _layers(text: str | None) -> list[str] | None:
+def _layers(text: str | None, option: str = "--layers") -> list[str] | None:
     from .protocol import LAYERS
 
     if text is None:
         return None
-    layers = [x for x in text.split(",") if x]
+    layers = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [x for x in layers if x not in LAYERS]
     if unknown or not layers:
-        raise ValueError(f"--layers: unknown layer(s) {unknown}; known: {list(LAYERS)}")
+        raise ValueError(f"{option}: unknown layer(s) {unknown}; known: {list(LAYERS)}")
     return layers
 
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from .refusal import record_meaning
+
 # Fields reported first when a record differs in several: the budget comes before its causes.
 PRIMARY_FIELDS = (
     "refused", "max_num_batched_tokens", "max_num_scheduled_tokens", "max_num_seqs",
@@ -69,6 +71,9 @@ class LayerComparison:
 
 
 def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> LayerComparison:
+    # a refused configuration is compared by its meaning (conformance/refusal.py): the
+    # exception vLLM raised and vLLM's words, whatever wrapper either side kept
+    expected, actual = _meanings(expected), _meanings(actual)
     result = LayerComparison(layer, expected == actual, expected_count=len(expected),
                              actual_count=len(actual))
     if result.equal:  # the cheap path: plain equality of the whole layer
@@ -97,6 +102,12 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     if not result.explanation:
         result.explanation = explain(expected[lo:hi], actual[lo:hi], lo)
     return result
+
+
+def _meanings(records: list) -> list:
+    if not any(isinstance(r, dict) and isinstance(r.get("refused"), dict) for r in records):
+        return records
+    return [record_meaning(r) if isinstance(r, dict) else r for r in records]
 
 
 def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:

@@ -34,7 +34,8 @@ from .runner import run_units, side_by_side
 from .shards import (COLD_START, GROUPS, ShardError, Unit, assign, digest, goldens_digest, load_results, plan,
                      share_cost, tool_identity, write_results)
 from .trace import TraceError
-from .verdict import CANDIDATE, ORACLE, PASS, STAND_IN, Verdict, judge
+from .protocol import LAYERS
+from .verdict import CANDIDATE, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, STAND_IN, Verdict, judge
 
 NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.+:-]{0,63})=(\S.*)$")  # --candidate NAME=COMMAND
 
@@ -89,12 +90,12 @@ def _pin_label(text: str, pins: Pins) -> str | None:
 
 def scenario_info(scenarios) -> list[dict]:
     """What the verdicts and reports need of each scenario, kept in the manifest."""
-    return [{"name": s.name, "sha256": s.sha256, "rows": list(s.rows),
+    return [{"name": s.name, "sha256": s.sha256, "rows": list(s.rows), "layers": s.layers,
              "method_matrix": s.method_matrix is not None} for s in scenarios]
 
 
 def identity(pins: Pins, scenarios, engines: list[GateEngine], layers, units: list[Unit],
-             count: int) -> dict:
+             count: int, require_layers=None) -> dict:
     """What every shard of one gate run shares (shards.IDENTITY)."""
     from .envs import device_mode
 
@@ -103,7 +104,7 @@ def identity(pins: Pins, scenarios, engines: list[GateEngine], layers, units: li
         "tool": tool_identity(), "oracle": pins.oracle, "pins": list(pins.releases),
         "scenario_set": digest(info), "scenarios": info,
         "goldens": goldens_digest([s.name for s in scenarios], pins.releases),
-        "engines": [e.to_json() for e in engines], "layers": layers,
+        "engines": [e.to_json() for e in engines], "layers": layers, "require_layers": require_layers,
         "plan": digest([[u.key, list(u.layers)] for u in units]), "planned": len(units),
         "device": device_mode(), "count": count,
     }
@@ -122,8 +123,10 @@ def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pin
             # named by its key while it runs (a command line can be long); the report names it
             # by its NAME or its hello
             spec = replace(resolve_engine(engine.engine, pins, log), label=engine.key)
+            # a candidate is asked only for the layers its hello declares (judge_layers)
             return run_units(spec, [(by_name[u.scenario], list(u.layers)) for u in mine], log,
                              repeat=2 if engine.role == ORACLE else 1,
+                             declared_only=engine.role == CANDIDATE,
                              progress=EngineProgress(progress, "gate", engine.key,
                                                      [(u.scenario, u.layers, u.cost) for u in mine], COLD_START))
 
@@ -140,7 +143,11 @@ def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pin
 
 
 def gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, reports: Path | None,
-         shard: tuple[int, int] | None, results: Path | None, log, out=print, parallel: int = 1) -> int:
+         shard: tuple[int, int] | None, results: Path | None, log, out=print, parallel: int = 1,
+         require_layers: list[str] | None = None, drift: bool = False) -> int:
+    """`layers`: the layers asked (None: every layer of each scenario); `require_layers`: the
+    layers a candidate must serve to pass (None: the layers asked); `drift`: print the drift
+    across pins and the per-pin tables even when a candidate is configured."""
     if shard and reports:
         log("[gate] --reports is for the whole gate: pass it to `parity merge`; this shard writes "
             "its results folder only")
@@ -148,11 +155,13 @@ def gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, repo
     if not shard:
         check_summary_target()
     with claimed(reports):  # checked before any engine runs, held until the reports are written
-        return _gate(pins, scenarios, engines, layers, waivers, reports, shard, results, log, out, parallel)
+        return _gate(pins, scenarios, engines, layers, waivers, reports, shard, results, log, out, parallel,
+                     require_layers, drift)
 
 
 def _gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, reports: Path | None,
-          shard: tuple[int, int] | None, results: Path | None, log, out, parallel: int) -> int:
+          shard: tuple[int, int] | None, results: Path | None, log, out, parallel: int,
+          require_layers: list[str] | None, drift: bool) -> int:
     units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, layers,
                  _refused(engines, pins))
     index, count = shard or (1, 1)
@@ -164,7 +173,7 @@ def _gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, rep
         log(f"[gate] shard {index}/{count}: {len(share)} of {len(units)} units, estimated "
             f"{duration(share_cost(share))} (engines: {', '.join(sorted({u.engine for u in share})) or 'none'})")
     traces = run_share(engines, scenarios, share, pins, log, parallel)
-    manifest = identity(pins, scenarios, engines, layers, units, count)
+    manifest = identity(pins, scenarios, engines, layers, units, count, require_layers)
     summaries = [_unit_summary(u, traces[u.key], pins) for u in share] if shard or results else []
     if results is not None:
         manifest.update(index=index, created=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
@@ -172,7 +181,7 @@ def _gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, rep
         log(f"[gate] results of shard {index}/{count} written to {results}")
     if shard:
         return _shard_report(index, count, share, summaries, results, out)
-    return finish(pins, manifest, units, traces, waivers, reports, log, out)
+    return finish(pins, manifest, units, traces, waivers, reports, log, out, drift)
 
 
 def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
@@ -185,13 +194,14 @@ def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
                      and not pins.cpu_engine_build(parse_pin(e.engine.partition("+mutant:")[0], pins)))
 
 
-def merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, out=print) -> int:
+def merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, out=print,
+          drift: bool = False) -> int:
     check_summary_target()
     with claimed(reports):
-        return _merge(folders, pins, waivers, reports, log, out)
+        return _merge(folders, pins, waivers, reports, log, out, drift)
 
 
-def _merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, out) -> int:
+def _merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, out, drift: bool) -> int:
     manifest, traces = load_results(folders)
     here = {"tool": tool_identity(), "oracle": pins.oracle, "pins": list(pins.releases),
             "goldens": goldens_digest([s["name"] for s in manifest["scenarios"]], pins.releases)}
@@ -208,7 +218,7 @@ def _merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, 
         raise ValueError(f"the shards' manifests list engines in another form: {exc}") from None
     units = plan_from_manifest(engines, manifest)
     log(f"[merge] {len(folders)} shard{'s' if len(folders) != 1 else ''}, {len(units)} units")
-    return finish(pins, manifest, units, traces, waivers, reports, log, out)
+    return finish(pins, manifest, units, traces, waivers, reports, log, out, drift)
 
 
 def plan_from_manifest(engines: list[GateEngine], manifest: dict) -> list[Unit]:
@@ -229,25 +239,33 @@ def plan_from_manifest(engines: list[GateEngine], manifest: dict) -> list[Unit]:
 
 
 def finish(pins: Pins, manifest: dict, units: list[Unit], traces: dict[str, dict], waivers,
-           reports: Path | None, log, out=print) -> int:
-    """Judge the assembled traces, print the report, write the reports; the exit status."""
+           reports: Path | None, log, out=print, drift: bool = False) -> int:
+    """Judge the assembled traces, print the report, write the reports; the exit status.
+    With a candidate configured, its verdicts come first, and the drift across pins and the
+    per-pin tables (for whoever bumps the oracle pin) only with `drift`."""
     engines = [GateEngine(**e) for e in manifest["engines"]]
+    candidates = any(e.role == CANDIDATE for e in engines)
     scenarios = manifest["scenarios"]
     names = [s["name"] for s in scenarios]
     verdicts: list[Verdict] = []
     judged: dict = {}
-    for engine, trace in assemble(engines, names, units, traces):
-        path = golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-        verdict, golden = judge_against(trace, path, engine.role, layers=manifest.get("layers"))
+    served = served_layers(engines, units, traces)
+    # a porter reads its own verdicts first: the candidates' columns before the oracle's
+    for engine, trace in sorted(assemble(engines, names, units, traces), key=lambda p: p[0].role != CANDIDATE):
+        own = next(s for s in scenarios if s["name"] == trace["scenario"]["name"])
+        verdict, golden = judge_layers(trace, engine, own, units, manifest, pins, served[engine.key])
         verdicts.append(verdict)
         judged[(verdict.engine, verdict.scenario)] = (trace, golden)
     result = apply_gate(verdicts, {s["name"]: tuple(s["rows"]) for s in scenarios}, waivers)
     commands = {label: e.command for e, label in _labels(engines, units, traces).items() if e.command}
     out(render_gate(result, pins.oracle, commands))
     out(render_rows(result))
-    out(render_drift(drift_rows(names, pins.releases)))
-    if any(s["method_matrix"] for s in scenarios):
-        out(render_methods_table(pins.releases))
+    if drift or not candidates:
+        out(render_drift(drift_rows(names, pins.releases)))
+        if any(s["method_matrix"] for s in scenarios):
+            out(render_methods_table(pins.releases))
+    else:
+        out("-- drift across pins and per-pin tables left out (the oracle pin's concern): --drift shows them")
     status = result.status
     try:
         if reports:
@@ -309,13 +327,68 @@ def ci_summaries(result, oracle: str, reports: Path | None, log, commands=None) 
         log("[gate] BUILDKITE is set but buildkite-agent is not on PATH: annotation left in the reports folder")
 
 
+def served_layers(engines: list[GateEngine], units: list[Unit], traces: dict[str, dict]) -> dict[str, list[str]]:
+    """Per engine key, the layers it served somewhere in this run (asked and declared)."""
+    out: dict[str, list[str]] = {}
+    for engine in engines:
+        mine = [u for u in units if u.engine == engine.key]
+        layers = {layer for u in mine for layer in u.layers
+                  if layer not in traces[u.key].get("not_served", [])}
+        out[engine.key] = [layer for layer in LAYERS if layer in layers]
+    return out
+
+
+def judge_layers(trace: dict, engine: GateEngine, scenario: dict, units: list[Unit], manifest: dict,
+                 pins: Pins, served: list[str]) -> tuple[Verdict, dict | None]:
+    """The verdict on the layers this engine was judged on: the scenario's layers that were
+    asked (--layers) and that the engine serves (its hello). Each other layer is recorded as
+    not judged, with why. A layer the gate requires (--require-layers; by default every layer
+    asked) that the engine does not serve makes the verdict `unsupported`, saying so: a port
+    cannot pass by serving less."""
+    name = scenario["name"]
+    planned = [layer for u in units if u.engine == engine.key and u.scenario == name for layer in u.layers]
+    not_served = [layer for layer in planned if layer in trace.get("not_served", [])]
+    layers = [layer for layer in planned if layer not in not_served]
+    everything = not not_served and manifest.get("layers") is None
+    path = golden_files.golden_path(name, pins.oracle)
+    verdict, golden = judge_against(trace, path, engine.role, layers=None if everything else layers)
+    verdict.judged = layers
+    declared = trace.get("capabilities")  # a candidate's hello: a layer not asked may not be served either
+    verdict.not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
+                          for layer in scenario.get("layers", planned) if layer not in planned}
+    verdict.not_judged.update((layer, NOT_SERVED) for layer in not_served)
+    required = manifest.get("require_layers")
+    missing = [layer for layer in not_served if required is None or layer in required]
+    verdict.not_judged.update((layer, MISSING) for layer in missing)
+    if not missing and layers:
+        return verdict, golden
+    why = (f"required layer{'s' if len(missing) > 1 else ''} {', '.join(missing)} not judged: the engine "
+           f"does not serve {'them' if len(missing) > 1 else 'it'} (its hello does not declare "
+           f"{'them' if len(missing) > 1 else 'it'}); a port cannot pass by serving less. "
+           + (f"Judge it on the layers it serves with --layers {','.join(served)} (in make: "
+              f"LAYERS={','.join(served)}), or name the layers the gate requires with "
+              "--require-layers (REQUIRE_LAYERS=)" if served else "It serves none of the layers asked")
+           if missing else "none of this scenario's layers asked is served by the engine")
+    if verdict.kind in (PASS, NUMERICS):
+        verdict.kind, verdict.message = "unsupported", why
+    elif why not in verdict.message:
+        verdict.message = f"{verdict.message}\n{why}".strip()
+    return verdict, golden
+
+
 def _unit_summary(unit: Unit, trace: dict, pins: Pins) -> dict:
     """A unit's own verdict against the golden's same layers, for reading a shard alone."""
     path = golden_files.golden_path(unit.scenario, pins.oracle)
-    verdict, _ = judge_against(trace, path, ORACLE, layers=unit.layers)
+    served = [layer for layer in unit.layers if layer not in trace.get("not_served", [])]
+    verdict, _ = judge_against(trace, path, ORACLE, layers=served)
     first = where_of(verdict) or next(iter(verdict.message.splitlines()), "")[:200]
-    return {"engine": unit.engine, "scenario": unit.scenario, "layers": list(unit.layers),
-            "kind": verdict.kind, "first": first}
+    summary = {"engine": unit.engine, "scenario": unit.scenario, "layers": list(unit.layers),
+               "kind": verdict.kind, "first": first}
+    if len(served) < len(unit.layers):  # judged by `parity merge` against --require-layers
+        summary["not_served"] = [layer for layer in unit.layers if layer not in served]
+        if not served:
+            summary.update(kind="not served", first="its hello does not declare these layers")
+    return summary
 
 
 def _shard_report(index: int, count: int, share: list[Unit], summaries: list[dict],
@@ -345,12 +418,17 @@ def assemble(engines: list[GateEngine], names: list[str], units: list[Unit],
             if not parts:
                 continue
             base = next((p for p in parts if p["engine"].get("name")), parts[0])
-            trace = {k: copy.deepcopy(v) for k, v in base.items() if k not in ("layers", "failure")}
+            trace = {k: copy.deepcopy(v) for k, v in base.items()
+                     if k not in ("layers", "failure", "not_served", "capabilities")}
             trace["layers"] = {}
             for part in parts:
                 trace["layers"].update(part["layers"])
                 if "failure" in part and "failure" not in trace:
                     trace["failure"] = part["failure"]
+                if part.get("not_served"):
+                    trace.setdefault("not_served", []).extend(part["not_served"])
+                if "capabilities" in part:
+                    trace["capabilities"] = part["capabilities"]
             trace["engine"]["label"] = labels[engine]
             out.append((engine, trace))
     return out

@@ -33,14 +33,14 @@ Capacity: every forward the worker ran, target and drafter, against max_num_batc
 
 from __future__ import annotations
 
-from .compare import CONTEXT_FIELDS, FieldDiff, LayerComparison, compare_layer
+from .compare import AFTER_UPDATE, CONTEXT_FIELDS, FieldDiff, LayerComparison, compare_layer
 
 NUMERICS_CAUSES = frozenset({"numerics"})  # differences arithmetic explains, with evidence
 STEP_CONTEXT = CONTEXT_FIELDS["engine_steps"]
 MODEL_FIELDS = ("accepted_draft_tokens", "finished")  # decided by the model's outputs
 # State recorded after a step's update: where it differs beside an acceptance difference, it
 # follows from it; where it differs alone, the engine kept its state differently (`state`).
-STATE_FIELDS = ("output_tokens", "computed_tokens", "kv_blocks", "waiting", "running")
+STATE_FIELDS = tuple(f for f in AFTER_UPDATE if f not in MODEL_FIELDS)
 
 
 def compare_by_layer(layer: str, expected: list[dict], actual: list[dict], atol: float,

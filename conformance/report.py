@@ -6,7 +6,8 @@ import json
 import textwrap
 from collections import Counter
 
-from .verdict import DIVERGED, KINDS, PASS, Verdict
+from .protocol import ENGINE_LAYERS, LAYERS
+from .verdict import DIVERGED, KINDS, MISSING, NOT_ASKED, NOT_SERVED, PASS, Verdict
 
 MAX_EXPLAINED = 20
 
@@ -42,6 +43,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
             if f.path == "budget_log_lines":
                 continue  # shown whole, side by side, below
             lines.append(f"     {f.path.ljust(width)}  {_show(f.expected):>12}  {_show(f.actual):>12}")
+        lines += _refusals(c.record, c.actual_record)
         if v.role == "stand-in":
             continue  # informational: the first divergence and its fields are enough
         lines += _per_request(c.record, c.actual_record)
@@ -113,8 +115,8 @@ def cell(result, v: Verdict) -> str:
     from .gate import where_of
 
     status = status_of(result, v)
-    if status == PASS:
-        return "pass"
+    if status == PASS:  # judged on fewer layers than the scenario has: which ones
+        return f"pass [{','.join(v.judged)}]" if v.not_judged else "pass"
     if v.failure:  # diverged, then the engine failed: both, the divergence's field first
         status = f"{status}+{v.failure}"
     text = f"{status} {where_of(v)}".strip()
@@ -141,9 +143,13 @@ def render_gate(result, oracle: str, commands: dict[str, str] | None = None) -> 
     roles = {v.engine: v.role for v in result.verdicts}
     word = ("PASS", "FAIL", "ERROR")[result.status]
     lines = [f"== vllm-parity gate: {word} (exit status {result.status}); oracle vllm-{oracle}; "
-             f"{len(scenarios)} scenarios x {len(engines)} engines"]
+             f"{len(scenarios)} scenarios x {len(engines)} engines; {layers_headline(result.verdicts)}"]
     for label, command in (commands or {}).items():
         lines.append(f"   {label}: command {command}")
+    for group in layer_groups(result.verdicts):
+        lines += textwrap.wrap(f"{group['engine']}: {group['text']} ({_count(group['scenarios'])}): "
+                               f"{', '.join(group['scenarios'])}", width=MATRIX_WIDTH,
+                               initial_indent="   ", subsequent_indent="     ")
     rows = {s: tuple(cell(result, cells[(s, e)]) if (s, e) in cells else "-" for e in engines)
             for s in scenarios}
     groups = _fold(rows)
@@ -193,6 +199,71 @@ def _fold(rows: dict[str, tuple]) -> list[list[str]]:
     for name, row in rows.items():
         groups.setdefault(row, []).append(name)
     return list(groups.values())
+
+
+# What each reason for a layer not judged says in the reports.
+REASONS = {NOT_ASKED: "not asked (--layers, LAYERS=)",
+           NOT_SERVED: "the engine does not serve them (its hello does not declare them)",
+           MISSING: "required, but the engine does not serve them (its hello does not declare them)"}
+
+
+def layer_names(layers) -> str:
+    """config, steps, outputs; the three engine layers together as `the engine layers`."""
+    layers = [layer for layer in LAYERS if layer in layers] + [x for x in layers if x not in LAYERS]
+    if all(layer in layers for layer in ENGINE_LAYERS):
+        at = layers.index(ENGINE_LAYERS[0])
+        layers = [x for x in layers if x not in ENGINE_LAYERS]
+        layers.insert(at, "the engine layers")
+    return ", ".join(layers) or "no layer"
+
+
+def layers_headline(verdicts: list[Verdict]) -> str:
+    """Which layers were judged and which were not, and why, in one clause: for the
+    candidates when there are any (the porter's question), else for every engine."""
+    chosen = [v for v in verdicts if v.role == "candidate"] or verdicts
+    engines: dict[str, str] = {}
+    for v in chosen:
+        if v.engine not in engines:
+            engines[v.engine] = _judged_clause([w for w in chosen if w.engine == v.engine])
+    clauses = set(engines.values())
+    if clauses == {""}:
+        return "every layer of every scenario judged"
+    if len(clauses) == 1:
+        return clauses.pop()
+    return "; ".join(f"{engine}: {clause or 'every layer judged'}" for engine, clause in engines.items())
+
+
+def _judged_clause(verdicts: list[Verdict]) -> str:
+    """`judged on config; the engine layers not judged: <why>`; empty when nothing was left out."""
+    reasons: dict[str, set] = {}
+    for v in verdicts:
+        for layer, reason in v.not_judged.items():
+            reasons.setdefault(reason, set()).add(layer)
+    if not reasons:
+        return ""
+    text = f"judged on {layer_names({layer for v in verdicts for layer in v.judged})}"
+    for reason, layers in reasons.items():
+        text += f"; {layer_names(layers)} not judged: {REASONS.get(reason, reason)}"
+    return text
+
+
+def layer_groups(verdicts: list[Verdict]) -> list[dict]:
+    """Per engine that was not judged on every layer, its scenarios grouped by the layers
+    judged and not judged (with why): the candidates' when there are any."""
+    verdicts = [v for v in verdicts if v.role == "candidate"] or verdicts
+    partial = {v.engine for v in verdicts if v.not_judged}
+    groups: dict[tuple, dict] = {}
+    for v in verdicts:
+        if v.engine not in partial:
+            continue
+        text = _judged_clause([v]) or f"judged on {layer_names(v.judged)}"
+        groups.setdefault((v.engine, text), {"engine": v.engine, "text": text,
+                                             "scenarios": []})["scenarios"].append(v.scenario)
+    return list(groups.values())
+
+
+def _count(names: list) -> str:
+    return f"{len(names)} scenario{'s' if len(names) != 1 else ''}"
 
 
 def _label(names: list[str]) -> str:
@@ -246,6 +317,19 @@ def _mark(record: dict | None, rid: str) -> str:
         if rid in ((record or {}).get(key) or ()):
             return f"{key} "
     return ""
+
+
+def _refusals(expected: dict | None, actual: dict | None) -> list[str]:
+    """Where a refusal differs: both whole, as compared (conformance/refusal.py)."""
+    e, a = (expected or {}).get("refused"), (actual or {}).get("refused")
+    if e == a or not (isinstance(e, dict) or isinstance(a, dict)):
+        return []
+    out = ["   refusal, whole (exception type and vLLM's words, pydantic's wrapper removed):"]
+    for who, r in (("oracle   ", e), ("candidate", a)):
+        text = f"{r.get('type')}: {r.get('message')}" if isinstance(r, dict) else "accepted the configuration"
+        out += [f"     {who}: {line}" if i == 0 else f"                {line}"
+                for i, line in enumerate(str(text).splitlines() or [""])]
+    return out
 
 
 def _counts(entry) -> str:

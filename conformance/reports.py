@@ -22,8 +22,8 @@ from pathlib import Path
 from xml.etree import ElementTree as ET
 
 from .gate import GateResult, where_of
-from .report import cell, matrix, render_verdict, status_of
-from .verdict import FAILURE_KINDS, KINDS, ORACLE, PASS, Verdict
+from .report import REASONS, cell, layer_groups, layers_headline, matrix, render_verdict, status_of
+from .verdict import FAILURE_KINDS, KINDS, MISSING, ORACLE, PASS, Verdict
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 ZOOM = 6  # steps either side of a first divergence in its zoom panel
@@ -95,6 +95,8 @@ def junit(result: GateResult, oracle: str) -> str:
     from .numerics import NUMERICS_CAUSES
 
     suites = ET.Element("testsuites", name="vllm-parity")
+    properties = ET.SubElement(suites, "properties")
+    ET.SubElement(properties, "property", name="layers", value=layers_headline(result.verdicts))
     for row, verdicts in result.by_row().items():
         suite = ET.SubElement(suites, "testsuite", name=row)
         counts = Counter()
@@ -125,6 +127,17 @@ def junit(result: GateResult, oracle: str) -> str:
                 else:
                     counts["errors"] += 1
                     ET.SubElement(case, "error", type=v.kind, message=v.message[:200]).text = text
+            for layer, reason in v.not_judged.items():  # a layer not judged is said, never passed
+                case = ET.SubElement(suite, "testcase", classname=row,
+                                     name=f"{row} / {v.scenario} / {v.engine} / {layer}")
+                counts["tests"] += 1
+                said = f"{layer} not judged: {REASONS.get(reason, reason)}"
+                if reason == MISSING and v.gating:  # a required layer the engine does not serve
+                    counts["errors"] += 1
+                    ET.SubElement(case, "error", type="unsupported", message=said).text = text
+                else:
+                    counts["skipped"] += 1
+                    ET.SubElement(case, "skipped", message=said)
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
     ET.indent(suites)
@@ -139,8 +152,13 @@ def markdown(result: GateResult, oracle: str, commands: dict[str, str] | None = 
     scenarios, engines, cells = matrix(result)
     roles = {v.engine: v.role for v in result.verdicts}
     lines = [f"## vllm-parity gate: {verdict_word}", "",
-             f"Oracle: vLLM {oracle}. Exit status {result.status}.", ""]
+             f"Oracle: vLLM {oracle}. Exit status {result.status}. Layers: {layers_headline(result.verdicts)}.", ""]
     lines += [f"- `{_md(label)}`: command `{_md(command)}`" for label, command in (commands or {}).items()]
+    groups = layer_groups(result.verdicts)
+    if groups:
+        lines += ["", "| engine | layers judged and not judged | scenarios |", "|---|---|---|"]
+        lines += [f"| `{_md(g['engine'])}` | {_md(g['text'])} | {len(g['scenarios'])}: "
+                  f"{', '.join(g['scenarios'])} |" for g in groups]
     lines += ["", "| scenario | " + " | ".join(f"`{_md(e)}` ({roles[e]})" for e in engines) + " |",
               "|---|" + "---|" * len(engines)]
     for s in scenarios:
@@ -186,7 +204,15 @@ def html_report(result: GateResult, traces: dict, oracle: str,
     roles = {v.engine: v.role for v in result.verdicts}
     word = ("PASS", "FAIL", "ERROR")[result.status]
     body = [f"<h1>vllm-parity gate: {word} (exit status {result.status})</h1>",
-            f"<p>Oracle: vLLM {html.escape(oracle)}. {len(scenarios)} scenarios x {len(engines)} engines.</p>"]
+            f"<p>Oracle: vLLM {html.escape(oracle)}. {len(scenarios)} scenarios x {len(engines)} engines.</p>",
+            f"<p class='layers'>Layers: {html.escape(layers_headline(result.verdicts))}.</p>"]
+    groups = layer_groups(result.verdicts)
+    if groups:
+        body.append("<table class='layers'><tr><th>engine</th><th>layers judged and not judged</th>"
+                    "<th>scenarios</th></tr>")
+        body += [f"<tr><td><code>{html.escape(g['engine'])}</code></td><td>{html.escape(g['text'])}</td>"
+                 f"<td>{len(g['scenarios'])}: {html.escape(', '.join(g['scenarios']))}</td></tr>" for g in groups]
+        body.append("</table>")
     body += [f"<p><code>{html.escape(label)}</code>: command <code>{html.escape(command)}</code></p>"
              for label, command in (commands or {}).items()]
     body.append("<table class='matrix'><tr><th>scenario</th>" + "".join(
@@ -242,10 +268,12 @@ def _scenario_section(result: GateResult, scenario: str, verdicts: list[Verdict]
             body.append(_diff_plot(series))
     elif not series:
         body.append("<p>(no per-step layer in this scenario)</p>")
-    body.append("<table class='verdicts'><tr><th>engine</th><th>role</th><th>row</th><th>verdict</th></tr>")
+    body.append("<table class='verdicts'><tr><th>engine</th><th>role</th><th>row</th><th>verdict</th>"
+                "<th>layers judged</th><th>not judged</th></tr>")
     for v in verdicts:
         body.append(f"<tr><td><code>{html.escape(v.engine)}</code></td><td>{v.role}</td>"
-                    f"<td>{result.row_of(v)}</td><td class='{_status(result, v)}'>{_status(result, v)}</td></tr>")
+                    f"<td>{result.row_of(v)}</td><td class='{_status(result, v)}'>{_status(result, v)}</td>"
+                    f"<td>{html.escape(', '.join(v.judged) or '-')}</td><td>{html.escape(_not_judged(v))}</td></tr>")
     body.append("</table>")
     for v in verdicts:
         if v.kind == PASS:
@@ -268,6 +296,10 @@ def _scenario_section(result: GateResult, scenario: str, verdicts: list[Verdict]
         body.append(f"<pre>{html.escape(render_verdict(v, oracle))}</pre></details>")
     body.append("</section>")
     return body
+
+
+def _not_judged(v: Verdict) -> str:
+    return "; ".join(f"{layer}: {REASONS.get(reason, reason)}" for layer, reason in v.not_judged.items()) or "-"
 
 
 def _anchor(scenario: str, engine: str | None = None) -> str:

@@ -25,7 +25,7 @@ def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str]
 
 
 def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=print, repeat: int = 1,
-              progress=None) -> EngineRun:
+              progress=None, declared_only: bool = False) -> EngineRun:
     """Each (scenario, layers) item, one trace each. One cold start per engine; a crashed or
     hung engine is restarted for the next item, so one bad scenario never hides the others.
 
@@ -33,7 +33,12 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
     between the two runs make a `nondeterministic` failure, never a golden.
 
     `progress`, when given, is told when the engine starts (`starting()`), when an item starts
-    (`item(number)`, 1-based) and ends (`end(number)`); without it each item is logged."""
+    (`item(number)`, 1-based) and ends (`end(number)`); without it each item is logged.
+
+    With declared_only (a candidate under the gate), the engine is asked only for the layers
+    its `hello` declares; the others are listed in the trace's `not_served` (the gate reports
+    them as not judged), and an item with none of its layers declared is not sent at all.
+    Its traces also keep what the hello declared (`capabilities`): they are never goldens."""
     traces, starts = [], 0
     proc: EngineProcess | None = None
     for number, (scenario, layers) in enumerate(items, 1):
@@ -54,6 +59,16 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
             progress.item(number)
         else:
             log(f"[run] {spec.label}: {scenario.name} ({number}/{len(items)})")
+        missing: list[str] = []
+        if declared_only:
+            declared = proc.hello.get("capabilities", [])
+            missing = [layer for layer in layers if layer not in declared]
+            layers = [layer for layer in layers if layer in declared]
+            if not layers:
+                traces.append(_declared(make_trace(spec.label, proc.hello, scenario, {}, not_served=missing), proc))
+                if progress is not None:
+                    progress.end(number)
+                continue
         try:
             layers_out = proc.run(scenario, layers)
             for _ in range(repeat - 1):
@@ -62,17 +77,24 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
                     raise EngineFailure("nondeterministic", _nondeterminism(scenario, layers_out, again),
                                         layers_out)
         except EngineFailure as failure:
-            traces.append(failure_trace(spec, proc.hello, scenario, failure))
+            traces.append(_declared(failure_trace(spec, proc.hello, scenario, failure, missing), proc, declared_only))
             if failure.kind != "unsupported":  # a refused layer leaves a healthy, warm engine
                 proc.close()
                 proc = None
         else:
-            traces.append(make_trace(spec.label, proc.hello, scenario, layers_out))
+            traces.append(_declared(make_trace(spec.label, proc.hello, scenario, layers_out, not_served=missing),
+                                    proc, declared_only))
         if progress is not None:
             progress.end(number)
     if proc is not None:
         proc.close()
     return EngineRun(spec, traces, starts)
+
+
+def _declared(trace: dict, proc: EngineProcess, keep: bool = True) -> dict:
+    if keep:
+        trace["capabilities"] = [c for c in proc.hello.get("capabilities", []) if isinstance(c, str)]
+    return trace
 
 
 def side_by_side(tasks: list, parallel: int) -> list:
@@ -100,10 +122,11 @@ def default_parallel(device: str) -> int:
     return 1 if device == "gpu" else max(1, len(os.sched_getaffinity(0)))
 
 
-def failure_trace(spec: EngineSpec, hello: dict, scenario: Scenario, failure: EngineFailure) -> dict:
+def failure_trace(spec: EngineSpec, hello: dict, scenario: Scenario, failure: EngineFailure,
+                  not_served: list[str] | None = None) -> dict:
     """The trace of a run that failed: the records it sent, and the failure's kind and message."""
     return make_trace(spec.label, hello, scenario, failure.partial,
-                      failure={"kind": failure.kind, "message": str(failure)})
+                      failure={"kind": failure.kind, "message": str(failure)}, not_served=not_served)
 
 
 def _nondeterminism(scenario: Scenario, first: dict, second: dict) -> str:

@@ -1,7 +1,8 @@
 """Protocol self-check: run any engine through the protocol's rules and list what it breaks.
 
-Checks: a valid hello with the supported protocol version; a `run` answered by ordered
-records and a `done` whose count matches; a garbage line answered by a bad_request error
+Checks: a valid hello with the supported protocol version; every layer the hello declares
+exercised on a scenario that has it, each answered by ordered records (at least one per
+layer) and a `done` whose count matches; a garbage line answered by a bad_request error
 without dying; an unknown layer answered by an unsupported error; the same scenario giving
 the same records twice (a warm engine keeps no state between runs); shutdown honoured.
 """
@@ -15,7 +16,19 @@ from .engine import EngineFailure, EngineProcess, EngineSpec
 from .scenario import Scenario
 
 
-def selfcheck(spec: EngineSpec, scenario: Scenario, log=print) -> list[str]:
+def exercise(declared: list, scenarios: list[Scenario]) -> list[tuple[Scenario, list[str]]]:
+    """Each scenario with the declared layers it has, in order, until every declared layer
+    is exercised once (a scenario that adds none is left out)."""
+    plan, covered = [], set()
+    for scenario in scenarios:
+        layers = [layer for layer in scenario.layers if layer in declared]
+        if layers and not set(layers) <= covered:
+            plan.append((scenario, layers))
+            covered.update(layers)
+    return plan
+
+
+def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[str]:
     problems: list[str] = []
     proc = EngineProcess(spec)
     try:
@@ -28,16 +41,26 @@ def selfcheck(spec: EngineSpec, scenario: Scenario, log=print) -> list[str]:
         problems.append(f"hello.capabilities must be strings, got {caps!r}")
     if not any(layer in caps for layer in protocol.LAYERS):
         problems.append(f"hello.capabilities names no known layer {list(protocol.LAYERS)}: {caps!r}")
-    layers = [layer for layer in scenario.layers if layer in caps] or ["config"]
-    log(f"[selfcheck] {spec.label}: {hello['engine']} {hello['version']}, layers {layers}")
-    try:
-        first = proc.run(scenario, layers)
-        second = proc.run(scenario, layers)
+    plan = exercise(caps, scenarios) or [(scenarios[0], ["config"])]
+    covered = {layer for _, layers in plan for layer in layers}
+    unexercised = [layer for layer in protocol.LAYERS if layer in caps and layer not in covered]
+    if unexercised:
+        problems.append(f"no scenario given has the declared layer(s) {unexercised}: give one with --scenario")
+    log(f"[selfcheck] {spec.label}: {hello['engine']} {hello['version']}, layers {sorted(covered, key=protocol.LAYERS.index)}")
+    for scenario, layers in plan:
+        log(f"[selfcheck] {scenario.name}: layers {layers}")
+        try:
+            first = proc.run(scenario, layers)
+            second = proc.run(scenario, layers)
+        except EngineFailure as exc:
+            proc.close()
+            return problems + [f"run of {scenario.name} ({', '.join(layers)}): {exc}"]
         if first != second:
-            problems.append("the same scenario run twice gave different records (state kept between runs?)")
-    except EngineFailure as exc:
-        proc.close()
-        return problems + [f"run: {exc}"]
+            problems.append(f"{scenario.name}: the same scenario run twice gave different records "
+                            "(state kept between runs?)")
+        problems += [f"{scenario.name}: the declared layer {layer} was asked for and sent no record"
+                     for layer in layers if not first.get(layer)]
+    scenario, layers = plan[0]
 
     proc._proc.stdin.write(b"this is not json\n")
     proc._proc.stdin.flush()

@@ -44,8 +44,8 @@ COST = {"config": 0.1, "methods": 1.0, "engine": 5.0}
 REFUSED = 0.1  # a group the engine refuses at once (a pin without a CPU engine, on CPU)
 STEP_TOKENS_PER_SECOND = 40_000  # the stand-in drive: scheduled tokens per second
 # Fields every shard of one gate run has in common; merge refuses a set where any differs.
-IDENTITY = ("tool", "oracle", "pins", "scenario_set", "goldens", "engines", "layers", "plan",
-            "device", "count")
+IDENTITY = ("tool", "oracle", "pins", "scenario_set", "goldens", "engines", "layers",
+            "require_layers", "plan", "device", "count")
 
 
 class ShardError(ValueError):
@@ -251,7 +251,7 @@ def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:
 
 _IDENTITY_WORDS = {"tool": "tool version", "oracle": "oracle", "pins": "pins",
                    "scenario_set": "scenario set", "goldens": "goldens", "engines": "engines",
-                   "layers": "layers", "plan": "plan", "device": "device", "count": "shard count"}
+                   "layers": "layers", "require_layers": "required layers", "plan": "plan", "device": "device", "count": "shard count"}
 
 
 def _manifest(folder: Path) -> dict:

@@ -9,6 +9,10 @@ Schema (version 1):
   layers      {layer name: [record, ...]}   records in the order the engine sent them
   failure     present only when the run did not finish: {kind, message}; layers then hold
               the partial records, kept for debugging
+  not_served  present only when the engine was not asked for some of the scenario's layers
+              because its `hello` does not declare them (a candidate under the gate): those
+              layers, which the gate reports as not judged. Never in a golden.
+  capabilities  with not_served's asking: the layers the engine's hello declared
 """
 
 from __future__ import annotations
@@ -25,7 +29,8 @@ class TraceError(ValueError):
     """A trace or golden file is missing, truncated, not JSON or of another schema."""
 
 
-def make_trace(label: str, hello: dict, scenario, layers: dict, failure: dict | None = None) -> dict:
+def make_trace(label: str, hello: dict, scenario, layers: dict, failure: dict | None = None,
+               not_served: list[str] | None = None) -> dict:
     trace = {
         "schema": SCHEMA,
         "engine": {"label": label, "name": hello.get("engine"), "version": hello.get("version"),
@@ -36,6 +41,8 @@ def make_trace(label: str, hello: dict, scenario, layers: dict, failure: dict | 
     }
     if failure is not None:
         trace["failure"] = failure
+    if not_served:
+        trace["not_served"] = list(not_served)
     return trace
 
 
@@ -79,6 +86,12 @@ def load_trace(path: Path) -> dict:
     for layer, records in trace["layers"].items():
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise TraceError(f"{path}: layers.{layer} must be a list of objects")
+    served = trace.get("not_served", [])
+    if not isinstance(served, list) or not all(isinstance(x, str) for x in served):
+        raise TraceError(f"{path}: not_served must be a list of layer names")
+    declared = trace.get("capabilities", [])
+    if not isinstance(declared, list) or not all(isinstance(x, str) for x in declared):
+        raise TraceError(f"{path}: capabilities must be a list of layer names")
     for record in trace["layers"].get("config", []):
         lines = record.get("budget_log_lines", [])
         if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):

@@ -21,6 +21,9 @@ KINDS = (PASS, NUMERICS, DIVERGED) + FAILURE_KINDS
 # (the other pins, when no port is configured) are shown but never set the exit status.
 ORACLE, CANDIDATE, STAND_IN = "oracle", "candidate", "stand-in"
 ROLES = (ORACLE, CANDIDATE, STAND_IN)
+# Why a layer of a scenario was not judged (Verdict.not_judged): not asked for (--layers), not
+# served (the engine's hello does not declare it), or required and not served (a failure).
+NOT_ASKED, NOT_SERVED, MISSING = "not asked", "not served", "required, not served"
 
 
 @dataclass
@@ -43,6 +46,10 @@ class Verdict:
     # a run that diverged and then failed: the failure's kind (crash, timeout, ...); such a
     # verdict is DIVERGED at the first difference before the failure and is never waived
     failure: str = ""
+    # the gate: the layers this verdict was judged on, and each layer of the scenario it was
+    # not judged on with the reason (NOT_ASKED, NOT_SERVED)
+    judged: list[str] = field(default_factory=list)
+    not_judged: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self):
         assert self.kind in KINDS and self.role in ROLES, (self.kind, self.role)

@@ -246,8 +246,9 @@ def test_gate_reference_engine_against_the_oracle(kit, capsys):
                    "--scenario", str(REPO / "scenarios" / "dflash_27b_gate.json")])
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("dflash_27b_gate "))
-    # the matrix: oracle, the reference engine, the bugged one (named by its hello and arguments)
-    assert row.split()[1:4] == ["pass", "pass", "diverged"], out
+    # the matrix: the candidates first (the reference engine, the bugged one, named by its hello
+    # and arguments), then the oracle
+    assert row.split()[1:] == ["pass", "diverged", "config.max_num_scheduled_tokens", "pass"], out
     assert "parity-cpp-reference 0.1.0 (--no-draft-reservation) [candidate] on dflash_27b_gate" in out
     assert "first divergence at record 0, field max_num_scheduled_tokens: oracle 4036, candidate 4096" in out
     assert status == 1  # a gating candidate diverged

@@ -63,9 +63,11 @@ def resolve_config(scenario: dict):
 
 
 def resolve(scenario: dict):
+    from conformance.refusal import meaning
+
     config, lines, refusal = resolve_config(scenario)
-    if config is None:
-        yield {"refused": refusal, "budget_log_lines": lines}
+    if config is None:  # recorded by its meaning: vLLM's exception and words, no pydantic wrapper
+        yield {"refused": meaning(refusal), "budget_log_lines": lines}
         return
     yield budget_record(config, lines)
 

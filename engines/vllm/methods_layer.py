@@ -28,10 +28,11 @@ Records, in this order:
    max_num_batched_tokens >= max_model_len, so max_model_len is lowered likewise. Every
    such change is listed in the probe's `adjusted`.
 
-Refusals are described by `refusal_kind` (the exception class), `refused_by` (for pydantic
-validation errors, the config class whose validation refused, else null) and
-`refusal_text` (the engine's own words, model paths scrubbed; fields ending in `_text` are
-informational and not compared).
+Refusals are described by `refusal_kind` (the exception class vLLM's code raised: a
+ValueError in a validator, not pydantic's ValidationError around it), `refused_by` (for
+pydantic validation errors, the config class whose validation refused, else null) and
+`refusal_text` (vLLM's own words without pydantic's wrapper, model paths scrubbed; fields
+ending in `_text` are informational and not compared). conformance/refusal.py.
 
 Platform: vLLM serves DSpark only through its V2 model runner, which needs Triton. On a CPU
 machine without Triton every release would refuse DSpark for that reason alone (0.27.1 and
@@ -54,10 +55,8 @@ from .release import charges_drafting_per_step
 
 PROBES = (("below", -1), ("at", 0), ("above", 1))
 
-# Pydantic's rendering of one error ends with "[type=..., input_value=..., input_type=...]"
-# and a "For further information visit ..." line; both carry the raw input (paths, reprs).
-_PYDANTIC_TAIL = re.compile(r" \[type=[^\n]*")
-_PYDANTIC_URL = re.compile(r"\n *For further information visit [^\n]*")
+# The config class whose pydantic validation refused (conformance/refusal.py removes the rest
+# of pydantic's wrapper).
 _PYDANTIC_HEAD = re.compile(r"^\d+ validation errors? for (\w+)\n")
 
 def methods(scenario_wire: dict):
@@ -138,12 +137,12 @@ def _resolve(args: dict):
         config, _lines, refusal = resolve_config({"engine_args": args})
     if refusal is None:
         return config, {"refusal_kind": None, "refused_by": None, "refusal_text": None}
-    text = refusal["message"]
-    head = _PYDANTIC_HEAD.match(text) if refusal["type"] == "ValidationError" else None
-    if head:
-        text = _PYDANTIC_URL.sub("", _PYDANTIC_TAIL.sub("", text[head.end():])).strip()
-    return None, {"refusal_kind": refusal["type"], "refused_by": head.group(1) if head else None,
-                  "refusal_text": text}
+    from conformance.refusal import meaning
+
+    head = _PYDANTIC_HEAD.match(refusal["message"]) if refusal["type"] == "ValidationError" else None
+    said = meaning(refusal)  # the exception vLLM raised, in its own words
+    return None, {"refusal_kind": said["type"], "refused_by": head.group(1) if head else None,
+                  "refusal_text": said["message"]}
 
 
 def _reservation(config, args: dict) -> int:

@@ -16,6 +16,10 @@ With --startfile PATH it appends its pid to PATH when it starts (to count starts
 --stderr-line N it writes one line of N bytes to stderr first.
 With --steps N it also serves the `steps` layer: N records {"step": i}. `crash` sends
 --crash-after records (default 1) of the run, then exits 3.
+With --replay RELEASE it answers every layer of a run with that pin's golden records for the
+run's scenario (goldens/<scenario>/vllm-RELEASE.json), and --serve LAYERS (comma-separated)
+sets the layers its hello declares and serves: a port that serves only some layers, equal to
+the oracle on those, for testing how the gate judges what an engine declares.
 """
 
 import argparse
@@ -38,6 +42,8 @@ def main() -> int:
     parser.add_argument("--crash-after", type=int, default=1, help="records sent before a crash")
     parser.add_argument("--startfile", help="append this process's pid here when it starts")
     parser.add_argument("--stderr-line", type=int, default=0, help="write one stderr line this long")
+    parser.add_argument("--replay", help="answer with this pin's golden records")
+    parser.add_argument("--serve", help="comma-separated layers the hello declares")
     args = parser.parse_args()
     if args.stderr_line:
         sys.stderr.write("x" * args.stderr_line + "\n")
@@ -60,13 +66,14 @@ def main() -> int:
     if args.fault == "no-hello":
         time.sleep(3600)
     if args.fault == "no-read":
-        send({"type": "hello", "protocol": 2, "engine": "double", "version": "0.0-test",
+        send({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "engine": "double", "version": "0.0-test",
               "capabilities": ["config"]})
         time.sleep(3600)
-    send({"type": "hello", "protocol": 99 if args.fault == "wrong-version" else 2,
-          "engine": "double", "version": "0.0-test",
-          "capabilities": ["config"] + (["steps"] if args.steps is not None else [])})
-    served = {"config"} | ({"steps"} if args.steps is not None else set())
+    served = ["config"] + (["steps"] if args.steps is not None else [])
+    if args.serve:
+        served = args.serve.split(",")
+    send({"type": "hello", "protocol": 99 if args.fault == "wrong-version" else protocol.PROTOCOL_VERSION,
+          "engine": "double", "version": "0.0-test", "capabilities": served})
     runs = 0
     for line in sys.stdin.buffer:
         try:
@@ -78,16 +85,24 @@ def main() -> int:
             return 0
         run_id, layers = message["id"], message["layers"]
         if any(layer not in served for layer in layers):
-            send({"type": "error", "id": run_id, "kind": "unsupported", "message": f"only config, not {layers}"})
+            send({"type": "error", "id": run_id, "kind": "unsupported", "message": f"only {served}, not {layers}"})
             continue
         runs += 1
         fault = args.fault if runs > args.after_runs else "none"
         answer = []  # (layer, seq, data) of this run's records, in order
+        golden = None
+        if args.replay:
+            path = os.path.join(os.path.dirname(__file__), "..", "..", "goldens",
+                                message["scenario"]["name"], f"vllm-{args.replay}.json")
+            golden = json.load(open(path))["layers"]
         for layer in layers:
-            if layer == "config":
+            if golden is not None:
+                answer += [(layer, i, data) for i, data in enumerate(golden[layer])]
+            elif layer == "config":
                 answer.append(("config", 0, record))
-            else:
+            elif layer == "steps" and args.steps is not None:
                 answer += [("steps", i, {"step": i, "num_scheduled_tokens": 1}) for i in range(args.steps)]
+            # any other layer --serve declares: no records (a port that declares more than it sends)
         if fault == "crash":
             for layer, seq, data in answer[:args.crash_after]:
                 send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})

@@ -14,8 +14,11 @@
 
 namespace parity {
 
-// A configuration the engine refused (a *result*, sent as a record, not an error):
-// `type` is the exception's class name in vLLM (ValueError, ...), `message` free text.
+// A configuration the engine refused (a *result*, sent as a record, not an error), compared by
+// its meaning (PROTOCOL.md, "Refusals"): `type` is the class of the exception vLLM's own code
+// raises ("ValueError" for a check in a config validator, not the pydantic "ValidationError"
+// vLLM's caller sees around it), `message` vLLM's own words, without pydantic's wrapper (its
+// header, the "Value error, " prefix, the "[type=..., input_value=...]" repr, the link).
 struct Refusal {
     std::string type, message;
     json to_json() const { return {{"type", type}, {"message", message}}; }
