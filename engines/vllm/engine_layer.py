@@ -121,6 +121,7 @@ def llm_kwargs(scenario: dict) -> dict:
 def run_engine(scenario: dict):
     import vllm
 
+    from conformance.refusal import meaning
     from conformance.scenario import ScenarioError
     from conformance.workload import validate_workload
 
@@ -154,7 +155,8 @@ def run_engine(scenario: dict):
             _release_memory()
             if not _is_refusal(exc):
                 raise  # weights that cannot be read, a missing file: an engine error, never a result
-            refusal = {"type": type(exc).__name__, "message": clean(str(exc))}
+            # recorded by its meaning, as the config layer records it (conformance/refusal.py)
+            refusal = meaning({"type": type(exc).__name__, "message": clean(str(exc))})
             lines = [clean(x) for x in captured if _budget_line(x)]
             return ([{"refused": refusal, "budget_log_lines": lines}], [{"refused": refusal}],
                     [{"refused": refusal}])
