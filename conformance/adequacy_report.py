@@ -85,6 +85,8 @@ def render_mutants(run: MutantRun, sources: dict[str, str], equivalent: dict[str
     for m, r in run.results:
         if not r["killed"] and m.id in equivalent:
             lines.append(f"   equivalent {m.name}: {equivalent[m.id]}")
+    if by_function:
+        lines.append("   not run, by function: " + ", ".join(f"{k} {v}" for k, v in sorted(by_function.items())))
     for m, r in survivors:
         lines.append(f"   SURVIVED {m.name} ({r['kind']})")
         lines.extend("     " + line for line in m.diff(sources[m.file]).rstrip("\n").splitlines())
