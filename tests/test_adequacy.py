@@ -274,6 +274,14 @@ def test_a_malformed_edit_is_refused_naming_the_entry(tmp_path):
         scope(tmp_path, text)
 
 
+def test_a_mutant_in_a_packages_init_is_installed_into_the_package_itself():
+    from engines.vllm.mutant_catalog import module_name
+
+    assert module_name("vllm/model_executor/layers/rotary_embedding/__init__.py") == \
+        "vllm.model_executor.layers.rotary_embedding"
+    assert module_name("vllm/v1/sample/sampler.py") == "vllm.v1.sample.sampler"
+
+
 def test_run_lines_take_a_statement_whole_and_a_compound_header_only():
     from conformance.mutation import run_lines
 
