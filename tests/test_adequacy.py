@@ -182,6 +182,8 @@ def test_parity_adequacy_refuses_a_bad_sample_before_any_engine_starts(capsys):
 
     assert main(["adequacy", "--sample", "0"]) == 2
     assert "--sample 0: expected a positive number of mutants" in capsys.readouterr().err
+    assert main(["adequacy", "--engine-sample", "-1"]) == 2
+    assert "--engine-sample -1: expected a positive number of mutants" in capsys.readouterr().err
 
 
 # -- a fixed sample of the generated catalog, served as candidates --------------------------
