@@ -105,6 +105,20 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-engine-tier", action="store_true",
                    help="mutants run the stand-in scenarios only, not the two engine-layer ones after them")
 
+    p = sub.add_parser("fuzz", help="search for a scenario on which a candidate differs from the "
+                       "oracle, shrink it, write it as a scenario file (make fuzz)")
+    p.add_argument("--candidate", required=True, help="the engine to fuzz: a command line, a pin, or "
+                   "a pin's TEST DEVICE mutant (0.27.1+mutant:NAME)")
+    p.add_argument("--against", help="the oracle pin (default: the gate oracle)")
+    p.add_argument("--budget", help="time to search, like 90s, 10m, 1h (default 10m)")
+    p.add_argument("--examples", type=int, help="examples to run, instead of a time budget")
+    p.add_argument("--seed", type=int, help="the same seed gives the same examples (default: random, printed)")
+    p.add_argument("--layers", help="comma-separated stand-in layers (default: config,steps,outputs)")
+    p.add_argument("--out", type=Path, help="where findings are written (default: out/fuzz)")
+    p.add_argument("--findings", type=int, default=1, help="stop after this many distinct findings (default 1)")
+    p.add_argument("--replay", type=Path, metavar="FILE", help="run one scenario file on both engines "
+                   "and print the verdict, as the gate prints it")
+
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
@@ -259,6 +273,12 @@ def cmd_drift(args) -> int:
     return 0
 
 
+def cmd_fuzz(args) -> int:
+    from .fuzz_cli import fuzz_command
+
+    return fuzz_command(args, log)
+
+
 def cmd_adequacy(args) -> int:
     from .adequacy_cli import adequacy
 
@@ -267,7 +287,7 @@ def cmd_adequacy(args) -> int:
 
 COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
-            "adequacy": cmd_adequacy}
+            "adequacy": cmd_adequacy, "fuzz": cmd_fuzz}
 
 
 def _scenarios(paths: list[Path] | None) -> list[Scenario]:
