@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # A port to judge, as its command line, e.g. CANDIDATE='./build/port-engine --parity'
 CANDIDATE ?=
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,14 @@ goldens-check: envs
 ADEQUACY_SAMPLE ?= 250
 adequacy: envs
 	$(BIN)/parity adequacy $(if $(ADEQUACY_SAMPLE),--sample $(ADEQUACY_SAMPLE) --seed 13)
+
+# Differential fuzzing: scenarios generated until CANDIDATE first differs from the gate oracle
+# (or FUZZ_BUDGET runs out), shrunk to a minimal scenario file in out/fuzz/ and confirmed.
+# FUZZ_ARGS adds options, e.g. FUZZ_ARGS='--seed 3 --findings 2 --out scenarios'.
+FUZZ_BUDGET ?= 5m
+fuzz: envs
+	@test -n '$(CANDIDATE)' || { echo "make fuzz: set CANDIDATE, e.g. CANDIDATE='./build/port --parity'"; exit 2; }
+	$(BIN)/parity fuzz --candidate '$(CANDIDATE)' --budget $(FUZZ_BUDGET) $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,12 +71,21 @@ class Pair:
     _procs: dict = field(default_factory=dict)
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=2))
 
+    @classmethod
+    def warm(cls, oracle: EngineProcess, candidate: EngineProcess, layers: list[str]) -> "Pair":
+        """Over engines already started (a test session's warm workers)."""
+        pair = cls(oracle.spec, candidate.spec, layers)
+        pair._procs.update(oracle=oracle, candidate=candidate)
+        return pair
+
     def start(self) -> None:
         list(self._pool.map(self._proc, ("oracle", "candidate")))
 
-    def close(self) -> None:
-        list(self._pool.map(EngineProcess.close, self._procs.values()))
-        self._procs.clear()
+    def close(self, engines: bool = True) -> None:
+        """End the thread pool, and the engines unless they are someone else's to end."""
+        if engines:
+            list(self._pool.map(EngineProcess.close, self._procs.values()))
+            self._procs.clear()
         self._pool.shutdown()
 
     def run(self, scenario: Scenario) -> tuple[dict, dict]:
@@ -163,6 +173,12 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
     return seen
 
 
+def _why(failure: dict) -> str:
+    """A failure's message without the scenario name and the engine's stderr tail."""
+    text = failure["message"].split("; last stderr lines:")[0].splitlines()[0]
+    return f"{failure['kind']}: " + re.sub(r"^.*?: engine reported ", "", text)[:160]
+
+
 @dataclass
 class Finding:
     signature: str
@@ -181,6 +197,7 @@ class Finding:
 class Stats:
     examples: int = 0
     skipped: int = 0  # the oracle could not run them
+    why_skipped: Counter = field(default_factory=Counter)  # the oracle's failure, first line
     refused: int = 0  # the oracle refused the configuration (compared all the same)
     shrink_runs: int = 0
     behaviours: set = field(default_factory=set)
@@ -191,8 +208,10 @@ class Search:
     number of findings is reached."""
 
     def __init__(self, pair: Pair, seed: int, log, budget: float | None = None,
-                 examples: int | None = None, findings: int = 1, clock=time.monotonic):
+                 examples: int | None = None, findings: int = 1, clock=time.monotonic,
+                 shrink_limit: float = SHRINK_LIMIT):
         self.pair, self.seed, self.log, self.clock = pair, seed, log, clock
+        self.shrink_limit = shrink_limit
         self.budget, self.limit, self.wanted = budget, examples, findings
         self.stats = Stats()
         self.findings: list[Finding] = []
@@ -259,7 +278,7 @@ class Search:
         if not shrinking and self._done():
             reject()  # the budget is spent: the rest of this round's examples are skipped
         key = json.dumps(raw, sort_keys=True)
-        if shrinking and self.clock() - self._shrink_start > SHRINK_LIMIT:
+        if shrinking and self.clock() - self._shrink_start > self.shrink_limit:
             if key in self._failing_keys:
                 raise Diverged(self._target)
             return  # shrinking's time is up: nothing new counts as failing
@@ -278,6 +297,7 @@ class Search:
         self._say()
         if verdict is None:
             self.stats.skipped += not shrinking
+            self.stats.why_skipped[_why(oracle["failure"])] += not shrinking
             event("the oracle could not run it")
             reject()
         refused = any(r.get("refused") for r in oracle["layers"].get("config", []))
@@ -301,13 +321,17 @@ class Search:
             raise Diverged(sig)
 
     def _say(self, final: bool = False) -> None:
+        if final and self.stats.skipped:
+            for why, n in self.stats.why_skipped.most_common(3):
+                self.log(f"[fuzz] skipped {n}: the oracle failed: {why}")
         now = self.clock()
         if not final and now - self._said < REPORT_EVERY:
             return
         self._said = now
         s, elapsed = self.stats, now - self.start
         left = self.left()
-        self.log(f"[fuzz] {s.examples} examples ({s.examples / max(elapsed, 1e-9):.1f}/s), "
+        shrinking = f"shrinking ({s.shrink_runs} runs), " if self._target and not final else ""
+        self.log(f"[fuzz] {shrinking}{s.examples} examples ({s.examples / max(elapsed, 1e-9):.1f}/s), "
                  f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''}, "
                  f"{s.refused} refused by the oracle, {s.skipped} skipped, {len(s.behaviours)} "
                  f"scheduler behaviours reached; {duration(elapsed)} elapsed"
