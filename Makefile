@@ -57,7 +57,8 @@ test: envs cpp
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
-# (c) cold starts per `make parity` run, (d) the engine layers' cost per pin; then the three
+# (c) cold starts per `make parity` run, (d) the engine layers' cost per pin, (h) parity fuzz's
+# examples per second and (i) its time to find and shrink a planted divergence; then the three
 # times: (e) make test, (f) make test on a fresh machine (BENCH_FRESH=0 leaves it out), (g)
 # make parity without and with the engine layers.
 bench: envs
@@ -65,6 +66,7 @@ bench: envs
 	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
 	@$(BIN)/parity gate 2>&1 >/dev/null | grep 'cold starts' | sed 's/^\[gate\]/(c) make parity:/'
 	@$(BIN)/python benchmarks/bench_engine.py 2>/dev/null
+	@$(BIN)/python benchmarks/bench_fuzz.py 2>/dev/null
 	@$(BIN)/python benchmarks/bench_times.py
 
 # Goldens are written only by the pinned oracles, through syrupy (parity/golden_extension.py):
