@@ -173,6 +173,10 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
     return seen
 
 
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
 def _why(failure: dict) -> str:
     """A failure's message without the scenario name and the engine's stderr tail."""
     text = failure["message"].split("; last stderr lines:")[0].splitlines()[0]
@@ -271,7 +275,8 @@ class Search:
             finding.seconds = self.clock() - self.start
             finding.shrink_runs = self.stats.shrink_runs - finding.shrink_runs
             self.log(f"[fuzz] shrunk {finding.signature!r} in {finding.shrink_runs} runs: "
-                     f"{finding.first_requests} -> {len(finding.raw['workload']['requests'])} requests")
+                     f"{_count(finding.first_requests, 'request')} -> "
+                     f"{_count(len(finding.raw['workload']['requests']), 'request')}")
 
     def _check(self, raw: dict) -> None:
         shrinking = self._target is not None
@@ -313,8 +318,8 @@ class Search:
             self._target, self._shrink_start = sig, self.clock()
             self.findings.append(Finding(sig, raw, self.stats.examples,
                                          len(raw["workload"]["requests"]), self.stats.shrink_runs))
-            self.log(f"[fuzz] finding after {self.stats.examples} examples: {sig} "
-                     f"({len(raw['workload']['requests'])} requests); shrinking")
+            self.log(f"[fuzz] finding after {_count(self.stats.examples, 'example')}: {sig} "
+                     f"({_count(len(raw['workload']['requests']), 'request')}); shrinking")
         if sig == self._target:
             self._failing.append(raw)
             self._failing_keys.add(key)

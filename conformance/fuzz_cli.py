@@ -56,7 +56,11 @@ def fuzz_command(args, log, out=print) -> int:
     if budget is None and args.examples is None and not args.replay:
         budget = parse_budget("10m")
     oracle = resolve_engine(against, pins, log)
-    candidate = resolve_engine(args.candidate, pins, log)
+    server = None
+    if "+mutant:catalog:" in args.candidate:  # a generated mutant: served by the fork server
+        server, candidate = catalog_mutant(args.candidate, pins, log)
+    else:
+        candidate = resolve_engine(args.candidate, pins, log)
     pair = Pair(oracle, candidate, layers)
     try:
         log(f"[fuzz] starting {oracle.label} (oracle) and {candidate.label} (candidate)")
@@ -77,6 +81,8 @@ def fuzz_command(args, log, out=print) -> int:
         return 2
     finally:
         pair.close()
+        if server is not None:
+            server.close()
     s = search.stats
     elapsed = search.clock() - search.start
     out(f"-- parity fuzz: seed {seed}, {s.examples} examples in {duration(elapsed)} "
@@ -88,6 +94,24 @@ def fuzz_command(args, log, out=print) -> int:
     if any(not f.confirmed for f in findings):
         return 2
     return 1 if findings else 0
+
+
+def catalog_mutant(text: str, pins, log):
+    """TEST DEVICE: '0.27.1+mutant:catalog:ID', a mutant of `parity adequacy`'s catalog, served
+    as its own engine by engines/vllm/mutant_server.py. (the server, the candidate's spec)"""
+    from .adequacy import MutantServer, catalog
+    from .scope import load_scope
+
+    pin, _, mutant_id = text.partition("+mutant:catalog:")
+    release = parse_pin(pin, pins)
+    if release is None:
+        raise ValueError(f"--candidate {text!r}: {pin!r} is not a pinned release")
+    mutants, _ = catalog(release, load_scope(), log)
+    found = [m for m in mutants if m.id == mutant_id]
+    if not found:
+        raise ValueError(f"--candidate {text!r}: no mutant {mutant_id!r} in the catalog of vllm {release}")
+    server = MutantServer(release, log)
+    return server, server.spec(found[0])
 
 
 def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: str, against: str,

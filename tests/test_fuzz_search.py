@@ -131,7 +131,7 @@ def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
     oracle = load_pins().oracle
     pair = Pair.warm(warm_workers(oracle), warm_workers(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))
     try:
-        search = Search(pair, 1, QUIET, examples=400)
+        search = Search(pair, 1, QUIET, examples=400, shrink_limit=90.0)
         [finding] = search.run()
         fuzz_cli.confirm(pair, finding, tmp_path, 1, mutant, oracle, QUIET)
         assert finding.confirmed, finding.signature
