@@ -38,7 +38,7 @@ from .gate import where_of
 from .pins import REPO_ROOT
 from .progress import duration
 from .runner import failure_trace
-from .scenario import Scenario, parse_scenario
+from .scenario import Scenario, ScenarioError, parse_scenario
 from .trace import make_trace
 from .verdict import CANDIDATE, NUMERICS, PASS, Verdict, judge
 
@@ -145,8 +145,8 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
     preemption, resumption, a binding budget, chunked prefill, drafts, finish reasons. The
     search prefers examples that do more of these (hypothesis.target)."""
     seen = set()
-    for record in layers.get("config", []):
-        refused = record.get("refused")
+    for records in layers.values():  # a refusal is the first record of every layer
+        refused = records[0].get("refused") if records else None
         seen.add(f"refused {refused['type']}" if refused else "accepted")
     prompts = {r["id"]: r["prompt_len"] for r in (scenario.workload or {}).get("requests", [])}
     for record in layers.get("steps", []):
@@ -171,6 +171,48 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
         if record.get("finish_reason"):
             seen.add(f"finish {record['finish_reason']}")
     return seen
+
+
+OPTIONAL_ARGS = ("speculative_config", "num_gpu_blocks_override", "long_prefill_token_threshold",
+                 "max_num_scheduled_tokens", "scheduling_policy")
+POLISH_TRIES = 60  # runs, at most, after hypothesis' shrinking
+
+
+def _size(raw: dict) -> tuple:
+    reqs = raw["workload"]["requests"]
+    return (len(reqs), sum(r["prompt_len"] + r["max_tokens"] for r in reqs),
+            len(raw["engine_args"]), json.dumps(raw, sort_keys=True))
+
+
+def _edits(raw: dict):
+    """Smaller variants of a raw scenario, the boldest first."""
+    def variant(args=None, reqs=None) -> dict:
+        out = json.loads(json.dumps(raw))
+        if args is not None:
+            out["engine_args"] = args
+        if reqs is not None:
+            out["workload"]["requests"] = reqs
+            out["workload"]["max_steps"] = fuzz_strategies.max_steps(reqs)
+        return out
+
+    reqs, args = raw["workload"]["requests"], raw["engine_args"]
+    if len(reqs) > 1:
+        for i in range(len(reqs)):
+            yield variant(reqs=reqs[:i] + reqs[i + 1:])
+    for key in OPTIONAL_ARGS:
+        if key in args:
+            yield variant(args={k: v for k, v in args.items() if k != key})
+    for i, req in enumerate(reqs):
+        for key, low in (("prompt_len", 1), ("max_tokens", 1), ("arrival_step", 0)):
+            if req[key] > low:
+                for value in sorted({low, (req[key] + low) // 2}):
+                    yield variant(reqs=reqs[:i] + [dict(req, **{key: value})] + reqs[i + 1:])
+        for key in ("stop_token_ids", "acceptance"):
+            if key in req:
+                yield variant(reqs=reqs[:i] + [{k: v for k, v in req.items() if k != key}] + reqs[i + 1:])
+    renamed = [dict(r, id=f"r{i}") for i, r in enumerate(reqs)]
+    if renamed != reqs:
+        yield variant(reqs=renamed)
 
 
 def _count(n: int, word: str) -> str:
@@ -270,13 +312,42 @@ class Search:
                 raise
         if self._target is not None:
             finding = self.findings[-1]
-            finding.raw = self._failing[-1]  # hypothesis replays its minimal example last
-            finding.failing = list(self._failing)
+            # hypothesis replays its minimal example last; minimal by its own measure (the
+            # choices it drew), so the one with the fewest requests and tokens is polished
+            best = min(self._failing, key=_size)
+            finding.raw = self._polish(best, finding.signature)
+            finding.failing = list(self._failing) + [finding.raw]
             finding.seconds = self.clock() - self.start
             finding.shrink_runs = self.stats.shrink_runs - finding.shrink_runs
             self.log(f"[fuzz] shrunk {finding.signature!r} in {finding.shrink_runs} runs: "
                      f"{_count(finding.first_requests, 'request')} -> "
                      f"{_count(len(finding.raw['workload']['requests']), 'request')}")
+
+    def _polish(self, raw: dict, sig: str) -> dict:
+        """Edits hypothesis may not have tried, each kept when the example still fails with
+        the same signature: a request removed, an optional argument left out, a size cut."""
+        best, tries = raw, 0
+        changed = True
+        while changed and tries < POLISH_TRIES:
+            changed = False
+            for candidate in _edits(best):
+                tries += 1
+                if self._fails_as(candidate, sig):
+                    best, changed = candidate, True
+                    break
+                if tries >= POLISH_TRIES:
+                    break
+        return best
+
+    def _fails_as(self, raw: dict, sig: str) -> bool:
+        try:
+            scenario = parse_scenario(raw, SCENARIO_DIR / f"{raw['name']}.json")
+        except ScenarioError:
+            return False
+        verdict, _ = self.pair.judge(scenario)
+        self.stats.shrink_runs += 1
+        self._say()
+        return verdict is not None and signature(verdict) == sig
 
     def _check(self, raw: dict) -> None:
         shrinking = self._target is not None
@@ -305,7 +376,7 @@ class Search:
             self.stats.why_skipped[_why(oracle["failure"])] += not shrinking
             event("the oracle could not run it")
             reject()
-        refused = any(r.get("refused") for r in oracle["layers"].get("config", []))
+        refused = any(r.get("refused") for records in oracle["layers"].values() for r in records[:1])
         self.stats.refused += refused and not shrinking
         seen = behaviours(scenario, oracle["layers"])
         if not shrinking:

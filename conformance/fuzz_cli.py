@@ -53,6 +53,8 @@ def fuzz_command(args, log, out=print) -> int:
     budget = parse_budget(args.budget) if args.budget else None
     if args.examples is not None and args.examples < 1:
         raise ValueError(f"--examples: expected a positive number, got {args.examples}")
+    if args.findings < 1:
+        raise ValueError(f"--findings: expected a positive number, got {args.findings}")
     if budget is None and args.examples is None and not args.replay:
         budget = parse_budget("10m")
     oracle = resolve_engine(against, pins, log)

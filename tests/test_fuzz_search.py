@@ -116,6 +116,7 @@ def test_budget(text, seconds):
     (["--against", "0.27.1+mutant:ignore-max-num-seqs"], "--against"),
     (["--layers", "engine_steps"], "--layers: the fuzzer runs the stand-in layers"),
     (["--budget", "1m", "--examples", "3"], "give one of them"),
+    (["--findings", "0"], "--findings: expected a positive number"),
 ])
 def test_bad_input_is_refused_before_any_engine_starts(argv, error, capsys):
     assert main(["fuzz", "--candidate", "/nonexistent/engine", *argv]) == 2
