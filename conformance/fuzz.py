@@ -215,7 +215,7 @@ def _edits(raw: dict):
         yield variant(reqs=renamed)
 
 
-def _count(n: int, word: str) -> str:
+def count_of(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
@@ -320,8 +320,8 @@ class Search:
             finding.seconds = self.clock() - self.start
             finding.shrink_runs = self.stats.shrink_runs - finding.shrink_runs
             self.log(f"[fuzz] shrunk {finding.signature!r} in {finding.shrink_runs} runs: "
-                     f"{_count(finding.first_requests, 'request')} -> "
-                     f"{_count(len(finding.raw['workload']['requests']), 'request')}")
+                     f"{count_of(finding.first_requests, 'request')} -> "
+                     f"{count_of(len(finding.raw['workload']['requests']), 'request')}")
 
     def _polish(self, raw: dict, sig: str) -> dict:
         """Edits hypothesis may not have tried, each kept when the example still fails with
@@ -389,8 +389,8 @@ class Search:
             self._target, self._shrink_start = sig, self.clock()
             self.findings.append(Finding(sig, raw, self.stats.examples,
                                          len(raw["workload"]["requests"]), self.stats.shrink_runs))
-            self.log(f"[fuzz] finding after {_count(self.stats.examples, 'example')}: {sig} "
-                     f"({_count(len(raw['workload']['requests']), 'request')}); shrinking")
+            self.log(f"[fuzz] finding after {count_of(self.stats.examples, 'example')}: {sig} "
+                     f"({count_of(len(raw['workload']['requests']), 'request')}); shrinking")
         if sig == self._target:
             self._failing.append(raw)
             self._failing_keys.add(key)

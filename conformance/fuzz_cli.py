@@ -19,7 +19,7 @@ import shlex
 from pathlib import Path
 
 from .engine import EngineFailure, resolve_engine
-from .fuzz import SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair, Search, signature
+from .fuzz import SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair, Search, count_of, signature
 from .pins import REPO_ROOT, load_pins, parse_pin
 from .progress import duration
 from .report import render_verdict
@@ -148,8 +148,9 @@ def report(finding: Finding, oracle: str, seed: int, candidate: str, against: st
     lines = [render_verdict(finding.verdict, oracle) if finding.verdict else
              f"== {finding.signature}: the oracle could not run the written scenario"]
     requests = len(finding.raw["workload"]["requests"])
-    lines.append(f"   found after {finding.examples} examples ({finding.first_requests} requests), shrunk "
-                 f"in {finding.shrink_runs} runs to {requests} request{'s' if requests != 1 else ''}; "
+    lines.append(f"   found after {count_of(finding.examples, 'example')} "
+                 f"({count_of(finding.first_requests, 'request')}), shrunk in {finding.shrink_runs} runs "
+                 f"to {count_of(requests, 'request')}; "
                  f"{'confirmed' if finding.confirmed else 'NOT confirmed'} on a rerun")
     lines.append(f"   scenario: {finding.path}")
     lines.append(f"   replay:   parity fuzz --replay {shlex.quote(str(finding.path))} "
