@@ -352,7 +352,7 @@ class Search:
     def _check(self, raw: dict) -> None:
         shrinking = self._target is not None
         if not shrinking and self._done():
-            reject()  # the budget is spent: the rest of this round's examples are skipped
+            return  # the budget is spent: the rest of this round's examples pass unrun
         key = json.dumps(raw, sort_keys=True)
         if shrinking and self.clock() - self._shrink_start > self.shrink_limit:
             if key in self._failing_keys:
