@@ -11,7 +11,8 @@ The property is "the candidate's verdict passes". The first example that fails s
 finding's signature: the verdict's kind and, for a divergence, the layer and field where it
 first differs (request ids and list positions left out, since shrinking renumbers requests).
 Hypothesis then shrinks it; only examples with the same signature count as failing while it
-does, so the minimal scenario diverges where the first one did. The minimal scenario is
+does, so the minimal scenario diverges where the first one did; a greedy pass then removes
+what hypothesis' own measure kept (Search._polish). The minimal scenario is
 written as a scenario file, loaded back, run again and confirmed before it is reported.
 
 Same seed, same examples: the examples come in rounds of ROUND hypothesis runs, each seeded
