@@ -16,7 +16,7 @@ DRIFT ?=
 GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--layers '$(LAYERS)') \
 	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') $(if $(DRIFT),--drift)
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -65,7 +65,8 @@ test: envs cpp
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
-# (c) cold starts per `make parity` run, (d) the engine layers' cost per pin; then the three
+# (c) cold starts per `make parity` run, (d) the engine layers' cost per pin, (h) parity fuzz's
+# examples per second and (i) its time to find and shrink a planted divergence; then the three
 # times: (e) make test, (f) make test on a fresh machine (BENCH_FRESH=0 leaves it out), (g)
 # make parity without and with the engine layers; (h) the engine layers' logprob noise across
 # ISA caps, thread counts and batch layouts, against each scenario's tolerance.
@@ -74,6 +75,7 @@ bench: envs
 	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
 	@$(BIN)/parity gate 2>&1 >/dev/null | grep 'cold starts' | sed 's/^\[gate\]/(c) make parity:/'
 	@$(BIN)/python benchmarks/bench_engine.py 2>/dev/null
+	@$(BIN)/python benchmarks/bench_fuzz.py 2>/dev/null
 	@$(BIN)/python benchmarks/bench_times.py
 	@$(BIN)/python benchmarks/bench_noise.py 2>/dev/null
 
@@ -97,6 +99,14 @@ ENGINE_SAMPLE ?= 40
 adequacy: envs
 	$(BIN)/parity adequacy $(if $(ADEQUACY_SAMPLE),--sample $(ADEQUACY_SAMPLE) --seed 13) \
 		$(if $(ENGINE_SAMPLE),--engine-sample $(ENGINE_SAMPLE))
+
+# Differential fuzzing: scenarios generated until CANDIDATE first differs from the gate oracle
+# (or FUZZ_BUDGET runs out), shrunk to a minimal scenario file in out/fuzz/ and confirmed.
+# FUZZ_ARGS adds options, e.g. FUZZ_ARGS='--seed 3 --findings 2 --out scenarios'.
+FUZZ_BUDGET ?= 5m
+fuzz: envs
+	@test -n '$(CANDIDATE)' || { echo "make fuzz: set CANDIDATE, e.g. CANDIDATE='./build/port --parity'"; exit 2; }
+	$(BIN)/parity fuzz --candidate '$(CANDIDATE)' --budget $(FUZZ_BUDGET) $(FUZZ_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -129,6 +129,20 @@ def main(argv: list[str] | None = None) -> int:
                    help="which mutant catalog to run: the scheduler's, the engine path's (sampler, "
                    "drafters, model runner, numerics), or both (default)")
 
+    p = sub.add_parser("fuzz", help="search for a scenario on which a candidate differs from the "
+                       "oracle, shrink it, write it as a scenario file (make fuzz)")
+    p.add_argument("--candidate", required=True, help="the engine to fuzz: a command line, a pin, or "
+                   "a pin's TEST DEVICE mutant (0.27.1+mutant:NAME)")
+    p.add_argument("--against", help="the oracle pin (default: the gate oracle)")
+    p.add_argument("--budget", help="time to search, like 90s, 10m, 1h (default 10m)")
+    p.add_argument("--examples", type=int, help="examples to run, instead of a time budget")
+    p.add_argument("--seed", type=int, help="the same seed gives the same examples (default: random, printed)")
+    p.add_argument("--layers", help="comma-separated stand-in layers (default: config,steps,outputs)")
+    p.add_argument("--out", type=Path, help="where findings are written (default: out/fuzz)")
+    p.add_argument("--findings", type=int, default=1, help="stop after this many distinct findings (default 1)")
+    p.add_argument("--replay", type=Path, metavar="FILE", help="run one scenario file on both engines "
+                   "and print the verdict, as the gate prints it")
+
     args = parser.parse_args(argv)
     with _stop_on_signals():  # also while the engines are ended below
         try:
@@ -347,6 +361,12 @@ def cmd_docs(args) -> int:
     return 0
 
 
+def cmd_fuzz(args) -> int:
+    from .fuzz_cli import fuzz_command
+
+    return fuzz_command(args, log)
+
+
 def cmd_adequacy(args) -> int:
     from .adequacy_cli import adequacy
 
@@ -355,7 +375,7 @@ def cmd_adequacy(args) -> int:
 
 COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
-            "adequacy": cmd_adequacy, "docs": cmd_docs}
+            "adequacy": cmd_adequacy, "docs": cmd_docs, "fuzz": cmd_fuzz}
 
 
 def _scenarios(paths: list[Path] | None) -> list[Scenario]:

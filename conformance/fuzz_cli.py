@@ -1,0 +1,192 @@
+"""The `parity fuzz` command: engines, the search, the findings written as scenario files and
+confirmed, and `--replay FILE`.
+
+A finding is written to --out as a scenario file of the project's schema, named by what
+diverged (fuzz_steps_requests_tokens.json), its model paths relative to that folder. It is then
+loaded back like any scenario, run on both engines again and its signature confirmed; its report
+is the one the gate prints for that verdict (conformance/report.render_verdict). To add it to
+the library: move it into scenarios/ (written there directly with --out scenarios) and write its
+golden with `make goldens -k NAME`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import shlex
+from pathlib import Path
+
+from .engine import EngineFailure, resolve_engine
+from .fuzz import SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair, Search, count_of, signature
+from .pins import REPO_ROOT, load_pins, parse_pin
+from .progress import duration
+from .report import render_verdict
+from .scenario import load_scenario
+from .verdict import exit_status
+
+DEFAULT_OUT = REPO_ROOT / "out" / "fuzz"
+UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def parse_budget(text: str) -> float:
+    """'10m', '90s', '1h', '45' (seconds) -> seconds."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
+    if not match or float(match[1]) <= 0:
+        raise ValueError(f"--budget: expected a duration like 90s, 10m or 1h, got {text!r}")
+    return float(match[1]) * UNITS[match[2] or "s"]
+
+
+def fuzz_command(args, log, out=print) -> int:
+    pins = load_pins()
+    against = args.against or pins.oracle
+    if "+mutant:" in against or parse_pin(against, pins) is None:
+        raise ValueError(f"--against: {against!r} is not a pinned release "
+                         f"({', '.join(pins.releases)}); only a pin is an oracle")
+    layers = [x for x in (args.layers or ",".join(STAND_IN_LAYERS)).split(",") if x]
+    if not layers or any(x not in STAND_IN_LAYERS for x in layers):
+        raise ValueError(f"--layers: the fuzzer runs the stand-in layers {list(STAND_IN_LAYERS)}, "
+                         f"got {layers}")
+    if args.budget and args.examples:
+        raise ValueError("--budget and --examples: give one of them")
+    budget = parse_budget(args.budget) if args.budget else None
+    if args.examples is not None and args.examples < 1:
+        raise ValueError(f"--examples: expected a positive number, got {args.examples}")
+    if args.findings < 1:
+        raise ValueError(f"--findings: expected a positive number, got {args.findings}")
+    if budget is None and args.examples is None and not args.replay:
+        budget = parse_budget("10m")
+    oracle = resolve_engine(against, pins, log)
+    server = None
+    if "+mutant:catalog:" in args.candidate:  # a generated mutant: served by the fork server
+        server, candidate = catalog_mutant(args.candidate, pins, log)
+    else:
+        candidate = resolve_engine(args.candidate, pins, log)
+    pair = Pair(oracle, candidate, layers)
+    try:
+        log(f"[fuzz] starting {oracle.label} (oracle) and {candidate.label} (candidate)")
+        pair.start()
+        if args.replay:
+            return replay(pair, args.replay, parse_pin(against, pins), out)
+        seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
+        log(f"[fuzz] seed {seed}; layers {', '.join(layers)}; "
+            + (f"budget {duration(budget)}" if budget else f"{args.examples} examples"))
+        search = Search(pair, seed, log, budget=budget, examples=args.examples, findings=args.findings)
+        findings = search.run()
+        folder = args.out or DEFAULT_OUT
+        for finding in findings:
+            confirm(pair, finding, folder, seed, args.candidate, against, log)
+            out(report(finding, parse_pin(against, pins), seed, args.candidate, against))
+    except EngineFailure as failure:  # an engine that could not even start
+        log(f"parity fuzz: {failure}")
+        return 2
+    finally:
+        pair.close()
+        if server is not None:
+            server.close()
+    s = search.stats
+    elapsed = search.clock() - search.start
+    out(f"-- parity fuzz: seed {seed}, {s.examples} examples in {duration(elapsed)} "
+        f"({s.examples / max(elapsed, 1e-9):.1f}/s), {s.shrink_runs} shrink runs, "
+        f"{len(s.behaviours)} scheduler behaviours; {len(findings)} finding"
+        f"{'s' if len(findings) != 1 else ''}"
+        + "".join(f"\n   {f.signature}: {f.path} ({'confirmed' if f.confirmed else 'NOT confirmed'})"
+                  for f in findings))
+    if any(not f.confirmed for f in findings):
+        return 2
+    return 1 if findings else 0
+
+
+def catalog_mutant(text: str, pins, log):
+    """TEST DEVICE: '0.27.1+mutant:catalog:ID', a mutant of `parity adequacy`'s catalog, served
+    as its own engine by engines/vllm/mutant_server.py. (the server, the candidate's spec)"""
+    from .adequacy import MutantServer, catalog
+    from .scope import load_scope
+
+    pin, _, mutant_id = text.partition("+mutant:catalog:")
+    release = parse_pin(pin, pins)
+    if release is None:
+        raise ValueError(f"--candidate {text!r}: {pin!r} is not a pinned release")
+    mutants, _ = catalog(release, load_scope(), log)
+    found = [m for m in mutants if m.id == mutant_id]
+    if not found:
+        raise ValueError(f"--candidate {text!r}: no mutant {mutant_id!r} in the catalog of vllm {release}")
+    server = MutantServer(release, log)
+    return server, server.spec(found[0])
+
+
+def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: str, against: str,
+            log) -> None:
+    """Write the minimal example as a scenario file, load it back, run it again: confirmed when
+    the verdict's signature is the finding's. Should the minimal one not repeat (a flaky
+    candidate), the examples found before it are tried, newest first."""
+    folder.mkdir(parents=True, exist_ok=True)
+    name = scenario_name(finding.signature, folder)
+    for raw in reversed(finding.failing[-3:] or [finding.raw]):
+        path = write_scenario(raw, name, folder, describe(finding, raw, seed, candidate, against))
+        verdict, _ = pair.judge(load_scenario(path))
+        finding.raw, finding.path, finding.verdict = raw, path, verdict
+        if verdict is not None and signature(verdict) == finding.signature:
+            finding.confirmed = True
+            log(f"[fuzz] confirmed {finding.signature!r} on {path}")
+            return
+        log(f"[fuzz] {path} did not repeat {finding.signature!r} "
+            f"(got {signature(verdict) if verdict else 'no oracle trace'})")
+
+
+def replay(pair: Pair, path: Path, oracle: str, out=print) -> int:
+    verdict, _ = pair.judge(load_scenario(path))
+    if verdict is None:
+        raise FuzzError(f"{path}: the oracle could not run this scenario, so there is nothing to compare")
+    out(render_verdict(verdict, oracle))
+    return exit_status([verdict])
+
+
+def report(finding: Finding, oracle: str, seed: int, candidate: str, against: str) -> str:
+    """The gate's report of the confirming verdict, then where the scenario is and what to do."""
+    lines = [render_verdict(finding.verdict, oracle) if finding.verdict else
+             f"== {finding.signature}: the oracle could not run the written scenario"]
+    requests = len(finding.raw["workload"]["requests"])
+    lines.append(f"   found after {count_of(finding.examples, 'example')} "
+                 f"({count_of(finding.first_requests, 'request')}), shrunk in {finding.shrink_runs} runs "
+                 f"to {count_of(requests, 'request')}; "
+                 f"{'confirmed' if finding.confirmed else 'NOT confirmed'} on a rerun")
+    lines.append(f"   scenario: {finding.path}")
+    lines.append(f"   replay:   parity fuzz --replay {shlex.quote(str(finding.path))} "
+                 f"--candidate {shlex.quote(candidate)} --against {against}")
+    lines.append(f"   library:  move it into scenarios/, then make goldens -k {finding.path.stem}")
+    return "\n".join(lines)
+
+
+def scenario_name(sig: str, folder: Path) -> str:
+    """fuzz_steps_requests_tokens for `diverged steps.requests.*.tokens`; a free name in `folder`."""
+    words = re.sub(r"[^a-z0-9]+", "_", sig.lower().replace("diverged ", "")).strip("_")
+    base = f"fuzz_{words}"[:58].rstrip("_")
+    name, number = base, 2
+    while (folder / f"{name}.json").exists():
+        name, number = f"{base}_{number}", number + 1
+    return name
+
+
+def describe(finding: Finding, raw: dict, seed: int, candidate: str, against: str) -> str:
+    n = len(raw["workload"]["requests"])
+    return (f"Found by `parity fuzz --seed {seed}` against vLLM {against}: the candidate "
+            f"{candidate} gave `{finding.signature}` on this scenario, shrunk from "
+            f"{finding.first_requests} to {n} request{'s' if n != 1 else ''}.")
+
+
+def write_scenario(raw: dict, name: str, folder: Path, description: str) -> Path:
+    """The raw scenario as a file in `folder`, its model paths relative to that folder."""
+    scenario = json.loads(json.dumps(raw))
+    scenario["name"], scenario["description"] = name, description
+    args = scenario["engine_args"]
+    for obj in (args, args.get("speculative_config") or {}):
+        if "model" in obj:
+            obj["model"] = os.path.relpath(SCENARIO_DIR / obj["model"], folder.resolve())
+    if "num_gpu_blocks_override" in args:
+        scenario["rows"] = ["ENG-SCHED-CORE", "ENG-KV-CACHE"]
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(scenario, indent=2) + "\n")
+    return path
+

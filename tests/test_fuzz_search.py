@@ -1,0 +1,147 @@
+"""`parity fuzz` (conformance/fuzz.py, fuzz_cli.py, fuzz_strategies.py).
+
+The search, its shrinking and its determinism are tested first against a TEST DOUBLE pair of
+engines (pure Python, milliseconds per example) whose candidate has a planted admission bug;
+then for real: the gate oracle's warm worker against built-in TEST DEVICE mutants that show in
+the stand-in layers, with a short example budget. Each finding must shrink to at most 3
+requests, be confirmed on its written scenario file, and replay to the same divergence.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from conformance import fuzz_cli
+from conformance.cli import main
+from conformance.fuzz import SCENARIO_DIR, STAND_IN_LAYERS, Pair, Search, signature
+from conformance.fuzz_strategies import scenarios
+from conformance.gate import where_of
+from conformance.report import render_verdict
+from conformance.scenario import load_scenario, parse_scenario
+from conformance.trace import make_trace
+from conformance.verdict import CANDIDATE, Verdict, judge
+from conformance.workload import validate_workload
+
+QUIET = lambda message: None  # noqa: E731
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(scenarios())
+def test_generated_scenarios_satisfy_the_schema(raw):
+    scenario = parse_scenario(raw, SCENARIO_DIR / "fuzz.json")  # raises ScenarioError if not
+    assert scenario.layers[:3] == list(STAND_IN_LAYERS)
+    for req in scenario.workload["requests"]:
+        assert req["prompt_len"] + req["max_tokens"] <= raw["engine_args"]["max_model_len"]
+
+
+class DoublePair:
+    """TEST DOUBLE of conformance.fuzz.Pair: no engine runs. The "oracle" admits at most
+    max_num_seqs requests at step 0; the "candidate" has a planted bug and admits every
+    request arriving at step 0. Both traces are judged by the real verdict.judge."""
+
+    layers = ["config", "steps"]
+
+    def __init__(self, bug: bool = True):
+        self.bug, self.seen = bug, []
+
+    def judge(self, scenario):
+        self.seen.append(json.dumps(scenario.workload, sort_keys=True))
+        args = scenario.engine_args
+        at_zero = [r["id"] for r in scenario.workload["requests"] if r["arrival_step"] == 0]
+        layers = {"config": [{"refused": None, "max_num_seqs": args["max_num_seqs"]}]}
+        oracle = dict(layers, steps=[{"step": 0, "new": at_zero[:args["max_num_seqs"]]}])
+        candidate = dict(layers, steps=[{"step": 0, "new": at_zero if self.bug else oracle["steps"][0]["new"]}])
+        hello = {"engine": "double", "version": "0", "protocol": 1}
+        golden = make_trace("oracle", hello, scenario, oracle)
+        return judge(make_trace("double", hello, scenario, candidate), golden, CANDIDATE), golden
+
+
+def test_same_seed_same_examples():
+    runs = []
+    for seed in (5, 5, 6):
+        pair = DoublePair(bug=False)
+        Search(pair, seed, QUIET, examples=30).run()
+        runs.append(pair.seen)
+    assert len(runs[0]) == 30
+    assert runs[0] == runs[1]
+    assert runs[0] != runs[2]
+
+
+def test_a_planted_bug_is_found_shrunk_written_and_confirmed(tmp_path):
+    pair = DoublePair()
+    search = Search(pair, 1, QUIET, examples=300)
+    [finding] = search.run()
+    assert finding.signature == "diverged steps.new"
+    raw = finding.raw
+    # the minimal scenario: two requests at step 0 and one sequence, every optional argument left out
+    assert raw["engine_args"]["max_num_seqs"] == 1
+    assert [r["arrival_step"] for r in raw["workload"]["requests"]] == [0, 0]
+    assert not {"long_prefill_token_threshold", "num_gpu_blocks_override", "scheduling_policy",
+                "max_num_scheduled_tokens", "speculative_config"} & set(raw["engine_args"])
+    fuzz_cli.confirm(pair, finding, tmp_path, 1, "double", "0.27.1", QUIET)
+    assert finding.confirmed
+    assert finding.path == tmp_path / "fuzz_steps_new.json"
+    written = load_scenario(finding.path)  # a scenario file of the project's schema
+    assert written.name == "fuzz_steps_new" and len(written.workload["requests"]) == 2
+    validate_workload(written.workload, "x", written.engine_args)
+    text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
+    assert "layer steps: first divergence at step 0, field new" in text
+    assert f"parity fuzz --replay {finding.path}" in text
+
+
+def test_signature_leaves_out_request_ids_and_positions():
+    from conformance.compare import FieldDiff, LayerComparison
+
+    c = LayerComparison("steps", False, 3, [FieldDiff("requests.r12.tokens[4]", 1, 2)])
+    v = Verdict("x", "s", "diverged", CANDIDATE, [c])
+    assert where_of(v) == "steps.requests.r12.tokens[4]"
+    assert signature(v) == "diverged steps.requests.*.tokens[*]"
+    assert signature(Verdict("x", "s", "crash", CANDIDATE)) == "crash"
+    assert signature(Verdict("x", "s", "pass", CANDIDATE)) is None
+    assert fuzz_cli.scenario_name("diverged steps.requests.*.tokens[*]", Path("/nonexistent")) == \
+        "fuzz_steps_requests_tokens"
+
+
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h", 3600), ("45", 45)])
+def test_budget(text, seconds):
+    assert fuzz_cli.parse_budget(text) == seconds
+
+
+@pytest.mark.parametrize("argv, error", [
+    (["--budget", "soon"], "--budget: expected a duration"),
+    (["--against", "0.27.1+mutant:ignore-max-num-seqs"], "--against"),
+    (["--layers", "engine_steps"], "--layers: the fuzzer runs the stand-in layers"),
+    (["--budget", "1m", "--examples", "3"], "give one of them"),
+    (["--findings", "0"], "--findings: expected a positive number"),
+])
+def test_bad_input_is_refused_before_any_engine_starts(argv, error, capsys):
+    assert main(["fuzz", "--candidate", "/nonexistent/engine", *argv]) == 2
+    assert error in capsys.readouterr().err
+
+
+# Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the
+# example budget that find it here (same seed, same examples).
+@pytest.mark.parametrize("mutant", ["ignore-max-num-seqs", "draft-plus-one"])
+def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
+    from conformance.pins import load_pins
+
+    oracle = load_pins().oracle
+    pair = Pair.warm(warm_workers(oracle), warm_workers(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))
+    try:
+        search = Search(pair, 1, QUIET, examples=400, shrink_limit=90.0)
+        [finding] = search.run()
+        fuzz_cli.confirm(pair, finding, tmp_path, 1, mutant, oracle, QUIET)
+        assert finding.confirmed, finding.signature
+        assert len(finding.raw["workload"]["requests"]) <= 3
+        lines: list[str] = []
+        assert fuzz_cli.replay(pair, finding.path, oracle, out=lines.append) == 1
+        assert lines == [render_verdict(finding.verdict, oracle)]  # the gate's own report
+        replayed, _ = pair.judge(load_scenario(finding.path))
+        assert signature(replayed) == finding.signature
+    finally:
+        pair.close(engines=False)
+
