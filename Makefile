@@ -68,9 +68,14 @@ bench: envs
 	@$(BIN)/python benchmarks/bench_times.py
 
 # Goldens are written only by the pinned oracles, through syrupy (parity/golden_extension.py):
-# a summary of each change is printed before the file is replaced atomically.
+# a summary of each change is printed before the file is replaced atomically. PINS= and
+# LAYERS= narrow it; on a GPU runner the only form allowed is the one for the engine goldens
+# no CPU can write: `make goldens PINS=0.33.0 LAYERS=engine` (README, GPU runners).
+PINS ?=
+LAYERS ?=
 goldens: envs
-	$(BIN)/python -m pytest -q parity --snapshot-update
+	VLLM_PARITY_GOLDEN_PINS='$(PINS)' VLLM_PARITY_GOLDEN_LAYERS='$(LAYERS)' \
+		$(BIN)/python -m pytest -q parity --snapshot-update
 
 # Regenerate in memory: fails if any golden would change or has no scenario or pin behind it.
 goldens-check: envs
