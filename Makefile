@@ -57,9 +57,10 @@ test: envs cpp
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
-# (c) cold starts per `make parity` run, (d) the engine layers' cost per pin; then the three
-# times: (e) make test, (f) make test on a fresh machine (BENCH_FRESH=0 leaves it out), (g)
-# make parity without and with the engine layers.
+# (c) cold starts per `make parity` run, (d) the engine layers' cost per pin; then the
+# times: (e) make test, (f) make test on a fresh machine, (g) make parity without and with the
+# engine layers, (h) make parity on a fresh machine and its cold gate against the warm one
+# (BENCH_FRESH=0 leaves (f) and (h) out).
 bench: envs
 	@$(BIN)/python benchmarks/bench_compare.py
 	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
