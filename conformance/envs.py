@@ -4,8 +4,8 @@ Two vLLM releases cannot share a process, so each pin gets its own venv, kept ou
 clone (so a fresh clone does not pay again) under a key made of everything that decides its
 contents: the release, the device mode, the Python version, the torch pin and the
 requirements file (on a GPU, the pin's locked requirements). A build goes into a temporary
-folder and is renamed into place only once its import check and warm-up pass, so an
-interrupted build never leaves a half environment behind.
+folder and is renamed into place once its import check passes, then warmed there; only then
+is it marked READY, so an interrupted build never leaves a half environment in use.
 
 Packages are installed by uv (a pinned dependency of the harness) from one cache under the
 cache root, hard-linked into each environment: torch is unpacked once for all pins. uv does
@@ -283,35 +283,41 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
     steps += [[uv_binary(), step[0], step[1], "--python", str(env_python(tmp)), *step[2:]]
               for step in install_steps(release, mode, pins)]
     steps.append([str(env_python(tmp)), str(WORKER), "--import-check", release, "--device", mode])
-    # vLLM's per-architecture inspection and the tiny models, once here, not in every gate
-    steps.append([str(env_python(tmp)), str(WORKER), "--warm", release, "--device", mode])
+    # Last, in the environment's final place (compiled kernels are cached by path): vLLM's
+    # per-architecture inspection, the tiny models and one engine run, once here, not in a gate.
+    warm = [str(env_python(final)), str(WORKER), "--warm", release, "--device", mode]
     rebuild = _engine_build(release, mode, pins)
-    phases = len(steps) + bool(rebuild)
+    phases = len(steps) + bool(rebuild) + 1
+
+    def run(number: int, argv: list[str], out) -> None:
+        out.write(f"$ {argv}\n")
+        out.flush()
+        # each phase says what it does, repeats itself while it lasts, and times itself
+        with heartbeat(log, f"[envs] vllm {release}: phase {number}/{phases}: {_phase(argv)}"):
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=uv_environ())
+        if result.returncode != 0:
+            out.flush()
+            tail = build_log.read_text()[-3000:]
+            raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{tail}")
+
     with open(build_log, "w") as out:
         for number, argv in enumerate(steps, 1):
-            out.write(f"$ {argv}\n")
-            out.flush()
-            # each phase says what it does, repeats itself while it lasts, and times itself
-            with heartbeat(log, f"[envs] vllm {release}: phase {number}/{phases}: {_phase(argv)}"):
-                result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        env=uv_environ())
-            if result.returncode != 0:
-                out.flush()
-                tail = build_log.read_text()[-3000:]
-                raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{tail}")
-    if rebuild:
-        with heartbeat(log, f"[envs] vllm {release}: phase {phases}/{phases}: fidelity check of "
-                            f"{rebuild} against the official wheel"):
-            fidelity = check_fidelity(release, env_python(tmp), rebuild, log)
-        fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n")
+            run(number, argv, out)
+        if rebuild:
+            with heartbeat(log, f"[envs] vllm {release}: phase {len(steps) + 1}/{phases}: fidelity check "
+                                f"of {rebuild} against the official wheel"):
+                fidelity = check_fidelity(release, env_python(tmp), rebuild, log)
+            fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n")
+        if final.exists():  # a build interrupted while warming: not READY, made again
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        run(phases, warm, out)
     freeze = subprocess.run(
-        [str(env_python(tmp)), "-m", "pip", "freeze", "--disable-pip-version-check"],
+        [str(env_python(final)), "-m", "pip", "freeze", "--disable-pip-version-check"],
         capture_output=True, text=True, check=True,
     ).stdout
-    (tmp / "READY").write_text(freeze)
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+    (final / "READY").write_text(freeze)  # last: only a whole, warmed environment is used
     log(f"[envs] vllm {release} ready, built in {duration(time.monotonic() - started)}")
 
 
@@ -322,7 +328,7 @@ def _phase(argv: list[str]) -> str:
     if "--import-check" in argv:
         return "import check"
     if "--warm" in argv:
-        return "warm vLLM's model inspection and make the tiny models (engines/vllm/warm.py)"
+        return "warm: vLLM's model inspection, the tiny models, one engine run (engines/vllm/warm.py)"
     if "install" in argv:
         rest = argv[argv.index("install") + 1:]
         words, skip = [], False

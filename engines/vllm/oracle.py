@@ -34,6 +34,9 @@ def boot(device: str) -> None:
     # vLLM caches model inspection under ~/.cache/vllm, shared by every release: one cache per
     # pin environment, or the pins overwrite each other's entries and pay the inspection again.
     os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(sys.prefix, "vllm-cache"))
+    # The same for the kernels torch compiles for the engine (keyed by this environment's
+    # paths): kept with the environment, which compiles them once when it is built (warm.py).
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(sys.prefix, "inductor-cache"))
     os.environ["VLLM_LOGGING_LEVEL"] = "INFO"  # budget log lines are captured at vLLM's default level
     DEVICE[:] = [device]
     if device == "gpu":

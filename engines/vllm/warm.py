@@ -11,6 +11,9 @@ Run by conformance/envs.py as the last build step (`worker.py --warm RELEASE --d
   keeps CUDA out of a long-lived engine process; this one exits right after): the same
   function on the same class, so the same answer, without a cold import per architecture.
 - The project's tiny models (tiny_models.py), made once into the shared cache.
+- Where the environment runs the whole engine, one engine run, so the kernels torch compiles
+  for it (cached in the environment: oracle.boot sets TORCHINDUCTOR_CACHE_DIR) and the C++
+  headers it precompiles are made here, not in the first engine scenario of a gate.
 
 Which architectures: those every committed scenario resolves, found by resolving each one's
 config (and its method matrix) through the config and methods layers.
@@ -24,6 +27,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
+ENGINE_SCENARIO = "engine_draft_model_self"  # a target and a drafter: both engine halves
 
 
 def warm(log) -> None:
@@ -48,7 +52,17 @@ def warm(log) -> None:
     inspected = sorted(p.stem for p in cache.glob("*.json")) if cache.is_dir() else []
     log(f"[warm] {len(inspected)} architectures inspected: {json.dumps(inspected)}")
     tiny = materialize_tiny_models()
-    log(f"[warm] {len(tiny)} tiny models ready; warmed in {time.monotonic() - started:.1f} s")
+    log(f"[warm] {len(tiny)} tiny models ready")
+    from . import oracle, per_run
+
+    if "engine_steps" in oracle.LAYERS:  # the kernels torch compiles for the engine, once
+        engine = next(s for s in scenarios if s.name == ENGINE_SCENARIO).to_wire()
+        per_run.forget()
+        from . import engine_layer
+
+        engine_layer.run_engine(engine)
+        log(f"[warm] one engine run ({ENGINE_SCENARIO})")
+    log(f"[warm] warmed in {time.monotonic() - started:.1f} s")
 
 
 def materialize_tiny_models() -> list[Path]:
