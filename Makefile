@@ -66,10 +66,11 @@ test: envs cpp
 
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
 # (c) cold starts per `make parity` run, (d) the engine layers' cost per pin, (h) parity fuzz's
-# examples per second and (i) its time to find and shrink a planted divergence; then the three
-# times: (e) make test, (f) make test on a fresh machine (BENCH_FRESH=0 leaves it out), (g)
-# make parity without and with the engine layers; (h) the engine layers' logprob noise across
-# ISA caps, thread counts and batch layouts, against each scenario's tolerance.
+# examples per second and (i) its time to find and shrink a planted divergence; then the
+# times: (e) make test, (f) make test on a fresh machine, (g) make parity without and with the
+# engine layers, (j) make parity on a fresh machine and its cold gate against the warm one
+# (BENCH_FRESH=0 leaves (f) and (j) out); (k) the engine layers' logprob noise across ISA
+# caps, thread counts and batch layouts, against each scenario's tolerance.
 bench: envs
 	@$(BIN)/python benchmarks/bench_compare.py
 	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
@@ -80,9 +81,13 @@ bench: envs
 	@$(BIN)/python benchmarks/bench_noise.py 2>/dev/null
 
 # Goldens are written only by the pinned oracles, through syrupy (parity/golden_extension.py):
-# a summary of each change is printed before the file is replaced atomically.
+# a summary of each change is printed before the file is replaced atomically. PINS= and
+# LAYERS= narrow it; on a GPU runner the only form allowed is the one for the engine goldens
+# no CPU can write: `make goldens PINS=0.33.0 LAYERS=engine` (README, GPU runners).
+PINS ?=
 goldens: envs
-	$(BIN)/python -m pytest -q parity --snapshot-update
+	VLLM_PARITY_GOLDEN_PINS='$(PINS)' VLLM_PARITY_GOLDEN_LAYERS='$(LAYERS)' \
+		$(BIN)/python -m pytest -q parity --snapshot-update
 
 # Regenerate in memory: fails if any golden would change or has no scenario or pin behind it.
 goldens-check: envs

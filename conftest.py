@@ -23,6 +23,7 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
+    _goldens_selected(config, items, load_pins())
     # `make test` runs two pytest processes (pytest-xdist, --dist loadgroup). Every test that
     # uses a warm worker is grouped by the engine it drives, so each engine still costs one
     # cold start per session, in one of the two processes. The engine is the test's `release`
@@ -40,27 +41,74 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(engine))
 
 
+def _goldens_selected(config, items, pins) -> None:
+    """`make goldens PINS=... LAYERS=...` ($VLLM_PARITY_GOLDEN_PINS, $VLLM_PARITY_GOLDEN_LAYERS)
+    keeps only those goldens' tests; on a GPU, a golden update that would write any golden a CPU
+    wrote is refused before anything runs (conformance/gpu.py golden_written_here)."""
+    import os
+
+    from conformance import gpu
+    from conformance.envs import device_mode
+
+    pins_setting = os.environ.get("VLLM_PARITY_GOLDEN_PINS", "")
+    layers_setting = os.environ.get("VLLM_PARITY_GOLDEN_LAYERS", "")
+    golden = [(item, item.callspec.params) for item in items if hasattr(item, "callspec")
+              and {"scenario", "release"} <= item.callspec.params.keys() and "parity" in item.path.parts]
+    if pins_setting or layers_setting:
+        dropped = [item for item, p in golden
+                   if not gpu.selected_for_goldens(p["scenario"].layers, p["release"], pins_setting, layers_setting)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+            items[:] = [item for item in items if item not in set(dropped)]
+            golden = [(item, p) for item, p in golden if item not in set(dropped)]
+    if not config.getoption("update_snapshots", default=False) or device_mode() != "gpu":
+        return
+    refused = [item.nodeid for item, p in golden if not gpu.golden_written_here(
+        p["scenario"].layers, p["release"], "gpu", pins.cpu_engine_build(p["release"]))]
+    if refused:
+        raise pytest.UsageError(
+            f"on a GPU, `make goldens` writes only the engine goldens of pins without a CPU engine "
+            f"build; {len(refused)} selected goldens were written on CPU (first: {refused[0]}). "
+            "Run `make goldens PINS=0.33.0 LAYERS=engine`.")
+
+
 # Engines kept warm at once per pytest process. A group's tests run one after another, so an
-# engine ended to make room is rarely wanted again; the cap keeps `make test` near 3 GiB.
+# engine ended to make room is rarely wanted again; the cap keeps `make test` near 3 GiB. On a
+# GPU each also needs its share of GPU memory (max_warm).
 MAX_WARM = 3
 
 
+def max_warm(device: str, processes: int) -> int:
+    """Warm engines per pytest process: MAX_WARM, and on a GPU no more than the processes'
+    share of the engines its free memory holds (conformance/gpu.py), at least one."""
+    if device != "gpu":
+        return MAX_WARM
+    from conformance import gpu
+
+    return max(1, min(MAX_WARM, gpu.engines_fitting(gpu.memory()[0]) // max(1, processes)))
+
+
 @pytest.fixture(scope="session")
-def warm_workers():
+def warm_workers(request):
     """engine (a pin, or a pin's TEST DEVICE mutant "0.27.1+mutant:NAME") -> a started
     EngineProcess, started once per session (per xdist process), closed at the end."""
     from concurrent.futures import ThreadPoolExecutor
 
     from conformance.engine import EngineProcess, resolve_engine
 
+    from conformance.envs import device_mode
+
     workers: dict[str, EngineProcess] = {}  # least recently used first
+    xdist = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
+    processes = xdist["workercount"] if xdist else 1
+    most = max_warm(device_mode(), processes)
 
     def get(engine: str) -> EngineProcess:
         if engine not in workers:
             proc = EngineProcess(resolve_engine(engine, log=lambda m: None))
             proc.start()
             workers[engine] = proc
-            while len(workers) > MAX_WARM:  # each holds up to 1 GiB: end the longest unused
+            while len(workers) > most:  # each holds up to 1 GiB: end the longest unused
                 workers.pop(next(iter(workers))).close()
         workers[engine] = workers.pop(engine)
         return workers[engine]

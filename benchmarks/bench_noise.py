@@ -1,4 +1,4 @@
-"""(h) Cross-machine noise of the engine layers' logprobs, per scenario, and the tolerance each
+"""(k) Cross-machine noise of the engine layers' logprobs, per scenario, and the tolerance each
 scenario states against it.
 
 Each CPU pin runs every engine scenario at full precision (8 decimals) once as it runs by
@@ -75,14 +75,14 @@ def main() -> None:
     for release in load_pins().releases:
         base = outputs(release, scenarios, {}, {})
         if not base:
-            print(f"(h) vllm {release}: no engine on this machine", file=sys.stderr)
+            print(f"(k) vllm {release}: no engine on this machine", file=sys.stderr)
             continue
         for name, (env, args) in VARIANTS.items():
             try:
                 other = outputs(release, scenarios, env, args)
             except EngineFailure as failure:  # a cap the engine cannot run under is a finding too
                 reason = str(failure).split("engine reported ", 1)[-1].splitlines()[0][:160]
-                print(f"(h) vllm {release} {name}: cannot run: {reason}", file=sys.stderr)
+                print(f"(k) vllm {release} {name}: cannot run: {reason}", file=sys.stderr)
                 continue
             for s in scenarios:
                 n = logprob_noise(base[s.name], other[s.name])
@@ -91,8 +91,8 @@ def main() -> None:
                 f["noise"] = max(f["noise"], n.largest)
                 f["compared"] += n.compared
                 f["token_flips"] += n.token_flips
-            print(f"(h) vllm {release} {name}: done", file=sys.stderr, flush=True)
-    print(f"(h) logprob noise per engine scenario (largest over {len(VARIANTS)} variants x CPU pins), "
+            print(f"(k) vllm {release} {name}: done", file=sys.stderr, flush=True)
+    print(f"(k) logprob noise per engine scenario (largest over {len(VARIANTS)} variants x CPU pins), "
           "tolerance, ratio:")
     for s in scenarios:
         f = figures[s.name]

@@ -31,7 +31,7 @@ from pathlib import Path
 from . import goldens as golden_files
 from .coverage_run import MEASURED, ensure_coverage, json_report, measured_worker, write_rcfile
 from .engine import EngineFailure, EngineProcess, EngineSpec
-from .envs import cache_root, ensure_env, site_packages
+from .envs import cache_root, device_args, ensure_env, site_packages
 from .gate import where_of
 from .mutation import Mutant, generate
 from .pins import REPO_ROOT, load_pins
@@ -183,7 +183,7 @@ class MutantServer:
         self.socket = Path(self._tmp.name) / "server.sock"
         self._stderr = open(Path(self._tmp.name) / "server.log", "wb")
         self._proc = subprocess.Popen(
-            [str(self.python), str(SERVER), "--release", release, "--socket", str(self.socket)],
+            [str(self.python), str(SERVER), "--release", release, *device_args(), "--socket", str(self.socket)],
             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, start_new_session=True)
         ready, _, _ = select.select([self._proc.stdout], [], [], 300)
         if not ready or self._proc.stdout.readline().strip() != b"ready":

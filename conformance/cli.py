@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("envs", help="build (or reuse) the isolated environment of each pin")
     p.add_argument("--pin", action="append", help="only these releases (default: all pins)")
+    p.add_argument("--lock-gpu", action="store_true",
+                   help="write each pin's locked GPU requirements (engines/vllm/requirements-gpu-X.txt) "
+                        "with uv from package metadata, and build nothing")
 
     p = sub.add_parser("run", help="run one engine on one scenario and write its trace")
     p.add_argument("--engine", required=True, help="a pin (0.28.0, vllm==0.28.0) or an engine command line")
@@ -203,6 +206,12 @@ def cmd_envs(args) -> int:
 
     pins = load_pins()
     releases = args.pin or list(pins.releases)
+    if args.lock_gpu:
+        from .envs import lock_gpu
+
+        for release in releases:
+            lock_gpu(release, pins, log)
+        return 0
     with ThreadPoolExecutor(max_workers=len(releases)) as pool:
         builds = [pool.submit(ensure_env, release, log, pins, True) for release in releases]
     failures = [b.exception() for b in builds if b.exception() is not None]

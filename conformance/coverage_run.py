@@ -21,7 +21,7 @@ import tempfile
 from pathlib import Path
 
 from .engine import EngineSpec
-from .envs import WORKER, cache_root
+from .envs import WORKER, cache_root, device_args
 
 COVERAGE = "coverage==7.17.3"  # exact pin, installed per pin python, never into the pin env
 MEASURED = ("*/vllm/v1/core/sched/*.py", "*/vllm/config/scheduler.py",
@@ -70,7 +70,7 @@ def measured_worker(release: str, python: Path, coverage_dir: Path, rcfile: Path
     process alone; nothing goes through a shell)."""
     env = shutil.which("env") or "/usr/bin/env"
     argv = (env, f"PYTHONPATH={coverage_dir}", str(python), "-m", "coverage", "run",
-            f"--rcfile={rcfile}", f"--data-file={data_file}", str(WORKER), "--release", release)
+            f"--rcfile={rcfile}", f"--data-file={data_file}", str(WORKER), "--release", release, *device_args())
     return EngineSpec(f"vllm-{release}+coverage", argv, None, False)
 
 

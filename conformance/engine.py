@@ -58,7 +58,7 @@ class EngineFailure(RuntimeError):
 def resolve_engine(text: str, pins: Pins | None = None, log=print) -> EngineSpec:
     """'0.28.0' / 'vllm==0.28.0' -> a pinned worker; '0.27.1+mutant:NAME' -> that pin with a
     known bug injected (engines/vllm/mutants.py, a test device); anything else is a command line."""
-    from .envs import WORKER, ensure_env
+    from .envs import ensure_env, worker_argv
 
     pins = pins or load_pins()
     pin, _, mutant = text.partition("+mutant:")
@@ -66,13 +66,11 @@ def resolve_engine(text: str, pins: Pins | None = None, log=print) -> EngineSpec
         # A TEST DEVICE: the pin with a known bug injected. Never an oracle, never a golden.
         release = parse_pin(pin, pins)
         python = ensure_env(release, log=log, pins=pins)
-        return EngineSpec(f"vllm-{release}+mutant:{mutant}",
-                          (str(python), str(WORKER), "--release", release, "--mutant", mutant))
+        return EngineSpec(f"vllm-{release}+mutant:{mutant}", worker_argv(python, release, "--mutant", mutant))
     release = parse_pin(text, pins)
     if release is not None:
         python = ensure_env(release, log=log, pins=pins)
-        return EngineSpec(f"vllm-{release}", (str(python), str(WORKER), "--release", release),
-                          release, release == pins.oracle)
+        return EngineSpec(f"vllm-{release}", worker_argv(python, release), release, release == pins.oracle)
     argv = tuple(shlex.split(text))  # split into an argv list; never handed to a shell
     if not argv:
         raise ValueError("empty engine command")

@@ -3,26 +3,40 @@
 Two vLLM releases cannot share a process, so each pin gets its own venv, kept outside the
 clone (so a fresh clone does not pay again) under a key made of everything that decides its
 contents: the release, the device mode, the Python version, the torch pin and the
-requirements file. A build goes into a temporary folder and is renamed into place only once
-its import check passes, so an interrupted build never leaves a half environment behind.
+requirements file (on a GPU, the pin's locked requirements). A build goes into a temporary
+folder and is renamed into place once its import check passes, then warmed there; only then
+is it marked READY, so an interrupted build never leaves a half environment in use.
+
+Packages are installed by uv (a pinned dependency of the harness) from one cache under the
+cache root, hard-linked into each environment: torch is unpacked once for all pins. uv does
+not read pip's configuration, so the folders pip is configured to find wheels in
+(`find-links`, where a machine keeps its CPU torch) are passed to it.
 """
 
 from __future__ import annotations
 
 import fcntl
+import functools
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 from .pins import REPO_ROOT, Pins, load_pins
 
-RECIPE = 2  # bump when the build steps below change, so cached envs are rebuilt
+RECIPE = 3  # bump when the build steps below change, so cached envs are rebuilt
 WORKER = REPO_ROOT / "engines" / "vllm" / "worker.py"
+# A GPU environment installs the pin's whole locked dependency set (`parity envs --lock-gpu`
+# writes it): nothing transitive is left to the day's resolver.
+GPU_LOCK = "engines/vllm/requirements-gpu-{release}.txt"
+# Held to the CPU set's versions in every GPU lock: what turns a model folder into a
+# tokenizer-free config and loads its weights, so both devices read a model the same way.
+GPU_LOCK_SHARED = ("transformers", "huggingface_hub", "tokenizers", "safetensors")
 
 
 class EnvError(RuntimeError):
@@ -34,16 +48,32 @@ def cache_root() -> Path:
 
 
 def device_mode() -> str:
-    """'gpu' installs vllm with its own dependencies; 'cpu' is the --no-deps recipe."""
-    mode = os.environ.get("VLLM_PARITY_DEVICE")
-    if mode:
-        if mode not in ("cpu", "gpu"):
-            raise EnvError(f"VLLM_PARITY_DEVICE must be 'cpu' or 'gpu', not {mode!r}")
-        return mode
-    nvidia_smi = shutil.which("nvidia-smi")
-    if nvidia_smi and subprocess.run([nvidia_smi, "-L"], capture_output=True).returncode == 0:
-        return "gpu"
-    return "cpu"
+    """The one device decision: 'gpu' or 'cpu'. It picks a pin environment's recipe, and is
+    passed to every worker (device_args), which boots vLLM on that platform; nothing else
+    decides it. $VLLM_PARITY_DEVICE wins; else a working `nvidia-smi` listing a GPU means 'gpu'.
+    Made once per process for a given setting (the nvidia-smi call is not repeated)."""
+    return _device_mode(os.environ.get("VLLM_PARITY_DEVICE", ""), os.environ.get("PATH", ""))
+
+
+@functools.cache
+def _device_mode(setting: str, path: str) -> str:
+    from . import gpu
+
+    if setting:
+        if setting not in gpu.DEVICES:
+            raise EnvError(f"VLLM_PARITY_DEVICE must be 'cpu' or 'gpu', not {setting!r}")
+        return setting
+    return "gpu" if gpu.has_gpu() else "cpu"
+
+
+def device_args() -> list[str]:
+    """The worker's `--device` option: the decision above, passed explicitly to each worker."""
+    return ["--device", device_mode()]
+
+
+def worker_argv(python: Path, release: str, *options: str) -> tuple[str, ...]:
+    """The command line of a pin's worker (engines/vllm/worker.py) on this machine's device."""
+    return (str(python), str(WORKER), "--release", release, *device_args(), *options)
 
 
 def env_key(release: str, mode: str, pins: Pins) -> str:
@@ -53,8 +83,8 @@ def env_key(release: str, mode: str, pins: Pins) -> str:
         "release": release,
         "mode": mode,
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
-        "torch": pins.cpu_torch if mode == "cpu" else None,
-        "requirements": pins.cpu_requirements.read_text() if mode == "cpu" else None,
+        "torch": pins.cpu_torch if mode == "cpu" else _locked_torch(release),
+        "requirements": (pins.cpu_requirements if mode == "cpu" else gpu_lock(release)).read_text(),
         "engine_build": rebuild,
         "engine_requirements": list(pins.engine_requirements) if rebuild else None,
     }
@@ -77,22 +107,106 @@ def _engine_build(release: str, mode: str, pins: Pins) -> str | None:
     return pins.cpu_engine_build(release) if mode == "cpu" else None
 
 
+def gpu_lock(release: str) -> Path:
+    """The checked-in, fully pinned requirements of a pin's GPU environment."""
+    return REPO_ROOT / GPU_LOCK.format(release=release)
+
+
+def _locked_torch(release: str) -> str:
+    path = gpu_lock(release)
+    if not path.is_file():
+        raise EnvError(f"{_shown(path)} is missing: a GPU environment installs only a "
+                       f"locked dependency set; write it with `parity envs --lock-gpu --pin {release}`")
+    for line in path.read_text().splitlines():
+        if line.startswith("torch=="):
+            return line.split("==", 1)[1].split()[0]
+    raise EnvError(f"{_shown(path)} pins no torch")
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
 def install_steps(release: str, mode: str, pins: Pins) -> list[list[str]]:
-    """pip argument lists, in order. Each is an argv list: nothing here goes through a shell."""
-    pip = ["-m", "pip", "install", "--disable-pip-version-check", "--no-input"]
-    if mode == "gpu":
-        return [pip + [f"vllm=={release}"]]
+    """`uv pip install` argument lists (after the uv binary and `--python ENV`), in order.
+    Each is an argv list: nothing here goes through a shell."""
+    # bytecode compiled at install, by uv on every core, not by the first import of each module
+    install = ["pip", "install", "--no-progress", "--compile-bytecode"]
+    if mode == "gpu":  # from the index only: a machine's find-links folder may hold a CPU torch
+        _locked_torch(release)  # a missing lock is named before anything is installed
+        return [install + ["-r", str(gpu_lock(release))]]
+    install += _find_links()
     rebuild = _engine_build(release, mode, pins)
     extra = list(pins.engine_requirements) if rebuild else []
     return [
-        # The CPU build of torch first, so nothing later can pull a CUDA build.
-        pip + [f"torch=={pins.cpu_torch}"],
-        pip + ["-r", str(pins.cpu_requirements), *extra, f"torch=={pins.cpu_torch}"],
+        # The CPU build of torch with the rest, in one resolution that names it, so nothing
+        # can pull a CUDA build.
+        install + ["-r", str(pins.cpu_requirements), *extra, f"torch=={pins.cpu_torch}"],
         # vllm's wheel pins a CUDA torch and GPU kernels: take only its Python code. Where a
         # CPU rebuild exists, take that instead: the same Python code (checked below) plus
         # CPU kernels, so the whole engine runs.
-        pip + ["--no-deps", rebuild or f"vllm=={release}"],
+        install + ["--no-deps", rebuild or f"vllm=={release}"],
     ]
+
+
+def uv_binary() -> str:
+    """uv, as installed beside the harness (pyproject.toml), else on PATH."""
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        found = shutil.which("uv")
+        if found is None:
+            raise EnvError("uv is not installed: `make setup` installs it into .venv") from None
+        return found
+    return find_uv_bin()
+
+
+def uv_environ() -> dict[str, str]:
+    """uv's cache lives under the cache root, on the filesystem of the environments, so
+    installs are hard links into it: one copy of torch for every pin."""
+    return {**os.environ, "UV_CACHE_DIR": str(cache_root() / "uv"), "UV_LINK_MODE": "hardlink",
+            "UV_NO_PROGRESS": "1"}
+
+
+@functools.cache
+def _find_links() -> tuple[str, ...]:
+    """`--find-links` for each folder pip is configured with ($PIP_FIND_LINKS, pip.conf)."""
+    folders = os.environ.get("PIP_FIND_LINKS", "").split()
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
+                            text=True, stdin=subprocess.DEVNULL).stdout
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        if key.endswith(".find-links"):
+            folders += value.strip().strip("'\"").split()
+    unique = [f for i, f in enumerate(folders) if f and f not in folders[:i]]
+    return tuple(arg for folder in unique for arg in ("--find-links", folder))
+
+
+def lock_gpu(release: str, pins: Pins, log=print) -> Path:
+    """Write the pin's GPU lock: `vllm==X` resolved by uv for the GPU runners' platform
+    (Linux x86_64, this Python), the packages of GPU_LOCK_SHARED held to the CPU set's pins.
+    Resolves from package metadata only: no wheel is downloaded."""
+    shared = [line.split("#")[0].strip() for line in pins.cpu_requirements.read_text().splitlines()
+              if line.split("==")[0].strip() in GPU_LOCK_SHARED]
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    out = gpu_lock(release)
+    with tempfile.TemporaryDirectory() as tmp:
+        request, constraints = Path(tmp) / "request.in", Path(tmp) / "constraints.txt"
+        request.write_text(f"vllm=={release}\n")
+        constraints.write_text("\n".join(shared) + "\n")
+        argv = [uv_binary(), "pip", "compile", str(request), "-c", str(constraints),
+                "--python-version", python, "--python-platform", "x86_64-manylinux_2_28",
+                "--no-header", "--no-annotate", "-o", str(out)]
+        result = subprocess.run(argv, capture_output=True, text=True, env=uv_environ(),
+                                stdin=subprocess.DEVNULL)
+    if result.returncode != 0:
+        raise EnvError(f"locking vllm {release} for GPU failed:\n{result.stderr[-2000:]}")
+    body = out.read_text()
+    out.write_text(f"# vllm {release} on a GPU runner (Linux x86_64, Python {python}): the whole set, locked.\n"
+                   f"# Written by `parity envs --lock-gpu --pin {release}` (conformance/envs.py lock_gpu);\n"
+                   f"# {', '.join(GPU_LOCK_SHARED)} held to {pins.cpu_requirements.name}.\n" + body)
+    log(f"[envs] {_shown(out)}: {body.count('==')} packages, torch {_locked_torch(release)}")
+    return out
 
 
 def fidelity_file(env: Path) -> Path:
@@ -170,35 +284,47 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
     build_log = final.with_name(final.name + ".log")
     log(f"[envs] building vllm {release} ({mode}) in {final} (log: {build_log})")
     started = time.monotonic()
-    steps = [[sys.executable, "-m", "venv", str(tmp)]]
-    steps += [[str(env_python(tmp))] + step for step in install_steps(release, mode, pins)]
-    steps.append([str(env_python(tmp)), str(WORKER), "--import-check", release])
+    # uv's venv (seeded with pip, which the fidelity check and coverage use) from its cache:
+    # `python -m venv` runs ensurepip, measured at 25 s to 2 min per pin on a busy 2-core machine
+    steps = [[uv_binary(), "venv", "--seed", "--python", sys.executable, str(tmp)]]
+    steps += [[uv_binary(), step[0], step[1], "--python", str(env_python(tmp)), *step[2:]]
+              for step in install_steps(release, mode, pins)]
+    steps.append([str(env_python(tmp)), str(WORKER), "--import-check", release, "--device", mode])
+    # Last, in the environment's final place (compiled kernels are cached by path): vLLM's
+    # per-architecture inspection, the tiny models and one engine run, once here, not in a gate.
+    warm = [str(env_python(final)), str(WORKER), "--warm", release, "--device", mode]
     rebuild = _engine_build(release, mode, pins)
-    phases = len(steps) + bool(rebuild)
+    phases = len(steps) + bool(rebuild) + 1
+
+    def run(number: int, argv: list[str], out) -> None:
+        out.write(f"$ {argv}\n")
+        out.flush()
+        # each phase says what it does, repeats itself while it lasts, and times itself
+        with heartbeat(log, f"[envs] vllm {release}: phase {number}/{phases}: {_phase(argv)}"):
+            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    env=uv_environ())
+        if result.returncode != 0:
+            out.flush()
+            tail = build_log.read_text()[-3000:]
+            raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{tail}")
+
     with open(build_log, "w") as out:
         for number, argv in enumerate(steps, 1):
-            out.write(f"$ {argv}\n")
-            out.flush()
-            # each phase says what it does, repeats itself while it lasts, and times itself
-            with heartbeat(log, f"[envs] vllm {release}: phase {number}/{phases}: {_phase(argv)}"):
-                result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-            if result.returncode != 0:
-                out.flush()
-                tail = build_log.read_text()[-3000:]
-                raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{tail}")
-    if rebuild:
-        with heartbeat(log, f"[envs] vllm {release}: phase {phases}/{phases}: fidelity check of "
-                            f"{rebuild} against the official wheel"):
-            fidelity = check_fidelity(release, env_python(tmp), rebuild, log)
-        fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n")
+            run(number, argv, out)
+        if rebuild:
+            with heartbeat(log, f"[envs] vllm {release}: phase {len(steps) + 1}/{phases}: fidelity check "
+                                f"of {rebuild} against the official wheel"):
+                fidelity = check_fidelity(release, env_python(tmp), rebuild, log)
+            fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n")
+        if final.exists():  # a build interrupted while warming: not READY, made again
+            shutil.rmtree(final)
+        os.rename(tmp, final)
+        run(phases, warm, out)
     freeze = subprocess.run(
-        [str(env_python(tmp)), "-m", "pip", "freeze", "--disable-pip-version-check"],
+        [str(env_python(final)), "-m", "pip", "freeze", "--disable-pip-version-check"],
         capture_output=True, text=True, check=True,
     ).stdout
-    (tmp / "READY").write_text(freeze)
-    if final.exists():
-        shutil.rmtree(final)
-    os.rename(tmp, final)
+    (final / "READY").write_text(freeze)  # last: only a whole, warmed environment is used
     log(f"[envs] vllm {release} ready, built in {duration(time.monotonic() - started)}")
 
 
@@ -208,9 +334,19 @@ def _phase(argv: list[str]) -> str:
         return "create the virtual environment"
     if "--import-check" in argv:
         return "import check"
+    if "--warm" in argv:
+        return "warm: vLLM's model inspection, the tiny models, one engine run (engines/vllm/warm.py)"
     if "install" in argv:
         rest = argv[argv.index("install") + 1:]
-        words = [Path(a).name if a.endswith(".txt") else a for a in rest
-                 if not a.startswith("--") or a == "--no-deps"]
-        return "pip install " + " ".join(words)
+        words, skip = [], False
+        for a in rest:
+            if skip:
+                skip = False
+            elif a in ("--find-links", "--python"):
+                skip = True
+            elif a.endswith(".txt"):
+                words.append(Path(a).name)
+            elif not a.startswith("--") or a == "--no-deps":
+                words.append(a)
+        return "uv pip install " + " ".join(words)
     return " ".join(Path(a).name for a in argv[:3])

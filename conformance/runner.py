@@ -117,9 +117,14 @@ def side_by_side(tasks: list, parallel: int) -> list:
 
 
 def default_parallel(device: str) -> int:
-    """Engines side by side on CPU (each computes on one thread; up to the core count), one
-    at a time on a GPU runner, where engines would share the GPU's memory."""
-    return 1 if device == "gpu" else max(1, len(os.sched_getaffinity(0)))
+    """Engines side by side: on CPU up to the core count (each computes on one thread); on a
+    GPU as many as its free memory holds at one engine's budget (gpu.engines_side_by_side)."""
+    cpus = max(1, len(os.sched_getaffinity(0)))
+    if device != "gpu":
+        return cpus
+    from . import gpu
+
+    return gpu.engines_side_by_side(gpu.memory()[0], cpus)
 
 
 def failure_trace(spec: EngineSpec, hello: dict, scenario: Scenario, failure: EngineFailure,

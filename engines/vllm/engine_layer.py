@@ -109,6 +109,14 @@ def llm_kwargs(scenario: dict) -> dict:
         # blocks than any tiny workload needs, so the cache never decides a step unless the
         # scenario sets num_gpu_blocks_override.
         args.setdefault("kv_cache_memory_bytes", 256 << 20)
+    else:  # a GPU: a fixed share per tiny engine, so engines fit side by side (conformance/gpu.py)
+        import torch
+
+        from conformance import gpu
+
+        tiny = (Path(scenario["engine_args"]["model"]) / "weights.json").is_file()
+        for key, value in gpu.engine_memory(torch.cuda.mem_get_info()[1], tiny).items():
+            args.setdefault(key, value)
     args.update(
         enforce_eager=True,  # no CUDA graphs: every forward is counted, CPU and GPU alike
         skip_tokenizer_init=True,
@@ -251,6 +259,10 @@ def _release_memory() -> None:
     gc.unfreeze()
     gc.collect()
     gc.freeze()  # the survivors are the worker's own heap again: later collections skip it
+    import torch
+
+    if torch.cuda.is_initialized():  # a GPU: hand the engine's cached blocks back to the driver
+        torch.cuda.empty_cache()
 
 
 def _budget_line(line: str) -> bool:

@@ -49,6 +49,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import logging
+import os
 import re
 
 from .release import charges_drafting_per_step
@@ -189,14 +190,18 @@ def _reservation(config, args: dict) -> int:
 
 @contextlib.contextmanager
 def _triton_platform():
-    """vLLM's model-runner choice as on a host with Triton (see the module docstring)."""
+    """vLLM's model-runner choice as on a host with Triton and no runner pinned (see the module
+    docstring; on a GPU oracle.GPU_MODEL_RUNNER pins V1 for the other layers)."""
     module = importlib.import_module("vllm.config.vllm")
+    envs = importlib.import_module("vllm.envs")
     had = getattr(module, "HAS_TRITON", True)
-    if had:
-        yield
-        return
+    pinned = "VLLM_USE_V2_MODEL_RUNNER" in os.environ
     module.HAS_TRITON = True
+    if pinned:  # a module attribute is found before vllm.envs' (possibly cached) __getattr__
+        envs.VLLM_USE_V2_MODEL_RUNNER = None
     try:
         yield
     finally:
         module.HAS_TRITON = had
+        if pinned:
+            del envs.VLLM_USE_V2_MODEL_RUNNER

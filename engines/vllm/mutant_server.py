@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--release", required=True)
     parser.add_argument("--socket", required=True, type=Path)
-    parser.add_argument("--device", choices=("cpu", "gpu"), default=os.environ.get("VLLM_PARITY_DEVICE", "cpu"))
+    parser.add_argument("--device", choices=("cpu", "gpu"), required=True)  # envs.device_mode
     args = parser.parse_args(argv)
 
     # stdout says "ready" and nothing else; anything vLLM prints goes to stderr, as in worker.py

@@ -13,6 +13,16 @@ import sys
 
 LAYERS: dict = {}  # layer name -> function(scenario wire dict) -> iterable of record dicts
 UNSERVED: dict = {}  # layer name -> why this environment cannot serve it
+DEVICE: list = []  # the device boot() was given (the harness's one decision, envs.device_mode)
+
+# The model runner of every engine on a GPU: V1, pinned. Each pin would pick Model Runner V2 on
+# a GPU with Triton (vllm/config/vllm.py use_v2_model_runner), but the CPU rebuilds run V1 only
+# (no Triton), so every committed steps and engine golden was recorded with V1 decisions (V2
+# also changes the scheduler: can_skip_drafts); engines/vllm/worker_counts.py counts V1's
+# `runner.drafter` (V2 keeps its drafter in `runner.speculator`); and a golden must mean the
+# same thing on every machine. The methods layer still reports the runner an unpinned GPU host
+# would choose (methods_layer._triton_platform).
+GPU_MODEL_RUNNER = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 
 def boot(device: str) -> None:
@@ -24,7 +34,13 @@ def boot(device: str) -> None:
     # vLLM caches model inspection under ~/.cache/vllm, shared by every release: one cache per
     # pin environment, or the pins overwrite each other's entries and pay the inspection again.
     os.environ.setdefault("VLLM_CACHE_ROOT", os.path.join(sys.prefix, "vllm-cache"))
+    # The same for the kernels torch compiles for the engine (keyed by this environment's
+    # paths): kept with the environment, which compiles them once when it is built (warm.py).
+    os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(sys.prefix, "inductor-cache"))
     os.environ["VLLM_LOGGING_LEVEL"] = "INFO"  # budget log lines are captured at vLLM's default level
+    DEVICE[:] = [device]
+    if device == "gpu":
+        os.environ.update(GPU_MODEL_RUNNER)  # before vllm.envs is first read
     if device == "cpu":
         # One compute thread per engine process. vLLM on CPU otherwise binds an OpenMP thread to
         # every core in every worker, so two workers (pins run side by side) fight for the same
@@ -92,6 +108,9 @@ def environment() -> dict:
     env = {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
            "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine(),
            "build": release.build(), "fidelity": None, "cpu": cpu()}
+    if DEVICE == ["gpu"]:  # recorded on GPU only, so the CPU goldens keep their provenance
+        env["device"] = "gpu"
+        env["model_runner"] = "v1 (VLLM_USE_V2_MODEL_RUNNER=0, engines/vllm/oracle.py)"
     # Written by conformance/envs.py when the build is a rebuild: what the fidelity check found.
     fidelity = os.path.join(sys.prefix, "FIDELITY.json")
     if os.path.exists(fidelity):

@@ -22,7 +22,10 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--release", help="the vllm release this environment must hold")
     parser.add_argument("--import-check", metavar="RELEASE", help="import vllm, check its version, exit")
-    parser.add_argument("--device", choices=("cpu", "gpu"), default=os.environ.get("VLLM_PARITY_DEVICE", "cpu"))
+    parser.add_argument("--warm", metavar="RELEASE", help="warm a new environment's caches (warm.py), exit")
+    # No default: the harness decides the device once (conformance/envs.device_mode) and passes
+    # it to every worker, so a worker can never run on another platform than its environment's.
+    parser.add_argument("--device", choices=("cpu", "gpu"), required=True)
     parser.add_argument("--mutant", metavar="NAME",
                         help="TEST DEVICE: inject a known scheduling bug (engines/vllm/mutants.py)")
     args = parser.parse_args(argv)
@@ -35,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     def send(message: dict) -> None:
         wire.write(protocol.encode(message))
 
-    release = args.import_check or args.release
+    release = args.import_check or args.warm or args.release
     try:
         from engines.vllm import oracle, per_run  # oracle imports vllm with the platform forced first
 
@@ -60,6 +63,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if args.import_check:
         print(f"vllm {vllm.__version__} imports on {args.device}", file=sys.stderr)
+        return 0
+    if args.warm:
+        from engines.vllm import warm
+
+        warm.warm(lambda text: print(text, file=sys.stderr))
         return 0
 
     engine = f"vllm+mutant:{args.mutant}" if args.mutant else "vllm"
