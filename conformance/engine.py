@@ -40,7 +40,6 @@ class EngineSpec:
     label: str
     argv: tuple[str, ...]
     release: str | None = None  # set when this is a pinned vLLM release
-    is_oracle: bool = False
 
 
 class Stopped(Exception):
