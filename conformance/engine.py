@@ -70,8 +70,7 @@ def resolve_engine(text: str, pins: Pins | None = None, log=print) -> EngineSpec
     release = parse_pin(text, pins)
     if release is not None:
         python = ensure_env(release, log=log, pins=pins)
-        return EngineSpec(f"vllm-{release}", (str(python), str(WORKER), "--release", release),
-                          release, release == pins.oracle)
+        return EngineSpec(f"vllm-{release}", (str(python), str(WORKER), "--release", release), release)
     argv = tuple(shlex.split(text))  # split into an argv list; never handed to a shell
     if not argv:
         raise ValueError("empty engine command")
