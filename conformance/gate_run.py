@@ -185,7 +185,7 @@ def _gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, rep
 
 
 def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
-    """On CPU a pin without a CPU engine build refuses the engine layers at once (README)."""
+    """On CPU a pin without a CPU engine build refuses the engine layers at once (docs/release-gate.md)."""
     from .envs import device_mode
 
     if device_mode() != "cpu":
