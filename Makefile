@@ -89,10 +89,14 @@ goldens-check: envs
 # The suite's power: coverage of vLLM's scheduling code by the scenarios (every pin) and the
 # generated mutant catalog judged against the gate oracle's goldens (results cached). A cold
 # run of the whole catalog takes over 15 min here, so a deterministic sample by default;
-# `make adequacy ADEQUACY_SAMPLE=` runs all of it.
+# `make adequacy ADEQUACY_SAMPLE=` runs all of it. The engine path's catalog (sampler, drafters,
+# model runner, numerics) starts a whole engine per mutant and scenario: a sample of it too,
+# `ENGINE_SAMPLE=` for all of it.
 ADEQUACY_SAMPLE ?= 250
+ENGINE_SAMPLE ?= 40
 adequacy: envs
-	$(BIN)/parity adequacy $(if $(ADEQUACY_SAMPLE),--sample $(ADEQUACY_SAMPLE) --seed 13)
+	$(BIN)/parity adequacy $(if $(ADEQUACY_SAMPLE),--sample $(ADEQUACY_SAMPLE) --seed 13) \
+		$(if $(ENGINE_SAMPLE),--engine-sample $(ENGINE_SAMPLE))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

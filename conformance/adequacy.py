@@ -246,13 +246,15 @@ class MutantRun:
     seconds: float = 0.0
     set_hash: str = ""
     scenarios: int = 0
+    what: str = "scheduler"  # which catalog: "scheduler" or "engine path"
 
 
 def run_mutants(release: str, mutants: list[Mutant], scenarios: list[Scenario], generated: int,
                 cache: ResultCache, log=print, engine_tier: list[Scenario] = (),
-                equivalent: dict[str, str] | None = None) -> MutantRun:
+                equivalent: dict[str, str] | None = None, what: str = "scheduler") -> MutantRun:
     """`scenarios` (the stand-in ones) first; a mutant none of them caught runs `engine_tier`
-    unless it is listed as equivalent."""
+    unless it is listed as equivalent. The engine path's catalog passes its engine scenarios
+    as `scenarios`, cheapest first, and no tier."""
     pins = load_pins()
     every = list(scenarios) + list(engine_tier)
     goldens = {s.name: golden_files.load_golden(golden_files.golden_path(s.name, pins.oracle))
@@ -260,7 +262,8 @@ def run_mutants(release: str, mutants: list[Mutant], scenarios: list[Scenario], 
     hashes = {s.name: scenario_hash(pins.oracle, s) for s in every}
     stand_in = {name: h for name, h in hashes.items() if name in {s.name for s in scenarios}}
     equivalent = equivalent or {}
-    run = MutantRun(release, generated, set_hash=scenario_set_hash(pins.oracle, every), scenarios=len(every))
+    run = MutantRun(release, generated, set_hash=scenario_set_hash(pins.oracle, every), scenarios=len(every),
+                    what=what)
     started = time.monotonic()
     todo = []
     for m in mutants:

@@ -1,6 +1,6 @@
-"""`parity adequacy`: the coverage pass over every pin, then the mutant catalog on the gate
-oracle; prints conformance/adequacy_report.py's report. Exit 0 when both goals are met,
-1 when one is missed."""
+"""`parity adequacy`: the coverage pass over every pin, then the scheduler's mutant catalog and
+the engine path's (conformance/adequacy_engine.py) on the gate oracle; prints
+conformance/adequacy_report.py's report. Exit 0 when every goal is met, 1 when one is missed."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import sys
 
 from .adequacy import (ENGINE_TIER, MutantServerError, ResultCache, catalog, measure_coverage,
                        run_mutants, sample)
+from .adequacy_engine import ENGINE_SCOPE_FILE, engine_catalog, engine_scenarios, executed_lines
 from .adequacy_report import render_coverage, render_goals, render_mutants
 from .coverage_run import CoverageError
 from .pins import load_pins
@@ -19,8 +20,9 @@ def adequacy(args, scenarios, log) -> int:
     # A run can be long: on SIGTERM, unwind (SystemExit) so the mutant server and its forks
     # are ended by their `finally`, and the results cached so far are kept.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.sample is not None and args.sample <= 0:
-        raise ValueError(f"--sample {args.sample}: expected a positive number of mutants")
+    for flag, value in (("--sample", args.sample), ("--engine-sample", args.engine_sample)):
+        if value is not None and value <= 0:
+            raise ValueError(f"{flag} {value}: expected a positive number of mutants")
     try:
         return _adequacy(args, scenarios, log)
     except (CoverageError, MutantServerError) as exc:
@@ -41,7 +43,7 @@ def _adequacy(args, scenarios, log) -> int:
             coverages.append(cov)
             print(render_coverage(cov), flush=True)
     run = None
-    if not args.no_mutants:
+    if not args.no_mutants and args.catalog != "engine":
         mutants, sources = catalog(pins.oracle, scope, log)
         chosen = sample(mutants, args.sample, args.seed)
         log(f"[adequacy] {len(mutants)} mutants generated from vllm {pins.oracle}; running {len(chosen)}")
@@ -50,6 +52,21 @@ def _adequacy(args, scenarios, log) -> int:
         run = run_mutants(pins.oracle, chosen, stand_in, len(mutants), ResultCache(), log,
                           engine_tier=tier, equivalent=scope.equivalent)
         print(render_mutants(run, sources, scope.equivalent), flush=True)
-    text, ok = render_goals(coverages, run, scope.equivalent)
+    engine_run, engine_scope = None, None
+    if not args.no_mutants and args.catalog != "scheduler":
+        engine_scope = load_scope(ENGINE_SCOPE_FILE)
+        tier = engine_scenarios(scenarios)
+        executed = executed_lines(pins.oracle, tier, engine_scope, log)
+        mutants, sources, not_run = engine_catalog(pins.oracle, engine_scope, executed, log)
+        # the hand-written edits always run; the generated mutants are sampled
+        edits = [m for m in mutants if m.operator == "edit"]
+        chosen = edits + sample([m for m in mutants if m.operator != "edit"], args.engine_sample, args.seed)
+        log(f"[adequacy] {len(mutants)} engine-path mutants of vllm {pins.oracle} on lines the engine "
+            f"scenarios run ({len(not_run)} more on lines they never run); running {len(chosen)}")
+        engine_run = run_mutants(pins.oracle, chosen, tier, len(mutants), ResultCache(), log,
+                                 equivalent=engine_scope.equivalent, what="engine path")
+        print(render_mutants(engine_run, sources, engine_scope.equivalent, not_run), flush=True)
+    text, ok = render_goals(coverages, run, scope.equivalent, engine_run,
+                            engine_scope.equivalent if engine_scope else {})
     print(text)
     return 0 if ok else 1

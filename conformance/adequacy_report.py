@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from .adequacy import GOAL_BRANCHES, GOAL_KILLED, MutantRun, PinCoverage
+from .adequacy_engine import GOAL_ENGINE_KILLED
 
 
 def pct(a: int, b: int) -> str:
@@ -56,31 +57,45 @@ def kill_figures(run: MutantRun, equivalent: dict[str, str]) -> tuple[int, int, 
     return killed, len(run.results) - len(eq), len(eq), survivors
 
 
-def render_mutants(run: MutantRun, sources: dict[str, str], equivalent: dict[str, str]) -> str:
+def render_mutants(run: MutantRun, sources: dict[str, str], equivalent: dict[str, str],
+                   not_run: list = ()) -> str:
+    """The catalog's figures; `not_run`: the engine path's mutants on lines no scenario runs."""
     killed, counted, n_eq, survivors = kill_figures(run, equivalent)
     kinds = defaultdict(int)
     for _m, r in run.results:
         if r["killed"]:
             kinds[r["kind"]] += 1
-    lines = [f"== generated mutants of vllm {run.release} judged against its goldens "
-             f"({run.seconds:.0f} s, {run.cached} from the cache)",
-             f"   on {run.scenarios} scenarios (the stand-in ones, then for a survivor the engine-layer "
-             f"tier), scenario-set hash {run.set_hash}",
+    engine = run.what != "scheduler"
+    by_function = defaultdict(int)
+    for m in not_run:
+        by_function[f"{m.file.rsplit('/', 1)[-1]}:{m.function}"] += 1
+    lines = [f"== {'engine-path' if engine else 'generated'} mutants of vllm {run.release} judged against "
+             f"its goldens ({run.seconds:.0f} s, {run.cached} from the cache)",
+             f"   on {run.scenarios} scenarios ("
+             + ("the engine-layer ones, in order, judged on engine_config, engine_steps, engine_outputs"
+                if engine else "the stand-in ones, then for a survivor the engine-layer tier")
+             + f"), scenario-set hash {run.set_hash}",
              f"   generated {run.generated}, run {len(run.results)}"
-             + (" (a deterministic seeded sample)" if len(run.results) < run.generated else ""),
+             + (" (a deterministic seeded sample)" if len(run.results) < run.generated else "")
+             + (f"; not run: {len(not_run)} more on lines the engine scenarios never run on this "
+                f"device (coverage.py), in {len(by_function)} functions" if engine else ""),
              f"   caught {killed} ({', '.join(f'{k} {v}' for k, v in sorted(kinds.items()))}); "
              f"equivalent {n_eq}; surviving {len(survivors)}",
              f"   kill rate of the non-equivalent mutants: {killed}/{counted} = {pct(killed, counted).strip()}"]
     for m, r in run.results:
         if not r["killed"] and m.id in equivalent:
             lines.append(f"   equivalent {m.name}: {equivalent[m.id]}")
+    if by_function:
+        lines.append("   not run, by function: " + ", ".join(f"{k} {v}" for k, v in sorted(by_function.items())))
     for m, r in survivors:
         lines.append(f"   SURVIVED {m.name} ({r['kind']})")
         lines.extend("     " + line for line in m.diff(sources[m.file]).rstrip("\n").splitlines())
     return "\n".join(lines)
 
 
-def render_goals(coverages: list[PinCoverage], run: MutantRun | None, equivalent: dict[str, str]) -> tuple[str, bool]:
+def render_goals(coverages: list[PinCoverage], run: MutantRun | None, equivalent: dict[str, str],
+                 engine_run: MutantRun | None = None, engine_equivalent: dict[str, str] | None = None
+                 ) -> tuple[str, bool]:
     lines, ok = ["== goals"], True
     for cov in coverages:
         _cl, _nl, cb, nb = cov.totals()
@@ -94,4 +109,11 @@ def render_goals(coverages: list[PinCoverage], run: MutantRun | None, equivalent
         ok &= bool(met)
         lines.append(f"   {'met ' if met else 'MISS'} non-equivalent mutants caught >= {GOAL_KILLED:.0f}% "
                      f"on vllm {run.release}: {pct(killed, counted).strip()}")
+    if engine_run is not None:
+        killed, counted, _eq, _s = kill_figures(engine_run, engine_equivalent or {})
+        met = counted and 100.0 * killed / counted >= GOAL_ENGINE_KILLED
+        ok &= bool(met)
+        lines.append(f"   {'met ' if met else 'MISS'} non-equivalent engine-path mutants caught on the engine "
+                     f"layers >= {GOAL_ENGINE_KILLED:.0f}% on vllm {engine_run.release}: "
+                     f"{killed}/{counted} = {pct(killed, counted).strip()}")
     return "\n".join(lines), ok

@@ -57,10 +57,10 @@ def ensure_coverage(python: Path, log=print) -> Path:
     return final
 
 
-def write_rcfile(folder: Path) -> Path:
+def write_rcfile(folder: Path, patterns=MEASURED) -> Path:
     """coverage.py's settings: line and branch coverage of the measured files only."""
     rc = folder / "coveragerc"
-    rc.write_text("[run]\nbranch = True\ninclude =\n" + "".join(f"    {p}\n" for p in MEASURED))
+    rc.write_text("[run]\nbranch = True\ninclude =\n" + "".join(f"    {p}\n" for p in patterns))
     return rc
 
 

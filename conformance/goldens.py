@@ -12,6 +12,8 @@ lifecycles, `make goldens` and `parity goldens`):
     not churn from machine to machine;
   - on another build (the CUDA wheel against a CPU rebuild's golden): by the numerics rules,
     where a near-tie resolved the other way is reported, not failed.
+Regeneration keeps a golden that holds (`keeps`), unless its provenance does not yet name the
+CPU that wrote it.
 """
 
 from __future__ import annotations
@@ -79,6 +81,16 @@ def check_golden(trace: dict, golden: dict) -> GoldenCheck:
         f"written by {theirs}, run on {ours}: judged {verdict.kind}, "
         + ("integer facts exact and logprobs within the tolerance required" if rule == "tolerance"
            else "within the numerics rules required")))
+
+
+def keeps(trace: dict, golden: dict) -> GoldenCheck:
+    """Whether regeneration keeps a golden (both lifecycles): it holds, and its provenance
+    names the CPU that wrote it (a golden from before that was recorded is rewritten once)."""
+    check = check_golden(trace, golden)
+    if check.holds and writer(golden)["cpu"] is None:
+        return GoldenCheck(False, check.rule, check.verdict, "its provenance does not name the CPU "
+                           "that wrote it (environment.cpu)")
+    return check
 
 
 def write_golden(path: Path, trace: dict, release: str | None) -> bool:

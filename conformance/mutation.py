@@ -35,7 +35,7 @@ import hashlib
 import re
 from dataclasses import asdict, dataclass
 
-from .scope import Scope, out_of_scope_lines
+from .scope import Edit, Scope, out_of_scope_lines
 
 OPERATORS = ("ror", "cmp-off", "arith-off", "aor", "minmax", "pop", "const", "negate", "remove")
 ROR = {ast.Lt: "<=", ast.LtE: "<", ast.Gt: ">=", ast.GtE: ">", ast.Eq: "!=", ast.NotEq: "==",
@@ -145,6 +145,62 @@ def generate(source: str, relpath: str, scope: Scope) -> list[Mutant]:
 
     walk(tree.body, "")
     return sorted(found.values(), key=lambda m: (m.start, m.end, m.replacement))
+
+
+def run_lines(source: str, executed: set[int]) -> set[int]:
+    """Every line of the statements coverage.py saw run (it names a statement by its first
+    line): a simple statement's every line, a compound statement's header."""
+    out = set()
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.stmt) or node.lineno not in executed or \
+                isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        if isinstance(node, (ast.If, ast.While)):
+            end = node.test.end_lineno
+        elif isinstance(node, (ast.For, ast.AsyncFor)):
+            end = node.iter.end_lineno
+        elif isinstance(node, (ast.With, ast.AsyncWith)):
+            end = node.items[-1].context_expr.end_lineno
+        elif isinstance(node, (ast.Try, ast.Match)):
+            end = node.lineno
+        else:
+            end = node.end_lineno
+        out.update(range(node.lineno, end + 1))
+    return out
+
+
+def hand_edit(source: str, relpath: str, edit: Edit) -> Mutant:
+    """The mutant of a hand-written edit (adequacy scope files' [[edit]]): `edit.original`
+    must occur exactly once in the function, so the edit cannot land elsewhere unnoticed."""
+    fn = _function_node(ast.parse(source), edit.function)
+    if fn is None:
+        raise ValueError(f"edit in {relpath}: no function {edit.function}")
+    data = source.encode()
+    starts = [0]
+    for line in data.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    a = starts[(fn.decorator_list[0] if fn.decorator_list else fn).lineno - 1]
+    b = starts[fn.end_lineno - 1] + fn.end_col_offset
+    body, needle = data[a:b], edit.original.encode()
+    if body.count(needle) != 1:
+        raise ValueError(f"edit in {relpath} {edit.function}: {edit.original!r} occurs "
+                         f"{body.count(needle)} times, expected once")
+    start = a + body.index(needle)
+    end = start + len(needle)
+    digest = hashlib.sha256(f"{relpath}\0{start}\0{end}\0{edit.replacement}".encode()).hexdigest()[:10]
+    line = data[:start].count(b"\n") + 1
+    return Mutant(f"m{digest}", relpath, edit.function, "edit", line, start, end, edit.original, edit.replacement)
+
+
+def _function_node(tree, qualname: str):
+    body, node = tree.body, None
+    for part in qualname.split("."):
+        node = next((n for n in body if isinstance(n, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                     and n.name == part), None)
+        if node is None:
+            return None
+        body = node.body
+    return node if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) else None
 
 
 def _dead_store(node, fn, reads) -> bool:

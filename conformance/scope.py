@@ -49,12 +49,24 @@ class Rule:
 
 
 @dataclass(frozen=True)
+class Edit:
+    """A hand-written mutant: in `function` of `file`, the one occurrence of `original` becomes
+    `replacement` (a bug no generated operator makes, e.g. a model's RMSNorm epsilon)."""
+    file: str
+    function: str
+    original: str
+    replacement: str
+    reason: str
+
+
+@dataclass(frozen=True)
 class Scope:
     measure: tuple[tuple[str, tuple[str, ...]], ...]  # (file suffix, qualname globs)
     rules: tuple[Rule, ...]
     # generated mutants (conformance/mutation.py ids) that no targeted configuration can tell
     # from the release, each with the reason
     equivalent: dict = field(default_factory=dict)
+    edits: tuple = ()  # hand-written mutants (Edit), beside the generated ones
 
     def measured(self, path: str, qualname: str) -> bool:
         return any(path.endswith(suffix) and any(fnmatch.fnmatchcase(qualname, g) for g in globs)
@@ -66,7 +78,7 @@ def load_scope(path: Path = SCOPE_FILE) -> Scope:
         data = tomllib.loads(path.read_text())
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ScopeError(f"{path}: not valid TOML: {exc}") from None
-    unknown = set(data) - {"measure", "out_of_scope", "equivalent"}
+    unknown = set(data) - {"measure", "out_of_scope", "equivalent", "edit"}
     if unknown:
         raise ScopeError(f"{path}: unknown top-level keys {sorted(unknown)}")
     measure = []
@@ -94,7 +106,15 @@ def load_scope(path: Path = SCOPE_FILE) -> Scope:
         if set(e) != {"id", "reason"} or not re.fullmatch(r"m[0-9a-f]{10}", str(e["id"])) or not str(e["reason"]).strip():
             raise ScopeError(f"{path}: equivalent[{i}]: expected id = \"m<10 hex digits>\" and a reason")
         equivalent[e["id"]] = e["reason"]
-    return Scope(tuple(measure), tuple(rules), equivalent)
+    edits = []
+    for i, e in enumerate(data.get("edit", [])):
+        fields = ("file", "function", "original", "replacement", "reason")
+        if set(e) != set(fields) or not all(isinstance(e[k], str) and e[k].strip() for k in fields) \
+                or e["original"] == e["replacement"]:
+            raise ScopeError(f"{path}: edit[{i}]: expected {', '.join(fields)} (strings, the "
+                             "replacement differing from the original)")
+        edits.append(Edit(*(e[k] for k in fields)))
+    return Scope(tuple(measure), tuple(rules), equivalent, tuple(edits))
 
 
 @dataclass

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from conformance.goldens import GOLDEN_DIR, GoldenRefused, check_golden, golden_path, write_text_atomic
+from conformance.goldens import GOLDEN_DIR, GoldenRefused, golden_path, keeps, write_text_atomic
 from conformance.trace import dumps
 
 
@@ -37,7 +37,7 @@ class GoldenExtension(SingleFileSnapshotExtension):
             golden = json.loads(snapshot_data)
         except ValueError:
             return False  # an unreadable golden never matches: regenerated on update
-        return check_golden(json.loads(serialized_data), golden).holds
+        return keeps(json.loads(serialized_data), golden).holds
 
     @classmethod
     def dirname(cls, *, test_location) -> str:

@@ -7,7 +7,7 @@ hold, and only such a one."""
 import pytest
 
 from conformance.engine import EngineFailure
-from conformance.goldens import change_summary, check_golden, golden_path, load_golden
+from conformance.goldens import change_summary, golden_path, keeps, load_golden
 from conformance.report import render_verdict
 from conformance.pins import load_pins
 from conformance.scenario import load_scenario
@@ -36,7 +36,7 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario,
     trace = make_trace(f"vllm-{release}", proc.hello, scenario, records)
     path = golden_path(scenario.name, release)
     golden = load_golden(path) if path.exists() else None
-    check = check_golden(trace, golden) if golden else None
+    check = keeps(trace, golden) if golden else None
     updating = request.config.option.update_snapshots
     if check and not check.holds and not updating:
         detail = render_verdict(check.verdict, release) if check.verdict else ""

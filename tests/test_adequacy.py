@@ -182,6 +182,8 @@ def test_parity_adequacy_refuses_a_bad_sample_before_any_engine_starts(capsys):
 
     assert main(["adequacy", "--sample", "0"]) == 2
     assert "--sample 0: expected a positive number of mutants" in capsys.readouterr().err
+    assert main(["adequacy", "--engine-sample", "-1"]) == 2
+    assert "--engine-sample -1: expected a positive number of mutants" in capsys.readouterr().err
 
 
 # -- a fixed sample of the generated catalog, served as candidates --------------------------
@@ -237,3 +239,118 @@ def test_asserts_parameter_defaults_and_dead_stores_are_not_mutated(tmp_path):
     found = {(m.line, m.operator) for m in generate(source, FILE, scope(tmp_path))}
     assert not any(line in (2, 3, 4) for line, _ in found)  # default, assert, a store only connectors read
     assert (5, "remove") in found and (8, "aor") in found
+
+
+# -- the engine path's catalog (conformance/adequacy_engine.py) ------------------------------
+
+ENGINE_SOURCE = textwrap.dedent('''\
+    class RMSNorm:
+        def __init__(self, eps):
+            self.variance_epsilon = eps
+            if eps > 1:
+                self.big = True
+
+        def again(self, eps):
+            self.variance_epsilon = eps
+    ''')
+
+
+def test_a_hand_written_edit_lands_once_in_its_function_or_is_refused():
+    from conformance.mutation import hand_edit
+    from conformance.scope import Edit
+
+    m = hand_edit(ENGINE_SOURCE, "vllm/x.py", Edit("vllm/x.py", "RMSNorm.__init__", "self.variance_epsilon = eps",
+                                                   "self.variance_epsilon = eps * 10", "eps x10"))
+    assert (m.operator, m.line, m.function) == ("edit", 3, "RMSNorm.__init__")
+    assert "self.variance_epsilon = eps * 10" in m.apply(ENGINE_SOURCE).splitlines()[2]
+    assert m.apply(ENGINE_SOURCE).splitlines()[7].strip() == "self.variance_epsilon = eps"  # not in `again`
+    with pytest.raises(ValueError, match="no function RMSNorm.nope"):
+        hand_edit(ENGINE_SOURCE, "vllm/x.py", Edit("vllm/x.py", "RMSNorm.nope", "eps", "1", "r"))
+    with pytest.raises(ValueError, match="occurs 4 times"):
+        hand_edit(ENGINE_SOURCE, "vllm/x.py", Edit("vllm/x.py", "RMSNorm.__init__", "eps", "1", "r"))
+
+
+def test_a_malformed_edit_is_refused_naming_the_entry(tmp_path):
+    text = "[[edit]]\nfile = 'a.py'\nfunction = 'f'\noriginal = 'x'\nreplacement = 'x'\nreason = 'r'\n"
+    with pytest.raises(ScopeError, match=r"edit\[0\]"):
+        scope(tmp_path, text)
+
+
+def test_a_mutant_in_a_packages_init_is_installed_into_the_package_itself():
+    from engines.vllm.mutant_catalog import module_name
+
+    assert module_name("vllm/model_executor/layers/rotary_embedding/__init__.py") == \
+        "vllm.model_executor.layers.rotary_embedding"
+    assert module_name("vllm/v1/sample/sampler.py") == "vllm.v1.sample.sampler"
+
+
+def test_run_lines_take_a_statement_whole_and_a_compound_header_only():
+    from conformance.mutation import run_lines
+
+    source = "x = f(\n    1)\nif x:\n    y = 2\nelse:\n    y = 3\n"
+    assert run_lines(source, {1, 3, 4}) == {1, 2, 3, 4}  # line 6 never ran
+
+
+def test_the_engine_scope_file_loads_and_orders_the_engine_scenarios():
+    from conformance.adequacy_engine import ENGINE_ORDER, ENGINE_SCOPE_FILE, engine_scenarios
+    from conformance.scenario import load_scenario
+    from conftest import REPO
+
+    s = load_scope(ENGINE_SCOPE_FILE)
+    assert s.measure and len(s.edits) >= 4 and all(e.reason for e in s.edits)
+    library = [load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json"))]
+    names = [x.name for x in engine_scenarios(library)]
+    assert names[:len(ENGINE_ORDER)] == [n for n in ENGINE_ORDER if n in names]
+    assert all(x.engine is not None for x in engine_scenarios(library))
+
+
+def test_the_engine_path_goal_is_its_own_line_and_can_be_missed(tmp_path):
+    from conformance.adequacy_report import render_goals
+
+    ms = generate(SOURCE, FILE, scope(tmp_path))[:10]
+    run = MutantRun("0.27.1", 10, [(m, {"killed": i < 8, "kind": "diverged" if i < 8 else "pass"})
+                                   for i, m in enumerate(ms)], what="engine path")
+    text, ok = render_goals([], None, {}, run, {})
+    assert not ok and "MISS non-equivalent engine-path mutants" in text and "8/10 = 80.0%" in text
+    text, ok = render_goals([], None, {}, run, {ms[8].id: "r", ms[9].id: "r"})
+    assert ok and "8/8 = 100.0%" in text
+
+
+# (function, operator, original, replacement, text of the mutated line, the scenario that must
+# catch it): the model runner's spec-decode metadata, the CPU wrapper of the greedy rejection
+# kernel, and a logit scale (every greedy token kept, the top-k logprobs moved).
+ENGINE_FIXED_SAMPLE = [
+    ("GPUModelRunner._calc_spec_decode_metadata", "aor", "-", "+",
+     "bonus_logits_indices = cu_num_sampled_tokens - 1", "engine_ngram"),
+    ("_rejection_greedy_sample_kernel_impl", "remove", None, "pass",
+     "output_token_ids.copy_(output_token_ids_i64.to(orig_dtype))", "engine_ngram"),
+    ("LogitsProcessor.__init__", "edit", "self.scale = scale", "self.scale = scale * 1.05",
+     "self.scale = scale", "engine_ngram"),
+]
+
+
+@pytest.mark.oracle
+def test_a_fixed_sample_of_engine_path_mutants_is_caught():
+    from conformance.adequacy import MutantServer, judge_mutant
+    from conformance.adequacy_engine import ENGINE_SCOPE_FILE, engine_catalog
+    from conformance.goldens import golden_path, load_golden
+    from conformance.pins import load_pins
+    from conformance.scenario import load_scenario
+    from conftest import REPO
+
+    pins = load_pins()
+    engine_scope = load_scope(ENGINE_SCOPE_FILE)
+    # every line counts as run here: the fixed sample names lines the engine scenarios run
+    every = {f: set(range(1, 20000)) for f, _ in engine_scope.measure}
+    mutants, sources, _ = engine_catalog(pins.oracle, engine_scope, every, log=lambda m: None)
+    server = MutantServer(pins.oracle, log=lambda m: None)
+    try:
+        for function, operator, original, replacement, line, name in ENGINE_FIXED_SAMPLE:
+            chosen = [m for m in mutants if (m.function, m.operator, m.replacement) == (function, operator, replacement)
+                      and original in (None, m.original) and line in sources[m.file].splitlines()[m.line - 1]]
+            assert chosen, f"the engine catalog has no {operator} mutant -> {replacement!r} in {function}"
+            scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
+            result = judge_mutant(server, chosen[0], [scenario], {name: load_golden(golden_path(name, pins.oracle))})
+            assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
+    finally:
+        server.close()

@@ -22,7 +22,8 @@ FLOORS = {
         "conformance.methods_table conformance.comparability"),
     4: ("running", "conformance.runner conformance.shards"),
     5: ("reports", "conformance.report conformance.reports conformance.readme_tables"),
-    6: ("runs", "conformance.gate_run conformance.adequacy conformance.adequacy_report parity parity.*"),
+    6: ("runs", "conformance.gate_run conformance.adequacy conformance.adequacy_engine "
+        "conformance.adequacy_report parity parity.*"),
     7: ("commands", "conformance.cli conformance.adequacy_cli"),
 }
 TREES = ("conformance", "engines", "parity")

@@ -19,7 +19,7 @@ INSTALLED: str | None = None  # the id of the mutant installed in this process
 
 
 def install(mutant: Mutant) -> None:
-    module = importlib.import_module(mutant.file.removesuffix(".py").replace("/", "."))
+    module = importlib.import_module(module_name(mutant.file))
     path = inspect.getsourcefile(module)
     with open(path, encoding="utf-8") as f:
         source = f.read()
@@ -32,6 +32,13 @@ def install(mutant: Mutant) -> None:
     global INSTALLED
     INSTALLED = mutant.id
     print(f"TEST DEVICE: vLLM with generated mutant {mutant.name}; not a real engine", file=sys.stderr)
+
+
+def module_name(file: str) -> str:
+    """The module a file (relative to site-packages) is imported as. A package's __init__.py
+    is the package itself: importing "pkg.__init__" would load a second copy of it, and the
+    edit would land in the copy nobody calls."""
+    return file.removesuffix(".py").removesuffix("/__init__").replace("/", ".")
 
 
 def _find_code(code, qualname: str):
