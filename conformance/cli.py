@@ -112,7 +112,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="repeatable (default: " + ", ".join(SELF_CHECK) + ": the first that has each "
                    "declared layer)")
 
-    p = sub.add_parser("docs", help="rewrite README.md's scenario tables from scenarios/*.json")
+    p = sub.add_parser("docs", help="rewrite the docs' scenario tables (scenarios/README.md, docs/porting.md) "
+                       "from scenarios/*.json")
     p.add_argument("--check", action="store_true", help="change nothing; fail if a table differs")
 
     p = sub.add_parser("adequacy", help="coverage of vLLM's scheduler by the scenarios, and the "
@@ -353,21 +354,23 @@ def cmd_drift(args) -> int:
 
 
 def cmd_docs(args) -> int:
-    from .readme_tables import render, stale
+    from .readme_tables import FILES, render, stale
 
-    readme = REPO_ROOT / "README.md"
     scenarios = _scenarios(None)
-    if args.check:
-        old = stale(readme, scenarios)
-        for name in old:
-            log(f"parity docs: README.md's {name} table differs from scenarios/*.json: run `parity docs`")
-        return 1 if old else 0
-    text = readme.read_text()
-    new = render(text, scenarios)
-    if new != text:
-        readme.write_text(new)
-        log("parity docs: README.md's scenario tables rewritten")
-    return 0
+    differ = 0
+    for relative, names in FILES.items():
+        path = REPO_ROOT / relative
+        if args.check:
+            for name in stale(path, scenarios, names):
+                log(f"parity docs: {relative}'s {name} table differs from scenarios/*.json: run `parity docs`")
+                differ = 1
+            continue
+        text = path.read_text()
+        new = render(text, scenarios, names, where=relative)
+        if new != text:
+            path.write_text(new)
+            log(f"parity docs: {relative}'s scenario tables rewritten")
+    return differ
 
 
 def cmd_fuzz(args) -> int:

@@ -71,7 +71,7 @@ def measured_worker(release: str, python: Path, coverage_dir: Path, rcfile: Path
     env = shutil.which("env") or "/usr/bin/env"
     argv = (env, f"PYTHONPATH={coverage_dir}", str(python), "-m", "coverage", "run",
             f"--rcfile={rcfile}", f"--data-file={data_file}", str(WORKER), "--release", release, *device_args())
-    return EngineSpec(f"vllm-{release}+coverage", argv, None, False)
+    return EngineSpec(f"vllm-{release}+coverage", argv)
 
 
 def json_report(python: Path, coverage_dir: Path, rcfile: Path, data_file: Path) -> dict:

@@ -40,7 +40,6 @@ class EngineSpec:
     label: str
     argv: tuple[str, ...]
     release: str | None = None  # set when this is a pinned vLLM release
-    is_oracle: bool = False
 
 
 class Stopped(Exception):
@@ -70,7 +69,7 @@ def resolve_engine(text: str, pins: Pins | None = None, log=print) -> EngineSpec
     release = parse_pin(text, pins)
     if release is not None:
         python = ensure_env(release, log=log, pins=pins)
-        return EngineSpec(f"vllm-{release}", worker_argv(python, release), release, release == pins.oracle)
+        return EngineSpec(f"vllm-{release}", worker_argv(python, release), release)
     argv = tuple(shlex.split(text))  # split into an argv list; never handed to a shell
     if not argv:
         raise ValueError("empty engine command")

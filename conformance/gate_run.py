@@ -29,7 +29,7 @@ from .methods_table import render_methods_table
 from .pins import Pins, parse_pin
 from .progress import EngineProgress, Progress, duration
 from .report import render_gate, render_rows
-from .reports import annotation, claimed, markdown, write_reports, write_text
+from .reports import claimed, markdown, write_reports, write_text
 from .runner import run_units, side_by_side
 from .shards import (COLD_START, GROUPS, ShardError, Unit, assign, digest, goldens_digest, load_results, plan,
                      share_cost, tool_identity, write_results)
@@ -185,7 +185,7 @@ def _gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, rep
 
 
 def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
-    """On CPU a pin without a CPU engine build refuses the engine layers at once (README)."""
+    """On CPU a pin without a CPU engine build refuses the engine layers at once (docs/release-gate.md)."""
     from .envs import device_mode
 
     if device_mode() != "cpu":
@@ -310,7 +310,7 @@ def ci_summaries(result, oracle: str, reports: Path | None, log, commands=None) 
         with open(summary, "a", encoding="utf-8") as stream:
             stream.write(markdown(result, oracle, commands))
         log(f"[gate] appended the summary to $GITHUB_STEP_SUMMARY ({summary})")
-    text = annotation(result, oracle, commands)
+    text = markdown(result, oracle, commands)  # Buildkite renders the same markdown, tables included
     path = None
     if reports:
         path = reports / "annotation.md"

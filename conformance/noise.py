@@ -1,7 +1,7 @@
 """Arithmetic noise of the engine layers' logprobs: how far two runs of the same oracle, same
 tokens, land apart when only the arithmetic changes (another ISA, thread count or batch layout).
 The tolerance a scenario states (`engine.logprob_atol`) is calibrated from these figures
-(benchmarks/bench_noise.py measures them; README "Cross-machine noise")."""
+(benchmarks/bench_noise.py measures them; docs/release-gate.md "On every machine")."""
 
 from __future__ import annotations
 

@@ -28,9 +28,6 @@ class Pins:
     def cpu_engine_build(self, release: str) -> str | None:
         return dict(self.cpu_engine_builds).get(release)
 
-    def engine_id(self, release: str) -> str:
-        return f"vllm-{release}"
-
     @property
     def candidates(self) -> tuple[str, ...]:
         """Releases other than the oracle: the stand-in candidates when no port is configured."""

@@ -1,8 +1,8 @@
-"""README.md's tables that describe the scenarios, generated from scenarios/*.json, so they
+"""The docs' tables that describe the scenarios, generated from scenarios/*.json, so they
 cannot drift from them: `parity docs` rewrites them, `parity docs --check` (and make test)
-fails when the README's differ.
+fails when a doc's table differs.
 
-Each table sits between two markers in README.md:
+Each table sits between two markers in the file FILES names for it:
     <!-- generated: NAME (parity docs) -->
     ...
     <!-- end generated: NAME -->
@@ -39,30 +39,33 @@ def layers_verdicts(scenarios: list[Scenario]) -> str:
 
 
 TABLES = {"scenario-library": scenario_library, "layers-verdicts": layers_verdicts}
+# file (relative to the repository) -> the tables it holds
+FILES = {"scenarios/README.md": ("scenario-library",), "docs/porting.md": ("layers-verdicts",)}
 BLOCK = re.compile(r"<!-- generated: (?P<name>[a-z-]+) \(parity docs\) -->\n(?P<body>.*?)"
                    r"<!-- end generated: (?P=name) -->", re.S)
 
 
-def render(readme: str, scenarios: list[Scenario]) -> str:
-    """The README with every generated block replaced by what the scenario files say."""
-    found = {m["name"] for m in BLOCK.finditer(readme)}
-    missing = sorted(set(TABLES) - found)
+def render(text: str, scenarios: list[Scenario], names=tuple(TABLES), where: str = "the file") -> str:
+    """The text with every generated block replaced by what the scenario files say; the blocks
+    `names` must be there."""
+    found = {m["name"] for m in BLOCK.finditer(text)}
+    missing = sorted(set(names) - found)
     if missing:
-        raise ValueError(f"README.md has no generated block {missing}: add its two markers "
+        raise ValueError(f"{where} has no generated block {missing}: add its two markers "
                          f"(<!-- generated: NAME (parity docs) --> ... <!-- end generated: NAME -->)")
-    return BLOCK.sub(lambda m: _block(m["name"], scenarios), readme)
+    return BLOCK.sub(lambda m: _block(m["name"], scenarios), text)
 
 
-def stale(path: Path, scenarios: list[Scenario]) -> list[str]:
+def stale(path: Path, scenarios: list[Scenario], names=tuple(TABLES)) -> list[str]:
     """Names of the blocks whose text differs from what the generator produces."""
     text = path.read_text()
-    render(text, scenarios)  # every block is there
+    render(text, scenarios, names, where=str(path))  # every block is there
     return [m["name"] for m in BLOCK.finditer(text) if m[0] != _block(m["name"], scenarios)]
 
 
 def _block(name: str, scenarios: list[Scenario]) -> str:
     if name not in TABLES:
-        raise ValueError(f"README.md names an unknown generated block {name!r}; known: {sorted(TABLES)}")
+        raise ValueError(f"a doc names an unknown generated block {name!r}; known: {sorted(TABLES)}")
     return f"<!-- generated: {name} (parity docs) -->\n{TABLES[name](scenarios)}\n<!-- end generated: {name} -->"
 
 

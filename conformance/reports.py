@@ -85,10 +85,6 @@ def write_reports(out: Path, result: GateResult, traces: dict, oracle: str,
     return paths
 
 
-def _status(result: GateResult, v: Verdict) -> str:
-    return status_of(result, v)
-
-
 def junit(result: GateResult, oracle: str) -> str:
     """One test case per verdict and layer, named `row / scenario / engine / layer` so CI
     views group them; a run that could not be compared is one case for all its layers."""
@@ -101,7 +97,7 @@ def junit(result: GateResult, oracle: str) -> str:
         suite = ET.SubElement(suites, "testsuite", name=row)
         counts = Counter()
         for v in verdicts:
-            status = _status(result, v)
+            status = status_of(result, v)
             text = render_verdict(v, oracle)
             layers = [(c.layer, c) for c in v.comparisons] or [("all layers", None)]
             for layer, c in layers:
@@ -169,9 +165,9 @@ def markdown(result: GateResult, oracle: str, commands: dict[str, str] | None = 
         lines += ["", "| row | scenario | engine | role | verdict | first divergence |",
                   "|---|---|---|---|---|---|"]
         for row, v in failing:
-            lines.append(f"| {row} | {v.scenario} | `{_md(v.engine)}` | {v.role} | {_status(result, v)} | "
+            lines.append(f"| {row} | {v.scenario} | `{_md(v.engine)}` | {v.role} | {status_of(result, v)} | "
                          f"{_md(_first_line(v))} |")
-    counts = Counter(_status(result, v) for v in result.verdicts)
+    counts = Counter(status_of(result, v) for v in result.verdicts)
     lines += ["", "Counts: " + ", ".join(f"{counts[k]} {k}" for k in KINDS + ("waived",) if counts[k])]
     for w in result.expired:
         lines.append(f"- **expired waiver** {w.row} / {w.scenario} / `{w.field}` (owner {w.owner}, "
@@ -179,11 +175,6 @@ def markdown(result: GateResult, oracle: str, commands: dict[str, str] | None = 
     for w in result.unused:
         lines.append(f"- unused waiver {w.row} / {w.scenario} / `{w.field}` (owner {w.owner})")
     return "\n".join(lines) + "\n"
-
-
-def annotation(result: GateResult, oracle: str, commands: dict[str, str] | None = None) -> str:
-    """The Buildkite annotation: the same markdown (Buildkite renders it, tables included)."""
-    return markdown(result, oracle, commands)
 
 
 def _first_line(v: Verdict) -> str:
@@ -272,14 +263,14 @@ def _scenario_section(result: GateResult, scenario: str, verdicts: list[Verdict]
                 "<th>layers judged</th><th>not judged</th></tr>")
     for v in verdicts:
         body.append(f"<tr><td><code>{html.escape(v.engine)}</code></td><td>{v.role}</td>"
-                    f"<td>{result.row_of(v)}</td><td class='{_status(result, v)}'>{_status(result, v)}</td>"
+                    f"<td>{result.row_of(v)}</td><td class='{status_of(result, v)}'>{status_of(result, v)}</td>"
                     f"<td>{html.escape(', '.join(v.judged) or '-')}</td><td>{html.escape(_not_judged(v))}</td></tr>")
     body.append("</table>")
     for v in verdicts:
         if v.kind == PASS:
             continue
         body.append(f"<details id='{_anchor(scenario, v.engine)}' open><summary>{html.escape(v.engine)}: "
-                    f"{_status(result, v)} {html.escape(where_of(v))}</summary>")
+                    f"{status_of(result, v)} {html.escape(where_of(v))}</summary>")
         steps_c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
         own = next((s for label, s, _ in series if label == v.engine), None)
         if steps_c is not None and oracle_steps and own:

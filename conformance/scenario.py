@@ -75,7 +75,7 @@ ENGINE_OPTIONS = {"logprobs": (int, 1, 20), "logprob_decimals": (int, 0, 8),
 DEFAULT_ENGINE = {"logprobs": 5, "logprob_decimals": 4}
 # By the scenario's dtype. float32: at least 10x the largest noise measured on any engine
 # scenario (2.4e-5, across oneDNN's ISA capped at SSE4.1, two compute threads and requests
-# decoded alone, both CPU pins; benchmarks/bench_noise.py, README "On every machine"), which
+# decoded alone, both CPU pins; benchmarks/bench_noise.py, docs/release-gate.md "On every machine"), which
 # leaves 40x. bf16 / fp16 on a GPU: not measured here (no GPU); a few hundredths expected.
 DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE

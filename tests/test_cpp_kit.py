@@ -202,7 +202,7 @@ def test_config_record_is_the_oracles_on_the_gate_configuration(kit):
         bugged.proc.kill()
 
 
-# The stand-in scenarios the README says the reference engine passes on 0.27.1: a second,
+# The stand-in scenarios docs/porting.md says the reference engine passes on 0.27.1: a second,
 # independent implementation of the driver contract in engines/PROTOCOL.md (arrivals, verify
 # steps, padding, empty steps, `finished`) and of the state each step records after its update.
 AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_arrivals", "stop_conditions",
@@ -239,7 +239,7 @@ def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):
 
 @pytest.mark.oracle
 def test_gate_reference_engine_against_the_oracle(kit, capsys):
-    """One gate run on the gate scenario: the verdicts the README's section states."""
+    """One gate run on the gate scenario: the verdicts docs/porting.md states."""
     from conformance.cli import main
 
     status = main(["gate", "--candidate", str(ENGINE), "--candidate", f"{ENGINE} --no-draft-reservation",

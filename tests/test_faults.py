@@ -588,7 +588,7 @@ def test_engine_matrix_row_with_trailing_newline_is_refused(scenario_dir):
     _refused(_write(scenario_dir, lambda d: d.update(rows=["ENG-SCHED-CORE\n"])), "rows")
 
 
-# The optional integers are range-checked too (README: an absurd size is an error naming the field).
+# The optional integers are range-checked too (scenarios/README.md: an absurd size is an error naming the field).
 @pytest.mark.parametrize("field, mutate", [
     ("engine_args.long_prefill_token_threshold", lambda d: d["engine_args"].update(long_prefill_token_threshold=-5)),
     ("engine_args.seed", lambda d: d["engine_args"].update(seed=10**30)),

@@ -42,7 +42,7 @@ BASES = {p.name: json.loads(p.read_text()) for p in SCENARIOS}
 SCRIPTED = REPO / "tests" / "doubles" / "scripted_engine.py"
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
-# The reference rules an accepted scenario must satisfy (from the README's schema table and
+# The reference rules an accepted scenario must satisfy (from scenarios/README.md's schema table and
 # conformance/workload.py's docstring), written here independently of the loader.
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")          # fullmatch: no trailing newline
 REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")

@@ -1,4 +1,4 @@
-// A typed reader for the scenario object of a `run` message (see README "Scenarios" and
+// A typed reader for the scenario object of a `run` message (see scenarios/README.md "The schema" and
 // engines/PROTOCOL.md "The scenario object"). The harness has validated the scenario file
 // already; this reader still checks every field it reads (type and range), so a bad `run`
 // is answered with a bad_request error naming the field, and no size can make the engine
