@@ -42,10 +42,12 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario,
         detail = render_verdict(check.verdict, release) if check.verdict else ""
         pytest.fail(f"{path.name} does not hold ({check.rule} rule): {check.reason}\n{detail}")
     if updating and not (check and check.holds):  # what the rewrite changes, before it is written
-        reporter = request.config.pluginmanager.get_plugin("terminalreporter")
         summary = change_summary(path, path.read_text() if golden else None, trace)
-        if reporter:  # shown as the run goes, not captured with the test's output
-            reporter.write_line(summary)
+        plugins = request.config.pluginmanager
+        reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+        if reporter and capture:  # shown as the run goes, not captured with the test's output
+            with capture.global_and_fixture_disabled():
+                reporter.write_line(summary)
     assert trace == snapshot(extension_class=GoldenExtension.for_golden(scenario.name, release))
 
 

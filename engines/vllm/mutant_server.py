@@ -58,11 +58,11 @@ def main(argv: list[str] | None = None) -> int:
             server.close()
             ready.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-            os._exit(_monitor(conn, args.release))
+            os._exit(_monitor(conn, args.release, args.device))
         conn.close()
 
 
-def _monitor(conn: socket.socket, release: str) -> int:
+def _monitor(conn: socket.socket, release: str, device: str) -> int:
     message, fds, _flags, _addr = socket.recv_fds(conn, 1 << 20, 3)
     if len(fds) != 3:
         return 2
@@ -73,7 +73,7 @@ def _monitor(conn: socket.socket, release: str) -> int:
         for target, fd in zip((0, 1, 2), fds):
             os.dup2(fd, target)  # the worker's sys.std* objects now use the client's pipes
             os.close(fd)
-        os._exit(_serve(request["mutant"], release))
+        os._exit(_serve(request["mutant"], release, device))
     for fd in fds:
         os.close(fd)
     while True:
@@ -88,7 +88,7 @@ def _monitor(conn: socket.socket, release: str) -> int:
             return 0
 
 
-def _serve(mutant_json: dict, release: str) -> int:
+def _serve(mutant_json: dict, release: str, device: str) -> int:
     from conformance import protocol
     from conformance.mutation import Mutant
     from engines.vllm import mutant_catalog, worker
@@ -101,7 +101,7 @@ def _serve(mutant_json: dict, release: str) -> int:
                                      "message": f"cannot install mutant: {type(exc).__name__}: {exc}"}))
         return 2
     try:
-        return worker.main(["--release", release, "--mutant", f"catalog:{mutant.id}"])
+        return worker.main(["--release", release, "--device", device, "--mutant", f"catalog:{mutant.id}"])
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
