@@ -8,6 +8,7 @@ import pytest
 
 from conformance.compare import compare_layer
 from conformance.engine import EngineProcess, EngineSpec
+from conformance.envs import device_args
 from conformance.gate import apply_gate
 from conformance.goldens import golden_path
 from conformance.pins import load_pins
@@ -169,7 +170,8 @@ def test_miscounted_verify_steps_are_reported_where_the_state_first_differs():
     from conformance.envs import ensure_env
 
     python = ensure_env(PINS.oracle, log=lambda m: None, pins=PINS)
-    argv = (str(python), str(REPO / "tests" / "doubles" / "miscount_worker.py"), "--release", PINS.oracle)
+    argv = (str(python), str(REPO / "tests" / "doubles" / "miscount_worker.py"), "--release", PINS.oracle,
+            *device_args())
     # scenario -> (first divergent step with the state recorded, without it): a preemption
     # 52 steps later on kv_pressure, 7 on priority_kv_pressure
     wanted = {"kv_pressure": (1, 53), "priority_kv_pressure": (1, 8)}
