@@ -16,6 +16,7 @@ says so).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -54,19 +55,12 @@ def main() -> None:
 
     if os.environ.get("BENCH_FRESH", "1") == "0":
         print("(f) fresh machine: left out (BENCH_FRESH=0)")
+        print("(j) make parity on a fresh machine: left out (BENCH_FRESH=0)")
     else:
-        with tempfile.TemporaryDirectory(prefix="parity-fresh-") as tmp:
-            clone = Path(tmp) / "clone"
-            subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-            env = dict(os.environ, VLLM_PARITY_CACHE=str(Path(tmp) / "cache"),
-                       PIP_CACHE_DIR=str(Path(tmp) / "pip-cache"))
+        with fresh_clone() as (clone, env):
             seconds = timed(make + ["test"], clone, env)
         print(f"(f) make test on a fresh machine (fresh clone of HEAD, empty caches): "
               f"{seconds / 60:.1f} min, {verdict(seconds, 480)}")
-
-    if os.environ.get("BENCH_FRESH", "1") == "0":
-        print("(j) make parity on a fresh machine: left out (BENCH_FRESH=0)")
-    else:
         fresh_parity(make)
 
     no_model = timed(parity + ["--layers", NO_MODEL_LAYERS], REPO)
@@ -76,15 +70,21 @@ def main() -> None:
           f"engine layers cost {whole - no_model:.0f} s more")
 
 
-def fresh_parity(make: list[str]) -> None:
-    """(j): in a fresh clone with empty caches (the uv cache lives in VLLM_PARITY_CACHE),
-    `make parity` timed as its two halves (set-up with the environments, then the cold gate),
-    then the gate again, warm."""
+@contextlib.contextmanager
+def fresh_clone():
+    """A fresh clone of HEAD with empty caches (the uv cache lives in VLLM_PARITY_CACHE):
+    (the clone's folder, the environment to run it with)."""
     with tempfile.TemporaryDirectory(prefix="parity-fresh-") as tmp:
         clone = Path(tmp) / "clone"
         subprocess.run(["git", "clone", "-q", str(REPO), str(clone)], check=True)
-        env = dict(os.environ, VLLM_PARITY_CACHE=str(Path(tmp) / "cache"),
-                   PIP_CACHE_DIR=str(Path(tmp) / "pip-cache"))
+        yield clone, dict(os.environ, VLLM_PARITY_CACHE=str(Path(tmp) / "cache"),
+                          PIP_CACHE_DIR=str(Path(tmp) / "pip-cache"))
+
+
+def fresh_parity(make: list[str]) -> None:
+    """(j): `make parity` in a fresh clone, timed as its two halves (set-up with the
+    environments, then the cold gate), then the gate again, warm."""
+    with fresh_clone() as (clone, env):
         envs = timed(make + ["envs"], clone, env)
         gate = [str(clone / ".venv" / "bin" / "parity"), "gate"]
         cold = timed(gate, clone, env)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .numerics import top_k
+
 # The tolerance is at least this many times the largest noise measured, so a machine a little
 # noisier than any measured still passes; stored logprobs are at least this many times finer.
 TOLERANCE_OVER_NOISE = 10
@@ -31,13 +33,9 @@ def logprob_noise(expected: list[dict], actual: list[dict]) -> Noise:
             if et != at:
                 flips += 1
                 break
-            e_top, a_top = _entries(e, pos), _entries(a, pos)
+            e_top, a_top = top_k(e.get("logprobs", []), pos), top_k(a.get("logprobs", []), pos)
             for token in set(e_top) & set(a_top):
                 largest = max(largest, abs(e_top[token] - a_top[token]))
                 compared += 1
     return Noise(largest, compared, flips)
 
-
-def _entries(record: dict, pos: int) -> dict:
-    logprobs = record.get("logprobs", [])
-    return {t: lp for t, lp in logprobs[pos]} if pos < len(logprobs) else {}

@@ -127,7 +127,7 @@ def _margin(logprobs: list, position: int | None) -> float | None:
     """Top-1 minus top-2 logprob of the oracle at an output position."""
     if position is None or position >= len(logprobs):
         return None
-    values = sorted(_top(logprobs, position).values(), reverse=True)
+    values = sorted(top_k(logprobs, position).values(), reverse=True)
     return values[0] - values[1] if len(values) > 1 else None
 
 
@@ -168,7 +168,7 @@ def _compare_request(rid, e: dict, a: dict, atol: float):
     e_lp, a_lp = e.get("logprobs", []), a.get("logprobs", [])
     for pos in range(min(len(e_tokens), len(a_tokens))):
         et, at = e_tokens[pos], a_tokens[pos]
-        e_top, a_top = _top(e_lp, pos), _top(a_lp, pos)
+        e_top, a_top = top_k(e_lp, pos), top_k(a_lp, pos)
         if et != at:
             fields = [FieldDiff(f"{rid}.output_token_ids[{pos}]", et, at),
                       FieldDiff(f"{rid}.logprobs[{pos}]", e_lp[pos] if pos < len(e_lp) else None,
@@ -201,7 +201,8 @@ def _topk_diffs(path: str, e_top: dict, a_top: dict, atol: float) -> list[FieldD
     return out
 
 
-def _top(logprobs: list, pos: int) -> dict:
+def top_k(logprobs: list, pos: int) -> dict:
+    """{token id: logprob} of one output position's top-k (empty past the end)."""
     if pos >= len(logprobs) or not isinstance(logprobs[pos], list):
         return {}
     return {entry[0]: entry[1] for entry in logprobs[pos] if isinstance(entry, list) and len(entry) == 2}
