@@ -9,7 +9,7 @@ about 100 s per pin under coverage and add two branches the stand-in scenarios d
 Mutants: conformance/mutation.py generates the catalog from the gate oracle's own sources;
 each mutant is served as a CANDIDATE through the protocol (engines/vllm/mutant_server.py
 forks it from one warm import of the release) and judged against the oracle's goldens by
-conformance/verdict.py, scenario after scenario until one catches it: the stand-in ones, then,
+conformance/gate/verdict.py, scenario after scenario until one catches it: the stand-in ones, then,
 for a mutant none of them caught and not listed as equivalent, the ENGINE_TIER scenarios.
 Results are cached per (pin, mutant, scenario), so a re-run pays only for what changed.
 """
@@ -28,18 +28,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import goldens as golden_files
+from .gate import golden_store as golden_files
 from .coverage_run import MEASURED, ensure_coverage, json_report, measured_worker, write_rcfile
 from .engine import EngineFailure, EngineProcess, EngineSpec
 from .envs import cache_root, device_args, ensure_env, site_packages
-from .gate import where_of
+from .gate.requirement_rows import where_of
 from .mutation import Mutant, generate
 from .pins import REPO_ROOT, load_pins
 from .runner import failure_trace
 from .scenario import Scenario
 from .scope import FunctionScope, Scope, function_scopes
 from .trace import make_trace
-from .verdict import CANDIDATE, NUMERICS, PASS, judge
+from .gate.verdict import CANDIDATE, NUMERICS, PASS, judge
 
 SERVER = REPO_ROOT / "engines" / "vllm" / "mutant_server.py"
 CLIENT = REPO_ROOT / "engines" / "vllm" / "mutant_client.py"

@@ -16,20 +16,22 @@ import sys
 import threading
 from pathlib import Path
 
-from . import goldens as golden_files
+from .gate import golden_store as golden_files
 from .drift import drift_rows, render_drift
 from .engine import end_all, ended_words, resolve_engine, resume
 from .envs import EnvError, device_mode, ensure_env
-from .gate import WaiverError, load_waivers
+from .gate.waivers import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins, parse_pin
-from .gate_run import gate, gate_engines, judge_against, merge
+from .gate.run import gate, merge
+from .gate.engines import gate_engines
+from .gate.judging import judge_against
 from .progress import EngineProgress, Progress
-from .report import render
+from .gate.render_text import render
 from .runner import default_parallel, run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
 from .trace import TraceError, dumps, load_trace
-from .verdict import CANDIDATE, Verdict, exit_status
+from .gate.verdict import CANDIDATE, exit_status
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 # `parity selfcheck` exercises each layer the engine declares on the first of these that has it
@@ -249,7 +251,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    from .shards import parse_shard
+    from .gate.shards import parse_shard
 
     pins = load_pins()
     shard = parse_shard(args.shard) if args.shard else None

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import json
 
-from .goldens import golden_path
+from .gate.golden_store import golden_path
 from .numerics import compare_by_layer
 from .protocol import ENGINE_LAYERS, LAYERS
-from .verdict import logprob_atol
+from .gate.verdict import logprob_atol
 
 
 def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dict]:

@@ -1,7 +1,7 @@
 """What every part of a scenario file checks the same way: the error that names the file and
 the field, JSON type names, model folders, speculative methods.
 
-Shared by scenario.py, workload.py and matrix.py, so it imports none of them (imports flow
+Shared by scenario.py, workload.py and method_matrix.py, so it imports none of them (imports flow
 one way: fields <- workload, matrix <- scenario). Standard library only.
 """
 

@@ -35,13 +35,13 @@ from hypothesis.errors import Unsatisfiable
 
 from . import fuzz_strategies
 from .engine import EngineFailure, EngineProcess, EngineSpec
-from .gate import where_of
+from .gate.requirement_rows import where_of
 from .pins import REPO_ROOT
 from .progress import duration
 from .runner import failure_trace
 from .scenario import Scenario, ScenarioError, parse_scenario
 from .trace import make_trace
-from .verdict import CANDIDATE, NUMERICS, PASS, Verdict, judge
+from .gate.verdict import CANDIDATE, NUMERICS, PASS, Verdict, judge
 
 STAND_IN_LAYERS = ("config", "steps", "outputs")  # fast, no model
 ROUND = 100  # examples per hypothesis run

@@ -22,9 +22,9 @@ from .engine import EngineFailure, resolve_engine
 from .fuzz import SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair, Search, count_of, signature
 from .pins import REPO_ROOT, load_pins, parse_pin
 from .progress import duration
-from .report import render_verdict
+from .gate.render_text import render_verdict
 from .scenario import load_scenario
-from .verdict import exit_status
+from .gate.verdict import exit_status
 
 DEFAULT_OUT = REPO_ROOT / "out" / "fuzz"
 UNITS = {"s": 1, "m": 60, "h": 3600}

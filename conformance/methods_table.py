@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 
-from .goldens import golden_path
+from .gate.golden_store import golden_path
 
 SCENARIO = "method_matrix"
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .fields import METHODS, METHODS_WITH_DRAFT_MODEL, ScenarioError, model_dir as _model_dir
 from .fields import type_name as _tname
-from .matrix import validate_method_matrix
+from .method_matrix import validate_method_matrix
 from .protocol import ENGINE_LAYERS
 from .workload import validate_workload
 

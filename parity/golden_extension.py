@@ -15,7 +15,7 @@ from pathlib import Path
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from conformance.goldens import GOLDEN_DIR, GoldenRefused, golden_path, keeps, write_text_atomic
+from conformance.gate.golden_store import GOLDEN_DIR, GoldenRefused, golden_path, keeps, write_text_atomic
 from conformance.trace import dumps
 
 

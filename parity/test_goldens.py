@@ -7,8 +7,8 @@ hold, and only such a one."""
 import pytest
 
 from conformance.engine import EngineFailure
-from conformance.goldens import change_summary, golden_path, keeps, load_golden
-from conformance.report import render_verdict
+from conformance.gate.golden_store import change_summary, golden_path, keeps, load_golden
+from conformance.gate.render_text import render_verdict
 from conformance.pins import load_pins
 from conformance.scenario import load_scenario
 from conformance.trace import make_trace
@@ -52,7 +52,7 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario,
 
 
 def test_every_golden_has_a_scenario_and_a_pin():
-    from conformance.goldens import orphans
+    from conformance.gate.golden_store import orphans
 
     stray = orphans({s.name for s in SCENARIOS}, PINS.releases)
     assert not stray, f"golden files with no scenario or pin behind them: {[str(p) for p in stray]}"

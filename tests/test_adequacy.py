@@ -203,7 +203,7 @@ FIXED_SAMPLE = [
 @pytest.mark.oracle
 def test_a_fixed_sample_of_generated_mutants_is_caught():
     from conformance.adequacy import MutantServer, catalog, judge_mutant
-    from conformance.goldens import golden_path, load_golden
+    from conformance.gate.golden_store import golden_path, load_golden
     from conformance.pins import load_pins
     from conformance.scenario import load_scenario
     from conftest import REPO
@@ -333,7 +333,7 @@ ENGINE_FIXED_SAMPLE = [
 def test_a_fixed_sample_of_engine_path_mutants_is_caught():
     from conformance.adequacy import MutantServer, judge_mutant
     from conformance.adequacy_engine import ENGINE_SCOPE_FILE, engine_catalog
-    from conformance.goldens import golden_path, load_golden
+    from conformance.gate.golden_store import golden_path, load_golden
     from conformance.pins import load_pins
     from conformance.scenario import load_scenario
     from conftest import REPO

@@ -6,7 +6,7 @@ import pytest
 
 from conformance import cli
 from conformance.comparability import NotComparable, check_comparable
-from conformance.goldens import golden_path
+from conformance.gate.golden_store import golden_path
 
 
 def gold(scenario, release):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.goldens import check_golden
+from conformance.gate.golden_store import check_golden
 from conformance.trace import dumps
 
 DATA = Path(__file__).parent / "data" / "cross_machine"
@@ -88,7 +88,7 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
     machine; measured to move logprobs, benchmarks/bench_noise.py): its engine traces differ
     from the goldens' bytes and hold them by the tolerance rule."""
     from conformance.engine import EngineProcess, resolve_engine
-    from conformance.goldens import golden_path, load_golden
+    from conformance.gate.golden_store import golden_path, load_golden
     from conformance.pins import load_pins
     from conformance.scenario import load_scenario
     from conformance.trace import make_trace

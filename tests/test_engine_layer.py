@@ -11,15 +11,15 @@ import pytest
 
 from conformance.engine import EngineFailure
 from conformance.envs import device_mode
-from conformance.goldens import golden_path
+from conformance.gate.golden_store import golden_path
 from conformance.noise import STORAGE_UNDER_TOLERANCE, TOLERANCE_OVER_NOISE
 from conformance.numerics import capacity_excess
 from conformance.pins import load_pins
 from conformance.protocol import ENGINE_LAYERS
-from conformance.report import render_verdict
+from conformance.gate.render_text import render_verdict
 from conformance.scenario import load_scenario
 from conformance.trace import make_trace
-from conformance.verdict import DIVERGED, judge
+from conformance.gate.verdict import DIVERGED, judge
 from conftest import REPO
 
 pytestmark = pytest.mark.oracle

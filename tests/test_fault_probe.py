@@ -68,7 +68,7 @@ GATE_DRIVER = """
 import sys
 sys.path[:0] = [sys.argv[1]]
 from conformance import cli
-from conformance.gate_run import GateEngine
+from conformance.gate.engines import GateEngine
 oracle, candidate = sys.argv[2], sys.argv[3]
 cli.gate_engines = lambda pins, candidates, log: [
     GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
@@ -146,7 +146,7 @@ REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
 
 
 def gate_engines_of(tmp_path, *candidate_options: str):
-    from conformance.gate_run import GateEngine
+    from conformance.gate.engines import GateEngine
 
     oracle = double_cmd("--steps", "3")
     candidate = double_cmd(*candidate_options)
@@ -155,7 +155,7 @@ def gate_engines_of(tmp_path, *candidate_options: str):
 
 
 def run_gate(engines, reports: Path | None, scenarios=(GATE,), shard=None, results=None, said=None):
-    from conformance import gate_run
+    from conformance.gate import run as gate_run
     from conformance.pins import load_pins
 
     lines = said if said is not None else []
@@ -206,7 +206,8 @@ def two_shards(tmp_path, engines) -> list[Path]:
 
 
 def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, capsys, monkeypatch):
-    from conformance import cli, goldens
+    from conformance import cli
+    from conformance.gate import golden_store as goldens
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     record = tmp_path / "record.json"
@@ -229,9 +230,9 @@ def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, caps
 
 
 def test_merge_names_the_engine_two_shards_disagree_on(tmp_path, monkeypatch):
-    from conformance import gate_run
+    from conformance.gate import run as gate_run
     from conformance.pins import load_pins
-    from conformance.shards import ShardError
+    from conformance.gate.shards import ShardError
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     folders = two_shards(tmp_path, gate_engines_of(tmp_path, "--steps", "1"))
@@ -289,7 +290,7 @@ def test_a_step_summary_in_a_missing_folder_is_bad_input(tmp_path, gate_cli, mon
 
 
 def test_a_second_gate_on_a_reports_folder_in_use_is_refused(tmp_path, gate_cli):
-    from conformance.reports import claimed
+    from conformance.gate.report_files import claimed
 
     folder = tmp_path / "reports"
     with claimed(folder):  # a gate that is running and will write its reports here

@@ -27,11 +27,10 @@ from hypothesis import strategies as st
 
 from conformance import cli
 from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-from conformance.report import render, render_summary
+from conformance.gate.render_text import render, render_summary
 from conformance.runner import run_scenarios
 from conformance.scenario import ScenarioError, load_scenario
-from conformance.verdict import (CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS, ROLES,
-                                 STAND_IN, Verdict, exit_status, judge)
+from conformance.gate.verdict import CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS, ROLES, STAND_IN, Verdict, exit_status, judge
 from conftest import DOUBLE, GATE, REPO
 
 RECORD = {"max_num_scheduled_tokens": 4036, "max_num_batched_tokens": 4096,
@@ -399,7 +398,7 @@ def test_unreadable_trace_is_bad_input(tmp_path, capsys):
 
 
 # Bugs in conformance/trace.py (load_trace checks the top-level keys only) and
-# conformance/report.py: a golden or trace that is valid JSON of the right schema but lacks
+# conformance/gate/render_text.py: a golden or trace that is valid JSON of the right schema but lacks
 # or mistypes a field the comparison reads ends in a traceback instead of INVALID_GOLDEN / exit 2.
 
 def _mangled(tmp_path, record_file, capsys, mutate_golden=None, mutate_trace=None) -> tuple[Path, Path]:
@@ -504,7 +503,7 @@ def test_exit_status_is_green_only_when_every_gating_verdict_passes(pairs):
 
 
 # ---------------------------------------------------------------------------------------------
-# bad scenario input: bugs in conformance/scenario.py, workload.py, matrix.py
+# bad scenario input: bugs in conformance/scenario.py, workload.py, method_matrix.py
 # ---------------------------------------------------------------------------------------------
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 
 from conformance import protocol
 from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-from conformance.matrix import K_MAX, K_MIN, ROW_SPEC_KEYS
+from conformance.method_matrix import K_MAX, K_MIN, ROW_SPEC_KEYS
 from conformance.scenario import (ENGINE_ARGS, MAX_TOKENS_LIMIT, METHODS, METHODS_WITH_DRAFT_MODEL,
                                   SCHEMA, SIZE_FIELDS, SPECULATIVE_CONFIG, TOP_LEVEL, Scenario,
                                   ScenarioError, load_scenario)

@@ -19,11 +19,11 @@ from conformance import fuzz_cli
 from conformance.cli import main
 from conformance.fuzz import SCENARIO_DIR, STAND_IN_LAYERS, Pair, Search, signature
 from conformance.fuzz_strategies import scenarios
-from conformance.gate import where_of
-from conformance.report import render_verdict
+from conformance.gate.requirement_rows import where_of
+from conformance.gate.render_text import render_verdict
 from conformance.scenario import load_scenario, parse_scenario
 from conformance.trace import make_trace
-from conformance.verdict import CANDIDATE, Verdict, judge
+from conformance.gate.verdict import CANDIDATE, Verdict, judge
 from conformance.workload import validate_workload
 
 QUIET = lambda message: None  # noqa: E731

@@ -6,9 +6,10 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance.compare import compare_layer
-from conformance.gate import WaiverError, apply_gate, load_waivers
-from conformance.reports import write_reports
-from conformance.verdict import Verdict
+from conformance.gate.waivers import WaiverError, load_waivers
+from conformance.gate.requirement_rows import apply_gate
+from conformance.gate.report_files import write_reports
+from conformance.gate.verdict import Verdict
 
 TODAY = dt.date(2026, 11, 29)
 STEPS_O = [{"step": i, "total_num_scheduled_tokens": 4036 if i < 3 else 100,

@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance.goldens import golden_path
+from conformance.gate.golden_store import golden_path
 from conformance.pins import load_pins
 from conftest import DOUBLE, GATE
 

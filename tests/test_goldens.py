@@ -6,8 +6,8 @@ from unittest import mock
 
 import pytest
 
-from conformance import goldens
-from conformance.goldens import GoldenRefused, golden_path, load_golden, orphans, write_golden
+from conformance.gate import golden_store as goldens
+from conformance.gate.golden_store import GoldenRefused, golden_path, load_golden, orphans, write_golden
 from conformance.trace import SCHEMA, TraceError, dumps
 
 TRACE = {"schema": SCHEMA, "engine": {"label": "vllm-0.27.1"}, "scenario": {"name": "s", "sha256": "x"},
@@ -77,7 +77,7 @@ def test_killing_a_regeneration_leaves_every_golden_whole(tmp_path):
     script = f"""
 import json, sys
 sys.path.insert(0, {str(goldens.REPO_ROOT)!r})
-from conformance.goldens import write_text_atomic
+from conformance.gate.golden_store import write_text_atomic
 from pathlib import Path
 big = [{{"step": i, "requests": {{"r": i}}}} for i in range(20000)]
 n = 0

@@ -15,7 +15,7 @@ import pytest
 import conftest
 from conformance import envs, gpu
 from conformance.engine import EngineProcess, resolve_engine
-from conformance.gate_run import GateEngine, _refused
+from conformance.gate.engines import GateEngine, _refused
 from conformance.pins import load_pins
 from conformance.protocol import ENGINE_LAYERS
 from conformance.runner import default_parallel

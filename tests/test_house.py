@@ -12,17 +12,19 @@ from conftest import REPO
 # own floor, never in a circle). The same table is in docs/architecture.md ("Floors").
 FLOORS = {
     0: ("formats", "conformance conformance.protocol conformance.refusal conformance.fields "
-        "conformance.workload conformance.matrix conformance.scenario conformance.trace "
+        "conformance.workload conformance.method_matrix conformance.gate conformance.scenario conformance.trace "
         "conformance.pins conformance.progress conformance.scope conformance.mutation conformance.gpu"),
     1: ("the vLLM side", "engines engines.vllm engines.vllm.* engines.cpp.tests.gen_vectors"),
     2: ("processes and environments", "conformance.fidelity conformance.envs conformance.engine "
         "conformance.selfcheck conformance.coverage_run"),
     3: ("comparison and judging", "conformance.compare conformance.numerics conformance.noise "
-        "conformance.verdict conformance.goldens conformance.gate conformance.drift "
+        "conformance.gate.verdict conformance.gate.golden_store conformance.gate.waivers "
+        "conformance.gate.requirement_rows conformance.gate.judging conformance.drift "
         "conformance.methods_table conformance.comparability"),
-    4: ("running", "conformance.runner conformance.shards"),
-    5: ("reports", "conformance.report conformance.reports conformance.readme_tables"),
-    6: ("runs", "conformance.gate_run conformance.adequacy conformance.adequacy_engine "
+    4: ("running", "conformance.runner conformance.gate.shards conformance.gate.engines"),
+    5: ("reports", "conformance.gate.render_text conformance.gate.render_ci conformance.gate.render_html "
+        "conformance.gate.report_files conformance.readme_tables"),
+    6: ("runs", "conformance.gate.run conformance.adequacy conformance.adequacy_engine "
         "conformance.adequacy_report conformance.fuzz conformance.fuzz_strategies parity parity.*"),
     7: ("commands", "conformance.cli conformance.adequacy_cli conformance.fuzz_cli"),
 }
@@ -119,7 +121,8 @@ def test_the_formats_floor_needs_only_the_standard_library():
     for module in imports_of(REPO / "conformance"):
         if floor_of(module) != 0:
             continue
-        path = REPO / (module.replace(".", "/") + ("/__init__.py" if module == "conformance" else ".py"))
+        path = REPO / (module.replace(".", "/") + ".py")
+        path = path if path.exists() else path.with_suffix("") / "__init__.py"  # a package
         for node in ast.walk(ast.parse(path.read_text())):
             names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
                      [node.module] if isinstance(node, ast.ImportFrom) and not node.level else [])
@@ -129,10 +132,10 @@ def test_the_formats_floor_needs_only_the_standard_library():
 
 
 def test_the_floor_checker_finds_what_breaks_them():
-    assert upward({"conformance.protocol": {"conformance.verdict"}}) == [
-        "conformance.protocol (floor 0, formats) imports conformance.verdict (floor 3, comparison and judging)"]
-    assert upward({"conformance.gate_run": {"engines.vllm.worker"}}) == [
-        "conformance.gate_run imports engines.vllm.worker: the harness runs engines, never imports them"]
+    assert upward({"conformance.protocol": {"conformance.gate.verdict"}}) == [
+        "conformance.protocol (floor 0, formats) imports conformance.gate.verdict (floor 3, comparison and judging)"]
+    assert upward({"conformance.gate.run": {"engines.vllm.worker"}}) == [
+        "conformance.gate.run imports engines.vllm.worker: the harness runs engines, never imports them"]
     assert upward({"conformance.new_thing": set()})[0].startswith("conformance.new_thing: no floor declared")
     assert upward({"conformance.cli": {"conformance.protocol"}, "engines.vllm.worker": {"conformance.scenario"}}) == []
 

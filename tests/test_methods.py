@@ -6,13 +6,13 @@ import shutil
 
 import pytest
 
-from conformance.goldens import golden_path
+from conformance.gate.golden_store import golden_path
 from conformance.methods_table import render_methods_table
 from conformance.pins import load_pins
-from conformance.report import render
+from conformance.gate.render_text import render
 from conformance.scenario import load_scenario
 from conformance.trace import make_trace
-from conformance.verdict import judge
+from conformance.gate.verdict import judge
 from conftest import REPO
 
 PINS = load_pins()

@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from conformance.goldens import golden_path
+from conformance.gate.golden_store import golden_path
 from conformance.pins import load_pins
-from conformance.report import render
+from conformance.gate.render_text import render
 from conformance.scenario import load_scenario
 from conformance.trace import make_trace
-from conformance.verdict import judge
+from conformance.gate.verdict import judge
 from conftest import GATE, REPO
 
 pytestmark = pytest.mark.oracle

@@ -3,11 +3,11 @@ raised and vLLM's own words, pydantic's wrapper and its repr of vLLM's arguments
 
 import json
 
-from conformance.goldens import golden_path
+from conformance.gate.golden_store import golden_path
 from conformance.pins import load_pins
 from conformance.refusal import meaning
-from conformance.report import render_verdict
-from conformance.verdict import DIVERGED, PASS, judge
+from conformance.gate.render_text import render_verdict
+from conformance.gate.verdict import DIVERGED, PASS, judge
 from conftest import REPO
 
 PINS = load_pins()

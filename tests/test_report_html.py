@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
-from conformance.gate import apply_gate
-from conformance.goldens import golden_path, load_golden
+from conformance.gate.requirement_rows import apply_gate
+from conformance.gate.golden_store import golden_path, load_golden
 from conformance.pins import load_pins
-from conformance.reports import write_reports
-from conformance.verdict import CANDIDATE, ORACLE, judge
+from conformance.gate.report_files import write_reports
+from conformance.gate.verdict import CANDIDATE, ORACLE, judge
 
 PINS = load_pins()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -12,12 +12,13 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance import cli, gate_run
-from conformance.gate_run import GateEngine
+from conformance import cli
+from conformance.gate import engines as gate_engines_mod, run as gate_run
+from conformance.gate.engines import GateEngine
 from conformance.pins import load_pins
 from conformance.scenario import load_scenario
-from conformance.shards import COLD_START, ShardError, assign, parse_shard, plan, share_cost
-from conformance.verdict import CANDIDATE, ORACLE
+from conformance.gate.shards import COLD_START, ShardError, assign, parse_shard, plan, share_cost
+from conformance.gate.verdict import CANDIDATE, ORACLE
 from conftest import DOUBLE, REPO
 
 PINS = load_pins()
@@ -103,9 +104,9 @@ def test_three_shards_merged_give_what_one_run_gives(tmp_path, engines, monkeypa
 
 def test_a_block_of_budget_log_lines_prints_once():
     from conformance.compare import compare_layer
-    from conformance.gate import apply_gate
-    from conformance.report import render_gate
-    from conformance.verdict import Verdict
+    from conformance.gate.requirement_rows import apply_gate
+    from conformance.gate.render_text import render_gate
+    from conformance.gate.verdict import Verdict
 
     def diverged(scenario):
         v = Verdict("port", scenario, "diverged", CANDIDATE, [compare_layer(
@@ -119,9 +120,9 @@ def test_a_block_of_budget_log_lines_prints_once():
 
 
 def test_the_matrix_of_the_built_in_scenarios_and_pins_fits_a_screen():
-    from conformance.gate import apply_gate
-    from conformance.report import render_gate
-    from conformance.verdict import STAND_IN, Verdict
+    from conformance.gate.requirement_rows import apply_gate
+    from conformance.gate.render_text import render_gate
+    from conformance.gate.verdict import STAND_IN, Verdict
 
     verdicts = [Verdict(f"vllm-{r}", s.name, "pass" if r == PINS.oracle else "unsupported",
                         ORACLE if r == PINS.oracle else STAND_IN, message="no CPU engine")
@@ -134,9 +135,9 @@ def test_the_matrix_of_the_built_in_scenarios_and_pins_fits_a_screen():
 
 
 def test_past_a_screen_identical_rows_fold_and_every_scenario_is_still_named():
-    from conformance.gate import apply_gate
-    from conformance.report import MAX_ROWS, render_gate
-    from conformance.verdict import Verdict
+    from conformance.gate.requirement_rows import apply_gate
+    from conformance.gate.render_text import MAX_ROWS, render_gate
+    from conformance.gate.verdict import Verdict
 
     names = [f"s{i:02d}" for i in range(MAX_ROWS + 10)]
     verdicts = [Verdict("port", n, "unsupported" if n == "s07" else "pass", CANDIDATE) for n in names]
@@ -188,12 +189,12 @@ def test_a_candidate_is_named_by_its_hello_and_its_command_shown_once(tmp_path, 
 
 
 def test_named_candidates_on_the_command_line(monkeypatch):
-    found = gate_run.gate_engines(PINS, [f"port={command('--steps', '1')}", "0.28.0"], log=lambda m: None)
+    found = gate_engines_mod.gate_engines(PINS, [f"port={command('--steps', '1')}", "0.28.0"], log=lambda m: None)
     assert [(e.key, e.role, e.name) for e in found] == [
         ("vllm-0.27.1", ORACLE, None), ("port", CANDIDATE, "port"), ("vllm-0.28.0", CANDIDATE, None)]
     assert found[1].command == command("--steps", "1") and found[2].command is None
     with pytest.raises(ValueError, match="same name"):
-        gate_run.gate_engines(PINS, ["0.28.0", "vllm==0.28.0"], log=lambda m: None)
+        gate_engines_mod.gate_engines(PINS, ["0.28.0", "vllm==0.28.0"], log=lambda m: None)
 
 
 def test_buildkite_annotation_goes_through_the_agent_when_it_exists(tmp_path, engines, monkeypatch):
@@ -217,8 +218,8 @@ def test_buildkite_annotation_goes_through_the_agent_when_it_exists(tmp_path, en
 
 
 def _result_of(tmp_path):
-    from conformance.gate import apply_gate
-    from conformance.verdict import Verdict
+    from conformance.gate.requirement_rows import apply_gate
+    from conformance.gate.verdict import Verdict
 
     return apply_gate([Verdict("x", "s", "pass", ORACLE)], {}, []), "0.27.1", tmp_path / "r2"
 

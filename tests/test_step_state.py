@@ -9,14 +9,14 @@ import pytest
 from conformance.compare import compare_layer
 from conformance.engine import EngineProcess, EngineSpec
 from conformance.envs import device_args
-from conformance.gate import apply_gate
-from conformance.goldens import golden_path
+from conformance.gate.requirement_rows import apply_gate
+from conformance.gate.golden_store import golden_path
 from conformance.pins import load_pins
-from conformance.report import render
-from conformance.reports import html_report
+from conformance.gate.render_text import render
+from conformance.gate.render_html import html_report
 from conformance.scenario import load_scenario
 from conformance.trace import make_trace
-from conformance.verdict import Verdict, judge
+from conformance.gate.verdict import Verdict, judge
 from conftest import REPO
 
 PINS = load_pins()

@@ -5,13 +5,13 @@ import json
 import pytest
 
 from conformance.engine import EngineFailure
-from conformance.goldens import golden_path
+from conformance.gate.golden_store import golden_path
 from conformance.pins import load_pins
-from conformance.report import render
+from conformance.gate.render_text import render
 from conformance.runner import failure_trace
 from conformance.scenario import load_scenario
 from conformance.trace import make_trace
-from conformance.verdict import judge
+from conformance.gate.verdict import judge
 from conftest import REPO
 
 pytestmark = pytest.mark.oracle

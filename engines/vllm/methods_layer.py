@@ -1,6 +1,6 @@
 """Methods layer: the drafting-slot table and refusal parity for every speculative method.
 
-For each row of the scenario's `method_matrix` (conformance/matrix.py) and each K, the
+For each row of the scenario's `method_matrix` (conformance/method_matrix.py) and each K, the
 scenario's engine_args with that row's speculative config (plus num_speculative_tokens=K,
 and the row's `target` as model where given) are resolved through the release's own
 EngineArgs(...).create_engine_config(), exactly as the config layer does
@@ -66,7 +66,7 @@ def methods(scenario_wire: dict):
         from conformance.scenario import ScenarioError
 
         raise ScenarioError(scenario_wire.get("name", "<scenario>"), "method_matrix",
-                            "is required for the methods layer (conformance/matrix.py)")
+                            "is required for the methods layer (conformance/method_matrix.py)")
     base = dict(scenario_wire["engine_args"])
     base.pop("speculative_config", None)
     probes = []

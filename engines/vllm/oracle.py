@@ -77,7 +77,7 @@ def boot(device: str) -> None:
 def cpu() -> dict:
     """The CPU that computed the records: its model, the ISA level PyTorch's kernels run at
     (after ATEN_CPU_CAPABILITY), oneDNN's cap if one is set, and a digest of its flags. A golden
-    is byte-exact only on the machine that wrote it (conformance/goldens.py check_golden)."""
+    is byte-exact only on the machine that wrote it (conformance/gate/golden_store.py check_golden)."""
     import hashlib
 
     import torch

@@ -6,7 +6,7 @@ import json
 import textwrap
 from collections import Counter
 
-from .protocol import ENGINE_LAYERS, LAYERS
+from ..protocol import ENGINE_LAYERS, LAYERS
 from .verdict import DIVERGED, KINDS, MISSING, NOT_ASKED, NOT_SERVED, PASS, Verdict
 
 MAX_EXPLAINED = 20
@@ -112,7 +112,7 @@ def status_of(result, v: Verdict) -> str:
 
 def cell(result, v: Verdict) -> str:
     """pass, or the verdict and where it first differs: `diverged config.max_num_scheduled_tokens`."""
-    from .gate import where_of
+    from .requirement_rows import where_of
 
     status = status_of(result, v)
     if status == PASS:  # judged on fewer layers than the scenario has: which ones

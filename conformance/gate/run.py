@@ -14,79 +14,26 @@ import functools
 import datetime as dt
 import json
 import os
-import re
-import shlex
 import shutil
 import subprocess
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from . import goldens as golden_files
-from .drift import drift_rows, render_drift
-from .engine import resolve_engine
-from .gate import apply_gate, where_of
-from .methods_table import render_methods_table
-from .pins import Pins, parse_pin
-from .progress import EngineProgress, Progress, duration
-from .report import render_gate, render_rows
-from .reports import claimed, markdown, write_reports, write_text
-from .runner import run_units, side_by_side
-from .shards import (COLD_START, GROUPS, ShardError, Unit, assign, digest, goldens_digest, load_results, plan,
-                     share_cost, tool_identity, write_results)
-from .trace import TraceError
-from .protocol import LAYERS
-from .verdict import CANDIDATE, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, STAND_IN, Verdict, judge
-
-NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.+:-]{0,63})=(\S.*)$")  # --candidate NAME=COMMAND
-
-
-@dataclass(frozen=True)
-class GateEngine:
-    key: str  # names it in the plan, the same on every runner: NAME, the pin's label, or the command
-    role: str
-    engine: str  # what resolves it: a pin, a pin+mutant, or a command line
-    name: str | None = None  # NAME of --candidate NAME=COMMAND
-    command: str | None = None  # a command-line engine's command, shown once in the report
-
-    def to_json(self) -> dict:
-        return {"key": self.key, "role": self.role, "engine": self.engine, "name": self.name,
-                "command": self.command}
-
-
-def gate_engines(pins: Pins, candidates: list[str], log) -> list[GateEngine]:
-    """The oracle, then each candidate (or, with none, the other pins as stand-ins). A command
-    line is checked now (bad input stops the gate before any engine starts); a pin's
-    environment is built only when a runner has work for it."""
-    engines = [GateEngine(f"vllm-{pins.oracle}", ORACLE, pins.oracle)]
-    if not candidates:
-        log("[gate] no candidate configured: the other pins stand in as informational candidates")
-        engines += [GateEngine(f"vllm-{r}", STAND_IN, r) for r in pins.candidates]
-    for text in candidates:
-        name, engine = None, text
-        match = NAMED.match(text)
-        if match and not _pin_label(text, pins):
-            name, engine = match[1], match[2]
-        label = _pin_label(engine, pins)
-        command = None
-        if label is None:  # a command line: split, never run through a shell
-            resolve_engine(engine, pins, log)
-            command = shlex.join(shlex.split(engine))
-        engines.append(GateEngine(name or label or command, CANDIDATE, engine, name, command))
-    keys = [e.key for e in engines]
-    if len(set(keys)) != len(keys):
-        raise ValueError(f"--candidate: two engines have the same name ({keys}); "
-                         "name them with NAME=COMMAND")
-    return engines
-
-
-def _pin_label(text: str, pins: Pins) -> str | None:
-    """vllm-0.28.0 for a pin, vllm-0.27.1+mutant:NAME for a mutant; None for a command line."""
-    pin, _, mutant = text.partition("+mutant:")
-    release = parse_pin(pin, pins)
-    if release is None:
-        return None
-    return f"vllm-{release}+mutant:{mutant}" if mutant else f"vllm-{release}"
-
+from . import golden_store as golden_files
+from ..drift import drift_rows, render_drift
+from ..engine import resolve_engine
+from .requirement_rows import apply_gate, where_of
+from ..methods_table import render_methods_table
+from ..pins import Pins
+from ..progress import EngineProgress, Progress, duration
+from .render_text import render_gate, render_rows
+from .report_files import claimed, write_reports, write_text
+from .render_ci import markdown
+from ..runner import run_units, side_by_side
+from .shards import COLD_START, GROUPS, ShardError, Unit, assign, digest, goldens_digest, load_results, plan, share_cost, tool_identity, write_results
+from .engines import GateEngine, _labels, _refused
+from .judging import judge_against, judge_layers, served_layers
+from .verdict import CANDIDATE, ORACLE, PASS, Verdict
 
 def scenario_info(scenarios) -> list[dict]:
     """What the verdicts and reports need of each scenario, kept in the manifest."""
@@ -97,7 +44,7 @@ def scenario_info(scenarios) -> list[dict]:
 def identity(pins: Pins, scenarios, engines: list[GateEngine], layers, units: list[Unit],
              count: int, require_layers=None) -> dict:
     """What every shard of one gate run shares (shards.IDENTITY)."""
-    from .envs import device_mode
+    from ..envs import device_mode
 
     info = scenario_info(scenarios)
     return {
@@ -182,16 +129,6 @@ def _gate(pins: Pins, scenarios, engines: list[GateEngine], layers, waivers, rep
     if shard:
         return _shard_report(index, count, share, summaries, results, out)
     return finish(pins, manifest, units, traces, waivers, reports, log, out, drift)
-
-
-def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
-    """On CPU a pin without a CPU engine build refuses the engine layers at once (docs/release-gate.md)."""
-    from .envs import device_mode
-
-    if device_mode() != "cpu":
-        return frozenset()
-    return frozenset((e.key, "engine") for e in engines if e.command is None
-                     and not pins.cpu_engine_build(parse_pin(e.engine.partition("+mutant:")[0], pins)))
 
 
 def merge(folders: list[Path], pins: Pins, waivers, reports: Path | None, log, out=print,
@@ -327,55 +264,6 @@ def ci_summaries(result, oracle: str, reports: Path | None, log, commands=None) 
         log("[gate] BUILDKITE is set but buildkite-agent is not on PATH: annotation left in the reports folder")
 
 
-def served_layers(engines: list[GateEngine], units: list[Unit], traces: dict[str, dict]) -> dict[str, list[str]]:
-    """Per engine key, the layers it served somewhere in this run (asked and declared)."""
-    out: dict[str, list[str]] = {}
-    for engine in engines:
-        mine = [u for u in units if u.engine == engine.key]
-        layers = {layer for u in mine for layer in u.layers
-                  if layer not in traces[u.key].get("not_served", [])}
-        out[engine.key] = [layer for layer in LAYERS if layer in layers]
-    return out
-
-
-def judge_layers(trace: dict, engine: GateEngine, scenario: dict, units: list[Unit], manifest: dict,
-                 pins: Pins, served: list[str]) -> tuple[Verdict, dict | None]:
-    """The verdict on the layers this engine was judged on: the scenario's layers that were
-    asked (--layers) and that the engine serves (its hello). Each other layer is recorded as
-    not judged, with why. A layer the gate requires (--require-layers; by default every layer
-    asked) that the engine does not serve makes the verdict `unsupported`, saying so: a port
-    cannot pass by serving less."""
-    name = scenario["name"]
-    planned = [layer for u in units if u.engine == engine.key and u.scenario == name for layer in u.layers]
-    not_served = [layer for layer in planned if layer in trace.get("not_served", [])]
-    layers = [layer for layer in planned if layer not in not_served]
-    everything = not not_served and manifest.get("layers") is None
-    path = golden_files.golden_path(name, pins.oracle)
-    verdict, golden = judge_against(trace, path, engine.role, layers=None if everything else layers)
-    verdict.judged = layers
-    declared = trace.get("capabilities")  # a candidate's hello: a layer not asked may not be served either
-    verdict.not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
-                          for layer in scenario.get("layers", planned) if layer not in planned}
-    verdict.not_judged.update((layer, NOT_SERVED) for layer in not_served)
-    required = manifest.get("require_layers")
-    missing = [layer for layer in not_served if required is None or layer in required]
-    verdict.not_judged.update((layer, MISSING) for layer in missing)
-    if not missing and layers:
-        return verdict, golden
-    why = (f"required layer{'s' if len(missing) > 1 else ''} {', '.join(missing)} not judged: the engine "
-           f"does not serve {'them' if len(missing) > 1 else 'it'} (its hello does not declare "
-           f"{'them' if len(missing) > 1 else 'it'}); a port cannot pass by serving less. "
-           + (f"Judge it on the layers it serves with --layers {','.join(served)} (in make: "
-              f"LAYERS={','.join(served)}), or name the layers the gate requires with "
-              "--require-layers (REQUIRE_LAYERS=)" if served else "It serves none of the layers asked")
-           if missing else "none of this scenario's layers asked is served by the engine")
-    if verdict.kind in (PASS, NUMERICS):
-        verdict.kind, verdict.message = "unsupported", why
-    elif why not in verdict.message:
-        verdict.message = f"{verdict.message}\n{why}".strip()
-    return verdict, golden
-
-
 def _unit_summary(unit: Unit, trace: dict, pins: Pins) -> dict:
     """A unit's own verdict against the golden's same layers, for reading a shard alone."""
     path = golden_files.golden_path(unit.scenario, pins.oracle)
@@ -434,50 +322,4 @@ def assemble(engines: list[GateEngine], names: list[str], units: list[Unit],
     return out
 
 
-def _labels(engines: list[GateEngine], units: list[Unit], traces: dict) -> dict[GateEngine, str]:
-    """How the report names each engine: a pin by its label, a named candidate by its NAME, any
-    other by what its `hello` said (engine and version), its command line shown once apart.
-    Two engines that say the same hello are told apart by their arguments."""
-    labels: dict[GateEngine, str] = {}
-    for engine in engines:
-        label = engine.name or (engine.key if engine.command is None else None)
-        if label is None:
-            argv = shlex.split(engine.command)
-            hello = next((traces[u.key]["engine"] for u in units
-                          if u.engine == engine.key and traces[u.key]["engine"].get("name")), None)
-            label = f"{hello['name']} {hello['version']}" if hello else Path(argv[0]).name
-            if label in labels.values() and argv[1:]:
-                label += f" ({shlex.join(argv[1:])})"
-        number = 2
-        while label in labels.values() or f"{label} #{number}" in labels.values():
-            label = f"{label.rsplit(' #', 1)[0]} #{number}"
-            number += 1
-        labels[engine] = label
-    return labels
-
-
-def judge_against(trace: dict, path: Path, role: str, layers=None) -> tuple[Verdict, dict | None]:
-    """The verdict, and the golden it was judged against (None when there is none); with
-    `layers`, against those layers of the golden only."""
-    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
-    if "failure" in trace:  # an engine failure is its own verdict, whatever the golden's state;
-        try:  # the records it sent before failing are still compared with a readable golden
-            golden = golden_files.load_golden(path) if path.exists() else None
-        except TraceError:
-            golden = None
-        if golden is not None and layers is not None:
-            golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers})
-        return judge(trace, golden, role), golden
-    if not path.exists():
-        return Verdict(engine, scenario, "missing_golden", role,
-                       message=f"no golden at {path}; write it with `make goldens`"), None
-    try:
-        golden = golden_files.load_golden(path)
-    except TraceError as exc:
-        return Verdict(engine, scenario, "invalid_golden", role, message=str(exc)), None
-    if layers is not None:
-        golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers})
-    return judge(trace, golden, role), golden
-
-
-__all__ = ["GateEngine", "gate", "gate_engines", "merge", "judge_against"]
+__all__ = ["gate", "merge"]

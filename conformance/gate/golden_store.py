@@ -23,8 +23,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .pins import REPO_ROOT
-from .trace import TraceError, dumps, load_trace
+from ..pins import REPO_ROOT
+from ..trace import TraceError, dumps, load_trace
 
 GOLDEN_DIR = REPO_ROOT / "goldens"
 
@@ -132,7 +132,7 @@ def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
     """One line saying what regenerating `path` changes, shown before it is written."""
     import json
 
-    from .compare import compare_layer
+    from ..compare import compare_layer
 
     rel = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
     if old_text is None:

@@ -27,10 +27,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import __version__
-from .pins import REPO_ROOT
-from .protocol import ENGINE_LAYERS
-from .trace import TraceError, dumps, load_trace
+from .. import __version__
+from ..pins import REPO_ROOT
+from ..protocol import ENGINE_LAYERS
+from ..trace import TraceError, dumps, load_trace
 
 SCHEMA = "vllm-parity/results/1"
 # Layers computed together by one run of an engine (engines/vllm/per_run.py).
@@ -169,7 +169,7 @@ def tool_identity() -> dict:
 
 def goldens_digest(names: list[str], releases: tuple[str, ...]) -> str:
     """Every golden the verdicts and the drift report read, by content."""
-    from .goldens import golden_path
+    from .golden_store import golden_path
 
     h = hashlib.sha256()
     for name in sorted(names):

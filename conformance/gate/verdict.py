@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .compare import LayerComparison
+from ..compare import LayerComparison
 
 PASS = "pass"
 DIVERGED = "diverged"
@@ -80,7 +80,7 @@ def exit_status(verdicts: list[Verdict], waived: frozenset[int] = frozenset(),
 
 def judge(trace: dict, golden: dict, role: str) -> Verdict:
     """Compare one trace with the oracle's golden for the same scenario."""
-    from .numerics import NUMERICS_CAUSES, capacity_excess, compare_by_layer
+    from ..numerics import NUMERICS_CAUSES, capacity_excess, compare_by_layer
 
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     if "failure" in trace:
@@ -96,7 +96,7 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
         return Verdict(engine, scenario, "invalid_golden", role, message=(
             f"the golden was written under protocol {written}, the run speaks protocol {speaks}, "
             "whose records have another shape; regenerate it with `make goldens`"))
-    from .protocol import LAYERS
+    from ..protocol import LAYERS
 
     comparisons = []
     order = sorted(golden["layers"], key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
@@ -131,7 +131,7 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     """A run that did not finish. Its partial records are compared with the golden's first
     records; a difference there is the verdict (DIVERGED, naming the failure that followed),
     otherwise the failure is, with how far the engine agreed before it."""
-    from .numerics import NUMERICS_CAUSES, compare_by_layer
+    from ..numerics import NUMERICS_CAUSES, compare_by_layer
 
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     failure = trace["failure"]
@@ -158,7 +158,7 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
 
 def logprob_atol(golden: dict) -> float:
     """The tolerance the scenario states for engine-layer logprobs (kept in its traces)."""
-    from .scenario import DEFAULT_ATOL
+    from ..scenario import DEFAULT_ATOL
 
     value = golden.get("scenario", {}).get("logprob_atol")
     return float(value) if isinstance(value, (int, float)) else DEFAULT_ATOL["float32"]

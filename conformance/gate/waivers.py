@@ -1,0 +1,63 @@
+"""Waivers: a divergence a team has decided to live with for a while.
+
+A waiver names one divergence by engine-matrix row, scenario and first-divergence field:
+    [[waiver]]
+    row = "ENG-SCHED-CORE"            # engine-matrix row
+    scenario = "prefill_budget_binds"
+    field = "steps.requests.r1.tokens"  # layer.field of the first divergence (fnmatch pattern)
+    reason = "..."
+    owner = "..."
+    expires = 2027-01-31
+An expired waiver fails the gate (it must be renewed or removed); an unused one is reported.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fnmatch
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+WAIVER_KEYS = {"row": str, "scenario": str, "field": str, "reason": str, "owner": str, "expires": dt.date}
+
+
+class WaiverError(ValueError):
+    """The waivers file is malformed; the message names the waiver and the field."""
+
+
+@dataclass(frozen=True)
+class Waiver:
+    row: str
+    scenario: str
+    field: str
+    reason: str
+    owner: str
+    expires: dt.date
+
+    def matches(self, row: str, scenario: str, where: str) -> bool:
+        return self.row == row and self.scenario == scenario and fnmatch.fnmatchcase(where, self.field)
+
+
+def load_waivers(path: Path | None) -> list[Waiver]:
+    if path is None or not path.exists():
+        return []
+    try:
+        data = tomllib.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise WaiverError(f"{path}: not valid TOML: {exc}") from None
+    unknown = set(data) - {"waiver"}
+    if unknown:
+        raise WaiverError(f"{path}: unknown top-level keys {sorted(unknown)}; expected [[waiver]] tables")
+    waivers = []
+    for i, raw in enumerate(data.get("waiver", [])):
+        where = f"{path}: waiver[{i}]"
+        extra = set(raw) - set(WAIVER_KEYS)
+        if extra:
+            raise WaiverError(f"{where}.{sorted(extra)[0]}: unknown key; allowed: {sorted(WAIVER_KEYS)}")
+        for key, typ in WAIVER_KEYS.items():
+            if not isinstance(raw.get(key), typ) or (typ is str and not raw[key].strip()):
+                raise WaiverError(f"{where}.{key}: required, of type {typ.__name__} "
+                                  f"(expires is a TOML date like 2027-01-31), got {raw.get(key)!r}")
+        waivers.append(Waiver(**{k: raw[k] for k in WAIVER_KEYS}))
+    return waivers
