@@ -39,7 +39,7 @@ def junit(result: GateResult, oracle: str) -> str:
                     continue
                 if status == "waived" or not v.gating:
                     counts["skipped"] += 1
-                    reason = (f"waived: {result.waived[id(v)].reason}" if status == "waived"
+                    reason = (f"waived: {result.waived[v.key].reason}" if status == "waived"
                               else f"informational stand-in: {v.kind}")
                     ET.SubElement(case, "skipped", message=reason).text = text
                 elif c is not None:

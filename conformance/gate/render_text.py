@@ -107,7 +107,7 @@ CELL_WIDTH = 40  # a matrix cell: the verdict and the first divergent field, cut
 
 def status_of(result, v: Verdict) -> str:
     """A verdict's kind, or `waived` for a divergence a waiver covers."""
-    return "waived" if v.kind == DIVERGED and id(v) in result.waived else v.kind
+    return "waived" if v.kind == DIVERGED and v.key in result.waived else v.kind
 
 
 def cell(result, v: Verdict) -> str:
@@ -387,7 +387,7 @@ def render_rows(result) -> str:
     """Verdicts grouped by engine-matrix row, with waivers applied."""
     lines = ["-- by engine-matrix row"]
     for row, verdicts in result.by_row().items():
-        counts = Counter("waived" if id(v) in result.waived else v.kind for v in verdicts if v.gating)
+        counts = Counter("waived" if v.key in result.waived else v.kind for v in verdicts if v.gating)
         info = Counter(v.kind for v in verdicts if not v.gating)
         text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no gating verdicts"
         if info:

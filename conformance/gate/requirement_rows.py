@@ -16,13 +16,13 @@ METHOD_ROWS = {"dflash": "SPEC-DFLASH", "dspark": "SPEC-DSPARK", "draft-model": 
 @dataclass
 class GateResult:
     verdicts: list[Verdict]
-    rows: dict[str, str] = field(default_factory=dict)  # id(verdict) -> its row
-    waived: dict[int, Waiver] = field(default_factory=dict)  # id(verdict) -> the waiver used
+    rows: dict[tuple[str, str], str] = field(default_factory=dict)  # verdict key -> its row
+    waived: dict[tuple[str, str], Waiver] = field(default_factory=dict)  # verdict key -> the waiver used
     expired: list[Waiver] = field(default_factory=list)
     unused: list[Waiver] = field(default_factory=list)
 
     def row_of(self, v: Verdict) -> str:
-        return self.rows[id(v)]
+        return self.rows[v.key]
 
     @property
     def status(self) -> int:
@@ -59,12 +59,12 @@ def apply_gate(verdicts: list[Verdict], rows: dict[str, tuple[str, ...]], waiver
     result.expired = [w for w in waivers if w.expires < today]
     used: set[int] = set()
     for v in verdicts:
-        result.rows[id(v)] = row_of(v, rows.get(v.scenario, ("ENG-SCHED-CORE",)))
+        result.rows[v.key] = row_of(v, rows.get(v.scenario, ("ENG-SCHED-CORE",)))
         if v.kind != DIVERGED or not v.gating or v.failure:  # a run that then failed: never waived
             continue
         for i, w in enumerate(waivers):
             if w.expires >= today and w.matches(result.row_of(v), v.scenario, where_of(v)):
-                result.waived[id(v)] = w
+                result.waived[v.key] = w
                 used.add(i)
                 break
     result.unused = [w for i, w in enumerate(waivers) if i not in used and w.expires >= today]

@@ -55,13 +55,18 @@ class Verdict:
         assert self.kind in KINDS and self.role in ROLES, (self.kind, self.role)
 
     @property
+    def key(self) -> tuple[str, str]:
+        """What names a verdict in a gate: one per engine (by its label) and scenario."""
+        return (self.engine, self.scenario)
+
+    @property
     def gating(self) -> bool:
         return self.role != STAND_IN
 
 
-def exit_status(verdicts: list[Verdict], waived: frozenset[int] = frozenset(),
+def exit_status(verdicts: list[Verdict], waived: frozenset[tuple[str, str]] = frozenset(),
                 expired_waiver: bool = False) -> int:
-    """0: every gating verdict passed (or its divergence is waived: ids in `waived`; a
+    """0: every gating verdict passed (or its divergence is waived: its key in `waived`; a
     candidate's `numerics` passes, and so does the oracle's on another build than the one that
     wrote the golden: the CUDA wheel on a GPU runner against a CPU rebuild's golden); 1: a
     gating engine diverged unwaived, the oracle did not reproduce its golden byte for byte on
@@ -71,7 +76,7 @@ def exit_status(verdicts: list[Verdict], waived: frozenset[int] = frozenset(),
     gating = [v for v in verdicts if v.gating]
     if any(v.kind in FAILURE_KINDS or v.failure for v in gating):  # diverged, then failed: 2
         return 2
-    if expired_waiver or any(v.kind == DIVERGED and id(v) not in waived for v in gating):
+    if expired_waiver or any(v.kind == DIVERGED and v.key not in waived for v in gating):
         return 1
     if any(v.kind == NUMERICS and v.role == ORACLE and v.same_build for v in gating):
         return 1
