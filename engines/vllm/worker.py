@@ -42,9 +42,9 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
 
     release = args.import_check or args.warm or args.release
     try:
-        from engines.vllm import oracle, per_run  # oracle imports vllm with the platform forced first
+        from engines.vllm import per_run, runtime  # runtime imports vllm with the platform forced first
 
-        oracle.boot(args.device)
+        runtime.boot(args.device)
         import vllm
     except Exception as exc:  # an import failure is reported, not a traceback on a pipe
         send({"type": "error", "id": None, "kind": "internal",
@@ -76,17 +76,17 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
         engine = f"vllm+mutant:{args.mutant}" if args.mutant else "vllm"
 
     def answer(scenario: dict, layers: list) -> serve.Answer:
-        unsupported = [layer for layer in layers if layer not in oracle.LAYERS]
+        unsupported = [layer for layer in layers if layer not in runtime.LAYERS]
         if unsupported:
-            reasons = sorted({oracle.UNSERVED[layer] for layer in unsupported if layer in oracle.UNSERVED})
+            reasons = sorted({runtime.UNSERVED[layer] for layer in unsupported if layer in runtime.UNSERVED})
             raise serve.RunError("unsupported", "; ".join(reasons) if reasons else
-                                 f"layers {unsupported} are not served; this worker serves {sorted(oracle.LAYERS)}")
+                                 f"layers {unsupported} are not served; this worker serves {sorted(runtime.LAYERS)}")
         per_run.forget()  # layers share one computation within a run, never across runs
         for layer in layers:
-            yield layer, oracle.LAYERS[layer](scenario)
+            yield layer, runtime.LAYERS[layer](scenario)
 
-    hello = {"engine": engine, "version": vllm.__version__, "capabilities": sorted(oracle.LAYERS),
-             "environment": oracle.environment()}
+    hello = {"engine": engine, "version": vllm.__version__, "capabilities": sorted(runtime.LAYERS),
+             "environment": runtime.environment()}
     # A malformed workload (ScenarioError) is a bad request; any other failure is internal.
     return serve.serve(hello, answer, bad_request=(ScenarioError,), send=send)
 
