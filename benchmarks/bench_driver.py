@@ -15,13 +15,13 @@ sys.path.insert(0, str(REPO))
 
 from conformance import protocol  # noqa: E402
 from conformance.scenario import load_scenario  # noqa: E402
-from engines.vllm import oracle  # noqa: E402
+from engines.vllm import runtime  # noqa: E402
 
 REPEATS = 5
 
 
 def main(path: str) -> None:
-    oracle.boot("cpu")
+    runtime.boot("cpu")
     from vllm.v1.core.sched.scheduler import Scheduler
 
     from engines.vllm.config_layer import resolve_config

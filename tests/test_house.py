@@ -11,7 +11,7 @@ from conftest import REPO
 # The floors, bottom first: a module imports only modules on its own floor or below (and, on its
 # own floor, never in a circle). The same table is in docs/architecture.md ("Floors").
 FLOORS = {
-    0: ("formats", "conformance conformance.protocol conformance.refusal conformance.fields "
+    0: ("formats", "conformance conformance.protocol conformance.serve conformance.refusal conformance.fields "
         "conformance.workload conformance.method_matrix conformance.gate conformance.scenario conformance.trace "
         "conformance.pins conformance.progress conformance.scope conformance.mutation conformance.gpu"),
     1: ("the vLLM side", "engines engines.vllm engines.vllm.* engines.cpp.tests.gen_vectors"),

@@ -136,7 +136,7 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     settings.num_lookahead_tokens = lookahead;
     settings.long_prefill_token_threshold = args.long_prefill_token_threshold.value_or(0);
     settings.enable_chunked_prefill = args.enable_chunked_prefill;
-    // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/oracle.py).
+    // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/runtime.py).
     const std::int64_t blocks_per_seq = (args.max_model_len + args.block_size - 1) / args.block_size;
     settings.num_gpu_blocks = args.num_gpu_blocks_override.value_or(args.max_num_seqs * blocks_per_seq + 1);
     return rec;

@@ -24,7 +24,7 @@ import gc
 import os
 from pathlib import Path
 
-from conformance.protocol import ENGINE_LAYERS as LAYERS  # noqa: F401  (oracle.py reads it)
+from conformance.protocol import ENGINE_LAYERS as LAYERS  # noqa: F401  (runtime.py reads it)
 from conformance.scenario import DEFAULT_ENGINE
 
 from . import per_run, release

@@ -37,7 +37,7 @@ ending in `_text` are informational and not compared). conformance/refusal.py.
 Platform: vLLM serves DSpark only through its V2 model runner, which needs Triton. On a CPU
 machine without Triton every release would refuse DSpark for that reason alone (0.27.1 and
 0.28.0: "Model Runner V2 requires Triton."; 0.33.0: "Model Runner V1 does not support:
-dspark speculative decoding"), which says nothing about the method. So, as oracle.boot
+dspark speculative decoding"), which says nothing about the method. So, as runtime.boot
 fixes the platform before vLLM is imported, this layer resolves with vLLM's module-level
 HAS_TRITON (vllm/config/vllm.py) reading True where it reads False, for the duration of each
 resolution and scheduler build, so the model runner is chosen as on a GPU host. This
@@ -191,7 +191,7 @@ def _reservation(config, args: dict) -> int:
 @contextlib.contextmanager
 def _triton_platform():
     """vLLM's model-runner choice as on a host with Triton and no runner pinned (see the module
-    docstring; on a GPU oracle.GPU_MODEL_RUNNER pins V1 for the other layers)."""
+    docstring; on a GPU runtime.GPU_MODEL_RUNNER pins V1 for the other layers)."""
     module = importlib.import_module("vllm.config.vllm")
     envs = importlib.import_module("vllm.envs")
     had = getattr(module, "HAS_TRITON", True)

@@ -37,9 +37,9 @@ def main(argv: list[str] | None = None) -> int:
     # stdout says "ready" and nothing else; anything vLLM prints goes to stderr, as in worker.py
     ready = os.fdopen(os.dup(1), "wb", buffering=0)
     os.dup2(2, 1)
-    from engines.vllm import oracle
+    from engines.vllm import runtime
 
-    oracle.boot(args.device)  # the one import every mutant shares
+    runtime.boot(args.device)  # the one import every mutant shares
     import vllm
 
     if vllm.__version__ != args.release:

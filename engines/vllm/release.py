@@ -1,7 +1,7 @@
 """What the pinned release's own objects say, for every layer: its real Scheduler built over a
 config, and which drafting-slot rule its scheduler follows.
 
-Imported only inside a pin's environment. The layers import this module, and oracle.py
+Imported only inside a pin's environment. The layers import this module, and runtime.py
 imports the layers: nothing here imports either, so imports flow one way.
 """
 

@@ -5,14 +5,14 @@ Run by conformance/envs.py as the last build step (`worker.py --warm RELEASE --d
 - vLLM's per-architecture model inspection. The first time a release meets an architecture
   it imports the model class in a `python -m vllm.model_executor.models.registry`
   subprocess (a cold import of vLLM and torch, ~6 s each) and caches the answer in
-  $VLLM_CACHE_ROOT/modelinfos, keyed by the hash of the model's source file. oracle.boot
+  $VLLM_CACHE_ROOT/modelinfos, keyed by the hash of the model's source file. runtime.boot
   points VLLM_CACHE_ROOT into the environment, so the answers written here are the ones every
   later worker reads. Here the inspection runs in this process instead (the subprocess only
   keeps CUDA out of a long-lived engine process; this one exits right after): the same
   function on the same class, so the same answer, without a cold import per architecture.
 - The project's tiny models (tiny_models.py), made once into the shared cache.
 - Where the environment runs the whole engine, one engine run, so the kernels torch compiles
-  for it (cached in the environment: oracle.boot sets TORCHINDUCTOR_CACHE_DIR) and the C++
+  for it (cached in the environment: runtime.boot sets TORCHINDUCTOR_CACHE_DIR) and the C++
   headers it precompiles are made here, not in the first engine scenario of a gate.
 
 Which architectures: those every committed scenario resolves, found by resolving each one's
@@ -53,9 +53,9 @@ def warm(log) -> None:
     log(f"[warm] {len(inspected)} architectures inspected: {json.dumps(inspected)}")
     tiny = materialize_tiny_models()
     log(f"[warm] {len(tiny)} tiny models ready")
-    from . import oracle, per_run
+    from . import per_run, runtime
 
-    if "engine_steps" in oracle.LAYERS:  # the kernels torch compiles for the engine, once
+    if "engine_steps" in runtime.LAYERS:  # the kernels torch compiles for the engine, once
         engine = next(s for s in scenarios if s.name == ENGINE_SCENARIO).to_wire()
         per_run.forget()
         from . import engine_layer

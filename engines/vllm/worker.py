@@ -1,7 +1,8 @@
 """Serves one pinned vLLM release through the engine protocol (engines/PROTOCOL.md).
 
 Runs inside the pin's own environment (conformance/envs.py builds it) and stays warm:
-vLLM is imported once, then every `run` message is answered in this process.
+vLLM is imported once, then every `run` message is answered in this process, by the one
+serve loop (conformance/serve.py).
 """
 
 from __future__ import annotations
@@ -12,13 +13,15 @@ import sys
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for conformance.protocol
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for conformance
 
-from conformance import protocol  # noqa: E402  (standard library only)
+from conformance import serve  # noqa: E402  (standard library only)
 from conformance.scenario import ScenarioError  # noqa: E402  (standard library only)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, engine: str | None = None) -> int:
+    """Serves until `shutdown`. `engine` is the name the hello announces (default "vllm", or
+    "vllm+mutant:NAME"); a TEST DOUBLE built on this worker passes its own."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--release", help="the vllm release this environment must hold")
     parser.add_argument("--import-check", metavar="RELEASE", help="import vllm, check its version, exit")
@@ -35,14 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    def send(message: dict) -> None:
-        wire.write(protocol.encode(message))
+    send = serve.writer(wire)
 
     release = args.import_check or args.warm or args.release
     try:
-        from engines.vllm import oracle, per_run  # oracle imports vllm with the platform forced first
+        from engines.vllm import per_run, runtime  # runtime imports vllm with the platform forced first
 
-        oracle.boot(args.device)
+        runtime.boot(args.device)
         import vllm
     except Exception as exc:  # an import failure is reported, not a traceback on a pipe
         send({"type": "error", "id": None, "kind": "internal",
@@ -70,41 +72,23 @@ def main(argv: list[str] | None = None) -> int:
         warm.warm(lambda text: print(text, file=sys.stderr))
         return 0
 
-    engine = f"vllm+mutant:{args.mutant}" if args.mutant else "vllm"
-    send({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "engine": engine,
-          "version": vllm.__version__, "capabilities": sorted(oracle.LAYERS),
-          "environment": oracle.environment()})
-    for line in sys.stdin.buffer:
-        try:
-            message = protocol.decode(line, ("run", "shutdown"))
-        except protocol.ProtocolError as exc:
-            send({"type": "error", "id": None, "kind": "bad_request", "message": str(exc)})
-            continue
-        if message["type"] == "shutdown":
-            break
-        run_id = message["id"]
-        unsupported = [layer for layer in message["layers"] if layer not in oracle.LAYERS]
+    if engine is None:
+        engine = f"vllm+mutant:{args.mutant}" if args.mutant else "vllm"
+
+    def answer(scenario: dict, layers: list) -> serve.Answer:
+        unsupported = [layer for layer in layers if layer not in runtime.LAYERS]
         if unsupported:
-            reasons = sorted({oracle.UNSERVED[layer] for layer in unsupported if layer in oracle.UNSERVED})
-            send({"type": "error", "id": run_id, "kind": "unsupported",
-                  "message": "; ".join(reasons) if reasons else
-                  f"layers {unsupported} are not served; this worker serves {sorted(oracle.LAYERS)}"})
-            continue
-        try:
-            count = 0
-            per_run.forget()  # layers share one computation within a run, never across runs
-            for layer in message["layers"]:
-                for seq, data in enumerate(oracle.LAYERS[layer](message["scenario"])):
-                    send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})
-                    count += 1
-            send({"type": "done", "id": run_id, "records": count})
-        except ScenarioError as exc:  # a malformed workload: the run is a bad request
-            send({"type": "error", "id": run_id, "kind": "bad_request", "message": str(exc)})
-        except Exception as exc:
-            traceback.print_exc()
-            send({"type": "error", "id": run_id, "kind": "internal",
-                  "message": f"{type(exc).__name__}: {exc}"})
-    return 0
+            reasons = sorted({runtime.UNSERVED[layer] for layer in unsupported if layer in runtime.UNSERVED})
+            raise serve.RunError("unsupported", "; ".join(reasons) if reasons else
+                                 f"layers {unsupported} are not served; this worker serves {sorted(runtime.LAYERS)}")
+        per_run.forget()  # layers share one computation within a run, never across runs
+        for layer in layers:
+            yield layer, runtime.LAYERS[layer](scenario)
+
+    hello = {"engine": engine, "version": vllm.__version__, "capabilities": sorted(runtime.LAYERS),
+             "environment": runtime.environment()}
+    # A malformed workload (ScenarioError) is a bad request; any other failure is internal.
+    return serve.serve(hello, answer, bad_request=(ScenarioError,), send=send)
 
 
 if __name__ == "__main__":

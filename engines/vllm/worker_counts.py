@@ -49,7 +49,7 @@ def install(worker) -> str:
     target.register_forward_pre_hook(
         lambda module, args, kwargs: _step["target"].append(_rows(args, kwargs)), with_kwargs=True)
     hooked = [type(target).__name__]
-    if getattr(runner, "speculator", None) is not None:  # Model Runner V2: oracle.py pins V1
+    if getattr(runner, "speculator", None) is not None:  # Model Runner V2: runtime.py pins V1
         raise RuntimeError(f"{type(runner).__name__} keeps its drafter in `speculator` (Model Runner V2); "
                            "the drafter counts hook V1's `drafter`: run with VLLM_USE_V2_MODEL_RUNNER=0")
     drafter = getattr(runner, "drafter", None)

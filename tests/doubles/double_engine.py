@@ -20,16 +20,55 @@ With --replay RELEASE it answers every layer of a run with that pin's golden rec
 run's scenario (goldens/<scenario>/vllm-RELEASE.json), and --serve LAYERS (comma-separated)
 sets the layers its hello declares and serves: a port that serves only some layers, equal to
 the oracle on those, for testing how the gate judges what an engine declares.
+
+It serves through conformance/serve.py like any Python engine; a fault misbehaves inside its run
+(exits, hangs, forks) or, for the faults serve() never makes, on the wire (FaultyWire).
 """
 
 import argparse
+import itertools
 import json
 import os
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from conformance import protocol  # noqa: E402
+from conformance import protocol, serve  # noqa: E402
+
+GARBAGE = b"Segmentation fault? {not json\n"
+
+
+class FaultyWire:
+    """Writes serve()'s messages, broken as this run's fault says: the faults a port makes on
+    the wire itself, which serve() never makes (a bad seq, another run's id, a wrong count, a
+    line that is not JSON). Every other message goes out as serve() wrote it."""
+
+    def __init__(self) -> None:
+        self.send = serve.writer(sys.stdout.buffer)
+        self.fault = "none"
+        self.records = 0  # records of this run so far
+        self.garbled = False
+
+    def start(self, fault: str) -> None:
+        self.fault, self.records, self.garbled = fault, 0, False
+
+    def __call__(self, message: dict) -> None:
+        kind = message["type"]
+        if self.fault == "garbage" and kind in ("record", "done"):
+            if not self.garbled:  # one line that is not JSON in place of the run's answer
+                sys.stdout.buffer.write(GARBAGE)
+                sys.stdout.buffer.flush()
+                self.garbled = True
+            return
+        if kind == "record":
+            if self.fault == "out-of-order" and self.records == 0:
+                message = dict(message, seq=message["seq"] + 1)
+            if self.fault == "wrong-id":
+                message = dict(message, id="someone-else")
+            self.records += 1
+        if kind == "done" and self.fault == "bad-count":
+            message = dict(message, records=5)
+        self.send(message)
 
 
 def main() -> int:
@@ -51,12 +90,8 @@ def main() -> int:
     if args.startfile:
         with open(args.startfile, "a") as f:
             f.write(f"{os.getpid()}\n")
-    out = sys.stdout.buffer
     record = json.load(open(args.record)) if args.record else {"max_num_scheduled_tokens": 1}
-
-    def send(message: dict) -> None:
-        out.write(json.dumps(message).encode() + b"\n")
-        out.flush()
+    wire = FaultyWire()
 
     def pids(*more: int) -> None:
         if args.pidfile:
@@ -65,47 +100,47 @@ def main() -> int:
 
     if args.fault == "no-hello":
         time.sleep(3600)
-    if args.fault == "no-read":
-        send({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "engine": "double", "version": "0.0-test",
+    if args.fault == "no-read":  # the hello, then never the loop that reads
+        wire({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, "engine": "double", "version": "0.0-test",
               "capabilities": ["config"]})
         time.sleep(3600)
     served = ["config"] + (["steps"] if args.steps is not None else [])
     if args.serve:
         served = args.serve.split(",")
-    send({"type": "hello", "protocol": 99 if args.fault == "wrong-version" else protocol.PROTOCOL_VERSION,
-          "engine": "double", "version": "0.0-test", "capabilities": served})
     runs = 0
-    for line in sys.stdin.buffer:
-        try:
-            message = protocol.decode(line, ("run", "shutdown"))
-        except protocol.ProtocolError as exc:
-            send({"type": "error", "id": None, "kind": "bad_request", "message": str(exc)})
-            continue
-        if message["type"] == "shutdown":
-            return 0
-        run_id, layers = message["id"], message["layers"]
-        if any(layer not in served for layer in layers):
-            send({"type": "error", "id": run_id, "kind": "unsupported", "message": f"only {served}, not {layers}"})
-            continue
-        runs += 1
-        fault = args.fault if runs > args.after_runs else "none"
-        answer = []  # (layer, seq, data) of this run's records, in order
-        golden = None
+
+    def records(scenario: dict, layers: list) -> list:
+        """The run's records, (layer, [data, ...]) for each layer asked, in order."""
         if args.replay:
             path = os.path.join(os.path.dirname(__file__), "..", "..", "goldens",
-                                message["scenario"]["name"], f"vllm-{args.replay}.json")
+                                scenario["name"], f"vllm-{args.replay}.json")
             golden = json.load(open(path))["layers"]
+            return [(layer, golden[layer]) for layer in layers]
+        answer = []
         for layer in layers:
-            if golden is not None:
-                answer += [(layer, i, data) for i, data in enumerate(golden[layer])]
-            elif layer == "config":
-                answer.append(("config", 0, record))
+            if layer == "config":
+                answer.append(("config", [record]))
             elif layer == "steps" and args.steps is not None:
-                answer += [("steps", i, {"step": i, "num_scheduled_tokens": 1}) for i in range(args.steps)]
-            # any other layer --serve declares: no records (a port that declares more than it sends)
-        if fault == "crash":
-            for layer, seq, data in answer[:args.crash_after]:
-                send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})
+                answer.append(("steps", [{"step": i, "num_scheduled_tokens": 1} for i in range(args.steps)]))
+            else:  # any other layer --serve declares: no records (a port that declares more than it sends)
+                answer.append((layer, []))
+        return answer
+
+    def run(scenario: dict, layers: list) -> serve.Answer:
+        nonlocal runs
+        if any(layer not in served for layer in layers):
+            raise serve.RunError("unsupported", f"only {served}, not {layers}")
+        runs += 1
+        fault = args.fault if runs > args.after_runs else "none"
+        wire.start(fault)
+        answer = records(scenario, layers)
+        if fault == "crash":  # the first --crash-after records of the run, then the process ends
+            left = args.crash_after
+            for layer, data in answer:
+                if left <= 0:
+                    break
+                yield layer, data[:left]
+                left -= len(data[:left])
             os._exit(3)
         if fault in ("setsid-hang", "setsid-crash"):
             child = os.fork()
@@ -132,9 +167,8 @@ def main() -> int:
             sys.stdout.flush()
             os.close(1)
             time.sleep(3600)
-        if fault == "flood":
-            for seq in range(1 << 62):
-                send({"type": "record", "id": run_id, "layer": "config", "seq": seq, "data": record})
+        if fault == "flood":  # records 0, 1, 2, ... forever, never `done`
+            yield "config", itertools.repeat(record)
         if fault in ("hang", "fork-hang"):
             if fault == "fork-hang":
                 child = os.fork()
@@ -143,20 +177,12 @@ def main() -> int:
                     os._exit(0)
                 pids(child)
             time.sleep(3600)
-        if fault == "garbage":
-            out.write(b"Segmentation fault? {not json\n")
-            out.flush()
-            continue
         if fault == "error":
-            send({"type": "error", "id": run_id, "kind": "internal", "message": "the double was told to fail"})
-            continue
-        for i, (layer, seq, data) in enumerate(answer):
-            if fault == "out-of-order" and i == 0:
-                seq += 1
-            send({"type": "record", "id": "someone-else" if fault == "wrong-id" else run_id,
-                  "layer": layer, "seq": seq, "data": data})
-        send({"type": "done", "id": run_id, "records": 5 if fault == "bad-count" else len(answer)})
-    return 0
+            raise serve.RunError("internal", "the double was told to fail")
+        yield from answer  # garbage, out-of-order, wrong-id, bad-count: the wire breaks it
+
+    return serve.serve({"protocol": 99 if args.fault == "wrong-version" else protocol.PROTOCOL_VERSION,
+                        "engine": "double", "version": "0.0-test", "capabilities": served}, run, send=wire)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """TEST DEVICE: drives the GPU branches of the oracle's own code inside a pin's environment on a
 CPU machine, and prints what each decided as one JSON object (tests/test_gpu_simulation.py).
 
-Real vLLM is imported and booted as a GPU worker would boot it (oracle.boot("gpu")); only the
+Real vLLM is imported and booted as a GPU worker would boot it (runtime.boot("gpu")); only the
 two answers a CPU cannot give are faked, and named here: vLLM's platform says it is not a CPU,
 and torch.cuda reports a GPU of FAKE_TOTAL bytes. Nothing here runs an engine.
 
@@ -22,9 +22,9 @@ FAKE_TOTAL = 80 << 30
 def main(tiny: str, real: str) -> dict:
     import os
 
-    from engines.vllm import oracle
+    from engines.vllm import runtime
 
-    oracle.boot("gpu")
+    runtime.boot("gpu")
     import torch
     import vllm.envs
     from vllm.platforms import current_platform
@@ -33,8 +33,8 @@ def main(tiny: str, real: str) -> dict:
 
     found = {"runner_setting": os.environ.get("VLLM_USE_V2_MODEL_RUNNER"),
              "runner_read_by_vllm": vllm.envs.VLLM_USE_V2_MODEL_RUNNER,
-             "environment": oracle.environment(),
-             "engine_layers_served": sorted(layer for layer in oracle.LAYERS if layer.startswith("engine_"))}
+             "environment": runtime.environment(),
+             "engine_layers_served": sorted(layer for layer in runtime.LAYERS if layer.startswith("engine_"))}
     with methods_layer._triton_platform():
         found["runner_read_by_methods_layer"] = vllm.envs.VLLM_USE_V2_MODEL_RUNNER
     found["runner_read_after_methods_layer"] = vllm.envs.VLLM_USE_V2_MODEL_RUNNER

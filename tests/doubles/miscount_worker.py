@@ -17,7 +17,6 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from conformance import protocol  # noqa: E402
 from engines.vllm import steps_layer, worker  # noqa: E402
 
 ENGINE = "vllm+double:miscounted-verify-steps"
@@ -27,18 +26,11 @@ def counts_every_sample(drafts: list[int]) -> bool:
     return True  # the port's rule: a step that samples is a verify step, drafts or not
 
 
-def encode(message: dict, _encode=protocol.encode) -> bytes:
-    if message.get("type") == "hello":  # never announced as the oracle's "vllm"
-        message = dict(message, engine=ENGINE)
-    return _encode(message)
-
-
 if __name__ == "__main__":
     steps_layer.counts_as_verify_step = counts_every_sample
-    protocol.encode = encode
     print("TEST DOUBLE: vLLM's worker with the stand-in's verify steps miscounted; not a real engine",
           file=sys.stderr)
-    status = worker.main()
+    status = worker.main(engine=ENGINE)  # never announced as the oracle's "vllm"
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(status)  # as the worker itself exits: no interpreter finalization with torch loaded

@@ -4,12 +4,14 @@
 Usage: scripted_engine.py SCRIPT_FILE
 
 SCRIPT_FILE is JSON: {"lines": [hex, ...], "end": "exit" | "silent", "status": int}.
-The double sends a valid protocol-1 hello, waits for the first line on stdin (the harness's
+The double sends a valid protocol-2 hello, waits for the first line on stdin (the harness's
 `run`), then writes each of `lines` (hex-encoded raw bytes) followed by a newline, exactly as
 given, garbage included. Then, with end "exit", it exits with `status`; with end "silent",
 it answers nothing more, reads stdin until `shutdown` or end of input, and exits 0.
 
-Standard library only, so it starts fast.
+Standard library only, so it starts fast. It does not use the one serve loop
+(conformance/serve.py) on purpose: after the hello every byte it writes is the script's, so it
+can send what no serve() would, and it answers the first `run` whatever that line holds.
 """
 
 import json

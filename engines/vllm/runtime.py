@@ -1,7 +1,8 @@
-"""The pinned vLLM release as an oracle: boot it on the right platform, register the layers it
-serves (and why it serves no others), report its environment.
+"""A pinned vLLM release's runtime, for every pin (the gate's oracle and the others) and its
+mutants: boot it on the right platform, register the layers it serves (and why it serves no
+others), report its environment.
 
-Imported only inside a pin's environment, by worker.py.
+Imported only inside a pin's environment, by worker.py (and mutant_server.py, warm.py).
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def environment() -> dict:
            "build": release.build(), "fidelity": None, "cpu": cpu()}
     if DEVICE == ["gpu"]:  # recorded on GPU only, so the CPU goldens keep their provenance
         env["device"] = "gpu"
-        env["model_runner"] = "v1 (VLLM_USE_V2_MODEL_RUNNER=0, engines/vllm/oracle.py)"
+        env["model_runner"] = "v1 (VLLM_USE_V2_MODEL_RUNNER=0, engines/vllm/runtime.py)"
     # Written by conformance/envs.py when the build is a rebuild: what the fidelity check found.
     fidelity = os.path.join(sys.prefix, "FIDELITY.json")
     if os.path.exists(fidelity):
