@@ -32,6 +32,7 @@ from .gate import golden_store as golden_files
 from .coverage_run import MEASURED, ensure_coverage, json_report, measured_worker, write_rcfile
 from .engine import EngineFailure, EngineProcess, EngineSpec
 from .envs import cache_root, device_args, ensure_env, site_packages
+from .gate.engine_ref import EngineRef
 from .gate.requirement_rows import where_of
 from .mutation import Mutant, generate
 from .pins import REPO_ROOT, load_pins
@@ -192,7 +193,7 @@ class MutantServer:
             raise MutantServerError(f"the mutant server for vllm {release} did not start:\n{tail}")
 
     def spec(self, mutant: Mutant) -> EngineSpec:
-        return EngineSpec(f"vllm-{self.release}+mutant:catalog:{mutant.id}",
+        return EngineSpec(EngineRef.catalog_mutant(self.release, mutant.id).label,
                           (sys.executable, str(CLIENT), "--socket", str(self.socket),
                            "--mutant", json.dumps(mutant.to_json())))
 

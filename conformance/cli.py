@@ -18,11 +18,12 @@ from pathlib import Path
 
 from .gate import golden_store as golden_files
 from .drift import drift_rows, render_drift
-from .engine import end_all, ended_words, resolve_engine, resume
+from .engine import end_all, ended_words, prepare_engine, resume
+from .gate.engine_ref import EngineRef
 from .envs import EnvError, device_mode, ensure_env
 from .gate.waivers import WaiverError, load_waivers
 from .methods_table import render_methods_table
-from .pins import REPO_ROOT, PinError, load_pins, parse_pin
+from .pins import REPO_ROOT, PinError, load_pins
 from .gate.run import gate, merge
 from .gate.engines import gate_engines
 from .gate.judging import judge_against
@@ -225,7 +226,8 @@ def cmd_envs(args) -> int:
 
 def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario)  # validated before any engine starts
-    spec = resolve_engine(args.engine, log=log)
+    pins = load_pins()
+    spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
     layers = _layers(args.layers) or scenario.layers
     with Progress(2.0, log) as progress:  # a cold start and one scenario, said while they last
         result = run_scenarios(spec, [scenario], layers, log=log, progress=EngineProgress(
@@ -279,13 +281,14 @@ def cmd_merge(args) -> int:
 
 def cmd_goldens(args) -> int:
     pins = load_pins()
-    for text in args.engine or ():
-        if parse_pin(text, pins) is None:
+    refs = [EngineRef.parse(text, pins) for text in args.engine or pins.releases]
+    for ref in refs:
+        if not ref.is_pin:
             raise golden_files.GoldenRefused(
-                f"refusing to regenerate goldens from {text!r}: only a pinned vLLM oracle "
+                f"refusing to regenerate goldens from {ref.text!r}: only a pinned vLLM oracle "
                 f"({', '.join(pins.releases)}) writes goldens")
     scenarios = _scenarios(args.scenario)
-    releases = [resolve_engine(text, log=log) for text in args.engine or pins.releases]
+    releases = [prepare_engine(ref, pins, log) for ref in refs]
     changed, failed, skipped = [], [], []
     layers = _layers(args.layers)
     # progress: each pin's cold start and scenarios count one each, the time left by estimate
@@ -326,7 +329,8 @@ def cmd_selfcheck(args) -> int:
     from .selfcheck import selfcheck
 
     scenarios = [load_scenario(p) for p in args.scenario or [SCENARIO_DIR / f"{n}.json" for n in SELF_CHECK]]
-    spec = resolve_engine(args.engine, log=log)
+    pins = load_pins()
+    spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
     problems = selfcheck(spec, scenarios, log=log)
     for problem in problems:
         print(f"FAIL {problem}")

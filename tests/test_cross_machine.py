@@ -87,7 +87,8 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
     """The gate oracle with oneDNN's kernels capped at SSE4.1 (another ISA level on this same
     machine; measured to move logprobs, benchmarks/bench_noise.py): its engine traces differ
     from the goldens' bytes and hold them by the tolerance rule."""
-    from conformance.engine import EngineProcess, resolve_engine
+    from conformance.engine import EngineProcess, prepare_engine
+    from conformance.gate.engine_ref import EngineRef
     from conformance.gate.golden_store import golden_path, load_golden
     from conformance.pins import load_pins
     from conformance.scenario import load_scenario
@@ -96,7 +97,7 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
     oracle = load_pins().oracle
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")  # the worker inherits it
     moved = 0
-    with EngineProcess(resolve_engine(oracle, log=lambda m: None)) as proc:
+    with EngineProcess(prepare_engine(EngineRef.pin(oracle), log=lambda m: None)) as proc:
         assert proc.hello["environment"]["cpu"]["onednn_max_isa"] == "SSE41"
         for name in ("engine_kv_pressure", "engine_eagle3"):
             scenario = load_scenario(Path(__file__).parents[1] / "scenarios" / f"{name}.json")

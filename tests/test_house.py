@@ -12,7 +12,8 @@ from conftest import REPO
 # own floor, never in a circle). The same table is in docs/architecture.md ("Floors").
 FLOORS = {
     0: ("formats", "conformance conformance.protocol conformance.refusal conformance.fields "
-        "conformance.workload conformance.method_matrix conformance.gate conformance.scenario conformance.trace "
+        "conformance.workload conformance.method_matrix conformance.gate conformance.gate.engine_ref "
+        "conformance.scenario conformance.trace "
         "conformance.pins conformance.progress conformance.scope conformance.mutation conformance.gpu"),
     1: ("the vLLM side", "engines engines.vllm engines.vllm.* engines.cpp.tests.gen_vectors"),
     2: ("processes and environments", "conformance.fidelity conformance.envs conformance.engine "

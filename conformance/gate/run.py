@@ -21,7 +21,7 @@ from pathlib import Path
 
 from . import golden_store as golden_files
 from ..drift import drift_rows, render_drift
-from ..engine import resolve_engine
+from ..engine import prepare_engine
 from .requirement_rows import apply_gate, where_of
 from ..methods_table import render_methods_table
 from ..pins import Pins
@@ -69,7 +69,7 @@ def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pin
                          f"{len(mine)} unit{'s' if len(mine) != 1 else ''}")
             # named by its key while it runs (a command line can be long); the report names it
             # by its NAME or its hello
-            spec = replace(resolve_engine(engine.engine, pins, log), label=engine.key)
+            spec = replace(prepare_engine(engine.ref(pins), pins, log), label=engine.key)
             # a candidate is asked only for the layers its hello declares (judge_layers)
             return run_units(spec, [(by_name[u.scenario], list(u.layers)) for u in mine], log,
                              repeat=2 if engine.role == ORACLE else 1,
