@@ -3,6 +3,7 @@ judged on, each other layer recorded as not judged with why."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from ..pins import Pins
@@ -37,14 +38,14 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dic
     everything = not not_served and manifest.get("layers") is None
     path = golden_files.golden_path(name, pins.oracle)
     verdict, golden = judge_against(trace, path, engine.role, layers=None if everything else layers)
-    verdict.judged = layers
     declared = trace.get("capabilities")  # a candidate's hello: a layer not asked may not be served either
-    verdict.not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
-                          for layer in scenario.get("layers", planned) if layer not in planned}
-    verdict.not_judged.update((layer, NOT_SERVED) for layer in not_served)
+    not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
+                  for layer in scenario.get("layers", planned) if layer not in planned}
+    not_judged.update((layer, NOT_SERVED) for layer in not_served)
     required = manifest.get("require_layers")
     missing = [layer for layer in not_served if required is None or layer in required]
-    verdict.not_judged.update((layer, MISSING) for layer in missing)
+    not_judged.update((layer, MISSING) for layer in missing)
+    verdict = replace(verdict, judged=layers, not_judged=not_judged)
     if not missing and layers:
         return verdict, golden
     why = (f"required layer{'s' if len(missing) > 1 else ''} {', '.join(missing)} not judged: the engine "
@@ -55,9 +56,9 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dic
               "--require-layers (REQUIRE_LAYERS=)" if served else "It serves none of the layers asked")
            if missing else "none of this scenario's layers asked is served by the engine")
     if verdict.kind in (PASS, NUMERICS):
-        verdict.kind, verdict.message = "unsupported", why
+        verdict = replace(verdict, kind="unsupported", message=why)
     elif why not in verdict.message:
-        verdict.message = f"{verdict.message}\n{why}".strip()
+        verdict = replace(verdict, message=f"{verdict.message}\n{why}".strip())
     return verdict, golden
 
 
