@@ -19,7 +19,6 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from . import golden_store as golden_files
 from ..drift import drift_rows, render_drift
 from ..engine import prepare_engine
 from .requirement_rows import apply_gate, where_of
@@ -32,7 +31,7 @@ from .render_ci import markdown
 from ..runner import run_units, side_by_side
 from .shards import COLD_START, GROUPS, ShardError, Unit, assign, digest, goldens_digest, load_results, plan, share_cost, tool_identity, write_results
 from .engines import GateEngine, _labels, _refused
-from .judging import judge_against, judge_layers, served_layers
+from .judging import judge_layers, judge_unit, served_layers
 from .verdict import CANDIDATE, ORACLE, PASS, Verdict
 
 def scenario_info(scenarios) -> list[dict]:
@@ -266,9 +265,8 @@ def ci_summaries(result, oracle: str, reports: Path | None, log, commands=None) 
 
 def _unit_summary(unit: Unit, trace: dict, pins: Pins) -> dict:
     """A unit's own verdict against the golden's same layers, for reading a shard alone."""
-    path = golden_files.golden_path(unit.scenario, pins.oracle)
     served = [layer for layer in unit.layers if layer not in trace.get("not_served", [])]
-    verdict, _ = judge_against(trace, path, ORACLE, layers=served)
+    verdict = judge_unit(trace, unit.scenario, pins.oracle, served)
     first = where_of(verdict) or next(iter(verdict.message.splitlines()), "")[:200]
     summary = {"engine": unit.engine, "scenario": unit.scenario, "layers": list(unit.layers),
                "kind": verdict.kind, "first": first}

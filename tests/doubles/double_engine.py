@@ -92,9 +92,9 @@ def main() -> int:
         answer = []  # (layer, seq, data) of this run's records, in order
         golden = None
         if args.replay:
-            path = os.path.join(os.path.dirname(__file__), "..", "..", "goldens",
-                                message["scenario"]["name"], f"vllm-{args.replay}.json")
-            golden = json.load(open(path))["layers"]
+            from conformance.gate.golden_store import GOLDENS
+
+            golden = GOLDENS.load(message["scenario"]["name"], args.replay)["layers"]
         for layer in layers:
             if golden is not None:
                 answer += [(layer, i, data) for i, data in enumerate(golden[layer])]
