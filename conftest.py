@@ -16,6 +16,7 @@ DOUBLE = REPO / "tests" / "doubles" / "double_engine.py"
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
     from conformance.envs import device_mode
+    from conformance.gate.engine_ref import EngineRef
     from conformance.pins import load_pins
 
     if device_mode() != "gpu":  # the same rule that picks a pin environment's recipe
@@ -37,7 +38,7 @@ def pytest_collection_modifyitems(config, items):
         params = params.params if params else {}
         engine = params.get("release", oracle)
         if "mutant" in params:
-            engine = f"{oracle}+mutant:{params['mutant']}"
+            engine = EngineRef.test_device(oracle, params["mutant"]).text
         item.add_marker(pytest.mark.xdist_group(engine))
 
 
@@ -94,18 +95,20 @@ def warm_workers(request):
     EngineProcess, started once per session (per xdist process), closed at the end."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from conformance.engine import EngineProcess, resolve_engine
-
+    from conformance.engine import EngineProcess, prepare_engine
     from conformance.envs import device_mode
+    from conformance.gate.engine_ref import EngineRef
+    from conformance.pins import load_pins
 
     workers: dict[str, EngineProcess] = {}  # least recently used first
     xdist = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
     processes = xdist["workercount"] if xdist else 1
     most = max_warm(device_mode(), processes)
+    pins = load_pins()
 
     def get(engine: str) -> EngineProcess:
         if engine not in workers:
-            proc = EngineProcess(resolve_engine(engine, log=lambda m: None))
+            proc = EngineProcess(prepare_engine(EngineRef.parse(engine, pins), pins, log=lambda m: None))
             proc.start()
             workers[engine] = proc
             while len(workers) > most:  # each holds up to 1 GiB: end the longest unused

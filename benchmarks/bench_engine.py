@@ -10,7 +10,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from conformance.engine import EngineFailure, EngineProcess, resolve_engine  # noqa: E402
+from conformance.engine import EngineFailure, EngineProcess, prepare_engine  # noqa: E402
+from conformance.gate.engine_ref import EngineRef  # noqa: E402
 from conformance.pins import load_pins  # noqa: E402
 from conformance.protocol import ENGINE_LAYERS  # noqa: E402
 from conformance.scenario import load_scenario  # noqa: E402
@@ -28,7 +29,7 @@ def main() -> None:
     scenarios = [s for s in (load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json")))
                  if s.engine is not None]
     for release in load_pins().releases:
-        proc = EngineProcess(resolve_engine(release, log=lambda m: None))
+        proc = EngineProcess(prepare_engine(EngineRef.pin(release), log=lambda m: None))
         t0 = time.perf_counter()
         proc.start()
         cold = time.perf_counter() - t0

@@ -14,7 +14,8 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from conformance import fuzz_cli  # noqa: E402
-from conformance.engine import resolve_engine  # noqa: E402
+from conformance.engine import prepare_engine  # noqa: E402
+from conformance.gate.engine_ref import EngineRef  # noqa: E402
 from conformance.fuzz import STAND_IN_LAYERS, Pair, Search  # noqa: E402
 from conformance.pins import load_pins  # noqa: E402
 
@@ -24,7 +25,7 @@ EXAMPLES = 200
 
 def main() -> None:
     oracle = load_pins().oracle
-    spec = resolve_engine(oracle, log=QUIET)
+    spec = prepare_engine(EngineRef.pin(oracle), log=QUIET)
     pair = Pair(spec, replace(spec, label=f"{spec.label} (copy)"), list(STAND_IN_LAYERS))
     try:
         pair.start()
@@ -38,7 +39,7 @@ def main() -> None:
           f"({EXAMPLES} examples of vllm-{oracle} against itself in {seconds:.1f} s; "
           f"{search.stats.refused} refused, {search.stats.skipped} skipped)")
 
-    pair = Pair(spec, resolve_engine(f"{oracle}+mutant:ignore-max-num-seqs", log=QUIET), list(STAND_IN_LAYERS))
+    pair = Pair(spec, prepare_engine(EngineRef.test_device(oracle, "ignore-max-num-seqs"), log=QUIET), list(STAND_IN_LAYERS))
     try:
         pair.start()
         start = time.perf_counter()

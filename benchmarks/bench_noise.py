@@ -28,7 +28,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from conformance.engine import EngineFailure, EngineProcess, resolve_engine  # noqa: E402
+from conformance.engine import EngineFailure, EngineProcess, prepare_engine  # noqa: E402
+from conformance.gate.engine_ref import EngineRef  # noqa: E402
 from conformance.noise import TOLERANCE_OVER_NOISE, logprob_noise  # noqa: E402
 from conformance.pins import load_pins  # noqa: E402
 from conformance.scenario import load_scenario  # noqa: E402
@@ -52,7 +53,7 @@ def outputs(release: str, scenarios: list, env: dict, args: dict) -> dict:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the worker inherits it: the caps apply from its first import
     try:
-        with EngineProcess(resolve_engine(release, log=lambda m: None)) as proc:
+        with EngineProcess(prepare_engine(EngineRef.pin(release), log=lambda m: None)) as proc:
             if "engine_outputs" not in proc.hello["capabilities"]:
                 return {}
             return {s.name: proc.run(full_precision(s, args), ["engine_outputs"])["engine_outputs"]

@@ -28,10 +28,12 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .gate import golden_store as golden_files
+from .gate.golden_store import GOLDENS
+from .gate.judging import judge_trace
 from .coverage_run import MEASURED, ensure_coverage, json_report, measured_worker, write_rcfile
 from .engine import EngineFailure, EngineProcess, EngineSpec
 from .envs import cache_root, device_args, ensure_env, site_packages
+from .gate.engine_ref import EngineRef
 from .gate.requirement_rows import where_of
 from .mutation import Mutant, generate
 from .pins import REPO_ROOT, load_pins
@@ -39,7 +41,7 @@ from .runner import failure_trace
 from .scenario import Scenario
 from .scope import FunctionScope, Scope, function_scopes
 from .trace import make_trace
-from .gate.verdict import CANDIDATE, NUMERICS, PASS, judge
+from .gate.verdict import CANDIDATE, NUMERICS, PASS
 
 SERVER = REPO_ROOT / "engines" / "vllm" / "mutant_server.py"
 CLIENT = REPO_ROOT / "engines" / "vllm" / "mutant_client.py"
@@ -120,7 +122,7 @@ def sample(mutants: list[Mutant], size: int | None, seed: int) -> list[Mutant]:
 def scenario_hash(release: str, scenario: Scenario) -> str:
     """What a verdict on one scenario depends on besides the mutant: the scenario and its golden."""
     h = hashlib.sha256(f"{release}\0{scenario.name}\0{scenario.sha256}\0".encode())
-    h.update(golden_files.golden_path(scenario.name, release).read_bytes())
+    h.update(GOLDENS.content(scenario.name, release))
     return h.hexdigest()[:16]
 
 
@@ -192,7 +194,7 @@ class MutantServer:
             raise MutantServerError(f"the mutant server for vllm {release} did not start:\n{tail}")
 
     def spec(self, mutant: Mutant) -> EngineSpec:
-        return EngineSpec(f"vllm-{self.release}+mutant:catalog:{mutant.id}",
+        return EngineSpec(EngineRef.catalog_mutant(self.release, mutant.id).label,
                           (sys.executable, str(CLIENT), "--socket", str(self.socket),
                            "--mutant", json.dumps(mutant.to_json())))
 
@@ -227,7 +229,7 @@ def judge_mutant(server: MutantServer, mutant: Mutant, scenarios: list[Scenario]
                 trace = make_trace(spec.label, proc.hello, scenario, records)
             except EngineFailure as failure:
                 trace = failure_trace(spec, proc.hello, scenario, failure)
-            verdict = judge(trace, goldens[scenario.name], CANDIDATE)
+            verdict = judge_trace(trace, goldens[scenario.name], CANDIDATE)
             if verdict.kind not in (PASS, NUMERICS):  # numerics: arithmetic noise, not a catch
                 where = where_of(verdict) or (verdict.message.splitlines() or [""])[0][:300]
                 return {"killed": True, "kind": verdict.kind, "scenario": scenario.name, "where": where}
@@ -257,8 +259,7 @@ def run_mutants(release: str, mutants: list[Mutant], scenarios: list[Scenario], 
     as `scenarios`, cheapest first, and no tier."""
     pins = load_pins()
     every = list(scenarios) + list(engine_tier)
-    goldens = {s.name: golden_files.load_golden(golden_files.golden_path(s.name, pins.oracle))
-               for s in every}
+    goldens = {s.name: GOLDENS.load(s.name, pins.oracle) for s in every}
     hashes = {s.name: scenario_hash(pins.oracle, s) for s in every}
     stand_in = {name: h for name, h in hashes.items() if name in {s.name for s in scenarios}}
     equivalent = equivalent or {}

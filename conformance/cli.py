@@ -10,22 +10,22 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import signal
 import sys
 import threading
 from pathlib import Path
 
-from .gate import golden_store as golden_files
+from .gate.golden_store import GOLDENS, GoldenRefused, lookup
 from .drift import drift_rows, render_drift
-from .engine import end_all, ended_words, resolve_engine, resume
+from .engine import end_all, ended_words, prepare_engine, resume
+from .gate.engine_ref import EngineRef
 from .envs import EnvError, device_mode, ensure_env
 from .gate.waivers import WaiverError, load_waivers
 from .methods_table import render_methods_table
-from .pins import REPO_ROOT, PinError, load_pins, parse_pin
+from .pins import REPO_ROOT, PinError, load_pins
 from .gate.run import gate, merge
 from .gate.engines import gate_engines
-from .gate.judging import judge_against
+from .gate.judging import judge_trace
 from .progress import EngineProgress, Progress
 from .gate.render_text import render
 from .runner import default_parallel, run_scenarios
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
         try:
             return COMMANDS[args.command](args)
         except (ScenarioError, TraceError, PinError, EnvError, ValueError,
-                golden_files.GoldenRefused, WaiverError) as exc:
+                GoldenRefused, WaiverError) as exc:
             log(f"parity {args.command}: error: {exc}")
             return 2
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted)
@@ -225,7 +225,8 @@ def cmd_envs(args) -> int:
 
 def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario)  # validated before any engine starts
-    spec = resolve_engine(args.engine, log=log)
+    pins = load_pins()
+    spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
     layers = _layers(args.layers) or scenario.layers
     with Progress(2.0, log) as progress:  # a cold start and one scenario, said while they last
         result = run_scenarios(spec, [scenario], layers, log=log, progress=EngineProgress(
@@ -244,8 +245,8 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     pins = load_pins()
     trace = load_trace(args.trace)
-    path = args.golden or golden_files.golden_path(trace["scenario"]["name"], pins.oracle)
-    verdict, _golden = judge_against(trace, path, CANDIDATE)
+    golden = lookup(args.golden) if args.golden else GOLDENS.lookup(trace["scenario"]["name"], pins.oracle)
+    verdict = judge_trace(trace, golden, CANDIDATE)
     print(render([verdict], pins.oracle))
     return exit_status([verdict])
 
@@ -279,13 +280,14 @@ def cmd_merge(args) -> int:
 
 def cmd_goldens(args) -> int:
     pins = load_pins()
-    for text in args.engine or ():
-        if parse_pin(text, pins) is None:
-            raise golden_files.GoldenRefused(
-                f"refusing to regenerate goldens from {text!r}: only a pinned vLLM oracle "
+    refs = [EngineRef.parse(text, pins) for text in args.engine or pins.releases]
+    for ref in refs:
+        if not ref.is_pin:
+            raise GoldenRefused(
+                f"refusing to regenerate goldens from {ref.text!r}: only a pinned vLLM oracle "
                 f"({', '.join(pins.releases)}) writes goldens")
     scenarios = _scenarios(args.scenario)
-    releases = [resolve_engine(text, log=log) for text in args.engine or pins.releases]
+    releases = [prepare_engine(ref, pins, log) for ref in refs]
     changed, failed, skipped = [], [], []
     layers = _layers(args.layers)
     # progress: each pin's cold start and scenarios count one each, the time left by estimate
@@ -294,20 +296,19 @@ def cmd_goldens(args) -> int:
             run = run_scenarios(spec, scenarios, layers, log=log, repeat=2, progress=EngineProgress(
                 progress, "goldens", spec.label, [(s.name, layers or s.layers, 1.0) for s in scenarios], 1.0))
             for trace in run.traces:
-                path = golden_files.golden_path(trace["scenario"]["name"], spec.release)
                 if "failure" in trace:  # a pin that cannot serve the layers here has no golden
+                    path = GOLDENS.path(trace["scenario"]["name"], spec.release)
                     (skipped if trace["failure"]["kind"] == "unsupported" else failed).append(
                         f"{path}: {trace['failure']['kind']}: {trace['failure']['message']}")
                     continue
-                old = path.read_text() if path.exists() else None
-                if old is not None and golden_files.keeps(trace, json.loads(old)).holds:
-                    continue  # the same rule as `make goldens`: a golden that holds is kept
-                changed.append(path)
-                progress.say(golden_files.change_summary(path, old, trace))
+                update = GOLDENS.update(trace, spec.release)  # the lifecycle of `make goldens` too
+                if not update.changes:
+                    continue
+                changed.append(update.path)
+                progress.say(update.summary)
                 if not args.check:
-                    golden_files.write_golden(path, trace, spec.release)
-    orphans = [] if args.scenario else golden_files.orphans(
-        {s.name for s in scenarios}, pins.releases)
+                    GOLDENS.write(update)
+    orphans = [] if args.scenario else GOLDENS.orphans({s.name for s in scenarios}, pins.releases)
     for path in orphans:
         log(f"[goldens] orphan: {path.relative_to(REPO_ROOT)} has no scenario or pin behind it")
     for line in skipped:
@@ -326,7 +327,8 @@ def cmd_selfcheck(args) -> int:
     from .selfcheck import selfcheck
 
     scenarios = [load_scenario(p) for p in args.scenario or [SCENARIO_DIR / f"{n}.json" for n in SELF_CHECK]]
-    spec = resolve_engine(args.engine, log=log)
+    pins = load_pins()
+    spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
     problems = selfcheck(spec, scenarios, log=log)
     for problem in problems:
         print(f"FAIL {problem}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from .gate.golden_store import golden_path
+from .gate.golden_store import GOLDENS
 from .numerics import compare_by_layer
 from .protocol import ENGINE_LAYERS, LAYERS
 from .gate.verdict import logprob_atol
@@ -19,12 +19,11 @@ def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dic
     for name in scenario_names:
         for older, newer in zip(releases, releases[1:]):
             row = {"scenario": name, "from": older, "to": newer}
-            paths = golden_path(name, older), golden_path(name, newer)
-            if not all(p.exists() for p in paths):
-                row["status"] = _missing(name, paths, (older, newer))
+            if not (GOLDENS.exists(name, older) and GOLDENS.exists(name, newer)):
+                row["status"] = _missing(name, (older, newer))
                 rows.append(row)
                 continue
-            old, new = (json.loads(p.read_text()) for p in paths)
+            old, new = GOLDENS.load(name, older), GOLDENS.load(name, newer)
             a, b = old["layers"], new["layers"]
             row["layers"] = {}
             for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
@@ -43,15 +42,15 @@ def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dic
     return rows
 
 
-def _missing(name: str, paths, releases) -> str:
+def _missing(name: str, releases) -> str:
     """Why a pair has no drift: a pin without a CPU engine has no engine-layer goldens."""
     from .pins import load_pins
 
     pins = load_pins()
-    present = [json.loads(p.read_text()) for p in paths if p.exists()]
+    present = [GOLDENS.load(name, r) for r in releases if GOLDENS.exists(name, r)]
     engine = any(layer in ENGINE_LAYERS for g in present for layer in g["layers"])
-    for path, release in zip(paths, releases):
-        if not path.exists() and engine and not pins.cpu_engine_build(release):
+    for release in releases:
+        if not GOLDENS.exists(name, release) and engine and not pins.cpu_engine_build(release):
             return f"no golden for {release}: it has no CPU engine (its engine layers run on GPU runners)"
     return "missing golden"
 

@@ -12,7 +12,6 @@ import itertools
 import math
 import os
 import queue
-import shlex
 import shutil
 import signal
 import subprocess
@@ -23,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import protocol
-from .pins import Pins, load_pins, parse_pin
+from .gate.engine_ref import COMMAND, MUTANT, PIN, EngineRef
+from .pins import Pins, load_pins
 from .scenario import Scenario
 
 # Defaults, in seconds; $VLLM_PARITY_HANDSHAKE_TIMEOUT / $VLLM_PARITY_RUN_TIMEOUT override them,
@@ -54,29 +54,27 @@ class EngineFailure(RuntimeError):
         self.kind, self.partial = kind, partial or {}
 
 
-def resolve_engine(text: str, pins: Pins | None = None, log=print) -> EngineSpec:
-    """'0.28.0' / 'vllm==0.28.0' -> a pinned worker; '0.27.1+mutant:NAME' -> that pin with a
-    known bug injected (engines/vllm/mutants.py, a test device); anything else is a command line."""
+def prepare_engine(ref: EngineRef, pins: Pins | None = None, log=print) -> EngineSpec:
+    """What starts the engine `ref` names. A pin (or a pin's TEST DEVICE mutant) is served by
+    its worker in the pin's environment, which is built here when missing (minutes, once); a
+    command line is checked to name an executable."""
     from .envs import ensure_env, worker_argv
 
     pins = pins or load_pins()
-    pin, _, mutant = text.partition("+mutant:")
-    if mutant and parse_pin(pin, pins) is not None:
+    if ref.kind == MUTANT:
         # A TEST DEVICE: the pin with a known bug injected. Never an oracle, never a golden.
-        release = parse_pin(pin, pins)
-        python = ensure_env(release, log=log, pins=pins)
-        return EngineSpec(f"vllm-{release}+mutant:{mutant}", worker_argv(python, release, "--mutant", mutant))
-    release = parse_pin(text, pins)
-    if release is not None:
-        python = ensure_env(release, log=log, pins=pins)
-        return EngineSpec(f"vllm-{release}", worker_argv(python, release), release)
-    argv = tuple(shlex.split(text))  # split into an argv list; never handed to a shell
-    if not argv:
-        raise ValueError("empty engine command")
-    if shutil.which(argv[0]) is None and not Path(argv[0]).is_file():
-        raise ValueError(f"engine {text!r}: {argv[0]!r} is neither a configured pin "
+        python = ensure_env(ref.release, log=log, pins=pins)
+        return EngineSpec(ref.label, worker_argv(python, ref.release, "--mutant", ref.mutant))
+    if ref.kind == PIN:
+        python = ensure_env(ref.release, log=log, pins=pins)
+        return EngineSpec(ref.label, worker_argv(python, ref.release), ref.release)
+    if ref.kind != COMMAND:
+        raise ValueError(f"engine {ref.text!r}: a catalog mutant is served by `parity adequacy`'s "
+                         "mutant server (parity fuzz --candidate), not started on its own")
+    if shutil.which(ref.argv[0]) is None and not Path(ref.argv[0]).is_file():
+        raise ValueError(f"engine {ref.text!r}: {ref.argv[0]!r} is neither a configured pin "
                          f"({', '.join(pins.releases)}) nor an executable")
-    return EngineSpec(Path(argv[0]).name if len(argv) == 1 else " ".join(argv), argv)
+    return EngineSpec(ref.label, ref.argv)
 
 
 @dataclass

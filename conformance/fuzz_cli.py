@@ -18,9 +18,10 @@ import re
 import shlex
 from pathlib import Path
 
-from .engine import EngineFailure, resolve_engine
+from .engine import EngineFailure, prepare_engine
+from .gate.engine_ref import CATALOG, EngineRef
 from .fuzz import SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair, Search, count_of, signature
-from .pins import REPO_ROOT, load_pins, parse_pin
+from .pins import REPO_ROOT, load_pins
 from .progress import duration
 from .gate.render_text import render_verdict
 from .scenario import load_scenario
@@ -41,7 +42,11 @@ def parse_budget(text: str) -> float:
 def fuzz_command(args, log, out=print) -> int:
     pins = load_pins()
     against = args.against or pins.oracle
-    if "+mutant:" in against or parse_pin(against, pins) is None:
+    try:
+        oracle_ref = EngineRef.parse(against, pins)
+    except ValueError:
+        oracle_ref = None
+    if oracle_ref is None or not oracle_ref.is_pin:
         raise ValueError(f"--against: {against!r} is not a pinned release "
                          f"({', '.join(pins.releases)}); only a pin is an oracle")
     layers = [x for x in (args.layers or ",".join(STAND_IN_LAYERS)).split(",") if x]
@@ -57,18 +62,19 @@ def fuzz_command(args, log, out=print) -> int:
         raise ValueError(f"--findings: expected a positive number, got {args.findings}")
     if budget is None and args.examples is None and not args.replay:
         budget = parse_budget("10m")
-    oracle = resolve_engine(against, pins, log)
+    candidate_ref = EngineRef.parse(args.candidate, pins)
+    oracle = prepare_engine(oracle_ref, pins, log)
     server = None
-    if "+mutant:catalog:" in args.candidate:  # a generated mutant: served by the fork server
-        server, candidate = catalog_mutant(args.candidate, pins, log)
+    if candidate_ref.kind == CATALOG:  # a generated mutant: served by the fork server
+        server, candidate = catalog_mutant(candidate_ref, pins, log)
     else:
-        candidate = resolve_engine(args.candidate, pins, log)
+        candidate = prepare_engine(candidate_ref, pins, log)
     pair = Pair(oracle, candidate, layers)
     try:
         log(f"[fuzz] starting {oracle.label} (oracle) and {candidate.label} (candidate)")
         pair.start()
         if args.replay:
-            return replay(pair, args.replay, parse_pin(against, pins), out)
+            return replay(pair, args.replay, oracle_ref.release, out)
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
         log(f"[fuzz] seed {seed}; layers {', '.join(layers)}; "
             + (f"budget {duration(budget)}" if budget else f"{args.examples} examples"))
@@ -77,7 +83,7 @@ def fuzz_command(args, log, out=print) -> int:
         folder = args.out or DEFAULT_OUT
         for finding in findings:
             confirm(pair, finding, folder, seed, args.candidate, against, log)
-            out(report(finding, parse_pin(against, pins), seed, args.candidate, against))
+            out(report(finding, oracle_ref.release, seed, args.candidate, against))
     except EngineFailure as failure:  # an engine that could not even start
         log(f"parity fuzz: {failure}")
         return 2
@@ -98,20 +104,17 @@ def fuzz_command(args, log, out=print) -> int:
     return 1 if findings else 0
 
 
-def catalog_mutant(text: str, pins, log):
+def catalog_mutant(ref: EngineRef, pins, log):
     """TEST DEVICE: '0.27.1+mutant:catalog:ID', a mutant of `parity adequacy`'s catalog, served
     as its own engine by engines/vllm/mutant_server.py. (the server, the candidate's spec)"""
     from .adequacy import MutantServer, catalog
     from .scope import load_scope
 
-    pin, _, mutant_id = text.partition("+mutant:catalog:")
-    release = parse_pin(pin, pins)
-    if release is None:
-        raise ValueError(f"--candidate {text!r}: {pin!r} is not a pinned release")
+    release = ref.release
     mutants, _ = catalog(release, load_scope(), log)
-    found = [m for m in mutants if m.id == mutant_id]
+    found = [m for m in mutants if m.id == ref.mutant]
     if not found:
-        raise ValueError(f"--candidate {text!r}: no mutant {mutant_id!r} in the catalog of vllm {release}")
+        raise ValueError(f"--candidate {ref.text!r}: no mutant {ref.mutant!r} in the catalog of vllm {release}")
     server = MutantServer(release, log)
     return server, server.spec(found[0])
 

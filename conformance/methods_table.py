@@ -5,9 +5,7 @@ Cells that change from the previous pin are marked with '*'.
 
 from __future__ import annotations
 
-import json
-
-from .gate.golden_store import golden_path
+from .gate.golden_store import GOLDENS
 
 SCENARIO = "method_matrix"
 
@@ -18,8 +16,8 @@ def table_rows(releases: tuple[str, ...], scenario: str = SCENARIO) -> tuple[lis
     refusals: dict[str, dict[str, str]] = {}
     labels: list[str] = []
     for release in releases:
-        path = golden_path(scenario, release)
-        records = json.loads(path.read_text())["layers"].get("methods", []) if path.exists() else []
+        present = GOLDENS.exists(scenario, release)
+        records = GOLDENS.load(scenario, release)["layers"].get("methods", []) if present else []
         slots[release], refusals[release] = {}, {}
         for r in records:
             row = r["row"]

@@ -68,8 +68,3 @@ def _engine_builds(pyproject: Path, table: dict, releases: tuple[str, ...]) -> d
                            f"got {requirement!r}")
     return builds
 
-
-def parse_pin(text: str, pins: Pins) -> str | None:
-    """'vllm==0.28.0', 'vllm-0.28.0' or '0.28.0' -> '0.28.0' when it is a configured pin."""
-    release = re.sub(r"^vllm(==|-)", "", text.strip())
-    return release if release in pins.releases else None

@@ -67,6 +67,11 @@ def load_trace(path: Path) -> dict:
         raise TraceError(f"{path}: no such file") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise TraceError(f"{path}: cannot be read: {exc}") from None
+    return loads_trace(text, path)
+
+
+def loads_trace(text: str, path) -> dict:
+    """A trace from its text; `path` names where it came from in every error."""
     try:
         trace = json.loads(text)
     except ValueError as exc:

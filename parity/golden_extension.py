@@ -1,11 +1,11 @@
 """A syrupy extension that keeps each oracle trace at goldens/<scenario>/vllm-<release>.json.
 
-syrupy owns the lifecycle (compare, `--snapshot-update` to rewrite, unused-golden report);
-this extension only says where a golden lives, how a trace is serialized (the canonical
-text of conformance.trace.dumps), when a regenerated trace still matches (the comparator role:
-conformance.goldens.check_golden, so a golden that holds within tolerance on another machine is
-not rewritten) and how it is written (atomically, oracle only; parity/test_goldens.py prints
-what the rewrite changes first).
+syrupy drives the run (compare, `--snapshot-update` to rewrite, unused-golden report); every
+decision is the golden store's, the one lifecycle `parity goldens` runs too
+(conformance/gate/golden_store.py GoldenStore.update): where a golden lives, how a trace is
+serialized (the canonical text of conformance.trace.dumps), when a regenerated trace still
+matches (so a golden that holds within tolerance on another machine is not rewritten), who may
+write one and how (atomically; parity/test_goldens.py prints what the rewrite changes first).
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from conformance.gate.golden_store import GOLDEN_DIR, GoldenRefused, golden_path, keeps, write_text_atomic
+from conformance.gate.golden_store import GOLDENS
 from conformance.trace import dumps
 
 
@@ -33,40 +33,35 @@ class GoldenExtension(SingleFileSnapshotExtension):
         return dumps(data)
 
     def matches(self, *, serialized_data, snapshot_data) -> bool:
-        try:
-            golden = json.loads(snapshot_data)
-        except ValueError:
-            return False  # an unreadable golden never matches: regenerated on update
-        return keeps(json.loads(serialized_data), golden).holds
+        # an unreadable golden never matches: it is rewritten on update
+        return not GOLDENS.update(json.loads(serialized_data), self.release, snapshot_data).changes
 
     @classmethod
     def dirname(cls, *, test_location) -> str:
-        return str(GOLDEN_DIR / cls.scenario)
+        return str(GOLDENS.path(cls.scenario, cls.release).parent)
 
     @classmethod
     def discovery_dirname(cls, *, test_location) -> str:
-        return str(GOLDEN_DIR / cls.scenario)
+        return str(GOLDENS.path(cls.scenario, cls.release).parent)
 
     @classmethod
     def get_snapshot_name(cls, *, test_location, index=0) -> str:
-        return f"vllm-{cls.release}"
+        return GOLDENS.path(cls.scenario, cls.release).stem
 
     @classmethod
     def get_file_basename(cls, *, test_location, index=0) -> str:
-        return f"vllm-{cls.release}"
+        return GOLDENS.path(cls.scenario, cls.release).stem
 
     @classmethod
     def matches_test_location(cls, *, test_location, snapshot_location: str) -> bool:
-        return Path(snapshot_location) == golden_path(cls.scenario, cls.release)
+        return Path(snapshot_location) == GOLDENS.path(cls.scenario, cls.release)
 
     def owns_snapshot_collection(self, *, filepath: str, test_location) -> bool:
-        return Path(filepath).parent == GOLDEN_DIR / self.scenario and filepath.endswith(".json")
+        return Path(filepath).parent == GOLDENS.path(self.scenario, self.release).parent and filepath.endswith(".json")
 
     @classmethod
     def write_snapshot_collection(cls, *, snapshot_collection, name_order=None) -> None:
-        path = Path(snapshot_collection.location)
-        text = next(iter(snapshot_collection)).data
-        trace = json.loads(text)
-        if trace.get("provenance", {}).get("environment", {}).get("vllm") != cls.release:
-            raise GoldenRefused(f"refusing to write {path}: it is not the trace of vLLM {cls.release}")
-        write_text_atomic(path, text)  # parity/test_goldens.py printed what changes
+        update = GOLDENS.update(json.loads(next(iter(snapshot_collection)).data), cls.release)
+        if update.path != Path(snapshot_collection.location):
+            raise ValueError(f"syrupy would write {snapshot_collection.location}, the store {update.path}")
+        GOLDENS.write(update)  # parity/test_goldens.py printed what changes

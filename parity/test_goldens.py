@@ -1,13 +1,15 @@
 """The parity suite's golden lifecycle: each pinned oracle, on each scenario, must reproduce its
-committed golden, by the rule of conformance.goldens.check_golden: byte for byte on the machine
-that wrote it; elsewhere integer facts exactly and logprobs within the scenario's calibrated
-tolerance. `pytest parity --snapshot-update` (make goldens) rewrites a golden that does not
-hold, and only such a one."""
+committed golden, by the golden store's one lifecycle (conformance/gate/golden_store.py
+GoldenStore.update, which `parity goldens` runs too): byte for byte on the machine that wrote
+it; elsewhere integer facts exactly and logprobs within the scenario's calibrated tolerance.
+`pytest parity --snapshot-update` (make goldens) rewrites a golden that does not hold (or is
+unreadable), and only such a one."""
 
 import pytest
 
 from conformance.engine import EngineFailure
-from conformance.gate.golden_store import change_summary, golden_path, keeps, load_golden
+from conformance.gate.engine_ref import EngineRef
+from conformance.gate.golden_store import GOLDENS, NEW
 from conformance.gate.render_text import render_verdict
 from conformance.pins import load_pins
 from conformance.scenario import load_scenario
@@ -33,16 +35,16 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario,
     again = proc.run(scenario, scenario.layers)
     # a nondeterministic oracle is named as such and never becomes a golden
     assert again == records, f"vllm {release} is nondeterministic on {scenario.name}"
-    trace = make_trace(f"vllm-{release}", proc.hello, scenario, records)
-    path = golden_path(scenario.name, release)
-    golden = load_golden(path) if path.exists() else None
-    check = keeps(trace, golden) if golden else None
+    trace = make_trace(EngineRef.pin(release).label, proc.hello, scenario, records)
+    update = GOLDENS.update(trace, release)
     updating = request.config.option.update_snapshots
-    if check and not check.holds and not updating:
-        detail = render_verdict(check.verdict, release) if check.verdict else ""
-        pytest.fail(f"{path.name} does not hold ({check.rule} rule): {check.reason}\n{detail}")
-    if updating and not (check and check.holds):  # what the rewrite changes, before it is written
-        summary = change_summary(path, path.read_text() if golden else None, trace)
+    if update.changes and update.action != NEW and not updating:
+        check = update.check
+        detail = render_verdict(check.verdict, release) if check and check.verdict else ""
+        rule = f" ({check.rule} rule)" if check else ""
+        pytest.fail(f"{update.path.name} does not hold{rule}: {update.reason}\n{detail}")
+    if updating and update.changes:  # what the rewrite changes, before it is written
+        summary = update.summary
         plugins = request.config.pluginmanager
         reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
         if reporter and capture:  # shown as the run goes, not captured with the test's output
@@ -52,7 +54,5 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario,
 
 
 def test_every_golden_has_a_scenario_and_a_pin():
-    from conformance.gate.golden_store import orphans
-
-    stray = orphans({s.name for s in SCENARIOS}, PINS.releases)
+    stray = GOLDENS.orphans({s.name for s in SCENARIOS}, PINS.releases)
     assert not stray, f"golden files with no scenario or pin behind them: {[str(p) for p in stray]}"

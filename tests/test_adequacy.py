@@ -203,7 +203,7 @@ FIXED_SAMPLE = [
 @pytest.mark.oracle
 def test_a_fixed_sample_of_generated_mutants_is_caught():
     from conformance.adequacy import MutantServer, catalog, judge_mutant
-    from conformance.gate.golden_store import golden_path, load_golden
+    from conformance.gate.golden_store import GOLDENS
     from conformance.pins import load_pins
     from conformance.scenario import load_scenario
     from conftest import REPO
@@ -218,7 +218,7 @@ def test_a_fixed_sample_of_generated_mutants_is_caught():
                       and line in sources[m.file].splitlines()[m.line - 1]]
             assert chosen, f"the catalog has no {operator} mutant {original!r} -> {replacement!r} in {function}"
             scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
-            golden = load_golden(golden_path(name, pins.oracle))
+            golden = GOLDENS.load(name, pins.oracle)
             result = judge_mutant(server, chosen[0], [scenario], {name: golden})
             assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
     finally:
@@ -333,7 +333,7 @@ ENGINE_FIXED_SAMPLE = [
 def test_a_fixed_sample_of_engine_path_mutants_is_caught():
     from conformance.adequacy import MutantServer, judge_mutant
     from conformance.adequacy_engine import ENGINE_SCOPE_FILE, engine_catalog
-    from conformance.gate.golden_store import golden_path, load_golden
+    from conformance.gate.golden_store import GOLDENS
     from conformance.pins import load_pins
     from conformance.scenario import load_scenario
     from conftest import REPO
@@ -350,7 +350,7 @@ def test_a_fixed_sample_of_engine_path_mutants_is_caught():
                       and original in (None, m.original) and line in sources[m.file].splitlines()[m.line - 1]]
             assert chosen, f"the engine catalog has no {operator} mutant -> {replacement!r} in {function}"
             scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
-            result = judge_mutant(server, chosen[0], [scenario], {name: load_golden(golden_path(name, pins.oracle))})
+            result = judge_mutant(server, chosen[0], [scenario], {name: GOLDENS.load(name, pins.oracle)})
             assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
     finally:
         server.close()

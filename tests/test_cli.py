@@ -103,7 +103,7 @@ def test_goldens_of_a_pin_that_cannot_serve_the_layers_here_are_not_a_failure(mo
 
     argv = ["goldens", "--check", "--engine", "0.33.0", "--scenario", str(GATE)]
     monkeypatch.setattr(cli, "run_scenarios", fake_run("unsupported"))
-    monkeypatch.setattr(cli, "resolve_engine", lambda text, log=None: EngineSpec("vllm-0.33.0", ("x",), "0.33.0"))
+    monkeypatch.setattr(cli, "prepare_engine", lambda ref, pins, log=None: EngineSpec("vllm-0.33.0", ("x",), "0.33.0"))
     assert cli.main(argv) == 0
     assert "1 unsupported here, 0 failed" in capsys.readouterr().err
     monkeypatch.setattr(cli, "run_scenarios", fake_run("crash"))

@@ -1,16 +1,15 @@
 """Throughput figures are compared only under equal per-step budgets on the same scenario."""
 
-import json
 
 import pytest
 
 from conformance import cli
 from conformance.comparability import NotComparable, check_comparable
-from conformance.gate.golden_store import golden_path
+from conformance.gate.golden_store import GOLDENS
 
 
 def gold(scenario, release):
-    return json.loads(golden_path(scenario, release).read_text())
+    return GOLDENS.load(scenario, release)
 
 
 def test_unequal_budgets_are_refused_with_the_reason():
@@ -31,6 +30,6 @@ def test_same_budgets_are_comparable_and_other_scenarios_are_not(tmp_path, capsy
     check_comparable(a, gold("steady_decode", "0.33.0"))
     with pytest.raises(NotComparable, match="different scenario"):
         check_comparable(a, gold("kv_pressure", "0.28.0"))
-    assert cli.main(["comparable", str(golden_path("steady_decode", "0.27.1")),
-                     str(golden_path("steady_decode", "0.28.0"))]) == 1
+    assert cli.main(["comparable", str(GOLDENS.path("steady_decode", "0.27.1")),
+                     str(GOLDENS.path("steady_decode", "0.28.0"))]) == 1
     assert "NOT COMPARABLE" in capsys.readouterr().out

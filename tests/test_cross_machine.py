@@ -2,7 +2,7 @@
 all 8 engine scenarios on 0.27.1 and 0.28.0, judged against the goldens an AVX-512 machine wrote
 (both from commit 5f9d4a1, kept in tests/data/cross_machine/). Written that way, 12 of the 16
 differ from their golden's bytes in a logprob one rounding step away; by the rule of
-conformance.goldens.check_golden every one holds, and a real numeric bug still does not."""
+conformance/gate/golden_store.py check_golden every one holds, and a real numeric bug still does not."""
 
 import copy
 import json
@@ -87,8 +87,9 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
     """The gate oracle with oneDNN's kernels capped at SSE4.1 (another ISA level on this same
     machine; measured to move logprobs, benchmarks/bench_noise.py): its engine traces differ
     from the goldens' bytes and hold them by the tolerance rule."""
-    from conformance.engine import EngineProcess, resolve_engine
-    from conformance.gate.golden_store import golden_path, load_golden
+    from conformance.engine import EngineProcess, prepare_engine
+    from conformance.gate.engine_ref import EngineRef
+    from conformance.gate.golden_store import GOLDENS
     from conformance.pins import load_pins
     from conformance.scenario import load_scenario
     from conformance.trace import make_trace
@@ -96,12 +97,12 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
     oracle = load_pins().oracle
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")  # the worker inherits it
     moved = 0
-    with EngineProcess(resolve_engine(oracle, log=lambda m: None)) as proc:
+    with EngineProcess(prepare_engine(EngineRef.pin(oracle), log=lambda m: None)) as proc:
         assert proc.hello["environment"]["cpu"]["onednn_max_isa"] == "SSE41"
         for name in ("engine_kv_pressure", "engine_eagle3"):
             scenario = load_scenario(Path(__file__).parents[1] / "scenarios" / f"{name}.json")
             trace = make_trace(f"vllm-{oracle}", proc.hello, scenario, proc.run(scenario, scenario.layers))
-            golden = load_golden(golden_path(name, oracle))
+            golden = GOLDENS.load(name, oracle)
             check = check_golden(trace, golden)
             assert check.holds and check.rule == "tolerance", check.reason
             moved += trace["layers"]["engine_outputs"] != golden["layers"]["engine_outputs"]

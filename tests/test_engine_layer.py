@@ -11,7 +11,7 @@ import pytest
 
 from conformance.engine import EngineFailure
 from conformance.envs import device_mode
-from conformance.gate.golden_store import golden_path
+from conformance.gate.golden_store import GOLDENS
 from conformance.noise import STORAGE_UNDER_TOLERANCE, TOLERANCE_OVER_NOISE
 from conformance.numerics import capacity_excess
 from conformance.pins import load_pins
@@ -34,7 +34,7 @@ STATED = "max_num_scheduled_tokens is set to 4036 based on the speculative decod
 
 
 def golden(scenario, release=PINS.oracle):
-    return json.loads(golden_path(scenario.name, release).read_text())
+    return GOLDENS.load(scenario.name, release)
 
 
 def test_the_gate_oracle_logs_4036_and_schedules_4036_at_step_0():

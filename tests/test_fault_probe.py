@@ -220,7 +220,7 @@ def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, caps
     entry = next(u for u in manifest["units"] if u["engine"] == "TEST-DOUBLE-candidate")
     path = folders[1] / entry["trace"]
     trace = json.loads(path.read_text())
-    golden = goldens.load_golden(goldens.golden_path("dflash_27b_gate", "0.27.1"))
+    golden = goldens.GOLDENS.load("dflash_27b_gate", "0.27.1")
     trace["layers"]["config"] = golden["layers"]["config"]
     path.write_text(json.dumps(trace))
     status = cli.main(["merge", *map(str, folders), "--waivers", "/dev/null", "--reports", str(tmp_path / "r")])

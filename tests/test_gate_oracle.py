@@ -12,7 +12,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance.gate.golden_store import golden_path
+from conformance.gate.golden_store import GOLDENS
 from conformance.pins import load_pins
 from conftest import DOUBLE, GATE
 
@@ -41,7 +41,7 @@ def gated(tmp_path_factory):
     `parity merge` to judge again under other waivers."""
     folder = tmp_path_factory.mktemp("gate")
     env = waivers(folder, "2099-12-31")
-    record = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())["layers"]["config"][0]
+    record = GOLDENS.load("dflash_27b_gate", PINS.oracle)["layers"]["config"][0]
     (folder / "record.json").write_text(json.dumps({**record, "max_num_scheduled_tokens": 4096}))
     candidate = shlex.join([sys.executable, str(DOUBLE), "--record", str(folder / "record.json")])
     result = subprocess.run(

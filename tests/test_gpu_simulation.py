@@ -14,7 +14,8 @@ import pytest
 
 import conftest
 from conformance import envs, gpu
-from conformance.engine import EngineProcess, resolve_engine
+from conformance.engine import EngineProcess, prepare_engine
+from conformance.gate.engine_ref import EngineRef
 from conformance.gate.engines import GateEngine, _refused
 from conformance.pins import load_pins
 from conformance.protocol import ENGINE_LAYERS
@@ -102,12 +103,12 @@ def test_every_worker_is_told_the_device(fake_gpu, monkeypatch, tmp_path):
 
     monkeypatch.setattr(envs, "ensure_env", lambda release, log=print, pins=None, say_cached=False: Path("/env/bin/python"))
     for text in ("0.27.1", "0.33.0", f"{PINS.oracle}+mutant:no-draft-reservation"):
-        argv = resolve_engine(text, PINS).argv
+        argv = prepare_engine(EngineRef.parse(text, PINS), PINS).argv
         assert argv[argv.index("--device") + 1] == "gpu", argv
     measured = coverage_run.measured_worker("0.28.0", Path("/env/bin/python"), tmp_path, tmp_path / "rc", tmp_path / "d")
     assert measured.argv[measured.argv.index("--device") + 1] == "gpu"
     _no_gpu(monkeypatch, tmp_path)
-    argv = resolve_engine("0.27.1", PINS).argv
+    argv = prepare_engine(EngineRef.pin("0.27.1"), PINS).argv
     assert argv[argv.index("--device") + 1] == "cpu"
 
 
@@ -135,7 +136,7 @@ def test_a_gpu_worker_serves_the_engine_layers_and_records_its_runner(fake_gpu, 
     python = envs.ensure_env("0.33.0", log=lambda m: None)
     monkeypatch.delenv("VLLM_PARITY_DEVICE")
     monkeypatch.setattr(envs, "ensure_env", lambda release, log=print, pins=None, say_cached=False: python)
-    with EngineProcess(resolve_engine("0.33.0", PINS)) as proc:
+    with EngineProcess(prepare_engine(EngineRef.pin("0.33.0"), PINS)) as proc:
         hello = proc.hello
     assert set(ENGINE_LAYERS) <= set(hello["capabilities"]), hello["capabilities"]
     assert hello["environment"]["device"] == "gpu"

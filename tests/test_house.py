@@ -12,7 +12,8 @@ from conftest import REPO
 # own floor, never in a circle). The same table is in docs/architecture.md ("Floors").
 FLOORS = {
     0: ("formats", "conformance conformance.protocol conformance.serve conformance.refusal conformance.fields "
-        "conformance.workload conformance.method_matrix conformance.gate conformance.scenario conformance.trace "
+        "conformance.workload conformance.method_matrix conformance.gate conformance.gate.engine_ref "
+        "conformance.scenario conformance.trace "
         "conformance.pins conformance.progress conformance.scope conformance.mutation conformance.gpu"),
     1: ("the vLLM side", "engines engines.vllm engines.vllm.* engines.cpp.tests.gen_vectors"),
     2: ("processes and environments", "conformance.fidelity conformance.envs conformance.engine "
@@ -145,3 +146,98 @@ def test_the_architecture_doc_declares_the_same_floors():
     rows = re.findall(r"^\| (\d) \| ([^|]+?) \| ([^|]+?) \| [^|]* \|$", text, re.M)  # floor, name, modules, why
     declared = {int(n): (name, " ".join(m.strip("` ") for m in mods.split(","))) for n, name, mods in rows}
     assert declared == FLOORS
+
+
+# Engine texts and golden files belong to conformance/gate/: EngineRef parses every form an
+# engine is given in, GoldenStore reads and writes every golden. Everything else asks them.
+OUTSIDE_GATE = ("conformance", "parity", "benchmarks", "tests/doubles", "conftest.py")
+ENGINE_TEXT_PARSERS = {"parse_pin", "release_of", "_pin_form"}
+READS = {"load", "loads", "load_trace", "loads_trace", "read_text", "read_bytes", "open"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {id(node.body[0].value) for node in ast.walk(tree)
+            if isinstance(node, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+
+
+def _mentions_golden(node: ast.AST, tainted: set[str] = frozenset()) -> bool:
+    """Names a golden file: a name that says golden (the store's reads aside), the store's
+    path of one, or a variable that holds one."""
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Attribute) and sub.attr == "path" and getattr(sub.value, "id", "") == "GOLDENS":
+            return True
+        words = sub.id if isinstance(sub, ast.Name) else sub.attr if isinstance(sub, ast.Attribute) else ""
+        if (words != "GOLDENS" and "golden" in words.lower()) or (isinstance(sub, ast.Name) and sub.id in tainted):
+            return True
+    return False
+
+
+def _golden_variables(tree: ast.AST) -> set[str]:
+    """Variables that hold a golden's path (or paths), assigned or looped over."""
+    tainted: set[str] = set()
+    for _ in range(3):  # a path handed on through a variable or two
+        for node in ast.walk(tree):
+            pairs = ([(t, node.value) for t in node.targets] if isinstance(node, ast.Assign) else
+                     [(node.target, node.iter)] if isinstance(node, (ast.For, ast.comprehension)) else [])
+            for target, value in pairs:
+                if _mentions_golden(value, tainted):
+                    tainted.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return tainted
+
+
+def outside_the_gate(source: str) -> list[str]:
+    """What a module outside conformance/gate/ must not do: parse an engine text (a `+mutant:`
+    literal, a pin parser) or read a golden file itself (a path under goldens/, a read of
+    anything named golden that is not the store)."""
+    tree = ast.parse(source)
+    docs = _docstrings(tree)
+    scope_of, taint = {}, {}  # each call's innermost function (variables are the function's own)
+    for scope in [tree] + [n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]:
+        taint[id(scope)] = _golden_variables(scope)
+        scope_of.update((id(n), id(scope)) for n in ast.walk(scope))  # inner functions come later
+    in_paths = {id(arg) for node in ast.walk(tree) for arg in  # the parts of a path: a / b, join(a, b), Path(a)
+                ([node.left, node.right] if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Div) else
+                 node.args if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", ""))
+                 in ("join", "Path", "joinpath", "open") else [])}
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+            if node.value.startswith("+mutant:"):
+                found.append(f"line {node.lineno}: builds or parses an engine text ({node.value!r}): use EngineRef")
+            if (node.value == "goldens" or node.value.startswith("goldens/")) and id(node) in in_paths:
+                found.append(f"line {node.lineno}: a path under goldens/ ({node.value!r}): use GoldenStore")
+        if isinstance(node, ast.Call):
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if name in ENGINE_TEXT_PARSERS:
+                found.append(f"line {node.lineno}: parses an engine text ({name}): use EngineRef")
+            owner = node.func.value if isinstance(node.func, ast.Attribute) else None
+            if owner is not None and isinstance(owner, ast.Name) and owner.id == "GOLDENS":
+                continue
+            if name in READS and _mentions_golden(node, taint[scope_of[id(node)]]):
+                found.append(f"line {node.lineno}: reads a golden file itself ({name}): use GoldenStore")
+    return found
+
+
+def test_only_the_gate_package_parses_engine_texts_and_reads_goldens():
+    paths = []
+    for root in OUTSIDE_GATE:
+        path = REPO / root
+        paths += [path] if path.is_file() else sorted(path.rglob("*.py"))
+    found = [f"{p.relative_to(REPO)} {problem}" for p in paths if "gate" not in p.relative_to(REPO).parts[:2]
+             for problem in outside_the_gate(p.read_text())]
+    assert found == [], "engine texts or goldens handled outside conformance/gate/:\n" + "\n".join(found)
+
+
+def test_the_gate_checker_finds_what_it_forbids():
+    assert outside_the_gate('"""Serves 0.27.1+mutant:NAME."""\nhelp = "a pin (0.27.1+mutant:NAME)"\n') == []
+    assert outside_the_gate('x = f"{pin}+mutant:{name}"')[0].endswith("use EngineRef")
+    assert outside_the_gate('pin, _, m = text.partition("+mutant:")')[0].endswith("use EngineRef")
+    assert outside_the_gate('release = parse_pin(text, pins)')[0].endswith("(parse_pin): use EngineRef")
+    assert outside_the_gate('g = json.loads(golden_path(s, r).read_text())')[0].endswith("use GoldenStore")
+    assert outside_the_gate('p = os.path.join(here, "goldens", name)')[0].endswith("use GoldenStore")
+    assert outside_the_gate('old = json.loads(old_golden)') != []
+    assert outside_the_gate('p = REPO_ROOT / "goldens"')[0].endswith("use GoldenStore")
+    assert outside_the_gate('sub.add_parser("goldens", help="regenerate")') == []
+    assert outside_the_gate('g = GOLDENS.load(s, r)\nb = GOLDENS.content(s, r)') == []
+    assert outside_the_gate('ps = GOLDENS.path(s, a), GOLDENS.path(s, b)\nx = [json.loads(p.read_text()) for p in ps]') != []

@@ -6,7 +6,7 @@ import shutil
 
 import pytest
 
-from conformance.gate.golden_store import golden_path
+from conformance.gate.golden_store import GOLDENS
 from conformance.methods_table import render_methods_table
 from conformance.pins import load_pins
 from conformance.gate.render_text import render
@@ -23,7 +23,7 @@ SEED_PIN = "0.28.0"
 
 
 def golden(release):
-    return json.loads(golden_path("method_matrix", release).read_text())
+    return GOLDENS.load("method_matrix", release)
 
 
 def test_the_seed_pin_reproduces_the_eight_cases_from_its_own_code():

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from conformance.gate.golden_store import golden_path
+from conformance.gate.golden_store import GOLDENS
 from conformance.pins import load_pins
 from conformance.gate.render_text import render
 from conformance.scenario import load_scenario
@@ -34,14 +34,14 @@ def test_gate_oracle_resolves_the_seed_budget(warm_workers):
 
 
 def test_committed_gate_golden_holds_the_seed_line():
-    golden = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())
+    golden = GOLDENS.load("dflash_27b_gate", PINS.oracle)
     assert golden["provenance"]["environment"]["vllm"] == PINS.oracle
     assert any(line.startswith(SEED_LINE) for line in golden["layers"]["config"][0]["budget_log_lines"])
 
 
 @pytest.mark.parametrize("release", PINS.candidates)
 def test_later_pins_diverge_at_the_budget(warm_workers, release):
-    golden = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())
+    golden = GOLDENS.load("dflash_27b_gate", PINS.oracle)
     verdict = judge(trace_of(warm_workers, release, load_scenario(GATE)), golden, role="candidate")
     assert verdict.kind == "diverged"
     first = verdict.comparisons[0].first
@@ -56,7 +56,7 @@ def test_no_draft_reservation_double_of_the_port_is_caught(warm_workers):
     trace = trace_of(warm_workers, PINS.oracle, load_scenario(GATE))
     record = trace["layers"]["config"][0]
     record["max_num_scheduled_tokens"] = record["max_num_batched_tokens"]
-    golden = json.loads(golden_path("dflash_27b_gate", PINS.oracle).read_text())
+    golden = GOLDENS.load("dflash_27b_gate", PINS.oracle)
     assert judge(trace, golden, role="candidate").kind == "diverged"
 
 

@@ -3,7 +3,7 @@ raised and vLLM's own words, pydantic's wrapper and its repr of vLLM's arguments
 
 import json
 
-from conformance.gate.golden_store import golden_path
+from conformance.gate.golden_store import GOLDENS
 from conformance.pins import load_pins
 from conformance.refusal import meaning
 from conformance.gate.render_text import render_verdict
@@ -38,7 +38,7 @@ def test_pydantics_own_errors_stay_validation_errors_without_the_repr():
 
 
 def golden_and_candidate(refused: dict):
-    golden = json.loads(golden_path("budget_threshold_over_max_len", PINS.oracle).read_text())
+    golden = GOLDENS.load("budget_threshold_over_max_len", PINS.oracle)
     golden["layers"]["config"][0]["refused"] = {"type": "ValueError", "message": WORDS}
     candidate = json.loads(json.dumps(golden))
     candidate["engine"]["label"] = "port"

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from conformance.gate.requirement_rows import apply_gate
-from conformance.gate.golden_store import golden_path, load_golden
+from conformance.gate.golden_store import GOLDENS
 from conformance.pins import load_pins
 from conformance.gate.report_files import write_reports
 from conformance.gate.verdict import CANDIDATE, ORACLE, judge
@@ -85,8 +85,8 @@ def check_page(page: Path, budgets: tuple[int, int]) -> Elements:
 
 def test_the_report_renders_with_budgets_difference_zoom_and_tables(tmp_path):
     name = "engine_dflash_gate"
-    oracle = load_golden(golden_path(name, PINS.oracle))
-    candidate = load_golden(golden_path(name, "0.28.0"))
+    oracle = GOLDENS.load(name, PINS.oracle)
+    candidate = GOLDENS.load(name, "0.28.0")
     candidate["engine"]["label"] = "vllm-0.28.0"
     verdicts = [judge(oracle, oracle, ORACLE), judge(candidate, oracle, CANDIDATE)]
     result = apply_gate(verdicts, {name: ("SPEC-DFLASH",)}, [], dt.date(2026, 11, 30))

@@ -109,10 +109,9 @@ def test_a_block_of_budget_log_lines_prints_once():
     from conformance.gate.verdict import Verdict
 
     def diverged(scenario):
-        v = Verdict("port", scenario, "diverged", CANDIDATE, [compare_layer(
-            "config", [{"max_num_scheduled_tokens": 4036}], [{"max_num_scheduled_tokens": 4096}])])
-        v.expected_lines, v.actual_lines = ["set to 4036"], ["set to 4096"]
-        return v
+        return Verdict("port", scenario, "diverged", CANDIDATE, [compare_layer(
+            "config", [{"max_num_scheduled_tokens": 4036}], [{"max_num_scheduled_tokens": 4096}])],
+            expected_lines=["set to 4036"], actual_lines=["set to 4096"])
 
     text = render_gate(apply_gate([diverged("a"), diverged("b")], {}, []), PINS.oracle)
     assert text.count("set to 4096") == 1 and "budget log lines: as block [1] above (a, port)" in text

@@ -10,7 +10,7 @@ from conformance.compare import compare_layer
 from conformance.engine import EngineProcess, EngineSpec
 from conformance.envs import device_args
 from conformance.gate.requirement_rows import apply_gate
-from conformance.gate.golden_store import golden_path
+from conformance.gate.golden_store import GOLDENS
 from conformance.pins import load_pins
 from conformance.gate.render_text import render
 from conformance.gate.render_html import html_report
@@ -27,7 +27,7 @@ STEP_STATE = ("kv_blocks", "waiting", "running")
 
 
 def _golden_steps(scenario, release):
-    path = golden_path(scenario.name, release)
+    path = GOLDENS.path(scenario.name, release)
     if not path.exists():
         return None
     steps = json.loads(path.read_text())["layers"].get("steps") or []
@@ -72,7 +72,7 @@ def test_engine_goldens_record_the_state(scenario):
     fixed = scenario.engine_args.get("num_gpu_blocks_override") is not None
     checked = []
     for release in PINS.releases:  # the pins whose whole engine runs here (0.33.0's needs a GPU)
-        path = golden_path(scenario.name, release)
+        path = GOLDENS.path(scenario.name, release)
         steps = json.loads(path.read_text())["layers"].get("engine_steps") if path.exists() else None
         if not steps or "refused" in steps[0]:
             continue
@@ -179,7 +179,7 @@ def test_miscounted_verify_steps_are_reported_where_the_state_first_differs():
         assert proc.hello["engine"] == "vllm+double:miscounted-verify-steps"
         for name in wanted:
             scenario = next(s for s in STAND_IN if s.name == name)
-            golden = json.loads(golden_path(name, PINS.oracle).read_text())
+            golden = GOLDENS.load(name, PINS.oracle)
             trace = make_trace("miscounted", proc.hello, scenario, proc.run(scenario, scenario.layers))
             verdict = judge(trace, golden, "candidate")
             assert verdict.kind == "diverged"

@@ -1,11 +1,10 @@
 """Integration, per-step layer: the real scheduler of each pin, driven by the stand-in."""
 
-import json
 
 import pytest
 
 from conformance.engine import EngineFailure
-from conformance.gate.golden_store import golden_path
+from conformance.gate.golden_store import GOLDENS
 from conformance.pins import load_pins
 from conformance.gate.render_text import render
 from conformance.runner import failure_trace
@@ -22,7 +21,7 @@ IDS = [s.name for s in WORKLOADS]
 
 
 def golden(scenario, release=PINS.oracle):
-    return json.loads(golden_path(scenario.name, release).read_text())
+    return GOLDENS.load(scenario.name, release)
 
 
 @pytest.mark.parametrize("release", PINS.releases)

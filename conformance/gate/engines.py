@@ -3,17 +3,15 @@ report names each, and which cannot serve the engine layers here."""
 
 from __future__ import annotations
 
-import re
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine import resolve_engine
-from ..pins import Pins, parse_pin
+from ..engine import prepare_engine
+from ..pins import Pins
+from .engine_ref import CATALOG, COMMAND, EngineRef
 from .shards import Unit
 from .verdict import CANDIDATE, ORACLE, STAND_IN
-
-NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.+:-]{0,63})=(\S.*)$")  # --candidate NAME=COMMAND
 
 
 @dataclass(frozen=True)
@@ -24,6 +22,10 @@ class GateEngine:
     name: str | None = None  # NAME of --candidate NAME=COMMAND
     command: str | None = None  # a command-line engine's command, shown once in the report
 
+    def ref(self, pins: Pins) -> EngineRef:
+        """What `engine` names, parsed (a manifest's engines are read back as GateEngines)."""
+        return EngineRef.parse(self.engine, pins)
+
     def to_json(self) -> dict:
         return {"key": self.key, "role": self.role, "engine": self.engine, "name": self.name,
                 "command": self.command}
@@ -33,35 +35,21 @@ def gate_engines(pins: Pins, candidates: list[str], log) -> list[GateEngine]:
     """The oracle, then each candidate (or, with none, the other pins as stand-ins). A command
     line is checked now (bad input stops the gate before any engine starts); a pin's
     environment is built only when a runner has work for it."""
-    engines = [GateEngine(f"vllm-{pins.oracle}", ORACLE, pins.oracle)]
+    pinned = [(EngineRef.pin(pins.oracle), ORACLE)]
     if not candidates:
         log("[gate] no candidate configured: the other pins stand in as informational candidates")
-        engines += [GateEngine(f"vllm-{r}", STAND_IN, r) for r in pins.candidates]
+        pinned += [(EngineRef.pin(r), STAND_IN) for r in pins.candidates]
+    engines = [GateEngine(ref.key, role, ref.text) for ref, role in pinned]
     for text in candidates:
-        name, engine = None, text
-        match = NAMED.match(text)
-        if match and not _pin_label(text, pins):
-            name, engine = match[1], match[2]
-        label = _pin_label(engine, pins)
-        command = None
-        if label is None:  # a command line: split, never run through a shell
-            resolve_engine(engine, pins, log)
-            command = shlex.join(shlex.split(engine))
-        engines.append(GateEngine(name or label or command, CANDIDATE, engine, name, command))
+        ref = EngineRef.parse(text, pins, named=True)
+        if ref.kind in (COMMAND, CATALOG):  # a command that names no executable, or a catalog
+            prepare_engine(ref, pins, log)  # mutant (only `parity fuzz` serves one), stops here
+        engines.append(GateEngine(ref.key, CANDIDATE, ref.text, ref.name, ref.command))
     keys = [e.key for e in engines]
     if len(set(keys)) != len(keys):
         raise ValueError(f"--candidate: two engines have the same name ({keys}); "
                          "name them with NAME=COMMAND")
     return engines
-
-
-def _pin_label(text: str, pins: Pins) -> str | None:
-    """vllm-0.28.0 for a pin, vllm-0.27.1+mutant:NAME for a mutant; None for a command line."""
-    pin, _, mutant = text.partition("+mutant:")
-    release = parse_pin(pin, pins)
-    if release is None:
-        return None
-    return f"vllm-{release}+mutant:{mutant}" if mutant else f"vllm-{release}"
 
 
 def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
@@ -71,7 +59,7 @@ def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
     if device_mode() != "cpu":
         return frozenset()
     return frozenset((e.key, "engine") for e in engines if e.command is None
-                     and not pins.cpu_engine_build(parse_pin(e.engine.partition("+mutant:")[0], pins)))
+                     and not pins.cpu_engine_build(e.ref(pins).release))
 
 
 def _labels(engines: list[GateEngine], units: list[Unit], traces: dict) -> dict[GateEngine, str]:

@@ -1,10 +1,12 @@
-"""Golden files: where they live, how they are written (atomically, oracle only), and checked.
+"""Golden files, owned by one GoldenStore: where they live, how they are read (an unreadable
+one is an invalid golden), which are orphans, when regeneration keeps one, and how one is
+written (atomically, by a pinned oracle only). Nothing outside conformance/gate/ opens them.
 
 goldens/<scenario name>/vllm-<release>.json holds the trace of pinned release <release> on
 that scenario. Only a pinned vLLM release may write one; a candidate never does.
 
-Whether a regenerated trace still holds its golden (`check_golden`, the one rule of both
-lifecycles, `make goldens` and `parity goldens`):
+Whether a regenerated trace still holds its golden (`check_golden`, the one rule of the one
+lifecycle, `GoldenStore.update`, which `make goldens` and `parity goldens` both run):
   - on the machine that wrote it (same build, CPU model, ISA level and CPU flags): byte for byte;
   - on another machine or ISA level: every integer fact exactly (config, steps, engine_steps,
     token ids, finish reasons) and the engine layers' logprobs within the scenario's calibrated
@@ -18,31 +20,40 @@ CPU that wrote it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..pins import REPO_ROOT
-from ..trace import TraceError, dumps, load_trace
+from ..trace import TraceError, dumps, load_trace, loads_trace
 
 GOLDEN_DIR = REPO_ROOT / "goldens"
+# What regeneration does to a golden (GoldenUpdate.action)
+KEEP, NEW, REWRITE = "keep", "new", "rewrite"
 
 
 class GoldenRefused(PermissionError):
-    """Someone asked a candidate engine to write a golden."""
+    """Someone asked a candidate engine, or a failed run, to write a golden."""
 
 
-def golden_path(scenario: str, release: str, root: Path = GOLDEN_DIR) -> Path:
-    return root / scenario / f"vllm-{release}.json"
+@dataclass(frozen=True)
+class Golden:
+    """A golden looked up: its trace, or why there is none to judge against (`kind`:
+    missing_golden or invalid_golden, and a message naming the file)."""
 
+    path: Path
+    trace: dict | None = None
+    kind: str = ""
+    message: str = ""
 
-def load_golden(path: Path) -> dict:
-    trace = load_trace(path)
-    if "failure" in trace:
-        raise TraceError(f"{path}: a golden must come from a finished oracle run, this one records "
-                         f"a failure ({trace['failure'].get('kind')})")
-    return trace
+    def only(self, layers) -> dict | None:
+        """The golden restricted to `layers` (all of it with None)."""
+        if self.trace is None or layers is None:
+            return self.trace
+        return dict(self.trace, layers={k: v for k, v in self.trace["layers"].items() if k in layers})
 
 
 @dataclass(frozen=True)
@@ -51,8 +62,126 @@ class GoldenCheck:
 
     holds: bool
     rule: str  # "bytes" (the writer's machine), "tolerance" (another machine), "numerics" (another build)
-    verdict: object = None  # the conformance.verdict.Verdict of a judged check
+    verdict: object = None  # the gate.verdict.Verdict of a judged check
     reason: str = ""
+
+
+@dataclass(frozen=True)
+class GoldenUpdate:
+    """What regenerating one golden does: KEEP it (it holds), write it NEW, or REWRITE it (it
+    does not hold, or is unreadable); `summary` says what changes, `reason` why it is rewritten."""
+
+    path: Path
+    action: str
+    text: str  # the regenerated golden's text (trace.dumps)
+    check: GoldenCheck | None = None  # how the old golden was judged (None: new or unreadable)
+    summary: str = ""
+    reason: str = ""
+
+    @property
+    def changes(self) -> bool:
+        return self.action != KEEP
+
+
+class GoldenStore:
+    """goldens/ (or another root, in tests): every read and write of a golden file."""
+
+    def __init__(self, root: Path = GOLDEN_DIR):
+        self.root = Path(root)
+
+    def path(self, scenario: str, release: str) -> Path:
+        return self.root / scenario / f"vllm-{release}.json"
+
+    def exists(self, scenario: str, release: str) -> bool:
+        return self.path(scenario, release).exists()
+
+    def load(self, scenario: str, release: str) -> dict:
+        """The golden's trace; a TraceError naming the file when it is missing or invalid."""
+        return read_golden(self.path(scenario, release))
+
+    def lookup(self, scenario: str, release: str) -> Golden:
+        """The golden, or why there is none to judge against (never raises for a bad file)."""
+        return lookup(self.path(scenario, release))
+
+    def digest(self, names: list[str], releases: tuple[str, ...]) -> str:
+        """Every golden of these scenarios and pins, by content (absent ones too)."""
+        h = hashlib.sha256()
+        for name in sorted(names):
+            for release in releases:
+                path = self.path(name, release)
+                h.update(f"{name}/{release}\0".encode())
+                h.update(hashlib.sha256(path.read_bytes()).digest() if path.exists() else b"absent")
+        return h.hexdigest()[:16]
+
+    def content(self, scenario: str, release: str) -> bytes:
+        """The golden's bytes, for what depends on it exactly (adequacy's result cache)."""
+        return self.path(scenario, release).read_bytes()
+
+    def orphans(self, scenario_names: set[str], releases: tuple[str, ...]) -> list[Path]:
+        """Golden files with no scenario or no pinned release behind them."""
+        expected = {self.path(s, r) for s in scenario_names for r in releases}
+        return sorted(p for p in self.root.glob("**/*.json") if p not in expected)
+
+    def update(self, trace: dict, release: str | None, old_text: str | None = None) -> GoldenUpdate:
+        """The one golden lifecycle: what regenerating the golden of `trace` (a run of pinned
+        `release`) does, by `keeps`. A bad writer (a candidate, a failed run, another release's
+        trace) is refused. `old_text`: the golden's current text when the caller has read it."""
+        path = self.path(trace["scenario"]["name"], release) if release else None
+        refuse_writer(path, trace, release)
+        if old_text is None and path.exists():
+            old_text = path.read_text()
+        text = dumps(trace)
+        if old_text is None:
+            return GoldenUpdate(path, NEW, text, summary=change_summary(path, None, trace))
+        try:
+            golden = loads_trace(old_text, path)
+        except TraceError as exc:
+            return GoldenUpdate(path, REWRITE, text, summary=change_summary(path, old_text, trace),
+                                reason=f"unreadable: {exc}")
+        check = keeps(trace, golden)
+        if check.holds:
+            return GoldenUpdate(path, KEEP, text, check)
+        return GoldenUpdate(path, REWRITE, text, check, change_summary(path, old_text, trace), check.reason)
+
+    def write(self, update: GoldenUpdate) -> bool:
+        """Write a regenerated golden atomically (old file or new file, never half); True when
+        the bytes changed. A kept golden is left as it is."""
+        if not update.changes:
+            return False
+        return write_text_atomic(update.path, update.text)
+
+
+GOLDENS = GoldenStore()
+
+
+def read_golden(path: Path) -> dict:
+    """A golden file's trace (any path: `parity compare --golden`); TraceError when invalid."""
+    trace = load_trace(path)
+    if "failure" in trace:
+        raise TraceError(f"{path}: a golden must come from a finished oracle run, this one records "
+                         f"a failure ({trace['failure'].get('kind')})")
+    return trace
+
+
+def lookup(path: Path) -> Golden:
+    if not path.exists():
+        return Golden(path, kind="missing_golden", message=f"no golden at {path}; write it with `make goldens`")
+    try:
+        return Golden(path, read_golden(path))
+    except TraceError as exc:
+        return Golden(path, kind="invalid_golden", message=str(exc))
+
+
+def refuse_writer(path: Path | None, trace: dict, release: str | None) -> None:
+    """Only a finished run of a pinned vLLM release writes that release's golden."""
+    where = path or f"the golden of {trace.get('scenario', {}).get('name')}"
+    if release is None:
+        raise GoldenRefused(f"refusing to write {where}: goldens are written only by a pinned "
+                            "vLLM oracle, never by a candidate engine")
+    if "failure" in trace:
+        raise GoldenRefused(f"refusing to write {where}: the run failed ({trace['failure']['kind']})")
+    if trace.get("provenance", {}).get("environment", {}).get("vllm") != release:
+        raise GoldenRefused(f"refusing to write {where}: it is not the trace of vLLM {release}")
 
 
 def writer(trace: dict) -> dict:
@@ -63,7 +192,7 @@ def writer(trace: dict) -> dict:
 
 def check_golden(trace: dict, golden: dict) -> GoldenCheck:
     """The one rule by which a trace holds its golden (module doc)."""
-    from .verdict import NUMERICS, PASS, judge
+    from .verdict import NUMERICS, PASS, judge  # the comparison core; judging.py builds on this module
 
     theirs, ours = writer(golden), writer(trace)
     if theirs == ours and theirs["cpu"] is not None:
@@ -93,16 +222,6 @@ def keeps(trace: dict, golden: dict) -> GoldenCheck:
     return check
 
 
-def write_golden(path: Path, trace: dict, release: str | None) -> bool:
-    """Write atomically (old file or new file, never half); True when the bytes changed."""
-    if release is None:
-        raise GoldenRefused(f"refusing to write {path}: goldens are written only by a pinned "
-                            "vLLM oracle, never by a candidate engine")
-    if "failure" in trace:
-        raise GoldenRefused(f"refusing to write {path}: the run failed ({trace['failure']['kind']})")
-    return write_text_atomic(path, dumps(trace))
-
-
 def write_text_atomic(path: Path, text: str) -> bool:
     """Old file or new file, never half of either; True when the bytes changed."""
     if path.exists() and path.read_text() == text:
@@ -122,16 +241,8 @@ def write_text_atomic(path: Path, text: str) -> bool:
     return True
 
 
-def orphans(scenario_names: set[str], releases: tuple[str, ...], root: Path = GOLDEN_DIR) -> list[Path]:
-    """Golden files with no scenario or no pinned release behind them."""
-    expected = {golden_path(s, r, root) for s in scenario_names for r in releases}
-    return sorted(p for p in root.glob("**/*.json") if p not in expected)
-
-
 def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
     """One line saying what regenerating `path` changes, shown before it is written."""
-    import json
-
     from ..compare import compare_layer
 
     rel = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path

@@ -1,15 +1,16 @@
-"""From a trace to its verdict: against the oracle's golden, on the layers the engine was
-judged on, each other layer recorded as not judged with why."""
+"""From a trace to its verdict: `judge_trace`, the one way every part of the house judges a
+run (the gate and merge through judge_layers, `parity compare`, a shard's unit summaries,
+adequacy's mutants, the fuzzer), against a golden from the store or an oracle trace held in
+memory; and the gate's layers judged, each other layer recorded as not judged with why."""
 
 from __future__ import annotations
 
-from pathlib import Path
+from dataclasses import replace
 
 from ..pins import Pins
 from ..protocol import LAYERS
-from ..trace import TraceError
-from . import golden_store as golden_files
-from .verdict import MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, PASS, Verdict, judge
+from .golden_store import GOLDENS, Golden, GoldenStore
+from .verdict import MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, Verdict, judge
 
 
 def served_layers(engines, units: list, traces: dict[str, dict]) -> dict[str, list[str]]:
@@ -24,7 +25,7 @@ def served_layers(engines, units: list, traces: dict[str, dict]) -> dict[str, li
 
 
 def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dict,
-                 pins: Pins, served: list[str]) -> tuple[Verdict, dict | None]:
+                 pins: Pins, served: list[str], store: GoldenStore = GOLDENS) -> tuple[Verdict, dict | None]:
     """The verdict on the layers this engine was judged on: the scenario's layers that were
     asked (--layers) and that the engine serves (its hello). Each other layer is recorded as
     not judged, with why. A layer the gate requires (--require-layers; by default every layer
@@ -35,16 +36,17 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dic
     not_served = [layer for layer in planned if layer in trace.get("not_served", [])]
     layers = [layer for layer in planned if layer not in not_served]
     everything = not not_served and manifest.get("layers") is None
-    path = golden_files.golden_path(name, pins.oracle)
-    verdict, golden = judge_against(trace, path, engine.role, layers=None if everything else layers)
-    verdict.judged = layers
+    golden = store.lookup(name, pins.oracle)
+    verdict = judge_trace(trace, golden, engine.role, layers=None if everything else layers)
     declared = trace.get("capabilities")  # a candidate's hello: a layer not asked may not be served either
-    verdict.not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
-                          for layer in scenario.get("layers", planned) if layer not in planned}
-    verdict.not_judged.update((layer, NOT_SERVED) for layer in not_served)
+    not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
+                  for layer in scenario.get("layers", planned) if layer not in planned}
+    not_judged.update((layer, NOT_SERVED) for layer in not_served)
     required = manifest.get("require_layers")
     missing = [layer for layer in not_served if required is None or layer in required]
-    verdict.not_judged.update((layer, MISSING) for layer in missing)
+    not_judged.update((layer, MISSING) for layer in missing)
+    verdict = replace(verdict, judged=layers, not_judged=not_judged)
+    golden = golden.only(None if everything else layers)
     if not missing and layers:
         return verdict, golden
     why = (f"required layer{'s' if len(missing) > 1 else ''} {', '.join(missing)} not judged: the engine "
@@ -55,31 +57,28 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dic
               "--require-layers (REQUIRE_LAYERS=)" if served else "It serves none of the layers asked")
            if missing else "none of this scenario's layers asked is served by the engine")
     if verdict.kind in (PASS, NUMERICS):
-        verdict.kind, verdict.message = "unsupported", why
+        verdict = replace(verdict, kind="unsupported", message=why)
     elif why not in verdict.message:
-        verdict.message = f"{verdict.message}\n{why}".strip()
+        verdict = replace(verdict, message=f"{verdict.message}\n{why}".strip())
     return verdict, golden
 
 
-def judge_against(trace: dict, path: Path, role: str, layers=None) -> tuple[Verdict, dict | None]:
-    """The verdict, and the golden it was judged against (None when there is none); with
-    `layers`, against those layers of the golden only."""
-    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
-    if "failure" in trace:  # an engine failure is its own verdict, whatever the golden's state;
-        try:  # the records it sent before failing are still compared with a readable golden
-            golden = golden_files.load_golden(path) if path.exists() else None
-        except TraceError:
-            golden = None
-        if golden is not None and layers is not None:
-            golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers})
-        return judge(trace, golden, role), golden
-    if not path.exists():
-        return Verdict(engine, scenario, "missing_golden", role,
-                       message=f"no golden at {path}; write it with `make goldens`"), None
-    try:
-        golden = golden_files.load_golden(path)
-    except TraceError as exc:
-        return Verdict(engine, scenario, "invalid_golden", role, message=str(exc)), None
-    if layers is not None:
+def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=None) -> Verdict:
+    """The verdict on one trace, in `role`: against a golden looked up in the store (a
+    missing or invalid one is the verdict, unless the run failed: an engine failure is its own
+    verdict, its records compared with a readable golden), or an oracle's trace held in
+    memory (a dict; None: no golden at all); with `layers`, on those layers of the golden only."""
+    if isinstance(golden, Golden):
+        if golden.trace is None and "failure" not in trace:
+            return Verdict(trace["engine"]["label"], trace["scenario"]["name"], golden.kind, role,
+                           message=golden.message)
+        golden = golden.trace
+    if golden is not None and layers is not None:
         golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers})
-    return judge(trace, golden, role), golden
+    return judge(trace, golden, role)
+
+
+def judge_unit(trace: dict, scenario: str, oracle: str, layers: list[str],
+               store: GoldenStore = GOLDENS) -> Verdict:
+    """A unit of a shard judged alone, against the oracle's golden on the unit's layers."""
+    return judge_trace(trace, store.lookup(scenario, oracle), ORACLE, layers)

@@ -19,9 +19,8 @@ import subprocess
 from dataclasses import replace
 from pathlib import Path
 
-from . import golden_store as golden_files
 from ..drift import drift_rows, render_drift
-from ..engine import resolve_engine
+from ..engine import prepare_engine
 from .requirement_rows import apply_gate, where_of
 from ..methods_table import render_methods_table
 from ..pins import Pins
@@ -32,7 +31,7 @@ from .render_ci import markdown
 from ..runner import run_units, side_by_side
 from .shards import COLD_START, GROUPS, ShardError, Unit, assign, digest, goldens_digest, load_results, plan, share_cost, tool_identity, write_results
 from .engines import GateEngine, _labels, _refused
-from .judging import judge_against, judge_layers, served_layers
+from .judging import judge_layers, judge_unit, served_layers
 from .verdict import CANDIDATE, ORACLE, PASS, Verdict
 
 def scenario_info(scenarios) -> list[dict]:
@@ -69,7 +68,7 @@ def run_share(engines: list[GateEngine], scenarios, units: list[Unit], pins: Pin
                          f"{len(mine)} unit{'s' if len(mine) != 1 else ''}")
             # named by its key while it runs (a command line can be long); the report names it
             # by its NAME or its hello
-            spec = replace(resolve_engine(engine.engine, pins, log), label=engine.key)
+            spec = replace(prepare_engine(engine.ref(pins), pins, log), label=engine.key)
             # a candidate is asked only for the layers its hello declares (judge_layers)
             return run_units(spec, [(by_name[u.scenario], list(u.layers)) for u in mine], log,
                              repeat=2 if engine.role == ORACLE else 1,
@@ -266,9 +265,8 @@ def ci_summaries(result, oracle: str, reports: Path | None, log, commands=None) 
 
 def _unit_summary(unit: Unit, trace: dict, pins: Pins) -> dict:
     """A unit's own verdict against the golden's same layers, for reading a shard alone."""
-    path = golden_files.golden_path(unit.scenario, pins.oracle)
     served = [layer for layer in unit.layers if layer not in trace.get("not_served", [])]
-    verdict, _ = judge_against(trace, path, ORACLE, layers=served)
+    verdict = judge_unit(trace, unit.scenario, pins.oracle, served)
     first = where_of(verdict) or next(iter(verdict.message.splitlines()), "")[:200]
     summary = {"engine": unit.engine, "scenario": unit.scenario, "layers": list(unit.layers),
                "kind": verdict.kind, "first": first}

@@ -169,15 +169,9 @@ def tool_identity() -> dict:
 
 def goldens_digest(names: list[str], releases: tuple[str, ...]) -> str:
     """Every golden the verdicts and the drift report read, by content."""
-    from .golden_store import golden_path
+    from .golden_store import GOLDENS
 
-    h = hashlib.sha256()
-    for name in sorted(names):
-        for release in releases:
-            path = golden_path(name, release)
-            h.update(f"{name}/{release}\0".encode())
-            h.update(hashlib.sha256(path.read_bytes()).digest() if path.exists() else b"absent")
-    return h.hexdigest()[:16]
+    return GOLDENS.digest(names, releases)
 
 
 def write_results(folder: Path, manifest: dict, done: list[tuple[Unit, dict, dict]]) -> None:

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from ..compare import LayerComparison
 
@@ -26,8 +26,10 @@ ROLES = (ORACLE, CANDIDATE, STAND_IN)
 NOT_ASKED, NOT_SERVED, MISSING = "not asked", "not served", "required, not served"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Verdict:
+    """Made once, by `judge` (the gate adds the layers judged with dataclasses.replace)."""
+
     engine: str
     scenario: str
     kind: str
@@ -115,16 +117,15 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
     differing = [c for c in comparisons if not c.equal]
     kind = (PASS if not differing else
             NUMERICS if all(c.cause in NUMERICS_CAUSES for c in differing) else DIVERGED)
-    verdict = Verdict(engine, scenario, kind, role, comparisons)
     build = lambda t: t.get("provenance", {}).get("environment", {}).get("build")  # noqa: E731
-    verdict.same_build = build(trace) == build(golden)
-    verdict.capacity = capacity_excess(trace["layers"].get("engine_steps", []))
-    verdict.oracle_capacity = capacity_excess(golden["layers"].get("engine_steps", []))
     expected_config, actual_config = golden["layers"].get("config"), trace["layers"].get("config")
-    if expected_config and actual_config:
-        verdict.expected_lines = expected_config[0].get("budget_log_lines", [])
-        verdict.actual_lines = actual_config[0].get("budget_log_lines", [])
-    return verdict
+    lines = bool(expected_config and actual_config)
+    return Verdict(engine, scenario, kind, role, comparisons,
+                   expected_lines=expected_config[0].get("budget_log_lines", []) if lines else [],
+                   actual_lines=actual_config[0].get("budget_log_lines", []) if lines else [],
+                   capacity=capacity_excess(trace["layers"].get("engine_steps", [])),
+                   oracle_capacity=capacity_excess(golden["layers"].get("engine_steps", [])),
+                   same_build=build(trace) == build(golden))
 
 
 # Failures after which the records the engine did send are compared with the golden: a port
@@ -151,14 +152,12 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
                    for layer, records in sent.items() if layer in golden["layers"]]
     differing = [c for c in comparisons if not c.equal]
     if differing and not all(c.cause in NUMERICS_CAUSES for c in differing):
-        verdict.kind, verdict.failure, verdict.comparisons = DIVERGED, kind, comparisons
-        verdict.message = (f"then the engine failed ({kind}); the divergence below is in the "
-                           f"records it sent before that:\n{failure['message']}")
-        return verdict
+        return replace(verdict, kind=DIVERGED, failure=kind, comparisons=comparisons, message=(
+            f"then the engine failed ({kind}); the divergence below is in the "
+            f"records it sent before that:\n{failure['message']}"))
     agreed = ", ".join(f"{c.layer}: {c.actual_count} records" for c in comparisons)
-    verdict.message = (f"{failure['message']}\nbefore it failed, every record it sent agreed with "
-                       f"the golden ({agreed or 'none comparable'})")
-    return verdict
+    return replace(verdict, message=(f"{failure['message']}\nbefore it failed, every record it "
+                                     f"sent agreed with the golden ({agreed or 'none comparable'})"))
 
 
 def logprob_atol(golden: dict) -> float:

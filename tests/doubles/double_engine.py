@@ -112,9 +112,9 @@ def main() -> int:
     def records(scenario: dict, layers: list) -> list:
         """The run's records, (layer, [data, ...]) for each layer asked, in order."""
         if args.replay:
-            path = os.path.join(os.path.dirname(__file__), "..", "..", "goldens",
-                                scenario["name"], f"vllm-{args.replay}.json")
-            golden = json.load(open(path))["layers"]
+            from conformance.gate.golden_store import GOLDENS
+
+            golden = GOLDENS.load(scenario["name"], args.replay)["layers"]
             return [(layer, golden[layer]) for layer in layers]
         answer = []
         for layer in layers:
