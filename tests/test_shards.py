@@ -13,12 +13,13 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance import cli
-from conformance.gate import engines as gate_engines_mod, run as gate_run
+from conformance.gate import ci, engines as gate_engines_mod, run as gate_run
 from conformance.gate.engines import GateEngine
 from conformance.pins import load_pins
 from conformance.scenario import load_scenario
 from conformance.gate.shards import COLD_START, ShardError, assign, parse_shard, plan, share_cost
 from conformance.gate.verdict import CANDIDATE, ORACLE
+from conformance.gate.view import gate_view
 from conftest import DOUBLE, REPO
 
 PINS = load_pins()
@@ -114,7 +115,7 @@ def test_a_block_of_budget_log_lines_prints_once():
         v.expected_lines, v.actual_lines = ["set to 4036"], ["set to 4096"]
         return v
 
-    text = render_gate(apply_gate([diverged("a"), diverged("b")], {}, []), PINS.oracle)
+    text = render_gate(gate_view(apply_gate([diverged("a"), diverged("b")], {}, []), PINS.oracle))
     assert text.count("set to 4096") == 1 and "budget log lines: as block [1] above (a, port)" in text
     assert text.splitlines()[3].split() == ["a", "diverged", "config.max_num_scheduled_tokens"]
 
@@ -127,7 +128,7 @@ def test_the_matrix_of_the_built_in_scenarios_and_pins_fits_a_screen():
     verdicts = [Verdict(f"vllm-{r}", s.name, "pass" if r == PINS.oracle else "unsupported",
                         ORACLE if r == PINS.oracle else STAND_IN, message="no CPU engine")
                 for r in PINS.releases for s in SCENARIOS]
-    lines = render_gate(apply_gate(verdicts, {}, []), PINS.oracle).splitlines()
+    lines = render_gate(gate_view(apply_gate(verdicts, {}, []), PINS.oracle)).splitlines()
     summary = next(i for i, line in enumerate(lines) if line.startswith(f"-- {len(verdicts)} verdicts"))
     assert summary < 40 and all(s.name in "".join(lines[:summary]) for s in SCENARIOS)
     first = next(line for line in lines if line.startswith(SCENARIOS[0].name))
@@ -141,7 +142,7 @@ def test_past_a_screen_identical_rows_fold_and_every_scenario_is_still_named():
 
     names = [f"s{i:02d}" for i in range(MAX_ROWS + 10)]
     verdicts = [Verdict("port", n, "unsupported" if n == "s07" else "pass", CANDIDATE) for n in names]
-    lines = render_gate(apply_gate(verdicts, {}, []), PINS.oracle).splitlines()
+    lines = render_gate(gate_view(apply_gate(verdicts, {}, []), PINS.oracle)).splitlines()
     rows = [line.split() for line in lines[3:] if line.startswith("s")]
     assert rows[:2] == [["s00", f"+{len(names) - 2}", "pass"], ["s07", "unsupported"]]
     listed = next(line for line in lines if line.startswith(f"   s00 +{len(names) - 2}: "))
@@ -213,15 +214,15 @@ def test_buildkite_annotation_goes_through_the_agent_when_it_exists(tmp_path, en
     assert text == (tmp_path / "r" / "annotation.md").read_text() and "| dflash_27b_gate |" in text
     agent.unlink()
     logged = []
-    gate_run.ci_summaries(*_result_of(tmp_path), log=logged.append)
+    ci.ci_summaries(_view_of(), tmp_path / "r2", log=logged.append)
     assert any("buildkite-agent is not on PATH" in line for line in logged)
 
 
-def _result_of(tmp_path):
+def _view_of():
     from conformance.gate.requirement_rows import apply_gate
     from conformance.gate.verdict import Verdict
 
-    return apply_gate([Verdict("x", "s", "pass", ORACLE)], {}, []), "0.27.1", tmp_path / "r2"
+    return gate_view(apply_gate([Verdict("x", "s", "pass", ORACLE)], {}, []), "0.27.1")
 
 
 def test_progress_goes_to_stderr_only(tmp_path, engines, capsys):

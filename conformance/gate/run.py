@@ -13,9 +13,6 @@ import copy
 import functools
 import datetime as dt
 import json
-import os
-import shutil
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
@@ -26,9 +23,10 @@ from .requirement_rows import apply_gate, where_of
 from ..methods_table import render_methods_table
 from ..pins import Pins
 from ..progress import EngineProgress, Progress, duration
-from .render_text import render_gate, render_rows
-from .report_files import claimed, write_reports, write_text
-from .render_ci import markdown
+from .ci import check_summary_target, ci_summaries
+from .render_text import render_gate, render_requirement_rows
+from .report_files import claimed, write_reports
+from .view import gate_view
 from ..runner import run_units, side_by_side
 from .shards import COLD_START, GROUPS, ShardError, Unit, assign, digest, goldens_digest, load_results, plan, share_cost, tool_identity, write_results
 from .engines import GateEngine, _labels, _refused
@@ -195,73 +193,27 @@ def finish(pins: Pins, manifest: dict, units: list[Unit], traces: dict[str, dict
         judged[(verdict.engine, verdict.scenario)] = (trace, golden)
     result = apply_gate(verdicts, {s["name"]: tuple(s["rows"]) for s in scenarios}, waivers)
     commands = {label: e.command for e, label in _labels(engines, units, traces).items() if e.command}
-    out(render_gate(result, pins.oracle, commands))
-    out(render_rows(result))
+    view = gate_view(result, pins.oracle, commands, judged)
+    out(render_gate(view))
+    out(render_requirement_rows(view))
     if drift or not candidates:
         out(render_drift(drift_rows(names, pins.releases)))
         if any(s["method_matrix"] for s in scenarios):
             out(render_methods_table(pins.releases))
     else:
         out("-- drift across pins and per-pin tables left out (the oracle pin's concern): --drift shows them")
-    status = result.status
     try:
         if reports:
-            for path in write_reports(reports, result, judged, pins.oracle, commands):
+            for path in write_reports(reports, view):
                 log(f"[gate] wrote {path}")
-        ci_summaries(result, pins.oracle, reports, log, commands)
+        ci_summaries(view, reports, log)
     except OSError as exc:  # checked up front; a disk that fills meanwhile still ends here
         log(f"[gate] error: cannot write the reports: {exc}")
         log(f"[gate] exit status 2 (the reports are incomplete; the verdict above alone gives "
-            f"{result.status})")
+            f"{view.status})")
         return 2
-    log(f"[gate] exit status {status} ({STATUS_WORDS[status]})")
-    return status
-
-
-def check_summary_target() -> None:
-    """$GITHUB_STEP_SUMMARY, when set, must name a file that can be appended to: checked
-    before any engine runs, so a wrong value is bad input, not a traceback after the verdict."""
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if not summary:
-        return
-    path = Path(summary)
-    if path.is_dir():
-        raise ValueError(f"$GITHUB_STEP_SUMMARY={summary}: is a folder, not a file")
-    if not path.parent.is_dir():
-        raise ValueError(f"$GITHUB_STEP_SUMMARY={summary}: its folder {path.parent} does not exist")
-    if not os.access(path if path.exists() else path.parent, os.W_OK):
-        raise ValueError(f"$GITHUB_STEP_SUMMARY={summary}: cannot be written")
-
-
-STATUS_WORDS = ("every gating verdict passes or is waived",
-                "a gating engine diverged without a waiver, or a waiver expired",
-                "a gating run could not be compared")
-
-
-def ci_summaries(result, oracle: str, reports: Path | None, log, commands=None) -> None:
-    """GitHub Actions: the markdown summary appended to $GITHUB_STEP_SUMMARY. Buildkite: an
-    annotation file in the reports folder, and, on a Buildkite agent ($BUILDKITE set), the
-    same text handed to `buildkite-agent annotate` where that program exists."""
-    summary = os.environ.get("GITHUB_STEP_SUMMARY")
-    if summary:
-        with open(summary, "a", encoding="utf-8") as stream:
-            stream.write(markdown(result, oracle, commands))
-        log(f"[gate] appended the summary to $GITHUB_STEP_SUMMARY ({summary})")
-    text = markdown(result, oracle, commands)  # Buildkite renders the same markdown, tables included
-    path = None
-    if reports:
-        path = reports / "annotation.md"
-        reports.mkdir(parents=True, exist_ok=True)
-        write_text(path, text)
-        log(f"[gate] wrote {path} (a Buildkite annotation)")
-    agent = shutil.which("buildkite-agent") if os.environ.get("BUILDKITE") else None
-    if agent:
-        style = ("success", "error", "error")[result.status]
-        done = subprocess.run([agent, "annotate", "--style", style, "--context", "vllm-parity"],
-                              input=text, text=True, capture_output=True)
-        log(f"[gate] buildkite-agent annotate: {'done' if done.returncode == 0 else done.stderr.strip()[:200]}")
-    elif os.environ.get("BUILDKITE"):
-        log("[gate] BUILDKITE is set but buildkite-agent is not on PATH: annotation left in the reports folder")
+    log(f"[gate] exit status {view.status} ({view.meaning})")
+    return view.status
 
 
 def _unit_summary(unit: Unit, trace: dict, pins: Pins) -> dict:
