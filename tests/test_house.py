@@ -21,7 +21,8 @@ FLOORS = {
         "conformance.gate.verdict conformance.gate.golden_store conformance.gate.waivers "
         "conformance.gate.requirement_rows conformance.gate.judging conformance.drift "
         "conformance.methods_table conformance.comparability"),
-    4: ("running", "conformance.runner conformance.gate.shards conformance.gate.engines"),
+    4: ("running", "conformance.runner conformance.gate.shards conformance.gate.engines conformance.gate.context "
+        "conformance.gate.plan conformance.gate.execute conformance.gate.results"),
     5: ("reports", "conformance.gate.view conformance.gate.render_text conformance.gate.render_ci "
         "conformance.gate.render_html conformance.gate.report_files conformance.gate.ci conformance.readme_tables"),
     6: ("runs", "conformance.gate.run conformance.adequacy conformance.adequacy_engine "

@@ -23,7 +23,7 @@ def served_layers(engines, units: list, traces: dict[str, dict]) -> dict[str, li
     return out
 
 
-def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dict,
+def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest,
                  pins: Pins, served: list[str]) -> tuple[Verdict, dict | None]:
     """The verdict on the layers this engine was judged on: the scenario's layers that were
     asked (--layers) and that the engine serves (its hello). Each other layer is recorded as
@@ -34,7 +34,7 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dic
     planned = [layer for u in units if u.engine == engine.key and u.scenario == name for layer in u.layers]
     not_served = [layer for layer in planned if layer in trace.get("not_served", [])]
     layers = [layer for layer in planned if layer not in not_served]
-    everything = not not_served and manifest.get("layers") is None
+    everything = not not_served and manifest.layers is None
     path = golden_files.golden_path(name, pins.oracle)
     verdict, golden = judge_against(trace, path, engine.role, layers=None if everything else layers)
     verdict.judged = layers
@@ -42,7 +42,7 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dic
     verdict.not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
                           for layer in scenario.get("layers", planned) if layer not in planned}
     verdict.not_judged.update((layer, NOT_SERVED) for layer in not_served)
-    required = manifest.get("require_layers")
+    required = manifest.require_layers
     missing = [layer for layer in not_served if required is None or layer in required]
     verdict.not_judged.update((layer, MISSING) for layer in missing)
     if not missing and layers:
