@@ -58,7 +58,7 @@ def html_report(view: GateView) -> str:
              "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}"
              "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
              "svg text{font-family:sans-serif}")
-    # Opens the collapsed details a matrix link points at; marks the page as scripted-ready.
+    # Opens the collapsed details a grid link points at; marks the page as scripted-ready.
     script = ("function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));"
               "if(t&&t.tagName==='DETAILS'){t.open=true;}}"
               "window.addEventListener('hashchange',openTarget);openTarget();"

@@ -73,8 +73,8 @@ def unit_cost(group: str, scenario, repeat: int) -> float:
         tokens = sum(r.get("prompt_len", 0) + r.get("max_tokens", 0) for r in workload.get("requests", []))
         cost = 0.2 + tokens / STEP_TOKENS_PER_SECOND
     elif group == "methods":
-        matrix = scenario.method_matrix or {}
-        cost = COST["methods"] * len(matrix.get("rows", ())) * len(matrix.get("ks", ())) / 16
+        table = scenario.method_matrix or {}
+        cost = COST["methods"] * len(table.get("rows", ())) * len(table.get("ks", ())) / 16
     else:
         cost = COST[group]
     return cost * repeat
