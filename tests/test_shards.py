@@ -156,6 +156,17 @@ def test_past_a_screen_identical_rows_fold_and_every_scenario_is_still_named():
     assert all(n in "\n".join(lines) for n in names) and len(lines) < 40
 
 
+def test_a_whole_run_keeps_its_results_and_they_merge_to_the_same_report(tmp_path, engines):
+    status, text = run(gate_run.gate, CHEAP[:1], engines, results=tmp_path / "r")
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    verdicts = json.loads((tmp_path / "r" / "verdicts.json").read_text())
+    assert manifest["index"] == manifest["count"] == 1 and len(verdicts) == manifest["planned"] == 2
+    # judged once: each unit's entry is the gate's verdict on its engine and scenario
+    assert [(v["engine"], v["kind"], v["first"]) for v in verdicts] == [
+        ("TEST-DOUBLE-oracle", "diverged", "config.refused"), ("double-candidate", "diverged", "config.refused")]
+    assert status == 1 and run(gate_run.merge, [tmp_path / "r"]) == (status, text)
+
+
 def test_merge_refuses_a_missing_a_duplicate_or_a_foreign_shard(tmp_path, engines):
     for i in (1, 2):
         run(gate_run.gate, CHEAP, engines, shard=(i, 2), results=tmp_path / f"s{i}")
