@@ -23,6 +23,7 @@ from .envs import EnvError, device_mode, ensure_env
 from .gate.waivers import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins
+from .gate.context import RunContext
 from .gate.run import gate, merge
 from .gate.engines import gate_engines
 from .gate.judging import judge_trace
@@ -267,15 +268,16 @@ def cmd_gate(args) -> int:
     results = args.results
     if shard and results is None:
         results = REPO_ROOT / "out" / "results" / f"shard-{shard[0]}-of-{shard[1]}"
-    parallel = args.jobs or default_parallel(device_mode())
-    return gate(pins, scenarios, engines, layers, waivers, args.reports, shard, results, log,
-                parallel=parallel, require_layers=required, drift=args.drift)
+    context = RunContext(pins, log, waivers=waivers, reports=args.reports, results=results, shard=shard,
+                         parallel=args.jobs or default_parallel(device_mode()), layers=layers,
+                         require_layers=required, drift=args.drift)
+    return gate(context, scenarios, engines)
 
 
 def cmd_merge(args) -> int:
-    pins = load_pins()
-    waivers = load_waivers(args.waivers)
-    return merge(args.results, pins, waivers, args.reports, log, drift=args.drift)
+    context = RunContext(load_pins(), log, waivers=load_waivers(args.waivers), reports=args.reports,
+                         drift=args.drift)
+    return merge(context, args.results)
 
 
 def cmd_goldens(args) -> int:

@@ -156,11 +156,13 @@ def gate_engines_of(tmp_path, *candidate_options: str):
 
 def run_gate(engines, reports: Path | None, scenarios=(GATE,), shard=None, results=None, said=None):
     from conformance.gate import run as gate_run
+    from conformance.gate.context import RunContext
     from conformance.pins import load_pins
 
     lines = said if said is not None else []
-    status = gate_run.gate(load_pins(), [load_scenario(s) for s in scenarios], engines, ["config"], [],
-                           reports, shard, results, log=lines.append, out=lines.append)
+    context = RunContext(load_pins(), log=lines.append, out=lines.append, reports=reports, shard=shard,
+                         results=results, layers=["config"])
+    status = gate_run.gate(context, [load_scenario(s) for s in scenarios], engines)
     return status, "\n".join(lines)
 
 
@@ -231,6 +233,7 @@ def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, caps
 
 def test_merge_names_the_engine_two_shards_disagree_on(tmp_path, monkeypatch):
     from conformance.gate import run as gate_run
+    from conformance.gate.context import RunContext
     from conformance.pins import load_pins
     from conformance.gate.shards import ShardError
 
@@ -240,7 +243,7 @@ def test_merge_names_the_engine_two_shards_disagree_on(tmp_path, monkeypatch):
     manifest["engines"][1]["command"] += " --extra"
     (folders[1] / "manifest.json").write_text(json.dumps(manifest))
     with pytest.raises(ShardError) as err:
-        gate_run.merge(folders, load_pins(), [], None, log=lambda m: None)
+        gate_run.merge(RunContext(load_pins(), log=lambda m: None), folders)
     assert "they differ in engines (TEST-DOUBLE-candidate: command " in str(err.value), str(err.value)
     assert "--steps 1\" vs " in str(err.value) and "--steps 1 --extra\"" in str(err.value)
 

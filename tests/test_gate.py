@@ -9,6 +9,7 @@ from conformance.compare import compare_layer
 from conformance.gate.waivers import WaiverError, load_waivers
 from conformance.gate.requirement_rows import apply_gate
 from conformance.gate.report_files import write_reports
+from conformance.gate.view import gate_view
 from conformance.gate.verdict import Verdict
 
 TODAY = dt.date(2026, 11, 29)
@@ -95,7 +96,7 @@ def test_three_reports_from_one_run(tmp_path):
     result = apply_gate([ok, bad], ROWS, [], TODAY)
     traces = {("vllm-0.27.1", "prefill_budget_binds"): ({"layers": {"steps": STEPS_O}}, golden),
               ("port", "prefill_budget_binds"): (cand_trace, golden)}
-    junit, md, html = write_reports(tmp_path / "r", result, traces, "0.27.1")
+    junit, md, html = write_reports(tmp_path / "r", gate_view(result, "0.27.1", traces=traces))
     suites = ET.parse(junit).getroot()
     assert suites.find("testsuite").get("failures") == "1"
     assert "requests.r1.tokens" in suites.find(".//failure").get("message")

@@ -22,9 +22,10 @@ FLOORS = {
         "conformance.gate.verdict conformance.gate.golden_store conformance.gate.waivers "
         "conformance.gate.requirement_rows conformance.gate.judging conformance.drift "
         "conformance.methods_table conformance.comparability"),
-    4: ("running", "conformance.runner conformance.gate.shards conformance.gate.engines"),
-    5: ("reports", "conformance.gate.render_text conformance.gate.render_ci conformance.gate.render_html "
-        "conformance.gate.report_files conformance.readme_tables"),
+    4: ("running", "conformance.runner conformance.gate.shards conformance.gate.engines conformance.gate.context "
+        "conformance.gate.plan conformance.gate.execute conformance.gate.results"),
+    5: ("reports", "conformance.gate.view conformance.gate.render_text conformance.gate.render_ci "
+        "conformance.gate.render_html conformance.gate.report_files conformance.gate.ci conformance.readme_tables"),
     6: ("runs", "conformance.gate.run conformance.adequacy conformance.adequacy_engine "
         "conformance.adequacy_report conformance.fuzz conformance.fuzz_strategies parity parity.*"),
     7: ("commands", "conformance.cli conformance.adequacy_cli conformance.fuzz_cli"),

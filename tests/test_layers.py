@@ -15,6 +15,7 @@ import pytest
 
 from conformance import cli
 from conformance.gate import run as gate_run
+from conformance.gate.context import RunContext
 from conformance.gate.engines import GateEngine
 from conformance.pins import load_pins
 from conformance.protocol import LAYERS
@@ -40,8 +41,9 @@ ENGINES = [GateEngine("oracle-double", ORACLE, double("--serve", ",".join(LAYERS
 
 def gate(tmp_path, layers=None, required=None):
     out: list[str] = []
-    status = gate_run.gate(PINS, SCENARIOS, ENGINES, layers, [], tmp_path, None, None,
-                           log=lambda m: None, out=out.append, require_layers=required)
+    context = RunContext(PINS, log=lambda m: None, out=out.append, reports=tmp_path, layers=layers,
+                         require_layers=required)
+    status = gate_run.gate(context, SCENARIOS, ENGINES)
     return status, "\n".join(out)
 
 
@@ -100,8 +102,7 @@ def test_a_port_first_then_drift_only_when_asked(tmp_path):
     assert head.split()[1:] == ["(candidate)", "(oracle)"]  # the candidate's column first
     assert "drift across pins and per-pin tables left out" in text and "-- drift across pins (from" not in text
     out: list[str] = []
-    gate_run.gate(PINS, SCENARIOS[:1], ENGINES, None, [], None, None, None, log=lambda m: None,
-                  out=out.append, drift=True)
+    gate_run.gate(RunContext(PINS, log=lambda m: None, out=out.append, drift=True), SCENARIOS[:1], ENGINES)
     assert "-- drift across pins (from the goldens)" in "\n".join(out)
 
 
@@ -128,10 +129,10 @@ def test_make_passes_layers_required_layers_and_drift():
 def test_a_candidate_is_asked_only_for_the_layers_it_declares():
     """No `unsupported` round trip: the port's traces hold no failure, only what it serves."""
     from conformance.gate.shards import plan
-    from conformance.gate.run import run_share
+    from conformance.gate.execute import run_share
 
     units = plan([("port", 1)], SCENARIOS, None)
-    traces = run_share(ENGINES[1:], SCENARIOS, units, PINS, log=lambda m: None)
+    traces = run_share(RunContext(PINS, log=lambda m: None), ENGINES[1:], SCENARIOS, units)
     assert not any("failure" in t for t in traces.values())
     engine = next(t for key, t in traces.items() if key == "port / engine_ngram / engine")
     assert engine["layers"] == {} and engine["not_served"] == ["engine_config", "engine_steps", "engine_outputs"]

@@ -36,8 +36,9 @@ def test_a_divergence_before_the_crash_is_the_verdict_at_its_step():
     assert exit_status([verdict]) == 2  # it did not finish: never a plain divergence
     from conformance.gate.requirement_rows import apply_gate
     from conformance.gate.render_text import render_gate
+    from conformance.gate.view import gate_view
 
-    matrix_row = render_gate(apply_gate([verdict], {}, []), "0.27.1").splitlines()[3]
+    matrix_row = render_gate(gate_view(apply_gate([verdict], {}, []), "0.27.1")).splitlines()[3]
     assert matrix_row.split()[1] == "diverged+crash" and matrix_row.split()[2].startswith("steps.total_num")
 
 

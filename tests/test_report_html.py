@@ -20,6 +20,7 @@ from conformance.gate.requirement_rows import apply_gate
 from conformance.gate.golden_store import GOLDENS
 from conformance.pins import load_pins
 from conformance.gate.report_files import write_reports
+from conformance.gate.view import gate_view
 from conformance.gate.verdict import CANDIDATE, ORACLE, judge
 
 PINS = load_pins()
@@ -91,7 +92,7 @@ def test_the_report_renders_with_budgets_difference_zoom_and_tables(tmp_path):
     verdicts = [judge(oracle, oracle, ORACLE), judge(candidate, oracle, CANDIDATE)]
     result = apply_gate(verdicts, {name: ("SPEC-DFLASH",)}, [], dt.date(2026, 11, 30))
     traces = {(v.engine, name): (t, oracle) for v, t in zip(verdicts, (oracle, candidate))}
-    page = write_reports(tmp_path, result, traces, PINS.oracle)[2]
+    page = write_reports(tmp_path, gate_view(result, PINS.oracle, traces=traces))[2]
     dom = check_page(page, (4036, 4096))
     assert any("first divergence: step 0" in text for _, text in dom.having("text", "divergence"))
 

@@ -13,12 +13,14 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance import cli
-from conformance.gate import engines as gate_engines_mod, run as gate_run
+from conformance.gate import ci, engines as gate_engines_mod, run as gate_run
+from conformance.gate.context import RunContext
 from conformance.gate.engines import GateEngine
 from conformance.pins import load_pins
 from conformance.scenario import load_scenario
 from conformance.gate.shards import COLD_START, ShardError, assign, parse_shard, plan, share_cost
 from conformance.gate.verdict import CANDIDATE, ORACLE
+from conformance.gate.view import gate_view
 from conftest import DOUBLE, REPO
 
 PINS = load_pins()
@@ -41,10 +43,15 @@ def engines(tmp_path):
                        command("--record", str(record)))]
 
 
-def run(collect, *args, **kwargs):
+def run(collect, *args, **context):
+    """`collect` (gate or merge) with a context of `context`'s fields; its status and its output."""
     lines = []
-    status = collect(*args, log=lambda m: None, out=lines.append, **kwargs)
+    status = collect(RunContext(PINS, log=lambda m: None, out=lines.append, **context), *args)
     return status, "\n".join(lines)
+
+
+def merge(folders):
+    return gate_run.merge(RunContext(PINS, log=lambda m: None), folders)
 
 
 def test_shard_parsing():
@@ -80,13 +87,13 @@ def test_three_shards_merged_give_what_one_run_gives(tmp_path, engines, monkeypa
     summary = tmp_path / "step_summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     monkeypatch.delenv("BUILDKITE", raising=False)
-    whole, whole_out = run(gate_run.gate, PINS, CHEAP, engines, None, [], tmp_path / "one", None, None)
+    whole, whole_out = run(gate_run.gate, CHEAP, engines, reports=tmp_path / "one")
     once = summary.read_text()
     for i in (1, 2, 3):
-        status, text = run(gate_run.gate, PINS, CHEAP, engines, None, [], None, (i, 3), tmp_path / f"s{i}")
+        status, text = run(gate_run.gate, CHEAP, engines, shard=(i, 3), results=tmp_path / f"s{i}")
         assert status == 0 and f"shard {i}/3" in text
         assert (tmp_path / f"s{i}" / "manifest.json").exists() and (tmp_path / f"s{i}" / "verdicts.json").exists()
-    merged, merged_out = run(gate_run.merge, [tmp_path / f"s{i}" for i in (3, 1, 2)], PINS, [], tmp_path / "merged")
+    merged, merged_out = run(gate_run.merge, [tmp_path / f"s{i}" for i in (3, 1, 2)], reports=tmp_path / "merged")
     assert whole == merged == 2  # the candidate's layers are unsupported: could not be compared
     assert merged_out == whole_out and merged_out.startswith("== vllm-parity gate: ERROR")
     for name in REPORTS:
@@ -113,7 +120,7 @@ def test_a_block_of_budget_log_lines_prints_once():
             "config", [{"max_num_scheduled_tokens": 4036}], [{"max_num_scheduled_tokens": 4096}])],
             expected_lines=["set to 4036"], actual_lines=["set to 4096"])
 
-    text = render_gate(apply_gate([diverged("a"), diverged("b")], {}, []), PINS.oracle)
+    text = render_gate(gate_view(apply_gate([diverged("a"), diverged("b")], {}, []), PINS.oracle))
     assert text.count("set to 4096") == 1 and "budget log lines: as block [1] above (a, port)" in text
     assert text.splitlines()[3].split() == ["a", "diverged", "config.max_num_scheduled_tokens"]
 
@@ -126,7 +133,7 @@ def test_the_matrix_of_the_built_in_scenarios_and_pins_fits_a_screen():
     verdicts = [Verdict(f"vllm-{r}", s.name, "pass" if r == PINS.oracle else "unsupported",
                         ORACLE if r == PINS.oracle else STAND_IN, message="no CPU engine")
                 for r in PINS.releases for s in SCENARIOS]
-    lines = render_gate(apply_gate(verdicts, {}, []), PINS.oracle).splitlines()
+    lines = render_gate(gate_view(apply_gate(verdicts, {}, []), PINS.oracle)).splitlines()
     summary = next(i for i, line in enumerate(lines) if line.startswith(f"-- {len(verdicts)} verdicts"))
     assert summary < 40 and all(s.name in "".join(lines[:summary]) for s in SCENARIOS)
     first = next(line for line in lines if line.startswith(SCENARIOS[0].name))
@@ -140,7 +147,7 @@ def test_past_a_screen_identical_rows_fold_and_every_scenario_is_still_named():
 
     names = [f"s{i:02d}" for i in range(MAX_ROWS + 10)]
     verdicts = [Verdict("port", n, "unsupported" if n == "s07" else "pass", CANDIDATE) for n in names]
-    lines = render_gate(apply_gate(verdicts, {}, []), PINS.oracle).splitlines()
+    lines = render_gate(gate_view(apply_gate(verdicts, {}, []), PINS.oracle)).splitlines()
     rows = [line.split() for line in lines[3:] if line.startswith("s")]
     assert rows[:2] == [["s00", f"+{len(names) - 2}", "pass"], ["s07", "unsupported"]]
     listed = next(line for line in lines if line.startswith(f"   s00 +{len(names) - 2}: "))
@@ -148,26 +155,37 @@ def test_past_a_screen_identical_rows_fold_and_every_scenario_is_still_named():
     assert all(n in "\n".join(lines) for n in names) and len(lines) < 40
 
 
+def test_a_whole_run_keeps_its_results_and_they_merge_to_the_same_report(tmp_path, engines):
+    status, text = run(gate_run.gate, CHEAP[:1], engines, results=tmp_path / "r")
+    manifest = json.loads((tmp_path / "r" / "manifest.json").read_text())
+    verdicts = json.loads((tmp_path / "r" / "verdicts.json").read_text())
+    assert manifest["index"] == manifest["count"] == 1 and len(verdicts) == manifest["planned"] == 2
+    # judged once: each unit's entry is the gate's verdict on its engine and scenario
+    assert [(v["engine"], v["kind"], v["first"]) for v in verdicts] == [
+        ("TEST-DOUBLE-oracle", "diverged", "config.refused"), ("double-candidate", "diverged", "config.refused")]
+    assert status == 1 and run(gate_run.merge, [tmp_path / "r"]) == (status, text)
+
+
 def test_merge_refuses_a_missing_a_duplicate_or_a_foreign_shard(tmp_path, engines):
     for i in (1, 2):
-        run(gate_run.gate, PINS, CHEAP, engines, None, [], None, (i, 2), tmp_path / f"s{i}")
+        run(gate_run.gate, CHEAP, engines, shard=(i, 2), results=tmp_path / f"s{i}")
     with pytest.raises(ShardError, match=r"shard 2/2 missing"):
-        gate_run.merge([tmp_path / "s1"], PINS, [], None, log=lambda m: None)
+        merge([tmp_path / "s1"])
     with pytest.raises(ShardError, match=r"shard 1/2 given twice"):
-        gate_run.merge([tmp_path / "s1", tmp_path / "s1"], PINS, [], None, log=lambda m: None)
+        merge([tmp_path / "s1", tmp_path / "s1"])
     manifest = json.loads((tmp_path / "s2" / "manifest.json").read_text())
     for key, value, words in (("oracle", "0.28.0", "oracle"), ("scenario_set", "0" * 64, "scenario set"),
                               ("tool", {"version": "9.9", "sources": "x"}, "tool version")):
         (tmp_path / "s2" / "manifest.json").write_text(json.dumps(dict(manifest, **{key: value})))
         with pytest.raises(ShardError, match=f"not shards of one gate run: they differ in {words}"):
-            gate_run.merge([tmp_path / "s1", tmp_path / "s2"], PINS, [], None, log=lambda m: None)
+            merge([tmp_path / "s1", tmp_path / "s2"])
     with pytest.raises(ShardError, match="no manifest.json"):
-        gate_run.merge([tmp_path], PINS, [], None, log=lambda m: None)
+        merge([tmp_path])
 
 
 def test_merge_on_the_command_line(tmp_path, engines, capsys):
     for i in (1, 2):
-        run(gate_run.gate, PINS, CHEAP, engines, None, [], None, (i, 2), tmp_path / f"s{i}")
+        run(gate_run.gate, CHEAP, engines, shard=(i, 2), results=tmp_path / f"s{i}")
     assert cli.main(["merge", str(tmp_path / "s1")]) == 2
     assert "parity merge: error: shard 2/2 missing" in capsys.readouterr().err
     assert cli.main(["merge", str(tmp_path / "s1"), str(tmp_path / "s2"), "--reports", str(tmp_path / "r")]) == 2
@@ -180,7 +198,7 @@ def test_merge_on_the_command_line(tmp_path, engines, capsys):
 
 def test_a_candidate_is_named_by_its_hello_and_its_command_shown_once(tmp_path, engines):
     unnamed = GateEngine(engines[1].command, CANDIDATE, engines[1].engine, None, engines[1].command)
-    _, text = run(gate_run.gate, PINS, CHEAP[:1], [engines[0], unnamed], None, [], None, None, None)
+    _, text = run(gate_run.gate, CHEAP[:1], [engines[0], unnamed])
     # both doubles say "double 0.0-test": the second is told apart by its arguments
     second = text.splitlines()[2]
     assert second.startswith("   double 0.0-test (") and "--record" in second
@@ -206,26 +224,25 @@ def test_buildkite_annotation_goes_through_the_agent_when_it_exists(tmp_path, en
     monkeypatch.setenv("PATH", f"{agent.parent}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("BUILDKITE", "true")
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    run(gate_run.gate, PINS, CHEAP[:1], engines, None, [], tmp_path / "r", None, None)
+    run(gate_run.gate, CHEAP[:1], engines, reports=tmp_path / "r")
     argv, text = json.loads((tmp_path / "called.json").read_text())
     assert argv == ["annotate", "--style", "error", "--context", "vllm-parity"]
     assert text == (tmp_path / "r" / "annotation.md").read_text() and "| dflash_27b_gate |" in text
     agent.unlink()
     logged = []
-    gate_run.ci_summaries(*_result_of(tmp_path), log=logged.append)
+    ci.ci_summaries(_view_of(), tmp_path / "r2", log=logged.append)
     assert any("buildkite-agent is not on PATH" in line for line in logged)
 
 
-def _result_of(tmp_path):
+def _view_of():
     from conformance.gate.requirement_rows import apply_gate
     from conformance.gate.verdict import Verdict
 
-    return apply_gate([Verdict("x", "s", "pass", ORACLE)], {}, []), "0.27.1", tmp_path / "r2"
+    return gate_view(apply_gate([Verdict("x", "s", "pass", ORACLE)], {}, []), "0.27.1")
 
 
 def test_progress_goes_to_stderr_only(tmp_path, engines, capsys):
-    status = gate_run.gate(PINS, CHEAP[:1], engines, None, [], None, None, None,
-                           log=lambda m: print(m, file=sys.stderr))
+    status = gate_run.gate(RunContext(PINS, log=lambda m: print(m, file=sys.stderr)), CHEAP[:1], engines)
     out, err = capsys.readouterr()
     assert "[gate]" not in out and out.startswith("== vllm-parity gate")
     assert "[gate] engine 1/2: TEST-DOUBLE-oracle (oracle)" in err and "left]" in err and status == 1

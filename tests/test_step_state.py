@@ -14,6 +14,7 @@ from conformance.gate.golden_store import GOLDENS
 from conformance.pins import load_pins
 from conformance.gate.render_text import render
 from conformance.gate.render_html import html_report
+from conformance.gate.view import gate_view
 from conformance.scenario import load_scenario
 from conformance.trace import make_trace
 from conformance.gate.verdict import Verdict, judge
@@ -137,8 +138,8 @@ def test_html_report_shows_the_state_beside_the_decision():
     v = Verdict("port", "kv_pressure", "diverged", "candidate", [c])
     result = apply_gate([v], {"kv_pressure": ("ENG-SCHED-CORE",)}, [], dt.date(2026, 12, 1))
     golden = {"layers": {"steps": ORACLE_STEPS}}
-    page = html_report(result, {("port", "kv_pressure"): ({"layers": {"steps": CANDIDATE_STEPS}}, golden)},
-                       "0.27.1")
+    page = html_report(gate_view(result, "0.27.1",
+                                 traces={("port", "kv_pressure"): ({"layers": {"steps": CANDIDATE_STEPS}}, golden)}))
     table = page[page.index("<table class='per-request'>"):]
     table = table[:table.index("</table>")]
     for name in REQUEST_STATE + ("admitted",):

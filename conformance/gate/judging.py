@@ -24,7 +24,7 @@ def served_layers(engines, units: list, traces: dict[str, dict]) -> dict[str, li
     return out
 
 
-def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dict,
+def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest,
                  pins: Pins, served: list[str], store: GoldenStore = GOLDENS) -> tuple[Verdict, dict | None]:
     """The verdict on the layers this engine was judged on: the scenario's layers that were
     asked (--layers) and that the engine serves (its hello). Each other layer is recorded as
@@ -35,14 +35,14 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest: dic
     planned = [layer for u in units if u.engine == engine.key and u.scenario == name for layer in u.layers]
     not_served = [layer for layer in planned if layer in trace.get("not_served", [])]
     layers = [layer for layer in planned if layer not in not_served]
-    everything = not not_served and manifest.get("layers") is None
+    everything = not not_served and manifest.layers is None
     golden = store.lookup(name, pins.oracle)
     verdict = judge_trace(trace, golden, engine.role, layers=None if everything else layers)
     declared = trace.get("capabilities")  # a candidate's hello: a layer not asked may not be served either
     not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
                   for layer in scenario.get("layers", planned) if layer not in planned}
     not_judged.update((layer, NOT_SERVED) for layer in not_served)
-    required = manifest.get("require_layers")
+    required = manifest.require_layers
     missing = [layer for layer in not_served if required is None or layer in required]
     not_judged.update((layer, MISSING) for layer in missing)
     verdict = replace(verdict, judged=layers, not_judged=not_judged)
@@ -78,7 +78,8 @@ def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=Non
     return judge(trace, golden, role)
 
 
-def judge_unit(trace: dict, scenario: str, oracle: str, layers: list[str],
+def judge_unit(trace: dict, scenario: str, oracle: str, layers: list[str], role: str = ORACLE,
                store: GoldenStore = GOLDENS) -> Verdict:
-    """A unit of a shard judged alone, against the oracle's golden on the unit's layers."""
-    return judge_trace(trace, store.lookup(scenario, oracle), ORACLE, layers)
+    """A unit of a shard judged alone, with its engine's role, against the oracle's golden on
+    the unit's layers."""
+    return judge_trace(trace, store.lookup(scenario, oracle), role, layers)

@@ -1,6 +1,6 @@
 """The gate's report as one self-contained HTML page.
 
-The HTML page opens with the verdict matrix, each cell a link to its scenario. Per scenario:
+The HTML page opens with the grid of verdicts, each cell a link to its scenario. Per scenario:
 scheduled tokens per step for the oracle and each candidate, each engine's token budget drawn
 as a line of its own colour; a second panel with the per-step difference candidate minus
 oracle; then, per candidate that diverged, a zoom on the steps around its first divergence,
@@ -15,47 +15,42 @@ from __future__ import annotations
 import html
 import re
 
-from .render_text import REASONS, cell, layer_groups, layers_headline, matrix, render_verdict, status_of
-from .requirement_rows import GateResult, where_of
+from .render_text import render_verdict
 from .verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
+from .view import REASONS, Cell, GateView
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 ZOOM = 6  # steps either side of a first divergence in its zoom panel
 
 
-def html_report(result: GateResult, traces: dict, oracle: str,
-                commands: dict[str, str] | None = None) -> str:
-    scenarios, engines, cells = matrix(result)
-    roles = {v.engine: v.role for v in result.verdicts}
-    word = ("PASS", "FAIL", "ERROR")[result.status]
-    body = [f"<h1>vllm-parity gate: {word} (exit status {result.status})</h1>",
-            f"<p>Oracle: vLLM {html.escape(oracle)}. {len(scenarios)} scenarios x {len(engines)} engines.</p>",
-            f"<p class='layers'>Layers: {html.escape(layers_headline(result.verdicts))}.</p>"]
-    groups = layer_groups(result.verdicts)
-    if groups:
+def html_report(view: GateView) -> str:
+    body = [f"<h1>vllm-parity gate: {view.word} (exit status {view.status})</h1>",
+            f"<p>Oracle: vLLM {html.escape(view.oracle)}. {len(view.scenarios)} scenarios x {len(view.engines)} engines.</p>",
+            f"<p class='layers'>Layers: {html.escape(view.layers)}.</p>"]
+    if view.judged_groups:
         body.append("<table class='layers'><tr><th>engine</th><th>layers judged and not judged</th>"
                     "<th>scenarios</th></tr>")
         body += [f"<tr><td><code>{html.escape(g['engine'])}</code></td><td>{html.escape(g['text'])}</td>"
-                 f"<td>{len(g['scenarios'])}: {html.escape(', '.join(g['scenarios']))}</td></tr>" for g in groups]
+                 f"<td>{len(g['scenarios'])}: {html.escape(', '.join(g['scenarios']))}</td></tr>"
+                 for g in view.judged_groups]
         body.append("</table>")
     body += [f"<p><code>{html.escape(label)}</code>: command <code>{html.escape(command)}</code></p>"
-             for label, command in (commands or {}).items()]
+             for label, command in view.commands.items()]
     body.append("<table class='matrix'><tr><th>scenario</th>" + "".join(
-        f"<th><code>{html.escape(e)}</code><br>({roles[e]})</th>" for e in engines) + "</tr>")
-    for s in scenarios:
+        f"<th><code>{html.escape(e)}</code><br>({view.roles[e]})</th>" for e in view.engines) + "</tr>")
+    for s in view.scenarios:
         row = [f"<th><a href='#{_anchor(s)}'>{html.escape(s)}</a></th>"]
-        for e in engines:
-            v = cells.get((s, e))
-            if v is None:
+        for e in view.engines:
+            c = view.cell(s, e)
+            if c is None:
                 row.append("<td>-</td>")
                 continue
-            target = _anchor(s, e) if v.kind != PASS else _anchor(s)
-            row.append(f"<td class='{status_of(result, v)}'><a href='#{target}'>"
-                       f"{html.escape(cell(result, v))}</a></td>")
+            target = _anchor(s, e) if c.verdict.kind != PASS else _anchor(s)
+            row.append(f"<td class='{c.status}'><a href='#{target}'>{html.escape(c.text)}</a></td>")
         body.append("<tr>" + "".join(row) + "</tr>")
     body.append("</table>")
-    for s in scenarios:
-        body += _scenario_section(result, s, [cells[(s, e)] for e in engines if (s, e) in cells], traces, oracle)
+    for s in view.scenarios:
+        body += _scenario_section(view, s, [c for e in view.engines if (c := view.cell(s, e))])
     style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;text-align:left}"
              "table{border-collapse:collapse}table.matrix td,table.matrix th{border:1px solid #ddd}"
              ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
@@ -63,7 +58,7 @@ def html_report(result: GateResult, traces: dict, oracle: str,
              "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}"
              "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
              "svg text{font-family:sans-serif}")
-    # Opens the collapsed details a matrix link points at; marks the page as scripted-ready.
+    # Opens the collapsed details a grid link points at; marks the page as scripted-ready.
     script = ("function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));"
               "if(t&&t.tagName==='DETAILS'){t.open=true;}}"
               "window.addEventListener('hashchange',openTarget);openTarget();"
@@ -72,17 +67,16 @@ def html_report(result: GateResult, traces: dict, oracle: str,
             f"<style>{style}</style></head><body>{''.join(body)}<script>{script}</script></body></html>\n")
 
 
-def _scenario_section(result: GateResult, scenario: str, verdicts: list[Verdict], traces: dict,
-                      oracle: str) -> list[str]:
+def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[str]:
     body = [f"<section id='{_anchor(scenario)}'><h2>{html.escape(scenario)}</h2>"]
-    golden = next((g for v in verdicts if (g := traces.get((v.engine, scenario), (None, None))[1])), None)
+    golden = next((c.golden for c in cells if c.golden), None)
     layer, oracle_steps = _steps(golden or {})
     series = []  # (label, steps records, first divergent step or None)
     if oracle_steps:
-        series.append((f"oracle vllm-{oracle} (golden)", oracle_steps, None))
-    for v in verdicts:
-        trace = traces.get((v.engine, scenario), (None, None))[0]
-        _, steps = _steps(trace or {})
+        series.append((f"oracle vllm-{view.oracle} (golden)", oracle_steps, None))
+    for cell in cells:
+        v = cell.verdict
+        _, steps = _steps(cell.trace or {})
         if steps and v.role != ORACLE:
             c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
             series.append((v.engine, steps, c.index if c is not None else None))
@@ -95,16 +89,18 @@ def _scenario_section(result: GateResult, scenario: str, verdicts: list[Verdict]
         body.append("<p>(no per-step layer in this scenario)</p>")
     body.append("<table class='verdicts'><tr><th>engine</th><th>role</th><th>row</th><th>verdict</th>"
                 "<th>layers judged</th><th>not judged</th></tr>")
-    for v in verdicts:
+    for cell in cells:
+        v = cell.verdict
         body.append(f"<tr><td><code>{html.escape(v.engine)}</code></td><td>{v.role}</td>"
-                    f"<td>{result.row_of(v)}</td><td class='{status_of(result, v)}'>{status_of(result, v)}</td>"
+                    f"<td>{cell.row}</td><td class='{cell.status}'>{cell.status}</td>"
                     f"<td>{html.escape(', '.join(v.judged) or '-')}</td><td>{html.escape(_not_judged(v))}</td></tr>")
     body.append("</table>")
-    for v in verdicts:
+    for cell in cells:
+        v = cell.verdict
         if v.kind == PASS:
             continue
         body.append(f"<details id='{_anchor(scenario, v.engine)}' open><summary>{html.escape(v.engine)}: "
-                    f"{status_of(result, v)} {html.escape(where_of(v))}</summary>")
+                    f"{cell.status} {html.escape(cell.where)}</summary>")
         steps_c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
         own = next((s for label, s, _ in series if label == v.engine), None)
         if steps_c is not None and oracle_steps and own:
@@ -118,7 +114,7 @@ def _scenario_section(result: GateResult, scenario: str, verdicts: list[Verdict]
                 body.append(_request_table(c))
                 break
         body.append(_capacity_table(v))
-        body.append(f"<pre>{html.escape(render_verdict(v, oracle))}</pre></details>")
+        body.append(f"<pre>{html.escape(render_verdict(v, view.oracle))}</pre></details>")
     body.append("</section>")
     return body
 

@@ -1,4 +1,5 @@
-"""Plain-text report of verdicts, fit for a terminal or a pull-request comment."""
+"""Plain-text report of verdicts, fit for a terminal or a pull-request comment: one verdict in
+full (`render_verdict`), a list of verdicts (`render`), and the gate's report from its view."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ import json
 import textwrap
 from collections import Counter
 
-from ..protocol import ENGINE_LAYERS, LAYERS
-from .verdict import DIVERGED, KINDS, MISSING, NOT_ASKED, NOT_SERVED, PASS, Verdict
+from .verdict import KINDS, PASS, Verdict
+from .view import GateView
 
 MAX_EXPLAINED = 20
 
@@ -102,78 +103,41 @@ def _capacity(v: Verdict) -> list[str]:
     return lines
 
 
-CELL_WIDTH = 40  # a matrix cell: the verdict and the first divergent field, cut to fit
-
-
-def status_of(result, v: Verdict) -> str:
-    """A verdict's kind, or `waived` for a divergence a waiver covers."""
-    return "waived" if v.kind == DIVERGED and v.key in result.waived else v.kind
-
-
-def cell(result, v: Verdict) -> str:
-    """pass, or the verdict and where it first differs: `diverged config.max_num_scheduled_tokens`."""
-    from .requirement_rows import where_of
-
-    status = status_of(result, v)
-    if status == PASS:  # judged on fewer layers than the scenario has: which ones
-        return f"pass [{','.join(v.judged)}]" if v.not_judged else "pass"
-    if v.failure:  # diverged, then the engine failed: both, the divergence's field first
-        status = f"{status}+{v.failure}"
-    text = f"{status} {where_of(v)}".strip()
-    return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
-
-
-def matrix(result) -> tuple[list[str], list[str], dict]:
-    """Scenarios (down) and engines (across) in the order they ran, and (scenario, engine) -> verdict."""
-    scenarios, engines, cells = [], [], {}
-    for v in result.verdicts:
-        if v.scenario not in scenarios:
-            scenarios.append(v.scenario)
-        if v.engine not in engines:
-            engines.append(v.engine)
-        cells[(v.scenario, v.engine)] = v
-    return scenarios, engines, cells
-
-
-def render_gate(result, oracle: str, commands: dict[str, str] | None = None) -> str:
-    """The gate's terminal report: one compact matrix first (scenarios down, engines across,
+def render_gate(view: GateView) -> str:
+    """The gate's terminal report: one compact grid first (scenarios down, engines across,
     each cell the verdict and its first divergent field), then the details of every cell that
     did not pass, each distinct block of budget log lines printed once."""
-    scenarios, engines, cells = matrix(result)
-    roles = {v.engine: v.role for v in result.verdicts}
-    word = ("PASS", "FAIL", "ERROR")[result.status]
-    lines = [f"== vllm-parity gate: {word} (exit status {result.status}); oracle vllm-{oracle}; "
-             f"{len(scenarios)} scenarios x {len(engines)} engines; {layers_headline(result.verdicts)}"]
-    for label, command in (commands or {}).items():
+    scenarios, engines = view.scenarios, view.engines
+    lines = [f"== vllm-parity gate: {view.word} (exit status {view.status}); oracle vllm-{view.oracle}; "
+             f"{len(scenarios)} scenarios x {len(engines)} engines; {view.layers}"]
+    for label, command in view.commands.items():
         lines.append(f"   {label}: command {command}")
-    for group in layer_groups(result.verdicts):
+    for group in view.judged_groups:
         lines += textwrap.wrap(f"{group['engine']}: {group['text']} ({_count(group['scenarios'])}): "
-                               f"{', '.join(group['scenarios'])}", width=MATRIX_WIDTH,
+                               f"{', '.join(group['scenarios'])}", width=GRID_WIDTH,
                                initial_indent="   ", subsequent_indent="     ")
-    rows = {s: tuple(cell(result, cells[(s, e)]) if (s, e) in cells else "-" for e in engines)
-            for s in scenarios}
-    groups = _fold(rows)
-    first = max([len("scenario")] + [len(_label(names)) for names in groups])
-    widths = [max([len(e), len(roles[e]) + 2] + [len(row[i]) for row in rows.values()])
+    texts = {s: tuple(c.text if (c := view.cell(s, e)) else "-" for e in engines) for s in scenarios}
+    folded = _fold(texts)
+    first = max([len("scenario")] + [len(_label(names)) for names in folded])
+    widths = [max([len(e), len(view.roles[e]) + 2] + [len(row[i]) for row in texts.values()])
               for i, e in enumerate(engines)]
     lines.append(" ".join([" " * first] + [e.ljust(w) for e, w in zip(engines, widths)]).rstrip())
-    lines.append(" ".join(["scenario".ljust(first)] + [f"({roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
-    for names in groups:
+    lines.append(" ".join(["scenario".ljust(first)] + [f"({view.roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
+    for names in folded:
         lines.append(" ".join([_label(names).ljust(first)] + [c.ljust(w) for c, w in
-                                                              zip(rows[names[0]], widths)]).rstrip())
-    for names in groups:
+                                                              zip(texts[names[0]], widths)]).rstrip())
+    for names in folded:
         if len(names) > 1:  # every scenario is still named before the details
-            lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=MATRIX_WIDTH,
+            lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=GRID_WIDTH,
                                    initial_indent="   ", subsequent_indent="     ")
-    lines.append(render_summary(result.verdicts))
-    failing = [cells[(s, e)] for s in scenarios for e in engines
-               if (s, e) in cells and cells[(s, e)].kind != PASS]
+    lines.append(render_summary(view.verdicts))
+    failing = [c.verdict for c in view.failing()]
     if failing:
         lines.append(f"-- details of the {len(failing)} cells that did not pass")
     blocks: dict = {}
     messages: dict[str, str] = {}
     for v in failing:
-        text = render_verdict(v, oracle, blocks)
+        text = render_verdict(v, view.oracle, blocks)
         head, _, body = text.partition("\n")
         said = body.replace(v.scenario, "<scenario>")  # the same failure on another scenario
         if body and not v.comparisons and said in messages:  # said once, then referred to
@@ -184,11 +148,11 @@ def render_gate(result, oracle: str, commands: dict[str, str] | None = None) -> 
     return "\n".join(lines)
 
 
-# Past this many scenarios, rows whose cells are all the same fold into one, so the matrix
+# Past this many scenarios, rows whose cells are all the same fold into one, so the grid
 # still fits a screen: "steady_decode +20" reads as steady_decode and 20 more scenarios with the
-# same verdicts, named just below the matrix.
+# same verdicts, named just below the grid.
 MAX_ROWS = 24
-MATRIX_WIDTH = 117
+GRID_WIDTH = 117
 
 
 def _fold(rows: dict[str, tuple]) -> list[list[str]]:
@@ -198,67 +162,6 @@ def _fold(rows: dict[str, tuple]) -> list[list[str]]:
     groups: dict[tuple, list[str]] = {}
     for name, row in rows.items():
         groups.setdefault(row, []).append(name)
-    return list(groups.values())
-
-
-# What each reason for a layer not judged says in the reports.
-REASONS = {NOT_ASKED: "not asked (--layers, LAYERS=)",
-           NOT_SERVED: "the engine does not serve them (its hello does not declare them)",
-           MISSING: "required, but the engine does not serve them (its hello does not declare them)"}
-
-
-def layer_names(layers) -> str:
-    """config, steps, outputs; the three engine layers together as `the engine layers`."""
-    layers = [layer for layer in LAYERS if layer in layers] + [x for x in layers if x not in LAYERS]
-    if all(layer in layers for layer in ENGINE_LAYERS):
-        at = layers.index(ENGINE_LAYERS[0])
-        layers = [x for x in layers if x not in ENGINE_LAYERS]
-        layers.insert(at, "the engine layers")
-    return ", ".join(layers) or "no layer"
-
-
-def layers_headline(verdicts: list[Verdict]) -> str:
-    """Which layers were judged and which were not, and why, in one clause: for the
-    candidates when there are any (the porter's question), else for every engine."""
-    chosen = [v for v in verdicts if v.role == "candidate"] or verdicts
-    engines: dict[str, str] = {}
-    for v in chosen:
-        if v.engine not in engines:
-            engines[v.engine] = _judged_clause([w for w in chosen if w.engine == v.engine])
-    clauses = set(engines.values())
-    if clauses == {""}:
-        return "every layer of every scenario judged"
-    if len(clauses) == 1:
-        return clauses.pop()
-    return "; ".join(f"{engine}: {clause or 'every layer judged'}" for engine, clause in engines.items())
-
-
-def _judged_clause(verdicts: list[Verdict]) -> str:
-    """`judged on config; the engine layers not judged: <why>`; empty when nothing was left out."""
-    reasons: dict[str, set] = {}
-    for v in verdicts:
-        for layer, reason in v.not_judged.items():
-            reasons.setdefault(reason, set()).add(layer)
-    if not reasons:
-        return ""
-    text = f"judged on {layer_names({layer for v in verdicts for layer in v.judged})}"
-    for reason, layers in reasons.items():
-        text += f"; {layer_names(layers)} not judged: {REASONS.get(reason, reason)}"
-    return text
-
-
-def layer_groups(verdicts: list[Verdict]) -> list[dict]:
-    """Per engine that was not judged on every layer, its scenarios grouped by the layers
-    judged and not judged (with why): the candidates' when there are any."""
-    verdicts = [v for v in verdicts if v.role == "candidate"] or verdicts
-    partial = {v.engine for v in verdicts if v.not_judged}
-    groups: dict[tuple, dict] = {}
-    for v in verdicts:
-        if v.engine not in partial:
-            continue
-        text = _judged_clause([v]) or f"judged on {layer_names(v.judged)}"
-        groups.setdefault((v.engine, text), {"engine": v.engine, "text": text,
-                                             "scenarios": []})["scenarios"].append(v.scenario)
     return list(groups.values())
 
 
@@ -383,18 +286,18 @@ def _show(value) -> str:
     return json.dumps(value, sort_keys=True)[:60]
 
 
-def render_rows(result) -> str:
-    """Verdicts grouped by engine-matrix row, with waivers applied."""
+def render_requirement_rows(view: GateView) -> str:
+    """Verdicts grouped by requirement row (the engine-matrix rows), with waivers applied."""
     lines = ["-- by engine-matrix row"]
-    for row, verdicts in result.by_row().items():
-        counts = Counter("waived" if v.key in result.waived else v.kind for v in verdicts if v.gating)
-        info = Counter(v.kind for v in verdicts if not v.gating)
+    for row, cells in view.requirement_rows.items():
+        counts = Counter(c.status for c in cells if c.verdict.gating)
+        info = Counter(c.verdict.kind for c in cells if not c.verdict.gating)
         text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no gating verdicts"
         if info:
             text += "; stand-ins: " + ", ".join(f"{n} {k}" for k, n in sorted(info.items()))
         lines.append(f"   {row:<18} {text}")
-    for w in result.expired:
+    for w in view.expired:
         lines.append(f"   EXPIRED waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner}, expired {w.expires})")
-    for w in result.unused:
+    for w in view.unused:
         lines.append(f"   unused waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner})")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .render_ci import junit, markdown
 from .render_html import html_report
-from .requirement_rows import GateResult
+from .view import GateView
 
 
 class ReportsError(ValueError):
@@ -57,12 +57,10 @@ def write_text(path: Path, text: str) -> None:
     os.replace(part, path)
 
 
-def write_reports(out: Path, result: GateResult, traces: dict, oracle: str,
-                  commands: dict[str, str] | None = None) -> list[Path]:
-    """traces: (engine label, scenario) -> (trace, golden or None)."""
+def write_reports(out: Path, view: GateView) -> list[Path]:
     out.mkdir(parents=True, exist_ok=True)
     paths = [out / "junit.xml", out / "summary.md", out / "report.html"]
-    write_text(paths[0], junit(result, oracle))
-    write_text(paths[1], markdown(result, oracle, commands))
-    write_text(paths[2], html_report(result, traces, oracle, commands))
+    write_text(paths[0], junit(view))
+    write_text(paths[1], markdown(view))
+    write_text(paths[2], html_report(view))
     return paths

@@ -1,4 +1,5 @@
-"""Verdicts filed under engine-matrix rows, with the waivers applied: the gate's result."""
+"""Verdicts filed under requirement rows (the engine-matrix rows a scenario covers, or a method's
+row), with the waivers applied: the gate's result."""
 
 from __future__ import annotations
 
@@ -16,19 +17,19 @@ METHOD_ROWS = {"dflash": "SPEC-DFLASH", "dspark": "SPEC-DSPARK", "draft-model": 
 @dataclass
 class GateResult:
     verdicts: list[Verdict]
-    rows: dict[tuple[str, str], str] = field(default_factory=dict)  # verdict key -> its row
+    filed_under: dict[tuple[str, str], str] = field(default_factory=dict)  # verdict key -> its requirement row
     waived: dict[tuple[str, str], Waiver] = field(default_factory=dict)  # verdict key -> the waiver used
     expired: list[Waiver] = field(default_factory=list)
     unused: list[Waiver] = field(default_factory=list)
 
     def row_of(self, v: Verdict) -> str:
-        return self.rows[v.key]
+        return self.filed_under[v.key]
 
     @property
     def status(self) -> int:
         return exit_status(self.verdicts, frozenset(self.waived), bool(self.expired))
 
-    def by_row(self) -> dict[str, list[Verdict]]:
+    def by_requirement_row(self) -> dict[str, list[Verdict]]:
         groups: dict[str, list[Verdict]] = {}
         for v in self.verdicts:
             groups.setdefault(self.row_of(v), []).append(v)
@@ -36,7 +37,7 @@ class GateResult:
 
 
 def row_of(verdict: Verdict, scenario_rows: tuple[str, ...]) -> str:
-    """The engine-matrix row a verdict is filed under."""
+    """The requirement row a verdict is filed under."""
     for c in verdict.comparisons:
         if not c.equal and c.layer == "methods":
             label = (c.record or c.actual_record or {}).get("row", "")
@@ -59,7 +60,7 @@ def apply_gate(verdicts: list[Verdict], rows: dict[str, tuple[str, ...]], waiver
     result.expired = [w for w in waivers if w.expires < today]
     used: set[int] = set()
     for v in verdicts:
-        result.rows[v.key] = row_of(v, rows.get(v.scenario, ("ENG-SCHED-CORE",)))
+        result.filed_under[v.key] = row_of(v, rows.get(v.scenario, ("ENG-SCHED-CORE",)))
         if v.kind != DIVERGED or not v.gating or v.failure:  # a run that then failed: never waived
             continue
         for i, w in enumerate(waivers):

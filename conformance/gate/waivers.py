@@ -1,8 +1,9 @@
 """Waivers: a divergence a team has decided to live with for a while.
 
-A waiver names one divergence by engine-matrix row, scenario and first-divergence field:
+A waiver names one divergence by requirement row (an engine-matrix row), scenario and
+first-divergence field:
     [[waiver]]
-    row = "ENG-SCHED-CORE"            # engine-matrix row
+    row = "ENG-SCHED-CORE"            # requirement row
     scenario = "prefill_budget_binds"
     field = "steps.requests.r1.tokens"  # layer.field of the first divergence (fnmatch pattern)
     reason = "..."

@@ -1,0 +1,27 @@
+"""What every stage of one gate run (or merge) shares, passed as one value: the pins, where the
+progress and the report go, the waivers, the folders it writes, and what was asked of it.
+`parity gate` and `parity merge` build it from their arguments."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..pins import Pins
+from .waivers import Waiver
+
+
+@dataclass(frozen=True)
+class RunContext:
+    pins: Pins
+    log: Callable[[str], None]  # progress and side notes: stderr
+    out: Callable[[str], None] = print  # the report itself: stdout
+    waivers: Sequence[Waiver] = ()  # checked before any engine runs
+    reports: Path | None = None  # the reports folder: the whole gate's (a shard writes none)
+    results: Path | None = None  # the results folder this run writes its traces to
+    shard: tuple[int, int] | None = None  # (I, N): run shard I of N, then `parity merge`
+    parallel: int = 1  # engines side by side
+    layers: list[str] | None = None  # the layers asked (None: every layer of each scenario)
+    require_layers: list[str] | None = None  # the layers a candidate must serve (None: those asked)
+    drift: bool = False  # the drift across pins and the per-pin tables even with a candidate

@@ -1,0 +1,99 @@
+"""The plan of a gate run, made before any engine starts: its units of work (gate/shards.py) and
+the `RunManifest`, what the run is: the tool, the pins, the scenarios, the goldens, the engines,
+the layers and the plan. Every shard of one run computes the same manifest; it becomes JSON only
+when a results folder is written (gate/results.py), and a merge reads it back from there."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+from .. import __version__
+from ..pins import REPO_ROOT
+from .context import RunContext
+from .engines import GateEngine, _refused
+from .golden_store import GOLDENS
+from .shards import ShardError, Unit, assign, plan
+from .verdict import ORACLE
+
+
+@dataclass(frozen=True)
+class RunManifest:
+    tool: dict  # tool_identity()
+    oracle: str
+    pins: list[str]
+    scenarios: list[dict]  # what the verdicts and reports need of each scenario (scenario_info)
+    goldens: str  # goldens_digest()
+    engines: list[GateEngine]
+    layers: list[str] | None  # the layers asked
+    require_layers: list[str] | None
+    units: list[Unit]  # the whole plan, in plan order (not only a shard's share)
+    device: str
+    count: int  # how many shards share the plan
+
+    @property
+    def scenario_set(self) -> str:
+        return digest(self.scenarios)
+
+    @property
+    def plan(self) -> str:
+        return digest([[u.key, list(u.layers)] for u in self.units])
+
+    def to_json(self) -> dict:
+        """What every shard of the run shares (results.IDENTITY), and the scenarios."""
+        return {"tool": self.tool, "oracle": self.oracle, "pins": self.pins,
+                "scenario_set": self.scenario_set, "scenarios": self.scenarios, "goldens": self.goldens,
+                "engines": [e.to_json() for e in self.engines], "layers": self.layers,
+                "require_layers": self.require_layers, "plan": self.plan, "planned": len(self.units),
+                "device": self.device, "count": self.count}
+
+
+def plan_run(context: RunContext, scenarios, engines: list[GateEngine]) -> RunManifest:
+    """The run's manifest; a shard count above the number of units is refused here."""
+    from ..envs import device_mode
+
+    pins = context.pins
+    units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, context.layers,
+                 _refused(engines, pins))
+    index, count = context.shard or (1, 1)
+    if count > max(len(units), 1):  # a share would be empty, and balancing them takes count x units^2
+        raise ShardError(f"--shard {index}/{count}: this gate has {len(units)} units of work, so at most "
+                         f"{len(units)} shards; use N <= {len(units)}")
+    names = [s.name for s in scenarios]
+    return RunManifest(tool=tool_identity(), oracle=pins.oracle, pins=list(pins.releases),
+                       scenarios=scenario_info(scenarios), goldens=goldens_digest(names, pins.releases),
+                       engines=list(engines), layers=context.layers, require_layers=context.require_layers,
+                       units=units, device=device_mode(), count=count)
+
+
+def share_of(manifest: RunManifest, shard: tuple[int, int] | None) -> list[Unit]:
+    """The units shard (I, N) runs: all of them without a shard."""
+    if shard is None:
+        return manifest.units
+    return assign(manifest.units, manifest.count)[shard[0] - 1]
+
+
+def scenario_info(scenarios) -> list[dict]:
+    """What the verdicts and reports need of each scenario, kept in the manifest."""
+    return [{"name": s.name, "sha256": s.sha256, "rows": list(s.rows), "layers": s.layers,
+             "method_matrix": s.method_matrix is not None} for s in scenarios]
+
+
+def digest(value) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def tool_identity() -> dict:
+    """The harness's version and a digest of its sources and the worker's: two runners on the
+    same commit agree, a runner with edited code does not."""
+    files = sorted(p for root in ("conformance", "engines/vllm") for p in (REPO_ROOT / root).rglob("*.py"))
+    h = hashlib.sha256()
+    for path in files:
+        h.update(str(path.relative_to(REPO_ROOT)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return {"version": __version__, "sources": h.hexdigest()[:16]}
+
+
+def goldens_digest(names: list[str], releases: tuple[str, ...]) -> str:
+    """Every golden the verdicts and the drift report read, by content."""
+    return GOLDENS.digest(names, releases)

@@ -1,0 +1,214 @@
+"""Results folders: what a shard leaves for `parity merge`, and how a merge reads every shard's
+folder back, checking that they are all the shards of one gate run, made by this checkout.
+
+A results folder:
+    manifest.json   what the run was (oracle, pins, scenario set, goldens, tool version,
+                    engines, plan) and which units this shard ran, with their trace files and
+                    each trace's sha256 (merge refuses a trace changed since)
+    verdicts.json   each unit's verdict, for reading (merge judges again from the traces)
+    traces/         one trace per unit
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+
+from ..pins import Pins
+from ..trace import TraceError, dumps, load_trace
+from .engines import GateEngine
+from .plan import RunManifest, digest, goldens_digest, tool_identity
+from .shards import GROUPS, ShardError, Unit
+
+SCHEMA = "vllm-parity/results/1"
+# Fields every shard of one gate run has in common; merge refuses a set where any differs.
+IDENTITY = ("tool", "oracle", "pins", "scenario_set", "goldens", "engines", "layers",
+            "require_layers", "plan", "device", "count")
+
+
+def write_results(folder: Path, manifest: RunManifest, index: int, done: list[tuple[Unit, dict, dict]]) -> None:
+    """The results folder of shard `index` (1 for a whole run); done: (unit, its trace, its
+    verdict summary) for each unit of its share."""
+    traces = folder / "traces"
+    traces.mkdir(parents=True, exist_ok=True)
+    for stale in traces.glob("*.json"):  # a folder reused from an earlier run holds only this one's
+        stale.unlink()
+    entries, verdicts = [], []
+    for number, (unit, trace, summary) in enumerate(done, 1):
+        name = f"traces/{number:04d}-{_slug(unit.key)}.json"
+        data = dumps(trace).encode()
+        (folder / name).write_bytes(data)
+        # merge checks each trace against its digest: a trace rewritten later is refused
+        entries.append({"key": unit.key, "engine": unit.engine, "scenario": unit.scenario,
+                        "group": unit.group, "layers": list(unit.layers), "trace": name,
+                        "sha256": hashlib.sha256(data).hexdigest()})
+        verdicts.append(dict(summary, unit=unit.key))
+    (folder / "verdicts.json").write_text(json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
+    created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    data = dict(manifest.to_json(), index=index, created=created, schema=SCHEMA, units=entries)
+    (folder / "manifest.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:100]
+
+
+def read_results(folders: list[Path], pins: Pins) -> tuple[RunManifest, dict[str, dict]]:
+    """Every shard's results folder, checked (load_results) and made by this checkout: the
+    run's manifest and each unit's trace by unit key."""
+    manifest, traces = load_results(folders)
+    here = {"tool": tool_identity(), "oracle": pins.oracle, "pins": list(pins.releases),
+            "goldens": goldens_digest([s["name"] for s in manifest["scenarios"]], pins.releases)}
+    for key, value in here.items():
+        if manifest[key] != value:
+            raise ValueError(f"the shards were made with another {key} than this checkout's "
+                             f"({json.dumps(manifest[key])} vs {json.dumps(value)}): merge them "
+                             "in a checkout of the commit that made them")
+    if digest(manifest["scenarios"]) != manifest["scenario_set"]:
+        raise ValueError("the shards' manifests list other scenarios than their scenario set's digest")
+    try:
+        engines = [GateEngine(**e) for e in manifest["engines"]]
+    except TypeError as exc:
+        raise ValueError(f"the shards' manifests list engines in another form: {exc}") from None
+    run = RunManifest(tool=manifest["tool"], oracle=manifest["oracle"], pins=manifest["pins"],
+                      scenarios=manifest["scenarios"], goldens=manifest["goldens"], engines=engines,
+                      layers=manifest["layers"], require_layers=manifest["require_layers"],
+                      units=_units(engines, manifest), device=manifest["device"], count=manifest["count"])
+    if run.plan != manifest["plan"]:
+        raise ValueError("the shards' units do not make up the plan their manifests name")
+    return run, traces
+
+
+def _units(engines: list[GateEngine], manifest: dict) -> list[Unit]:
+    """The units in plan order, rebuilt from what the shards ran."""
+    order_e = {e.key: i for i, e in enumerate(engines)}
+    order_s = {s["name"]: i for i, s in enumerate(manifest["scenarios"])}
+    order_g = {g: i for i, g in enumerate(GROUPS)}
+    try:
+        return sorted((Unit(e["engine"], e["scenario"], e["group"], tuple(e["layers"]), 0.0)
+                       for e in manifest["units"]),
+                      key=lambda u: (order_e[u.engine], order_s[u.scenario], order_g[u.group]))
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"the shards' manifests name a unit outside their plan ({exc})") from None
+
+
+def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:
+    """Check that `folders` are every shard of one gate run, once each; return the common
+    manifest (its `units` those of every shard) and each unit's trace by unit key. Anything else is a ShardError saying which
+    folder and what."""
+    if not folders:
+        raise ShardError("no results folders given")
+    manifests = [(folder, _manifest(folder)) for folder in folders]
+    first_folder, first = manifests[0]
+    for folder, manifest in manifests[1:]:
+        for key in IDENTITY:
+            if manifest.get(key) != first.get(key):
+                raise ShardError(
+                    f"{folder} and {first_folder} are not shards of one gate run: they differ in "
+                    f"{_IDENTITY_WORDS.get(key, key)} ({_difference(first.get(key), manifest.get(key))}); "
+                    "merge the shards of one run, all made by the same commit")
+    count = first["count"]
+    seen: dict[int, Path] = {}
+    for folder, manifest in manifests:
+        index = manifest["index"]
+        if index in seen:
+            raise ShardError(f"shard {index}/{count} given twice: {seen[index]} and {folder}")
+        seen[index] = folder
+    missing = [i for i in range(1, count + 1) if i not in seen]
+    if missing:
+        raise ShardError(f"shard{'s' if len(missing) > 1 else ''} "
+                         f"{', '.join(f'{i}/{count}' for i in missing)} missing: a merge needs every "
+                         f"shard of the run (given: {', '.join(f'{i}/{count}' for i in sorted(seen))})")
+    traces: dict[str, dict] = {}
+    for folder, manifest in manifests:
+        for entry in manifest["units"]:
+            if entry["key"] in traces:
+                raise ShardError(f"{folder}: unit {entry['key']} was also run by another shard")
+            _check_digest(folder / entry["trace"], entry["sha256"])
+            try:
+                traces[entry["key"]] = load_trace(folder / entry["trace"])
+            except TraceError as exc:
+                raise ShardError(f"{folder}: unit {entry['key']}: {exc}") from None
+    if len(traces) != first["planned"]:
+        raise ShardError(f"the shards hold {len(traces)} units; the plan has {first['planned']}")
+    merged = dict(first, units=[u for _, m in manifests for u in m["units"]])
+    merged.pop("index", None)
+    return merged, traces
+
+
+_IDENTITY_WORDS = {"tool": "tool version", "oracle": "oracle", "pins": "pins",
+                   "scenario_set": "scenario set", "goldens": "goldens", "engines": "engines",
+                   "layers": "layers", "require_layers": "required layers", "plan": "plan", "device": "device", "count": "shard count"}
+
+
+def _manifest(folder: Path) -> dict:
+    path = folder / "manifest.json"
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise ShardError(f"{folder}: not a shard's results folder (no manifest.json); "
+                         "make one with `parity gate --shard I/N --results FOLDER`") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise ShardError(f"{path}: cannot be read as JSON: {exc}") from None
+    if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
+        got = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
+        raise ShardError(f"{path}: expected schema {SCHEMA!r}, got {got!r}")
+    for key in IDENTITY + ("index", "planned", "units", "scenarios"):
+        if key not in manifest:
+            raise ShardError(f"{path}: field {key!r} is missing")
+    for key in ("index", "count", "planned"):
+        if not isinstance(manifest[key], int) or isinstance(manifest[key], bool):
+            raise ShardError(f"{path}: field {key!r} must be an integer")
+    if not isinstance(manifest["units"], list) or not all(
+            isinstance(u, dict) and isinstance(u.get("key"), str) and isinstance(u.get("trace"), str)
+            and not Path(u["trace"]).is_absolute() and ".." not in Path(u["trace"]).parts
+            and isinstance(u.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", u["sha256"])
+            for u in manifest["units"]):
+        raise ShardError(f"{path}: field 'units' must list {{key, trace, sha256}} objects with relative "
+                         "trace paths and the sha256 of each trace")
+    return manifest
+
+
+def _check_digest(path: Path, expected: str) -> None:
+    try:
+        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError as exc:
+        raise ShardError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    if actual != expected:
+        raise ShardError(f"{path}: changed after its shard wrote it (sha256 {actual[:16]}..., the "
+                         f"manifest says {expected[:16]}...): merge only what the shards wrote")
+
+
+def _difference(a, b) -> str:
+    """Where two manifest values differ, shortly: the first differing item of a list (an
+    engine, say) and its differing fields, else both values."""
+    if isinstance(a, list) and isinstance(b, list):
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x != y:
+                if isinstance(x, dict) and isinstance(y, dict):
+                    fields = sorted(k for k in set(x) | set(y) if x.get(k) != y.get(k))
+                    name = x.get("key") or y.get("key") or f"#{i + 1}"
+                    return f"{name}: " + "; ".join(f"{k} {_pair(x.get(k), y.get(k))}" for k in fields)
+                return f"item {i + 1}: {_pair(x, y)}"
+        if len(a) != len(b):
+            longer = a if len(a) > len(b) else b
+            return f"{len(a)} vs {len(b)} items; the first unmatched: {_short(longer[min(len(a), len(b))])}"
+    return _pair(a, b)
+
+
+def _pair(a, b) -> str:
+    """Two values side by side; two long strings from a little before where they part."""
+    if isinstance(a, str) and isinstance(b, str) and max(len(a), len(b)) > 70:
+        cut = max(0, len(os.path.commonprefix([a, b])) - 20)
+        if cut:
+            a, b = "..." + a[cut:], "..." + b[cut:]
+    return f"{_short(a)} vs {_short(b)}"
+
+
+def _short(value) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 80 else text[:77] + "..."
