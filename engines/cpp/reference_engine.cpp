@@ -126,11 +126,16 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
         }
         if (args.max_num_batched_tokens < scheduled + delta)
             return refuse("VllmConfig received max_num_scheduled_tokens but it does not have enough slots to "
-                          "support the speculative decoding settings.");
+                          "support the speculative decoding settings. It should be greater by at least " +
+                          std::to_string(delta) + ", but got max_num_batched_tokens=" +
+                          std::to_string(args.max_num_batched_tokens) + " and max_num_scheduled_tokens=" +
+                          std::to_string(scheduled) + ".");
     }
 
     rec.max_num_batched_tokens = args.max_num_batched_tokens;
-    rec.max_num_scheduled_tokens = scheduled;
+    // 0.27.1 sets it only for speculation; otherwise it stays as given (null when not given)
+    // and the scheduler plans max_num_batched_tokens.
+    if (spec || args.max_num_scheduled_tokens) rec.max_num_scheduled_tokens = scheduled;
     rec.max_num_seqs = args.max_num_seqs;
     rec.num_speculative_tokens = k;
     if (spec) rec.speculative_method = method;
@@ -259,6 +264,9 @@ class SimpleScheduler : public parity::PortScheduler {
                 n = s_.long_prefill_token_threshold;
             if (!s_.enable_chunked_prefill && n > budget) break;
             n = std::min(n, budget);
+            // SchedulerConfig.scheduler_reserve_full_isl (on by default): a waiting request is
+            // admitted only when its whole sequence fits in the free blocks, not its first chunk alone.
+            if (blocks_for(std::min(r->num_tokens(), s_.max_model_len)) > free_blocks_) break;
             if (!allocate(*r, n)) break;
             waiting_.pop_front();
             running_.push_back(r);
@@ -356,10 +364,11 @@ class SimpleScheduler : public parity::PortScheduler {
         return out;
     }
 
+    std::int64_t blocks_for(std::int64_t tokens) const { return (tokens + s_.block_size - 1) / s_.block_size; }
+
     // KV blocks for computed + new tokens plus the lookahead slots of the drafts to come.
     bool allocate(Request& r, std::int64_t n) {
-        const std::int64_t needed_tokens = std::min(r.num_computed + n + s_.num_lookahead_tokens, s_.max_model_len);
-        const std::int64_t needed = (needed_tokens + s_.block_size - 1) / s_.block_size;
+        const std::int64_t needed = blocks_for(std::min(r.num_computed + n + s_.num_lookahead_tokens, s_.max_model_len));
         const std::int64_t more = std::max<std::int64_t>(0, needed - r.blocks);
         if (more > free_blocks_) return false;
         free_blocks_ -= more;
