@@ -9,8 +9,9 @@
 //      drafting-slot reservation, as VllmConfig._set_max_num_scheduled_tokens does.
 //   2. SimpleScheduler: a scheduler behind the kit's PortScheduler interface (the `steps` and
 //      `outputs` layers). Chunked prefill under a token budget, a running cap, K drafts per
-//      decoding request, a block-counting KV cache with FCFS preemption. A port replaces it
-//      with an adapter around its own scheduler; nothing else in this file has to change.
+//      decoding request, a block-counting KV cache with FCFS or priority preemption (all
+//      requests at priority 0). A port replaces it with an adapter around its own scheduler;
+//      nothing else in this file has to change.
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
@@ -59,6 +60,7 @@ struct Settings {
     std::int64_t num_speculative_tokens = 0, num_lookahead_tokens = 0, long_prefill_token_threshold = 0;
     std::int64_t num_gpu_blocks = 0;
     bool enable_chunked_prefill = true;
+    bool priority_policy = false;  // scheduling_policy "priority" (the default is "fcfs")
 };
 
 // Resolves engine_args the way vLLM 0.27.1 does for the fields the config layer records.
@@ -75,11 +77,26 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
         rec.budget_log_lines.push_back(parity::budget_log::chunked_prefill(args.max_num_batched_tokens));
         log_line("INFO", rec.budget_log_lines.back());
     }
-    if (args.max_num_batched_tokens < args.max_num_seqs)
-        return refuse("max_num_batched_tokens (" + std::to_string(args.max_num_batched_tokens) +
-                      ") must be greater than or equal to max_num_seqs (" + std::to_string(args.max_num_seqs) + ").");
+    // SchedulerConfig.verify_max_model_len: its checks in its order, in its words.
+    const std::string batched = std::to_string(args.max_num_batched_tokens);
     if (!args.enable_chunked_prefill && args.max_num_batched_tokens < args.max_model_len)
-        return refuse("max_num_batched_tokens is smaller than max_model_len with chunked prefill disabled.");
+        return refuse("max_num_batched_tokens (" + batched + ") is smaller than max_model_len (" +
+                      std::to_string(args.max_model_len) + "). This effectively limits the maximum sequence "
+                      "length to max_num_batched_tokens and makes vLLM reject longer sequences. Please increase "
+                      "max_num_batched_tokens or decrease max_model_len.");
+    if (args.max_num_batched_tokens < args.max_num_seqs)
+        return refuse("max_num_batched_tokens (" + batched + ") must be greater than or equal to max_num_seqs (" +
+                      std::to_string(args.max_num_seqs) + ").");
+    if (args.max_num_batched_tokens > args.max_num_seqs * args.max_model_len) {
+        rec.budget_log_lines.push_back("max_num_batched_tokens (" + batched + ") exceeds max_num_seqs * max_model_len (" +
+                                       std::to_string(args.max_num_seqs * args.max_model_len) +
+                                       "). This may lead to unexpected behavior.");
+        log_line("WARNING", rec.budget_log_lines.back());
+    }
+    const std::int64_t threshold = args.long_prefill_token_threshold.value_or(0);
+    if (threshold > args.max_model_len)
+        return refuse("long_prefill_token_threshold (" + std::to_string(threshold) +
+                      ") cannot be greater than the max_model_len (" + std::to_string(args.max_model_len) + ").");
 
     const auto& spec = args.speculative_config;
     const std::int64_t k = spec ? spec->num_speculative_tokens : 0;
@@ -109,11 +126,16 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
         }
         if (args.max_num_batched_tokens < scheduled + delta)
             return refuse("VllmConfig received max_num_scheduled_tokens but it does not have enough slots to "
-                          "support the speculative decoding settings.");
+                          "support the speculative decoding settings. It should be greater by at least " +
+                          std::to_string(delta) + ", but got max_num_batched_tokens=" +
+                          std::to_string(args.max_num_batched_tokens) + " and max_num_scheduled_tokens=" +
+                          std::to_string(scheduled) + ".");
     }
 
     rec.max_num_batched_tokens = args.max_num_batched_tokens;
-    rec.max_num_scheduled_tokens = scheduled;
+    // 0.27.1 sets it only for speculation; otherwise it stays as given (null when not given)
+    // and the scheduler plans max_num_batched_tokens.
+    if (spec || args.max_num_scheduled_tokens) rec.max_num_scheduled_tokens = scheduled;
     rec.max_num_seqs = args.max_num_seqs;
     rec.num_speculative_tokens = k;
     if (spec) rec.speculative_method = method;
@@ -136,6 +158,7 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     settings.num_lookahead_tokens = lookahead;
     settings.long_prefill_token_threshold = args.long_prefill_token_threshold.value_or(0);
     settings.enable_chunked_prefill = args.enable_chunked_prefill;
+    settings.priority_policy = args.scheduling_policy.value_or("fcfs") == "priority";
     // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/runtime.py).
     const std::int64_t blocks_per_seq = (args.max_model_len + args.block_size - 1) / args.block_size;
     settings.num_gpu_blocks = args.num_gpu_blocks_override.value_or(args.max_num_seqs * blocks_per_seq + 1);
@@ -152,12 +175,14 @@ class SimpleScheduler : public parity::PortScheduler {
     void add_request(const parity::RequestSpec& spec, Tokens prompt) override {
         auto r = std::make_unique<Request>();
         r->id = spec.id;
+        r->arrival_step = spec.arrival_step;
         r->num_prompt_tokens = static_cast<std::int64_t>(prompt.size());
         r->tokens = std::move(prompt);
         r->max_tokens = spec.max_tokens;
         r->stop_token_ids = std::set<Token>(spec.stop_token_ids.begin(), spec.stop_token_ids.end());
-        waiting_.push_back(r.get());
+        Request* added = r.get();
         requests_[spec.id] = std::move(r);
+        enqueue_waiting(*added);
     }
 
     parity::ScheduledStep schedule() override {
@@ -187,9 +212,19 @@ class SimpleScheduler : public parity::PortScheduler {
                 continue;
             }
             bool ok = allocate(*r, n);
-            while (!ok) {  // no room: preempt the newest running request (FCFS), maybe this one
-                Request* victim = running_.back();
-                running_.pop_back();
+            while (!ok) {  // no room: preempt a running request, maybe this one
+                Request* victim = pick_victim();
+                const auto at = std::find(running_.begin(), running_.end(), victim);
+                if (static_cast<std::size_t>(at - running_.begin()) < i) {
+                    // scheduled earlier in this step (priority policy only): unschedule it
+                    budget += out.num_scheduled_tokens[victim->id];
+                    out.num_scheduled_tokens.erase(victim->id);
+                    out.spec_tokens.erase(victim->id);
+                    out.order.erase(std::find(out.order.begin(), out.order.end(), victim->id));
+                    scheduled.erase(std::find(scheduled.begin(), scheduled.end(), victim));
+                    --i;
+                }
+                running_.erase(at);
                 preempt(*victim);
                 out.preempted.push_back(victim->id);
                 if (victim == r) break;
@@ -211,14 +246,16 @@ class SimpleScheduler : public parity::PortScheduler {
         }
 
         // Then the waiting requests, in order, while nothing was preempted this step.
+        const bool running_scheduled = !scheduled.empty();  // requests of the running queue
         while (out.preempted.empty() && !waiting_.empty() && budget > 0) {
             if (static_cast<std::int64_t>(running_.size()) >= s_.max_num_seqs) break;
             Request* r = waiting_.front();
             std::int64_t n = r->num_tokens() - r->num_computed;
             bool pad = false;
             // vLLM admits a one-token prompt straight into decode, padded with K placeholder
-            // drafts, when the batch is decoding (uniform decode batches).
-            if (s_.num_speculative_tokens > 0 && n == 1 && !scheduled.empty() && !prefill_scheduled) {
+            // drafts, when the running queue's requests scheduled this step are all decoding
+            // (uniform decode batches); requests admitted from the waiting queue do not count.
+            if (s_.num_speculative_tokens > 0 && n == 1 && running_scheduled && !prefill_scheduled) {
                 n = 1 + s_.num_speculative_tokens;
                 if (n > budget || r->num_computed + n > s_.max_model_len) break;
                 pad = true;
@@ -227,6 +264,9 @@ class SimpleScheduler : public parity::PortScheduler {
                 n = s_.long_prefill_token_threshold;
             if (!s_.enable_chunked_prefill && n > budget) break;
             n = std::min(n, budget);
+            // SchedulerConfig.scheduler_reserve_full_isl (on by default): a waiting request is
+            // admitted only when its whole sequence fits in the free blocks, not its first chunk alone.
+            if (blocks_for(std::min(r->num_tokens(), s_.max_model_len)) > free_blocks_) break;
             if (!allocate(*r, n)) break;
             waiting_.pop_front();
             running_.push_back(r);
@@ -305,7 +345,8 @@ class SimpleScheduler : public parity::PortScheduler {
     struct Request {
         std::string id;
         Tokens tokens;  // prompt + outputs
-        std::int64_t num_prompt_tokens = 0, max_tokens = 0, num_computed = 0, blocks = 0, num_preemptions = 0;
+        std::int64_t arrival_step = 0, num_prompt_tokens = 0, max_tokens = 0, num_computed = 0, blocks = 0,
+                     num_preemptions = 0;
         std::set<Token> stop_token_ids;
         Tokens spec;  // drafts proposed for the next step
         bool running = false, is_prefill_chunk = false;
@@ -323,10 +364,11 @@ class SimpleScheduler : public parity::PortScheduler {
         return out;
     }
 
+    std::int64_t blocks_for(std::int64_t tokens) const { return (tokens + s_.block_size - 1) / s_.block_size; }
+
     // KV blocks for computed + new tokens plus the lookahead slots of the drafts to come.
     bool allocate(Request& r, std::int64_t n) {
-        const std::int64_t needed_tokens = std::min(r.num_computed + n + s_.num_lookahead_tokens, s_.max_model_len);
-        const std::int64_t needed = (needed_tokens + s_.block_size - 1) / s_.block_size;
+        const std::int64_t needed = blocks_for(std::min(r.num_computed + n + s_.num_lookahead_tokens, s_.max_model_len));
         const std::int64_t more = std::max<std::int64_t>(0, needed - r.blocks);
         if (more > free_blocks_) return false;
         free_blocks_ -= more;
@@ -334,7 +376,33 @@ class SimpleScheduler : public parity::PortScheduler {
         return true;
     }
 
-    // Back to the front of the waiting queue; everything is recomputed on resumption.
+    // FCFS preempts the last running request. The priority policy preempts the lowest priority,
+    // then the latest arrival: max() over the running queue by (priority, arrival time), which
+    // keeps the first of equals. Every request here has priority 0 (the workload has none), and
+    // the oracle's arrival time is the arrival step.
+    Request* pick_victim() const {
+        if (!s_.priority_policy) return running_.back();
+        Request* victim = running_.front();
+        for (Request* r : running_)
+            if (r->arrival_step > victim->arrival_step) victim = r;
+        return victim;
+    }
+
+    // FCFS: at the back of the waiting queue. Priority: a heap ordered by (priority, arrival time,
+    // request id), taken (and recorded) in that order.
+    void enqueue_waiting(Request& r, bool front = false) {
+        if (!s_.priority_policy) {
+            if (front) waiting_.push_front(&r);
+            else waiting_.push_back(&r);
+            return;
+        }
+        auto later = [&](const Request* w) {
+            return std::make_pair(w->arrival_step, w->id) > std::make_pair(r.arrival_step, r.id);
+        };
+        waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), later), &r);
+    }
+
+    // Back to the waiting queue (FCFS: at its front); everything is recomputed on resumption.
     void preempt(Request& r) {
         free_blocks_ += r.blocks;
         r.blocks = 0;
@@ -342,7 +410,7 @@ class SimpleScheduler : public parity::PortScheduler {
         r.spec.clear();
         r.running = false;
         ++r.num_preemptions;
-        waiting_.push_front(&r);
+        enqueue_waiting(r, /*front=*/true);
     }
 
     Settings s_;

@@ -27,7 +27,8 @@ struct Refusal {
 // `config` (and `engine_config`): the resolved scheduling budget. One record.
 struct ConfigRecord {
     std::optional<Refusal> refused;  // set: only `refused` and `budget_log_lines` are written
-    std::int64_t max_num_batched_tokens = 0, max_num_scheduled_tokens = 0, max_num_seqs = 0;
+    std::int64_t max_num_batched_tokens = 0, max_num_seqs = 0;
+    std::optional<std::int64_t> max_num_scheduled_tokens;  // null where vLLM leaves it unset
     std::int64_t num_speculative_tokens = 0;
     std::optional<std::string> speculative_method;  // null without speculation
     bool parallel_drafting = false;
@@ -44,7 +45,7 @@ struct ConfigRecord {
         auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
         return {{"refused", nullptr},
                 {"max_num_batched_tokens", max_num_batched_tokens},
-                {"max_num_scheduled_tokens", max_num_scheduled_tokens},
+                {"max_num_scheduled_tokens", opt(max_num_scheduled_tokens)},
                 {"max_num_seqs", max_num_seqs},
                 {"num_speculative_tokens", num_speculative_tokens},
                 {"speculative_method", opt(speculative_method)},
