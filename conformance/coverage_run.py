@@ -85,3 +85,42 @@ def json_report(python: Path, coverage_dir: Path, rcfile: Path, data_file: Path)
     if result.returncode != 0 or not out.exists():
         raise CoverageError(f"coverage json failed for {data_file}:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
     return json.loads(out.read_text())
+
+
+GUIDED_WORKER = WORKER.parent / "coverage_worker.py"
+
+
+def guided_worker(release: str, python: Path, coverage_dir: Path, arcs_file: Path,
+                  patterns=MEASURED) -> EngineSpec:
+    """The pin's worker under coverage.py (engines/vllm/coverage_worker.py), appending after
+    each run the branch arcs it reached for the first time to `arcs_file` (parity fuzz
+    --guide coverage)."""
+    env = shutil.which("env") or "/usr/bin/env"
+    argv = (env, f"PYTHONPATH={coverage_dir}", str(python), str(GUIDED_WORKER), f"--arcs={arcs_file}",
+            f"--include={','.join(patterns)}", "--release", release, *device_args())
+    return EngineSpec(f"vllm-{release}", argv, release)
+
+
+class BranchesReached:
+    """The branch arcs a guided worker reported, read as its file grows (a restarted worker
+    appends to the same file): how many are new after each example, and how many in all."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.arcs: set[tuple[str, int, int]] = set()
+        self._offset = 0
+
+    def new(self) -> int:
+        """Branch arcs reached for the first time since the last call."""
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            text = f.read()
+        complete = text[:text.rfind(b"\n") + 1]  # a line is read once it is whole
+        self._offset += len(complete)
+        before = len(self.arcs)
+        for line in complete.decode().splitlines():
+            for name, arcs in json.loads(line)["branches"].items():
+                self.arcs.update((name, a, b) for a, b in arcs)
+        return len(self.arcs) - before

@@ -34,6 +34,7 @@ from hypothesis import seed as seeded
 from hypothesis.errors import Unsatisfiable
 
 from . import fuzz_strategies
+from .coverage_run import BranchesReached
 from .engine import EngineFailure, EngineProcess, EngineSpec
 from .gate import where_of
 from .pins import REPO_ROOT
@@ -44,6 +45,8 @@ from .trace import make_trace
 from .verdict import CANDIDATE, NUMERICS, PASS, Verdict, judge
 
 STAND_IN_LAYERS = ("config", "steps", "outputs")  # fast, no model
+# The whole engine on the tiny models (about a second an example): fuzz_strategies.engine_scenarios
+ENGINE_LAYERS = ("engine_config", "engine_steps", "engine_outputs")
 ROUND = 100  # examples per hypothesis run
 RUN_TIMEOUT = 60.0  # one example on one engine (a candidate's loop may never end)
 SHRINK_LIMIT = 120.0  # seconds hypothesis may spend shrinking one finding
@@ -136,7 +139,7 @@ def signature(verdict: Verdict) -> str | None:
     if verdict.kind in (PASS, NUMERICS):
         return None
     where = re.sub(r"\br\d+\b", "*", where_of(verdict))  # request ids: renumbered by shrinking
-    where = re.sub(r"\[\d+\]", "[*]", where)
+    where = re.sub(r"\[(token )?\d+\]", lambda m: f"[{m[1] or ''}*]", where)  # positions, token ids
     text = f"{verdict.kind} {where}".strip()
     return f"{text} then {verdict.failure}" if verdict.failure else text
 
@@ -150,7 +153,7 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
         refused = records[0].get("refused") if records else None
         seen.add(f"refused {refused['type']}" if refused else "accepted")
     prompts = {r["id"]: r["prompt_len"] for r in (scenario.workload or {}).get("requests", [])}
-    for record in layers.get("steps", []):
+    for record in layers.get("steps", []) + layers.get("engine_steps", []):
         if "step" not in record:
             continue
         for key in ("preempted", "resumed"):
@@ -166,9 +169,11 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
         for rid, entry in reqs.items():
             if entry.get("draft_tokens"):
                 seen.add("drafts")
+                if entry.get("accepted_draft_tokens") == entry["draft_tokens"]:
+                    seen.add("every draft accepted")
             if rid in record.get("new", ()) and entry.get("tokens", 0) < prompts.get(rid, 0):
                 seen.add("chunked prefill")
-    for record in layers.get("outputs", []):
+    for record in layers.get("outputs", []) + layers.get("engine_outputs", []):
         if record.get("finish_reason"):
             seen.add(f"finish {record['finish_reason']}")
     return seen
@@ -256,8 +261,12 @@ class Search:
 
     def __init__(self, pair: Pair, seed: int, log, budget: float | None = None,
                  examples: int | None = None, findings: int = 1, clock=time.monotonic,
-                 shrink_limit: float = SHRINK_LIMIT):
+                 shrink_limit: float = SHRINK_LIMIT, branches: BranchesReached | None = None,
+                 guide: bool = False):
         self.pair, self.seed, self.log, self.clock = pair, seed, log, clock
+        # the oracle's branch arcs, when it runs under coverage.py (--guide coverage); with
+        # guide, examples that reach new ones are preferred (hypothesis.target)
+        self.branches, self.guide = branches, guide
         self.shrink_limit = shrink_limit
         self.budget, self.limit, self.wanted = budget, examples, findings
         self.stats = Stats()
@@ -297,7 +306,7 @@ class Search:
                   phases=(Phase.generate, Phase.target, Phase.shrink), print_blob=False,
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                   report_multiple_bugs=False)
-        @given(fuzz_strategies.scenarios())
+        @given(fuzz_strategies.for_layers(self.pair.layers))
         def check(raw: dict) -> None:
             self._check(raw)
 
@@ -373,6 +382,8 @@ class Search:
             self.stats.examples += 1
         self._say()
         if verdict is None:
+            if self.branches is not None:
+                self.branches.new()
             self.stats.skipped += not shrinking
             self.stats.why_skipped[_why(oracle["failure"])] += not shrinking
             event("the oracle could not run it")
@@ -380,9 +391,12 @@ class Search:
         refused = any(r.get("refused") for records in oracle["layers"].values() for r in records[:1])
         self.stats.refused += refused and not shrinking
         seen = behaviours(scenario, oracle["layers"])
+        new_branches = self.branches.new() if self.branches is not None else 0
         if not shrinking:
             self.stats.behaviours |= seen
             target(float(len(seen)), label="scheduler behaviours")
+            if self.guide:
+                target(float(new_branches), label="new branches")
         sig = signature(verdict)
         if sig is None or any(f.signature == sig for f in self.findings[:-1 if shrinking else None]):
             return
@@ -411,5 +425,7 @@ class Search:
         self.log(f"[fuzz] {shrinking}{s.examples} examples ({s.examples / max(elapsed, 1e-9):.1f}/s), "
                  f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''}, "
                  f"{s.refused} refused by the oracle, {s.skipped} skipped, {len(s.behaviours)} "
-                 f"scheduler behaviours reached; {duration(elapsed)} elapsed"
+                 f"scheduler behaviours"
+                 + (f" and {len(self.branches.arcs)} branches" if self.branches is not None else "")
+                 + f" reached; {duration(elapsed)} elapsed"
                  + (f", {duration(left)} left" if left is not None and not final else ""))

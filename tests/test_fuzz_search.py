@@ -114,7 +114,8 @@ def test_budget(text, seconds):
 @pytest.mark.parametrize("argv, error", [
     (["--budget", "soon"], "--budget: expected a duration"),
     (["--against", "0.27.1+mutant:ignore-max-num-seqs"], "--against"),
-    (["--layers", "engine_steps"], "--layers: the fuzzer runs the stand-in layers"),
+    (["--layers", "steps,engine_steps"], "not both at once"),
+    (["--layers", "methods"], "--layers: the fuzzer runs some of the stand-in layers"),
     (["--budget", "1m", "--examples", "3"], "give one of them"),
     (["--findings", "0"], "--findings: expected a positive number"),
 ])
