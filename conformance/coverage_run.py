@@ -6,9 +6,10 @@ coverage.py is installed with the pin environment's own python into a folder of 
 runs, and the worker is started as `python -m coverage run ... worker.py`, so the measured
 process is the worker itself, serving the protocol as it always does.
 
-The measured files are the scheduling code a port mirrors (vllm/v1/core/sched/) and the budget
-resolution in vllm/config/ (scheduler.py, speculative.py, vllm.py); which functions of them
-count is decided by conformance/scope.py.
+The measured files are the scheduling code a port mirrors (vllm/v1/core/sched/), the budget
+resolution in vllm/config/ (scheduler.py, speculative.py, vllm.py) and what the scheduler calls
+to decide (the KV cache manager, its coordinator, the single-type managers, the block pool);
+which functions of them count is decided by conformance/scope.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from .envs import WORKER, cache_root, device_args
 
 COVERAGE = "coverage==7.17.3"  # exact pin, installed per pin python, never into the pin env
 MEASURED = ("*/vllm/v1/core/sched/*.py", "*/vllm/config/scheduler.py",
-            "*/vllm/config/speculative.py", "*/vllm/config/vllm.py")
+            "*/vllm/config/speculative.py", "*/vllm/config/vllm.py",
+            # what the scheduler calls to decide: KV cache allocation and the block pool
+            "*/vllm/v1/core/kv_cache_manager.py", "*/vllm/v1/core/block_pool.py",
+            "*/vllm/v1/core/kv_cache_coordinator.py", "*/vllm/v1/core/single_type_kv_cache_manager.py")
 
 
 class CoverageError(RuntimeError):
