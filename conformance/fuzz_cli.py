@@ -129,7 +129,8 @@ def guided_oracle(oracle, log):
 
 
 def catalog_mutant(text: str, pins, log):
-    """TEST DEVICE: '0.27.1+mutant:catalog:ID', a mutant of `parity adequacy`'s catalog, served
+    """TEST DEVICE: '0.27.1+mutant:catalog:ID', a mutant of `parity adequacy`'s catalogs (the
+    scheduler's, then the engine path's), served
     as its own engine by engines/vllm/mutant_server.py. (the server, the candidate's spec)"""
     from .adequacy import MutantServer, catalog
     from .scope import load_scope
@@ -140,8 +141,13 @@ def catalog_mutant(text: str, pins, log):
         raise ValueError(f"--candidate {text!r}: {pin!r} is not a pinned release")
     mutants, _ = catalog(release, load_scope(), log)
     found = [m for m in mutants if m.id == mutant_id]
+    if not found:  # the engine path's catalog, lines the engine scenarios never run included
+        from .adequacy_engine import ENGINE_SCOPE_FILE, engine_catalog
+
+        run, _, not_run = engine_catalog(release, load_scope(ENGINE_SCOPE_FILE), {}, log)
+        found = [m for m in run + not_run if m.id == mutant_id]
     if not found:
-        raise ValueError(f"--candidate {text!r}: no mutant {mutant_id!r} in the catalog of vllm {release}")
+        raise ValueError(f"--candidate {text!r}: no mutant {mutant_id!r} in the catalogs of vllm {release}")
     server = MutantServer(release, log)
     return server, server.spec(found[0])
 
