@@ -15,6 +15,15 @@ does, so the minimal scenario diverges where the first one did; a greedy pass th
 what hypothesis' own measure kept (Search._polish). The minimal scenario is
 written as a scenario file, loaded back, run again and confirmed before it is reported.
 
+The layers fuzzed are the stand-in ones (config, steps, outputs: no model, tens of
+milliseconds an example) or the engine ones (the whole engine on the tiny models, about a
+second): each has its own space of scenarios (fuzz_strategies.for_layers), and both are judged
+by the same verdict.judge, the engine layers with their own tolerance rules.
+
+Guidance: hypothesis.target on what the oracle's scheduler did (behaviours()), and, when the
+oracle's worker runs under coverage.py (--guide coverage, engines/vllm/coverage_worker.py), on
+the branches of the scheduling code each example reached first.
+
 Same seed, same examples: the examples come in rounds of ROUND hypothesis runs, each seeded
 from the seed and the round's number, and a time budget only decides how many rounds run.
 """
