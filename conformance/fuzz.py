@@ -191,6 +191,7 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
 OPTIONAL_ARGS = ("speculative_config", "num_gpu_blocks_override", "long_prefill_token_threshold",
                  "max_num_scheduled_tokens", "scheduling_policy")
 POLISH_TRIES = 60  # runs, at most, after hypothesis' shrinking
+POLISH_LIMIT = 120.0  # seconds, at most (an engine-layer run costs an engine start a side)
 
 
 def _size(raw: dict) -> tuple:
@@ -344,8 +345,9 @@ class Search:
 
     def _polish(self, raw: dict, sig: str) -> dict:
         """Edits hypothesis may not have tried, each kept when the example still fails with
-        the same signature: a request removed, an optional argument left out, a size cut."""
-        best, tries = raw, 0
+        the same signature: a request removed, an optional argument left out, a size cut;
+        at most POLISH_TRIES runs and POLISH_LIMIT seconds."""
+        best, tries, until = raw, 0, self.clock() + POLISH_LIMIT
         changed = True
         while changed and tries < POLISH_TRIES:
             changed = False
@@ -354,8 +356,8 @@ class Search:
                 if self._fails_as(candidate, sig):
                     best, changed = candidate, True
                     break
-                if tries >= POLISH_TRIES:
-                    break
+                if tries >= POLISH_TRIES or self.clock() > until:
+                    return best
         return best
 
     def _fails_as(self, raw: dict, sig: str) -> bool:
