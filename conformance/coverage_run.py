@@ -112,6 +112,7 @@ class BranchesReached:
     def __init__(self, path: Path):
         self.path = path
         self.arcs: set[tuple[str, int, int]] = set()
+        self.reached = 0  # distinct branch arcs the last run reached, new or not
         self._offset = 0
 
     def new(self) -> int:
@@ -125,6 +126,8 @@ class BranchesReached:
         self._offset += len(complete)
         before = len(self.arcs)
         for line in complete.decode().splitlines():
-            for name, arcs in json.loads(line)["branches"].items():
+            entry = json.loads(line)
+            self.reached = entry.get("reached", 0)
+            for name, arcs in entry["branches"].items():
                 self.arcs.update((name, a, b) for a, b in arcs)
         return len(self.arcs) - before

@@ -406,7 +406,8 @@ class Search:
         if not shrinking:
             self.stats.behaviours |= seen
             target(float(len(seen)), label="scheduler behaviours")
-            if self.guide:
+            if self.guide:  # examples that take more of the scheduler's branches, and new ones
+                target(float(self.branches.reached), label="branches reached")
                 target(float(new_branches), label="new branches")
         sig = signature(verdict)
         if sig is None or any(f.signature == sig for f in self.findings[:-1 if shrinking else None]):

@@ -4,9 +4,11 @@
 guided_worker): coverage.py measures the files given by --include (the scheduling code of
 adequacy_scope.toml) with branch coverage, in this process, and after every run, before the
 worker sends the run's last message (`done`, or an `error` naming the run), the branch arcs
-reached for the first time in this process are appended to --arcs as one JSON line:
+reached for the first time in this process are appended to --arcs as one JSON line, with the
+number of distinct branch arcs the run reached (each run is a dynamic context of coverage.py):
 
-    {"id": RUN_ID, "branches": {"vllm/v1/core/sched/scheduler.py": [[from, to], ...], ...}}
+    {"id": RUN_ID, "reached": N,
+     "branches": {"vllm/v1/core/sched/scheduler.py": [[from, to], ...], ...}}
 
 A branch arc is coverage.py's: an arc out of a line with more than one possible exit, by its
 static analysis of the file (the measure `parity adequacy` counts). The worker itself serves
@@ -33,6 +35,8 @@ class BranchLog:
         self.cov, self.path = cov, path
         self.seen: dict[str, set] = {}
         self.parsers: dict[str, tuple] = {}  # file -> (parser, its branch arcs)
+        self.runs = 0
+        cov.switch_context("run 0")  # what runs until the first run ends, then one per run
 
     def _branches(self, filename: str):
         if filename not in self.parsers:
@@ -45,18 +49,26 @@ class BranchLog:
         return self.parsers[filename]
 
     def dump(self, run_id) -> None:
-        data = self.cov.get_data()  # flushes what the tracer collected so far
-        new = {}
-        for filename in data.measured_files():
-            parser, branches = self._branches(filename)
-            reached = parser.translate_arcs(data.arcs(filename) or ()) & branches
-            seen = self.seen.setdefault(filename, set())
-            fresh = reached - seen
-            if fresh:
-                seen |= fresh
-                new["vllm/" + filename.replace(os.sep, "/").split("/vllm/", 1)[-1]] = sorted(fresh)
+        context = f"run {self.runs}"
+        self.runs += 1
+        self.cov.switch_context(f"run {self.runs}")  # flushes this run's data under its context
+        data = self.cov.get_data()
+        data.set_query_contexts([f"^{context}$"])
+        new, count = {}, 0
+        try:
+            for filename in data.measured_files():
+                parser, branches = self._branches(filename)
+                reached = parser.translate_arcs(data.arcs(filename) or ()) & branches
+                count += len(reached)
+                seen = self.seen.setdefault(filename, set())
+                fresh = reached - seen
+                if fresh:
+                    seen |= fresh
+                    new["vllm/" + filename.replace(os.sep, "/").split("/vllm/", 1)[-1]] = sorted(fresh)
+        finally:
+            data.set_query_contexts(None)
         with open(self.path, "a") as f:
-            f.write(json.dumps({"id": run_id, "branches": new}) + "\n")
+            f.write(json.dumps({"id": run_id, "reached": count, "branches": new}) + "\n")
 
 
 def main() -> int:
