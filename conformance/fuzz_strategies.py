@@ -21,7 +21,8 @@ engine_scenarios() is the space of the engine layers (engine_config, engine_step
 engine_outputs), where the oracle runs the release's whole engine: the project's tiny models
 (scenarios/models/tiny-*, float32, the models the library's engine_*.json use), every
 speculative method those scenarios use (ngram, a draft model, the target drafting for itself,
-PARD, EAGLE-3, DFlash, MTP), and workloads of at most ENGINE_MAX_REQUESTS short requests, so
+PARD, EAGLE-3, DFlash, MTP), and workloads of at most ENGINE_MAX_REQUESTS short requests (or
+one ending exactly at max_model_len), so
 one example is one tiny engine start and a few dozen steps (about a second). Acceptance is the
 model's own there, so no acceptance scripts; stop ids are drawn from the tiny vocabulary.
 """
@@ -240,7 +241,9 @@ def engine_scenarios(draw, name: str = "fuzz") -> dict:
     reqs = []
     for i in range(draw(ENGINE_COUNT)):
         max_tokens = draw(ints(1, 16))
-        prompt_len = draw(ints(1, min(max_model_len - max_tokens, 64)))
+        room = max_model_len - max_tokens
+        # short, or ending exactly at max_model_len (drafts proposed up to the limit)
+        prompt_len = room if draw(FLAG) else draw(ints(1, min(room, 64)))
         req = {"id": f"r{i}", "arrival_step": draw(ENGINE_ARRIVAL), "prompt_len": prompt_len,
                "max_tokens": max_tokens}
         stop_ids = draw(ENGINE_STOPS)
