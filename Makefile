@@ -66,7 +66,8 @@ test: envs cpp
 
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
 # (c) cold starts per `make parity` run, (d) the engine layers' cost per pin, (h) parity fuzz's
-# examples per second and (i) its time to find and shrink a planted divergence; then the
+# examples per second, (i) its time to find and shrink a planted divergence, (l) the branches
+# it reaches with and without --guide coverage and (m) its time on the engine layers; then the
 # times: (e) make test, (f) make test on a fresh machine, (g) make parity without and with the
 # engine layers, (j) make parity on a fresh machine and its cold gate against the warm one
 # (BENCH_FRESH=0 leaves (f) and (j) out); (k) the engine layers' logprob noise across ISA
@@ -107,7 +108,9 @@ adequacy: envs
 
 # Differential fuzzing: scenarios generated until CANDIDATE first differs from the gate oracle
 # (or FUZZ_BUDGET runs out), shrunk to a minimal scenario file in out/fuzz/ and confirmed.
-# FUZZ_ARGS adds options, e.g. FUZZ_ARGS='--seed 3 --findings 2 --out scenarios'.
+# FUZZ_ARGS adds options, e.g. FUZZ_ARGS='--seed 3 --findings 2 --out scenarios'; the whole engine
+# on the tiny models: FUZZ_ARGS='--layers engine_steps,engine_outputs'; guided by the branches
+# of the scheduling code the oracle reaches: FUZZ_ARGS='--guide coverage'.
 FUZZ_BUDGET ?= 5m
 fuzz: envs
 	@test -n '$(CANDIDATE)' || { echo "make fuzz: set CANDIDATE, e.g. CANDIDATE='./build/port --parity'"; exit 2; }

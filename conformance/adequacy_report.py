@@ -23,15 +23,20 @@ def render_coverage(cov: PinCoverage) -> str:
         lines.append(f"   {f.file.rsplit('/', 1)[-1] + ':' + f.qualname:58s} "
                      f"{len(f.covered):4d}/{len(f.statements):<4d}{pct(len(f.covered), len(f.statements))} "
                      f"{len(f.covered_branches):4d}/{len(f.branches):<4d}{pct(len(f.covered_branches), len(f.branches))}")
-    cl, nl, cb, nb = cov.totals()
-    lines.append(f"   {'TOTAL (in scope)':58s} {cl:4d}/{nl:<4d}{pct(cl, nl)} {cb:4d}/{nb:<4d}{pct(cb, nb)}")
-    al = nl + sum(len(f.out_lines) for f in cov.functions)
-    ab = nb + sum(len(f.out_branches) for f in cov.functions)
-    acl = cl + sum(1 for f in cov.functions for n in f.out_lines if n in f.executed_out)
-    acb = cb + sum(len(f.out_branches) - len(f.missing_out_branches) for f in cov.functions)
-    lines.append(f"   {'all measured code, out of scope included':58s} {acl:4d}/{al:<4d}{pct(acl, al)} "
-                 f"{acb:4d}/{ab:<4d}{pct(acb, ab)}")
-    missing = [(f, arc) for f in cov.functions for arc in f.missing_branches]
+    parts = [("TOTAL (in scope)", False)]
+    if cov.part(callees=True):  # the code the scheduler calls, reported on its own (no goal)
+        parts = [("TOTAL the scheduler (in scope)", False), ("TOTAL what it calls (in scope, no goal)", True)]
+    for title, callees in parts:
+        fs = cov.part(callees)
+        cl, nl, cb, nb = cov.totals(callees)
+        lines.append(f"   {title:58s} {cl:4d}/{nl:<4d}{pct(cl, nl)} {cb:4d}/{nb:<4d}{pct(cb, nb)}")
+        al = nl + sum(len(f.out_lines) for f in fs)
+        ab = nb + sum(len(f.out_branches) for f in fs)
+        acl = cl + sum(1 for f in fs for n in f.out_lines if n in f.executed_out)
+        acb = cb + sum(len(f.out_branches) - len(f.missing_out_branches) for f in fs)
+        lines.append(f"   {'  all measured code, out of scope included':58s} {acl:4d}/{al:<4d}{pct(acl, al)} "
+                     f"{acb:4d}/{ab:<4d}{pct(acb, ab)}")
+    missing = [(f, arc) for f in cov.part() + cov.part(callees=True) for arc in f.missing_branches]
     lines.append(f"   uncovered branches in scope: {len(missing)}")
     for f, (a, b) in missing:
         src = cov.sources[f.file][a - 1].strip() if 0 < a <= len(cov.sources[f.file]) else ""

@@ -144,9 +144,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--budget", help="time to search, like 90s, 10m, 1h (default 10m)")
     p.add_argument("--examples", type=int, help="examples to run, instead of a time budget")
     p.add_argument("--seed", type=int, help="the same seed gives the same examples (default: random, printed)")
-    p.add_argument("--layers", help="comma-separated stand-in layers (default: config,steps,outputs)")
+    p.add_argument("--layers", help="comma-separated layers: stand-in ones (default: config,steps,outputs) or "
+                   "engine ones (engine_steps,engine_outputs: the whole engine on the tiny models)")
     p.add_argument("--out", type=Path, help="where findings are written (default: out/fuzz)")
     p.add_argument("--findings", type=int, default=1, help="stop after this many distinct findings (default 1)")
+    p.add_argument("--guide", choices=("behaviours", "coverage"), default="behaviours",
+                   help="what the search prefers: examples where the oracle's scheduler does more "
+                   "(default), or also those reaching branches of the scheduling code not reached "
+                   "yet (runs the oracle under coverage.py; progress shows branches reached)")
     p.add_argument("--replay", type=Path, metavar="FILE", help="run one scenario file on both engines "
                    "and print the verdict, as the gate prints it")
 

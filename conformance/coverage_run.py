@@ -6,9 +6,10 @@ coverage.py is installed with the pin environment's own python into a folder of 
 runs, and the worker is started as `python -m coverage run ... worker.py`, so the measured
 process is the worker itself, serving the protocol as it always does.
 
-The measured files are the scheduling code a port mirrors (vllm/v1/core/sched/) and the budget
-resolution in vllm/config/ (scheduler.py, speculative.py, vllm.py); which functions of them
-count is decided by conformance/scope.py.
+The measured files are the scheduling code a port mirrors (vllm/v1/core/sched/), the budget
+resolution in vllm/config/ (scheduler.py, speculative.py, vllm.py) and what the scheduler calls
+to decide (the KV cache manager, its coordinator, the single-type managers, the block pool);
+which functions of them count is decided by conformance/scope.py.
 """
 
 from __future__ import annotations
@@ -25,7 +26,10 @@ from .envs import WORKER, cache_root, device_args
 
 COVERAGE = "coverage==7.17.3"  # exact pin, installed per pin python, never into the pin env
 MEASURED = ("*/vllm/v1/core/sched/*.py", "*/vllm/config/scheduler.py",
-            "*/vllm/config/speculative.py", "*/vllm/config/vllm.py")
+            "*/vllm/config/speculative.py", "*/vllm/config/vllm.py",
+            # what the scheduler calls to decide: KV cache allocation and the block pool
+            "*/vllm/v1/core/kv_cache_manager.py", "*/vllm/v1/core/block_pool.py",
+            "*/vllm/v1/core/kv_cache_coordinator.py", "*/vllm/v1/core/single_type_kv_cache_manager.py")
 
 
 class CoverageError(RuntimeError):
@@ -85,3 +89,45 @@ def json_report(python: Path, coverage_dir: Path, rcfile: Path, data_file: Path)
     if result.returncode != 0 or not out.exists():
         raise CoverageError(f"coverage json failed for {data_file}:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
     return json.loads(out.read_text())
+
+
+GUIDED_WORKER = WORKER.parent / "coverage_worker.py"
+
+
+def guided_worker(release: str, python: Path, coverage_dir: Path, arcs_file: Path,
+                  patterns=MEASURED) -> EngineSpec:
+    """The pin's worker under coverage.py (engines/vllm/coverage_worker.py), appending after
+    each run the branch arcs it reached for the first time to `arcs_file` (parity fuzz
+    --guide coverage)."""
+    env = shutil.which("env") or "/usr/bin/env"
+    argv = (env, f"PYTHONPATH={coverage_dir}", str(python), str(GUIDED_WORKER), f"--arcs={arcs_file}",
+            f"--include={','.join(patterns)}", "--release", release, *device_args())
+    return EngineSpec(f"vllm-{release}", argv, release)
+
+
+class BranchesReached:
+    """The branch arcs a guided worker reported, read as its file grows (a restarted worker
+    appends to the same file): how many are new after each example, and how many in all."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        self.arcs: set[tuple[str, int, int]] = set()
+        self.reached = 0  # distinct branch arcs the last run reached, new or not
+        self._offset = 0
+
+    def new(self) -> int:
+        """Branch arcs reached for the first time since the last call."""
+        if not self.path.exists():
+            return 0
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            text = f.read()
+        complete = text[:text.rfind(b"\n") + 1]  # a line is read once it is whole
+        self._offset += len(complete)
+        before = len(self.arcs)
+        for line in complete.decode().splitlines():
+            entry = json.loads(line)
+            self.reached = entry.get("reached", 0)
+            for name, arcs in entry["branches"].items():
+                self.arcs.update((name, a, b) for a, b in arcs)
+        return len(self.arcs) - before

@@ -15,6 +15,15 @@ does, so the minimal scenario diverges where the first one did; a greedy pass th
 what hypothesis' own measure kept (Search._polish). The minimal scenario is
 written as a scenario file, loaded back, run again and confirmed before it is reported.
 
+The layers fuzzed are the stand-in ones (config, steps, outputs: no model, tens of
+milliseconds an example) or the engine ones (the whole engine on the tiny models, about a
+second): each has its own space of scenarios (fuzz_strategies.for_layers), and both are judged
+by the same verdict.judge, the engine layers with their own tolerance rules.
+
+Guidance: hypothesis.target on what the oracle's scheduler did (behaviours()), and, when the
+oracle's worker runs under coverage.py (--guide coverage, engines/vllm/coverage_worker.py), on
+the branches of the scheduling code each example reached first.
+
 Same seed, same examples: the examples come in rounds of ROUND hypothesis runs, each seeded
 from the seed and the round's number, and a time budget only decides how many rounds run.
 """
@@ -34,6 +43,7 @@ from hypothesis import seed as seeded
 from hypothesis.errors import Unsatisfiable
 
 from . import fuzz_strategies
+from .coverage_run import BranchesReached
 from .engine import EngineFailure, EngineProcess, EngineSpec
 from .gate.requirement_rows import where_of
 from .pins import REPO_ROOT
@@ -45,6 +55,8 @@ from .gate.judging import judge_trace
 from .gate.verdict import CANDIDATE, NUMERICS, PASS, Verdict
 
 STAND_IN_LAYERS = ("config", "steps", "outputs")  # fast, no model
+# The whole engine on the tiny models (about a second an example): fuzz_strategies.engine_scenarios
+ENGINE_LAYERS = ("engine_config", "engine_steps", "engine_outputs")
 ROUND = 100  # examples per hypothesis run
 RUN_TIMEOUT = 60.0  # one example on one engine (a candidate's loop may never end)
 SHRINK_LIMIT = 120.0  # seconds hypothesis may spend shrinking one finding
@@ -137,7 +149,7 @@ def signature(verdict: Verdict) -> str | None:
     if verdict.kind in (PASS, NUMERICS):
         return None
     where = re.sub(r"\br\d+\b", "*", where_of(verdict))  # request ids: renumbered by shrinking
-    where = re.sub(r"\[\d+\]", "[*]", where)
+    where = re.sub(r"\[(token )?\d+\]", lambda m: f"[{m[1] or ''}*]", where)  # positions, token ids
     text = f"{verdict.kind} {where}".strip()
     return f"{text} then {verdict.failure}" if verdict.failure else text
 
@@ -151,7 +163,7 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
         refused = records[0].get("refused") if records else None
         seen.add(f"refused {refused['type']}" if refused else "accepted")
     prompts = {r["id"]: r["prompt_len"] for r in (scenario.workload or {}).get("requests", [])}
-    for record in layers.get("steps", []):
+    for record in layers.get("steps", []) + layers.get("engine_steps", []):
         if "step" not in record:
             continue
         for key in ("preempted", "resumed"):
@@ -167,9 +179,11 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
         for rid, entry in reqs.items():
             if entry.get("draft_tokens"):
                 seen.add("drafts")
+                if entry.get("accepted_draft_tokens") == entry["draft_tokens"]:
+                    seen.add("every draft accepted")
             if rid in record.get("new", ()) and entry.get("tokens", 0) < prompts.get(rid, 0):
                 seen.add("chunked prefill")
-    for record in layers.get("outputs", []):
+    for record in layers.get("outputs", []) + layers.get("engine_outputs", []):
         if record.get("finish_reason"):
             seen.add(f"finish {record['finish_reason']}")
     return seen
@@ -178,6 +192,7 @@ def behaviours(scenario: Scenario, layers: dict) -> set[str]:
 OPTIONAL_ARGS = ("speculative_config", "num_gpu_blocks_override", "long_prefill_token_threshold",
                  "max_num_scheduled_tokens", "scheduling_policy")
 POLISH_TRIES = 60  # runs, at most, after hypothesis' shrinking
+POLISH_LIMIT = 120.0  # seconds, at most (an engine-layer run costs an engine start a side)
 
 
 def _size(raw: dict) -> tuple:
@@ -257,8 +272,12 @@ class Search:
 
     def __init__(self, pair: Pair, seed: int, log, budget: float | None = None,
                  examples: int | None = None, findings: int = 1, clock=time.monotonic,
-                 shrink_limit: float = SHRINK_LIMIT):
+                 shrink_limit: float = SHRINK_LIMIT, branches: BranchesReached | None = None,
+                 guide: bool = False):
         self.pair, self.seed, self.log, self.clock = pair, seed, log, clock
+        # the oracle's branch arcs, when it runs under coverage.py (--guide coverage); with
+        # guide, examples that reach new ones are preferred (hypothesis.target)
+        self.branches, self.guide = branches, guide
         self.shrink_limit = shrink_limit
         self.budget, self.limit, self.wanted = budget, examples, findings
         self.stats = Stats()
@@ -298,7 +317,7 @@ class Search:
                   phases=(Phase.generate, Phase.target, Phase.shrink), print_blob=False,
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                   report_multiple_bugs=False)
-        @given(fuzz_strategies.scenarios())
+        @given(fuzz_strategies.for_layers(self.pair.layers))
         def check(raw: dict) -> None:
             self._check(raw)
 
@@ -327,8 +346,9 @@ class Search:
 
     def _polish(self, raw: dict, sig: str) -> dict:
         """Edits hypothesis may not have tried, each kept when the example still fails with
-        the same signature: a request removed, an optional argument left out, a size cut."""
-        best, tries = raw, 0
+        the same signature: a request removed, an optional argument left out, a size cut;
+        at most POLISH_TRIES runs and POLISH_LIMIT seconds."""
+        best, tries, until = raw, 0, self.clock() + POLISH_LIMIT
         changed = True
         while changed and tries < POLISH_TRIES:
             changed = False
@@ -337,8 +357,8 @@ class Search:
                 if self._fails_as(candidate, sig):
                     best, changed = candidate, True
                     break
-                if tries >= POLISH_TRIES:
-                    break
+                if tries >= POLISH_TRIES or self.clock() > until:
+                    return best
         return best
 
     def _fails_as(self, raw: dict, sig: str) -> bool:
@@ -374,6 +394,8 @@ class Search:
             self.stats.examples += 1
         self._say()
         if verdict is None:
+            if self.branches is not None:
+                self.branches.new()
             self.stats.skipped += not shrinking
             self.stats.why_skipped[_why(oracle["failure"])] += not shrinking
             event("the oracle could not run it")
@@ -381,9 +403,13 @@ class Search:
         refused = any(r.get("refused") for records in oracle["layers"].values() for r in records[:1])
         self.stats.refused += refused and not shrinking
         seen = behaviours(scenario, oracle["layers"])
+        new_branches = self.branches.new() if self.branches is not None else 0
         if not shrinking:
             self.stats.behaviours |= seen
             target(float(len(seen)), label="scheduler behaviours")
+            if self.guide:  # examples that take more of the scheduler's branches, and new ones
+                target(float(self.branches.reached), label="branches reached")
+                target(float(new_branches), label="new branches")
         sig = signature(verdict)
         if sig is None or any(f.signature == sig for f in self.findings[:-1 if shrinking else None]):
             return
@@ -412,5 +438,7 @@ class Search:
         self.log(f"[fuzz] {shrinking}{s.examples} examples ({s.examples / max(elapsed, 1e-9):.1f}/s), "
                  f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''}, "
                  f"{s.refused} refused by the oracle, {s.skipped} skipped, {len(s.behaviours)} "
-                 f"scheduler behaviours reached; {duration(elapsed)} elapsed"
+                 f"scheduler behaviours"
+                 + (f" and {len(self.branches.arcs)} branches" if self.branches is not None else "")
+                 + f" reached; {duration(elapsed)} elapsed"
                  + (f", {duration(left)} left" if left is not None and not final else ""))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from .engine import EngineFailure, prepare_engine
 from .gate.engine_ref import CATALOG, EngineRef
-from .fuzz import SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair, Search, count_of, signature
+from .fuzz import ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair, Search, count_of, signature
 from .pins import REPO_ROOT, load_pins
 from .progress import duration
 from .gate.render_text import render_verdict
@@ -49,10 +49,7 @@ def fuzz_command(args, log, out=print) -> int:
     if oracle_ref is None or not oracle_ref.is_pin:
         raise ValueError(f"--against: {against!r} is not a pinned release "
                          f"({', '.join(pins.releases)}); only a pin is an oracle")
-    layers = [x for x in (args.layers or ",".join(STAND_IN_LAYERS)).split(",") if x]
-    if not layers or any(x not in STAND_IN_LAYERS for x in layers):
-        raise ValueError(f"--layers: the fuzzer runs the stand-in layers {list(STAND_IN_LAYERS)}, "
-                         f"got {layers}")
+    layers = parse_layers(args.layers)
     if args.budget and args.examples:
         raise ValueError("--budget and --examples: give one of them")
     budget = parse_budget(args.budget) if args.budget else None
@@ -64,6 +61,9 @@ def fuzz_command(args, log, out=print) -> int:
         budget = parse_budget("10m")
     candidate_ref = EngineRef.parse(args.candidate, pins)
     oracle = prepare_engine(oracle_ref, pins, log)
+    branches = None
+    if getattr(args, "guide", "behaviours") == "coverage":
+        oracle, branches = guided_oracle(oracle, log)
     server = None
     if candidate_ref.kind == CATALOG:  # a generated mutant: served by the fork server
         server, candidate = catalog_mutant(candidate_ref, pins, log)
@@ -78,7 +78,8 @@ def fuzz_command(args, log, out=print) -> int:
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
         log(f"[fuzz] seed {seed}; layers {', '.join(layers)}; "
             + (f"budget {duration(budget)}" if budget else f"{args.examples} examples"))
-        search = Search(pair, seed, log, budget=budget, examples=args.examples, findings=args.findings)
+        search = Search(pair, seed, log, budget=budget, examples=args.examples, findings=args.findings,
+                        branches=branches, guide=branches is not None)
         findings = search.run()
         folder = args.out or DEFAULT_OUT
         for finding in findings:
@@ -91,11 +92,15 @@ def fuzz_command(args, log, out=print) -> int:
         pair.close()
         if server is not None:
             server.close()
+        if branches is not None:
+            branches.path.unlink(missing_ok=True)
     s = search.stats
     elapsed = search.clock() - search.start
     out(f"-- parity fuzz: seed {seed}, {s.examples} examples in {duration(elapsed)} "
         f"({s.examples / max(elapsed, 1e-9):.1f}/s), {s.shrink_runs} shrink runs, "
-        f"{len(s.behaviours)} scheduler behaviours; {len(findings)} finding"
+        f"{len(s.behaviours)} scheduler behaviours"
+        + (f", {len(branches.arcs)} branches of the scheduling code" if branches is not None else "")
+        + f"; {len(findings)} finding"
         f"{'s' if len(findings) != 1 else ''}"
         + "".join(f"\n   {f.signature}: {f.path} ({'confirmed' if f.confirmed else 'NOT confirmed'})"
                   for f in findings))
@@ -104,8 +109,34 @@ def fuzz_command(args, log, out=print) -> int:
     return 1 if findings else 0
 
 
+def parse_layers(text: str | None) -> list[str]:
+    """The layers fuzzed: some of the stand-in layers, or some of the engine layers (another
+    space of scenarios: the tiny models, conformance/fuzz_strategies.engine_scenarios)."""
+    layers = [x for x in (text or ",".join(STAND_IN_LAYERS)).split(",") if x]
+    if layers and (set(layers) <= set(STAND_IN_LAYERS) or set(layers) <= set(ENGINE_LAYERS)):
+        return layers
+    raise ValueError(f"--layers: the fuzzer runs some of the stand-in layers {list(STAND_IN_LAYERS)} "
+                     f"or some of the engine layers {list(ENGINE_LAYERS)}, not both at once; got {layers}")
+
+
+def guided_oracle(oracle, log):
+    """The oracle's worker under coverage.py, and what reads the branches it reaches
+    (engines/vllm/coverage_worker.py): the same release, measured."""
+    import tempfile
+
+    from .coverage_run import BranchesReached, ensure_coverage, guided_worker
+    from .envs import ensure_env
+
+    python = ensure_env(oracle.release, log=log)
+    handle, name = tempfile.mkstemp(prefix="parity-fuzz-branches-", suffix=".jsonl")
+    os.close(handle)
+    branches = BranchesReached(Path(name))
+    return guided_worker(oracle.release, python, ensure_coverage(python, log=log), branches.path), branches
+
+
 def catalog_mutant(ref: EngineRef, pins, log):
-    """TEST DEVICE: '0.27.1+mutant:catalog:ID', a mutant of `parity adequacy`'s catalog, served
+    """TEST DEVICE: '0.27.1+mutant:catalog:ID', a mutant of `parity adequacy`'s catalogs (the
+    scheduler's, then the engine path's), served
     as its own engine by engines/vllm/mutant_server.py. (the server, the candidate's spec)"""
     from .adequacy import MutantServer, catalog
     from .scope import load_scope
@@ -113,8 +144,13 @@ def catalog_mutant(ref: EngineRef, pins, log):
     release = ref.release
     mutants, _ = catalog(release, load_scope(), log)
     found = [m for m in mutants if m.id == ref.mutant]
+    if not found:  # the engine path's catalog, lines the engine scenarios never run included
+        from .adequacy_engine import ENGINE_SCOPE_FILE, engine_catalog
+
+        run, _, not_run = engine_catalog(release, load_scope(ENGINE_SCOPE_FILE), {}, log)
+        found = [m for m in run + not_run if m.id == ref.mutant]
     if not found:
-        raise ValueError(f"--candidate {ref.text!r}: no mutant {ref.mutant!r} in the catalog of vllm {release}")
+        raise ValueError(f"--candidate {ref.text!r}: no mutant {ref.mutant!r} in the catalogs of vllm {release}")
     server = MutantServer(release, log)
     return server, server.spec(found[0])
 
@@ -153,6 +189,7 @@ def report(finding: Finding, oracle: str, seed: int, candidate: str, against: st
     requests = len(finding.raw["workload"]["requests"])
     lines.append(f"   found after {count_of(finding.examples, 'example')} "
                  f"({count_of(finding.first_requests, 'request')}), shrunk in {finding.shrink_runs} runs "
+                 f"({duration(finding.seconds)} from the start of the search) "
                  f"to {count_of(requests, 'request')}; "
                  f"{'confirmed' if finding.confirmed else 'NOT confirmed'} on a rerun")
     lines.append(f"   scenario: {finding.path}")

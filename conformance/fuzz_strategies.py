@@ -16,6 +16,15 @@ orders requests by arrival.
 
 Sizes stay small (max_model_len <= 512, at most MAX_REQUESTS requests) so one example runs in
 tens of milliseconds on the stand-in layers.
+
+engine_scenarios() is the space of the engine layers (engine_config, engine_steps,
+engine_outputs), where the oracle runs the release's whole engine: the project's tiny models
+(scenarios/models/tiny-*, float32, the models the library's engine_*.json use), every
+speculative method those scenarios use (ngram, a draft model, the target drafting for itself,
+PARD, EAGLE-3, DFlash, MTP), and workloads of at most ENGINE_MAX_REQUESTS short requests (or
+one ending exactly at max_model_len), so
+one example is one tiny engine start and a few dozen steps (about a second). Acceptance is the
+model's own there, so no acceptance scripts; stop ids are drawn from the tiny vocabulary.
 """
 
 from __future__ import annotations
@@ -161,3 +170,92 @@ def max_steps(reqs: list[dict]) -> int:
     cache) ends at this cap on both sides instead of running long."""
     total = sum(r["prompt_len"] + r["max_tokens"] for r in reqs)
     return min(max(r["arrival_step"] for r in reqs) + 2 * total + 16, 4000)
+
+
+# -- the engine layers -------------------------------------------------------------------
+
+ENGINE_MAX_REQUESTS = 3
+ENGINE_TARGET = "models/tiny-qwen3"
+ENGINE_VOCAB = 2048  # every tiny model's vocabulary
+# (method, target, drafter config): the speculative setups of the library's engine scenarios
+ENGINE_SPECS = {
+    "ngram": (ENGINE_TARGET, {"method": "ngram"}),
+    "draft_model": (ENGINE_TARGET, {"method": "draft_model", "model": "models/tiny-qwen3-draft"}),
+    "self": (ENGINE_TARGET, {"method": "draft_model", "model": ENGINE_TARGET}),  # every draft accepted
+    "pard": (ENGINE_TARGET, {"method": "draft_model", "model": "models/tiny-pard", "parallel_drafting": True}),
+    "eagle3": (ENGINE_TARGET, {"method": "eagle3", "model": "models/tiny-eagle3"}),
+    "dflash": (ENGINE_TARGET, {"method": "dflash", "model": "models/tiny-dflash"}),
+    "mtp": ("models/tiny-mimo", {"method": "mtp"}),
+}
+ENGINE_SPEC = optional(st.sampled_from(list(ENGINE_SPECS)))
+ENGINE_MAX_MODEL_LEN = st.sampled_from([64, 32, 128, 256])
+ENGINE_BLOCKS = optional(st.integers(2, 24))
+ENGINE_THRESHOLD = optional(st.integers(1, 64))
+
+
+@st.composite
+def engine_args_for_engine(draw) -> dict:
+    setup = draw(ENGINE_SPEC)
+    target, spec = ENGINE_SPECS[setup] if setup else (ENGINE_TARGET, None)
+    max_model_len = draw(ENGINE_MAX_MODEL_LEN)
+    chunked = draw(ON_FIRST)
+    if draw(ON_FIRST):  # a budget around max_model_len, or a large one
+        near = draw(BUDGET_NEAR)
+        batched = near if near == 2048 else max_model_len + near
+    else:
+        batched = draw(ints(8, 64))
+    args = {
+        "model": target, "load_format": "dummy", "dtype": "float32", "seed": 0,
+        "max_num_seqs": draw(ints(1, 4)),
+        "max_num_batched_tokens": batched,
+        "max_model_len": max_model_len,
+        "block_size": 16,
+        "enable_prefix_caching": draw(FLAG),
+        "enable_chunked_prefill": chunked,
+        "async_scheduling": False,  # the engine layers refuse async scheduling
+    }
+    if spec is not None:
+        spec = dict(spec, num_speculative_tokens=draw(ints(1, 4)))
+        if spec["method"] == "ngram":
+            low = draw(NGRAM_MIN)
+            spec["prompt_lookup_min"], spec["prompt_lookup_max"] = low, draw(ints(low, 4))
+        if spec["method"] == "mtp":
+            spec["num_speculative_tokens"] = 1  # the tiny MiMo has one MTP layer
+    extra = {"num_gpu_blocks_override": draw(ENGINE_BLOCKS),
+             "long_prefill_token_threshold": draw(ENGINE_THRESHOLD),
+             "scheduling_policy": draw(POLICY), "speculative_config": spec}
+    args.update({k: v for k, v in extra.items() if v is not None})
+    return args
+
+
+ENGINE_COUNT = st.integers(1, ENGINE_MAX_REQUESTS)
+ENGINE_ARRIVAL = st.integers(0, 3)
+ENGINE_STOPS = st.lists(st.integers(0, ENGINE_VOCAB - 1), max_size=1)
+
+
+@st.composite
+def engine_scenarios(draw, name: str = "fuzz") -> dict:
+    """A raw scenario with an `engine` block: the engine layers run the whole engine on it."""
+    args = draw(engine_args_for_engine())
+    max_model_len = args["max_model_len"]
+    reqs = []
+    for i in range(draw(ENGINE_COUNT)):
+        max_tokens = draw(ints(1, 16))
+        room = max_model_len - max_tokens
+        # short, or ending exactly at max_model_len (drafts proposed up to the limit)
+        prompt_len = room if draw(FLAG) else draw(ints(1, min(room, 64)))
+        req = {"id": f"r{i}", "arrival_step": draw(ENGINE_ARRIVAL), "prompt_len": prompt_len,
+               "max_tokens": max_tokens}
+        stop_ids = draw(ENGINE_STOPS)
+        if stop_ids:
+            req["stop_token_ids"] = stop_ids
+        reqs.append(req)
+    workload = {"seed": draw(SEED), "vocab_size": ENGINE_VOCAB, "max_steps": max_steps(reqs),
+                "requests": reqs}
+    return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
+            "workload": workload, "engine": {"logprobs": 5}}
+
+
+def for_layers(layers) -> st.SearchStrategy:
+    """The scenarios fuzzed for these layers: the engine space for the engine layers."""
+    return engine_scenarios() if any(x.startswith("engine_") for x in layers) else scenarios()

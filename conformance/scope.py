@@ -2,6 +2,10 @@
 rest out of scope (adequacy_scope.toml). Nothing is dropped: an out-of-scope line or branch
 is listed with the rule and the reason that put it there.
 
+A `[[measure]]` entry with `callee = true` is code the scheduler calls to decide (the KV cache
+manager, the block pool): measured (coverage, the fuzzer's guidance) and its coverage reported
+on its own line, beside the scheduler's; it generates no mutants and has no goal yet.
+
 A rule is either
     function = "Scheduler._mamba_block_aligned_split"   # fnmatch on the function's qualname
 or
@@ -67,10 +71,17 @@ class Scope:
     # from the release, each with the reason
     equivalent: dict = field(default_factory=dict)
     edits: tuple = ()  # hand-written mutants (Edit), beside the generated ones
+    # files the scheduler calls to decide (`callee = true`): measured (coverage, the fuzzer's
+    # guidance) and reported on their own, but not mutated and not under the branch goal
+    callees: tuple[str, ...] = ()
 
     def measured(self, path: str, qualname: str) -> bool:
         return any(path.endswith(suffix) and any(fnmatch.fnmatchcase(qualname, g) for g in globs)
                    for suffix, globs in self.measure)
+
+    def callee(self, path: str) -> bool:
+        """Whether this measured file is code the scheduler calls (no mutants, no goal)."""
+        return any(path.endswith(suffix) for suffix in self.callees)
 
 
 def load_scope(path: Path = SCOPE_FILE) -> Scope:
@@ -81,12 +92,16 @@ def load_scope(path: Path = SCOPE_FILE) -> Scope:
     unknown = set(data) - {"measure", "out_of_scope", "equivalent", "edit"}
     if unknown:
         raise ScopeError(f"{path}: unknown top-level keys {sorted(unknown)}")
-    measure = []
+    measure, callees = [], []
     for i, m in enumerate(data.get("measure", [])):
-        if set(m) != {"file", "functions"} or not isinstance(m["file"], str) or not (
-                isinstance(m["functions"], list) and all(isinstance(g, str) for g in m["functions"])):
-            raise ScopeError(f"{path}: measure[{i}]: expected file = \"...\" and functions = [\"...\"]")
+        if set(m) - {"callee"} != {"file", "functions"} or not isinstance(m["file"], str) or not (
+                isinstance(m["functions"], list) and all(isinstance(g, str) for g in m["functions"])) \
+                or not isinstance(m.get("callee", False), bool):
+            raise ScopeError(f"{path}: measure[{i}]: expected file = \"...\" and functions = [\"...\"] "
+                             "(and optionally callee = true)")
         measure.append((m["file"], tuple(m["functions"])))
+        if m.get("callee", False):
+            callees.append(m["file"])
     rules = []
     for i, r in enumerate(data.get("out_of_scope", [])):
         kinds = [k for k in ("function", "line", "branch") if k in r]
@@ -114,7 +129,7 @@ def load_scope(path: Path = SCOPE_FILE) -> Scope:
             raise ScopeError(f"{path}: edit[{i}]: expected {', '.join(fields)} (strings, the "
                              "replacement differing from the original)")
         edits.append(Edit(*(e[k] for k in fields)))
-    return Scope(tuple(measure), tuple(rules), equivalent, tuple(edits))
+    return Scope(tuple(measure), tuple(rules), equivalent, tuple(edits), tuple(callees))
 
 
 @dataclass

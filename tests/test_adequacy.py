@@ -62,6 +62,7 @@ def test_the_projects_scope_file_loads():
     ("[[out_of_scope]]\nline = '('\nreason = 'r'\n", "bad regex"),
     ("[[out_of_scope]]\nbranch = 'x'\nreason = 'r'\n", "taken"),
     ("[[measure]]\nfile = 'x'\n", "measure[0]"),
+    ("[[measure]]\nfile = 'x'\nfunctions = ['*']\ncallee = 'yes'\n", "measure[0]"),
     ("[[equivalent]]\nid = 'nope'\nreason = 'r'\n", "equivalent[0]"),
     ("surprise = 1\n", "unknown top-level"),
 ])
@@ -95,6 +96,28 @@ def test_function_scopes_count_in_scope_code_and_list_the_rest_by_rule(tmp_path)
     assert {arc: rule.reason for arc, rule in f.missing_out_branches.items()} == {
         (3, 4): "KV connectors", (10, 11): "test: the true direction only"}
     assert not stats.statements and 15 in stats.out_lines  # a whole function, still listed
+
+
+def test_code_the_scheduler_calls_is_measured_and_reported_apart_without_mutants(tmp_path):
+    from conformance.adequacy import PinCoverage
+    from conformance.adequacy_report import render_coverage, render_goals
+    from conformance.scope import FunctionScope
+
+    text = RULES + '[[measure]]\nfile = "vllm/v1/core/block_pool.py"\nfunctions = ["*"]\ncallee = true\n'
+    s = scope(tmp_path, text)
+    assert s.callees == ("vllm/v1/core/block_pool.py",)
+    assert s.callee("vllm/v1/core/block_pool.py") and not s.callee(FILE)
+    assert s.measured("vllm/v1/core/block_pool.py", "BlockPool.touch")
+    assert load_scope(SCOPE_FILE).callee("vllm/v1/core/kv_cache_manager.py")  # the project's scope
+    own = FunctionScope(FILE, "Scheduler.schedule", {1, 2}, {1, 2}, {(1, 2)}, {(1, 2)})
+    called = FunctionScope("vllm/v1/core/block_pool.py", "BlockPool.touch", {5, 6}, {5}, {(5, 6), (5, 7)}, set())
+    cov = PinCoverage("0.27.1", [own, called], {FILE: ["a"] * 9, called.file: ["b"] * 9}, 1.0, s.callees)
+    assert cov.totals() == (2, 2, 1, 1) and cov.totals(callees=True) == (1, 2, 0, 2)
+    text = render_coverage(cov)
+    assert "TOTAL the scheduler (in scope)" in text and "TOTAL what it calls (in scope, no goal)" in text
+    assert "block_pool.py:5 -> line 6" in text  # the callee's gaps are listed too
+    goals, ok = render_goals([cov], None, {})
+    assert ok and "100.0%" in goals  # the goal is on the scheduler's own code
 
 
 def mutants_by_operator(tmp_path):
@@ -210,6 +233,7 @@ def test_a_fixed_sample_of_generated_mutants_is_caught():
 
     pins = load_pins()
     mutants, sources = catalog(pins.oracle, load_scope(), log=lambda m: None)
+    assert not any(load_scope().callee(m.file) for m in mutants)  # the callees are not mutated
     server = MutantServer(pins.oracle, log=lambda m: None)
     try:
         for function, operator, original, replacement, line, name in FIXED_SAMPLE:

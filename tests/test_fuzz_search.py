@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 
 from conformance import fuzz_cli
 from conformance.cli import main
-from conformance.fuzz import SCENARIO_DIR, STAND_IN_LAYERS, Pair, Search, signature
-from conformance.fuzz_strategies import scenarios
+from conformance.fuzz import ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Pair, Search, signature
+from conformance.fuzz_strategies import engine_scenarios, scenarios
 from conformance.gate.requirement_rows import where_of
 from conformance.gate.render_text import render_verdict
 from conformance.scenario import load_scenario, parse_scenario
@@ -36,6 +36,17 @@ def test_generated_scenarios_satisfy_the_schema(raw):
     assert scenario.layers[:3] == list(STAND_IN_LAYERS)
     for req in scenario.workload["requests"]:
         assert req["prompt_len"] + req["max_tokens"] <= raw["engine_args"]["max_model_len"]
+
+
+@settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+@given(engine_scenarios())
+def test_generated_engine_scenarios_run_the_whole_engine_on_the_tiny_models(raw):
+    scenario = parse_scenario(raw, SCENARIO_DIR / "fuzz.json")
+    assert scenario.layers == ["config", *ENGINE_LAYERS]
+    spec = raw["engine_args"].get("speculative_config") or {}
+    for model in (raw["engine_args"]["model"], spec.get("model")):
+        assert model is None or (SCENARIO_DIR / model / "weights.json").is_file()  # tiny weights
+    assert len(raw["workload"]["requests"]) <= 3
 
 
 class DoublePair:
@@ -114,7 +125,8 @@ def test_budget(text, seconds):
 @pytest.mark.parametrize("argv, error", [
     (["--budget", "soon"], "--budget: expected a duration"),
     (["--against", "0.27.1+mutant:ignore-max-num-seqs"], "--against"),
-    (["--layers", "engine_steps"], "--layers: the fuzzer runs the stand-in layers"),
+    (["--layers", "steps,engine_steps"], "not both at once"),
+    (["--layers", "methods"], "--layers: the fuzzer runs some of the stand-in layers"),
     (["--budget", "1m", "--examples", "3"], "give one of them"),
     (["--findings", "0"], "--findings: expected a positive number"),
 ])
@@ -145,3 +157,57 @@ def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
     finally:
         pair.close(engines=False)
 
+
+
+def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
+    """The whole engine on the tiny models: a mutant that only the engine layers see (every
+    logit times 1.10: the same greedy tokens, other logprobs) is found, shrunk to one request,
+    confirmed and replayed, judged within the engine layers' tolerance."""
+    from conformance.pins import load_pins
+
+    oracle = load_pins().oracle
+    layers = ["engine_steps", "engine_outputs"]
+    pair = Pair.warm(warm_workers(oracle), warm_workers(f"{oracle}+mutant:logit-scale-1.10"), layers)
+    try:
+        [finding] = Search(pair, 1, QUIET, examples=5, shrink_limit=60.0).run()
+        assert finding.signature == "diverged engine_outputs.*.logprobs[*][token *]"
+        fuzz_cli.confirm(pair, finding, tmp_path, 1, "logit-scale-1.10", oracle, QUIET)
+        assert finding.confirmed and len(finding.raw["workload"]["requests"]) == 1
+        written = load_scenario(finding.path)
+        assert written.engine is not None and written.layers == ["config", *ENGINE_LAYERS]
+        lines: list[str] = []
+        assert fuzz_cli.replay(pair, finding.path, oracle, out=lines.append) == 1
+        assert "logprob beyond the scenario's tolerance" in lines[0]
+    finally:
+        pair.close(engines=False)
+
+
+def test_coverage_guidance_counts_the_oracles_branches(warm_workers, tmp_path):
+    """--guide coverage: the oracle's worker runs under coverage.py and reports after each run
+    the branch arcs it reached first; the search counts them and prefers examples with new ones."""
+    from conformance.coverage_run import BranchesReached, ensure_coverage, guided_worker
+    from conformance.engine import EngineProcess
+    from conformance.envs import ensure_env
+    from conformance.pins import load_pins
+
+    oracle = load_pins().oracle
+    python = ensure_env(oracle, log=QUIET)
+    branches = BranchesReached(tmp_path / "branches.jsonl")
+    guided = EngineProcess(guided_worker(oracle, python, ensure_coverage(python, log=QUIET), branches.path))
+    guided.start()
+    pair = Pair.warm(guided, warm_workers(oracle), list(STAND_IN_LAYERS))
+    try:
+        scenario = load_scenario(SCENARIO_DIR / "steady_decode.json")
+        pair.judge(scenario)
+        first = branches.new()
+        pair.judge(scenario)
+        assert first > 50 and branches.new() == 0  # the same scenario again: nothing new
+        pair.judge(load_scenario(SCENARIO_DIR / "kv_pressure.json"))
+        assert branches.new() > 0  # preemption: branches steady decoding never takes
+        assert any(name.endswith("kv_cache_manager.py") for name, _a, _b in branches.arcs)
+        search = Search(pair, 3, QUIET, examples=20, branches=branches, guide=True)
+        assert search.run() == []  # the oracle against itself
+        assert search.stats.examples == 20 and len(branches.arcs) >= first
+    finally:
+        pair.close(engines=False)
+        guided.close()
