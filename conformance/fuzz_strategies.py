@@ -124,21 +124,26 @@ COUNT = st.integers(1, MAX_REQUESTS)
 ARRIVAL = st.integers(0, MAX_ARRIVAL)
 
 
+def request(draw, i: int, max_model_len: int, most_tokens: int, longest_short: int, arrival, stops) -> dict:
+    """One request of a workload: a prompt that is short or ends exactly at max_model_len (where
+    the budget and drafting limits bind), drawn in this order so a seed keeps its examples."""
+    max_tokens = draw(ints(1, most_tokens))
+    room = max_model_len - max_tokens
+    prompt_len = room if draw(FLAG) else draw(ints(1, min(room, longest_short)))
+    req = {"id": f"r{i}", "arrival_step": draw(arrival), "prompt_len": prompt_len, "max_tokens": max_tokens}
+    stop_ids = draw(stops)
+    if stop_ids:
+        req["stop_token_ids"] = stop_ids
+    return req
+
+
 @st.composite
 def requests(draw, max_model_len: int, k: int, vocab_size: int) -> list[dict]:
     out = []
     stops = st.lists(ints(0, min(vocab_size, 64) - 1), max_size=2, unique=True)
     acceptances = st.lists(ints(0, k + 1), min_size=1, max_size=3)
     for i in range(draw(COUNT)):
-        max_tokens = draw(ints(1, min(24, max_model_len - 1)))
-        room = max_model_len - max_tokens
-        # one token, short, or ending exactly at max_model_len
-        prompt_len = room if draw(FLAG) else draw(ints(1, min(room, 96)))
-        req = {"id": f"r{i}", "arrival_step": draw(ARRIVAL), "prompt_len": prompt_len,
-               "max_tokens": max_tokens}
-        stop_ids = draw(stops)
-        if stop_ids:
-            req["stop_token_ids"] = stop_ids
+        req = request(draw, i, max_model_len, min(24, max_model_len - 1), 96, ARRIVAL, stops)
         if k:
             acceptance = draw(acceptances)
             if acceptance != [0]:
@@ -240,16 +245,7 @@ def engine_scenarios(draw, name: str = "fuzz") -> dict:
     max_model_len = args["max_model_len"]
     reqs = []
     for i in range(draw(ENGINE_COUNT)):
-        max_tokens = draw(ints(1, 16))
-        room = max_model_len - max_tokens
-        # short, or ending exactly at max_model_len (drafts proposed up to the limit)
-        prompt_len = room if draw(FLAG) else draw(ints(1, min(room, 64)))
-        req = {"id": f"r{i}", "arrival_step": draw(ENGINE_ARRIVAL), "prompt_len": prompt_len,
-               "max_tokens": max_tokens}
-        stop_ids = draw(ENGINE_STOPS)
-        if stop_ids:
-            req["stop_token_ids"] = stop_ids
-        reqs.append(req)
+        reqs.append(request(draw, i, max_model_len, 16, 64, ENGINE_ARRIVAL, ENGINE_STOPS))
     workload = {"seed": draw(SEED), "vocab_size": ENGINE_VOCAB, "max_steps": max_steps(reqs),
                 "requests": reqs}
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
