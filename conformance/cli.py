@@ -20,6 +20,7 @@ from .drift import drift_rows, render_drift
 from .engine import end_all, ended_words, prepare_engine, resume
 from .gate.engine_ref import EngineRef
 from .envs import EnvError, device_mode, ensure_env
+from .files import check_output_file, claim_folder, write_text_atomic
 from .gate.waivers import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins
@@ -231,6 +232,7 @@ def cmd_envs(args) -> int:
 
 def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario)  # validated before any engine starts
+    check_output_file(args.out, "--out")  # and where the trace goes
     pins = load_pins()
     spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
     layers = _layers(args.layers) or scenario.layers
@@ -238,8 +240,7 @@ def cmd_run(args) -> int:
         result = run_scenarios(spec, [scenario], layers, log=log, progress=EngineProgress(
             progress, "run", spec.label, [(scenario.name, layers, 1.0)], 1.0))
     trace = result.traces[0]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(dumps(trace))
+    write_text_atomic(args.out, dumps(trace))
     if "failure" in trace:
         log(f"parity run: {trace['failure']['kind']}: {trace['failure']['message']}\n"
             f"partial trace kept in {args.out}")
@@ -385,9 +386,13 @@ def cmd_docs(args) -> int:
 
 
 def cmd_fuzz(args) -> int:
-    from .fuzz_cli import fuzz_command
+    from .fuzz_cli import DEFAULT_OUT, fuzz_command
 
-    return fuzz_command(args, log)
+    if args.replay:
+        load_scenario(args.replay)  # a bad file is bad input before any engine starts
+        return fuzz_command(args, log)
+    with claim_folder(args.out or DEFAULT_OUT, "--out", "findings"):  # two searches never share their findings' folder
+        return fuzz_command(args, log)
 
 
 def cmd_adequacy(args) -> int:

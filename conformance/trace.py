@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from . import __version__
+from .files import InputFileError, read_text
 
 SCHEMA = "vllm-parity/trace/1"
 
@@ -62,10 +63,12 @@ def dumps(trace: dict) -> str:
 
 def load_trace(path: Path) -> dict:
     try:
-        text = path.read_text()
+        text = read_text(path, "trace")
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except InputFileError as exc:
+        raise TraceError(str(exc)) from None
+    except OSError as exc:
         raise TraceError(f"{path}: cannot be read: {exc}") from None
     return loads_trace(text, path)
 

@@ -2,52 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
 from pathlib import Path
 
+from ..files import FolderError, claim_folder
 from .render_ci import junit, markdown
 from .render_html import html_report
 from .view import GateView
 
 
-class ReportsError(ValueError):
-    """The reports folder cannot be used: a file, not writable, or in use by another gate."""
+# A reports folder that cannot be used: a file, not writable, or in use by another gate.
+ReportsError = FolderError
 
 
-LOCK = ".parity-reports.lock"
-
-
-@contextlib.contextmanager
 def claimed(folder: Path | None):
     """The reports folder, checked and claimed before any engine runs, for the whole run: a
     path that cannot hold the reports is bad input (not a traceback after the verdict), and a
     second gate given the same folder while one runs is refused at once instead of the two
-    overwriting each other's files."""
-    if folder is None:
-        yield
-        return
-    if folder.exists() and not folder.is_dir():
-        raise ReportsError(f"--reports {folder}: is a file, not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        lock = open(folder / LOCK, "a+")
-    except OSError as exc:
-        raise ReportsError(f"--reports {folder}: cannot write there: {exc.strerror or exc}") from None
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "unknown"
-            raise ReportsError(f"--reports {folder}: another gate (pid {holder}) is writing its reports "
-                               "there; give each gate its own folder") from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        yield  # the lock ends when the file closes
+    overwriting each other's files (its lock file: `.parity-reports.lock`)."""
+    return claim_folder(folder, "--reports", "reports")
 
 
 def write_text(path: Path, text: str) -> None:

@@ -18,8 +18,9 @@ import os
 import re
 from pathlib import Path
 
+from ..files import InputFileError, read_bytes, read_text
 from ..pins import Pins
-from ..trace import TraceError, dumps, load_trace
+from ..trace import TraceError, dumps, loads_trace
 from .engines import GateEngine
 from .plan import RunManifest, digest, goldens_digest, tool_identity
 from .shards import GROUPS, ShardError, Unit
@@ -128,10 +129,10 @@ def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:
         for entry in manifest["units"]:
             if entry["key"] in traces:
                 raise ShardError(f"{folder}: unit {entry['key']} was also run by another shard")
-            _check_digest(folder / entry["trace"], entry["sha256"])
-            try:
-                traces[entry["key"]] = load_trace(folder / entry["trace"])
-            except TraceError as exc:
+            path = folder / entry["trace"]
+            try:  # read once: the bytes checked against the digest are the bytes parsed
+                traces[entry["key"]] = loads_trace(_checked(path, entry["sha256"]).decode("utf-8"), path)
+            except (TraceError, UnicodeDecodeError) as exc:
                 raise ShardError(f"{folder}: unit {entry['key']}: {exc}") from None
     if len(traces) != first["planned"]:
         raise ShardError(f"the shards hold {len(traces)} units; the plan has {first['planned']}")
@@ -148,12 +149,16 @@ _IDENTITY_WORDS = {"tool": "tool version", "oracle": "oracle", "pins": "pins",
 def _manifest(folder: Path) -> dict:
     path = folder / "manifest.json"
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(read_text(path, "manifest"))
     except FileNotFoundError:
         raise ShardError(f"{folder}: not a shard's results folder (no manifest.json); "
                          "make one with `parity gate --shard I/N --results FOLDER`") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except InputFileError as exc:
+        raise ShardError(str(exc)) from None
+    except (OSError, ValueError) as exc:
         raise ShardError(f"{path}: cannot be read as JSON: {exc}") from None
+    except RecursionError:
+        raise ShardError(f"{path}: nested too deeply to be a manifest") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         got = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
         raise ShardError(f"{path}: expected schema {SCHEMA!r}, got {got!r}")
@@ -173,14 +178,19 @@ def _manifest(folder: Path) -> dict:
     return manifest
 
 
-def _check_digest(path: Path, expected: str) -> None:
+def _checked(path: Path, expected: str) -> bytes:
+    """A trace file's bytes, refused unless they are those its shard wrote."""
     try:
-        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+        data = read_bytes(path, "trace")
+    except InputFileError as exc:
+        raise ShardError(str(exc)) from None
     except OSError as exc:
         raise ShardError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise ShardError(f"{path}: changed after its shard wrote it (sha256 {actual[:16]}..., the "
                          f"manifest says {expected[:16]}...): merge only what the shards wrote")
+    return data
 
 
 def _difference(a, b) -> str:

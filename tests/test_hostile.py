@@ -1,0 +1,228 @@
+"""A hostile candidate and hostile input against the gate (issue 28), one section per area."""
+
+# ---- h28-limits: limits, input files, output folders, engines that outlive the harness ----
+
+import json as limits_json
+import os as limits_os
+import resource as limits_resource
+import shlex as limits_shlex
+import shutil as limits_shutil
+import subprocess as limits_subprocess
+import sys as limits_sys
+from pathlib import Path as LimitsPath
+
+import pytest
+
+from conftest import DOUBLE as LIMITS_DOUBLE, GATE as LIMITS_GATE, REPO as LIMITS_REPO
+
+LIMITS_STEADY = LIMITS_REPO / "scenarios" / "steady_decode.json"
+
+
+def limits_double(*options: str) -> str:
+    return limits_shlex.join([limits_sys.executable, str(LIMITS_DOUBLE), *options])
+
+
+def limits_parity(*argv: str, timeout: float = 120, env: dict | None = None,
+                  memory: int | None = None) -> limits_subprocess.CompletedProcess:
+    """`parity ARGV` in a process of its own, bounded: a harness that hangs (a FIFO) or eats
+    memory (/dev/zero, capped at `memory` bytes of address space) fails the test, never the
+    machine. Its status, stdout and stderr."""
+    def cap():  # the child only, before it runs the harness
+        if memory:
+            limits_resource.setrlimit(limits_resource.RLIMIT_AS, (memory, memory))
+
+    try:
+        return limits_subprocess.run([limits_sys.executable, "-m", "conformance.cli", *argv], cwd=LIMITS_REPO,
+                                     capture_output=True, text=True, timeout=timeout, preexec_fn=cap,
+                                     env={**limits_os.environ, **(env or {})})
+    except limits_subprocess.TimeoutExpired:
+        pytest.fail(f"parity {' '.join(argv)}: still running after {timeout} s (the harness hung)")
+
+
+def limits_shard_folder(tmp_path: LimitsPath, name: str = "results") -> LimitsPath:
+    """A real results folder: shard 1/1 of a gate of two TEST DOUBLE engines on one scenario."""
+    from conformance.gate import run as gate_run
+    from conformance.gate.context import RunContext
+    from conformance.gate.engines import GateEngine
+    from conformance.gate.verdict import CANDIDATE, ORACLE
+    from conformance.pins import load_pins
+    from conformance.scenario import load_scenario
+
+    oracle, candidate = limits_double("--steps", "3"), limits_double()
+    engines = [GateEngine("TEST-DOUBLE-oracle", ORACLE, oracle, None, oracle),
+               GateEngine("double-candidate", CANDIDATE, candidate, "double-candidate", candidate)]
+    folder = tmp_path / name
+    context = RunContext(load_pins(), log=lambda m: None, out=lambda m: None, shard=(1, 1), results=folder,
+                         layers=["config"])
+    assert gate_run.gate(context, [load_scenario(LIMITS_GATE)], engines) == 0
+    return folder
+
+
+# -- input paths: regular files only, each kind under its size limit, one reader for all --------
+
+def test_limits_the_reader_refuses_what_is_not_a_regular_file_and_what_is_too_large(tmp_path):
+    from conformance.files import LIMITS, InputFileError, read_bytes, read_text
+
+    fifo = tmp_path / "fifo"
+    limits_os.mkfifo(fifo)
+    with pytest.raises(InputFileError, match="expected a regular scenario file, got a FIFO"):
+        read_bytes(fifo, "scenario")  # returns at once: nobody writes the FIFO
+    with pytest.raises(InputFileError, match="got a character device"):
+        read_bytes(LimitsPath("/dev/zero"), "trace")
+    with pytest.raises(InputFileError, match="got a folder"):
+        read_bytes(tmp_path, "manifest")
+    big = tmp_path / "big.toml"
+    with open(big, "wb") as f:
+        f.truncate(LIMITS["waivers"] + 1)  # sparse: no disk
+    with pytest.raises(InputFileError, match=f"is {LIMITS['waivers'] + 1} bytes, above the limit"):
+        read_bytes(big, "waivers")
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"name": "caf\xe9"}')
+    with pytest.raises(InputFileError, match="expected UTF-8 text in the scenario file, got byte 0xe9"):
+        read_text(latin, "scenario")
+    with pytest.raises(FileNotFoundError):
+        read_bytes(tmp_path / "absent", "scenario")
+    link = tmp_path / "link.json"
+    link.symlink_to(LIMITS_GATE)  # a link to a regular file is read
+    assert read_bytes(link, "scenario") == LIMITS_GATE.read_bytes()
+
+
+def _limits_special(tmp_path: LimitsPath, how: str, name: str) -> LimitsPath:
+    path = tmp_path / name
+    if how == "fifo":
+        limits_os.mkfifo(path)
+    else:
+        path.symlink_to("/dev/zero")
+    return path
+
+
+@pytest.mark.parametrize("how", ["fifo", "zero"])
+@pytest.mark.parametrize("what", ["scenario", "waivers", "manifest", "trace", "golden", "results trace", "replay"])
+def test_limits_a_fifo_or_dev_zero_as_any_input_is_refused_at_once(tmp_path, what, how):
+    """Before: a FIFO hung the harness, /dev/zero ran it out of memory (here: a MemoryError
+    traceback under the address-space cap)."""
+    words = "a FIFO" if how == "fifo" else "a character device"
+    if what == "scenario":
+        argv = ["run", "--engine", limits_double(), "--scenario", str(_limits_special(tmp_path, how, "s.json")),
+                "--out", str(tmp_path / "t.json")]
+    elif what == "waivers":
+        argv = ["gate", "--scenario", str(LIMITS_GATE), "--layers", "config",
+                "--waivers", str(_limits_special(tmp_path, how, "w.toml"))]
+    elif what == "replay":
+        argv = ["fuzz", "--candidate", limits_double(), "--replay", str(_limits_special(tmp_path, how, "f.json"))]
+    elif what in ("trace", "golden"):
+        good = tmp_path / "good.json"
+        made = limits_parity("run", "--engine", limits_double(), "--scenario", str(LIMITS_GATE), "--out", str(good),
+                             "--layers", "config")
+        assert made.returncode == 0, made.stderr
+        special = str(_limits_special(tmp_path, how, f"{what}.json"))
+        argv = ["compare", "--trace", special] if what == "trace" else \
+            ["compare", "--trace", str(good), "--golden", special]
+    else:
+        folder = limits_shard_folder(tmp_path)
+        if what == "manifest":
+            (folder / "manifest.json").unlink()
+            _limits_special(folder, how, "manifest.json")
+        else:
+            trace = next((folder / "traces").glob("*.json"))
+            trace.unlink()
+            _limits_special(trace.parent, how, trace.name)
+        argv = ["merge", str(folder)]
+    done = limits_parity(*argv, timeout=60, memory=2 * 1024 ** 3)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "Traceback" not in done.stderr
+    assert f"got {words}" in done.stdout + done.stderr, (done.stdout + done.stderr)[-2000:]
+
+
+# -- output paths: checked, and their folders locked, before any engine starts ------------------
+
+@pytest.fixture
+def limits_gate(tmp_path, monkeypatch, capsys):
+    """`parity gate` in this process, its engines two TEST DOUBLEs that note each start in
+    `limits_gate.starts`; (status, stdout, stderr)."""
+    from conformance import cli
+    from conformance.gate.engines import GateEngine
+
+    starts = tmp_path / "starts"
+    oracle, candidate = (limits_double("--steps", "3", "--startfile", str(starts)),
+                         limits_double("--startfile", str(starts)))
+    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: [
+        GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
+        GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)])
+
+    def gate(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        status = cli.main(["gate", "--scenario", str(LIMITS_GATE), "--layers", "config", "--waivers", "/dev/null",
+                           *argv])
+        out = capsys.readouterr()
+        return status, out.out, out.err
+
+    gate.starts = starts
+    return gate
+
+
+def test_limits_results_pointing_at_a_file_is_refused_before_any_engine_starts(tmp_path, limits_gate):
+    """Before: a traceback after every engine had run."""
+    path = tmp_path / "results"
+    path.write_text("a file\n", encoding="utf-8")
+    for argv in (["--results", str(path)], ["--shard", "1/1", "--results", str(path)],
+                 ["--results", str(path / "below")]):
+        status, out, err = limits_gate(*argv)
+        assert status == 2 and "Traceback" not in err, err
+        assert "parity gate: error: --results" in err and (
+            "is a file, not a folder" in err or "cannot write there" in err), err
+        assert not limits_gate.starts.exists()  # said before any engine started
+
+
+def test_limits_two_shards_sharing_a_results_folder_are_refused(tmp_path, limits_gate):
+    from conformance.files import claim_folder
+
+    folder = tmp_path / "results"
+    with claim_folder(folder, "--results", "results"):  # a shard that is running and writes there
+        status, out, err = limits_gate("--shard", "1/1", "--results", str(folder))
+        assert status == 2
+        assert (f"parity gate: error: --results {folder}: another gate (pid {limits_os.getpid()}) is "
+                "writing its results there; give each gate its own folder") in err
+        assert not limits_gate.starts.exists()
+    status, out, err = limits_gate("--shard", "1/1", "--results", str(folder))  # free again
+    assert status == 0 and (folder / "manifest.json").exists(), err
+
+
+def test_limits_one_folder_may_hold_a_gates_reports_and_its_results(tmp_path, limits_gate):
+    folder = tmp_path / "out"
+    status, out, err = limits_gate("--results", str(folder), "--reports", str(folder))
+    assert status in (0, 1, 2) and "another gate" not in err, err
+    assert (folder / "manifest.json").exists() and (folder / "junit.xml").exists()
+
+
+def test_limits_run_out_is_checked_before_the_engine_starts(tmp_path, capsys):
+    from conformance import cli
+
+    starts = tmp_path / "starts"
+    a_file = tmp_path / "file"
+    a_file.write_text("x\n", encoding="utf-8")
+    for out, words in ((tmp_path, "is a folder; give the path of a file"),
+                       (a_file / "t.json", "is a file, not a folder")):
+        status = cli.main(["run", "--engine", limits_double("--startfile", str(starts)), "--scenario",
+                           str(LIMITS_GATE), "--out", str(out), "--layers", "config"])
+        err = capsys.readouterr().err
+        assert status == 2 and f"parity run: error: --out {out}" in err and words in err, err
+        assert not starts.exists()
+
+
+def test_limits_fuzz_out_is_checked_and_locked_before_any_engine_starts(tmp_path, capsys):
+    from conformance import cli
+    from conformance.files import claim_folder
+
+    starts = tmp_path / "starts"
+    a_file = tmp_path / "file"
+    a_file.write_text("x\n", encoding="utf-8")
+    argv = ["fuzz", "--candidate", limits_double("--startfile", str(starts)), "--examples", "1"]
+    assert cli.main([*argv, "--out", str(a_file)]) == 2
+    assert f"parity fuzz: error: --out {a_file}: is a file, not a folder" in capsys.readouterr().err
+    folder = tmp_path / "findings"
+    with claim_folder(folder, "--out", "findings"):  # another search writing its findings there
+        assert cli.main([*argv, "--out", str(folder)]) == 2
+    assert (f"--out {folder}: another fuzz search (pid {limits_os.getpid()}) is writing its findings "
+            "there") in capsys.readouterr().err
+    assert not starts.exists()
