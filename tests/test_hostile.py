@@ -226,3 +226,43 @@ def test_limits_fuzz_out_is_checked_and_locked_before_any_engine_starts(tmp_path
     assert (f"--out {folder}: another fuzz search (pid {limits_os.getpid()}) is writing its findings "
             "there") in capsys.readouterr().err
     assert not starts.exists()
+
+
+# -- a results folder's manifest edited by hand: the field named, never a traceback -------------
+
+@pytest.fixture(scope="module")
+def limits_results(tmp_path_factory):
+    return limits_shard_folder(tmp_path_factory.mktemp("limits-results"))
+
+
+@pytest.mark.parametrize("field, value, words", [
+    (("count",), 0, "field 'count': expected an integer of at least 1, got 0"),
+    (("index",), 2, "field 'index': expected a shard number from 1 to count (1), got 2"),
+    (("scenarios",), None, "field 'scenarios': expected a list, got null"),
+    (("scenarios", 0), {}, "field 'scenarios[0].name' is missing"),
+    (("scenarios", 0, "layers"), ["config", 3], "field 'scenarios[0].layers[1]': expected one of config"),
+    (("engines", 0, "engine"), [], "field 'engines[0].engine': expected a string, got []"),
+    (("engines", 0, "command"), 0, "field 'engines[0].command': expected a string, got 0"),
+    (("engines", 0, "role"), "judge", "field 'engines[0].role': expected one of oracle, candidate, stand-in"),
+    (("units", 0, "key"), "x", "field 'units[0].key': expected 'TEST-DOUBLE-oracle / dflash_27b_gate / config'"),
+    (("units", 0, "group"), "everything", "field 'units[0].group': expected one of config, steps"),
+    (("units", 0, "trace"), "../../etc/passwd", "field 'units[0].trace': expected a path inside the folder"),
+    (("layers",), "config", "field 'layers': expected a list, got \"config\""),
+    (("tool",), "1.0", "field 'tool': expected an object, got \"1.0\""),
+])
+def test_limits_a_manifest_edited_by_hand_is_refused_naming_the_field(tmp_path, limits_results, capsys,
+                                                                       field, value, words):
+    """Before: KeyError, TypeError or AssertionError tracebacks, and `count: 0` accepted."""
+    from conformance import cli
+
+    folder = tmp_path / "edited"
+    limits_shutil.copytree(limits_results, folder)
+    manifest = limits_json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    target = manifest
+    for key in field[:-1]:
+        target = target[key]
+    target[field[-1]] = value
+    (folder / "manifest.json").write_text(limits_json.dumps(manifest), encoding="utf-8")
+    assert cli.main(["merge", str(folder), "--waivers", "/dev/null"]) == 2
+    err = capsys.readouterr().err
+    assert f"parity merge: error: {folder / 'manifest.json'}: {words}" in err, err

@@ -20,10 +20,12 @@ from pathlib import Path
 
 from ..files import InputFileError, read_bytes, read_text
 from ..pins import Pins
+from ..protocol import LAYERS
 from ..trace import TraceError, dumps, loads_trace
 from .engines import GateEngine
 from .plan import RunManifest, digest, goldens_digest, tool_identity
 from .shards import GROUPS, ShardError, Unit
+from .verdict import ROLES
 
 SCHEMA = "vllm-parity/results/1"
 # Fields every shard of one gate run has in common; merge refuses a set where any differs.
@@ -162,20 +164,79 @@ def _manifest(folder: Path) -> dict:
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         got = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
         raise ShardError(f"{path}: expected schema {SCHEMA!r}, got {got!r}")
-    for key in IDENTITY + ("index", "planned", "units", "scenarios"):
-        if key not in manifest:
-            raise ShardError(f"{path}: field {key!r} is missing")
-    for key in ("index", "count", "planned"):
-        if not isinstance(manifest[key], int) or isinstance(manifest[key], bool):
-            raise ShardError(f"{path}: field {key!r} must be an integer")
-    if not isinstance(manifest["units"], list) or not all(
-            isinstance(u, dict) and isinstance(u.get("key"), str) and isinstance(u.get("trace"), str)
-            and not Path(u["trace"]).is_absolute() and ".." not in Path(u["trace"]).parts
-            and isinstance(u.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", u["sha256"])
-            for u in manifest["units"]):
-        raise ShardError(f"{path}: field 'units' must list {{key, trace, sha256}} objects with relative "
-                         "trace paths and the sha256 of each trace")
+    _check_shape(path, manifest, MANIFEST, "")
+    if not 1 <= manifest["index"] <= manifest["count"]:
+        raise ShardError(f"{path}: field 'index': expected a shard number from 1 to count "
+                         f"({manifest['count']}), got {manifest['index']}")
+    for i, unit in enumerate(manifest["units"]):
+        key = f"{unit['engine']} / {unit['scenario']} / {unit['group']}"
+        if unit["key"] != key:
+            raise ShardError(f"{path}: field 'units[{i}].key': expected {key!r} (its engine, scenario "
+                             f"and group), got {_short(unit['key'])}")
     return manifest
+
+
+# The shape of a manifest, field by field: a manifest edited by hand is refused naming the field,
+# before anything reads it. A spec is a type name, a tuple of allowed values, ("list", item),
+# ("null or", spec), ("int >=", low), or a dict of required fields (others are allowed).
+_LAYER = tuple(LAYERS)
+_UNIT = {"key": "str", "engine": "str", "scenario": "str", "group": tuple(GROUPS), "layers": ("list", _LAYER),
+         "trace": "relative path", "sha256": "sha256"}
+MANIFEST = {
+    "tool": {"version": "str", "sources": "str"}, "oracle": "str", "pins": ("list", "str"),
+    "scenario_set": "str", "goldens": "str", "plan": "str", "device": ("cpu", "gpu"),
+    "scenarios": ("list", {"name": "str", "sha256": "str", "rows": ("list", "str"), "layers": ("list", _LAYER),
+                           "method_matrix": "bool"}),
+    "engines": ("list", {"key": "str", "role": ROLES, "engine": "str", "name": ("null or", "str"),
+                         "command": ("null or", "str")}),
+    "layers": ("null or", ("list", _LAYER)), "require_layers": ("null or", ("list", _LAYER)),
+    "planned": ("int >=", 0), "count": ("int >=", 1), "index": ("int >=", 1), "units": ("list", _UNIT),
+}
+
+
+def _check_shape(path: Path, value, spec, where: str) -> None:
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            _wrong(path, where.rstrip("."), "an object", value)
+        for key, sub in spec.items():
+            if key not in value:
+                raise ShardError(f"{path}: field {where + key!r} is missing")
+            _check_shape(path, value[key], sub, f"{where}{key}.")
+        return
+    field = where.rstrip(".")
+    if isinstance(spec, tuple) and spec[0] in ("list", "null or", "int >="):
+        kind, sub = spec
+        if kind == "null or":
+            if value is not None:
+                _check_shape(path, value, sub, where)
+        elif kind == "int >=":
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= sub):
+                _wrong(path, field, f"an integer of at least {sub}", value)
+        elif not isinstance(value, list):
+            _wrong(path, field, "a list", value)
+        else:
+            for i, item in enumerate(value):
+                _check_shape(path, item, sub, f"{field}[{i}].")
+        return
+    if isinstance(spec, tuple):
+        ok, expected = isinstance(value, str) and value in spec, f"one of {', '.join(spec)}"
+    elif spec == "relative path":
+        ok = isinstance(value, str) and bool(value) and not Path(value).is_absolute() \
+            and ".." not in Path(value).parts
+        expected = "a path inside the folder"
+    elif spec == "sha256":
+        ok, expected = isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None, "a sha256"
+    else:
+        ok = isinstance(value, {"str": str, "bool": bool}[spec])
+        expected = {"str": "a string", "bool": "true or false"}[spec]
+    if not ok:
+        _wrong(path, field, expected, value)
+
+
+def _wrong(path: Path, field: str, expected: str, value) -> None:
+    raise ShardError(f"{path}: field {field!r}: expected {expected}, got {_short(value)}; a manifest is "
+                     "written by `parity gate --shard I/N --results FOLDER`: run the shard again "
+                     "rather than edit it")
 
 
 def _checked(path: Path, expected: str) -> bytes:
