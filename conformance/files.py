@@ -104,7 +104,8 @@ PURPOSES = {"reports": ("gate", "its reports"), "results": ("gate", "its results
 def claim_folder(folder: Path | None, option: str, purpose: str):
     """Check `folder` (named by `option` in every error) can hold a run's output, create it,
     and hold its lock file for the block: a second run claiming it for the same purpose
-    meanwhile gets a FolderError naming the holder's pid. None claims nothing."""
+    meanwhile gets a FolderError naming the holder's pid. Temporary files that writers killed
+    there left are removed once the folder is claimed. None claims nothing."""
     if folder is None:
         yield
         return
@@ -130,6 +131,7 @@ def claim_folder(folder: Path | None, option: str, purpose: str):
         lock.truncate()
         lock.write(f"{os.getpid()}\n")
         lock.flush()
+        remove_stale_temporaries(folder)  # what a writer killed here before (kill -9) left
         yield  # the lock ends when the file closes, or when the process ends (kill -9 included)
 
 

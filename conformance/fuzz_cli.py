@@ -19,6 +19,7 @@ import shlex
 from pathlib import Path
 
 from .engine import EngineFailure, prepare_engine
+from .files import write_text_atomic
 from .gate.engine_ref import CATALOG, EngineRef
 from .fuzz import ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair, Search, count_of, signature
 from .pins import REPO_ROOT, load_pins
@@ -227,6 +228,6 @@ def write_scenario(raw: dict, name: str, folder: Path, description: str) -> Path
     if "num_gpu_blocks_override" in args:
         scenario["rows"] = ["ENG-SCHED-CORE", "ENG-KV-CACHE"]
     path = folder / f"{name}.json"
-    path.write_text(json.dumps(scenario, indent=2) + "\n")
+    write_text_atomic(path, json.dumps(scenario, indent=2) + "\n")  # never half a scenario, even after kill -9
     return path
 

@@ -266,3 +266,58 @@ def test_limits_a_manifest_edited_by_hand_is_refused_naming_the_field(tmp_path, 
     assert cli.main(["merge", str(folder), "--waivers", "/dev/null"]) == 2
     err = capsys.readouterr().err
     assert f"parity merge: error: {folder / 'manifest.json'}: {words}" in err, err
+
+
+# -- what a writer killed with kill -9 left in a results or findings folder ---------------------
+
+def limits_dead_pid() -> int:
+    """The pid of a process that has ended (and was reaped)."""
+    child = limits_subprocess.Popen([limits_sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_limits_a_killed_writers_temporary_files_are_removed_by_the_next_run(tmp_path):
+    from conformance.files import claim_folder
+
+    folder = limits_shard_folder(tmp_path)
+    dead = limits_dead_pid()
+    sleeper = limits_subprocess.Popen([limits_sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        left = [folder / f".manifest.json.{dead}.tmp", folder / "traces" / f".0001-x.json.{dead}.tmp"]
+        running = folder / f".verdicts.json.{sleeper.pid}.tmp"  # a writer that still runs
+        for path in left + [running]:
+            path.write_text("{half a file", encoding="utf-8")
+        limits_shard_folder(tmp_path)  # the same shard again, in the same folder
+        assert [p for p in left if p.exists()] == [] and running.exists()
+        assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == [
+            "manifest.json", "traces", "verdicts.json"]
+        findings = tmp_path / "findings"
+        findings.mkdir()
+        scenario = findings / f".fuzz_steps.json.{dead}.tmp"
+        scenario.write_text("{half", encoding="utf-8")
+        with claim_folder(findings, "--out", "findings"):  # what `parity fuzz --out` does first
+            assert not scenario.exists()
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+
+
+def test_limits_a_shard_killed_while_writing_leaves_no_manifest_over_other_traces(tmp_path, monkeypatch):
+    """The manifest is removed first and written last: a half-written folder is not a shard's."""
+    from conformance import cli
+    from conformance.gate import results
+
+    folder = limits_shard_folder(tmp_path)
+    calls = []
+
+    def killed(trace):  # the writer dies while writing the first trace
+        calls.append(trace)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(results, "dumps", killed)
+    with pytest.raises(KeyboardInterrupt):
+        limits_shard_folder(tmp_path)
+    monkeypatch.undo()
+    assert calls and not (folder / "manifest.json").exists()
+    assert cli.main(["merge", str(folder), "--waivers", "/dev/null"]) == 2

@@ -18,7 +18,7 @@ import os
 import re
 from pathlib import Path
 
-from ..files import InputFileError, read_bytes, read_text
+from ..files import InputFileError, read_bytes, read_text, remove_stale_temporaries, write_text_atomic
 from ..pins import Pins
 from ..protocol import LAYERS
 from ..trace import TraceError, dumps, loads_trace
@@ -35,25 +35,32 @@ IDENTITY = ("tool", "oracle", "pins", "scenario_set", "goldens", "engines", "lay
 
 def write_results(folder: Path, manifest: RunManifest, index: int, done: list[tuple[Unit, dict, dict]]) -> None:
     """The results folder of shard `index` (1 for a whole run); done: (unit, its trace, its
-    verdict summary) for each unit of its share."""
+    verdict summary) for each unit of its share. Called while the run holds the folder's claim.
+
+    The manifest goes first and comes back last, each file written whole: a writer killed
+    meanwhile (kill -9) leaves a folder that is plainly not a shard's (no manifest.json), never
+    an old manifest over new traces, and its temporary files are removed by the next writer."""
+    (folder / "manifest.json").unlink(missing_ok=True)
     traces = folder / "traces"
     traces.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(folder)
+    remove_stale_temporaries(traces)
     for stale in traces.glob("*.json"):  # a folder reused from an earlier run holds only this one's
         stale.unlink()
     entries, verdicts = [], []
     for number, (unit, trace, summary) in enumerate(done, 1):
         name = f"traces/{number:04d}-{_slug(unit.key)}.json"
-        data = dumps(trace).encode()
-        (folder / name).write_bytes(data)
+        text = dumps(trace)
+        write_text_atomic(folder / name, text)
         # merge checks each trace against its digest: a trace rewritten later is refused
         entries.append({"key": unit.key, "engine": unit.engine, "scenario": unit.scenario,
                         "group": unit.group, "layers": list(unit.layers), "trace": name,
-                        "sha256": hashlib.sha256(data).hexdigest()})
+                        "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()})
         verdicts.append(dict(summary, unit=unit.key))
-    (folder / "verdicts.json").write_text(json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(folder / "verdicts.json", json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     data = dict(manifest.to_json(), index=index, created=created, schema=SCHEMA, units=entries)
-    (folder / "manifest.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(folder / "manifest.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _slug(text: str) -> str:
