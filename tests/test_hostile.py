@@ -321,3 +321,23 @@ def test_limits_a_shard_killed_while_writing_leaves_no_manifest_over_other_trace
     monkeypatch.undo()
     assert calls and not (folder / "manifest.json").exists()
     assert cli.main(["merge", str(folder), "--waivers", "/dev/null"]) == 2
+
+
+def test_limits_a_golden_writer_removes_the_temporary_files_of_killed_writers_of_that_golden(tmp_path):
+    """goldens/ holds no lock: only files whose writer no longer runs are removed, and only
+    those of the golden being written (the goldens-check names any other)."""
+    from conformance.gate.golden_store import write_text_atomic
+
+    folder = tmp_path / "goldens" / "steady_decode"
+    folder.mkdir(parents=True)
+    golden = folder / "vllm-0.27.1.json"
+    dead = limits_dead_pid()
+    left = folder / f".vllm-0.27.1.json.{dead}.k3x_9a.tmp"
+    mine = folder / f".vllm-0.27.1.json.{limits_os.getppid()}.k3x_9a.tmp"  # a writer that still runs
+    other = folder / f".vllm-0.28.0.json.{dead}.k3x_9a.tmp"
+    for path in (left, mine, other):
+        path.write_text("{half", encoding="utf-8")
+    assert write_text_atomic(golden, "{}\n")
+    assert not left.exists() and mine.exists() and other.exists()
+    assert golden.read_text(encoding="utf-8") == "{}\n"
+    assert sorted(p.name for p in folder.iterdir()) == sorted([golden.name, mine.name, other.name])
