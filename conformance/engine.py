@@ -89,6 +89,10 @@ class EngineProcess:
     _lines: queue.Queue = field(default_factory=queue.Queue)
     _runs: int = 0
     run_timeout: float | None = None
+    # protocol.MAX_RUN_BYTES / MAX_RUN_RECORDS unless $VLLM_PARITY_MAX_RUN_BYTES / _RECORDS say more
+    max_run_bytes: int | None = None
+    max_run_records: int | None = None
+    _budget: int | None = None  # bytes a run in progress may still send
 
     def __enter__(self) -> "EngineProcess":
         self.start()
@@ -104,6 +108,10 @@ class EngineProcess:
             handshake = timeout_setting("VLLM_PARITY_HANDSHAKE_TIMEOUT", HANDSHAKE_TIMEOUT)
         if self.run_timeout is None:
             self.run_timeout = timeout_setting("VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT)
+        if self.max_run_bytes is None:
+            self.max_run_bytes = limit_setting("VLLM_PARITY_MAX_RUN_BYTES", protocol.MAX_RUN_BYTES)
+        if self.max_run_records is None:
+            self.max_run_records = limit_setting("VLLM_PARITY_MAX_RUN_RECORDS", protocol.MAX_RUN_RECORDS)
         if _STOPPING.is_set():
             raise Stopped(f"{self.spec.label}: not started, the run is being stopped")
         self._stderr = tempfile.TemporaryFile()
@@ -131,7 +139,8 @@ class EngineProcess:
             if message["type"] == "error":
                 self.close()
                 raise EngineFailure("engine_error", f"{self.spec.label} refused to start: "
-                                    f"{message['message']}{self._tail()}")
+                                    f"{protocol.cut(message['message'], protocol.MAX_ERROR_MESSAGE)}"
+                                    f"{self._tail()}")
             if message["protocol"] != protocol.PROTOCOL_VERSION:
                 self.close()
                 raise EngineFailure("protocol", f"{self.spec.label}: expected protocol version "
@@ -145,7 +154,11 @@ class EngineProcess:
             timeout = self.run_timeout if self.run_timeout is not None else \
                 timeout_setting("VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT)
         with self._ended_on_interrupt():
-            return self._run(scenario, layers, time.monotonic() + timeout)
+            self._budget = self.max_run_bytes if self.max_run_bytes is not None else protocol.MAX_RUN_BYTES
+            try:
+                return self._run(scenario, layers, time.monotonic() + timeout)
+            finally:
+                self._budget = None
 
     def _run(self, scenario: Scenario, layers: list[str], deadline: float) -> dict[str, list]:
         self._runs += 1
@@ -164,12 +177,12 @@ class EngineProcess:
             if message["type"] == "error":
                 # an engine that does not serve a layer says so: the verdict is `unsupported`;
                 # any other error comes with the engine's last stderr lines (its traceback)
+                text = protocol.cut(message["message"], protocol.MAX_ERROR_MESSAGE)
                 if message["kind"] == "unsupported":
-                    raise EngineFailure("unsupported", f"{where}: engine reported unsupported: "
-                                        f"{message['message']}", records)
+                    raise EngineFailure("unsupported", f"{where}: engine reported unsupported: {text}", records)
                 tail = "" if message["kind"] == "bad_request" else self._tail()  # our input's fault
-                raise EngineFailure("engine_error", f"{where}: engine reported {message['kind']}: "
-                                    f"{message['message']}{tail}", records)
+                raise EngineFailure("engine_error", f"{where}: engine reported {protocol.cut(message['kind'], 40)}: "
+                                    f"{text}{tail}", records)
             if message["type"] == "done":
                 count = sum(len(v) for v in records.values())
                 if message["records"] != count:
@@ -184,6 +197,11 @@ class EngineProcess:
                            f"expected seq {len(records[layer])}, got {message['seq']}", records)
             records[layer].append(message["data"])
             last = (layer, message["seq"], message["data"])
+            most = self.max_run_records if self.max_run_records is not None else protocol.MAX_RUN_RECORDS
+            if sum(len(v) for v in records.values()) > most:
+                self._fail("protocol", f"{_progress(scenario.name, records, last)}: more than {most} records "
+                           "in one run, the limit (engines/PROTOCOL.md \"Limits\"; "
+                           "$VLLM_PARITY_MAX_RUN_RECORDS raises it)", records)
 
     def close(self) -> None:
         proc = self._proc
@@ -260,6 +278,12 @@ class EngineProcess:
                 continue
             if not line:
                 self._crashed(where, partial)
+            if self._budget is not None:  # counted before the line is parsed: memory stays bounded
+                self._budget -= len(line)
+                if self._budget < 0:
+                    self._fail("protocol", f"{self.spec.label} during {where}: its records exceed "
+                               f"{self.max_run_bytes} bytes in one run, the limit (engines/PROTOCOL.md "
+                               "\"Limits\"; $VLLM_PARITY_MAX_RUN_BYTES raises it)", partial)
             try:
                 return protocol.decode(line, expect)
             except protocol.ProtocolError as exc:
@@ -301,18 +325,12 @@ class EngineProcess:
         tail = self.stderr_tail(60, TAIL_BYTES)
         start = tail.rfind("Traceback (most recent call last)")  # a Python engine's last traceback whole
         tail = tail[start:] if start >= 0 else "\n".join(tail.splitlines()[-15:])
-        tail = "\n".join(_cut(line) for line in tail.splitlines())
+        tail = "\n".join(protocol.cut(line, TAIL_LINE) for line in tail.splitlines())
         return f"; last stderr lines:\n{tail}" if tail.strip() else "; its stderr is empty"
 
 
 TAIL_BYTES = 32 * 1024  # of an engine's stderr read for a failure's message
 TAIL_LINE = 500  # characters of one stderr line in that message
-
-
-def _cut(line: str) -> str:
-    if len(line) <= TAIL_LINE:
-        return line
-    return f"{line[:TAIL_LINE - 100]} [... {len(line) - TAIL_LINE + 100} characters cut ...]"
 
 
 def timeout_setting(name: str, default: float) -> float:
@@ -328,6 +346,17 @@ def timeout_setting(name: str, default: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
     return value
+
+
+def limit_setting(name: str, default: int) -> int:
+    """A limit from the environment ($VLLM_PARITY_MAX_RUN_BYTES, ...), read when an engine
+    starts; a bad value is bad input naming the variable."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit() and int(text) >= 1):
+        raise ValueError(f"{name}={text!r}: expected a positive whole number")
+    return int(text)
 
 
 def _progress(name: str, records: dict, last: tuple | None) -> str:

@@ -150,7 +150,12 @@ def limits_gate(tmp_path, monkeypatch, capsys):
         GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
         GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)])
 
-    def gate(*argv: str) -> tuple[int, str, str]:
+    def gate(*argv: str, candidate: str | None = None) -> tuple[int, str, str]:
+        """`candidate`: another command line for the candidate (a hostile double, say)."""
+        if candidate is not None:
+            monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: [
+                GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
+                GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)])
         capsys.readouterr()
         status = cli.main(["gate", "--scenario", str(LIMITS_GATE), "--layers", "config", "--waivers", "/dev/null",
                            *argv])
@@ -341,3 +346,89 @@ def test_limits_a_golden_writer_removes_the_temporary_files_of_killed_writers_of
     assert not left.exists() and mine.exists() and other.exists()
     assert golden.read_text(encoding="utf-8") == "{}\n"
     assert sorted(p.name for p in folder.iterdir()) == sorted([golden.name, mine.name, other.name])
+
+
+# -- what an engine sends: a run's records, the hello's texts, an error's message, bounded ------
+
+LIMITS_HOSTILE = LIMITS_REPO / "tests" / "doubles" / "hostile_engine.py"
+
+
+def limits_hostile(tmp_path: LimitsPath, plan: dict) -> tuple[str, ...]:
+    path = tmp_path / f"plan-{len(list(tmp_path.glob('plan-*')))}.json"
+    path.write_text(limits_json.dumps(plan), encoding="utf-8")
+    return (limits_sys.executable, str(LIMITS_HOSTILE), "--plan", str(path))
+
+
+def limits_run(argv, scenario=LIMITS_GATE, layers=("config",), timeout: float = 30):
+    """One run of `scenario` on the engine `argv`; the EngineFailure it ends in."""
+    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+    from conformance.scenario import load_scenario
+
+    with EngineProcess(EngineSpec("hostile", tuple(argv))) as proc:
+        with pytest.raises(EngineFailure) as failure:
+            proc.run(load_scenario(scenario), list(layers), timeout=timeout)
+    return failure.value
+
+
+def test_limits_a_run_sending_more_records_than_the_limit_is_a_protocol_error(monkeypatch):
+    """Before: an endless stream of records ran until the run's timeout, every record kept."""
+    monkeypatch.setenv("VLLM_PARITY_MAX_RUN_RECORDS", "1000")
+    failure = limits_run(limits_shlex.split(limits_double("--fault", "flood")), timeout=20)
+    assert failure.kind == "protocol", failure
+    assert "more than 1000 records in one run, the limit" in str(failure)
+    assert len(failure.partial["config"]) == 1001  # what arrived is kept, and no more
+
+
+def test_limits_a_run_sending_more_bytes_than_the_limit_is_a_protocol_error_before_parsing(monkeypatch):
+    monkeypatch.setenv("VLLM_PARITY_MAX_RUN_BYTES", "100000")
+    failure = limits_run(limits_shlex.split(limits_double("--pad", "200000")))
+    assert failure.kind == "protocol", failure
+    assert "its records exceed 100000 bytes in one run, the limit" in str(failure)
+    assert failure.partial == {"config": []}  # the line over the limit was never parsed
+
+
+@pytest.mark.parametrize("value", ["abc", "0", "-5", "1e6", "²"])
+def test_limits_a_bad_run_limit_setting_is_bad_input(tmp_path, monkeypatch, capsys, value):
+    from conformance import cli
+
+    monkeypatch.setenv("VLLM_PARITY_MAX_RUN_BYTES", value)
+    starts = tmp_path / "starts"
+    status = cli.main(["run", "--engine", limits_double("--startfile", str(starts)), "--scenario",
+                       str(LIMITS_GATE), "--out", str(tmp_path / "t.json"), "--layers", "config"])
+    assert status == 2 and "VLLM_PARITY_MAX_RUN_BYTES" in capsys.readouterr().err
+    assert not starts.exists()
+
+
+@pytest.mark.parametrize("hello, words", [
+    ({"engine": "E" * 1_000_000}, "expected hello.engine of at most 200 characters, got 1000000"),
+    ({"version": "v" * 201}, "expected hello.version of at most 200 characters, got 201"),
+    ({"capabilities": ["config"] * 33}, "expected hello.capabilities of at most 32 layer names, got 33"),
+    ({"capabilities": ["config", "L" * 65]}, "expected layer names of at most 64 characters"),
+    ({"environment": {"python": "3.11", "notes": "n" * 20_000}}, "expected hello.environment of at most 16384 bytes"),
+])
+def test_limits_a_hello_with_an_oversized_text_is_a_protocol_error(tmp_path, hello, words):
+    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+
+    proc = EngineProcess(EngineSpec("hostile", limits_hostile(tmp_path, {"hello": hello})))
+    with pytest.raises(EngineFailure) as failure:
+        proc.start()
+    assert failure.value.kind == "protocol" and words in str(failure.value), failure.value
+    assert len(str(failure.value)) < 5000
+
+
+def test_limits_a_megabyte_engine_name_leaves_small_reports(tmp_path, limits_gate):
+    """Before: a 1 MB engine name made a 110 MB junit.xml."""
+    name = "E" * 1_000_000
+    candidate = limits_shlex.join(limits_hostile(tmp_path, {"hello": {"engine": name}}))
+    status, out, err = limits_gate("--reports", str(tmp_path / "reports"), candidate=candidate)
+    assert status == 2, err
+    for report in (tmp_path / "reports").iterdir():
+        assert report.stat().st_size < 200_000, report
+        assert name[:1000] not in report.read_text(encoding="utf-8", errors="replace")
+    assert "hello.engine of at most 200 characters" in (tmp_path / "reports" / "junit.xml").read_text(encoding="utf-8")
+
+
+def test_limits_an_engine_errors_message_is_cut(tmp_path):
+    failure = limits_run(limits_hostile(tmp_path, {"error": {"message": "M" * 1_000_000}}))
+    assert failure.kind == "engine_error" and "characters cut ...]" in str(failure)
+    assert len(str(failure)) < 20_000

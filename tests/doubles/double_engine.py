@@ -13,7 +13,8 @@ no-hello, fork-hang (leaves a child process behind while hanging), and:
   setsid-hang        forks a child that leaves the process group (setsid), then hangs
   setsid-crash       forks a child that leaves the process group (setsid), then exits 3
 With --startfile PATH it appends its pid to PATH when it starts (to count starts); with
---stderr-line N it writes one line of N bytes to stderr first.
+--stderr-line N it writes one line of N bytes to stderr first; with --pad N every config record
+it sends carries a field `pad` of N characters (a record too large for the harness's limits).
 With --steps N it also serves the `steps` layer: N records {"step": i}. `crash` sends
 --crash-after records (default 1) of the run, then exits 3.
 With --replay RELEASE it answers every layer of a run with that pin's golden records for the
@@ -83,6 +84,7 @@ def main() -> int:
     parser.add_argument("--stderr-line", type=int, default=0, help="write one stderr line this long")
     parser.add_argument("--replay", help="answer with this pin's golden records")
     parser.add_argument("--serve", help="comma-separated layers the hello declares")
+    parser.add_argument("--pad", type=int, default=0, help="a field of this many characters in each config record")
     args = parser.parse_args()
     if args.stderr_line:
         sys.stderr.write("x" * args.stderr_line + "\n")
@@ -90,7 +92,9 @@ def main() -> int:
     if args.startfile:
         with open(args.startfile, "a") as f:
             f.write(f"{os.getpid()}\n")
-    record = json.load(open(args.record)) if args.record else {"max_num_scheduled_tokens": 1}
+    record = json.load(open(args.record, encoding="utf-8")) if args.record else {"max_num_scheduled_tokens": 1}
+    if args.pad:
+        record = dict(record, pad="x" * args.pad)
     wire = FaultyWire()
 
     def pids(*more: int) -> None:
