@@ -93,6 +93,7 @@ class EngineProcess:
     max_run_bytes: int | None = None
     max_run_records: int | None = None
     _budget: int | None = None  # bytes a run in progress may still send
+    _stderr_mark: int = 0  # where the run in progress began in the engine's stderr
 
     def __enter__(self) -> "EngineProcess":
         self.start()
@@ -162,6 +163,8 @@ class EngineProcess:
 
     def _run(self, scenario: Scenario, layers: list[str], deadline: float) -> dict[str, list]:
         self._runs += 1
+        # a failure shows the stderr lines of this run, not those earlier runs of this warm engine left
+        self._stderr_mark = os.fstat(self._stderr.fileno()).st_size
         run_id = f"run-{self._runs}"
         records: dict[str, list] = {layer: [] for layer in layers}
         last: tuple | None = None
@@ -216,14 +219,16 @@ class EngineProcess:
                 pass
         _kill_group(proc)
 
-    def stderr_tail(self, lines: int = 15, max_bytes: int | None = None) -> str:
-        """The last `lines` lines of the engine's stderr, read from its last `max_bytes` only
-        when given (a line cut by that bound starts with "[...]")."""
-        size = self._stderr.seek(0, os.SEEK_END)
-        start = 0 if max_bytes is None else max(0, size - max_bytes)
-        self._stderr.seek(start)
-        text = self._stderr.read().decode("utf-8", "replace")
-        return ("[...]" if start else "") + "\n".join(text.splitlines()[-lines:])
+    def stderr_tail(self, lines: int = 15, max_bytes: int | None = None, since: int = 0) -> str:
+        """The last `lines` lines of the engine's stderr written after byte `since`, read from
+        its last `max_bytes` only when given (a line cut by that bound starts with "[...]").
+        Read with pread: the engine writes through the same open file, and moving its offset
+        would have it write over its own lines."""
+        fd = self._stderr.fileno()
+        size = os.fstat(fd).st_size
+        start = since if max_bytes is None else max(since, size - max_bytes)
+        text = os.pread(fd, max(0, size - start), start).decode("utf-8", "replace")
+        return ("[...]" if start > since else "") + "\n".join(text.splitlines()[-lines:])
 
     # -- internals ---------------------------------------------------------------------
 
@@ -321,12 +326,15 @@ class EngineProcess:
 
     def _tail(self) -> str:
         """The engine's last stderr lines, for a failure's message: where a port's traceback is.
-        Bounded in bytes and lines, each line too: the message lands in every report."""
-        tail = self.stderr_tail(60, TAIL_BYTES)
+        Those of the run in progress only (earlier runs of this warm engine left theirs before
+        it). Bounded in bytes and lines, each line too: the message lands in every report."""
+        tail = self.stderr_tail(60, TAIL_BYTES, since=self._stderr_mark)
         start = tail.rfind("Traceback (most recent call last)")  # a Python engine's last traceback whole
         tail = tail[start:] if start >= 0 else "\n".join(tail.splitlines()[-15:])
         tail = "\n".join(protocol.cut(line, TAIL_LINE) for line in tail.splitlines())
-        return f"; last stderr lines:\n{tail}" if tail.strip() else "; its stderr is empty"
+        if tail.strip():
+            return f"; last stderr lines:\n{tail}"
+        return "; its stderr is empty" if not self._stderr_mark else "; it wrote nothing to stderr during this run"
 
 
 TAIL_BYTES = 32 * 1024  # of an engine's stderr read for a failure's message

@@ -432,3 +432,25 @@ def test_limits_an_engine_errors_message_is_cut(tmp_path):
     failure = limits_run(limits_hostile(tmp_path, {"error": {"message": "M" * 1_000_000}}))
     assert failure.kind == "engine_error" and "characters cut ...]" in str(failure)
     assert len(str(failure)) < 20_000
+
+
+# -- an engine error's stderr tail: the failing run's lines only ---------------------------------
+
+@pytest.mark.parametrize("fault, kind", [("error", "engine_error"), ("crash", "crash"), ("hang", "timeout")])
+def test_limits_a_failures_stderr_tail_holds_only_the_failing_runs_lines(fault, kind):
+    """Before: the tail showed the lines earlier runs of the same warm engine left (earlier
+    examples of a fuzz search, earlier scenarios of a gate)."""
+    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+    from conformance.scenario import load_scenario
+
+    argv = limits_shlex.split(limits_double("--stderr-each-run", "--fault", fault, "--after-runs", "2"))
+    with EngineProcess(EngineSpec("double", tuple(argv))) as proc:
+        for _ in range(2):
+            proc.run(load_scenario(LIMITS_GATE), ["config"])
+        with pytest.raises(EngineFailure) as failure:
+            proc.run(load_scenario(LIMITS_STEADY), ["config"], timeout=3)
+    message = str(failure.value)
+    assert failure.value.kind == kind, message
+    assert "double: run 3 of steady_decode" in message
+    assert "run 1 of" not in message and "run 2 of" not in message, message
+

@@ -14,7 +14,8 @@ no-hello, fork-hang (leaves a child process behind while hanging), and:
   setsid-crash       forks a child that leaves the process group (setsid), then exits 3
 With --startfile PATH it appends its pid to PATH when it starts (to count starts); with
 --stderr-line N it writes one line of N bytes to stderr first; with --pad N every config record
-it sends carries a field `pad` of N characters (a record too large for the harness's limits).
+it sends carries a field `pad` of N characters (a record too large for the harness's limits);
+with --stderr-each-run it writes `double: run N of SCENARIO` to stderr at the start of each run.
 With --steps N it also serves the `steps` layer: N records {"step": i}. `crash` sends
 --crash-after records (default 1) of the run, then exits 3.
 With --replay RELEASE it answers every layer of a run with that pin's golden records for the
@@ -85,6 +86,7 @@ def main() -> int:
     parser.add_argument("--replay", help="answer with this pin's golden records")
     parser.add_argument("--serve", help="comma-separated layers the hello declares")
     parser.add_argument("--pad", type=int, default=0, help="a field of this many characters in each config record")
+    parser.add_argument("--stderr-each-run", action="store_true", help="a stderr line at the start of each run")
     args = parser.parse_args()
     if args.stderr_line:
         sys.stderr.write("x" * args.stderr_line + "\n")
@@ -135,6 +137,9 @@ def main() -> int:
         if any(layer not in served for layer in layers):
             raise serve.RunError("unsupported", f"only {served}, not {layers}")
         runs += 1
+        if args.stderr_each_run:
+            sys.stderr.write(f"double: run {runs} of {scenario['name']}\n")
+            sys.stderr.flush()
         fault = args.fault if runs > args.after_runs else "none"
         wire.start(fault)
         answer = records(scenario, layers)
