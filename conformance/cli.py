@@ -157,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                    "and print the verdict, as the gate prints it")
 
     args = parser.parse_args(argv)
+    _printable_anywhere()
     with _stop_on_signals():  # also while the engines are ended below
         try:
             return COMMANDS[args.command](args)
@@ -173,6 +174,15 @@ def main(argv: list[str] | None = None) -> int:
             log(f"parity {args.command}: {how}: "
                 f"{ended_words(strays, 'every engine process and its children')}; no verdict")
             return 128 + signum
+
+
+def _printable_anywhere() -> None:
+    """Under a locale whose encoding cannot hold a report's text (the C locale with Python's
+    UTF-8 mode off is ASCII), characters it cannot encode are printed as escapes instead of
+    ending the command. Files are UTF-8 whatever the locale (encoding= on every read and write)."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # a real text stream (pytest's capture has it too)
+            stream.reconfigure(errors="backslashreplace")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -377,10 +387,10 @@ def cmd_docs(args) -> int:
                 log(f"parity docs: {relative}'s {name} table differs from scenarios/*.json: run `parity docs`")
                 differ = 1
             continue
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
         new = render(text, scenarios, names, where=relative)
         if new != text:
-            path.write_text(new)
+            path.write_text(new, encoding="utf-8")
             log(f"parity docs: {relative}'s scenario tables rewritten")
     return differ
 

@@ -454,3 +454,44 @@ def test_limits_a_failures_stderr_tail_holds_only_the_failing_runs_lines(fault, 
     assert "double: run 3 of steady_decode" in message
     assert "run 1 of" not in message and "run 2 of" not in message, message
 
+
+
+# -- text is UTF-8 whatever the locale -----------------------------------------------------------
+
+LIMITS_C_LOCALE = {"LC_ALL": "C", "LANG": "C", "PYTHONUTF8": "0", "PYTHONIOENCODING": ""}
+LIMITS_WORDS = "budget set to 4036 — Ünïcode 预算 ✓"
+
+
+def test_limits_a_trace_with_non_ascii_text_is_written_compared_and_merged_under_the_c_locale(tmp_path):
+    """The C locale with Python's UTF-8 mode off (PYTHONUTF8=0): the locale's encoding is ASCII.
+    (Under LC_ALL=C alone, Python 3.11 turns its UTF-8 mode on by itself.) Before: `parity run`
+    failed writing the trace, `parity merge` reading it."""
+    from conformance.gate import run as gate_run
+    from conformance.gate.context import RunContext
+    from conformance.gate.engines import GateEngine
+    from conformance.gate.verdict import CANDIDATE, ORACLE
+    from conformance.pins import load_pins
+    from conformance.scenario import load_scenario
+
+    record = tmp_path / "record.json"
+    record.write_text(limits_json.dumps({"max_num_scheduled_tokens": 4036, "budget_log_lines": [LIMITS_WORDS]}),
+                      encoding="utf-8")
+    engine = limits_double("--record", str(record))
+    trace = tmp_path / "trace.json"
+    done = limits_parity("run", "--engine", engine, "--scenario", str(LIMITS_GATE), "--out", str(trace),
+                         "--layers", "config", env=LIMITS_C_LOCALE)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert LIMITS_WORDS in trace.read_text(encoding="utf-8")
+    done = limits_parity("compare", "--trace", str(trace), "--golden", str(trace), env=LIMITS_C_LOCALE)
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
+    engines = [GateEngine("TEST-DOUBLE-oracle", ORACLE, engine, None, engine),
+               GateEngine("double-candidate", CANDIDATE, engine, "double-candidate", engine)]
+    context = RunContext(load_pins(), log=lambda m: None, out=lambda m: None, shard=(1, 1),
+                         results=tmp_path / "results", layers=["config"])
+    assert gate_run.gate(context, [load_scenario(LIMITS_GATE)], engines) == 0
+    done = limits_parity("merge", str(tmp_path / "results"), "--waivers", "/dev/null",
+                         "--reports", str(tmp_path / "reports"), env=LIMITS_C_LOCALE)
+    assert done.returncode == 1 and "Traceback" not in done.stderr, done.stderr  # the golden says otherwise
+    assert LIMITS_WORDS in (tmp_path / "reports" / "junit.xml").read_text(encoding="utf-8")
+    assert "\\u2014 \\xdcn\\xefcode" in done.stdout  # the terminal's ASCII: escaped, not a crash
+

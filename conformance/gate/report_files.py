@@ -26,7 +26,7 @@ def claimed(folder: Path | None):
 def write_text(path: Path, text: str) -> None:
     """Whole or not at all: a reader never sees half a report."""
     part = path.with_name(f".{path.name}.{os.getpid()}.part")
-    part.write_text(text)
+    part.write_text(text, encoding="utf-8")
     os.replace(part, path)
 
 

@@ -92,7 +92,7 @@ def main() -> int:
         sys.stderr.write("x" * args.stderr_line + "\n")
         sys.stderr.flush()
     if args.startfile:
-        with open(args.startfile, "a") as f:
+        with open(args.startfile, "a", encoding="utf-8") as f:
             f.write(f"{os.getpid()}\n")
     record = json.load(open(args.record, encoding="utf-8")) if args.record else {"max_num_scheduled_tokens": 1}
     if args.pad:
@@ -101,7 +101,7 @@ def main() -> int:
 
     def pids(*more: int) -> None:
         if args.pidfile:
-            with open(args.pidfile, "w") as f:
+            with open(args.pidfile, "w", encoding="utf-8") as f:
                 f.write(" ".join(str(p) for p in (os.getpid(), *more)) + "\n")
 
     if args.fault == "no-hello":
