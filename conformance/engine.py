@@ -163,8 +163,10 @@ class EngineProcess:
 
     def _run(self, scenario: Scenario, layers: list[str], deadline: float) -> dict[str, list]:
         self._runs += 1
-        # a failure shows the stderr lines of this run, not those earlier runs of this warm engine left
-        self._stderr_mark = os.fstat(self._stderr.fileno()).st_size
+        # a failure shows the stderr lines of this run, not those earlier runs of this warm engine
+        # left (the first run's include what the engine wrote while starting)
+        if self._runs > 1:
+            self._stderr_mark = os.fstat(self._stderr.fileno()).st_size
         run_id = f"run-{self._runs}"
         records: dict[str, list] = {layer: [] for layer in layers}
         last: tuple | None = None
