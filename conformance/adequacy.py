@@ -31,7 +31,7 @@ from pathlib import Path
 from .gate.golden_store import GOLDENS
 from .gate.judging import judge_trace
 from .coverage_run import MEASURED, ensure_coverage, json_report, measured_worker, write_rcfile
-from .engine import EngineFailure, EngineProcess, EngineSpec
+from .engine import EngineFailure, EngineProcess, EngineSpec, start_kept, stop_kept
 from .envs import cache_root, device_args, ensure_env, site_packages
 from .gate.engine_ref import EngineRef
 from .gate.requirement_rows import where_of
@@ -193,9 +193,10 @@ class MutantServer:
         self._tmp = tempfile.TemporaryDirectory(prefix="parity-mutants-")
         self.socket = Path(self._tmp.name) / "server.sock"
         self._stderr = open(Path(self._tmp.name) / "server.log", "wb")
-        self._proc = subprocess.Popen(
+        # under its keeper, as every engine: the server and the mutants it forks end with the harness
+        self._proc = start_kept(
             [str(self.python), str(SERVER), "--release", release, *device_args(), "--socket", str(self.socket)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, start_new_session=True)
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr)
         ready, _, _ = select.select([self._proc.stdout], [], [], 300)
         if not ready or self._proc.stdout.readline().strip() != b"ready":
             tail = (Path(self._tmp.name) / "server.log").read_text(errors="replace", encoding="utf-8")[-2000:]
@@ -208,13 +209,7 @@ class MutantServer:
                            "--mutant", json.dumps(mutant.to_json())))
 
     def close(self) -> None:
-        import signal
-
-        try:
-            os.killpg(self._proc.pid, signal.SIGKILL)  # the server and every mutant it forked
-        except ProcessLookupError:
-            pass
-        self._proc.wait()
+        stop_kept(self._proc)  # the server and every mutant it forked
         self._stderr.close()
         self._tmp.cleanup()
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from .gate.golden_store import GOLDENS, GoldenRefused, lookup
 from .drift import drift_rows, render_drift
-from .engine import end_all, ended_words, prepare_engine, resume
+from .engine import Ended, end_all, ended_words, prepare_engine, resume
 from .gate.engine_ref import EngineRef
 from .envs import EnvError, device_mode, ensure_env
 from .files import check_output_file, claim_folder, write_text_atomic
@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"parity {args.command}: error: {exc}")
             return 2
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted)
-            strays = getattr(exc, "parity_strays", []) + end_all()
+            strays = getattr(exc, "parity_strays", Ended()) + end_all()
             resume()
             signum = getattr(exc, "signum", signal.SIGINT)
             how = ("interrupted (Ctrl-C)" if signum == signal.SIGINT

@@ -495,3 +495,155 @@ def test_limits_a_trace_with_non_ascii_text_is_written_compared_and_merged_under
     assert LIMITS_WORDS in (tmp_path / "reports" / "junit.xml").read_text(encoding="utf-8")
     assert "\\u2014 \\xdcn\\xefcode" in done.stdout  # the terminal's ASCII: escaped, not a crash
 
+
+
+# -- engines never outlive the harness -----------------------------------------------------------
+
+def limits_alive(pid: int) -> bool:
+    """Running: a zombie has ended (only its parent's reaping is left)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            return f.read().rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X")
+    except FileNotFoundError:
+        return False
+
+
+def limits_parent(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", "rb") as f:
+        return int(f.read().rsplit(b")", 1)[1].split()[1])
+
+
+def limits_pids(pidfile: LimitsPath, seconds: float = 60) -> list[int]:
+    import time
+
+    deadline = time.monotonic() + seconds
+    while not (pidfile.exists() and pidfile.read_text(encoding="utf-8").endswith("\n")):
+        assert time.monotonic() < deadline, f"the double never wrote {pidfile}"
+        time.sleep(0.05)
+    return [int(p) for p in pidfile.read_text(encoding="utf-8").split()]
+
+
+def limits_gone(pids: list[int], seconds: float = 30) -> list[int]:
+    """The pids still running after up to `seconds` (a bound, not a timing assertion)."""
+    import time
+
+    deadline = time.monotonic() + seconds
+    while any(limits_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if limits_alive(p)]
+
+
+def limits_kill(pids: list[int]) -> None:
+    import signal
+
+    for pid in pids:
+        if limits_alive(pid):
+            limits_os.kill(pid, signal.SIGKILL)
+
+
+def test_limits_a_setsid_child_without_the_mark_is_ended_by_pid_and_named(tmp_path):
+    """Before: a child that left the process group and cleared its environment escaped, while
+    the message said "the engine and its children were ended"."""
+    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+    from conformance.scenario import load_scenario
+
+    pidfile = tmp_path / "pids"
+    argv = limits_shlex.split(limits_double("--fault", "setsid-bare-crash", "--pidfile", str(pidfile)))
+    try:
+        with EngineProcess(EngineSpec("double", tuple(argv))) as proc:
+            with pytest.raises(EngineFailure) as failure:
+                proc.run(load_scenario(LIMITS_GATE), ["config"], timeout=30)
+        engine, child = limits_pids(pidfile)
+        assert limits_gone([engine, child]) == []
+        assert failure.value.kind == "crash"
+        assert (f"the engine and its children were ended (1 of them by pid, {child}: it had left the "
+                "engine's process group)") in str(failure.value), failure.value
+    finally:
+        limits_kill(limits_pids(pidfile))
+
+
+# `parity gate` in a process of its own, its engines two TEST DOUBLEs given on the command line.
+LIMITS_GATE_DRIVER = """
+import sys
+sys.path[:0] = [sys.argv[1]]
+from conformance import cli
+from conformance.gate.engines import GateEngine
+oracle, candidate = sys.argv[2], sys.argv[3]
+cli.gate_engines = lambda pins, candidates, log: [
+    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
+    GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+sys.exit(cli.main(sys.argv[4:]))
+"""
+
+
+@pytest.mark.parametrize("how", ["run", "gate"])
+def test_limits_kill_9_of_the_harness_leaves_no_engine_process(tmp_path, how):
+    """Before: the hung engines survived, reparented to init, and so did their setsid children."""
+    import signal
+
+    pidfiles = [tmp_path / "pids-0", tmp_path / "pids-1"]
+    engines = [limits_double("--fault", fault, "--pidfile", str(pidfile))
+               for fault, pidfile in zip(("fork-hang", "setsid-bare-hang"), pidfiles)]
+    if how == "run":
+        pidfiles = pidfiles[1:]
+        argv = [limits_sys.executable, "-m", "conformance.cli", "run", "--engine", engines[1], "--scenario",
+                str(LIMITS_GATE), "--out", str(tmp_path / "t.json"), "--layers", "config"]
+    else:
+        argv = [limits_sys.executable, "-c", LIMITS_GATE_DRIVER, str(LIMITS_REPO), *engines, "gate",
+                "--scenario", str(LIMITS_GATE), "--layers", "config", "--waivers", "/dev/null", "--jobs", "2"]
+    harness = limits_subprocess.Popen(argv, cwd=LIMITS_REPO, stdout=limits_subprocess.DEVNULL,
+                                      stderr=limits_subprocess.DEVNULL)
+    pids: list[int] = []
+    try:
+        pids = [pid for pidfile in pidfiles for pid in limits_pids(pidfile)]  # every engine hangs in its run
+        pids += [limits_parent(p) for p in pids[::2]]  # what started each engine
+        harness.send_signal(signal.SIGKILL)
+        harness.wait()
+        assert limits_gone(pids) == [], "engine processes outlived the harness"
+    finally:
+        if harness.poll() is None:
+            harness.kill()
+        limits_kill(pids)
+
+
+def test_limits_the_ending_message_names_what_was_killed_not_found_and_left():
+    from conformance.engine import Ended, ended_words
+
+    assert ended_words(Ended()) == "the engine and its children were ended"
+    assert ended_words(Ended([11, 12], [13], [14], 1), "every engine process and its children") == (
+        "every engine process and its children were ended (2 of them by pid, 11, 12: they had left the "
+        "engine's process group); not found, already gone: pid 13; could not end pid 14, still running; "
+        "an engine's keeper was gone before it said what it ended, so a child that left its process group "
+        "and cleared its environment could not be looked for")
+    assert Ended([1], [2]) + Ended([3], [], [4]) == Ended([1, 3], [2], [4])
+
+
+def test_limits_an_engine_whose_keeper_is_killed_dies_with_it_and_its_marked_child_is_ended(tmp_path):
+    """The second line of defence: the engine's parent-death signal (SIGKILL when its keeper
+    dies), and the mark in its children's environment, found by the harness."""
+    import signal
+    import threading
+
+    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+    from conformance.scenario import load_scenario
+
+    pidfile = tmp_path / "pids"
+    argv = limits_shlex.split(limits_double("--fault", "setsid-hang", "--pidfile", str(pidfile)))
+    proc = EngineProcess(EngineSpec("double", tuple(argv)))
+    proc.start()
+    keeper = proc._proc.pid
+    killer = threading.Thread(target=lambda: (limits_pids(pidfile), limits_os.kill(keeper, signal.SIGKILL)))
+    killer.start()
+    try:
+        with pytest.raises(EngineFailure) as failure:
+            proc.run(load_scenario(LIMITS_GATE), ["config"], timeout=60)
+        killer.join()
+        engine, child = limits_pids(pidfile)
+        assert limits_gone([engine, child]) == []
+        assert failure.value.kind == "crash", failure.value
+        message = str(failure.value)
+        assert f"(1 of them by pid, {child}: it had left the engine's process group)" in message, message
+        assert "keeper was gone before it said what it ended" in message
+    finally:
+        killer.join()
+        limits_kill(limits_pids(pidfile))

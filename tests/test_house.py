@@ -17,7 +17,7 @@ FLOORS = {
         "conformance.pins conformance.progress conformance.scope conformance.mutation conformance.gpu"),
     1: ("the vLLM side", "engines engines.vllm engines.vllm.* engines.cpp.tests.gen_vectors"),
     2: ("processes and environments", "conformance.fidelity conformance.envs conformance.engine "
-        "conformance.selfcheck conformance.coverage_run"),
+        "conformance.keeper conformance.selfcheck conformance.coverage_run"),
     3: ("comparison and judging", "conformance.compare conformance.numerics conformance.noise "
         "conformance.gate.verdict conformance.gate.golden_store conformance.gate.waivers "
         "conformance.gate.requirement_rows conformance.gate.judging conformance.drift "

@@ -12,6 +12,8 @@ no-hello, fork-hang (leaves a child process behind while hanging), and:
   no-read            sends hello, then sleeps without ever reading stdin
   setsid-hang        forks a child that leaves the process group (setsid), then hangs
   setsid-crash       forks a child that leaves the process group (setsid), then exits 3
+  setsid-bare-hang   as setsid-hang, the child then running again with an empty environment
+  setsid-bare-crash  as setsid-crash, likewise (no mark of the engine is left on it)
 With --startfile PATH it appends its pid to PATH when it starts (to count starts); with
 --stderr-line N it writes one line of N bytes to stderr first; with --pad N every config record
 it sends carries a field `pad` of N characters (a record too large for the harness's limits);
@@ -151,15 +153,17 @@ def main() -> int:
                 yield layer, data[:left]
                 left -= len(data[:left])
             os._exit(3)
-        if fault in ("setsid-hang", "setsid-crash"):
+        if fault in ("setsid-hang", "setsid-crash", "setsid-bare-hang", "setsid-bare-crash"):
             child = os.fork()
             if child == 0:
                 os.setsid()  # out of the engine's process group: a group kill misses it
                 os.close(1)
+                if "bare" in fault:  # and without the environment that marks the engine's processes
+                    os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(3600)"], {})
                 time.sleep(3600)
                 os._exit(0)
             pids(child)
-            if fault == "setsid-crash":
+            if fault.endswith("crash"):
                 os._exit(3)
             time.sleep(3600)
         if fault in ("crash-with-child", "crash-orphan"):
