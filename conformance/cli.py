@@ -20,7 +20,7 @@ from .drift import drift_rows, render_drift
 from .engine import Ended, end_all, ended_words, prepare_engine, resume
 from .gate.engine_ref import EngineRef
 from .envs import EnvError, device_mode, ensure_env
-from .files import check_output_file, claim_folder, write_text_atomic
+from .files import check_output_file, claim_folder, remove_dead_writers_temporaries, write_text_atomic
 from .gate.waivers import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins
@@ -250,6 +250,7 @@ def cmd_run(args) -> int:
         result = run_scenarios(spec, [scenario], layers, log=log, progress=EngineProgress(
             progress, "run", spec.label, [(scenario.name, layers, 1.0)], 1.0))
     trace = result.traces[0]
+    remove_dead_writers_temporaries(args.out)  # what an earlier run killed while writing it left
     write_text_atomic(args.out, dumps(trace))
     if "failure" in trace:
         log(f"parity run: {trace['failure']['kind']}: {trace['failure']['message']}\n"

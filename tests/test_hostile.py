@@ -647,3 +647,15 @@ def test_limits_an_engine_whose_keeper_is_killed_dies_with_it_and_its_marked_chi
     finally:
         killer.join()
         limits_kill(limits_pids(pidfile))
+
+
+def test_limits_parity_run_writes_its_trace_whole_and_clears_what_a_killed_run_left(tmp_path, capsys):
+    from conformance import cli
+
+    out = tmp_path / "t.json"
+    left = tmp_path / f".t.json.{limits_dead_pid()}.tmp"
+    left.write_text("{half", encoding="utf-8")
+    assert cli.main(["run", "--engine", limits_double(), "--scenario", str(LIMITS_GATE), "--out", str(out),
+                     "--layers", "config"]) == 0
+    assert not left.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
+    assert limits_json.loads(out.read_text(encoding="utf-8"))["layers"]["config"]
