@@ -16,8 +16,8 @@ It is started by conformance/engine.py in place of the engine, in the engine's n
       the engine exits (what it left behind is ended at once);
   - writes to REPORT_FD one line when the engine started (`engine PID`, or `exec_error WORDS`),
     and one when it ends (`exit STATUS PID:GROUP:OUTCOME ...`: the engine's wait status, `-`
-    if it would not end, then each process it signalled, OUTCOME `killed`, `not_found` or
-    `left`), then exits with the engine's own status (by the same signal when a signal ended it).
+    if it would not end, then each process it signalled with its process group when found,
+    OUTCOME `killed`, `not_found` or `left`), then exits with the engine's own status (by the same signal when a signal ended it).
 
 Standard library only, no import of the harness: it runs as a script of its own (-I -S).
 """
@@ -45,9 +45,9 @@ def prctl(option: int, value: int) -> bool:
         return False
 
 
-def descendants(root: int) -> list[int]:
-    """Every process below `root`, from /proc (parent links), nearest first."""
-    children: dict[int, list[int]] = {}
+def descendants(root: int) -> dict[int, int]:
+    """Every running process below `root`, from /proc (parent links): pid -> process group."""
+    children: dict[int, list[tuple[int, int]]] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
@@ -57,20 +57,13 @@ def descendants(root: int) -> list[int]:
         except (OSError, IndexError):
             continue
         if fields[0] not in (b"Z", b"X"):  # a zombie has ended (its parent reaps it)
-            children.setdefault(int(fields[1]), []).append(int(name))
-    found, todo = [], list(children.get(root, ()))
+            children.setdefault(int(fields[1]), []).append((int(name), int(fields[2])))
+    found, todo = {}, list(children.get(root, ()))
     while todo:
-        pid = todo.pop(0)
-        found.append(pid)
+        pid, group = todo.pop(0)
+        found[pid] = group
         todo.extend(children.get(pid, ()))
     return found
-
-
-def group_of(pid: int) -> int | None:
-    try:
-        return os.getpgid(pid)
-    except ProcessLookupError:
-        return None
 
 
 class Keeper:
@@ -185,8 +178,8 @@ class Keeper:
     def end_all(self, grace: float) -> None:
         """Every descendant, by pid: SIGTERM, then SIGKILL those still running after `grace`."""
         me = os.getpid()
-        for pid in descendants(me):
-            self.signal(pid, signal.SIGTERM)
+        for pid, group in descendants(me).items():
+            self.signal(pid, group, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while time.monotonic() < deadline:
             self.reap()
@@ -198,15 +191,15 @@ class Keeper:
             left = descendants(me)
             if not left:
                 break
-            for pid in left:
-                self.signal(pid, signal.SIGKILL)
+            for pid, group in left.items():
+                self.signal(pid, group, signal.SIGKILL)
             time.sleep(0.02)
         self.reap()
-        for pid in descendants(me):
-            self.outcomes.setdefault(pid, [pid, group_of(pid), "left"])[2] = "left"
+        for pid, group in descendants(me).items():
+            self.outcomes.setdefault(pid, [pid, group, "left"])[2] = "left"
 
-    def signal(self, pid: int, sig: int) -> None:
-        group = group_of(pid)
+    def signal(self, pid: int, group: int, sig: int) -> None:
+        """Signal `pid`, whose process group was `group` when it was found."""
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -216,16 +209,19 @@ class Keeper:
 
     def finish(self) -> int:
         status = self.status
-        ended = " ".join(f"{pid}:{'-' if group is None else group}:{outcome}"
-                         for pid, group, outcome in self.outcomes.values() if pid != self.engine)
+        ended = " ".join(f"{pid}:{group}:{outcome}" for pid, group, outcome in self.outcomes.values()
+                         if pid != self.engine)
         self.say(f"exit {'-' if status is None else status} {ended}".rstrip())
         if status is None:  # the engine would not end: say so by our own status
             return 125
-        if os.WIFSIGNALED(status):
+        if os.WIFSIGNALED(status):  # ended by the same signal as the engine
             sig = os.WTERMSIG(status)
-            signal.signal(sig, signal.SIG_DFL)
+            if sig not in (signal.SIGKILL, signal.SIGSTOP):  # those have no handler to reset
+                signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, {sig})
             os.kill(os.getpid(), sig)
-        return os.waitstatus_to_exitcode(status) if not os.WIFSIGNALED(status) else 128 + os.WTERMSIG(status)
+            return 128 + sig  # a signal whose default is not to end a process
+        return os.waitstatus_to_exitcode(status)
 
 
 def main(argv: list[str]) -> int:

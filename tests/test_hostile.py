@@ -659,3 +659,28 @@ def test_limits_parity_run_writes_its_trace_whole_and_clears_what_a_killed_run_l
                      "--layers", "config"]) == 0
     assert not left.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["t.json"]
     assert limits_json.loads(out.read_text(encoding="utf-8"))["layers"]["config"]
+
+
+def test_limits_an_engine_killed_by_a_signal_is_reported_with_that_signal(tmp_path):
+    """The keeper ends as its engine did: the harness reads the engine's own status."""
+    import signal
+    import threading
+
+    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+    from conformance.scenario import load_scenario
+
+    pidfile = tmp_path / "pids"
+    argv = limits_shlex.split(limits_double("--fault", "fork-hang", "--pidfile", str(pidfile)))
+    proc = EngineProcess(EngineSpec("double", tuple(argv)))
+    proc.start()
+    killer = threading.Thread(target=lambda: limits_os.kill(limits_pids(pidfile)[0], signal.SIGKILL))
+    killer.start()
+    try:
+        with pytest.raises(EngineFailure) as failure:
+            proc.run(load_scenario(LIMITS_GATE), ["config"], timeout=60)
+        killer.join()
+        assert failure.value.kind == "crash" and "exited (status -9)" in str(failure.value), failure.value
+        assert limits_gone(limits_pids(pidfile)) == []  # its child, left in the group, ended too
+    finally:
+        killer.join()
+        limits_kill(limits_pids(pidfile))
