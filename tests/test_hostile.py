@@ -1,0 +1,99 @@
+"""A hostile candidate through the gate and merge: verdicts it cannot fool, reports it cannot
+inject, input it cannot use to crash or hang the harness. Its engines are the hostile TEST
+DOUBLE (tests/doubles/hostile_engine.py), which replays the oracle's own goldens with an
+attacker's edits; the goldens it is judged against are the real oracle's."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import pytest
+
+from conftest import REPO
+
+HOSTILE = REPO / "tests" / "doubles" / "hostile_engine.py"
+
+
+# ---- h28-verdicts: token flips by the oracle's margin, waivers by engine, every row, make's status ----
+
+VERDICTS_ENGINE_LAYERS = "engine_config,engine_steps,engine_outputs"
+
+
+def verdicts_double(tmp_path, name: str, plan: dict) -> str:
+    """The hostile TEST DOUBLE's command line with `plan` (its module doc) written to a file."""
+    path = tmp_path / f"plan-{name}.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    return shlex.join([sys.executable, str(HOSTILE), "--plan", str(path)])
+
+
+@pytest.fixture
+def verdicts_gate(tmp_path, monkeypatch, capsys):
+    """`parity gate` in this process. Its oracle is a TEST DOUBLE replaying the real oracle's
+    goldens (unedited unless `oracle_plan` says), its candidate the hostile TEST DOUBLE; both
+    are judged against the committed goldens, as the real oracle and a port would be."""
+    from conformance import cli
+    from conformance.gate.engines import GateEngine
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+    def run(scenario: str, plan: dict, *argv: str, oracle_plan: dict | None = None):
+        oracle = verdicts_double(tmp_path, "oracle", oracle_plan or {"serve": plan.get("serve")})
+        candidate = verdicts_double(tmp_path, "candidate", plan)
+        engines = [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, "TEST-DOUBLE-oracle", oracle),
+                   GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: engines)
+        capsys.readouterr()
+        status = cli.main(["gate", "--scenario", str(REPO / "scenarios" / f"{scenario}.json"),
+                           "--jobs", "1", *argv])
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run
+
+
+def verdicts_golden_outputs(scenario: str) -> list[dict]:
+    from conformance.gate.golden_store import GOLDENS
+    from conformance.pins import load_pins
+
+    return GOLDENS.load(scenario, load_pins().oracle)["layers"]["engine_outputs"]
+
+
+def test_a_runner_up_token_beyond_the_oracles_margin_then_junk_fails_the_gate(verdicts_gate, tmp_path):
+    """engine_ngram, request r0, output position 0: the oracle's top-1 (1324) leads the runner-up
+    (1292) by 2.68 nats, against a tolerance of 0.001. A candidate that emits the runner-up,
+    claims a near-tie in its own logprobs, then emits junk for the 63 positions left, diverges."""
+    r0 = verdicts_golden_outputs("engine_ngram")[0]
+    top = r0["logprobs"][0]
+    assert r0["id"] == "r0" and [t for t, _ in top[:2]] == [1324, 1292]
+    assert round(top[0][1] - top[1][1], 2) == 2.68 and len(r0["output_token_ids"]) == 64
+    plan = {"serve": VERDICTS_ENGINE_LAYERS.split(","), "edits": [
+        {"layer": "engine_outputs", "seq": 0, "path": ["output_token_ids"], "value": [1292] + [7] * 63},
+        {"layer": "engine_outputs", "seq": 0, "path": ["logprobs", 0],
+         "value": [[1292, -0.08], [1324, -0.0801]]}]}
+    status, out, err = verdicts_gate("engine_ngram", plan, "--layers", VERDICTS_ENGINE_LAYERS, "--waivers", "/dev/null")
+    assert status == 1, out + err
+    assert "TEST-DOUBLE-candidate" in out and "r0.output_token_ids[0]" in out
+    assert ("evidence: output token differs at request r0, output position 0: the oracle's top-1 margin "
+            "over the candidate's token there is 2.683, beyond the tolerance 0.001") in out
+    assert "== vllm-parity gate: FAIL" in out.splitlines()[0]
+
+
+def test_the_closest_call_in_the_goldens_is_judged_by_the_scenarios_tolerance(verdicts_gate):
+    """engine_eagle3, request r2, output position 31 (its last): the closest call of any engine
+    golden, the oracle's top-1 (863) ahead of the runner-up (1700) by 0.0015, against a
+    tolerance of 0.001 (no golden holds a margin within it: a genuine near-tie staying
+    `numerics` is tests/test_numerics.py's). A candidate emitting 1700 there, its top-k the
+    oracle's own, diverges, the margin named."""
+    r2 = next(r for r in verdicts_golden_outputs("engine_eagle3") if r["id"] == "r2")
+    top = r2["logprobs"][31]
+    assert [t for t, _ in top[:2]] == [863, 1700] and round(top[0][1] - top[1][1], 4) == 0.0015
+    swapped = [[1700, top[1][1]], [863, top[0][1]]] + top[2:]
+    plan = {"serve": VERDICTS_ENGINE_LAYERS.split(","), "edits": [
+        {"layer": "engine_outputs", "seq": 2, "path": ["output_token_ids", 31], "value": 1700},
+        {"layer": "engine_outputs", "seq": 2, "path": ["logprobs", 31], "value": swapped}]}
+    status, out, err = verdicts_gate("engine_eagle3", plan, "--layers", VERDICTS_ENGINE_LAYERS, "--waivers", "/dev/null")
+    # 0.0015 is beyond 0.001: a mismatch, not a near-tie (the tolerance is the scenario's)
+    assert status == 1, out + err
+    assert "margin over the candidate's token there is 0.0015, beyond the tolerance 0.001" in out
