@@ -71,7 +71,7 @@ def test_methods_divergence_is_filed_under_its_method_row():
     oracle = [{"row": "pard/K=8", "drafting_slots_per_request": 8}]
     cand = [{"row": "pard/K=8", "drafting_slots_per_request": 0}]
     v = Verdict("port", "method_matrix", "diverged", "candidate", [compare_layer("methods", oracle, cand)])
-    assert apply_gate([v], ROWS, [], TODAY).row_of(v) == "SPEC-DRAFT-MODEL"
+    assert apply_gate([v], ROWS, [], TODAY).rows_of(v) == ("SPEC-DRAFT-MODEL", "SPEC-DFLASH")
 
 
 @pytest.mark.parametrize("body, words", [

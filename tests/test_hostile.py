@@ -97,3 +97,26 @@ def test_the_closest_call_in_the_goldens_is_judged_by_the_scenarios_tolerance(ve
     # 0.0015 is beyond 0.001: a mismatch, not a near-tie (the tolerance is the scenario's)
     assert status == 1, out + err
     assert "margin over the candidate's token there is 0.0015, beyond the tolerance 0.001" in out
+
+
+def test_a_verdict_is_filed_under_every_row_of_its_scenario_in_the_terminal_and_junit(verdicts_gate, tmp_path):
+    """The drafting-slot bug (max_num_scheduled_tokens 4096 where the oracle resolves 4036) on
+    dflash_27b_gate, whose rows are ENG-SCHED-CORE and SPEC-DFLASH, beside method_matrix (filed
+    under SPEC-DFLASH first). SPEC-DFLASH must count the divergence, not read `2 pass`."""
+    import xml.etree.ElementTree as ET
+
+    plan = {"serve": ["config", "methods"], "edits": [
+        {"scenario": "dflash_27b_gate", "layer": "config", "seq": 0, "path": ["max_num_scheduled_tokens"],
+         "value": 4096}]}
+    reports = tmp_path / "reports"
+    status, out, err = verdicts_gate("dflash_27b_gate", plan, "--scenario", str(REPO / "scenarios" / "method_matrix.json"),
+                                     "--waivers", "/dev/null", "--reports", str(reports))
+    assert status == 1, out + err
+    rows = out[out.index("-- by engine-matrix row"):].splitlines()
+    assert any(line.split() == ["ENG-SCHED-CORE", "1", "diverged,", "1", "pass"] for line in rows), rows
+    assert any(line.split() == ["SPEC-DFLASH", "1", "diverged,", "3", "pass"] for line in rows), rows
+    suites = {s.get("name"): s for s in ET.parse(reports / "junit.xml").getroot().iter("testsuite")}
+    for row in ("ENG-SCHED-CORE", "SPEC-DFLASH"):
+        failed = [c.get("name") for c in suites[row].iter("testcase") if c.find("failure") is not None]
+        assert failed == [f"{row} / dflash_27b_gate / TEST-DOUBLE-candidate / config"], (row, failed)
+        assert suites[row].get("failures") == "1"

@@ -3,7 +3,7 @@
 A waiver names one divergence by requirement row (an engine-matrix row), scenario and
 first-divergence field:
     [[waiver]]
-    row = "ENG-SCHED-CORE"            # requirement row
+    row = "ENG-SCHED-CORE"            # one of the requirement rows the verdict is filed under
     scenario = "prefill_budget_binds"
     field = "steps.requests.r1.tokens"  # layer.field of the first divergence (fnmatch pattern)
     reason = "..."
@@ -36,8 +36,9 @@ class Waiver:
     owner: str
     expires: dt.date
 
-    def matches(self, row: str, scenario: str, where: str) -> bool:
-        return self.row == row and self.scenario == scenario and fnmatch.fnmatchcase(where, self.field)
+    def matches(self, rows: tuple[str, ...], scenario: str, where: str) -> bool:
+        """`rows`: the requirement rows the verdict is filed under; the waiver names one of them."""
+        return self.row in rows and self.scenario == scenario and fnmatch.fnmatchcase(where, self.field)
 
 
 def load_waivers(path: Path | None) -> list[Waiver]:
