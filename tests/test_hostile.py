@@ -120,3 +120,31 @@ def test_a_verdict_is_filed_under_every_row_of_its_scenario_in_the_terminal_and_
         failed = [c.get("name") for c in suites[row].iter("testcase") if c.find("failure") is not None]
         assert failed == [f"{row} / dflash_27b_gate / TEST-DOUBLE-candidate / config"], (row, failed)
         assert suites[row].get("failures") == "1"
+
+
+VERDICTS_SLOT_BUG = {"serve": ["config"], "edits": [
+    {"layer": "config", "seq": 0, "path": ["max_num_scheduled_tokens"], "value": 4096}]}
+
+
+@pytest.mark.parametrize("engine", ["", 'engine = "TEST-DOUBLE-candidate"', 'engine = "TEST-DOUBLE-*"'])
+def test_a_waiver_for_a_candidate_leaves_the_oracles_own_divergence_failing(verdicts_gate, tmp_path, engine):
+    """The oracle's worker (a TEST DOUBLE in its role) fails to reproduce its golden at the very
+    field a port's waiver names: the port is waived, the oracle still fails the gate, whether
+    the waiver names no engine, the candidate, or a pattern that matches the oracle's label too."""
+    waivers = tmp_path / "waivers.toml"
+    waivers.write_text(f'''[[waiver]]
+row = "SPEC-DFLASH"
+scenario = "dflash_27b_gate"
+field = "config.max_num_scheduled_tokens"
+reason = "the port lacks the drafting reservation"
+owner = "port-team"
+expires = 2999-01-01
+{engine}
+''', encoding="utf-8")
+    status, out, err = verdicts_gate("dflash_27b_gate", VERDICTS_SLOT_BUG, "--waivers", str(waivers),
+                                     oracle_plan=VERDICTS_SLOT_BUG)
+    assert status == 1, out + err
+    cells = out.splitlines()[out.splitlines().index("-- by engine-matrix row") + 2].split()
+    assert cells == ["SPEC-DFLASH", "1", "diverged,", "1", "waived"], out
+    assert "== TEST-DOUBLE-oracle [oracle, must reproduce its golden] on dflash_27b_gate" in out
+    assert "unused waiver" not in out

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass, field
 
-from .verdict import DIVERGED, Verdict, exit_status
+from .verdict import CANDIDATE, DIVERGED, Verdict, exit_status
 from .waivers import Waiver
 
 # Methods-layer rows are attributed by method: the first segment of a row label like pard/K=8.
@@ -69,10 +69,11 @@ def apply_gate(verdicts: list[Verdict], rows: dict[str, tuple[str, ...]], waiver
     used: set[int] = set()
     for v in verdicts:
         result.filed_under[v.key] = rows_of(v, rows.get(v.scenario) or ("ENG-SCHED-CORE",))
-        if v.kind != DIVERGED or not v.gating or v.failure:  # a run that then failed: never waived
+        # never waived: a run that then failed, and the oracle (it must reproduce its golden)
+        if v.kind != DIVERGED or v.role != CANDIDATE or v.failure:
             continue
         for i, w in enumerate(waivers):
-            if w.expires >= today and w.matches(result.rows_of(v), v.scenario, where_of(v)):
+            if w.expires >= today and w.matches(result.rows_of(v), v.scenario, where_of(v), v.engine):
                 result.waived[v.key] = w
                 used.add(i)
                 break
