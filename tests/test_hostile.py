@@ -148,3 +148,72 @@ expires = 2999-01-01
     assert cells == ["SPEC-DFLASH", "1", "diverged,", "1", "waived"], out
     assert "== TEST-DOUBLE-oracle [oracle, must reproduce its golden] on dflash_27b_gate" in out
     assert "unused waiver" not in out
+
+
+# A TEST DOUBLE of the `parity` command for the Makefile's targets (make is run with BIN=its
+# folder): `parity gate ...` is the real gate, on dflash_27b_gate's config, its oracle's worker
+# and its candidate hostile TEST DOUBLEs (the candidate with the drafting-slot bug when asked).
+VERDICTS_PARITY_SHIM = """#!{python}
+import sys
+sys.path[:0] = [{repo!r}]
+from conformance import cli
+from conformance.gate.engines import GateEngine
+if sys.argv[1] != "gate":
+    sys.exit(0)  # `parity envs`: nothing to build for TEST DOUBLEs
+oracle, candidate = {oracle!r}, {candidate!r}
+cli.gate_engines = lambda pins, candidates, log: [
+    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, "TEST-DOUBLE-oracle", oracle),
+    GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+sys.exit(cli.main(sys.argv[1:] + ["--scenario", {scenario!r}, "--layers", "config", "--jobs", "1",
+                                  "--waivers", "/dev/null"]))
+"""
+
+
+@pytest.mark.parametrize("target", ["parity", "gate"])
+@pytest.mark.parametrize("diverges", [True, False])
+def test_make_says_the_gates_own_status(tmp_path, target, diverges):
+    """GNU make exits 2 whenever a command fails (0 or 2 only); the target says the gate's own
+    status, so a reader of a `make parity` log can tell a divergence (1) from an error (2)."""
+    plan = VERDICTS_SLOT_BUG if diverges else {"serve": ["config"]}
+    done = verdicts_make(tmp_path, target, VERDICTS_PARITY_SHIM.format(
+        python=sys.executable, repo=str(REPO), scenario=str(REPO / "scenarios" / "dflash_27b_gate.json"),
+        oracle=verdicts_double(tmp_path, "oracle", {"serve": ["config"]}),
+        candidate=verdicts_double(tmp_path, "candidate", plan)))
+    said = (f"make {target}: parity gate exited with status 1 (1: a gating engine diverged, 2: a gating "
+            "run could not be compared or bad input); make exits 2 on any failure, so CI that needs "
+            "this status calls .venv/bin/parity gate")
+    if diverges:
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert said in done.stderr and "[gate] exit status 1" in done.stderr, done.stderr
+    else:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "exited with status" not in done.stderr
+    assert done.stdout.splitlines()[0].startswith(f"{tmp_path}/bin/parity gate")  # the command, as it ran
+    assert (tmp_path / "out" / "gate" / "junit.xml").is_file() == (target == "gate")
+
+
+def test_make_fuzz_says_the_fuzzers_own_status(tmp_path):
+    # the fuzzer's part is a TEST DOUBLE here: a `parity fuzz` that reports a confirmed finding
+    done = verdicts_make(tmp_path, "fuzz", f"#!{sys.executable}\nimport sys\nsys.exit(1 if sys.argv[1] == 'fuzz' else 0)\n",
+                         "CANDIDATE=./port --parity")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert ("make fuzz: parity fuzz exited with status 1 (1: a confirmed finding, 2: bad input, an engine "
+            "that cannot start, or a finding that did not repeat); make exits 2 on any failure, so CI that "
+            "needs this status calls .venv/bin/parity fuzz") in done.stderr
+
+
+def verdicts_make(tmp_path, target: str, shim: str, *variables: str):
+    """`make TARGET` with the project's Makefile, run in tmp_path (its reports land there), with
+    BIN= a folder holding `shim` as `parity`; -o envs: the pins' environments are not built."""
+    import os
+    import shutil
+    import subprocess
+
+    assert shutil.which("make"), "make is needed to run the Makefile's targets"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "parity").write_text(shim, encoding="utf-8")
+    (bin_dir / "parity").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "MAKEFLAGS", "MAKELEVEL")}
+    return subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "-o", "envs", target, f"BIN={bin_dir}",
+                           *variables], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
