@@ -94,9 +94,9 @@ def test_a_waiver_with_an_engine_covers_only_the_engines_it_names(tmp_path):
 
 def test_a_waiver_names_any_row_its_verdict_is_filed_under(tmp_path):
     path = waiver_file(tmp_path)
-    path.write_text(path.read_text().replace('row = "ENG-SCHED-CORE"', 'row = "SPEC-DFLASH"'))
+    path.write_text(path.read_text(encoding="utf-8").replace('row = "ENG-SCHED-CORE"', 'row = "SPEC-DFLASH"'), encoding="utf-8")
     assert apply_gate([diverged()], ROWS, load_waivers(path), TODAY).status == 0
-    path.write_text(path.read_text().replace('row = "SPEC-DFLASH"', 'row = "SPEC-EAGLE"'))
+    path.write_text(path.read_text(encoding="utf-8").replace('row = "SPEC-DFLASH"', 'row = "SPEC-EAGLE"'), encoding="utf-8")
     assert apply_gate([diverged()], ROWS, load_waivers(path), TODAY).status == 1
 
 

@@ -13,11 +13,10 @@ import pytest
 
 from conftest import REPO
 
-HOSTILE = REPO / "tests" / "doubles" / "hostile_engine.py"
-
 
 # ---- h28-verdicts: token flips by the oracle's margin, waivers by engine, every row, make's status ----
 
+VERDICTS_HOSTILE = REPO / "tests" / "doubles" / "hostile_engine.py"
 VERDICTS_ENGINE_LAYERS = "engine_config,engine_steps,engine_outputs"
 
 
@@ -25,7 +24,7 @@ def verdicts_double(tmp_path, name: str, plan: dict) -> str:
     """The hostile TEST DOUBLE's command line with `plan` (its module doc) written to a file."""
     path = tmp_path / f"plan-{name}.json"
     path.write_text(json.dumps(plan), encoding="utf-8")
-    return shlex.join([sys.executable, str(HOSTILE), "--plan", str(path)])
+    return shlex.join([sys.executable, str(VERDICTS_HOSTILE), "--plan", str(path)])
 
 
 @pytest.fixture
