@@ -83,7 +83,7 @@ CAUSES = {
     "logprobs": "logprob beyond the scenario's tolerance",
     "state": "state divergence: every decision equal, the state recorded after the update differs",
     "context": "only the recorded budget or worker token counts differ; every decision is equal",
-    "mismatch": "mismatch: a token outside the other side's top-k",
+    "mismatch": "mismatch: a token, length or finish reason no near-tie of the oracle explains",
 }
 
 

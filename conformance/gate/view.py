@@ -34,12 +34,17 @@ class Cell:
     verdict: Verdict
     status: str  # the verdict's kind, or `waived` for a divergence a waiver covers
     text: str  # the grid cell: `pass`, or the status and where it first differs
-    row: str  # the requirement row it is filed under
+    rows: tuple[str, ...]  # the requirement rows it is filed under (every row of its scenario)
     where: str  # layer.field of its first divergence ("" when none)
     first_line: str  # its first divergence in a line, else the first line of its message
     waiver: Waiver | None = None
     trace: dict | None = None  # the trace judged and its golden (the HTML page draws them)
     golden: dict | None = None
+
+    @property
+    def row(self) -> str:
+        """Its requirement rows, as one table cell shows them."""
+        return ", ".join(self.rows)
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,7 @@ def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None =
             engines.append(v.engine)
         trace, golden = (traces or {}).get(v.key, (None, None))
         status = "waived" if v.kind == DIVERGED and v.key in result.waived else v.kind
-        grid[v.key] = Cell(v, status, _cell_text(v, status), result.row_of(v), where_of(v),
+        grid[v.key] = Cell(v, status, _cell_text(v, status), result.rows_of(v), where_of(v),
                            _first_line(v), result.waived.get(v.key), trace, golden)
     return GateView(
         oracle=oracle, status=result.status, verdicts=result.verdicts, scenarios=scenarios,
