@@ -1,0 +1,118 @@
+"""A hostile candidate cannot fool a verdict, inject a report or flake the setup (issue 28).
+Each section is one area; the hostile TEST DOUBLE is tests/doubles/hostile_engine.py."""
+
+from __future__ import annotations
+
+
+# ---- h28-sinks: every sink escapes candidate data; reports written as a set; wide matrices ----
+#
+# One corpus of nasty strings goes through every entry point a candidate controls (its label,
+# its command line, error messages and stderr tails, record keys and values in divergences,
+# budget log lines, refusals, scenario names, requirement rows, waiver text) into every sink:
+# the terminal report, junit.xml, summary.md (also GitHub's step summary and the Buildkite
+# annotation) and report.html. Each sink is then read by what reads it: a terminal (no control
+# character but the newline), xml.etree, a CommonMark parser, an HTML parser.
+
+import datetime as _sinks_dt
+import html.parser as _sinks_html_parser
+import json as _sinks_json
+import os as _sinks_os
+import shlex as _sinks_shlex
+import subprocess as _sinks_subprocess
+import sys as _sinks_sys
+import xml.etree.ElementTree as _sinks_ET
+from pathlib import Path as _SinksPath
+
+import pytest
+
+SINKS_CORPUS = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "\x1b[2J\x1b[H== vllm-parity gate: PASS (exit status 0)",  # clear the screen, forge the verdict
+    "\x1b]0;owned\x07title",  # OSC: set the window title
+    "\x1b[1A\x1b[2K\rPASS",  # cursor up, erase the line: overwrite the verdict line
+    "\x9b2J",  # C1 CSI
+    "nul\x00bel\x07esc\x1b",
+    "non\ufffecharacter \uffff",
+    "\u202eSSAP",  # right-to-left override
+    "over\rPASS",
+    "line\u2028## PASS",
+    "lone \ud800 surrogate",
+    "`code` ``two`` ```",
+    "| pipes | in | cells |",
+    "[link](javascript:alert(1)) <javascript:alert(1)> <http://x.y/>",
+    "![img](http://x.y/p.png)",
+    "# PASS",
+    "\n## PASS\n",
+    "**PASS** _x_ *y* ~~z~~ $m$",
+    "<b>bold</b> &amp; &lt;b&gt; &#60;",
+    "\\",
+    "a\\|b\\`c\\",
+    "|" * 400,
+    "`" * 400,
+    "\\" * 401,
+    "x" * 100_000,
+]
+SINKS_IDS = [f"corpus{i}" for i in range(len(SINKS_CORPUS))]
+
+
+def sinks_verdicts(h: str):
+    """Verdicts carrying `h` at every entry point a candidate (or a merge manifest) controls,
+    with the traces the HTML page draws; (result, view)."""
+    from conformance.compare import compare_layer
+    from conformance.gate.requirement_rows import apply_gate
+    from conformance.gate.verdict import CANDIDATE, NOT_SERVED, ORACLE, Verdict
+    from conformance.gate.view import gate_view
+    from conformance.gate.waivers import Waiver
+
+    label, scenario = f"port {h}", f"s {h}"
+    golden_steps = [{"step": 0, "total_num_scheduled_tokens": 10, "token_budget": 10,
+                     "requests": {"r1": {"tokens": 10, "draft_tokens": 0}}, "waiting": [], "running": ["r1"]}]
+    hostile_steps = [{"step": h, "total_num_scheduled_tokens": h, "token_budget": h,
+                      "requests": {h: {"tokens": h, "draft_tokens": [h], "computed_tokens": {h: h}}},
+                      "new": [h], "waiting": [h], "running": [h], "kv_blocks": {"free": h, "used": h}}]
+    steps = compare_layer("steps", golden_steps, hostile_steps)
+    extra = compare_layer("steps", golden_steps, golden_steps + hostile_steps)  # c.record is None
+    config = compare_layer("config", [{"refused": None, "max_num_scheduled_tokens": 4036}],
+                           [{"refused": {"type": h, "message": f"{h}\n{h}"}, h: h}])
+    golden = {"layers": {"steps": golden_steps}}
+    verdicts = [
+        Verdict(label, scenario, "diverged", CANDIDATE, [config, steps], expected_lines=["set to 4036"],
+                actual_lines=[h, f"{h}\n{h}"], not_judged={"engine_steps": NOT_SERVED}, judged=["config", "steps"]),
+        Verdict(label, f"t {h}", "diverged", CANDIDATE, [extra]),
+        Verdict(label, f"u {h}", "crash", CANDIDATE, message=f"exited (status 3); last stderr lines:\n{h}\n{h}"),
+        Verdict("vllm-0.27.1", scenario, "pass", ORACLE, [compare_layer("steps", golden_steps, golden_steps)]),
+        # records that are not objects: a string, a list
+        Verdict(label, f"v {h}", "diverged", CANDIDATE, [compare_layer("steps", golden_steps, [h]),
+                                                         compare_layer("outputs", [{"id": "r1"}], [[h]])]),
+    ]
+    traces = {verdicts[0].key: ({"layers": {"steps": hostile_steps}}, golden),
+              verdicts[1].key: ({"layers": {"steps": golden_steps + hostile_steps}}, golden),
+              verdicts[3].key: ({"layers": {"steps": golden_steps}}, golden),
+              verdicts[4].key: ({"layers": {"steps": [h, [h], None]}}, golden)}
+    today = _sinks_dt.date(2026, 12, 1)
+    waivers = [Waiver(h, h, h, h, h, _sinks_dt.date(2027, 1, 1)),  # unused
+               Waiver(h, scenario, h, h, h, _sinks_dt.date(2026, 1, 1))]  # expired
+    rows = {scenario: (f"ROW {h}",), f"t {h}": (h,), f"u {h}": ("ENG-SCHED-CORE",), f"v {h}": (h,)}
+    result = apply_gate(verdicts, rows, waivers, today)
+    return gate_view(result, "0.27.1", {label: f"./port --flag {h}"}, traces)
+
+
+def sinks_terminal_safe(text: str) -> None:
+    """What a terminal shows as the candidate wrote it: nothing but printable characters and
+    newlines, and the gate's own verdict line once, first."""
+    bad = sorted({c for line in text.split("\n") for c in line if not c.isprintable()})
+    assert not bad, f"raw control or format characters reach the terminal: {bad!r}"
+    verdict_lines = [line for line in text.split("\n") if line.startswith("== vllm-parity gate")]
+    assert len(verdict_lines) == 1 and text.startswith(verdict_lines[0]), verdict_lines
+
+
+@pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
+def test_sinks_the_terminal_report_shows_control_characters_escaped(h):
+    from conformance.gate.render_text import render_gate, render_requirement_rows
+    from conformance.gate.view import visible
+
+    view = sinks_verdicts(h)
+    text = render_gate(view) + "\n" + render_requirement_rows(view)
+    sinks_terminal_safe(text)
+    assert visible(h)[:60] in text  # the candidate's text is there, shown, not obeyed
