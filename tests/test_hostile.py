@@ -116,3 +116,16 @@ def test_sinks_the_terminal_report_shows_control_characters_escaped(h):
     text = render_gate(view) + "\n" + render_requirement_rows(view)
     sinks_terminal_safe(text)
     assert visible(h)[:60] in text  # the candidate's text is there, shown, not obeyed
+
+
+@pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
+def test_sinks_junit_parses_and_holds_no_control_character(h):
+    from conformance.gate.render_ci import junit
+    from conformance.gate.view import visible
+
+    text = junit(sinks_verdicts(h))
+    root = _sinks_ET.fromstring(text.encode("utf-8"))  # raises on NUL, ESC, U+FFFE, a lone surrogate
+    said = [root.text or ""] + [s for e in root.iter() for s in [e.text or "", e.tail or "", *e.attrib.values()]]
+    bad = sorted({c for s in said for line in s.split("\n") for c in line if not c.isprintable()})
+    assert not bad, bad
+    assert any(visible(h)[:60] in s for s in said)

@@ -1,5 +1,10 @@
 """The gate's reports for CI: JUnit XML, and a markdown summary (GitHub's step summary, the
-Buildkite annotation)."""
+Buildkite annotation).
+
+Each format escapes in one place: JUnit's every text and attribute is made visible
+(view.visible) once the tree is built, so a candidate's control characters, which XML 1.0
+cannot hold, are shown as escapes and the file parses; ElementTree escapes the markup.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ from xml.etree import ElementTree as ET
 
 from .render_text import render_verdict
 from .verdict import KINDS, MISSING, ORACLE, PASS
-from .view import REASONS, GateView
+from .view import REASONS, GateView, visible_lines
 
 
 def junit(view: GateView) -> str:
@@ -62,8 +67,19 @@ def junit(view: GateView) -> str:
                     ET.SubElement(case, "skipped", message=said)
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
+    _visible_tree(suites)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _visible_tree(root: ET.Element) -> None:
+    """Every text and attribute of the tree made visible: the one place JUnit escapes what
+    XML cannot hold (NUL, ESC, BEL, U+FFFE, lone surrogates) and what a reader should not obey."""
+    for element in root.iter():
+        if element.text:
+            element.text = visible_lines(element.text)
+        for key, value in list(element.attrib.items()):
+            element.set(key, visible_lines(value))
 
 
 def markdown(view: GateView) -> str:
