@@ -17,6 +17,7 @@ import datetime as _sinks_dt
 import html.parser as _sinks_html_parser
 import json as _sinks_json
 import os as _sinks_os
+import re
 import shlex as _sinks_shlex
 import subprocess as _sinks_subprocess
 import sys as _sinks_sys
@@ -129,3 +130,44 @@ def test_sinks_junit_parses_and_holds_no_control_character(h):
     bad = sorted({c for s in said for line in s.split("\n") for c in line if not c.isprintable()})
     assert not bad, bad
     assert any(visible(h)[:60] in s for s in said)
+
+
+def sinks_markdown_read(text: str, view) -> None:
+    """summary.md as a CommonMark (GFM tables, strikethrough) reader sees it: the gate's one
+    heading, no HTML, link, image or emphasis from the candidate, every table row whole, and
+    each name shown as the candidate wrote it (escaped, not obeyed)."""
+    from markdown_it import MarkdownIt
+
+    from conformance.gate.view import visible
+
+    bad = sorted({c for line in text.split("\n") for c in line if not c.isprintable()})
+    assert not bad, bad
+    tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(text)
+    inline = [t for t in tokens if t.type == "inline"]
+    shown = lambda t: "".join(c.content for c in t.children if c.type in ("text", "code_inline"))  # noqa: E731
+    headings = [(t.tag, shown(tokens[i + 1])) for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings == [("h2", f"vllm-parity gate: {view.explained}")], headings
+    kinds = [c.type for t in tokens for c in [t, *(t.children or [])]]
+    for kind in ("html_inline", "html_block", "link_open", "image", "s_open", "em_open"):
+        assert kind not in kinds, kind
+    assert kinds.count("strong_open") == len(view.expired)  # the gate's own `**expired waiver**`
+    outside_code = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text)
+    assert "$" not in outside_code.replace("\\$", "")  # GitHub's math
+    # tables: the grid's rows are the scenarios, the failures' rows the cells that did not pass
+    rows = [[shown(t) for t in inline if t.map and t.map[0] == line]
+            for line in sorted({t.map[0] for t in inline if t.map})]
+    cells_of = {r[0]: r for r in rows if len(r) > 1}
+    for s in view.scenarios:
+        assert visible(s)[:300] in cells_of, (s, list(cells_of))
+        assert len(cells_of[visible(s)[:300]]) in (1 + len(view.engines), 6)
+    engines = {visible(e)[:300] for e in view.engines}
+    failing = [r for r in rows if len(r) == 6 and r[0] != "row"]
+    assert failing and all(r[2] in engines for r in failing), failing
+
+
+@pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
+def test_sinks_summary_md_read_by_a_commonmark_parser_has_only_the_gates_heading(h):
+    from conformance.gate.render_ci import markdown
+
+    view = sinks_verdicts(h)
+    sinks_markdown_read(markdown(view), view)

@@ -52,6 +52,18 @@ def _escape(c: str) -> str:
 
 
 @dataclass(frozen=True)
+class FirstLine:
+    """A verdict in a line, its parts raw (each report escapes them its own way): its first
+    divergence (layer, record number, field, both values), else the first line of its message."""
+    layer: str = ""
+    index: int | None = None
+    path: str = ""
+    expected: object = None
+    actual: object = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
 class Cell:
     """One verdict as the reports show it."""
     verdict: Verdict
@@ -59,7 +71,7 @@ class Cell:
     text: str  # the grid cell: `pass`, or the status and where it first differs
     row: str  # the requirement row it is filed under
     where: str  # layer.field of its first divergence ("" when none)
-    first_line: str  # its first divergence in a line, else the first line of its message
+    first_line: FirstLine  # its first divergence, else the first line of its message
     waiver: Waiver | None = None
     trace: dict | None = None  # the trace judged and its golden (the HTML page draws them)
     golden: dict | None = None
@@ -138,12 +150,12 @@ def _cell_text(v: Verdict, status: str) -> str:
     return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
 
 
-def _first_line(v: Verdict) -> str:
+def _first_line(v: Verdict) -> FirstLine:
     for c in v.comparisons:
         if not c.equal and c.first is not None:
             f = c.first
-            return f"{c.layer} #{c.index} `{f.path}`: oracle {f.expected!r}, candidate {f.actual!r}"
-    return v.message.splitlines()[0] if v.message else ""
+            return FirstLine(c.layer, c.index, f.path, f.expected, f.actual)
+    return FirstLine(message=v.message.splitlines()[0] if v.message else "")
 
 
 def layer_names(layers) -> str:
