@@ -171,3 +171,52 @@ def test_sinks_summary_md_read_by_a_commonmark_parser_has_only_the_gates_heading
 
     view = sinks_verdicts(h)
     sinks_markdown_read(markdown(view), view)
+
+
+class SinksElements(_sinks_html_parser.HTMLParser):
+    """Every start tag of a page with its attributes, and its text."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+SINKS_HTML_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "table", "tr", "th",
+                   "td", "code", "br", "a", "section", "svg", "line", "text", "polyline", "circle",
+                   "clippath", "rect", "g", "details", "summary", "pre", "caption", "i", "script"}
+
+
+def sinks_html_read(page: str) -> SinksElements:
+    """report.html as a browser parses it: the page's own script only, its own tags only, no
+    event handler, no link off the page, the candidate's text visible and not obeyed."""
+    assert page.lower().count("<script") == 1, "a raw <script from candidate data"
+    dom = SinksElements()
+    dom.feed(page)
+    dom.close()
+    assert {tag for tag, _ in dom.tags} <= SINKS_HTML_TAGS, {tag for tag, _ in dom.tags} - SINKS_HTML_TAGS
+    assert not [(tag, a) for tag, attrs in dom.tags for a in attrs if a.startswith("on")]
+    assert all(attrs["href"].startswith("#") for tag, attrs in dom.tags if "href" in attrs)
+    assert all(attrs.get("class", "").replace("-", "").replace(" ", "").isalnum() or not attrs.get("class")
+               for _, attrs in dom.tags)
+    bad = sorted({c for s in dom.text for line in s.split("\n") for c in line if not c.isprintable()})
+    assert not bad, bad
+    return dom
+
+
+@pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
+def test_sinks_report_html_escapes_every_interpolation(h):
+    from conformance.gate.render_html import html_report
+    from conformance.gate.view import visible
+
+    dom = sinks_html_read(html_report(sinks_verdicts(h)))
+    text = "".join(dom.text)
+    assert visible(h)[:60] in text
+    # the requirement row (a merge manifest's), a step value and a per-request caption
+    assert f"ROW {visible(h)}"[:60] in text and f"every request at step {visible(h)}"[:60] in text
