@@ -220,3 +220,60 @@ def test_sinks_report_html_escapes_every_interpolation(h):
     assert visible(h)[:60] in text
     # the requirement row (a merge manifest's), a step value and a per-request caption
     assert f"ROW {visible(h)}"[:60] in text and f"every request at step {visible(h)}"[:60] in text
+
+
+# Reports are written as a set: a run claims its folder and removes the reports an earlier run
+# left there (and the parts a killed run left) before anything else, so no report of the
+# folder can say PASS while another of the same folder says FAIL.
+
+SINKS_REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
+
+
+def sinks_earlier_run(folder: _SinksPath) -> _SinksPath:
+    """A folder holding an earlier run's reports, all PASS, and the part a kill -9 left."""
+    folder.mkdir(parents=True)
+    for name in SINKS_REPORTS:
+        (folder / name).write_text("vllm-parity gate: PASS\n", encoding="utf-8")
+    part = folder / ".junit.xml.4242.part"
+    part.write_text("<testsuites name='vllm-parity'", encoding="utf-8")
+    return part
+
+
+def sinks_left(folder: _SinksPath) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name != ".parity-reports.lock")
+
+
+def test_sinks_a_merge_that_fails_leaves_no_report_of_the_earlier_run(tmp_path, monkeypatch, capsys):
+    from conformance import cli
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    folder = tmp_path / "reports"
+    sinks_earlier_run(folder)
+    status = cli.main(["merge", str(tmp_path / "not-a-shard"), "--waivers", "/dev/null", "--reports", str(folder)])
+    assert status == 2 and "not a shard's results folder" in capsys.readouterr().err
+    assert sinks_left(folder) == []  # nothing that still says PASS, no part
+
+
+def test_sinks_a_crash_while_reporting_leaves_no_mixed_set(tmp_path, monkeypatch):
+    """A renderer that fails after others rendered: no report is written rather than junit.xml
+    and summary.md of this run beside report.html and annotation.md of the earlier one."""
+    from conformance.gate import report_files
+    from test_fault_probe import gate_engines_of, run_gate
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    folder = tmp_path / "reports"
+    sinks_earlier_run(folder)
+
+    def crash(view):
+        raise RuntimeError("a renderer failed")
+
+    monkeypatch.setattr(report_files, "html_report", crash)
+    with pytest.raises(RuntimeError, match="a renderer failed"):
+        run_gate(gate_engines_of(tmp_path, "--steps", "1"), folder)
+    assert sinks_left(folder) == []
+    monkeypatch.undo()
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    status, _ = run_gate(gate_engines_of(tmp_path, "--steps", "1"), folder)  # the next run: the whole set
+    assert status == 1 and sinks_left(folder) == sorted(SINKS_REPORTS)
+    assert all("FAIL" in (folder / name).read_text(encoding="utf-8") for name in SINKS_REPORTS[1:])
+    assert _sinks_ET.parse(folder / "junit.xml").getroot().find(".//failure") is not None
