@@ -277,3 +277,64 @@ def test_sinks_a_crash_while_reporting_leaves_no_mixed_set(tmp_path, monkeypatch
     assert status == 1 and sinks_left(folder) == sorted(SINKS_REPORTS)
     assert all("FAIL" in (folder / name).read_text(encoding="utf-8") for name in SINKS_REPORTS[1:])
     assert _sinks_ET.parse(folder / "junit.xml").getroot().find(".//failure") is not None
+
+
+# Ten candidates: the grid wraps into grids of at most GRID_WIDTH columns, each column named by
+# a short code (C1..C10) with a legend, and the "judged on" block is said once for all of them.
+
+def sinks_ten_candidates():
+    from conformance.compare import compare_layer
+    from conformance.gate.requirement_rows import apply_gate
+    from conformance.gate.verdict import CANDIDATE, NOT_ASKED, ORACLE, Verdict
+    from conformance.gate.view import gate_view
+
+    scenarios = ["steady_decode", "kv_pressure", "prefill_budget_binds"]
+    labels = [f"port-engine-build-{i} 1.0.{i}" for i in range(1, 11)]
+    steps = compare_layer("steps", [{"step": 0, "requests": {"r1": {"computed_tokens": 3}}}],
+                          [{"step": 0, "requests": {"r1": {"computed_tokens": 4}}}])
+    verdicts = []
+    for label in labels:
+        for i, s in enumerate(scenarios):
+            kind = "pass" if i == 0 else "diverged"
+            verdicts.append(Verdict(label, s, kind, CANDIDATE, [steps] if kind == "diverged" else [],
+                                    judged=["config", "steps", "outputs"],
+                                    not_judged={"engine_steps": NOT_ASKED, "engine_outputs": NOT_ASKED}))
+    verdicts += [Verdict("vllm-0.27.1", s, "pass", ORACLE) for s in scenarios]
+    result = apply_gate(verdicts, {s: ("ENG-SCHED-CORE",) for s in scenarios}, [])
+    return gate_view(result, "0.27.1", {label: f"./build/port --variant {label.split()[0]}" for label in labels})
+
+
+def test_sinks_ten_candidates_wrap_into_grids_with_a_legend_and_one_judged_on_block():
+    from conformance.gate.render_text import GRID_WIDTH, render_gate
+
+    view = sinks_ten_candidates()
+    lines = render_gate(view).splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith(f"-- {len(view.verdicts)} verdicts"))
+    wide = [line for line in lines[1:summary] if not line.startswith("   ") and len(line) > GRID_WIDTH]
+    assert not wide, f"{len(wide)} grid lines wider than {GRID_WIDTH} columns, up to {max(map(len, wide))}"
+    legend = {line.split(" = ")[0].strip(): line.split(" = ", 1)[1] for line in lines[1:summary] if " = " in line}
+    codes = {}  # code -> engine label
+    for e in view.engines:
+        code = next((c for c, said in legend.items() if said.startswith(f"{e} ({view.roles[e]})")), None)
+        assert code, f"no legend line names {e}"
+        codes[code] = e
+    assert len(codes) == len(view.engines) == 11
+    assert all(f"command {view.commands[e]}" in legend[c] for c, e in codes.items() if e in view.commands)
+    grids = [i for i in range(summary) if lines[i].startswith("scenario ")]
+    assert len(grids) > 1
+    seen = set()
+    for start in grids:
+        header = lines[start]
+        assert len(header) <= GRID_WIDTH, header
+        names = header.split()[1:]
+        at = [header.index(f" {n}") + 1 for n in names] + [None]
+        for row in lines[start + 1:start + 1 + len(view.scenarios)]:
+            assert len(row) <= GRID_WIDTH, row
+            scenario = row.split()[0]
+            for n, lo, hi in zip(names, at, at[1:]):
+                assert row[lo:hi].strip() == view.cell(scenario, codes[n]).text, (n, row)
+                seen.add((codes[n], scenario))
+    assert seen == set(view.grid)  # every cell, once wrapped
+    # "judged on ..." once for the ten candidates, besides the headline
+    judged = [line for line in lines[1:summary] if "judged on config, steps, outputs" in line]
+    assert len(judged) == 1 and judged[0].startswith("   " + ", ".join(f"C{i}" for i in range(1, 11)) + ":"), judged

@@ -116,30 +116,41 @@ def _capacity(v: Verdict) -> list[str]:
 def render_gate(view: GateView) -> str:
     """The gate's terminal report: one compact grid first (scenarios down, engines across,
     each cell the verdict and its first divergent field), then the details of every cell that
-    did not pass, each distinct block of budget log lines printed once."""
+    did not pass, each distinct block of budget log lines printed once. A grid wider than
+    GRID_WIDTH (many candidates) names its columns by short codes, with a legend, and is cut
+    into grids of at most GRID_WIDTH columns."""
     scenarios, engines = view.scenarios, view.engines
     lines = [f"== vllm-parity gate: {view.word} (exit status {view.status}); oracle vllm-{view.oracle}; "
              f"{len(scenarios)} scenarios x {len(engines)} engines; {view.layers}"]
-    for label, command in view.commands.items():
-        lines.append(f"   {label}: command {command}")
-    for group in view.judged_groups:
-        lines += textwrap.wrap(f"{group['engine']}: {group['text']} ({_count(group['scenarios'])}): "
-                               f"{', '.join(group['scenarios'])}", width=GRID_WIDTH,
-                               initial_indent="   ", subsequent_indent="     ")
     # measured as shown: a candidate's escaped text keeps the columns aligned
     texts = {s: tuple(visible(c.text) if (c := view.cell(s, e)) else "-" for e in engines) for s in scenarios}
     folded = _fold(texts)
     first = max([len("scenario")] + [len(_label(names)) for names in folded])
     widths = [max([len(visible(e)), len(view.roles[e]) + 2] + [len(row[i]) for row in texts.values()])
               for i, e in enumerate(engines)]
-    lines.append(" ".join([" " * first] + [visible(e).ljust(w) for e, w in zip(engines, widths)]).rstrip())
-    lines.append(" ".join(["scenario".ljust(first)] + [f"({view.roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
-    for names in folded:
-        lines.append(" ".join([_label(names).ljust(first)] + [c.ljust(w) for c, w in
-                                                              zip(texts[names[0]], widths)]).rstrip())
-    for names in folded:
-        if len(names) > 1:  # every scenario is still named before the details
-            lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=GRID_WIDTH,
+    wide = first + sum(1 + w for w in widths) > GRID_WIDTH
+    names = _codes(view) if wide else {e: e for e in engines}
+    if wide:  # the legend: each column's code, engine, role and command line
+        lines += [f"   {names[e]} = {e} ({view.roles[e]})" + (f": command {view.commands[e]}" if e in view.commands
+                                                            else "") for e in engines]
+    else:
+        lines += [f"   {label}: command {command}" for label, command in view.commands.items()]
+    for group in view.judged_groups:
+        who = ", ".join(names.get(e, e) for e in group["engines"])
+        lines += textwrap.wrap(f"{who}: {group['text']} ({_count(group['scenarios'])}): "
+                               f"{', '.join(group['scenarios'])}", width=GRID_WIDTH,
+                               initial_indent="   ", subsequent_indent="     ")
+    if wide:
+        lines += _grids(folded, texts, first, [names[e] for e in engines])
+    else:
+        lines.append(" ".join([" " * first] + [visible(e).ljust(w) for e, w in zip(engines, widths)]).rstrip())
+        lines.append(" ".join(["scenario".ljust(first)] + [f"({view.roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
+        for names_ in folded:
+            lines.append(" ".join([_label(names_).ljust(first)] + [c.ljust(w) for c, w in
+                                                                   zip(texts[names_[0]], widths)]).rstrip())
+    for names_ in folded:
+        if len(names_) > 1:  # every scenario is still named before the details
+            lines += textwrap.wrap(f"{_label(names_)}: {', '.join(names_[1:])}", width=GRID_WIDTH,
                                    initial_indent="   ", subsequent_indent="     ")
     lines.append(render_summary(view.verdicts))
     failing = [c.verdict for c in view.failing()]
@@ -164,6 +175,40 @@ def render_gate(view: GateView) -> str:
 # same verdicts, named just below the grid.
 MAX_ROWS = 24
 GRID_WIDTH = 117
+
+
+CODES = {"candidate": "C", "stand-in": "S"}  # a wide grid's column codes by role: C1, C2, ...; the oracle's is O
+
+
+def _codes(view: GateView) -> dict[str, str]:
+    """engine -> its column code in a wide grid: C1.. for candidates, S1.. for stand-ins, O."""
+    codes: dict[str, str] = {}
+    for e in view.engines:
+        prefix = CODES.get(view.roles[e], "O")
+        number = sum(1 for c in codes.values() if c.startswith(prefix)) + 1
+        codes[e] = prefix if prefix == "O" and number == 1 else f"{prefix}{number}"
+    return codes
+
+
+def _grids(folded: list[list[str]], texts: dict[str, tuple], first: int, codes: list[str]) -> list[str]:
+    """The grid cut into grids of at most GRID_WIDTH columns (at least one engine each), the
+    scenario column repeated in each, the engines named by their codes."""
+    widths = [max([len(code)] + [len(row[i]) for row in texts.values()]) for i, code in enumerate(codes)]
+    cuts: list[list[int]] = [[]]
+    used = first
+    for i, w in enumerate(widths):
+        if cuts[-1] and used + 1 + w > GRID_WIDTH:
+            cuts.append([])
+            used = first
+        cuts[-1].append(i)
+        used += 1 + w
+    lines = []
+    for columns in cuts:
+        lines.append(" ".join(["scenario".ljust(first)] + [codes[i].ljust(widths[i]) for i in columns]).rstrip())
+        for names in folded:
+            row = texts[names[0]]
+            lines.append(" ".join([_label(names).ljust(first)] + [row[i].ljust(widths[i]) for i in columns]).rstrip())
+    return lines
 
 
 def _fold(rows: dict[str, tuple]) -> list[list[str]]:

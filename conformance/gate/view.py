@@ -89,7 +89,7 @@ class GateView:
     requirement_rows: dict[str, list[Cell]]  # requirement row -> its cells, rows sorted
     counts: Counter  # status -> how many verdicts
     layers: str  # which layers were judged and which were not, in one clause
-    judged_groups: list[dict]  # per engine judged on fewer layers: scenarios by the layers judged
+    judged_groups: list[dict]  # engines judged on fewer layers: scenarios by the layers judged
     commands: dict[str, str]  # engine label -> its command line, shown once
     expired: list[Waiver]
     unused: list[Waiver]
@@ -200,7 +200,9 @@ def _judged_clause(verdicts: list[Verdict]) -> str:
 
 def judged_groups(verdicts: list[Verdict]) -> list[dict]:
     """Per engine that was not judged on every layer, its scenarios grouped by the layers
-    judged and not judged (with why): the candidates' when there are any."""
+    judged and not judged (with why): the candidates' when there are any. Engines judged
+    alike on the same scenarios share one group (`engines`; `engine` names them all), so ten
+    candidates judged on the same layers are said once."""
     verdicts = [v for v in verdicts if v.role == "candidate"] or verdicts
     partial = {v.engine for v in verdicts if v.not_judged}
     groups: dict[tuple, dict] = {}
@@ -210,4 +212,7 @@ def judged_groups(verdicts: list[Verdict]) -> list[dict]:
         text = _judged_clause([v]) or f"judged on {layer_names(v.judged)}"
         groups.setdefault((v.engine, text), {"engine": v.engine, "text": text,
                                              "scenarios": []})["scenarios"].append(v.scenario)
-    return list(groups.values())
+    shared: dict[tuple, dict] = {}
+    for g in groups.values():
+        shared.setdefault((g["text"], tuple(g["scenarios"])), dict(g, engines=[]))["engines"].append(g["engine"])
+    return [dict(g, engine=", ".join(g["engines"])) for g in shared.values()]
