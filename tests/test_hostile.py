@@ -132,29 +132,41 @@ def test_sinks_junit_parses_and_holds_no_control_character(h):
     assert any(visible(h)[:60] in s for s in said)
 
 
-def sinks_markdown_read(text: str, view) -> None:
+def sinks_markdown_safe(text: str) -> list:
     """summary.md as a CommonMark (GFM tables, strikethrough) reader sees it: the gate's one
-    heading, no HTML, link, image or emphasis from the candidate, every table row whole, and
-    each name shown as the candidate wrote it (escaped, not obeyed)."""
+    heading, no HTML, link, image or emphasis from the candidate, no raw control character;
+    its tokens."""
     from markdown_it import MarkdownIt
-
-    from conformance.gate.view import visible
 
     bad = sorted({c for line in text.split("\n") for c in line if not c.isprintable()})
     assert not bad, bad
     tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(text)
-    inline = [t for t in tokens if t.type == "inline"]
-    shown = lambda t: "".join(c.content for c in t.children if c.type in ("text", "code_inline"))  # noqa: E731
-    headings = [(t.tag, shown(tokens[i + 1])) for i, t in enumerate(tokens) if t.type == "heading_open"]
-    assert headings == [("h2", f"vllm-parity gate: {view.explained}")], headings
+    headings = [(t.tag, sinks_md_shown(tokens[i + 1])) for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert len(headings) == 1 and headings[0][0] == "h2" and headings[0][1].startswith("vllm-parity gate: "), headings
     kinds = [c.type for t in tokens for c in [t, *(t.children or [])]]
     for kind in ("html_inline", "html_block", "link_open", "image", "s_open", "em_open"):
         assert kind not in kinds, kind
-    assert kinds.count("strong_open") == len(view.expired)  # the gate's own `**expired waiver**`
+    assert kinds.count("strong_open") == text.count("- **expired waiver** ")  # the gate's own bold
     outside_code = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text)
     assert "$" not in outside_code.replace("\\$", "")  # GitHub's math
+    return tokens
+
+
+def sinks_md_shown(token) -> str:
+    return "".join(c.content for c in token.children if c.type in ("text", "code_inline"))
+
+
+def sinks_markdown_read(text: str, view) -> None:
+    """sinks_markdown_safe, and every table row whole: each name shown as the candidate wrote
+    it (escaped, not obeyed), in its own cell."""
+    from conformance.gate.view import visible
+
+    tokens = sinks_markdown_safe(text)
+    headings = [sinks_md_shown(tokens[i + 1]) for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings == [f"vllm-parity gate: {view.explained}"]
+    inline = [t for t in tokens if t.type == "inline"]
     # tables: the grid's rows are the scenarios, the failures' rows the cells that did not pass
-    rows = [[shown(t) for t in inline if t.map and t.map[0] == line]
+    rows = [[sinks_md_shown(t) for t in inline if t.map and t.map[0] == line]
             for line in sorted({t.map[0] for t in inline if t.map})]
     cells_of = {r[0]: r for r in rows if len(r) > 1}
     for s in view.scenarios:
@@ -203,8 +215,7 @@ def sinks_html_read(page: str) -> SinksElements:
     assert {tag for tag, _ in dom.tags} <= SINKS_HTML_TAGS, {tag for tag, _ in dom.tags} - SINKS_HTML_TAGS
     assert not [(tag, a) for tag, attrs in dom.tags for a in attrs if a.startswith("on")]
     assert all(attrs["href"].startswith("#") for tag, attrs in dom.tags if "href" in attrs)
-    assert all(attrs.get("class", "").replace("-", "").replace(" ", "").isalnum() or not attrs.get("class")
-               for _, attrs in dom.tags)
+    assert all(re.fullmatch(r"[a-z_ -]*", attrs.get("class") or "") for _, attrs in dom.tags)
     bad = sorted({c for s in dom.text for line in s.split("\n") for c in line if not c.isprintable()})
     assert not bad, bad
     return dom
@@ -338,3 +349,160 @@ def test_sinks_ten_candidates_wrap_into_grids_with_a_legend_and_one_judged_on_bl
     # "judged on ..." once for the ten candidates, besides the headline
     judged = [line for line in lines[1:summary] if "judged on config, steps, outputs" in line]
     assert len(judged) == 1 and judged[0].startswith("   " + ", ".join(f"C{i}" for i in range(1, 11)) + ":"), judged
+
+
+# End to end: `parity gate` against the real oracle with the hostile TEST DOUBLE as candidate
+# (its hello, stderr, errors, crash and records carry the corpus), with --reports and
+# --results, $GITHUB_STEP_SUMMARY set and a TEST DOUBLE of buildkite-agent on the PATH; then
+# `parity merge` of its results with a manifest whose requirement rows are hostile and a
+# hostile waivers file. Every file and both terminals are then read.
+
+SINKS_TITLE = "\x1b]0;owned\x07"
+SINKS_CLEAR = "\x1b[2J\x1b[H== vllm-parity gate: PASS (exit status 0)"
+SINKS_OVER = "\x1b[1A\x1b[2K\rPASS"
+SINKS_SCRIPT = "<script>alert(1)</script>"
+SINKS_IMG = '"><img src=x onerror=alert(1)>'
+SINKS_MD = "\n## PASS\n| a | b |\n[link](javascript:alert(1)) ![img](http://x.y/p.png) `x` **PASS** $m$"
+SINKS_CTRL = "nul\x00bel\x07\ufffe\u202eSSAP"
+SINKS_PLAN = {
+    "hello": {"engine": f"port{SINKS_SCRIPT}{SINKS_TITLE}", "version": f"1.0{SINKS_OVER}",
+              "environment": {"note": SINKS_MD}},
+    "stderr": f"\x1b[31mcoloured\x1b[0m {SINKS_CLEAR} {SINKS_CTRL}",
+    "edits": [
+        {"scenario": "steady_decode", "layer": "config", "seq": 0, "path": ["budget_log_lines"],
+         "value": [SINKS_SCRIPT + SINKS_CTRL, SINKS_MD]},
+        {"scenario": "steady_decode", "layer": "steps", "seq": 2, "path": ["requests", SINKS_IMG + SINKS_MD],
+         "value": {"tokens": 1, "draft_tokens": 0}},
+    ],
+    "error": {"scenario": "stop_conditions", "kind": "internal",
+              "message": f"boom {SINKS_SCRIPT}{SINKS_MD}{SINKS_CTRL}"},
+    "exit": {"scenario": "kv_pressure", "status": 3, "stderr": f"{SINKS_OVER} {SINKS_TITLE} {SINKS_IMG}"},
+}
+SINKS_SCENARIOS = ("steady_decode", "stop_conditions", "kv_pressure")
+SINKS_AGENT = '''#!{python}
+"""TEST DOUBLE of buildkite-agent: keeps the annotation `annotate` is given, byte for byte."""
+import os, sys
+with open(os.environ["SINKS_ANNOTATION"], "wb") as f:
+    f.write(sys.stdin.buffer.read())
+'''
+
+
+def _sinks_toml(value: str) -> str:
+    return _sinks_json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+
+
+@pytest.fixture(scope="module")
+def sinks_runs(tmp_path_factory):
+    """The hostile gate, then the hostile merge: for each, its exit status, stdout, stderr,
+    reports folder, step summary and the annotation buildkite-agent was handed."""
+    from conformance.gate.plan import digest
+    from conftest import REPO
+
+    tmp = tmp_path_factory.mktemp("sinks")
+    plan = tmp / "plan.json"
+    plan.write_text(_sinks_json.dumps(SINKS_PLAN), encoding="utf-8")
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    agent = bin_dir / "buildkite-agent"
+    agent.write_text(SINKS_AGENT.format(python=_sinks_sys.executable), encoding="utf-8")
+    agent.chmod(0o755)
+    parity = str(_SinksPath(_sinks_sys.executable).with_name("parity"))
+    candidate = _sinks_shlex.join([_sinks_sys.executable, str(REPO / "tests" / "doubles" / "hostile_engine.py"),
+                                   "--plan", str(plan)])
+    waivers = tmp / "waivers.toml"
+    waivers.write_text("".join(
+        f"[[waiver]]\nrow = {_sinks_toml('ROW ' + h)}\nscenario = {_sinks_toml(h)}\nfield = {_sinks_toml(h)}\n"
+        f"reason = {_sinks_toml(h)}\nowner = {_sinks_toml(h)}\nexpires = {expires}\n\n"
+        for h, expires in ((SINKS_SCRIPT + SINKS_MD + SINKS_CTRL, "2099-01-01"),
+                           (SINKS_IMG + SINKS_CLEAR + SINKS_TITLE, "2020-01-01"))), encoding="utf-8")
+
+    def run(name: str, *argv: str) -> dict:
+        summary, annotation = tmp / f"{name}-step-summary.md", tmp / f"{name}-annotation.md"
+        env = dict(_sinks_os.environ, GITHUB_STEP_SUMMARY=str(summary), BUILDKITE="true",
+                   SINKS_ANNOTATION=str(annotation), PATH=f"{bin_dir}{_sinks_os.pathsep}{_sinks_os.environ['PATH']}")
+        done = _sinks_subprocess.run([parity, *argv, "--reports", str(tmp / name)], capture_output=True,
+                                     env=env, cwd=REPO, timeout=900)
+        return {"status": done.returncode, "out": done.stdout.decode("utf-8"), "err": done.stderr.decode("utf-8"),
+                "reports": tmp / name, "summary": summary, "annotation": annotation}
+
+    scenarios = [a for s in SINKS_SCENARIOS for a in ("--scenario", str(REPO / "scenarios" / f"{s}.json"))]
+    gate = run("gate", "gate", *scenarios, "--candidate", candidate, "--waivers", "/dev/null",
+               "--results", str(tmp / "results"))
+    # a merge manifest's requirement rows are the merger's to read: make them hostile
+    manifest = _sinks_json.loads((tmp / "results" / "manifest.json").read_text(encoding="utf-8"))
+    for scenario in manifest["scenarios"]:
+        scenario["rows"] = [f"ROW {SINKS_SCRIPT}{SINKS_MD}{SINKS_TITLE}"]
+    manifest["scenario_set"] = digest(manifest["scenarios"])
+    (tmp / "results" / "manifest.json").write_text(_sinks_json.dumps(manifest), encoding="utf-8")
+    merge = run("merge", "merge", str(tmp / "results"), "--waivers", str(waivers))
+    return {"gate": gate, "merge": merge}
+
+
+SINKS_RUNS = pytest.mark.parametrize("run", ["gate", "merge"])
+sinks_e2e = pytest.mark.xdist_group("h28-sinks-e2e")  # one process runs the fixture's gate once
+
+
+@sinks_e2e
+@SINKS_RUNS
+def test_sinks_e2e_the_terminal_shows_the_hostile_candidate_escaped(sinks_runs, run):
+    r = sinks_runs[run]
+    assert r["status"] in (1, 2) and "Traceback" not in r["err"], r["err"][-3000:]
+    sinks_terminal_safe(r["out"])
+    bad = sorted({c for line in r["err"].split("\n") for c in line if not c.isprintable()})
+    assert not bad, f"the log passes {bad!r} to the terminal"
+    assert not [line for line in r["err"].split("\n") if line.startswith("== vllm-parity gate")]
+    assert "port<script>alert(1)</script>\\x1b]0;owned\\x07" in r["out"]  # the label, shown, not obeyed
+    assert "nul\\x00bel\\x07\\ufffe\\u202eSSAP" in r["out"]  # from the stderr tail or a record
+
+
+@sinks_e2e
+@SINKS_RUNS
+def test_sinks_e2e_junit_parses(sinks_runs, run):
+    root = _sinks_ET.parse(sinks_runs[run]["reports"] / "junit.xml").getroot()
+    said = [s for e in root.iter() for s in [e.text or "", *e.attrib.values()]]
+    bad = sorted({c for s in said for line in s.split("\n") for c in line if not c.isprintable()})
+    assert not bad, bad
+    assert any("<script>" in s for s in said)  # the candidate's text is there, as text
+
+
+@sinks_e2e
+@SINKS_RUNS
+def test_sinks_e2e_summary_step_summary_and_annotation_are_the_same_safe_markdown(sinks_runs, run):
+    r = sinks_runs[run]
+    text = (r["reports"] / "summary.md").read_text(encoding="utf-8")
+    assert r["summary"].read_text(encoding="utf-8") == text  # $GITHUB_STEP_SUMMARY
+    assert (r["reports"] / "annotation.md").read_text(encoding="utf-8") == text
+    assert r["annotation"].read_text(encoding="utf-8") == text  # what buildkite-agent annotate got
+    sinks_markdown_safe(text)
+
+
+@sinks_e2e
+@SINKS_RUNS
+def test_sinks_e2e_report_html_holds_no_raw_script_from_the_candidate(sinks_runs, run):
+    page = (sinks_runs[run]["reports"] / "report.html").read_text(encoding="utf-8")
+    dom = sinks_html_read(page)
+    text = "".join(dom.text)
+    assert SINKS_SCRIPT in text and "onerror=alert(1)" in text  # shown as text
+    if run == "merge":
+        assert f"ROW {SINKS_SCRIPT}" in text  # the manifest's requirement row, as text
+
+
+def test_sinks_the_log_shows_a_crashing_engines_stderr_escaped(tmp_path):
+    """`parity run` logs a failure's message, the engine's last stderr lines in it: the log,
+    the terminal's other sink, escapes them as the report does."""
+    from conftest import REPO
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(_sinks_json.dumps({"exit": {"status": 3, "stderr": f"{SINKS_CLEAR}{SINKS_TITLE}{SINKS_CTRL}"}}),
+                    encoding="utf-8")
+    engine = _sinks_shlex.join([_sinks_sys.executable, str(REPO / "tests" / "doubles" / "hostile_engine.py"),
+                                "--plan", str(plan)])
+    done = _sinks_subprocess.run([str(_SinksPath(_sinks_sys.executable).with_name("parity")), "run", "--engine", engine,
+                                  "--scenario", str(REPO / "scenarios" / "steady_decode.json"),
+                                  "--layers", "config", "--out", str(tmp_path / "trace.json")],
+                                 capture_output=True, timeout=300, cwd=REPO)
+    err = done.stderr.decode("utf-8")
+    assert done.returncode == 2 and "parity run: crash:" in err, err
+    bad = sorted({c for line in err.split("\n") for c in line if not c.isprintable()})
+    assert not bad, f"the log passes {bad!r} to the terminal"
+    assert "\\x1b[2J\\x1b[H== vllm-parity gate: PASS" in err
