@@ -506,3 +506,25 @@ def test_sinks_the_log_shows_a_crashing_engines_stderr_escaped(tmp_path):
     bad = sorted({c for line in err.split("\n") for c in line if not c.isprintable()})
     assert not bad, f"the log passes {bad!r} to the terminal"
     assert "\\x1b[2J\\x1b[H== vllm-parity gate: PASS" in err
+
+
+def test_sinks_a_shards_report_shows_an_engine_error_escaped(tmp_path):
+    """A shard prints each unit that did not pass with its first line: the candidate's error
+    message, escaped."""
+    from conformance.gate.engines import GateEngine
+    from conftest import REPO, GATE
+    from test_fault_probe import double_cmd, run_gate
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(_sinks_json.dumps({"error": {"kind": "internal", "message": f"{SINKS_CLEAR}{SINKS_CTRL}"}}),
+                    encoding="utf-8")
+    hostile = _sinks_shlex.join([_sinks_sys.executable, str(REPO / "tests" / "doubles" / "hostile_engine.py"),
+                                 "--plan", str(plan)])
+    oracle = double_cmd("--steps", "3")
+    engines = [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
+               GateEngine("hostile", "candidate", hostile, "hostile", hostile)]
+    status, text = run_gate(engines, None, scenarios=(GATE,), shard=(1, 1), results=tmp_path / "r")
+    assert status == 0 and "hostile / dflash_27b_gate / config: engine_error" in text, text
+    bad = sorted({c for line in text.split("\n") for c in line if not c.isprintable()})
+    assert not bad, f"the shard's report passes {bad!r} to the terminal"
+    assert "\\x1b[2J\\x1b[H== vllm-parity gate: PASS" in text
