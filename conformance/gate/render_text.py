@@ -116,9 +116,9 @@ def _capacity(v: Verdict) -> list[str]:
 def render_gate(view: GateView) -> str:
     """The gate's terminal report: one compact grid first (scenarios down, engines across,
     each cell the verdict and its first divergent field), then the details of every cell that
-    did not pass, each distinct block of budget log lines printed once. A grid wider than
-    GRID_WIDTH (many candidates) names its columns by short codes, with a legend, and is cut
-    into grids of at most GRID_WIDTH columns."""
+    did not pass, each distinct block of budget log lines printed once. A grid of more than
+    LABELLED engines wider than GRID_WIDTH (many candidates) names its columns by short codes,
+    with a legend, and is cut into grids of at most GRID_WIDTH columns."""
     scenarios, engines = view.scenarios, view.engines
     lines = [f"== vllm-parity gate: {view.word} (exit status {view.status}); oracle vllm-{view.oracle}; "
              f"{len(scenarios)} scenarios x {len(engines)} engines; {view.layers}"]
@@ -128,7 +128,7 @@ def render_gate(view: GateView) -> str:
     first = max([len("scenario")] + [len(_label(names)) for names in folded])
     widths = [max([len(visible(e)), len(view.roles[e]) + 2] + [len(row[i]) for row in texts.values()])
               for i, e in enumerate(engines)]
-    wide = first + sum(1 + w for w in widths) > GRID_WIDTH
+    wide = len(engines) > LABELLED and first + sum(1 + w for w in widths) > GRID_WIDTH
     names = _codes(view) if wide else {e: e for e in engines}
     if wide:  # the legend: each column's code, engine, role and command line
         lines += [f"   {names[e]} = {e} ({view.roles[e]})" + (f": command {view.commands[e]}" if e in view.commands
@@ -177,6 +177,9 @@ MAX_ROWS = 24
 GRID_WIDTH = 117
 
 
+# Up to this many engines the grid's columns keep their labels, however wide (one candidate
+# beside the oracle); past it a grid wider than GRID_WIDTH is named by codes and cut.
+LABELLED = 2
 CODES = {"candidate": "C", "stand-in": "S"}  # a wide grid's column codes by role: C1, C2, ...; the oracle's is O
 
 
