@@ -351,11 +351,13 @@ def test_sinks_ten_candidates_wrap_into_grids_with_a_legend_and_one_judged_on_bl
     assert len(judged) == 1 and judged[0].startswith("   " + ", ".join(f"C{i}" for i in range(1, 11)) + ":"), judged
 
 
-# End to end: `parity gate` against the real oracle with the hostile TEST DOUBLE as candidate
-# (its hello, stderr, errors, crash and records carry the corpus), with --reports and
-# --results, $GITHUB_STEP_SUMMARY set and a TEST DOUBLE of buildkite-agent on the PATH; then
-# `parity merge` of its results with a manifest whose requirement rows are hostile and a
-# hostile waivers file. Every file and both terminals are then read.
+# End to end: `parity gate` with the hostile TEST DOUBLE as candidate (its hello, stderr,
+# errors, crash and records carry the corpus), with --reports and --results,
+# $GITHUB_STEP_SUMMARY set and a TEST DOUBLE of buildkite-agent on the PATH; then `parity merge`
+# of its results with a manifest whose requirement rows are hostile and a hostile waivers file.
+# Every file and both terminals are then read. The oracle's place is taken by the same TEST
+# DOUBLE replaying the oracle's goldens unedited (what is under test is the sinks, not the
+# oracle: this keeps a vLLM cold start out of `make test`).
 
 SINKS_TITLE = "\x1b]0;owned\x07"
 SINKS_CLEAR = "\x1b[2J\x1b[H== vllm-parity gate: PASS (exit status 0)"
@@ -379,6 +381,17 @@ SINKS_PLAN = {
     "exit": {"scenario": "kv_pressure", "status": 3, "stderr": f"{SINKS_OVER} {SINKS_TITLE} {SINKS_IMG}"},
 }
 SINKS_SCENARIOS = ("steady_decode", "stop_conditions", "kv_pressure")
+# `parity gate` in a process of its own, its two engines the TEST DOUBLEs (argv: oracle, candidate)
+SINKS_DRIVER = """
+import sys
+from conformance import cli
+from conformance.gate.engines import GateEngine
+oracle, candidate = sys.argv[1], sys.argv[2]
+cli.gate_engines = lambda pins, candidates, log: [
+    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
+    GateEngine(candidate, "candidate", candidate, None, candidate)]
+sys.exit(cli.main(sys.argv[3:]))
+"""
 SINKS_AGENT = '''#!{python}
 """TEST DOUBLE of buildkite-agent: keeps the annotation `annotate` is given, byte for byte."""
 import os, sys
@@ -407,8 +420,9 @@ def sinks_runs(tmp_path_factory):
     agent.write_text(SINKS_AGENT.format(python=_sinks_sys.executable), encoding="utf-8")
     agent.chmod(0o755)
     parity = str(_SinksPath(_sinks_sys.executable).with_name("parity"))
-    candidate = _sinks_shlex.join([_sinks_sys.executable, str(REPO / "tests" / "doubles" / "hostile_engine.py"),
-                                   "--plan", str(plan)])
+    (tmp / "replay.json").write_text("{}", encoding="utf-8")
+    double = [_sinks_sys.executable, str(REPO / "tests" / "doubles" / "hostile_engine.py"), "--plan"]
+    oracle, candidate = (_sinks_shlex.join(double + [str(p)]) for p in (tmp / "replay.json", plan))
     waivers = tmp / "waivers.toml"
     waivers.write_text("".join(
         f"[[waiver]]\nrow = {_sinks_toml('ROW ' + h)}\nscenario = {_sinks_toml(h)}\nfield = {_sinks_toml(h)}\n"
@@ -416,25 +430,25 @@ def sinks_runs(tmp_path_factory):
         for h, expires in ((SINKS_SCRIPT + SINKS_MD + SINKS_CTRL, "2099-01-01"),
                            (SINKS_IMG + SINKS_CLEAR + SINKS_TITLE, "2020-01-01"))), encoding="utf-8")
 
-    def run(name: str, *argv: str) -> dict:
+    def run(name: str, command: list[str], *argv: str) -> dict:
         summary, annotation = tmp / f"{name}-step-summary.md", tmp / f"{name}-annotation.md"
         env = dict(_sinks_os.environ, GITHUB_STEP_SUMMARY=str(summary), BUILDKITE="true",
                    SINKS_ANNOTATION=str(annotation), PATH=f"{bin_dir}{_sinks_os.pathsep}{_sinks_os.environ['PATH']}")
-        done = _sinks_subprocess.run([parity, *argv, "--reports", str(tmp / name)], capture_output=True,
+        done = _sinks_subprocess.run([*command, *argv, "--reports", str(tmp / name)], capture_output=True,
                                      env=env, cwd=REPO, timeout=900)
         return {"status": done.returncode, "out": done.stdout.decode("utf-8"), "err": done.stderr.decode("utf-8"),
                 "reports": tmp / name, "summary": summary, "annotation": annotation}
 
     scenarios = [a for s in SINKS_SCENARIOS for a in ("--scenario", str(REPO / "scenarios" / f"{s}.json"))]
-    gate = run("gate", "gate", *scenarios, "--candidate", candidate, "--waivers", "/dev/null",
-               "--results", str(tmp / "results"))
+    gate = run("gate", [_sinks_sys.executable, "-c", SINKS_DRIVER, oracle, candidate], "gate", *scenarios,
+               "--waivers", "/dev/null", "--results", str(tmp / "results"))
     # a merge manifest's requirement rows are the merger's to read: make them hostile
     manifest = _sinks_json.loads((tmp / "results" / "manifest.json").read_text(encoding="utf-8"))
     for scenario in manifest["scenarios"]:
         scenario["rows"] = [f"ROW {SINKS_SCRIPT}{SINKS_MD}{SINKS_TITLE}"]
     manifest["scenario_set"] = digest(manifest["scenarios"])
     (tmp / "results" / "manifest.json").write_text(_sinks_json.dumps(manifest), encoding="utf-8")
-    merge = run("merge", "merge", str(tmp / "results"), "--waivers", str(waivers))
+    merge = run("merge", [parity], "merge", str(tmp / "results"), "--waivers", str(waivers))
     return {"gate": gate, "merge": merge}
 
 
