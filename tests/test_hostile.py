@@ -52,7 +52,7 @@ SINKS_CORPUS = [
     "|" * 400,
     "`" * 400,
     "\\" * 401,
-    "x" * 100_000,
+    "x" * 20_000,
 ]
 SINKS_IDS = [f"corpus{i}" for i in range(len(SINKS_CORPUS))]
 
