@@ -129,28 +129,28 @@ def render_gate(view: GateView) -> str:
     widths = [max([len(visible(e)), len(view.roles[e]) + 2] + [len(row[i]) for row in texts.values()])
               for i, e in enumerate(engines)]
     wide = len(engines) > LABELLED and first + sum(1 + w for w in widths) > GRID_WIDTH
-    names = _codes(view) if wide else {e: e for e in engines}
+    column = _codes(view) if wide else {e: e for e in engines}  # engine -> its column's name
     if wide:  # the legend: each column's code, engine, role and command line
-        lines += [f"   {names[e]} = {e} ({view.roles[e]})" + (f": command {view.commands[e]}" if e in view.commands
-                                                            else "") for e in engines]
+        lines += [f"   {column[e]} = {e} ({view.roles[e]})" + (f": command {view.commands[e]}" if e in view.commands
+                                                             else "") for e in engines]
     else:
         lines += [f"   {label}: command {command}" for label, command in view.commands.items()]
     for group in view.judged_groups:
-        who = ", ".join(names.get(e, e) for e in group["engines"])
+        who = ", ".join(column.get(e, e) for e in group["engines"])
         lines += textwrap.wrap(f"{who}: {group['text']} ({_count(group['scenarios'])}): "
                                f"{', '.join(group['scenarios'])}", width=GRID_WIDTH,
                                initial_indent="   ", subsequent_indent="     ")
     if wide:
-        lines += _grids(folded, texts, first, [names[e] for e in engines])
+        lines += _grids(folded, texts, first, [column[e] for e in engines])
     else:
         lines.append(" ".join([" " * first] + [visible(e).ljust(w) for e, w in zip(engines, widths)]).rstrip())
         lines.append(" ".join(["scenario".ljust(first)] + [f"({view.roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
-        for names_ in folded:
-            lines.append(" ".join([_label(names_).ljust(first)] + [c.ljust(w) for c, w in
-                                                                   zip(texts[names_[0]], widths)]).rstrip())
-    for names_ in folded:
-        if len(names_) > 1:  # every scenario is still named before the details
-            lines += textwrap.wrap(f"{_label(names_)}: {', '.join(names_[1:])}", width=GRID_WIDTH,
+        for names in folded:
+            lines.append(" ".join([_label(names).ljust(first)] + [c.ljust(w) for c, w in
+                                                                  zip(texts[names[0]], widths)]).rstrip())
+    for names in folded:
+        if len(names) > 1:  # every scenario is still named before the details
+            lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=GRID_WIDTH,
                                    initial_indent="   ", subsequent_indent="     ")
     lines.append(render_summary(view.verdicts))
     failing = [c.verdict for c in view.failing()]
