@@ -33,6 +33,7 @@ from .runner import default_parallel, run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
 from .trace import TraceError, dumps, load_trace
 from .gate.verdict import CANDIDATE, exit_status
+from .gate.view import visible_lines
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 # `parity selfcheck` exercises each layer the engine declares on the first of these that has it
@@ -41,8 +42,10 @@ SELF_CHECK = ("dflash_27b_gate", "steady_decode", "method_matrix", "engine_ngram
 
 def log(message: str) -> None:
     # one write per line: engines and environment builds log from several threads at once,
-    # and print() writes the text and its newline apart, so two lines could run together
-    sys.stderr.write(f"{message}\n")
+    # and print() writes the text and its newline apart, so two lines could run together.
+    # Made visible: a message may quote an engine's stderr, whose ESC or CR must not reach
+    # the terminal (the report escapes the same way, gate/render_text.py)
+    sys.stderr.write(f"{visible_lines(message)}\n")
     sys.stderr.flush()
 
 
