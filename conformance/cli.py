@@ -19,7 +19,7 @@ from .gate.golden_store import GOLDENS, GoldenRefused, lookup
 from .drift import drift_rows, render_drift
 from .engine import end_all, ended_words, prepare_engine, resume
 from .gate.engine_ref import EngineRef
-from .envs import EnvError, device_mode, ensure_env
+from .envs import EnvError, build_envs, device_mode, ensure_env, lock_gpu
 from .gate.waivers import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins
@@ -208,24 +208,14 @@ def _stop_on_signals():
 
 
 def cmd_envs(args) -> int:
-    """Build the pins' environments concurrently: a build is mostly downloading and unpacking,
-    pip's cache is shared, and each environment has its own folder and lock. A failed build
-    does not stop the others; the first failure is reported once they are done."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Build the pins' environments side by side (envs.build_envs)."""
     pins = load_pins()
     releases = args.pin or list(pins.releases)
     if args.lock_gpu:
-        from .envs import lock_gpu
-
         for release in releases:
             lock_gpu(release, pins, log)
         return 0
-    with ThreadPoolExecutor(max_workers=len(releases)) as pool:
-        builds = [pool.submit(ensure_env, release, log, pins, True) for release in releases]
-    failures = [b.exception() for b in builds if b.exception() is not None]
-    if failures:
-        raise failures[0]
+    build_envs(releases, pins, log)
     return 0
 
 
