@@ -59,7 +59,7 @@ class DoublePair:
     def __init__(self, bug: bool = True):
         self.bug, self.seen = bug, []
 
-    def judge(self, scenario):
+    def judge(self, scenario, timeout=None):
         self.seen.append(json.dumps(scenario.workload, sort_keys=True))
         args = scenario.engine_args
         at_zero = [r["id"] for r in scenario.workload["requests"] if r["arrival_step"] == 0]
@@ -102,6 +102,54 @@ def test_a_planted_bug_is_found_shrunk_written_and_confirmed(tmp_path):
     text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
     assert "layer steps: first divergence at step 0, field new" in text
     assert f"parity fuzz --replay {finding.path}" in text
+
+
+class SlowPair:
+    """TEST DOUBLE of conformance.fuzz.Pair on a clock of its own: each run takes 10 s, or is
+    cut by the time limit it is given (OutOfTime, as the real Pair does). Every example with
+    at least three requests fails alike (the candidate's config says one more max_num_seqs),
+    so polishing keeps edit after edit until three requests remain."""
+
+    layers = ["config", "steps"]
+    RUN = 10.0
+
+    def __init__(self):
+        self.now, self.limits = 0.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def judge(self, scenario, timeout=None):
+        self.limits.append(timeout)
+        if timeout is not None and timeout < self.RUN:
+            from conformance.fuzz import OutOfTime
+
+            self.now += timeout
+            raise OutOfTime("cut")
+        self.now += self.RUN
+        seqs = scenario.engine_args["max_num_seqs"]
+        bug = len(scenario.workload["requests"]) >= 3
+        hello = {"engine": "double", "version": "0", "protocol": 1}
+        golden = make_trace("oracle", hello, scenario, {"config": [{"refused": None, "max_num_seqs": seqs}]})
+        trace = make_trace("double", hello, scenario, {"config": [{"refused": None, "max_num_seqs": seqs + bug}]})
+        return judge(trace, golden, CANDIDATE), golden
+
+
+def test_polishing_keeps_its_time_limit_by_the_clock():
+    """Every edit polishing tries keeps failing, and each run takes 10 s: polishing stops at
+    POLISH_LIMIT (120 s), checked before each run and bounding the last one, not after 60 runs
+    (600 s). Hypothesis' own shrinking is given no time here, so only polishing shrinks."""
+    from conformance.fuzz import POLISH_LIMIT
+
+    pair = SlowPair()
+    search = Search(pair, 3, QUIET, examples=200, clock=pair.clock, shrink_limit=0.0)
+    [finding] = search.run()
+    assert finding.signature == "diverged config.max_num_seqs"
+    found_at = finding.examples * SlowPair.RUN  # every run before polishing was an example
+    polish = pair.now - found_at
+    assert polish <= POLISH_LIMIT, f"polishing took {polish:.0f} s of the clock, limit {POLISH_LIMIT:.0f} s"
+    assert polish >= POLISH_LIMIT - SlowPair.RUN  # it used its time: edits kept failing
+    assert len(finding.raw["workload"]["requests"]) >= 3
 
 
 def test_signature_leaves_out_request_ids_and_positions():
