@@ -28,15 +28,7 @@ from .scenario import load_scenario
 from .gate.verdict import exit_status
 
 DEFAULT_OUT = REPO_ROOT / "out" / "fuzz"
-UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
-def parse_budget(text: str) -> float:
-    """'10m', '90s', '1h', '45' (seconds) -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-    if not match or float(match[1]) <= 0:
-        raise ValueError(f"--budget: expected a duration like 90s, 10m or 1h, got {text!r}")
-    return float(match[1]) * UNITS[match[2] or "s"]
+DEFAULT_BUDGET = 600.0  # seconds, without --budget or --examples
 
 
 def fuzz_command(args, log, out=print) -> int:
@@ -50,15 +42,11 @@ def fuzz_command(args, log, out=print) -> int:
         raise ValueError(f"--against: {against!r} is not a pinned release "
                          f"({', '.join(pins.releases)}); only a pin is an oracle")
     layers = parse_layers(args.layers)
-    if args.budget and args.examples:
+    if args.budget is not None and args.examples is not None:
         raise ValueError("--budget and --examples: give one of them")
-    budget = parse_budget(args.budget) if args.budget else None
-    if args.examples is not None and args.examples < 1:
-        raise ValueError(f"--examples: expected a positive number, got {args.examples}")
-    if args.findings < 1:
-        raise ValueError(f"--findings: expected a positive number, got {args.findings}")
+    budget = args.budget  # seconds (cli.budget_seconds)
     if budget is None and args.examples is None and not args.replay:
-        budget = parse_budget("10m")
+        budget = DEFAULT_BUDGET
     candidate_ref = EngineRef.parse(args.candidate, pins)
     oracle = prepare_engine(oracle_ref, pins, log)
     branches = None

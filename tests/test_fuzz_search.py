@@ -165,22 +165,48 @@ def test_signature_leaves_out_request_ids_and_positions():
         "fuzz_steps_requests_tokens"
 
 
-@pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h", 3600), ("45", 45)])
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h", 3600), ("45", 45), ("168h", 604800)])
 def test_budget(text, seconds):
-    assert fuzz_cli.parse_budget(text) == seconds
+    from conformance.cli import budget_seconds
+
+    assert budget_seconds(text) == seconds
+
+
+def exit_status(argv: list[str]) -> int:
+    """`parity ARGV`'s exit status, argparse's own refusals (SystemExit) included."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
 
 
 @pytest.mark.parametrize("argv, error", [
-    (["--budget", "soon"], "--budget: expected a duration"),
+    (["--budget", "soon"], "argument --budget: expected a duration more than 0 and at most 168h, like 90s, "
+                           "10m or 1h, got 'soon'"),
+    (["--budget", ""], "argument --budget: expected a duration more than 0 and at most 168h, like 90s, 10m "
+                       "or 1h, got ''"),
+    (["--budget", "0"], "argument --budget: expected a duration more than 0"),
+    (["--budget", "169h"], "argument --budget: expected a duration more than 0 and at most 168h"),
+    (["--budget", "9" * 400], "argument --budget: expected a duration"),
     (["--against", "0.27.1+mutant:ignore-max-num-seqs"], "--against"),
     (["--layers", "steps,engine_steps"], "not both at once"),
     (["--layers", "methods"], "--layers: the fuzzer runs some of the stand-in layers"),
     (["--budget", "1m", "--examples", "3"], "give one of them"),
-    (["--findings", "0"], "--findings: expected a positive number"),
+    (["--findings", "0"], "argument --findings: expected a whole number from 1 to 100 (findings), got '0'"),
+    (["--examples", "-1"], "argument --examples: expected a whole number from 1 to 10000000 (examples to run), "
+                           "got '-1'"),
+    (["--examples", "many"], "argument --examples: expected a whole number"),
 ])
 def test_bad_input_is_refused_before_any_engine_starts(argv, error, capsys):
-    assert main(["fuzz", "--candidate", "/nonexistent/engine", *argv]) == 2
+    assert exit_status(["fuzz", "--candidate", "/nonexistent/engine", *argv]) == 2
     assert error in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "65", "two", ""])
+def test_gate_jobs_are_bounded(jobs, capsys):
+    assert exit_status(["gate", "--jobs", jobs]) == 2
+    assert f"argument --jobs: expected a whole number from 1 to 64 (engines side by side), got {jobs!r}" \
+        in capsys.readouterr().err
 
 
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the
