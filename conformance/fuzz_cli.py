@@ -7,6 +7,9 @@ loaded back like any scenario, run on both engines again and its signature confi
 is the one the gate prints for that verdict (conformance/report.render_verdict). To add it to
 the library: move it into scenarios/ (written there directly with --out scenarios) and write its
 golden with `make goldens -k NAME`.
+
+A finding is never lost: --out is checked before any engine starts, and a file that cannot be
+written after all is printed on standard output instead.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 import random
 import re
 import shlex
+import tempfile
 from pathlib import Path
 
 from .engine import EngineFailure, prepare_engine
@@ -47,6 +51,9 @@ def fuzz_command(args, log, out=print) -> int:
     budget = args.budget  # seconds (cli.budget_seconds)
     if budget is None and args.examples is None and not args.replay:
         budget = DEFAULT_BUDGET
+    folder = args.out or DEFAULT_OUT
+    if not args.replay:
+        check_out(folder)  # before any engine starts: nothing is searched for a folder that refuses it
     candidate_ref = EngineRef.parse(args.candidate, pins)
     oracle = prepare_engine(oracle_ref, pins, log)
     branches = None
@@ -69,10 +76,8 @@ def fuzz_command(args, log, out=print) -> int:
         search = Search(pair, seed, log, budget=budget, examples=args.examples, findings=args.findings,
                         branches=branches, guide=branches is not None)
         findings = search.run()
-        folder = args.out or DEFAULT_OUT
-        for finding in findings:
-            confirm(pair, finding, folder, seed, args.candidate, against, log)
-            out(report(finding, oracle_ref.release, seed, args.candidate, against))
+        unwritten = deliver(pair, findings, folder, seed, args.candidate, against, oracle_ref.release,
+                            log, out)
     except EngineFailure as failure:  # an engine that could not even start
         log(f"parity fuzz: {failure}")
         return 2
@@ -90,11 +95,51 @@ def fuzz_command(args, log, out=print) -> int:
         + (f", {len(branches.arcs)} branches of the scheduling code" if branches is not None else "")
         + f"; {len(findings)} finding"
         f"{'s' if len(findings) != 1 else ''}"
-        + "".join(f"\n   {f.signature}: {f.path} ({'confirmed' if f.confirmed else 'NOT confirmed'})"
-                  for f in findings))
-    if any(not f.confirmed for f in findings):
+        + "".join(f"\n   {f.signature}: {f.path or 'NOT written (printed above)'} "
+                  f"({'confirmed' if f.confirmed else 'NOT confirmed'})" for f in findings))
+    if unwritten or any(not f.confirmed for f in findings):
         return 2
     return 1 if findings else 0
+
+
+def check_out(folder: Path) -> None:
+    """--out: a folder findings can be written to (made now if it is missing). Checked by
+    writing there, before any engine starts, so a search never ends with nowhere to put it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(folder) else ""
+        raise ValueError(f"--out {folder}: expected a folder findings can be written to; "
+                         f"{where}{exc.strerror or exc}") from None
+
+
+class NotWritten(FuzzError):
+    """A finding's scenario file could not be written; `text` is what it would have held."""
+
+    def __init__(self, path: Path, text: str, error: OSError):
+        super().__init__(f"{path} could not be written: {error.strerror or error}")
+        self.path, self.text = path, text
+
+
+def deliver(pair: Pair, findings: list[Finding], folder: Path, seed: int, candidate: str, against: str,
+            oracle: str, log, out=print) -> int:
+    """Each finding written, confirmed and reported. One whose file cannot be written is
+    printed whole on standard output instead, the scenario file it would have been. Returns
+    how many were not written."""
+    unwritten = 0
+    for finding in findings:
+        try:
+            confirm(pair, finding, folder, seed, candidate, against, log)
+        except NotWritten as exc:
+            unwritten += 1
+            log(f"parity fuzz: error: the finding {finding.signature!r}: {exc}; it follows on standard "
+                f"output, the scenario file it would have been (save it as {exc.path.name})")
+            out(exc.text)
+            continue
+        out(report(finding, oracle, seed, candidate, against))
+    return unwritten
 
 
 def parse_layers(text: str | None) -> list[str]:
@@ -147,8 +192,8 @@ def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: st
             log) -> None:
     """Write the minimal example as a scenario file, load it back, run it again: confirmed when
     the verdict's signature is the finding's. Should the minimal one not repeat (a flaky
-    candidate), the examples found before it are tried, newest first."""
-    folder.mkdir(parents=True, exist_ok=True)
+    candidate), the examples found before it are tried, newest first. NotWritten when the
+    file cannot be written."""
     name = scenario_name(finding.signature, folder)
     for raw in reversed(finding.failing[-3:] or [finding.raw]):
         path = write_scenario(raw, name, folder, describe(finding, raw, seed, candidate, against))
@@ -205,7 +250,20 @@ def describe(finding: Finding, raw: dict, seed: int, candidate: str, against: st
 
 
 def write_scenario(raw: dict, name: str, folder: Path, description: str) -> Path:
-    """The raw scenario as a file in `folder`, its model paths relative to that folder."""
+    """The raw scenario as a file in `folder`, its model paths relative to that folder;
+    NotWritten (with the file's text) when it cannot be written."""
+    text = scenario_text(raw, name, folder, description)
+    path = folder / f"{name}.json"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise NotWritten(path, text, exc) from None
+    return path
+
+
+def scenario_text(raw: dict, name: str, folder: Path, description: str) -> str:
+    """What write_scenario writes."""
     scenario = json.loads(json.dumps(raw))
     scenario["name"], scenario["description"] = name, description
     args = scenario["engine_args"]
@@ -214,7 +272,5 @@ def write_scenario(raw: dict, name: str, folder: Path, description: str) -> Path
             obj["model"] = os.path.relpath(SCENARIO_DIR / obj["model"], folder.resolve())
     if "num_gpu_blocks_override" in args:
         scenario["rows"] = ["ENG-SCHED-CORE", "ENG-KV-CACHE"]
-    path = folder / f"{name}.json"
-    path.write_text(json.dumps(scenario, indent=2) + "\n")
-    return path
+    return json.dumps(scenario, indent=2) + "\n"
 

@@ -209,6 +209,35 @@ def test_gate_jobs_are_bounded(jobs, capsys):
         in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("where", ["file", "file/below", "/proc/parity-fuzz"])
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_search(where, tmp_path, capsys):
+    """Checked before any engine starts: the candidate named here does not even exist (it would
+    be refused next), and the search never begins."""
+    (tmp_path / "file").write_text("not a folder\n", encoding="utf-8")
+    out = where if where.startswith("/") else str(tmp_path / where)
+    assert main(["fuzz", "--candidate", "/nonexistent/engine", "--examples", "3", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert f"parity fuzz: error: --out {out}: expected a folder findings can be written to; " in err
+    assert "/nonexistent/engine" not in err and "Traceback" not in err
+
+
+def test_a_finding_that_cannot_be_written_is_printed_whole(tmp_path):
+    """--out became unwritable during the search: the finding is printed on standard output,
+    the scenario file it would have been, and the run is not a confirmed finding."""
+    pair = DoublePair()
+    [finding] = Search(pair, 1, QUIET, examples=300).run()
+    (tmp_path / "out").write_text("a file where the folder was\n", encoding="utf-8")
+    said, printed = [], []
+    assert fuzz_cli.deliver(pair, [finding], tmp_path / "out", 1, "double", "0.27.1", "0.27.1",
+                            said.append, printed.append) == 1
+    assert not finding.confirmed and finding.path is None
+    [text] = printed
+    scenario = parse_scenario(json.loads(text), tmp_path / "fuzz_steps_new.json")  # a whole scenario file
+    assert scenario.name == "fuzz_steps_new" and len(scenario.workload["requests"]) == 2
+    assert any(f"{tmp_path / 'out' / 'fuzz_steps_new.json'} could not be written" in line and
+               "it follows on standard output" in line for line in said), said
+
+
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the
 # example budget that find it here (same seed, same examples).
 @pytest.mark.parametrize("mutant", ["ignore-max-num-seqs", "draft-plus-one"])
