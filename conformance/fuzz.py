@@ -270,7 +270,7 @@ def _why(failure: dict) -> str:
 @dataclass
 class Finding:
     signature: str
-    raw: dict  # the minimal scenario found, before it is named and written
+    raw: dict  # the smallest failing scenario found so far, before it is named and written
     examples: int  # examples run when it was first seen
     first_requests: int  # requests of the first failing example
     shrink_runs: int = 0
@@ -279,6 +279,7 @@ class Finding:
     verdict: Verdict | None = None  # the confirmation's verdict, on the written file
     confirmed: bool = False
     failing: list = field(default_factory=list)  # every example with its signature, last = minimal
+    shrunk: bool = False  # shrinking and polishing ran to their end (not stopped by Ctrl-C)
 
 
 @dataclass
@@ -359,10 +360,11 @@ class Search:
         if self._target is not None:
             finding = self.findings[-1]
             # hypothesis replays its minimal example last; minimal by its own measure (the
-            # choices it drew), so the one with the fewest requests and tokens is polished
-            finding.raw = min(self._failing, key=_size)
+            # choices it drew), so the one with the fewest requests and tokens (finding.raw,
+            # kept as they come) is polished
             self._polish(finding)
             finding.failing = list(self._failing) + [finding.raw]
+            finding.shrunk = True
             finding.seconds = self.clock() - self.start
             finding.shrink_runs = self.stats.shrink_runs - finding.shrink_runs
             self.log(f"[fuzz] shrunk {finding.signature!r} in {finding.shrink_runs} runs: "
@@ -455,6 +457,8 @@ class Search:
         if sig == self._target:
             self._failing.append(raw)
             self._failing_keys.add(key)
+            finding = self.findings[-1]
+            finding.raw = min(finding.raw, raw, key=_size)  # what Ctrl-C would keep
             raise Diverged(sig)
 
     def _say(self, final: bool = False) -> None:

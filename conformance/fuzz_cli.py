@@ -8,8 +8,10 @@ is the one the gate prints for that verdict (conformance/report.render_verdict).
 the library: move it into scenarios/ (written there directly with --out scenarios) and write its
 golden with `make goldens -k NAME`.
 
-A finding is never lost: --out is checked before any engine starts, and a file that cannot be
-written after all is printed on standard output instead.
+A finding is never lost: --out is checked before any engine starts; a file that cannot be
+written after all is printed on standard output instead; and Ctrl-C while a finding is being
+shrunk or confirmed writes the smallest failing example found so far, named `..._unconfirmed`
+and marked as such, says where, then exits 130.
 """
 
 from __future__ import annotations
@@ -75,9 +77,13 @@ def fuzz_command(args, log, out=print) -> int:
             + (f"budget {duration(budget)}" if budget else f"{args.examples} examples"))
         search = Search(pair, seed, log, budget=budget, examples=args.examples, findings=args.findings,
                         branches=branches, guide=branches is not None)
-        findings = search.run()
-        unwritten = deliver(pair, findings, folder, seed, args.candidate, against, oracle_ref.release,
-                            log, out)
+        try:
+            findings = search.run()
+            unwritten = deliver(pair, findings, folder, seed, args.candidate, against, oracle_ref.release,
+                                log, out)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: what was found is kept, then the command ends
+            keep_unfinished(search.findings, folder, seed, args.candidate, against, log, out)
+            raise
     except EngineFailure as failure:  # an engine that could not even start
         log(f"parity fuzz: {failure}")
         return 2
@@ -140,6 +146,32 @@ def deliver(pair: Pair, findings: list[Finding], folder: Path, seed: int, candid
             continue
         out(report(finding, oracle, seed, candidate, against))
     return unwritten
+
+
+def keep_unfinished(findings: list[Finding], folder: Path, seed: int, candidate: str, against: str,
+                    log, out=print) -> None:
+    """On Ctrl-C: each finding not confirmed yet is written as it stands, the smallest failing
+    example found so far, named `..._unconfirmed` and marked in its description as not fully
+    shrunk (when shrinking was stopped) and not confirmed; the log says where."""
+    for finding in findings:
+        if finding.confirmed:
+            continue
+        state = "not confirmed" if finding.shrunk else "not fully shrunk, not confirmed"
+        name = scenario_name(finding.signature, folder, suffix="_unconfirmed")
+        description = (describe(finding, finding.raw, seed, candidate, against)
+                       + f" Stopped by an interrupt: {state}.")
+        try:
+            path = write_scenario(finding.raw, name, folder, description)
+        except NotWritten as exc:
+            log(f"[fuzz] interrupted: the smallest failing example of {finding.signature!r} so far "
+                f"({state}): {exc}; it follows on standard output")
+            out(exc.text)
+            continue
+        if finding.path is not None and finding.path != path:
+            finding.path.unlink(missing_ok=True)  # the file a confirmation had begun with
+        finding.path = path
+        log(f"[fuzz] interrupted: the smallest failing example of {finding.signature!r} found so far "
+            f"({state}, {count_of(len(finding.raw['workload']['requests']), 'request')}) is in {path}")
 
 
 def parse_layers(text: str | None) -> list[str]:
@@ -232,10 +264,11 @@ def report(finding: Finding, oracle: str, seed: int, candidate: str, against: st
     return "\n".join(lines)
 
 
-def scenario_name(sig: str, folder: Path) -> str:
-    """fuzz_steps_requests_tokens for `diverged steps.requests.*.tokens`; a free name in `folder`."""
+def scenario_name(sig: str, folder: Path, suffix: str = "") -> str:
+    """fuzz_steps_requests_tokens for `diverged steps.requests.*.tokens` (then `suffix`); a
+    free name in `folder`."""
     words = re.sub(r"[^a-z0-9]+", "_", sig.lower().replace("diverged ", "")).strip("_")
-    base = f"fuzz_{words}"[:58].rstrip("_")
+    base = f"fuzz_{words}"[:58 - len(suffix)].rstrip("_") + suffix
     name, number = base, 2
     while (folder / f"{name}.json").exists():
         name, number = f"{base}_{number}", number + 1

@@ -149,7 +149,7 @@ def test_polishing_keeps_its_time_limit_by_the_clock():
     polish = pair.now - found_at
     assert polish <= POLISH_LIMIT, f"polishing took {polish:.0f} s of the clock, limit {POLISH_LIMIT:.0f} s"
     assert polish >= POLISH_LIMIT - SlowPair.RUN  # it used its time: edits kept failing
-    assert len(finding.raw["workload"]["requests"]) >= 3
+    assert len(finding.raw["workload"]["requests"]) >= 3 and finding.shrunk
 
 
 def test_signature_leaves_out_request_ids_and_positions():
@@ -236,6 +236,126 @@ def test_a_finding_that_cannot_be_written_is_printed_whole(tmp_path):
     assert scenario.name == "fuzz_steps_new" and len(scenario.workload["requests"]) == 2
     assert any(f"{tmp_path / 'out' / 'fuzz_steps_new.json'} could not be written" in line and
                "it follows on standard output" in line for line in said), said
+
+
+class InterruptedPair(DoublePair):
+    """TEST DOUBLE: DoublePair, with Ctrl-C arriving at its `at`-th run after the first
+    failing example (while hypothesis shrinks)."""
+
+    def __init__(self, at: int):
+        super().__init__()
+        self.at, self.after, self.failing = at, None, []
+
+    def judge(self, scenario, timeout=None):
+        if self.after is not None:
+            self.after += 1
+            if self.after == self.at:
+                raise KeyboardInterrupt
+        verdict, golden = super().judge(scenario)
+        if signature(verdict):
+            self.after = self.after or 0
+            self.failing.append(size_of(scenario.workload))
+        return verdict, golden
+
+
+def size_of(workload: dict) -> tuple[int, int]:
+    """Requests, then their prompt and output tokens: what 'smallest' means first."""
+    reqs = workload["requests"]
+    return len(reqs), sum(r["prompt_len"] + r["max_tokens"] for r in reqs)
+
+
+def test_ctrl_c_while_shrinking_keeps_the_smallest_failing_example(tmp_path):
+    pair = InterruptedPair(at=20)
+    search = Search(pair, 1, QUIET, examples=300)
+    with pytest.raises(KeyboardInterrupt):
+        search.run()
+    [finding] = search.findings
+    assert not finding.shrunk and not finding.confirmed
+    said: list[str] = []
+    fuzz_cli.keep_unfinished(search.findings, tmp_path, 1, "double", "0.27.1", said.append)
+    path = tmp_path / "fuzz_steps_new_unconfirmed.json"
+    assert said == [f"[fuzz] interrupted: the smallest failing example of 'diverged steps.new' found so far "
+                    f"(not fully shrunk, not confirmed, "
+                    f"{fuzz_cli.count_of(len(finding.raw['workload']['requests']), 'request')}) is in {path}"]
+    written = load_scenario(path)
+    assert "Stopped by an interrupt: not fully shrunk, not confirmed." in written.description
+    # the smallest failing example seen, smaller than the first: shrinking had made progress
+    assert size_of(written.workload) == min(pair.failing) < pair.failing[0]
+    verdict, _ = DoublePair().judge(written)
+    assert signature(verdict) == "diverged steps.new"
+
+
+# `parity fuzz` in a process of its own, its engines TEST DOUBLEs: DoublePair in place of the
+# oracle's and the candidate's workers (the planted admission bug), each run taking 50 ms.
+FUZZ_DRIVER = """
+import sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
+from conformance import cli, fuzz_cli
+from conformance.engine import EngineSpec
+from test_fuzz_search import DoublePair
+
+class SlowDoublePair(DoublePair):
+    def __init__(self, oracle, candidate, layers):
+        super().__init__()
+    def start(self):
+        pass
+    def close(self, engines=True):
+        pass
+    def judge(self, scenario, timeout=None):
+        time.sleep(0.05)
+        return super().judge(scenario)
+
+fuzz_cli.prepare_engine = lambda ref, pins, log: EngineSpec(ref.label, ("TEST-DOUBLE",))
+fuzz_cli.Pair = SlowDoublePair
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_while_shrinking_writes_what_was_found_and_exits_130(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from conftest import REPO
+
+    out = tmp_path / "out"
+    argv = [sys.executable, "-c", FUZZ_DRIVER, str(REPO), "fuzz", "--candidate", "TEST-DOUBLE",
+            "--seed", "1", "--examples", "300", "--out", str(out)]
+    fuzz = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    shrinking = threading.Event()
+
+    def read() -> None:
+        for line in fuzz.stderr:
+            lines.append(line)
+            if line.startswith("[fuzz] finding after ") and line.rstrip().endswith("; shrinking"):
+                shrinking.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert shrinking.wait(120), "".join(lines)  # bounded: not a timing assertion
+        fuzz.send_signal(signal.SIGINT)
+        fuzz.wait(timeout=60)  # stderr is the reader's alone
+        stdout = fuzz.stdout.read()
+    finally:
+        if fuzz.poll() is None:
+            fuzz.kill()
+    reader.join(10)
+    err = "".join(lines)
+    assert fuzz.returncode == 130, err
+    assert "Traceback" not in err, err
+    path = out / "fuzz_steps_new_unconfirmed.json"
+    assert "[fuzz] interrupted: the smallest failing example of 'diverged steps.new' found so far " \
+           f"(not fully shrunk, not confirmed, " in err and f") is in {path}\n" in err, err
+    assert "parity fuzz: interrupted (Ctrl-C)" in err, err
+    assert sorted(p.name for p in out.iterdir()) == [path.name]
+    written = load_scenario(path)
+    assert "Stopped by an interrupt: not fully shrunk, not confirmed." in written.description
+    verdict, _ = DoublePair().judge(written)
+    assert signature(verdict) == "diverged steps.new"
+    assert stdout == ""  # no report: nothing was confirmed
 
 
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the
