@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 
 from conformance import fuzz_cli
 from conformance.cli import main
-from conformance.fuzz import ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Pair, Search, signature
+from conformance.fuzz import ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Finding, Pair, Search, signature
 from conformance.fuzz_strategies import engine_scenarios, scenarios
 from conformance.gate.requirement_rows import where_of
 from conformance.gate.render_text import render_verdict
@@ -356,6 +356,40 @@ def test_ctrl_c_while_shrinking_writes_what_was_found_and_exits_130(tmp_path):
     verdict, _ = DoublePair().judge(written)
     assert signature(verdict) == "diverged steps.new"
     assert stdout == ""  # no report: nothing was confirmed
+
+
+REFUSAL = {"type": "ValueError", "message": "max_num_batched_tokens (1) is smaller than max_model_len (16)."}
+
+
+@pytest.mark.parametrize("candidate, words", [
+    # refused as the oracle did, then no record for steps and outputs (PROTOCOL.md's rule aside)
+    ({"config": [{"refused": REFUSAL, "budget_log_lines": []}], "steps": [], "outputs": []},
+     ["candidate: sent no record here", "the oracle has 1 more record, from #0 on"]),
+    # a refusal that is not {type, message}
+    ({"config": [{"refused": REFUSAL, "budget_log_lines": []}], "steps": [{"refused": "too small"}],
+      "outputs": [{"refused": REFUSAL}]},
+     ['candidate: refused = too small (not a {type, message} refusal)']),
+    # accepted where the oracle refused: said so
+    ({"config": [{"refused": None, "max_num_seqs": 1, "budget_log_lines": []}], "steps": [{"step": 0}],
+      "outputs": [{"refused": REFUSAL}]},
+     ["candidate: accepted the configuration"]),
+])
+def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
+    """The report of a finding names a refusal only where the candidate's record holds one,
+    and acceptance only where its record says so; never "accepted" for a side that refused."""
+    raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
+    scenario = parse_scenario(raw, SCENARIO_DIR / "steady_decode.json")
+    hello = {"engine": "double", "version": "0", "protocol": 2}
+    oracle = make_trace("oracle", hello, scenario, {"config": [{"refused": REFUSAL, "budget_log_lines": []}],
+                                                    "steps": [{"refused": REFUSAL}], "outputs": [{"refused": REFUSAL}]})
+    verdict = judge(make_trace("double", hello, scenario, candidate), oracle, CANDIDATE)
+    finding = Finding(signature(verdict), raw, 1, 1, path=Path("out/fuzz/x.json"), verdict=verdict, confirmed=True)
+    text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
+    for line in words:
+        assert line in text, text
+    refused = candidate["config"][0]["refused"] is not None
+    assert ("accepted the configuration" in text) == (not refused), text
+    assert "#-1" not in text
 
 
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the
