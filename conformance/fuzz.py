@@ -382,15 +382,18 @@ class Search:
             changed = False
             for candidate in _edits(finding.raw):
                 left = until - self.clock()
-                if tries >= POLISH_TRIES or left <= 0:
+                if tries >= POLISH_TRIES:
                     return
-                tries += 1
                 try:
+                    if left <= 0:
+                        raise OutOfTime("before the run")
+                    tries += 1
                     if self._fails_as(candidate, finding.signature, left):
                         finding.raw, changed = candidate, True
                         break
                 except OutOfTime:
-                    self.log(f"[fuzz] polishing stopped at its limit of {duration(POLISH_LIMIT)}")
+                    self.log(f"[fuzz] polishing stopped at its limit of {duration(POLISH_LIMIT)} "
+                             f"after {count_of(tries, 'run')}")
                     return
 
     def _fails_as(self, raw: dict, sig: str, timeout: float) -> bool:

@@ -142,8 +142,10 @@ def test_polishing_keeps_its_time_limit_by_the_clock():
     from conformance.fuzz import POLISH_LIMIT
 
     pair = SlowPair()
-    search = Search(pair, 3, QUIET, examples=200, clock=pair.clock, shrink_limit=0.0)
+    said: list[str] = []
+    search = Search(pair, 3, said.append, examples=200, clock=pair.clock, shrink_limit=0.0)
     [finding] = search.run()
+    assert any(line.startswith("[fuzz] polishing stopped at its limit of ") for line in said), said
     assert finding.signature == "diverged config.max_num_seqs"
     found_at = finding.examples * SlowPair.RUN  # every run before polishing was an example
     polish = pair.now - found_at
