@@ -295,11 +295,23 @@ def _refusals(expected: dict | None, actual: dict | None) -> list[str]:
     if e == a or not (isinstance(e, dict) or isinstance(a, dict)):
         return []
     out = ["   refusal, whole (exception type and vLLM's words, pydantic's wrapper removed):"]
-    for who, r in (("oracle   ", e), ("candidate", a)):
-        text = f"{r.get('type')}: {r.get('message')}" if isinstance(r, dict) else "accepted the configuration"
+    for who, record in (("oracle   ", expected), ("candidate", actual)):
         out += [f"     {who}: {line}" if i == 0 else f"                {line}"
-                for i, line in enumerate(str(text).splitlines() or [""])]
+                for i, line in enumerate(_refusal_words(record).splitlines() or [""])]
     return out
+
+
+def _refusal_words(record) -> str:
+    """What one side's record at the divergence says of the configuration, and nothing more:
+    a side with no record there has neither accepted nor refused anything in it."""
+    if not isinstance(record, dict):
+        return "sent no record here"
+    refused = record.get("refused")
+    if isinstance(refused, dict):
+        return f"{refused.get('type')}: {refused.get('message')}"
+    if refused is None:
+        return "accepted the configuration"
+    return f"refused = {_show(refused)} (not a {{type, message}} refusal)"
 
 
 def _counts(entry) -> str:
