@@ -18,6 +18,16 @@ GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--la
 
 .PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz
 
+# GNU make exits 0 when every command succeeds and 2 when any fails, whatever the command's own
+# status (1 only under `make -q`; the GNU make manual, "How to Run make"). So a gate that
+# diverged (parity's status 1) and one that could not compare (2) both make `make` exit 2. The
+# targets whose status has a meaning end by printing the command's own status; CI that tells
+# 1 from 2 calls .venv/bin/parity itself. $(call SAY_STATUS,what ran,its statuses' meanings)
+SAY_STATUS = status=$$?; [ $$status = 0 ] || echo "make $@: $(1) exited with status $$status \
+	($(2)); make exits 2 on any failure, so CI that needs this status calls .venv/bin/$(1)" >&2; exit $$status
+GATE_STATUSES = 1: a gating engine diverged, 2: a gating run could not be compared or bad input
+FUZZ_STATUSES = 1: a confirmed finding, 2: bad input, an engine that cannot start, or a finding that did not repeat
+
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
@@ -30,12 +40,15 @@ envs: setup
 	$(BIN)/parity envs
 
 parity: envs
-	$(BIN)/parity gate $(GATE_OPTIONS)
+	$(info $(BIN)/parity gate $(GATE_OPTIONS))@$(BIN)/parity gate $(GATE_OPTIONS); \
+		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
 
 # The release gate: verdicts by engine-matrix row, waivers.toml applied, and three reports
 # (junit.xml, summary.md, report.html) in out/gate/.
 gate: envs
-	$(BIN)/parity gate --reports out/gate --waivers waivers.toml $(GATE_OPTIONS)
+	$(info $(BIN)/parity gate --reports out/gate --waivers waivers.toml $(GATE_OPTIONS))@$(BIN)/parity gate \
+		--reports out/gate --waivers waivers.toml $(GATE_OPTIONS); \
+		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
 
 # The HTML report as a reader sees it: installs chromium with apt-get where it is missing (root
 # only), gates the no-draft-reservation mutant (a TEST DEVICE) on engine_dflash_gate, and renders
@@ -114,7 +127,8 @@ adequacy: envs
 FUZZ_BUDGET ?= 5m
 fuzz: envs
 	@test -n '$(CANDIDATE)' || { echo "make fuzz: set CANDIDATE, e.g. CANDIDATE='./build/port --parity'"; exit 2; }
-	$(BIN)/parity fuzz --candidate '$(CANDIDATE)' --budget $(FUZZ_BUDGET) $(FUZZ_ARGS)
+	$(info $(BIN)/parity fuzz --candidate '$(CANDIDATE)' --budget $(FUZZ_BUDGET) $(FUZZ_ARGS))@$(BIN)/parity \
+		fuzz --candidate '$(CANDIDATE)' --budget $(FUZZ_BUDGET) $(FUZZ_ARGS); $(call SAY_STATUS,parity fuzz,$(FUZZ_STATUSES))
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import re
 import signal
 import sys
 import threading
@@ -19,7 +20,7 @@ from .gate.golden_store import GOLDENS, GoldenRefused, lookup
 from .drift import drift_rows, render_drift
 from .engine import Ended, end_all, ended_words, prepare_engine, resume
 from .gate.engine_ref import EngineRef
-from .envs import EnvError, device_mode, ensure_env
+from .envs import EnvError, build_envs, device_mode, ensure_env, lock_gpu
 from .files import check_output_file, claim_folder, remove_dead_writers_temporaries, write_text_atomic
 from .gate.waivers import WaiverError, load_waivers
 from .methods_table import render_methods_table
@@ -34,16 +35,52 @@ from .runner import default_parallel, run_scenarios
 from .scenario import Scenario, ScenarioError, load_scenario
 from .trace import TraceError, dumps, load_trace
 from .gate.verdict import CANDIDATE, exit_status
+from .gate.view import visible_lines
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 # `parity selfcheck` exercises each layer the engine declares on the first of these that has it
 SELF_CHECK = ("dflash_27b_gate", "steady_decode", "method_matrix", "engine_ngram")
 
 
+# Bounds of the numbers a command takes (argparse types below): each outside them is refused
+# before anything runs, with what was expected and what arrived.
+MAX_JOBS = 64  # engines side by side: each is a process of about a GiB
+MAX_EXAMPLES = 10_000_000
+MAX_FINDINGS = 100
+MAX_BUDGET = 7 * 24 * 3600.0  # a week, in seconds
+UNITS = {"s": 1, "m": 60, "h": 3600}
+
+
+def whole_number(low: int, high: int, what: str):
+    """An argparse type: a whole number from `low` to `high` (`what` it counts, for the error)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text.strip())
+        except ValueError:
+            value = None
+        if value is None or not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected a whole number from {low} to {high} ({what}), got {text!r}")
+        return value
+    return parse
+
+
+def budget_seconds(text: str) -> float:
+    """An argparse type: a time budget like 90s, 10m, 1h or 45 (seconds), in seconds, more
+    than none and at most MAX_BUDGET."""
+    match = re.fullmatch(r"\s*(\d{1,9}(?:\.\d{1,6})?)\s*([smh]?)\s*", text)
+    seconds = float(match[1]) * UNITS[match[2] or "s"] if match else 0.0
+    if not 0 < seconds <= MAX_BUDGET:
+        raise argparse.ArgumentTypeError(f"expected a duration more than 0 and at most {MAX_BUDGET / 3600:.0f}h, "
+                                         f"like 90s, 10m or 1h, got {text!r}")
+    return seconds
+
+
 def log(message: str) -> None:
     # one write per line: engines and environment builds log from several threads at once,
-    # and print() writes the text and its newline apart, so two lines could run together
-    sys.stderr.write(f"{message}\n")
+    # and print() writes the text and its newline apart, so two lines could run together.
+    # Made visible: a message may quote an engine's stderr, whose ESC or CR must not reach
+    # the terminal (the report escapes the same way, gate/render_text.py)
+    sys.stderr.write(f"{visible_lines(message)}\n")
     sys.stderr.flush()
 
 
@@ -86,8 +123,8 @@ def main(argv: list[str] | None = None) -> int:
                    "its verdicts and traces go to --results, the gate's verdict comes from `parity merge`")
     p.add_argument("--results", type=Path, help="write this run's traces, verdicts and manifest here "
                    "(default with --shard: out/results/shard-I-of-N)")
-    p.add_argument("--jobs", type=int, help="engines run side by side (default: the CPU count on "
-                   "CPU, 1 on a GPU runner)")
+    p.add_argument("--jobs", type=whole_number(1, MAX_JOBS, "engines side by side"),
+                   help="engines run side by side (default: the CPU count on CPU, 1 on a GPU runner)")
 
     p = sub.add_parser("merge", help="combine the results folders of every shard into the gate's verdict")
     p.add_argument("results", nargs="+", type=Path, metavar="RESULTS", help="one folder per shard")
@@ -142,13 +179,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--candidate", required=True, help="the engine to fuzz: a command line, a pin, or "
                    "a pin's TEST DEVICE mutant (0.27.1+mutant:NAME)")
     p.add_argument("--against", help="the oracle pin (default: the gate oracle)")
-    p.add_argument("--budget", help="time to search, like 90s, 10m, 1h (default 10m)")
-    p.add_argument("--examples", type=int, help="examples to run, instead of a time budget")
+    p.add_argument("--budget", type=budget_seconds, help="time to search, like 90s, 10m, 1h (default 10m)")
+    p.add_argument("--examples", type=whole_number(1, MAX_EXAMPLES, "examples to run"),
+                   help="examples to run, instead of a time budget")
     p.add_argument("--seed", type=int, help="the same seed gives the same examples (default: random, printed)")
     p.add_argument("--layers", help="comma-separated layers: stand-in ones (default: config,steps,outputs) or "
                    "engine ones (engine_steps,engine_outputs: the whole engine on the tiny models)")
     p.add_argument("--out", type=Path, help="where findings are written (default: out/fuzz)")
-    p.add_argument("--findings", type=int, default=1, help="stop after this many distinct findings (default 1)")
+    p.add_argument("--findings", type=whole_number(1, MAX_FINDINGS, "findings"), default=1,
+                   help="stop after this many distinct findings (default 1)")
     p.add_argument("--guide", choices=("behaviours", "coverage"), default="behaviours",
                    help="what the search prefers: examples where the oracle's scheduler does more "
                    "(default), or also those reaching branches of the scheduling code not reached "
@@ -219,24 +258,14 @@ def _stop_on_signals():
 
 
 def cmd_envs(args) -> int:
-    """Build the pins' environments concurrently: a build is mostly downloading and unpacking,
-    pip's cache is shared, and each environment has its own folder and lock. A failed build
-    does not stop the others; the first failure is reported once they are done."""
-    from concurrent.futures import ThreadPoolExecutor
-
+    """Build the pins' environments side by side (envs.build_envs)."""
     pins = load_pins()
     releases = args.pin or list(pins.releases)
     if args.lock_gpu:
-        from .envs import lock_gpu
-
         for release in releases:
             lock_gpu(release, pins, log)
         return 0
-    with ThreadPoolExecutor(max_workers=len(releases)) as pool:
-        builds = [pool.submit(ensure_env, release, log, pins, True) for release in releases]
-    failures = [b.exception() for b in builds if b.exception() is not None]
-    if failures:
-        raise failures[0]
+    build_envs(releases, pins, log)
     return 0
 
 
@@ -397,12 +426,14 @@ def cmd_docs(args) -> int:
 
 
 def cmd_fuzz(args) -> int:
-    from .fuzz_cli import DEFAULT_OUT, fuzz_command
+    from .fuzz_cli import DEFAULT_OUT, check_out, fuzz_command
 
     if args.replay:
         load_scenario(args.replay)  # a bad file is bad input before any engine starts
         return fuzz_command(args, log)
-    with claim_folder(args.out or DEFAULT_OUT, "--out", "findings"):  # two searches never share their findings' folder
+    folder = args.out or DEFAULT_OUT
+    check_out(folder)  # a folder findings can be written to...
+    with claim_folder(folder, "--out", "findings"):  # ...that no other search is writing to
         return fuzz_command(args, log)
 
 

@@ -96,7 +96,8 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     else:
         which = "candidate" if len(actual) > len(expected) else "oracle"
         result.fields = [FieldDiff("<record count>", len(expected), len(actual))]
-        result.explanation = f"the {which} has records past #{index - 1}"
+        extra = max(len(expected), len(actual)) - index
+        result.explanation = f"the {which} has {extra} more record{'s' if extra != 1 else ''}, from #{index} on"
     lo, hi = max(0, index - WINDOW), index + WINDOW + 1
     result.window = (lo, hi)
     if not result.explanation:

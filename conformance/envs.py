@@ -11,6 +11,11 @@ Packages are installed by uv (a pinned dependency of the harness) from one cache
 cache root, hard-linked into each environment: torch is unpacked once for all pins. uv does
 not read pip's configuration, so the folders pip is configured to find wheels in
 (`find-links`, where a machine keeps its CPU torch) are passed to it.
+
+The pins are built side by side, one thread each (`build_envs`). What every build takes from
+this process (uv's path, the find-links folders) is resolved once, before the threads start
+(`build_tools`): uv finds itself through `sysconfig`, whose first use is not thread-safe on
+Python 3.11, so no build may depend on what another thread has initialised.
 """
 
 from __future__ import annotations
@@ -23,11 +28,17 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
+from .fidelity import compare_sources
 from .pins import REPO_ROOT, Pins, load_pins
+from .progress import duration, heartbeat
 
 RECIPE = 3  # bump when the build steps below change, so cached envs are rebuilt
 WORKER = REPO_ROOT / "engines" / "vllm" / "worker.py"
@@ -135,7 +146,7 @@ def install_steps(release: str, mode: str, pins: Pins) -> list[list[str]]:
     if mode == "gpu":  # from the index only: a machine's find-links folder may hold a CPU torch
         _locked_torch(release)  # a missing lock is named before anything is installed
         return [install + ["-r", str(gpu_lock(release))]]
-    install += _find_links()
+    install += build_tools().find_links
     rebuild = _engine_build(release, mode, pins)
     extra = list(pins.engine_requirements) if rebuild else []
     return [
@@ -149,7 +160,36 @@ def install_steps(release: str, mode: str, pins: Pins) -> list[list[str]]:
     ]
 
 
+@dataclass(frozen=True)
+class BuildTools:
+    """What every environment build takes from this process, resolved once."""
+
+    uv: str  # the uv binary
+    find_links: tuple[str, ...]  # `--find-links FOLDER` for each folder pip is configured with
+
+
+_TOOLS: BuildTools | None = None
+_TOOLS_LOCK = threading.Lock()
+
+
+def build_tools() -> BuildTools:
+    """The build tools, resolved on the first call and kept. Call it before starting threads
+    that build (`build_envs` does): on Python 3.11 `sysconfig.get_config_vars()` publishes its
+    dict before filling it, so a thread reading it meanwhile (uv's `find_uv_bin()` reads `EXE`)
+    gets None. The lock serialises callers that come first from threads all the same."""
+    global _TOOLS
+    with _TOOLS_LOCK:
+        if _TOOLS is None:
+            sysconfig.get_config_vars()  # sysconfig whole, here, before anyone reads it
+            _TOOLS = BuildTools(_find_uv(), _find_links())
+        return _TOOLS
+
+
 def uv_binary() -> str:
+    return build_tools().uv
+
+
+def _find_uv() -> str:
     """uv, as installed beside the harness (pyproject.toml), else on PATH."""
     try:
         from uv import find_uv_bin
@@ -168,7 +208,6 @@ def uv_environ() -> dict[str, str]:
             "UV_NO_PROGRESS": "1"}
 
 
-@functools.cache
 def _find_links() -> tuple[str, ...]:
     """`--find-links` for each folder pip is configured with ($PIP_FIND_LINKS, pip.conf)."""
     folders = os.environ.get("PIP_FIND_LINKS", "").split()
@@ -215,8 +254,6 @@ def fidelity_file(env: Path) -> Path:
 
 def check_fidelity(release: str, python: Path, rebuild: str, log=print):
     """Compare the rebuild installed for `python` with the official wheel of the release."""
-    from .fidelity import compare_sources
-
     wheels = cache_root() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
     argv = [str(python), "-m", "pip", "download", "--disable-pip-version-check", "--no-input",
@@ -252,6 +289,20 @@ def _refuse_unfaithful_oracle(release: str, env: Path, pins: Pins) -> None:
             f"(conformance/fidelity.py); see {fidelity_file(env)}")
 
 
+def build_envs(releases: list[str], pins: Pins, log=print) -> None:
+    """Build (or reuse) the environments of `releases` side by side, one thread each: a build
+    is mostly downloading and unpacking, uv's cache is shared, and each environment has its
+    own folder and lock. A failed build does not stop the others; the first failure is raised
+    once they are done."""
+    build_tools()  # before any thread starts (see build_tools)
+    device_mode()
+    with ThreadPoolExecutor(max_workers=max(len(releases), 1)) as pool:
+        builds = [pool.submit(ensure_env, release, log, pins, True) for release in releases]
+    failures = [b.exception() for b in builds if b.exception() is not None]
+    if failures:
+        raise failures[0]
+
+
 def ensure_env(release: str, log=print, pins: Pins | None = None, say_cached: bool = False) -> Path:
     """Return the python of the pin's environment, building it first if it is not cached."""
     pins = pins or load_pins()
@@ -265,8 +316,6 @@ def ensure_env(release: str, log=print, pins: Pins | None = None, say_cached: bo
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # two runs building the same pin wait for each other, and say so
-                from .progress import heartbeat
-
                 with heartbeat(log, f"[envs] vllm {release} ({mode}): waiting for another build of it "
                                f"to finish (lock {lock.name})"):
                     fcntl.flock(lock, fcntl.LOCK_EX)
@@ -277,8 +326,7 @@ def ensure_env(release: str, log=print, pins: Pins | None = None, say_cached: bo
 
 
 def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
-    from .progress import duration, heartbeat
-
+    uv = build_tools().uv
     tmp = final.with_name(final.name + ".building")
     shutil.rmtree(tmp, ignore_errors=True)
     build_log = final.with_name(final.name + ".log")
@@ -286,8 +334,8 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
     started = time.monotonic()
     # uv's venv (seeded with pip, which the fidelity check and coverage use) from its cache:
     # `python -m venv` runs ensurepip, measured at 25 s to 2 min per pin on a busy 2-core machine
-    steps = [[uv_binary(), "venv", "--seed", "--python", sys.executable, str(tmp)]]
-    steps += [[uv_binary(), step[0], step[1], "--python", str(env_python(tmp)), *step[2:]]
+    steps = [[uv, "venv", "--seed", "--python", sys.executable, str(tmp)]]
+    steps += [[uv, step[0], step[1], "--python", str(env_python(tmp)), *step[2:]]
               for step in install_steps(release, mode, pins)]
     steps.append([str(env_python(tmp)), str(WORKER), "--import-check", release, "--device", mode])
     # Last, in the environment's final place (compiled kernels are cached by path): vLLM's

@@ -34,7 +34,7 @@ import json
 import re
 import time
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,7 +44,7 @@ from hypothesis.errors import Unsatisfiable
 
 from . import fuzz_strategies
 from .coverage_run import BranchesReached
-from .engine import EngineFailure, EngineProcess, EngineSpec
+from .engine import HANDSHAKE_TIMEOUT, EngineFailure, EngineProcess, EngineSpec, timeout_setting
 from .gate.requirement_rows import where_of
 from .pins import REPO_ROOT
 from .progress import duration
@@ -72,6 +72,11 @@ class FuzzError(ValueError):
 
 class Diverged(AssertionError):
     """Raised inside the hypothesis property for an example with the finding's signature."""
+
+
+class OutOfTime(Exception):
+    """A run given a time limit (shrinking's, polishing's) was cut by it: it says nothing
+    about the example."""
 
 
 @dataclass
@@ -102,15 +107,19 @@ class Pair:
             self._procs.clear()
         self._pool.shutdown()
 
-    def run(self, scenario: Scenario) -> tuple[dict, dict]:
-        """(oracle trace, candidate trace) of one scenario."""
-        oracle, candidate = self._pool.map(lambda role: self._trace(role, scenario), ("oracle", "candidate"))
+    def run(self, scenario: Scenario, timeout: float | None = None) -> tuple[dict, dict]:
+        """(oracle trace, candidate trace) of one scenario. With a timeout, both sides, an
+        engine restart included, end within it, or OutOfTime is raised."""
+        until = None if timeout is None else time.monotonic() + timeout
+        sides = [self._pool.submit(self._trace, role, scenario, until) for role in ("oracle", "candidate")]
+        wait(sides)  # both ended before either's error is raised: never two runs on one engine
+        oracle, candidate = (side.result() for side in sides)
         return oracle, candidate
 
-    def judge(self, scenario: Scenario) -> tuple[Verdict | None, dict]:
+    def judge(self, scenario: Scenario, timeout: float | None = None) -> tuple[Verdict | None, dict]:
         """The candidate's verdict against the oracle's trace as its golden (None when the
         oracle could not run the scenario), and the oracle's trace."""
-        oracle, candidate = self.run(scenario)
+        oracle, candidate = self.run(scenario, timeout)
         if "failure" in oracle:
             return None, oracle
         verdict = judge_trace(candidate, oracle, CANDIDATE)
@@ -119,27 +128,43 @@ class Pair:
                             f"({', '.join(self.layers)}): {verdict.message}; choose them with --layers")
         return verdict, oracle
 
-    def _proc(self, role: str) -> EngineProcess:
-        """The role's warm engine (one thread per role uses it), started when there is none."""
+    def _proc(self, role: str, until: float | None = None) -> EngineProcess:
+        """The role's warm engine (one thread per role uses it), started when there is none
+        (its handshake within `until`, a time.monotonic() deadline, when there is one)."""
         proc = self._procs.get(role)
         if proc is None:
-            proc = EngineProcess(getattr(self, role), run_timeout=self.run_timeout)
+            handshake = timeout_setting("VLLM_PARITY_HANDSHAKE_TIMEOUT", HANDSHAKE_TIMEOUT)
+            cut = until is not None and until - time.monotonic() < handshake
+            if cut:
+                handshake = max(until - time.monotonic(), 0.0)
+            proc = EngineProcess(getattr(self, role), run_timeout=self.run_timeout, handshake_timeout=handshake)
             self._procs[role] = proc
             try:
                 proc.start()  # an engine that cannot start stops the run (EngineFailure)
+            except EngineFailure as failure:
+                self._procs.pop(role, None)
+                if cut and failure.kind == "timeout":
+                    raise OutOfTime(f"{proc.spec.label}: not started within the time limit") from None
+                raise
             except BaseException:
                 self._procs.pop(role, None)
                 raise
         return proc
 
-    def _trace(self, role: str, scenario: Scenario) -> dict:
-        spec, proc = getattr(self, role), self._proc(role)
+    def _trace(self, role: str, scenario: Scenario, until: float | None = None) -> dict:
+        spec, proc = getattr(self, role), self._proc(role, until)
+        timeout = proc.run_timeout
+        cut = until is not None and until - time.monotonic() < timeout
+        if cut:
+            timeout = max(until - time.monotonic(), 0.0)
         try:
-            return make_trace(spec.label, proc.hello, scenario, proc.run(scenario, self.layers))
+            return make_trace(spec.label, proc.hello, scenario, proc.run(scenario, self.layers, timeout))
         except EngineFailure as failure:
             if failure.kind in ENDED:
                 self._procs.pop(role, None)
                 proc.close()
+            if cut and failure.kind == "timeout":
+                raise OutOfTime(f"{spec.label}: the run was cut by the time limit") from None
             return failure_trace(spec, proc.hello, scenario, failure)
 
 
@@ -245,7 +270,7 @@ def _why(failure: dict) -> str:
 @dataclass
 class Finding:
     signature: str
-    raw: dict  # the minimal scenario found, before it is named and written
+    raw: dict  # the smallest failing scenario found so far, before it is named and written
     examples: int  # examples run when it was first seen
     first_requests: int  # requests of the first failing example
     shrink_runs: int = 0
@@ -254,6 +279,7 @@ class Finding:
     verdict: Verdict | None = None  # the confirmation's verdict, on the written file
     confirmed: bool = False
     failing: list = field(default_factory=list)  # every example with its signature, last = minimal
+    shrunk: bool = False  # shrinking and polishing ran to their end (not stopped by Ctrl-C)
 
 
 @dataclass
@@ -334,39 +360,48 @@ class Search:
         if self._target is not None:
             finding = self.findings[-1]
             # hypothesis replays its minimal example last; minimal by its own measure (the
-            # choices it drew), so the one with the fewest requests and tokens is polished
-            best = min(self._failing, key=_size)
-            finding.raw = self._polish(best, finding.signature)
+            # choices it drew), so the one with the fewest requests and tokens (finding.raw,
+            # kept as they come) is polished
+            self._polish(finding)
             finding.failing = list(self._failing) + [finding.raw]
+            finding.shrunk = True
             finding.seconds = self.clock() - self.start
             finding.shrink_runs = self.stats.shrink_runs - finding.shrink_runs
             self.log(f"[fuzz] shrunk {finding.signature!r} in {finding.shrink_runs} runs: "
                      f"{count_of(finding.first_requests, 'request')} -> "
                      f"{count_of(len(finding.raw['workload']['requests']), 'request')}")
 
-    def _polish(self, raw: dict, sig: str) -> dict:
-        """Edits hypothesis may not have tried, each kept when the example still fails with
-        the same signature: a request removed, an optional argument left out, a size cut;
-        at most POLISH_TRIES runs and POLISH_LIMIT seconds."""
-        best, tries, until = raw, 0, self.clock() + POLISH_LIMIT
+    def _polish(self, finding: Finding) -> None:
+        """Edits hypothesis may not have tried, each kept (as finding.raw) when the example
+        still fails with the same signature: a request removed, an optional argument left out,
+        a size cut; at most POLISH_TRIES runs and POLISH_LIMIT seconds by the clock, checked
+        before every run and bounding each run (an engine's restart included)."""
+        tries, until = 0, self.clock() + POLISH_LIMIT
         changed = True
-        while changed and tries < POLISH_TRIES:
+        while changed:
             changed = False
-            for candidate in _edits(best):
-                tries += 1
-                if self._fails_as(candidate, sig):
-                    best, changed = candidate, True
-                    break
-                if tries >= POLISH_TRIES or self.clock() > until:
-                    return best
-        return best
+            for candidate in _edits(finding.raw):
+                left = until - self.clock()
+                if tries >= POLISH_TRIES:
+                    return
+                try:
+                    if left <= 0:
+                        raise OutOfTime("before the run")
+                    tries += 1
+                    if self._fails_as(candidate, finding.signature, left):
+                        finding.raw, changed = candidate, True
+                        break
+                except OutOfTime:
+                    self.log(f"[fuzz] polishing stopped at its limit of {duration(POLISH_LIMIT)} "
+                             f"after {count_of(tries, 'run')}")
+                    return
 
-    def _fails_as(self, raw: dict, sig: str) -> bool:
+    def _fails_as(self, raw: dict, sig: str, timeout: float) -> bool:
         try:
             scenario = parse_scenario(raw, SCENARIO_DIR / f"{raw['name']}.json")
         except ScenarioError:
             return False
-        verdict, _ = self.pair.judge(scenario)
+        verdict, _ = self.pair.judge(scenario, timeout=timeout)
         self.stats.shrink_runs += 1
         self._say()
         return verdict is not None and signature(verdict) == sig
@@ -376,7 +411,8 @@ class Search:
         if not shrinking and self._done():
             return  # the budget is spent: the rest of this round's examples pass unrun
         key = json.dumps(raw, sort_keys=True)
-        if shrinking and self.clock() - self._shrink_start > self.shrink_limit:
+        left = self._shrink_start + self.shrink_limit - self.clock() if shrinking else None
+        if left is not None and left <= 0:
             if key in self._failing_keys:
                 raise Diverged(self._target)
             return  # shrinking's time is up: nothing new counts as failing
@@ -384,7 +420,9 @@ class Search:
             raise self._fatal
         scenario = parse_scenario(raw, SCENARIO_DIR / f"{raw['name']}.json")
         try:
-            verdict, oracle = self.pair.judge(scenario)
+            verdict, oracle = self.pair.judge(scenario, timeout=left)  # shrinking: within its time
+        except OutOfTime:
+            return  # shrinking's time ran out during the run: nothing new counts as failing
         except EngineFailure as failure:  # a restart that failed: the run cannot go on
             self._fatal = failure
             raise
@@ -422,6 +460,8 @@ class Search:
         if sig == self._target:
             self._failing.append(raw)
             self._failing_keys.add(key)
+            finding = self.findings[-1]
+            finding.raw = min(finding.raw, raw, key=_size)  # what Ctrl-C would keep
             raise Diverged(sig)
 
     def _say(self, final: bool = False) -> None:

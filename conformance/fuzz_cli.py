@@ -7,6 +7,11 @@ loaded back like any scenario, run on both engines again and its signature confi
 is the one the gate prints for that verdict (conformance/report.render_verdict). To add it to
 the library: move it into scenarios/ (written there directly with --out scenarios) and write its
 golden with `make goldens -k NAME`.
+
+A finding is never lost: --out is checked before any engine starts; a file that cannot be
+written after all is printed on standard output instead; and Ctrl-C while a finding is being
+shrunk or confirmed writes the smallest failing example found so far, named `..._unconfirmed`
+and marked as such, says where, then exits 130.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import os
 import random
 import re
 import shlex
+import tempfile
 from pathlib import Path
 
 from .engine import EngineFailure, prepare_engine
@@ -29,15 +35,7 @@ from .scenario import load_scenario
 from .gate.verdict import exit_status
 
 DEFAULT_OUT = REPO_ROOT / "out" / "fuzz"
-UNITS = {"s": 1, "m": 60, "h": 3600}
-
-
-def parse_budget(text: str) -> float:
-    """'10m', '90s', '1h', '45' (seconds) -> seconds."""
-    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([smh]?)\s*", text)
-    if not match or float(match[1]) <= 0:
-        raise ValueError(f"--budget: expected a duration like 90s, 10m or 1h, got {text!r}")
-    return float(match[1]) * UNITS[match[2] or "s"]
+DEFAULT_BUDGET = 600.0  # seconds, without --budget or --examples
 
 
 def fuzz_command(args, log, out=print) -> int:
@@ -51,15 +49,14 @@ def fuzz_command(args, log, out=print) -> int:
         raise ValueError(f"--against: {against!r} is not a pinned release "
                          f"({', '.join(pins.releases)}); only a pin is an oracle")
     layers = parse_layers(args.layers)
-    if args.budget and args.examples:
+    if args.budget is not None and args.examples is not None:
         raise ValueError("--budget and --examples: give one of them")
-    budget = parse_budget(args.budget) if args.budget else None
-    if args.examples is not None and args.examples < 1:
-        raise ValueError(f"--examples: expected a positive number, got {args.examples}")
-    if args.findings < 1:
-        raise ValueError(f"--findings: expected a positive number, got {args.findings}")
+    budget = args.budget  # seconds (cli.budget_seconds)
     if budget is None and args.examples is None and not args.replay:
-        budget = parse_budget("10m")
+        budget = DEFAULT_BUDGET
+    folder = args.out or DEFAULT_OUT
+    if not args.replay:
+        check_out(folder)  # before any engine starts: nothing is searched for a folder that refuses it
     candidate_ref = EngineRef.parse(args.candidate, pins)
     oracle = prepare_engine(oracle_ref, pins, log)
     branches = None
@@ -81,11 +78,13 @@ def fuzz_command(args, log, out=print) -> int:
             + (f"budget {duration(budget)}" if budget else f"{args.examples} examples"))
         search = Search(pair, seed, log, budget=budget, examples=args.examples, findings=args.findings,
                         branches=branches, guide=branches is not None)
-        findings = search.run()
-        folder = args.out or DEFAULT_OUT
-        for finding in findings:
-            confirm(pair, finding, folder, seed, args.candidate, against, log)
-            out(report(finding, oracle_ref.release, seed, args.candidate, against))
+        try:
+            findings = search.run()
+            unwritten = deliver(pair, findings, folder, seed, args.candidate, against, oracle_ref.release,
+                                log, out)
+        except KeyboardInterrupt:  # Ctrl-C, SIGTERM: what was found is kept, then the command ends
+            keep_unfinished(search.findings, folder, seed, args.candidate, against, log, out)
+            raise
     except EngineFailure as failure:  # an engine that could not even start
         log(f"parity fuzz: {failure}")
         return 2
@@ -103,11 +102,77 @@ def fuzz_command(args, log, out=print) -> int:
         + (f", {len(branches.arcs)} branches of the scheduling code" if branches is not None else "")
         + f"; {len(findings)} finding"
         f"{'s' if len(findings) != 1 else ''}"
-        + "".join(f"\n   {f.signature}: {f.path} ({'confirmed' if f.confirmed else 'NOT confirmed'})"
-                  for f in findings))
-    if any(not f.confirmed for f in findings):
+        + "".join(f"\n   {f.signature}: {f.path or 'NOT written (printed above)'} "
+                  f"({'confirmed' if f.confirmed else 'NOT confirmed'})" for f in findings))
+    if unwritten or any(not f.confirmed for f in findings):
         return 2
     return 1 if findings else 0
+
+
+def check_out(folder: Path) -> None:
+    """--out: a folder findings can be written to (made now if it is missing). Checked by
+    writing there, before any engine starts, so a search never ends with nowhere to put it."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(folder) else ""
+        raise ValueError(f"--out {folder}: expected a folder findings can be written to; "
+                         f"{where}{exc.strerror or exc}") from None
+
+
+class NotWritten(FuzzError):
+    """A finding's scenario file could not be written; `text` is what it would have held."""
+
+    def __init__(self, path: Path, text: str, error: OSError):
+        super().__init__(f"{path} could not be written: {error.strerror or error}")
+        self.path, self.text = path, text
+
+
+def deliver(pair: Pair, findings: list[Finding], folder: Path, seed: int, candidate: str, against: str,
+            oracle: str, log, out=print) -> int:
+    """Each finding written, confirmed and reported. One whose file cannot be written is
+    printed whole on standard output instead, the scenario file it would have been. Returns
+    how many were not written."""
+    unwritten = 0
+    for finding in findings:
+        try:
+            confirm(pair, finding, folder, seed, candidate, against, log)
+        except NotWritten as exc:
+            unwritten += 1
+            log(f"parity fuzz: error: the finding {finding.signature!r}: {exc}; it follows on standard "
+                f"output, the scenario file it would have been (save it as {exc.path.name})")
+            out(exc.text)
+            continue
+        out(report(finding, oracle, seed, candidate, against))
+    return unwritten
+
+
+def keep_unfinished(findings: list[Finding], folder: Path, seed: int, candidate: str, against: str,
+                    log, out=print) -> None:
+    """On Ctrl-C: each finding not confirmed yet is written as it stands, the smallest failing
+    example found so far, named `..._unconfirmed` and marked in its description as not fully
+    shrunk (when shrinking was stopped) and not confirmed; the log says where."""
+    for finding in findings:
+        if finding.confirmed:
+            continue
+        state = "not confirmed" if finding.shrunk else "not fully shrunk, not confirmed"
+        name = scenario_name(finding.signature, folder, suffix="_unconfirmed")
+        description = (describe(finding, finding.raw, seed, candidate, against)
+                       + f" Stopped by an interrupt: {state}.")
+        try:
+            path = write_scenario(finding.raw, name, folder, description)
+        except NotWritten as exc:
+            log(f"[fuzz] interrupted: the smallest failing example of {finding.signature!r} so far "
+                f"({state}): {exc}; it follows on standard output")
+            out(exc.text)
+            continue
+        if finding.path is not None and finding.path != path:
+            finding.path.unlink(missing_ok=True)  # the file a confirmation had begun with
+        finding.path = path
+        log(f"[fuzz] interrupted: the smallest failing example of {finding.signature!r} found so far "
+            f"({state}, {count_of(len(finding.raw['workload']['requests']), 'request')}) is in {path}")
 
 
 def parse_layers(text: str | None) -> list[str]:
@@ -160,8 +225,8 @@ def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: st
             log) -> None:
     """Write the minimal example as a scenario file, load it back, run it again: confirmed when
     the verdict's signature is the finding's. Should the minimal one not repeat (a flaky
-    candidate), the examples found before it are tried, newest first."""
-    folder.mkdir(parents=True, exist_ok=True)
+    candidate), the examples found before it are tried, newest first. NotWritten when the
+    file cannot be written."""
     name = scenario_name(finding.signature, folder)
     for raw in reversed(finding.failing[-3:] or [finding.raw]):
         path = write_scenario(raw, name, folder, describe(finding, raw, seed, candidate, against))
@@ -200,10 +265,11 @@ def report(finding: Finding, oracle: str, seed: int, candidate: str, against: st
     return "\n".join(lines)
 
 
-def scenario_name(sig: str, folder: Path) -> str:
-    """fuzz_steps_requests_tokens for `diverged steps.requests.*.tokens`; a free name in `folder`."""
+def scenario_name(sig: str, folder: Path, suffix: str = "") -> str:
+    """fuzz_steps_requests_tokens for `diverged steps.requests.*.tokens` (then `suffix`); a
+    free name in `folder`."""
     words = re.sub(r"[^a-z0-9]+", "_", sig.lower().replace("diverged ", "")).strip("_")
-    base = f"fuzz_{words}"[:58].rstrip("_")
+    base = f"fuzz_{words}"[:58 - len(suffix)].rstrip("_") + suffix
     name, number = base, 2
     while (folder / f"{name}.json").exists():
         name, number = f"{base}_{number}", number + 1
@@ -218,7 +284,20 @@ def describe(finding: Finding, raw: dict, seed: int, candidate: str, against: st
 
 
 def write_scenario(raw: dict, name: str, folder: Path, description: str) -> Path:
-    """The raw scenario as a file in `folder`, its model paths relative to that folder."""
+    """The raw scenario as a file in `folder`, its model paths relative to that folder;
+    NotWritten (with the file's text) when it cannot be written."""
+    text = scenario_text(raw, name, folder, description)
+    path = folder / f"{name}.json"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, text)  # never half a scenario, even after kill -9
+    except OSError as exc:
+        raise NotWritten(path, text, exc) from None
+    return path
+
+
+def scenario_text(raw: dict, name: str, folder: Path, description: str) -> str:
+    """What write_scenario writes."""
     scenario = json.loads(json.dumps(raw))
     scenario["name"], scenario["description"] = name, description
     args = scenario["engine_args"]
@@ -227,7 +306,5 @@ def write_scenario(raw: dict, name: str, folder: Path, description: str) -> Path
             obj["model"] = os.path.relpath(SCENARIO_DIR / obj["model"], folder.resolve())
     if "num_gpu_blocks_override" in args:
         scenario["rows"] = ["ENG-SCHED-CORE", "ENG-KV-CACHE"]
-    path = folder / f"{name}.json"
-    write_text_atomic(path, json.dumps(scenario, indent=2) + "\n")  # never half a scenario, even after kill -9
-    return path
+    return json.dumps(scenario, indent=2) + "\n"
 

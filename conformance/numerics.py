@@ -11,9 +11,18 @@ engine_outputs, per request (sorted by id), position by position:
     beat the other side's k-th logprob by more than the tolerance (it would have been in the
     other side's top-k). Either is a `logprobs` difference: a logit scale of 1.1 keeps every
     greedy token and moves the rest of the top-k by nats.
-  - different token: when each side's token is in the other side's top-k, the difference is
-    `numerics` (near-tie between two candidates; the rest of that request is not compared,
-    since its continuation legitimately differs); otherwise it is a `mismatch`.
+  - different token (a flip): the ORACLE's logprobs decide, never the candidate's. It is
+    `numerics` only when the oracle's own top-k lists both tokens and its top-1 margin over the
+    candidate's token (the oracle's token's logprob minus the candidate's token's, both as the
+    oracle reports them: its top-1 minus top-2 when the candidate took the runner-up) is within
+    the tolerance: a near-tie that different arithmetic resolves the other way. Even then the
+    top-k at that position must agree as at any other (a `logprobs` difference otherwise), so a
+    candidate's numbers can fail it but never excuse it. Any other flip is a `mismatch`
+    (failing), with the margin as evidence. After a genuine near-tie the request is not
+    compared further: its prefix differs from there on, so its later tokens, its length and its
+    finish reason legitimately differ, and no golden holds the oracle's answer to the
+    candidate's prefix. The evidence says how many of the oracle's positions were left
+    unjudged; the other requests are still compared whole.
 engine_steps, at the first step that differs (budget and worker counts are context, as in
 the steps layer):
   - a scheduling field differs (scheduled tokens, draft tokens, new / resumed / preempted):
@@ -32,6 +41,8 @@ Capacity: every forward the worker ran, target and drafter, against max_num_batc
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from .compare import AFTER_UPDATE, CONTEXT_FIELDS, FieldDiff, LayerComparison, compare_layer
 
@@ -95,7 +106,7 @@ def _acceptance_evidence(c: LayerComparison, steps: list[dict], oracle_outputs, 
         found.append((rid, draft, position, margin))
     if not found:
         return  # only `finished` differs: no draft to judge, a failing difference
-    near = [f for f in found if f[3] is not None and f[3] <= atol]
+    near = [f for f in found if f[3] is not None and within(f[3], atol)]
     rid, draft, position, margin = (near or found)[0]
     where = (f"step {c.index}, request {rid}, draft position {draft}"
              + (f" (output position {position})" if position is not None else ""))
@@ -140,49 +151,94 @@ def compare_engine_outputs(expected: list[dict], actual: list[dict], atol: float
         c = compare_layer("engine_outputs", expected, actual)
         c.cause = "mismatch"
         return c
-    numerics: list[tuple[int, list[FieldDiff]]] = []
+    near_ties: list[tuple[int, RequestDiff]] = []
     e_by, a_by = {r.get("id"): r for r in expected}, {r.get("id"): r for r in actual}
-    for index, rid in enumerate(sorted(set(e_by) | set(a_by), key=str)):
+    ids = sorted(set(e_by) | set(a_by), key=str)
+    for index, rid in enumerate(ids):
         e, a = e_by.get(rid), a_by.get(rid)
         if e is None or a is None:  # a request only one side has
             return _diverged(c, index, e, a, [FieldDiff(f"{rid}", e, a)], "mismatch")
-        cause, fields = _compare_request(rid, e, a, atol)
-        if cause == "numerics":
-            numerics.append((index, fields))
-        elif cause is not None:
-            return _diverged(c, index, e, a, fields, cause)
-    if not numerics:
+        diff = _compare_request(rid, e, a, atol)
+        if diff is None:
+            continue
+        if diff.cause != "numerics":
+            c = _diverged(c, index, e, a, diff.fields, diff.cause)
+            c.evidence = diff.evidence
+            return c
+        near_ties.append((index, diff))
+    if not near_ties:
         c.equal = True  # every difference is within the tolerance
         return c
-    index, fields = numerics[0]
-    rid = sorted(set(e_by) | set(a_by), key=str)[index]
-    c = _diverged(c, index, e_by[rid], a_by[rid], fields, "numerics")
-    c.explanation = (f"{len(numerics)} request(s) differ only where both tokens are in the other "
-                     "side's top-k: near-ties resolved differently by different arithmetic")
+    index, diff = near_ties[0]
+    c = _diverged(c, index, e_by[ids[index]], a_by[ids[index]], diff.fields, "numerics")
+    c.evidence = diff.evidence
+    unjudged = sum(d.unjudged for _, d in near_ties)
+    c.explanation = (f"{len(near_ties)} request(s) differ only at a near-tie of the oracle (its top-1 "
+                     f"margin within the tolerance {atol:g}), resolved differently by different "
+                     f"arithmetic; {unjudged} later position(s) of the oracle left unjudged")
     return c
 
 
-def _compare_request(rid, e: dict, a: dict, atol: float):
-    """(cause or None, fields) for one request."""
+@dataclass
+class RequestDiff:
+    """How one request differs: the cause, the fields, the evidence behind a token flip, and,
+    after a near-tie, how many of the oracle's later positions were left unjudged."""
+    cause: str
+    fields: list[FieldDiff]
+    evidence: str = ""
+    unjudged: int = 0
+
+
+def _compare_request(rid, e: dict, a: dict, atol: float) -> RequestDiff | None:
+    """How one request differs, or None when it agrees (its logprobs within `atol`)."""
     e_tokens, a_tokens = e.get("output_token_ids", []), a.get("output_token_ids", [])
     e_lp, a_lp = e.get("logprobs", []), a.get("logprobs", [])
     for pos in range(min(len(e_tokens), len(a_tokens))):
-        et, at = e_tokens[pos], a_tokens[pos]
         e_top, a_top = top_k(e_lp, pos), top_k(a_lp, pos)
-        if et != at:
-            fields = [FieldDiff(f"{rid}.output_token_ids[{pos}]", et, at),
+        if e_tokens[pos] != a_tokens[pos]:
+            fields = [FieldDiff(f"{rid}.output_token_ids[{pos}]", e_tokens[pos], a_tokens[pos]),
                       FieldDiff(f"{rid}.logprobs[{pos}]", e_lp[pos] if pos < len(e_lp) else None,
                                 a_lp[pos] if pos < len(a_lp) else None)]
-            if et in a_top and at in e_top:
-                return "numerics", fields
-            return "mismatch", fields
+            return _token_flip(rid, pos, e_tokens, a_tokens[pos], e_top, a_top, atol, fields)
         beyond = _topk_diffs(f"{rid}.logprobs[{pos}]", e_top, a_top, atol)
         if beyond:
-            return "logprobs", beyond
+            return RequestDiff("logprobs", beyond)
     if len(e_tokens) != len(a_tokens) or e.get("finish_reason") != a.get("finish_reason"):
-        return "mismatch", [FieldDiff(f"{rid}.output_token_ids (length)", len(e_tokens), len(a_tokens)),
-                            FieldDiff(f"{rid}.finish_reason", e.get("finish_reason"), a.get("finish_reason"))]
-    return None, []
+        return RequestDiff("mismatch", [
+            FieldDiff(f"{rid}.output_token_ids (length)", len(e_tokens), len(a_tokens)),
+            FieldDiff(f"{rid}.finish_reason", e.get("finish_reason"), a.get("finish_reason"))])
+    return None
+
+
+def _token_flip(rid, pos: int, e_tokens: list, theirs, e_top: dict, a_top: dict, atol: float,
+                fields: list[FieldDiff]) -> RequestDiff:
+    """A token that differs, judged by the oracle's margin alone (module doc)."""
+    ours = e_tokens[pos]
+    where = f"output token differs at request {rid}, output position {pos}"
+    if ours not in e_top or theirs not in e_top:
+        return RequestDiff("mismatch", fields, (
+            f"{where}: the candidate's token {theirs!r} is not in the oracle's top-k there, so no "
+            "near-tie explains it"))
+    margin = e_top[ours] - e_top[theirs]
+    if not within(margin, atol):
+        return RequestDiff("mismatch", fields, (
+            f"{where}: the oracle's top-1 margin over the candidate's token there is {margin:.4g}, "
+            f"beyond the tolerance {atol:g}: no arithmetic noise explains it"))
+    beyond = _topk_diffs(f"{rid}.logprobs[{pos}]", e_top, a_top, atol)
+    if beyond:  # a near-tie, but the candidate's top-k there is off: its numbers can only fail it
+        return RequestDiff("logprobs", beyond)
+    unjudged = len(e_tokens) - pos - 1
+    return RequestDiff("numerics", fields, (
+        f"{where}: the oracle's top-1 margin over the candidate's token there is {margin:.4g}, "
+        f"within the tolerance {atol:g}: a near-tie, resolved differently by different arithmetic; "
+        f"the request's {unjudged} later position(s) are left unjudged (its continuation "
+        "legitimately differs)"), unjudged)
+
+
+def within(margin: float, atol: float) -> bool:
+    """A margin within the tolerance; logprobs are rounded to a few decimals, so a margin equal
+    to the tolerance may come out a hair above it in binary floating point."""
+    return margin <= atol + 1e-9
 
 
 def _topk_diffs(path: str, e_top: dict, a_top: dict, atol: float) -> list[FieldDiff]:

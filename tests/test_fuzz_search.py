@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 
 from conformance import fuzz_cli
 from conformance.cli import main
-from conformance.fuzz import ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Pair, Search, signature
+from conformance.fuzz import ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Finding, Pair, Search, signature
 from conformance.fuzz_strategies import engine_scenarios, scenarios
 from conformance.gate.requirement_rows import where_of
 from conformance.gate.render_text import render_verdict
@@ -59,7 +59,7 @@ class DoublePair:
     def __init__(self, bug: bool = True):
         self.bug, self.seen = bug, []
 
-    def judge(self, scenario):
+    def judge(self, scenario, timeout=None):
         self.seen.append(json.dumps(scenario.workload, sort_keys=True))
         args = scenario.engine_args
         at_zero = [r["id"] for r in scenario.workload["requests"] if r["arrival_step"] == 0]
@@ -104,6 +104,56 @@ def test_a_planted_bug_is_found_shrunk_written_and_confirmed(tmp_path):
     assert f"parity fuzz --replay {finding.path}" in text
 
 
+class SlowPair:
+    """TEST DOUBLE of conformance.fuzz.Pair on a clock of its own: each run takes 10 s, or is
+    cut by the time limit it is given (OutOfTime, as the real Pair does). Every example with
+    at least three requests fails alike (the candidate's config says one more max_num_seqs),
+    so polishing keeps edit after edit until three requests remain."""
+
+    layers = ["config", "steps"]
+    RUN = 10.0
+
+    def __init__(self):
+        self.now, self.limits = 0.0, []
+
+    def clock(self) -> float:
+        return self.now
+
+    def judge(self, scenario, timeout=None):
+        self.limits.append(timeout)
+        if timeout is not None and timeout < self.RUN:
+            from conformance.fuzz import OutOfTime
+
+            self.now += timeout
+            raise OutOfTime("cut")
+        self.now += self.RUN
+        seqs = scenario.engine_args["max_num_seqs"]
+        bug = len(scenario.workload["requests"]) >= 3
+        hello = {"engine": "double", "version": "0", "protocol": 1}
+        golden = make_trace("oracle", hello, scenario, {"config": [{"refused": None, "max_num_seqs": seqs}]})
+        trace = make_trace("double", hello, scenario, {"config": [{"refused": None, "max_num_seqs": seqs + bug}]})
+        return judge(trace, golden, CANDIDATE), golden
+
+
+def test_polishing_keeps_its_time_limit_by_the_clock():
+    """Every edit polishing tries keeps failing, and each run takes 10 s: polishing stops at
+    POLISH_LIMIT (120 s), checked before each run and bounding the last one, not after 60 runs
+    (600 s). Hypothesis' own shrinking is given no time here, so only polishing shrinks."""
+    from conformance.fuzz import POLISH_LIMIT
+
+    pair = SlowPair()
+    said: list[str] = []
+    search = Search(pair, 3, said.append, examples=200, clock=pair.clock, shrink_limit=0.0)
+    [finding] = search.run()
+    assert any(line.startswith("[fuzz] polishing stopped at its limit of ") for line in said), said
+    assert finding.signature == "diverged config.max_num_seqs"
+    found_at = finding.examples * SlowPair.RUN  # every run before polishing was an example
+    polish = pair.now - found_at
+    assert polish <= POLISH_LIMIT, f"polishing took {polish:.0f} s of the clock, limit {POLISH_LIMIT:.0f} s"
+    assert polish >= POLISH_LIMIT - SlowPair.RUN  # it used its time: edits kept failing
+    assert len(finding.raw["workload"]["requests"]) >= 3 and finding.shrunk
+
+
 def test_signature_leaves_out_request_ids_and_positions():
     from conformance.compare import FieldDiff, LayerComparison
 
@@ -117,22 +167,231 @@ def test_signature_leaves_out_request_ids_and_positions():
         "fuzz_steps_requests_tokens"
 
 
-@pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h", 3600), ("45", 45)])
+@pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h", 3600), ("45", 45), ("168h", 604800)])
 def test_budget(text, seconds):
-    assert fuzz_cli.parse_budget(text) == seconds
+    from conformance.cli import budget_seconds
+
+    assert budget_seconds(text) == seconds
+
+
+def exit_status(argv: list[str]) -> int:
+    """`parity ARGV`'s exit status, argparse's own refusals (SystemExit) included."""
+    try:
+        return main(argv)
+    except SystemExit as exc:
+        return exc.code
 
 
 @pytest.mark.parametrize("argv, error", [
-    (["--budget", "soon"], "--budget: expected a duration"),
+    (["--budget", "soon"], "argument --budget: expected a duration more than 0 and at most 168h, like 90s, "
+                           "10m or 1h, got 'soon'"),
+    (["--budget", ""], "argument --budget: expected a duration more than 0 and at most 168h, like 90s, 10m "
+                       "or 1h, got ''"),
+    (["--budget", "0"], "argument --budget: expected a duration more than 0"),
+    (["--budget", "169h"], "argument --budget: expected a duration more than 0 and at most 168h"),
+    (["--budget", "9" * 400], "argument --budget: expected a duration"),
     (["--against", "0.27.1+mutant:ignore-max-num-seqs"], "--against"),
     (["--layers", "steps,engine_steps"], "not both at once"),
     (["--layers", "methods"], "--layers: the fuzzer runs some of the stand-in layers"),
     (["--budget", "1m", "--examples", "3"], "give one of them"),
-    (["--findings", "0"], "--findings: expected a positive number"),
+    (["--findings", "0"], "argument --findings: expected a whole number from 1 to 100 (findings), got '0'"),
+    (["--examples", "-1"], "argument --examples: expected a whole number from 1 to 10000000 (examples to run), "
+                           "got '-1'"),
+    (["--examples", "many"], "argument --examples: expected a whole number"),
 ])
 def test_bad_input_is_refused_before_any_engine_starts(argv, error, capsys):
-    assert main(["fuzz", "--candidate", "/nonexistent/engine", *argv]) == 2
+    assert exit_status(["fuzz", "--candidate", "/nonexistent/engine", *argv]) == 2
     assert error in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("jobs", ["0", "-1", "65", "two", ""])
+def test_gate_jobs_are_bounded(jobs, capsys):
+    assert exit_status(["gate", "--jobs", jobs]) == 2
+    assert f"argument --jobs: expected a whole number from 1 to 64 (engines side by side), got {jobs!r}" \
+        in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("where", ["file", "file/below", "/proc/parity-fuzz"])
+def test_an_out_folder_that_cannot_be_written_is_refused_before_the_search(where, tmp_path, capsys):
+    """Checked before any engine starts: the candidate named here does not even exist (it would
+    be refused next), and the search never begins."""
+    (tmp_path / "file").write_text("not a folder\n", encoding="utf-8")
+    out = where if where.startswith("/") else str(tmp_path / where)
+    assert main(["fuzz", "--candidate", "/nonexistent/engine", "--examples", "3", "--out", out]) == 2
+    err = capsys.readouterr().err
+    assert f"parity fuzz: error: --out {out}: expected a folder findings can be written to; " in err
+    assert "/nonexistent/engine" not in err and "Traceback" not in err
+
+
+def test_a_finding_that_cannot_be_written_is_printed_whole(tmp_path):
+    """--out became unwritable during the search: the finding is printed on standard output,
+    the scenario file it would have been, and the run is not a confirmed finding."""
+    pair = DoublePair()
+    [finding] = Search(pair, 1, QUIET, examples=300).run()
+    (tmp_path / "out").write_text("a file where the folder was\n", encoding="utf-8")
+    said, printed = [], []
+    assert fuzz_cli.deliver(pair, [finding], tmp_path / "out", 1, "double", "0.27.1", "0.27.1",
+                            said.append, printed.append) == 1
+    assert not finding.confirmed and finding.path is None
+    [text] = printed
+    scenario = parse_scenario(json.loads(text), tmp_path / "fuzz_steps_new.json")  # a whole scenario file
+    assert scenario.name == "fuzz_steps_new" and len(scenario.workload["requests"]) == 2
+    assert any(f"{tmp_path / 'out' / 'fuzz_steps_new.json'} could not be written" in line and
+               "it follows on standard output" in line for line in said), said
+
+
+class InterruptedPair(DoublePair):
+    """TEST DOUBLE: DoublePair, with Ctrl-C arriving at its `at`-th run after the first
+    failing example (while hypothesis shrinks)."""
+
+    def __init__(self, at: int):
+        super().__init__()
+        self.at, self.after, self.failing = at, None, []
+
+    def judge(self, scenario, timeout=None):
+        if self.after is not None:
+            self.after += 1
+            if self.after == self.at:
+                raise KeyboardInterrupt
+        verdict, golden = super().judge(scenario)
+        if signature(verdict):
+            self.after = self.after or 0
+            self.failing.append(size_of(scenario.workload))
+        return verdict, golden
+
+
+def size_of(workload: dict) -> tuple[int, int]:
+    """Requests, then their prompt and output tokens: what 'smallest' means first."""
+    reqs = workload["requests"]
+    return len(reqs), sum(r["prompt_len"] + r["max_tokens"] for r in reqs)
+
+
+def test_ctrl_c_while_shrinking_keeps_the_smallest_failing_example(tmp_path):
+    pair = InterruptedPair(at=20)
+    search = Search(pair, 1, QUIET, examples=300)
+    with pytest.raises(KeyboardInterrupt):
+        search.run()
+    [finding] = search.findings
+    assert not finding.shrunk and not finding.confirmed
+    said: list[str] = []
+    fuzz_cli.keep_unfinished(search.findings, tmp_path, 1, "double", "0.27.1", said.append)
+    path = tmp_path / "fuzz_steps_new_unconfirmed.json"
+    assert said == [f"[fuzz] interrupted: the smallest failing example of 'diverged steps.new' found so far "
+                    f"(not fully shrunk, not confirmed, "
+                    f"{fuzz_cli.count_of(len(finding.raw['workload']['requests']), 'request')}) is in {path}"]
+    written = load_scenario(path)
+    assert "Stopped by an interrupt: not fully shrunk, not confirmed." in written.description
+    # the smallest failing example seen, smaller than the first: shrinking had made progress
+    assert size_of(written.workload) == min(pair.failing) < pair.failing[0]
+    verdict, _ = DoublePair().judge(written)
+    assert signature(verdict) == "diverged steps.new"
+
+
+# `parity fuzz` in a process of its own, its engines TEST DOUBLEs: DoublePair in place of the
+# oracle's and the candidate's workers (the planted admission bug), each run taking 50 ms.
+FUZZ_DRIVER = """
+import sys, time
+sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
+from conformance import cli, fuzz_cli
+from conformance.engine import EngineSpec
+from test_fuzz_search import DoublePair
+
+class SlowDoublePair(DoublePair):
+    def __init__(self, oracle, candidate, layers):
+        super().__init__()
+    def start(self):
+        pass
+    def close(self, engines=True):
+        pass
+    def judge(self, scenario, timeout=None):
+        time.sleep(0.05)
+        return super().judge(scenario)
+
+fuzz_cli.prepare_engine = lambda ref, pins, log: EngineSpec(ref.label, ("TEST-DOUBLE",))
+fuzz_cli.Pair = SlowDoublePair
+sys.exit(cli.main(sys.argv[2:]))
+"""
+
+
+def test_ctrl_c_while_shrinking_writes_what_was_found_and_exits_130(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from conftest import REPO
+
+    out = tmp_path / "out"
+    argv = [sys.executable, "-c", FUZZ_DRIVER, str(REPO), "fuzz", "--candidate", "TEST-DOUBLE",
+            "--seed", "1", "--examples", "300", "--out", str(out)]
+    fuzz = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    shrinking = threading.Event()
+
+    def read() -> None:
+        for line in fuzz.stderr:
+            lines.append(line)
+            if line.startswith("[fuzz] finding after ") and line.rstrip().endswith("; shrinking"):
+                shrinking.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    try:
+        assert shrinking.wait(120), "".join(lines)  # bounded: not a timing assertion
+        fuzz.send_signal(signal.SIGINT)
+        fuzz.wait(timeout=60)  # stderr is the reader's alone
+        stdout = fuzz.stdout.read()
+    finally:
+        if fuzz.poll() is None:
+            fuzz.kill()
+    reader.join(10)
+    err = "".join(lines)
+    assert fuzz.returncode == 130, err
+    assert "Traceback" not in err, err
+    path = out / "fuzz_steps_new_unconfirmed.json"
+    assert "[fuzz] interrupted: the smallest failing example of 'diverged steps.new' found so far " \
+           f"(not fully shrunk, not confirmed, " in err and f") is in {path}\n" in err, err
+    assert "parity fuzz: interrupted (Ctrl-C)" in err, err
+    assert sorted(p.name for p in out.iterdir() if p.name != ".parity-findings.lock") == [path.name]
+    written = load_scenario(path)
+    assert "Stopped by an interrupt: not fully shrunk, not confirmed." in written.description
+    verdict, _ = DoublePair().judge(written)
+    assert signature(verdict) == "diverged steps.new"
+    assert stdout == ""  # no report: nothing was confirmed
+
+
+REFUSAL = {"type": "ValueError", "message": "max_num_batched_tokens (1) is smaller than max_model_len (16)."}
+
+
+@pytest.mark.parametrize("candidate, words", [
+    # refused as the oracle did, then no record for steps and outputs (PROTOCOL.md's rule aside)
+    ({"config": [{"refused": REFUSAL, "budget_log_lines": []}], "steps": [], "outputs": []},
+     ["candidate: sent no record here", "the oracle has 1 more record, from #0 on"]),
+    # a refusal that is not {type, message}
+    ({"config": [{"refused": REFUSAL, "budget_log_lines": []}], "steps": [{"refused": "too small"}],
+      "outputs": [{"refused": REFUSAL}]},
+     ['candidate: refused = too small (not a {type, message} refusal)']),
+    # accepted where the oracle refused: said so
+    ({"config": [{"refused": None, "max_num_seqs": 1, "budget_log_lines": []}], "steps": [{"step": 0}],
+      "outputs": [{"refused": REFUSAL}]},
+     ["candidate: accepted the configuration"]),
+])
+def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
+    """The report of a finding names a refusal only where the candidate's record holds one,
+    and acceptance only where its record says so; never "accepted" for a side that refused."""
+    raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
+    scenario = parse_scenario(raw, SCENARIO_DIR / "steady_decode.json")
+    hello = {"engine": "double", "version": "0", "protocol": 2}
+    oracle = make_trace("oracle", hello, scenario, {"config": [{"refused": REFUSAL, "budget_log_lines": []}],
+                                                    "steps": [{"refused": REFUSAL}], "outputs": [{"refused": REFUSAL}]})
+    verdict = judge(make_trace("double", hello, scenario, candidate), oracle, CANDIDATE)
+    finding = Finding(signature(verdict), raw, 1, 1, path=Path("out/fuzz/x.json"), verdict=verdict, confirmed=True)
+    text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
+    for line in words:
+        assert line in text, text
+    refused = candidate["config"][0]["refused"] is not None
+    assert ("accepted the configuration" in text) == (not refused), text
+    assert "#-1" not in text
 
 
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the

@@ -71,10 +71,38 @@ def test_methods_divergence_is_filed_under_its_method_row():
     oracle = [{"row": "pard/K=8", "drafting_slots_per_request": 8}]
     cand = [{"row": "pard/K=8", "drafting_slots_per_request": 0}]
     v = Verdict("port", "method_matrix", "diverged", "candidate", [compare_layer("methods", oracle, cand)])
-    assert apply_gate([v], ROWS, [], TODAY).row_of(v) == "SPEC-DRAFT-MODEL"
+    assert apply_gate([v], ROWS, [], TODAY).rows_of(v) == ("SPEC-DRAFT-MODEL", "SPEC-DFLASH")
+
+
+@pytest.mark.parametrize("engine, waived", [("", ["port"]), ('engine = "*"', ["port"]),
+                                            ('engine = "vllm-0.27.1"', [])])
+def test_a_waiver_never_covers_the_oracle(tmp_path, engine, waived):
+    # the oracle diverging from its golden at the field a port's waiver names still fails
+    oracle = diverged("vllm-0.27.1", role="oracle")
+    result = apply_gate([oracle, diverged()], ROWS, load_waivers(waiver_file(tmp_path, extra=engine)), TODAY)
+    assert result.status == 1 and [e for e, _ in result.waived] == waived
+
+
+def test_a_waiver_with_an_engine_covers_only_the_engines_it_names(tmp_path):
+    waivers = load_waivers(waiver_file(tmp_path, extra='engine = "port-*"'))
+    a, b, other = diverged("port-a"), diverged("port-b"), diverged("other-port")
+    result = apply_gate([a, b, other], ROWS, waivers, TODAY)
+    assert set(result.waived) == {a.key, b.key} and result.status == 1
+    assert apply_gate([a, b], ROWS, waivers, TODAY).status == 0
+    assert apply_gate([other], ROWS, waivers, TODAY).unused == waivers
+
+
+def test_a_waiver_names_any_row_its_verdict_is_filed_under(tmp_path):
+    path = waiver_file(tmp_path)
+    path.write_text(path.read_text(encoding="utf-8").replace('row = "ENG-SCHED-CORE"', 'row = "SPEC-DFLASH"'), encoding="utf-8")
+    assert apply_gate([diverged()], ROWS, load_waivers(path), TODAY).status == 0
+    path.write_text(path.read_text(encoding="utf-8").replace('row = "SPEC-DFLASH"', 'row = "SPEC-EAGLE"'), encoding="utf-8")
+    assert apply_gate([diverged()], ROWS, load_waivers(path), TODAY).status == 1
 
 
 @pytest.mark.parametrize("body, words", [
+    ("[[waiver]]\nrow='A'\nscenario='s'\nfield='f'\nreason='r'\nowner='o'\nexpires=2027-01-01\nengine=3\n", "waiver[0].engine: optional, but when given a non-empty str"),
+    ("[[waiver]]\nrow='A'\nscenario='s'\nfield='f'\nreason='r'\nowner='o'\nexpires=2027-01-01\nengine=' '\n", "waiver[0].engine"),
     ("[[waiver]]\nrow = 'X'\n", "waiver[0].scenario"),
     ("[[waiver]]\nrow='A'\nscenario='s'\nfield='f'\nreason='r'\nowner='o'\nexpires='2027-01-01'\n", "waiver[0].expires"),
     ("[[waiver]]\nrow='A'\nscenario='s'\nfield='f'\nreason='r'\nowner='o'\nexpires=2027-01-01\nextra=1\n", "waiver[0].extra"),

@@ -1,4 +1,762 @@
-"""A hostile candidate and hostile input against the gate (issue 28), one section per area."""
+"""A hostile candidate through the gate and merge: verdicts it cannot fool, reports it cannot
+inject, input it cannot use to crash or hang the harness. Its engines are the hostile TEST
+DOUBLE (tests/doubles/hostile_engine.py), which replays the oracle's own goldens with an
+attacker's edits; the goldens it is judged against are the real oracle's."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+
+import pytest
+
+from conftest import REPO
+
+
+# ---- h28-verdicts: token flips by the oracle's margin, waivers by engine, every row, make's status ----
+
+VERDICTS_HOSTILE = REPO / "tests" / "doubles" / "hostile_engine.py"
+VERDICTS_ENGINE_LAYERS = "engine_config,engine_steps,engine_outputs"
+
+
+def verdicts_double(tmp_path, name: str, plan: dict) -> str:
+    """The hostile TEST DOUBLE's command line with `plan` (its module doc) written to a file."""
+    path = tmp_path / f"plan-{name}.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    return shlex.join([sys.executable, str(VERDICTS_HOSTILE), "--plan", str(path)])
+
+
+@pytest.fixture
+def verdicts_gate(tmp_path, monkeypatch, capsys):
+    """`parity gate` in this process. Its oracle is a TEST DOUBLE replaying the real oracle's
+    goldens (unedited unless `oracle_plan` says), its candidate the hostile TEST DOUBLE; both
+    are judged against the committed goldens, as the real oracle and a port would be."""
+    from conformance import cli
+    from conformance.gate.engines import GateEngine
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+
+    def run(scenario: str, plan: dict, *argv: str, oracle_plan: dict | None = None):
+        oracle = verdicts_double(tmp_path, "oracle", oracle_plan or {"serve": plan.get("serve")})
+        candidate = verdicts_double(tmp_path, "candidate", plan)
+        engines = [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, "TEST-DOUBLE-oracle", oracle),
+                   GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: engines)
+        capsys.readouterr()
+        status = cli.main(["gate", "--scenario", str(REPO / "scenarios" / f"{scenario}.json"),
+                           "--jobs", "1", *argv])
+        out, err = capsys.readouterr()
+        return status, out, err
+
+    return run
+
+
+def verdicts_golden_outputs(scenario: str) -> list[dict]:
+    from conformance.gate.golden_store import GOLDENS
+    from conformance.pins import load_pins
+
+    return GOLDENS.load(scenario, load_pins().oracle)["layers"]["engine_outputs"]
+
+
+def test_a_runner_up_token_beyond_the_oracles_margin_then_junk_fails_the_gate(verdicts_gate, tmp_path):
+    """engine_ngram, request r0, output position 0: the oracle's top-1 (1324) leads the runner-up
+    (1292) by 2.68 nats, against a tolerance of 0.001. A candidate that emits the runner-up,
+    claims a near-tie in its own logprobs, then emits junk for the 63 positions left, diverges."""
+    r0 = verdicts_golden_outputs("engine_ngram")[0]
+    top = r0["logprobs"][0]
+    assert r0["id"] == "r0" and [t for t, _ in top[:2]] == [1324, 1292]
+    assert round(top[0][1] - top[1][1], 2) == 2.68 and len(r0["output_token_ids"]) == 64
+    plan = {"serve": VERDICTS_ENGINE_LAYERS.split(","), "edits": [
+        {"layer": "engine_outputs", "seq": 0, "path": ["output_token_ids"], "value": [1292] + [7] * 63},
+        {"layer": "engine_outputs", "seq": 0, "path": ["logprobs", 0],
+         "value": [[1292, -0.08], [1324, -0.0801]]}]}
+    status, out, err = verdicts_gate("engine_ngram", plan, "--layers", VERDICTS_ENGINE_LAYERS, "--waivers", "/dev/null")
+    assert status == 1, out + err
+    assert "TEST-DOUBLE-candidate" in out and "r0.output_token_ids[0]" in out
+    assert ("evidence: output token differs at request r0, output position 0: the oracle's top-1 margin "
+            "over the candidate's token there is 2.683, beyond the tolerance 0.001") in out
+    assert "== vllm-parity gate: FAIL" in out.splitlines()[0]
+
+
+def test_the_closest_call_in_the_goldens_is_judged_by_the_scenarios_tolerance(verdicts_gate):
+    """engine_eagle3, request r2, output position 31 (its last): the closest call of any engine
+    golden, the oracle's top-1 (863) ahead of the runner-up (1700) by 0.0015, against a
+    tolerance of 0.001 (no golden holds a margin within it: a genuine near-tie staying
+    `numerics` is tests/test_numerics.py's). A candidate emitting 1700 there, its top-k the
+    oracle's own, diverges, the margin named."""
+    r2 = next(r for r in verdicts_golden_outputs("engine_eagle3") if r["id"] == "r2")
+    top = r2["logprobs"][31]
+    assert [t for t, _ in top[:2]] == [863, 1700] and round(top[0][1] - top[1][1], 4) == 0.0015
+    swapped = [[1700, top[1][1]], [863, top[0][1]]] + top[2:]
+    plan = {"serve": VERDICTS_ENGINE_LAYERS.split(","), "edits": [
+        {"layer": "engine_outputs", "seq": 2, "path": ["output_token_ids", 31], "value": 1700},
+        {"layer": "engine_outputs", "seq": 2, "path": ["logprobs", 31], "value": swapped}]}
+    status, out, err = verdicts_gate("engine_eagle3", plan, "--layers", VERDICTS_ENGINE_LAYERS, "--waivers", "/dev/null")
+    # 0.0015 is beyond 0.001: a mismatch, not a near-tie (the tolerance is the scenario's)
+    assert status == 1, out + err
+    assert "margin over the candidate's token there is 0.0015, beyond the tolerance 0.001" in out
+
+
+def test_a_verdict_is_filed_under_every_row_of_its_scenario_in_the_terminal_and_junit(verdicts_gate, tmp_path):
+    """The drafting-slot bug (max_num_scheduled_tokens 4096 where the oracle resolves 4036) on
+    dflash_27b_gate, whose rows are ENG-SCHED-CORE and SPEC-DFLASH, beside method_matrix (filed
+    under SPEC-DFLASH first). SPEC-DFLASH must count the divergence, not read `2 pass`."""
+    import xml.etree.ElementTree as ET
+
+    plan = {"serve": ["config", "methods"], "edits": [
+        {"scenario": "dflash_27b_gate", "layer": "config", "seq": 0, "path": ["max_num_scheduled_tokens"],
+         "value": 4096}]}
+    reports = tmp_path / "reports"
+    status, out, err = verdicts_gate("dflash_27b_gate", plan, "--scenario", str(REPO / "scenarios" / "method_matrix.json"),
+                                     "--waivers", "/dev/null", "--reports", str(reports))
+    assert status == 1, out + err
+    rows = out[out.index("-- by engine-matrix row"):].splitlines()
+    assert any(line.split() == ["ENG-SCHED-CORE", "1", "diverged,", "1", "pass"] for line in rows), rows
+    assert any(line.split() == ["SPEC-DFLASH", "1", "diverged,", "3", "pass"] for line in rows), rows
+    suites = {s.get("name"): s for s in ET.parse(reports / "junit.xml").getroot().iter("testsuite")}
+    for row in ("ENG-SCHED-CORE", "SPEC-DFLASH"):
+        failed = [c.get("name") for c in suites[row].iter("testcase") if c.find("failure") is not None]
+        assert failed == [f"{row} / dflash_27b_gate / TEST-DOUBLE-candidate / config"], (row, failed)
+        assert suites[row].get("failures") == "1"
+
+
+VERDICTS_SLOT_BUG = {"serve": ["config"], "edits": [
+    {"layer": "config", "seq": 0, "path": ["max_num_scheduled_tokens"], "value": 4096}]}
+
+
+@pytest.mark.parametrize("engine", ["", 'engine = "TEST-DOUBLE-candidate"', 'engine = "TEST-DOUBLE-*"'])
+def test_a_waiver_for_a_candidate_leaves_the_oracles_own_divergence_failing(verdicts_gate, tmp_path, engine):
+    """The oracle's worker (a TEST DOUBLE in its role) fails to reproduce its golden at the very
+    field a port's waiver names: the port is waived, the oracle still fails the gate, whether
+    the waiver names no engine, the candidate, or a pattern that matches the oracle's label too."""
+    waivers = tmp_path / "waivers.toml"
+    waivers.write_text(f'''[[waiver]]
+row = "SPEC-DFLASH"
+scenario = "dflash_27b_gate"
+field = "config.max_num_scheduled_tokens"
+reason = "the port lacks the drafting reservation"
+owner = "port-team"
+expires = 2999-01-01
+{engine}
+''', encoding="utf-8")
+    status, out, err = verdicts_gate("dflash_27b_gate", VERDICTS_SLOT_BUG, "--waivers", str(waivers),
+                                     oracle_plan=VERDICTS_SLOT_BUG)
+    assert status == 1, out + err
+    cells = out.splitlines()[out.splitlines().index("-- by engine-matrix row") + 2].split()
+    assert cells == ["SPEC-DFLASH", "1", "diverged,", "1", "waived"], out
+    assert "== TEST-DOUBLE-oracle [oracle, must reproduce its golden] on dflash_27b_gate" in out
+    assert "unused waiver" not in out
+
+
+# A TEST DOUBLE of the `parity` command for the Makefile's targets (make is run with BIN=its
+# folder): `parity gate ...` is the real gate, on dflash_27b_gate's config, its oracle's worker
+# and its candidate hostile TEST DOUBLEs (the candidate with the drafting-slot bug when asked).
+VERDICTS_PARITY_SHIM = """#!{python}
+import sys
+sys.path[:0] = [{repo!r}]
+from conformance import cli
+from conformance.gate.engines import GateEngine
+if sys.argv[1] != "gate":
+    sys.exit(0)  # `parity envs`: nothing to build for TEST DOUBLEs
+oracle, candidate = {oracle!r}, {candidate!r}
+cli.gate_engines = lambda pins, candidates, log: [
+    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, "TEST-DOUBLE-oracle", oracle),
+    GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+sys.exit(cli.main(sys.argv[1:] + ["--scenario", {scenario!r}, "--layers", "config", "--jobs", "1",
+                                  "--waivers", "/dev/null"]))
+"""
+
+
+@pytest.mark.parametrize("target", ["parity", "gate"])
+@pytest.mark.parametrize("diverges", [True, False])
+def test_make_says_the_gates_own_status(tmp_path, target, diverges):
+    """GNU make exits 2 whenever a command fails (0 or 2 only); the target says the gate's own
+    status, so a reader of a `make parity` log can tell a divergence (1) from an error (2)."""
+    plan = VERDICTS_SLOT_BUG if diverges else {"serve": ["config"]}
+    done = verdicts_make(tmp_path, target, VERDICTS_PARITY_SHIM.format(
+        python=sys.executable, repo=str(REPO), scenario=str(REPO / "scenarios" / "dflash_27b_gate.json"),
+        oracle=verdicts_double(tmp_path, "oracle", {"serve": ["config"]}),
+        candidate=verdicts_double(tmp_path, "candidate", plan)))
+    said = (f"make {target}: parity gate exited with status 1 (1: a gating engine diverged, 2: a gating "
+            "run could not be compared or bad input); make exits 2 on any failure, so CI that needs "
+            "this status calls .venv/bin/parity gate")
+    if diverges:
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert said in done.stderr and "[gate] exit status 1" in done.stderr, done.stderr
+    else:
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "exited with status" not in done.stderr
+    assert done.stdout.splitlines()[0].startswith(f"{tmp_path}/bin/parity gate")  # the command, as it ran
+    assert (tmp_path / "out" / "gate" / "junit.xml").is_file() == (target == "gate")
+
+
+def test_make_fuzz_says_the_fuzzers_own_status(tmp_path):
+    # the fuzzer's part is a TEST DOUBLE here: a `parity fuzz` that reports a confirmed finding
+    done = verdicts_make(tmp_path, "fuzz", f"#!{sys.executable}\nimport sys\nsys.exit(1 if sys.argv[1] == 'fuzz' else 0)\n",
+                         "CANDIDATE=./port --parity")
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert ("make fuzz: parity fuzz exited with status 1 (1: a confirmed finding, 2: bad input, an engine "
+            "that cannot start, or a finding that did not repeat); make exits 2 on any failure, so CI that "
+            "needs this status calls .venv/bin/parity fuzz") in done.stderr
+
+
+def verdicts_make(tmp_path, target: str, shim: str, *variables: str):
+    """`make TARGET` with the project's Makefile, run in tmp_path (its reports land there), with
+    BIN= a folder holding `shim` as `parity`; -o envs: the pins' environments are not built."""
+    import os
+    import shutil
+    import subprocess
+
+    assert shutil.which("make"), "make is needed to run the Makefile's targets"
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "parity").write_text(shim, encoding="utf-8")
+    (bin_dir / "parity").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "MAKEFLAGS", "MAKELEVEL")}
+    return subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "-o", "envs", target, f"BIN={bin_dir}",
+                           *variables], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+
+
+# ---- h28-sinks: every sink escapes candidate data; reports written as a set; wide matrices ----
+#
+# One corpus of nasty strings goes through every entry point a candidate controls (its label,
+# its command line, error messages and stderr tails, record keys and values in divergences,
+# budget log lines, refusals, scenario names, requirement rows, waiver text) into every sink:
+# the terminal report, junit.xml, summary.md (also GitHub's step summary and the Buildkite
+# annotation) and report.html. Each sink is then read by what reads it: a terminal (no control
+# character but the newline), xml.etree, a CommonMark parser, an HTML parser.
+
+import datetime as _sinks_dt
+import html.parser as _sinks_html_parser
+import json as _sinks_json
+import os as _sinks_os
+import re
+import shlex as _sinks_shlex
+import subprocess as _sinks_subprocess
+import sys as _sinks_sys
+import xml.etree.ElementTree as _sinks_ET
+from pathlib import Path as _SinksPath
+
+import pytest
+
+SINKS_CORPUS = [
+    "<script>alert(1)</script>",
+    '"><img src=x onerror=alert(1)>',
+    "\x1b[2J\x1b[H== vllm-parity gate: PASS (exit status 0)",  # clear the screen, forge the verdict
+    "\x1b]0;owned\x07title",  # OSC: set the window title
+    "\x1b[1A\x1b[2K\rPASS",  # cursor up, erase the line: overwrite the verdict line
+    "\x9b2J",  # C1 CSI
+    "nul\x00bel\x07esc\x1b",
+    "non\ufffecharacter \uffff",
+    "\u202eSSAP",  # right-to-left override
+    "over\rPASS",
+    "line\u2028## PASS",
+    "lone \ud800 surrogate",
+    "`code` ``two`` ```",
+    "| pipes | in | cells |",
+    "[link](javascript:alert(1)) <javascript:alert(1)> <http://x.y/>",
+    "![img](http://x.y/p.png)",
+    "# PASS",
+    "\n## PASS\n",
+    "**PASS** _x_ *y* ~~z~~ $m$",
+    "<b>bold</b> &amp; &lt;b&gt; &#60;",
+    "\\",
+    "a\\|b\\`c\\",
+    "|" * 400,
+    "`" * 400,
+    "\\" * 401,
+    "x" * 20_000,
+]
+SINKS_IDS = [f"corpus{i}" for i in range(len(SINKS_CORPUS))]
+
+
+def sinks_verdicts(h: str):
+    """Verdicts carrying `h` at every entry point a candidate (or a merge manifest) controls,
+    with the traces the HTML page draws; (result, view)."""
+    from conformance.compare import compare_layer
+    from conformance.gate.requirement_rows import apply_gate
+    from conformance.gate.verdict import CANDIDATE, NOT_SERVED, ORACLE, Verdict
+    from conformance.gate.view import gate_view
+    from conformance.gate.waivers import Waiver
+
+    label, scenario = f"port {h}", f"s {h}"
+    golden_steps = [{"step": 0, "total_num_scheduled_tokens": 10, "token_budget": 10,
+                     "requests": {"r1": {"tokens": 10, "draft_tokens": 0}}, "waiting": [], "running": ["r1"]}]
+    hostile_steps = [{"step": h, "total_num_scheduled_tokens": h, "token_budget": h,
+                      "requests": {h: {"tokens": h, "draft_tokens": [h], "computed_tokens": {h: h}}},
+                      "new": [h], "waiting": [h], "running": [h], "kv_blocks": {"free": h, "used": h}}]
+    steps = compare_layer("steps", golden_steps, hostile_steps)
+    extra = compare_layer("steps", golden_steps, golden_steps + hostile_steps)  # c.record is None
+    config = compare_layer("config", [{"refused": None, "max_num_scheduled_tokens": 4036}],
+                           [{"refused": {"type": h, "message": f"{h}\n{h}"}, h: h}])
+    golden = {"layers": {"steps": golden_steps}}
+    verdicts = [
+        Verdict(label, scenario, "diverged", CANDIDATE, [config, steps], expected_lines=["set to 4036"],
+                actual_lines=[h, f"{h}\n{h}"], not_judged={"engine_steps": NOT_SERVED}, judged=["config", "steps"]),
+        Verdict(label, f"t {h}", "diverged", CANDIDATE, [extra]),
+        Verdict(label, f"u {h}", "crash", CANDIDATE, message=f"exited (status 3); last stderr lines:\n{h}\n{h}"),
+        Verdict("vllm-0.27.1", scenario, "pass", ORACLE, [compare_layer("steps", golden_steps, golden_steps)]),
+        # records that are not objects: a string, a list
+        Verdict(label, f"v {h}", "diverged", CANDIDATE, [compare_layer("steps", golden_steps, [h]),
+                                                         compare_layer("outputs", [{"id": "r1"}], [[h]])]),
+    ]
+    traces = {verdicts[0].key: ({"layers": {"steps": hostile_steps}}, golden),
+              verdicts[1].key: ({"layers": {"steps": golden_steps + hostile_steps}}, golden),
+              verdicts[3].key: ({"layers": {"steps": golden_steps}}, golden),
+              verdicts[4].key: ({"layers": {"steps": [h, [h], None]}}, golden)}
+    today = _sinks_dt.date(2026, 12, 1)
+    waivers = [Waiver(h, h, h, h, h, _sinks_dt.date(2027, 1, 1)),  # unused
+               Waiver(h, scenario, h, h, h, _sinks_dt.date(2026, 1, 1))]  # expired
+    rows = {scenario: (f"ROW {h}",), f"t {h}": (h,), f"u {h}": ("ENG-SCHED-CORE",), f"v {h}": (h,)}
+    result = apply_gate(verdicts, rows, waivers, today)
+    return gate_view(result, "0.27.1", {label: f"./port --flag {h}"}, traces)
+
+
+def sinks_terminal_safe(text: str) -> None:
+    """What a terminal shows as the candidate wrote it: nothing but printable characters and
+    newlines, and the gate's own verdict line once, first."""
+    bad = sorted({c for line in text.split("\n") for c in line if not c.isprintable()})
+    assert not bad, f"raw control or format characters reach the terminal: {bad!r}"
+    verdict_lines = [line for line in text.split("\n") if line.startswith("== vllm-parity gate")]
+    assert len(verdict_lines) == 1 and text.startswith(verdict_lines[0]), verdict_lines
+
+
+@pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
+def test_sinks_the_terminal_report_shows_control_characters_escaped(h):
+    from conformance.gate.render_text import render_gate, render_requirement_rows
+    from conformance.gate.view import visible
+
+    view = sinks_verdicts(h)
+    text = render_gate(view) + "\n" + render_requirement_rows(view)
+    sinks_terminal_safe(text)
+    assert visible(h)[:60] in text  # the candidate's text is there, shown, not obeyed
+
+
+@pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
+def test_sinks_junit_parses_and_holds_no_control_character(h):
+    from conformance.gate.render_ci import junit
+    from conformance.gate.view import visible
+
+    text = junit(sinks_verdicts(h))
+    root = _sinks_ET.fromstring(text.encode("utf-8"))  # raises on NUL, ESC, U+FFFE, a lone surrogate
+    said = [root.text or ""] + [s for e in root.iter() for s in [e.text or "", e.tail or "", *e.attrib.values()]]
+    bad = sorted({c for s in said for line in s.split("\n") for c in line if not c.isprintable()})
+    assert not bad, bad
+    assert any(visible(h)[:60] in s for s in said)
+
+
+def sinks_markdown_safe(text: str) -> list:
+    """summary.md as a CommonMark (GFM tables, strikethrough) reader sees it: the gate's one
+    heading, no HTML, link, image or emphasis from the candidate, no raw control character;
+    its tokens."""
+    from markdown_it import MarkdownIt
+
+    bad = sorted({c for line in text.split("\n") for c in line if not c.isprintable()})
+    assert not bad, bad
+    tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(text)
+    headings = [(t.tag, sinks_md_shown(tokens[i + 1])) for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert len(headings) == 1 and headings[0][0] == "h2" and headings[0][1].startswith("vllm-parity gate: "), headings
+    kinds = [c.type for t in tokens for c in [t, *(t.children or [])]]
+    for kind in ("html_inline", "html_block", "link_open", "image", "s_open", "em_open"):
+        assert kind not in kinds, kind
+    assert kinds.count("strong_open") == text.count("- **expired waiver** ")  # the gate's own bold
+    outside_code = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text)
+    assert "$" not in outside_code.replace("\\$", "")  # GitHub's math
+    return tokens
+
+
+def sinks_md_shown(token) -> str:
+    return "".join(c.content for c in token.children if c.type in ("text", "code_inline"))
+
+
+def sinks_markdown_read(text: str, view) -> None:
+    """sinks_markdown_safe, and every table row whole: each name shown as the candidate wrote
+    it (escaped, not obeyed), in its own cell."""
+    from conformance.gate.view import visible
+
+    tokens = sinks_markdown_safe(text)
+    headings = [sinks_md_shown(tokens[i + 1]) for i, t in enumerate(tokens) if t.type == "heading_open"]
+    assert headings == [f"vllm-parity gate: {view.explained}"]
+    inline = [t for t in tokens if t.type == "inline"]
+    # tables: the grid's rows are the scenarios, the failures' rows the cells that did not pass
+    rows = [[sinks_md_shown(t) for t in inline if t.map and t.map[0] == line]
+            for line in sorted({t.map[0] for t in inline if t.map})]
+    cells_of = {r[0]: r for r in rows if len(r) > 1}
+    for s in view.scenarios:
+        assert visible(s)[:300] in cells_of, (s, list(cells_of))
+        assert len(cells_of[visible(s)[:300]]) in (1 + len(view.engines), 6)
+    engines = {visible(e)[:300] for e in view.engines}
+    failing = [r for r in rows if len(r) == 6 and r[0] != "row"]
+    assert failing and all(r[2] in engines for r in failing), failing
+
+
+@pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
+def test_sinks_summary_md_read_by_a_commonmark_parser_has_only_the_gates_heading(h):
+    from conformance.gate.render_ci import markdown
+
+    view = sinks_verdicts(h)
+    sinks_markdown_read(markdown(view), view)
+
+
+class SinksElements(_sinks_html_parser.HTMLParser):
+    """Every start tag of a page with its attributes, and its text."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+SINKS_HTML_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "table", "tr", "th",
+                   "td", "code", "br", "a", "section", "svg", "line", "text", "polyline", "circle",
+                   "clippath", "rect", "g", "details", "summary", "pre", "caption", "i", "script"}
+
+
+def sinks_html_read(page: str) -> SinksElements:
+    """report.html as a browser parses it: the page's own script only, its own tags only, no
+    event handler, no link off the page, the candidate's text visible and not obeyed."""
+    assert page.lower().count("<script") == 1, "a raw <script from candidate data"
+    dom = SinksElements()
+    dom.feed(page)
+    dom.close()
+    assert {tag for tag, _ in dom.tags} <= SINKS_HTML_TAGS, {tag for tag, _ in dom.tags} - SINKS_HTML_TAGS
+    assert not [(tag, a) for tag, attrs in dom.tags for a in attrs if a.startswith("on")]
+    assert all(attrs["href"].startswith("#") for tag, attrs in dom.tags if "href" in attrs)
+    assert all(re.fullmatch(r"[a-z_ -]*", attrs.get("class") or "") for _, attrs in dom.tags)
+    bad = sorted({c for s in dom.text for line in s.split("\n") for c in line if not c.isprintable()})
+    assert not bad, bad
+    return dom
+
+
+@pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
+def test_sinks_report_html_escapes_every_interpolation(h):
+    from conformance.gate.render_html import html_report
+    from conformance.gate.view import visible
+
+    dom = sinks_html_read(html_report(sinks_verdicts(h)))
+    text = "".join(dom.text)
+    assert visible(h)[:60] in text
+    # the requirement row (a merge manifest's), a step value and a per-request caption
+    assert f"ROW {visible(h)}"[:60] in text and f"every request at step {visible(h)}"[:60] in text
+
+
+# Reports are written as a set: a run claims its folder and removes the reports an earlier run
+# left there (and the parts a killed run left) before anything else, so no report of the
+# folder can say PASS while another of the same folder says FAIL.
+
+SINKS_REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
+
+
+def sinks_earlier_run(folder: _SinksPath) -> _SinksPath:
+    """A folder holding an earlier run's reports, all PASS, and the part a kill -9 left."""
+    folder.mkdir(parents=True)
+    for name in SINKS_REPORTS:
+        (folder / name).write_text("vllm-parity gate: PASS\n", encoding="utf-8")
+    part = folder / ".junit.xml.4242.part"
+    part.write_text("<testsuites name='vllm-parity'", encoding="utf-8")
+    return part
+
+
+def sinks_left(folder: _SinksPath) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name != ".parity-reports.lock")
+
+
+def test_sinks_a_merge_that_fails_leaves_no_report_of_the_earlier_run(tmp_path, monkeypatch, capsys):
+    from conformance import cli
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    folder = tmp_path / "reports"
+    sinks_earlier_run(folder)
+    status = cli.main(["merge", str(tmp_path / "not-a-shard"), "--waivers", "/dev/null", "--reports", str(folder)])
+    assert status == 2 and "not a shard's results folder" in capsys.readouterr().err
+    assert sinks_left(folder) == []  # nothing that still says PASS, no part
+
+
+def test_sinks_a_crash_while_reporting_leaves_no_mixed_set(tmp_path, monkeypatch):
+    """A renderer that fails after others rendered: no report is written rather than junit.xml
+    and summary.md of this run beside report.html and annotation.md of the earlier one."""
+    from conformance.gate import report_files
+    from test_fault_probe import gate_engines_of, run_gate
+
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    folder = tmp_path / "reports"
+    sinks_earlier_run(folder)
+
+    def crash(view):
+        raise RuntimeError("a renderer failed")
+
+    monkeypatch.setattr(report_files, "html_report", crash)
+    with pytest.raises(RuntimeError, match="a renderer failed"):
+        run_gate(gate_engines_of(tmp_path, "--steps", "1"), folder)
+    assert sinks_left(folder) == []
+    monkeypatch.undo()
+    monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+    status, _ = run_gate(gate_engines_of(tmp_path, "--steps", "1"), folder)  # the next run: the whole set
+    assert status == 1 and sinks_left(folder) == sorted(SINKS_REPORTS)
+    assert all("FAIL" in (folder / name).read_text(encoding="utf-8") for name in SINKS_REPORTS[1:])
+    assert _sinks_ET.parse(folder / "junit.xml").getroot().find(".//failure") is not None
+
+
+# Ten candidates: the grid wraps into grids of at most GRID_WIDTH columns, each column named by
+# a short code (C1..C10) with a legend, and the "judged on" block is said once for all of them.
+
+def sinks_ten_candidates():
+    from conformance.compare import compare_layer
+    from conformance.gate.requirement_rows import apply_gate
+    from conformance.gate.verdict import CANDIDATE, NOT_ASKED, ORACLE, Verdict
+    from conformance.gate.view import gate_view
+
+    scenarios = ["steady_decode", "kv_pressure", "prefill_budget_binds"]
+    labels = [f"port-engine-build-{i} 1.0.{i}" for i in range(1, 11)]
+    steps = compare_layer("steps", [{"step": 0, "requests": {"r1": {"computed_tokens": 3}}}],
+                          [{"step": 0, "requests": {"r1": {"computed_tokens": 4}}}])
+    verdicts = []
+    for label in labels:
+        for i, s in enumerate(scenarios):
+            kind = "pass" if i == 0 else "diverged"
+            verdicts.append(Verdict(label, s, kind, CANDIDATE, [steps] if kind == "diverged" else [],
+                                    judged=["config", "steps", "outputs"],
+                                    not_judged={"engine_steps": NOT_ASKED, "engine_outputs": NOT_ASKED}))
+    verdicts += [Verdict("vllm-0.27.1", s, "pass", ORACLE) for s in scenarios]
+    result = apply_gate(verdicts, {s: ("ENG-SCHED-CORE",) for s in scenarios}, [])
+    return gate_view(result, "0.27.1", {label: f"./build/port --variant {label.split()[0]}" for label in labels})
+
+
+def test_sinks_ten_candidates_wrap_into_grids_with_a_legend_and_one_judged_on_block():
+    from conformance.gate.render_text import GRID_WIDTH, render_gate
+
+    view = sinks_ten_candidates()
+    lines = render_gate(view).splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith(f"-- {len(view.verdicts)} verdicts"))
+    wide = [line for line in lines[1:summary] if not line.startswith("   ") and len(line) > GRID_WIDTH]
+    assert not wide, f"{len(wide)} grid lines wider than {GRID_WIDTH} columns, up to {max(map(len, wide))}"
+    legend = {line.split(" = ")[0].strip(): line.split(" = ", 1)[1] for line in lines[1:summary] if " = " in line}
+    codes = {}  # code -> engine label
+    for e in view.engines:
+        code = next((c for c, said in legend.items() if said.startswith(f"{e} ({view.roles[e]})")), None)
+        assert code, f"no legend line names {e}"
+        codes[code] = e
+    assert len(codes) == len(view.engines) == 11
+    assert all(f"command {view.commands[e]}" in legend[c] for c, e in codes.items() if e in view.commands)
+    grids = [i for i in range(summary) if lines[i].startswith("scenario ")]
+    assert len(grids) > 1
+    seen = set()
+    for start in grids:
+        header = lines[start]
+        assert len(header) <= GRID_WIDTH, header
+        names = header.split()[1:]
+        at = [header.index(f" {n}") + 1 for n in names] + [None]
+        for row in lines[start + 1:start + 1 + len(view.scenarios)]:
+            assert len(row) <= GRID_WIDTH, row
+            scenario = row.split()[0]
+            for n, lo, hi in zip(names, at, at[1:]):
+                assert row[lo:hi].strip() == view.cell(scenario, codes[n]).text, (n, row)
+                seen.add((codes[n], scenario))
+    assert seen == set(view.grid)  # every cell, once wrapped
+    # "judged on ..." once for the ten candidates, besides the headline
+    judged = [line for line in lines[1:summary] if "judged on config, steps, outputs" in line]
+    assert len(judged) == 1 and judged[0].startswith("   " + ", ".join(f"C{i}" for i in range(1, 11)) + ":"), judged
+
+
+# End to end: `parity gate` with the hostile TEST DOUBLE as candidate (its hello, stderr,
+# errors, crash and records carry the corpus), with --reports and --results,
+# $GITHUB_STEP_SUMMARY set and a TEST DOUBLE of buildkite-agent on the PATH; then `parity merge`
+# of its results with a manifest whose requirement rows are hostile and a hostile waivers file.
+# Every file and both terminals are then read. The oracle's place is taken by the same TEST
+# DOUBLE replaying the oracle's goldens unedited (what is under test is the sinks, not the
+# oracle: this keeps a vLLM cold start out of `make test`).
+
+SINKS_TITLE = "\x1b]0;owned\x07"
+SINKS_CLEAR = "\x1b[2J\x1b[H== vllm-parity gate: PASS (exit status 0)"
+SINKS_OVER = "\x1b[1A\x1b[2K\rPASS"
+SINKS_SCRIPT = "<script>alert(1)</script>"
+SINKS_IMG = '"><img src=x onerror=alert(1)>'
+SINKS_MD = "\n## PASS\n| a | b |\n[link](javascript:alert(1)) ![img](http://x.y/p.png) `x` **PASS** $m$"
+SINKS_CTRL = "nul\x00bel\x07\ufffe\u202eSSAP"
+SINKS_PLAN = {
+    "hello": {"engine": f"port{SINKS_SCRIPT}{SINKS_TITLE}", "version": f"1.0{SINKS_OVER}",
+              "environment": {"note": SINKS_MD}},
+    "stderr": f"\x1b[31mcoloured\x1b[0m {SINKS_CLEAR} {SINKS_CTRL}",
+    "edits": [
+        {"scenario": "steady_decode", "layer": "config", "seq": 0, "path": ["budget_log_lines"],
+         "value": [SINKS_SCRIPT + SINKS_CTRL, SINKS_MD]},
+        {"scenario": "steady_decode", "layer": "steps", "seq": 2, "path": ["requests", SINKS_IMG + SINKS_MD],
+         "value": {"tokens": 1, "draft_tokens": 0}},
+    ],
+    "error": {"scenario": "stop_conditions", "kind": "internal",
+              "message": f"boom {SINKS_SCRIPT}{SINKS_MD}{SINKS_CTRL}"},
+    "exit": {"scenario": "kv_pressure", "status": 3, "stderr": f"{SINKS_OVER} {SINKS_TITLE} {SINKS_IMG}"},
+}
+SINKS_SCENARIOS = ("steady_decode", "stop_conditions", "kv_pressure")
+# `parity gate` in a process of its own, its two engines the TEST DOUBLEs (argv: oracle, candidate)
+SINKS_DRIVER = """
+import sys
+from conformance import cli
+from conformance.gate.engines import GateEngine
+oracle, candidate = sys.argv[1], sys.argv[2]
+cli.gate_engines = lambda pins, candidates, log: [
+    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
+    GateEngine(candidate, "candidate", candidate, None, candidate)]
+sys.exit(cli.main(sys.argv[3:]))
+"""
+SINKS_AGENT = '''#!{python}
+"""TEST DOUBLE of buildkite-agent: keeps the annotation `annotate` is given, byte for byte."""
+import os, sys
+with open(os.environ["SINKS_ANNOTATION"], "wb") as f:
+    f.write(sys.stdin.buffer.read())
+'''
+
+
+def _sinks_toml(value: str) -> str:
+    return _sinks_json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+
+
+@pytest.fixture(scope="module")
+def sinks_runs(tmp_path_factory):
+    """The hostile gate, then the hostile merge: for each, its exit status, stdout, stderr,
+    reports folder, step summary and the annotation buildkite-agent was handed."""
+    from conformance.gate.plan import digest
+    from conftest import REPO
+
+    tmp = tmp_path_factory.mktemp("sinks")
+    plan = tmp / "plan.json"
+    plan.write_text(_sinks_json.dumps(SINKS_PLAN), encoding="utf-8")
+    bin_dir = tmp / "bin"
+    bin_dir.mkdir()
+    agent = bin_dir / "buildkite-agent"
+    agent.write_text(SINKS_AGENT.format(python=_sinks_sys.executable), encoding="utf-8")
+    agent.chmod(0o755)
+    parity = str(_SinksPath(_sinks_sys.executable).with_name("parity"))
+    (tmp / "replay.json").write_text("{}", encoding="utf-8")
+    double = [_sinks_sys.executable, str(REPO / "tests" / "doubles" / "hostile_engine.py"), "--plan"]
+    oracle, candidate = (_sinks_shlex.join(double + [str(p)]) for p in (tmp / "replay.json", plan))
+    waivers = tmp / "waivers.toml"
+    waivers.write_text("".join(
+        f"[[waiver]]\nrow = {_sinks_toml('ROW ' + h)}\nscenario = {_sinks_toml(h)}\nfield = {_sinks_toml(h)}\n"
+        f"reason = {_sinks_toml(h)}\nowner = {_sinks_toml(h)}\nexpires = {expires}\n\n"
+        for h, expires in ((SINKS_SCRIPT + SINKS_MD + SINKS_CTRL, "2099-01-01"),
+                           (SINKS_IMG + SINKS_CLEAR + SINKS_TITLE, "2020-01-01"))), encoding="utf-8")
+
+    def run(name: str, command: list[str], *argv: str) -> dict:
+        summary, annotation = tmp / f"{name}-step-summary.md", tmp / f"{name}-annotation.md"
+        env = dict(_sinks_os.environ, GITHUB_STEP_SUMMARY=str(summary), BUILDKITE="true",
+                   SINKS_ANNOTATION=str(annotation), PATH=f"{bin_dir}{_sinks_os.pathsep}{_sinks_os.environ['PATH']}")
+        done = _sinks_subprocess.run([*command, *argv, "--reports", str(tmp / name)], capture_output=True,
+                                     env=env, cwd=REPO, timeout=900)
+        return {"status": done.returncode, "out": done.stdout.decode("utf-8"), "err": done.stderr.decode("utf-8"),
+                "reports": tmp / name, "summary": summary, "annotation": annotation}
+
+    scenarios = [a for s in SINKS_SCENARIOS for a in ("--scenario", str(REPO / "scenarios" / f"{s}.json"))]
+    gate = run("gate", [_sinks_sys.executable, "-c", SINKS_DRIVER, oracle, candidate], "gate", *scenarios,
+               "--waivers", "/dev/null", "--results", str(tmp / "results"))
+    # a merge manifest's requirement rows are the merger's to read: make them hostile
+    manifest = _sinks_json.loads((tmp / "results" / "manifest.json").read_text(encoding="utf-8"))
+    for scenario in manifest["scenarios"]:
+        scenario["rows"] = [f"ROW {SINKS_SCRIPT}{SINKS_MD}{SINKS_TITLE}"]
+    manifest["scenario_set"] = digest(manifest["scenarios"])
+    (tmp / "results" / "manifest.json").write_text(_sinks_json.dumps(manifest), encoding="utf-8")
+    merge = run("merge", [parity], "merge", str(tmp / "results"), "--waivers", str(waivers))
+    return {"gate": gate, "merge": merge}
+
+
+SINKS_RUNS = pytest.mark.parametrize("run", ["gate", "merge"])
+sinks_e2e = pytest.mark.xdist_group("h28-sinks-e2e")  # one process runs the fixture's gate once
+
+
+@sinks_e2e
+@SINKS_RUNS
+def test_sinks_e2e_the_terminal_shows_the_hostile_candidate_escaped(sinks_runs, run):
+    r = sinks_runs[run]
+    assert r["status"] in (1, 2) and "Traceback" not in r["err"], r["err"][-3000:]
+    sinks_terminal_safe(r["out"])
+    bad = sorted({c for line in r["err"].split("\n") for c in line if not c.isprintable()})
+    assert not bad, f"the log passes {bad!r} to the terminal"
+    assert not [line for line in r["err"].split("\n") if line.startswith("== vllm-parity gate")]
+    assert "port<script>alert(1)</script>\\x1b]0;owned\\x07" in r["out"]  # the label, shown, not obeyed
+    assert "nul\\x00bel\\x07\\ufffe\\u202eSSAP" in r["out"]  # from the stderr tail or a record
+
+
+@sinks_e2e
+@SINKS_RUNS
+def test_sinks_e2e_junit_parses(sinks_runs, run):
+    root = _sinks_ET.parse(sinks_runs[run]["reports"] / "junit.xml").getroot()
+    said = [s for e in root.iter() for s in [e.text or "", *e.attrib.values()]]
+    bad = sorted({c for s in said for line in s.split("\n") for c in line if not c.isprintable()})
+    assert not bad, bad
+    assert any("<script>" in s for s in said)  # the candidate's text is there, as text
+
+
+@sinks_e2e
+@SINKS_RUNS
+def test_sinks_e2e_summary_step_summary_and_annotation_are_the_same_safe_markdown(sinks_runs, run):
+    r = sinks_runs[run]
+    text = (r["reports"] / "summary.md").read_text(encoding="utf-8")
+    assert r["summary"].read_text(encoding="utf-8") == text  # $GITHUB_STEP_SUMMARY
+    assert (r["reports"] / "annotation.md").read_text(encoding="utf-8") == text
+    assert r["annotation"].read_text(encoding="utf-8") == text  # what buildkite-agent annotate got
+    sinks_markdown_safe(text)
+
+
+@sinks_e2e
+@SINKS_RUNS
+def test_sinks_e2e_report_html_holds_no_raw_script_from_the_candidate(sinks_runs, run):
+    page = (sinks_runs[run]["reports"] / "report.html").read_text(encoding="utf-8")
+    dom = sinks_html_read(page)
+    text = "".join(dom.text)
+    assert SINKS_SCRIPT in text and "onerror=alert(1)" in text  # shown as text
+    if run == "merge":
+        assert f"ROW {SINKS_SCRIPT}" in text  # the manifest's requirement row, as text
+
+
+def test_sinks_the_log_shows_a_crashing_engines_stderr_escaped(tmp_path):
+    """`parity run` logs a failure's message, the engine's last stderr lines in it: the log,
+    the terminal's other sink, escapes them as the report does."""
+    from conftest import REPO
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(_sinks_json.dumps({"exit": {"status": 3, "stderr": f"{SINKS_CLEAR}{SINKS_TITLE}{SINKS_CTRL}"}}),
+                    encoding="utf-8")
+    engine = _sinks_shlex.join([_sinks_sys.executable, str(REPO / "tests" / "doubles" / "hostile_engine.py"),
+                                "--plan", str(plan)])
+    done = _sinks_subprocess.run([str(_SinksPath(_sinks_sys.executable).with_name("parity")), "run", "--engine", engine,
+                                  "--scenario", str(REPO / "scenarios" / "steady_decode.json"),
+                                  "--layers", "config", "--out", str(tmp_path / "trace.json")],
+                                 capture_output=True, timeout=300, cwd=REPO)
+    err = done.stderr.decode("utf-8")
+    assert done.returncode == 2 and "parity run: crash:" in err, err
+    bad = sorted({c for line in err.split("\n") for c in line if not c.isprintable()})
+    assert not bad, f"the log passes {bad!r} to the terminal"
+    assert "\\x1b[2J\\x1b[H== vllm-parity gate: PASS" in err
+
+
+def test_sinks_a_shards_report_shows_an_engine_error_escaped(tmp_path):
+    """A shard prints each unit that did not pass with its first line: the candidate's error
+    message, escaped."""
+    from conformance.gate.engines import GateEngine
+    from conftest import REPO, GATE
+    from test_fault_probe import double_cmd, run_gate
+
+    plan = tmp_path / "plan.json"
+    plan.write_text(_sinks_json.dumps({"error": {"kind": "internal", "message": f"{SINKS_CLEAR}{SINKS_CTRL}"}}),
+                    encoding="utf-8")
+    hostile = _sinks_shlex.join([_sinks_sys.executable, str(REPO / "tests" / "doubles" / "hostile_engine.py"),
+                                 "--plan", str(plan)])
+    oracle = double_cmd("--steps", "3")
+    engines = [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
+               GateEngine("hostile", "candidate", hostile, "hostile", hostile)]
+    status, text = run_gate(engines, None, scenarios=(GATE,), shard=(1, 1), results=tmp_path / "r")
+    assert status == 0 and "hostile / dflash_27b_gate / config: engine_error" in text, text
+    bad = sorted({c for line in text.split("\n") for c in line if not c.isprintable()})
+    assert not bad, f"the shard's report passes {bad!r} to the terminal"
+    assert "\\x1b[2J\\x1b[H== vllm-parity gate: PASS" in text
+
 
 # ---- h28-limits: limits, input files, output folders, engines that outlive the harness ----
 
@@ -224,7 +982,8 @@ def test_limits_fuzz_out_is_checked_and_locked_before_any_engine_starts(tmp_path
     a_file.write_text("x\n", encoding="utf-8")
     argv = ["fuzz", "--candidate", limits_double("--startfile", str(starts)), "--examples", "1"]
     assert cli.main([*argv, "--out", str(a_file)]) == 2
-    assert f"parity fuzz: error: --out {a_file}: is a file, not a folder" in capsys.readouterr().err
+    assert f"parity fuzz: error: --out {a_file}: expected a folder findings can be written to" in \
+        capsys.readouterr().err
     folder = tmp_path / "findings"
     with claim_folder(folder, "--out", "findings"):  # another search writing its findings there
         assert cli.main([*argv, "--out", str(folder)]) == 2

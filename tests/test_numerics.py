@@ -12,7 +12,8 @@ def _out(rid, tokens, tops):
             "logprobs": [[[t, lp] for t, lp in top] for top in tops]}
 
 
-A = [_out("r0", [5, 6, 7], [[(5, -0.1), (9, -0.2)], [(6, -0.01), (3, -4.0)], [(7, 0.0), (1, -9.0)]]),
+# r0 position 0: a near-tie of the oracle (5 ahead of 9 by 0.0005); r1 position 0: 1 ahead of 2 by 2.5
+A = [_out("r0", [5, 6, 7], [[(5, -0.1), (9, -0.1005)], [(6, -0.01), (3, -4.0)], [(7, 0.0), (1, -9.0)]]),
      _out("r1", [1, 2], [[(1, -0.5), (2, -3.0)], [(2, -0.2), (4, -8.0)]])]
 
 
@@ -26,11 +27,45 @@ def test_equal_within_tolerance_is_equal():
 
 def test_near_tie_resolved_the_other_way_is_numerics():
     b = copy.deepcopy(A)
-    b[0]["output_token_ids"] = [9, 4, 4]  # 9 is in the oracle's top-k at 0, 5 in the candidate's
+    b[0]["output_token_ids"] = [9, 4, 4]  # the oracle's top-1 is ahead of 9 by 0.0005
     b[0]["logprobs"][0] = [[9, -0.1], [5, -0.1001]]
     c = compare_engine_outputs(A, b, atol=1e-3)
     assert c.cause == "numerics" and c.first.path == "r0.output_token_ids[0]"
     assert (c.first.expected, c.first.actual) == (5, 9)
+    assert ("output position 0: the oracle's top-1 margin over the candidate's token there is 0.0005, "
+            "within the tolerance 0.001") in c.evidence
+    assert "2 later position(s) are left unjudged" in c.evidence
+
+
+def test_a_flip_is_judged_by_the_oracles_margin_never_the_candidates_logprobs():
+    # r1 position 0: the oracle's top-1 (1) is 2.5 nats ahead of the runner-up (2). A candidate
+    # that emits 2 and claims a near-tie in its own logprobs is a mismatch, naming the margin.
+    b = copy.deepcopy(A)
+    b[1]["output_token_ids"] = [2, 2]
+    b[1]["logprobs"][0] = [[2, -0.5], [1, -0.5001]]
+    c = compare_engine_outputs(A, b, atol=1e-3)
+    assert c.cause == "mismatch" and c.first.path == "r1.output_token_ids[0]"
+    assert "the oracle's top-1 margin over the candidate's token there is 2.5, beyond the tolerance 0.001" in c.evidence
+    # a token the oracle does not even list: no near-tie, whatever the candidate says
+    b[1]["output_token_ids"], b[1]["logprobs"][0] = [8, 2], [[8, -0.5], [1, -0.5001]]
+    c = compare_engine_outputs(A, b, atol=1e-3)
+    assert c.cause == "mismatch" and "token 8 is not in the oracle's top-k there" in c.evidence
+
+
+def test_a_near_tie_flip_with_the_top_k_off_is_a_logprobs_difference():
+    # the oracle's near-tie excuses the flip, not the candidate's numbers at that position
+    b = copy.deepcopy(A)
+    b[0]["output_token_ids"] = [9, 4, 4]
+    b[0]["logprobs"][0] = [[9, -0.05], [5, -0.1001]]  # 9 moved by 0.05, beyond 0.001
+    c = compare_engine_outputs(A, b, atol=1e-3)
+    assert c.cause == "logprobs" and c.first.path == "r0.logprobs[0][token 9]"
+
+
+def test_a_margin_equal_to_the_tolerance_is_within_it():
+    # logprobs are rounded to 4 decimals: -0.1 - -0.101 is 0.0010000000000000009 in binary
+    oracle = [_out("r0", [5], [[(5, -0.1), (9, -0.101)]])]
+    candidate = [_out("r0", [9], [[(9, -0.1005), (5, -0.1004)]])]
+    assert compare_engine_outputs(oracle, candidate, atol=1e-3).cause == "numerics"
 
 
 def test_a_token_outside_the_top_k_is_a_mismatch_naming_request_and_position():

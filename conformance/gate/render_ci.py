@@ -1,14 +1,22 @@
 """The gate's reports for CI: JUnit XML, and a markdown summary (GitHub's step summary, the
-Buildkite annotation)."""
+Buildkite annotation).
+
+Each format escapes in one place: JUnit's every text and attribute is made visible
+(view.visible) once the tree is built, so a candidate's control characters, which XML 1.0
+cannot hold, are shown as escapes and the file parses; ElementTree escapes the markup. In
+markdown every value goes through `_text` or `_code`, so a candidate's name or message cannot
+add a heading, HTML, a link, an image or emphasis, nor break a table.
+"""
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from xml.etree import ElementTree as ET
 
 from .render_text import render_verdict
 from .verdict import KINDS, MISSING, ORACLE, PASS
-from .view import REASONS, GateView
+from .view import REASONS, FirstLine, GateView, visible, visible_lines
 
 
 def junit(view: GateView) -> str:
@@ -62,41 +70,92 @@ def junit(view: GateView) -> str:
                     ET.SubElement(case, "skipped", message=said)
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
+    _visible_tree(suites)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
 
 
+def _visible_tree(root: ET.Element) -> None:
+    """Every text and attribute of the tree made visible: the one place JUnit escapes what
+    XML cannot hold (NUL, ESC, BEL, U+FFFE, lone surrogates) and what a reader should not obey."""
+    for element in root.iter():
+        if element.text:
+            element.text = visible_lines(element.text)
+        for key, value in list(element.attrib.items()):
+            element.set(key, visible_lines(value))
+
+
 def markdown(view: GateView) -> str:
     """The summary for a pull request, $GITHUB_STEP_SUMMARY and a Buildkite annotation: the
-    grid, then one table row per verdict that did not pass."""
+    grid, then one table row per verdict that did not pass. Every value interpolated goes
+    through `_text` (markdown text) or `_code` (a code span)."""
     lines = [f"## vllm-parity gate: {view.explained}", "",
-             f"Oracle: vLLM {view.oracle}. Exit status {view.status}. Layers: {view.layers}.", ""]
-    lines += [f"- `{_md(label)}`: command `{_md(command)}`" for label, command in view.commands.items()]
+             f"Oracle: vLLM {_text(view.oracle)}. Exit status {view.status}. Layers: {_text(view.layers)}.", ""]
+    lines += [f"- {_code(label)}: command {_code(command)}" for label, command in view.commands.items()]
     if view.judged_groups:
         lines += ["", "| engine | layers judged and not judged | scenarios |", "|---|---|---|"]
-        lines += [f"| `{_md(g['engine'])}` | {_md(g['text'])} | {len(g['scenarios'])}: "
-                  f"{', '.join(g['scenarios'])} |" for g in view.judged_groups]
-    lines += ["", "| scenario | " + " | ".join(f"`{_md(e)}` ({view.roles[e]})" for e in view.engines) + " |",
+        lines += [f"| {_code(g['engine'], table=True)} | {_text(g['text'])} | {len(g['scenarios'])}: "
+                  f"{_text(', '.join(g['scenarios']))} |" for g in view.judged_groups]
+    lines += ["", "| scenario | " + " | ".join(f"{_code(e, table=True)} ({view.roles[e]})" for e in view.engines) + " |",
               "|---|" + "---|" * len(view.engines)]
     for s in view.scenarios:
-        row = [_md(c.text) if (c := view.cell(s, e)) else "-" for e in view.engines]
-        lines.append(f"| {s} | " + " | ".join(row) + " |")
+        row = [_text(c.text) if (c := view.cell(s, e)) else "-" for e in view.engines]
+        lines.append(f"| {_text(s)} | " + " | ".join(row) + " |")
     failing = [(row, c) for row, cells in view.requirement_rows.items() for c in cells if c.verdict.kind != PASS]
     if failing:
         lines += ["", "| row | scenario | engine | role | verdict | first divergence |",
                   "|---|---|---|---|---|---|"]
         for row, c in failing:
             v = c.verdict
-            lines.append(f"| {row} | {v.scenario} | `{_md(v.engine)}` | {v.role} | {c.status} | "
-                         f"{_md(c.first_line)} |")
+            lines.append(f"| {_text(row)} | {_text(v.scenario)} | {_code(v.engine, table=True)} | {v.role} | "
+                         f"{c.status} | {_first_line(c.first_line)} |")
     lines += ["", "Counts: " + ", ".join(f"{view.counts[k]} {k}" for k in KINDS + ("waived",) if view.counts[k])]
     for w in view.expired:
-        lines.append(f"- **expired waiver** {w.row} / {w.scenario} / `{w.field}` (owner {w.owner}, "
-                     f"expired {w.expires}): renew or remove it")
+        lines.append(f"- **expired waiver** {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} "
+                     f"(owner {_text(w.owner)}, expired {w.expires}): renew or remove it")
     for w in view.unused:
-        lines.append(f"- unused waiver {w.row} / {w.scenario} / `{w.field}` (owner {w.owner})")
+        lines.append(f"- unused waiver {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} (owner {_text(w.owner)})")
     return "\n".join(lines) + "\n"
 
 
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:300]
+def _first_line(f: FirstLine) -> str:
+    """`steps #3 `requests.r1.tokens`: oracle 1036, candidate 1096`, each part escaped."""
+    if not f.layer:
+        return _text(f.message)
+    return (f"{_text(f.layer)} #{f.index} {_code(f.path, table=True)}: oracle {_text(repr(f.expected), 100)}, "
+            f"candidate {_text(repr(f.actual), 100)}")
+
+
+# Markdown text: the characters that open something inline (emphasis, code, HTML, entities,
+# tables, strikethrough, GitHub's math) are backslash-escaped. Nothing interpolated starts a
+# line, and newlines are escaped, so headings, lists and quotes cannot start either.
+MD_ESCAPED = set("\\`*~<&|$")
+MD_CUT = 300  # characters of one value shown
+
+
+def _text(text: str, cut: int = MD_CUT) -> str:
+    """A value as markdown text: made visible, cut, then escaped (never cut after escaping:
+    a trailing backslash would escape the table's next `|`). `_` is escaped unless it sits
+    inside a word, where CommonMark gives it no meaning; `]` before `(` or `[` so no link or
+    image can close."""
+    text = visible(text)[:cut]
+    out = []
+    for i, c in enumerate(text):
+        before, after = text[i - 1:i], text[i + 1:i + 2]
+        if (c in MD_ESCAPED or (c == "_" and not (before.isalnum() and after.isalnum()))
+                or (c == "]" and after in ("(", "["))):
+            out.append("\\")
+        out.append(c)
+    return "".join(out)
+
+
+def _code(text: str, table: bool = False) -> str:
+    """A value as a code span: made visible and cut; fenced by one backtick more than its
+    longest run of backticks (padded where it starts or ends with one); in a table, `|` as
+    `\\|`, which GFM reads back as `|` even inside a code span."""
+    text = visible(text)[:MD_CUT]
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == text[-1:] == " " and text.strip()) else ""
+    if table:
+        text = text.replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"

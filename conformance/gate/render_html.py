@@ -7,6 +7,12 @@ oracle; then, per candidate that diverged, a zoom on the steps around its first 
 every request's counts at that step and the capacity check of the engine layers. Inline SVG
 and CSS, one small inline script (it opens the details a link points at): nothing fetched,
 readable offline.
+
+Every value interpolated into the page goes through `_h` (made visible, then html.escape):
+a candidate's label, messages, record keys and values, a step value, a per-request caption and
+the requirement row a merge manifest names are text on the page, never markup. A record that
+is not an object, or a count that is not a number, is drawn as missing rather than crashing
+the page.
 """
 
 
@@ -17,36 +23,36 @@ import re
 
 from .render_text import render_verdict
 from .verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
-from .view import REASONS, Cell, GateView
+from .view import REASONS, Cell, GateView, visible, visible_lines
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 ZOOM = 6  # steps either side of a first divergence in its zoom panel
 
 
 def html_report(view: GateView) -> str:
-    body = [f"<h1>vllm-parity gate: {view.word} (exit status {view.status})</h1>",
-            f"<p>Oracle: vLLM {html.escape(view.oracle)}. {len(view.scenarios)} scenarios x {len(view.engines)} engines.</p>",
-            f"<p class='layers'>Layers: {html.escape(view.layers)}.</p>"]
+    body = [f"<h1>vllm-parity gate: {_h(view.word)} (exit status {view.status})</h1>",
+            f"<p>Oracle: vLLM {_h(view.oracle)}. {len(view.scenarios)} scenarios x {len(view.engines)} engines.</p>",
+            f"<p class='layers'>Layers: {_h(view.layers)}.</p>"]
     if view.judged_groups:
         body.append("<table class='layers'><tr><th>engine</th><th>layers judged and not judged</th>"
                     "<th>scenarios</th></tr>")
-        body += [f"<tr><td><code>{html.escape(g['engine'])}</code></td><td>{html.escape(g['text'])}</td>"
-                 f"<td>{len(g['scenarios'])}: {html.escape(', '.join(g['scenarios']))}</td></tr>"
+        body += [f"<tr><td><code>{_h(g['engine'])}</code></td><td>{_h(g['text'])}</td>"
+                 f"<td>{len(g['scenarios'])}: {_h(', '.join(g['scenarios']))}</td></tr>"
                  for g in view.judged_groups]
         body.append("</table>")
-    body += [f"<p><code>{html.escape(label)}</code>: command <code>{html.escape(command)}</code></p>"
+    body += [f"<p><code>{_h(label)}</code>: command <code>{_h(command)}</code></p>"
              for label, command in view.commands.items()]
     body.append("<table class='matrix'><tr><th>scenario</th>" + "".join(
-        f"<th><code>{html.escape(e)}</code><br>({view.roles[e]})</th>" for e in view.engines) + "</tr>")
+        f"<th><code>{_h(e)}</code><br>({_h(view.roles[e])})</th>" for e in view.engines) + "</tr>")
     for s in view.scenarios:
-        row = [f"<th><a href='#{_anchor(s)}'>{html.escape(s)}</a></th>"]
+        row = [f"<th><a href='#{_anchor(s)}'>{_h(s)}</a></th>"]
         for e in view.engines:
             c = view.cell(s, e)
             if c is None:
                 row.append("<td>-</td>")
                 continue
             target = _anchor(s, e) if c.verdict.kind != PASS else _anchor(s)
-            row.append(f"<td class='{c.status}'><a href='#{target}'>{html.escape(c.text)}</a></td>")
+            row.append(f"<td class='{_h(c.status)}'><a href='#{target}'>{_h(c.text)}</a></td>")
         body.append("<tr>" + "".join(row) + "</tr>")
     body.append("</table>")
     for s in view.scenarios:
@@ -68,7 +74,7 @@ def html_report(view: GateView) -> str:
 
 
 def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[str]:
-    body = [f"<section id='{_anchor(scenario)}'><h2>{html.escape(scenario)}</h2>"]
+    body = [f"<section id='{_anchor(scenario)}'><h2>{_h(scenario)}</h2>"]
     golden = next((c.golden for c in cells if c.golden), None)
     layer, oracle_steps = _steps(golden or {})
     series = []  # (label, steps records, first divergent step or None)
@@ -91,16 +97,16 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
                 "<th>layers judged</th><th>not judged</th></tr>")
     for cell in cells:
         v = cell.verdict
-        body.append(f"<tr><td><code>{html.escape(v.engine)}</code></td><td>{v.role}</td>"
-                    f"<td>{cell.row}</td><td class='{cell.status}'>{cell.status}</td>"
-                    f"<td>{html.escape(', '.join(v.judged) or '-')}</td><td>{html.escape(_not_judged(v))}</td></tr>")
+        body.append(f"<tr><td><code>{_h(v.engine)}</code></td><td>{_h(v.role)}</td>"
+                    f"<td>{_h(cell.row)}</td><td class='{_h(cell.status)}'>{_h(cell.status)}</td>"
+                    f"<td>{_h(', '.join(v.judged) or '-')}</td><td>{_h(_not_judged(v))}</td></tr>")
     body.append("</table>")
     for cell in cells:
         v = cell.verdict
         if v.kind == PASS:
             continue
-        body.append(f"<details id='{_anchor(scenario, v.engine)}' open><summary>{html.escape(v.engine)}: "
-                    f"{cell.status} {html.escape(cell.where)}</summary>")
+        body.append(f"<details id='{_anchor(scenario, v.engine)}' open><summary>{_h(v.engine)}: "
+                    f"{_h(cell.status)} {_h(cell.where)}</summary>")
         steps_c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
         own = next((s for label, s, _ in series if label == v.engine), None)
         if steps_c is not None and oracle_steps and own:
@@ -110,11 +116,11 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
                               window=(max(0, steps_c.index - ZOOM), steps_c.index + ZOOM + 1),
                               focus=steps_c.index, clip=_anchor(scenario, v.engine) + "-zoom"))
         for c in v.comparisons:
-            if not c.equal and isinstance((c.record or c.actual_record or {}).get("requests"), dict):
+            if not c.equal and isinstance((_record(c.record) or _record(c.actual_record)).get("requests"), dict):
                 body.append(_request_table(c))
                 break
         body.append(_capacity_table(v))
-        body.append(f"<pre>{html.escape(render_verdict(v, view.oracle))}</pre></details>")
+        body.append(f"<pre>{_h(render_verdict(v, view.oracle), lines=True)}</pre></details>")
     body.append("</section>")
     return body
 
@@ -128,21 +134,41 @@ def _anchor(scenario: str, engine: str | None = None) -> str:
     return "s-" + re.sub(r"[^A-Za-z0-9_-]+", "_", text)
 
 
+def _h(value, lines: bool = False) -> str:
+    """The one escape of the page: any value as HTML text or an attribute's value (quotes
+    escaped), its control characters and newlines shown as escapes (view.visible); with
+    `lines`, a block of text for <pre>, its newlines kept."""
+    return html.escape((visible_lines if lines else visible)(str(value)))
+
+
+def _record(record) -> dict:
+    """A record as the page reads it: one that is not an object reads as empty."""
+    return record if isinstance(record, dict) else {}
+
+
 def _steps(trace: dict) -> tuple[str, list[dict]]:
     """The per-step layer of a trace: the whole engine's where it ran, else the stand-in's."""
     layers = trace.get("layers", {})
     for layer in ("engine_steps", "steps"):
-        if layers.get(layer):
-            return layer, layers[layer]
+        if layers.get(layer) and isinstance(layers[layer], list):
+            return layer, [_record(r) for r in layers[layer]]
     return "steps", []
 
 
+def _count(value) -> int | float | None:
+    """A count as the plots draw it: a finite number in the 64-bit range, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if abs(value) < 2 ** 63 and value == value else None  # NaN != NaN
+
+
 def _tokens(steps: list[dict]) -> list[int]:
-    return [s.get("total_num_scheduled_tokens", 0) for s in steps]
+    return [_count(s.get("total_num_scheduled_tokens", 0)) or 0 for s in steps]
 
 
 def _budgets(steps: list[dict]) -> list[int | None]:
-    return [s.get("token_budget") if isinstance(s.get("token_budget"), int) else None for s in steps]
+    return [s.get("token_budget") if isinstance(s.get("token_budget"), int) and _count(s.get("token_budget")) is not None
+            else None for s in steps]
 
 
 def _frame(w: int, h: int, pad: int, lo: int, hi: int, bottom: float, top: float, title: str, cls: str,
@@ -150,10 +176,10 @@ def _frame(w: int, h: int, pad: int, lo: int, hi: int, bottom: float, top: float
     x = lambda i: pad + (w - 2 * pad) * (i - lo) / max(hi - 1 - lo, 1)  # noqa: E731
     y = lambda v: h - pad - (h - 2 * pad) * (v - bottom) / ((top - bottom) or 1)  # noqa: E731
     parts = [f"<svg class='{cls}' xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h + extra_height}' "
-             f"role='img' aria-label='{html.escape(title)}'>",
+             f"role='img' aria-label='{_h(title)}'>",
              f"<line x1='{pad}' y1='{h - pad}' x2='{w - pad}' y2='{h - pad}' stroke='#888'/>",
              f"<line x1='{pad}' y1='{pad}' x2='{pad}' y2='{h - pad}' stroke='#888'/>",
-             f"<text x='{pad}' y='{pad - 22}' font-size='13'>{html.escape(title)}</text>",
+             f"<text x='{pad}' y='{pad - 22}' font-size='13'>{_h(title)}</text>",
              f"<text x='{pad - 4}' y='{pad + 4}' font-size='11' text-anchor='end'>{top:g}</text>",
              f"<text x='{pad - 4}' y='{h - pad + 4}' font-size='11' text-anchor='end'>{bottom:g}</text>",
              f"<text x='{pad}' y='{h - pad + 16}' font-size='11'>step {lo}</text>",
@@ -204,7 +230,7 @@ def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str
             parts.append(f"<circle class='marker' cx='{x(focus):.1f}' cy='{y(tokens[focus]):.1f}' r='4' "
                          f"fill='{color}'/><text class='marker-value' x='{x(focus) + 8:.1f}' "
                          f"y='{y(tokens[focus]) + 16:.1f}' font-size='12' fill='{color}'>"
-                         f"{tokens[focus]} scheduled</text>")
+                         f"{_h(tokens[focus])} scheduled</text>")
     if clip:
         parts.append("</g>")
     last = None
@@ -219,15 +245,15 @@ def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str
         budget = (f"token budget {shown[0]}" if len(shown) == 1 else
                   f"token budget {shown[0]}..{shown[-1]}" if shown else "no token budget recorded")
         parts.append(f"<text class='legend' x='{pad}' y='{h + 14 + 34 * i}' font-size='12' fill='{color}'>"
-                     f"{html.escape(label)}: scheduled tokens ({'solid' if i == 0 else 'dashed'})</text>")
+                     f"{_h(label)}: scheduled tokens ({'solid' if i == 0 else 'dashed'})</text>")
         parts.append(f"<text class='budget-label' x='{pad + 20}' y='{h + 28 + 34 * i}' font-size='12' "
-                     f"fill='{color}'>{html.escape(budget)} (dotted)</text>")
+                     f"fill='{color}'>{_h(budget)} (dotted)</text>")
         if first is not None and lo <= first < hi:
             parts.append(f"<line x1='{x(first):.1f}' y1='{pad}' x2='{x(first):.1f}' y2='{h - pad}' "
                          "stroke='#c22' stroke-width='2' stroke-opacity='0.5'/>")
             if focus is None:  # a zoom names its step in its title, its values at the markers
                 parts.append(f"<text class='divergence' x='{x(first) + 4:.1f}' y='{h - pad - 8 - 14 * i}' "
-                             f"font-size='12' fill='#c22'>first divergence: step {first} ({html.escape(label)})</text>")
+                             f"font-size='12' fill='#c22'>first divergence: step {_h(first)} ({_h(label)})</text>")
     parts.append("</svg>")
     return "".join(parts)
 
@@ -255,7 +281,7 @@ def _diff_plot(series: list[tuple[str, list[dict], int | None]]) -> str:
         if length != len(oracle):
             text += f"; {length} steps against the oracle's {len(oracle)}"
         parts.append(f"<text class='legend' x='{pad}' y='{h + 14 + 18 * (i - 1)}' font-size='12' "
-                     f"fill='{color}'>{html.escape(text)}</text>")
+                     f"fill='{color}'>{_h(text)}</text>")
     parts.append("</svg>")
     return "".join(parts)
 
@@ -264,26 +290,26 @@ def _request_table(c) -> str:
     """Every request's counts at the first divergent step, oracle beside candidate: what was
     scheduled, then the state after the update; newly admitted and resumed requests marked;
     then the step's budgets, KV blocks and queues."""
-    e_rec, a_rec = c.record or {}, c.actual_record or {}
-    e_reqs = e_rec.get("requests") or {}
-    a_reqs = a_rec.get("requests") or {}
+    e_rec, a_rec = _record(c.record), _record(c.actual_record)
+    e_reqs = _record(e_rec.get("requests"))
+    a_reqs = _record(a_rec.get("requests"))
     entries = [r for r in [*e_reqs.values(), *a_reqs.values()] if isinstance(r, dict)]
     fields = [f for f in REQUEST_FIELDS if f in ("tokens", "draft_tokens") or any(f in r for r in entries)]
-    step = (c.record or c.actual_record or {}).get("step", c.index)
+    step = (e_rec or a_rec).get("step", c.index)
     names = "".join(f"<th>{f}</th>" for f in fields)
-    rows = [f"<table class='per-request'><caption>every request at step {step} ({c.layer}); "
+    rows = [f"<table class='per-request'><caption>every request at step {_h(step)} ({_h(c.layer)}); "
             "computed_tokens, output_tokens and kv_blocks after the step's update</caption>"
             f"<tr><th></th><th colspan='{len(fields) + 1}'>oracle</th>"
             f"<th colspan='{len(fields) + 1}'>candidate</th></tr>"
             f"<tr><th>request</th><th>admitted</th>{names}<th>admitted</th>{names}</tr>"]
     for rid in sorted(set(e_reqs) | set(a_reqs)):
-        e, a = e_reqs.get(rid) or {}, a_reqs.get(rid) or {}
+        e, a = _record(e_reqs.get(rid)), _record(a_reqs.get(rid))
         e_mark, a_mark = _admitted(e_rec, rid), _admitted(a_rec, rid)
         differs = e_mark != a_mark or any(e.get(f) != a.get(f) for f in fields)
         cells = (f"<td>{e_mark}</td>" + "".join(f"<td>{_num(e.get(f))}</td>" for f in fields)
                  + f"<td class='{'diff' if e_mark != a_mark else ''}'>{a_mark}</td>" + "".join(
                      f"<td class='{'diff' if e.get(f) != a.get(f) else ''}'>{_num(a.get(f))}</td>" for f in fields))
-        rows.append(f"<tr class='{'differs' if differs else 'same'}'><td>{html.escape(rid)}</td>{cells}</tr>")
+        rows.append(f"<tr class='{'differs' if differs else 'same'}'><td>{_h(rid)}</td>{cells}</tr>")
     span = len(fields) + 1
     for key in ("total_num_scheduled_tokens", "token_budget", "input_budget", "kv_blocks", "waiting", "running"):
         e, a = e_rec.get(key), a_rec.get(key)
@@ -301,14 +327,14 @@ REQUEST_FIELDS = ("tokens", "draft_tokens", "accepted_draft_tokens", "computed_t
 
 def _admitted(record: dict, rid: str) -> str:
     """`new` or `resumed` where that side admitted the request at this step, else empty."""
-    return next((key for key in ("new", "resumed") if rid in (record.get(key) or ())), "")
+    return next((key for key in ("new", "resumed") if isinstance(record.get(key), list) and rid in record[key]), "")
 
 
 def _state(value) -> str:
     if isinstance(value, dict):  # kv_blocks
-        return html.escape(", ".join(f"{k} {value[k]}" for k in ("free", "used") if k in value))
+        return _h(", ".join(f"{k} {value[k]}" for k in ("free", "used") if k in value))
     if isinstance(value, list):  # a queue, in its order
-        return html.escape(" ".join(str(v) for v in value)) or "(empty)"
+        return _h(" ".join(str(v) for v in value)) or "(empty)"
     return _num(value)
 
 
@@ -321,8 +347,8 @@ def _capacity_table(v: Verdict) -> str:
             "<th>excess</th></tr>"]
     for who, excess in (("candidate", v.capacity), ("oracle", v.oracle_capacity)):
         for e in excess[:20]:
-            rows.append(f"<tr><td>{who}</td><td>{e['step']}</td><td>{html.escape(str(e['forward']))}</td>"
-                        f"<td>{e['tokens']}</td><td>{e['limit']}</td><td>{e['excess']}</td></tr>")
+            rows.append(f"<tr><td>{who}</td><td>{_h(e['step'])}</td><td>{_h(e['forward'])}</td>"
+                        f"<td>{_h(e['tokens'])}</td><td>{_h(e['limit'])}</td><td>{_h(e['excess'])}</td></tr>")
         if not excess:
             rows.append(f"<tr><td>{who}</td><td colspan='5'>no forward above max_num_batched_tokens</td></tr>")
     rows.append("</table>")
@@ -330,4 +356,4 @@ def _capacity_table(v: Verdict) -> str:
 
 
 def _num(value) -> str:
-    return "-" if value is None else html.escape(str(value))
+    return "-" if value is None else _h(value)

@@ -1,5 +1,10 @@
 """Plain-text report of verdicts, fit for a terminal or a pull-request comment: one verdict in
-full (`render_verdict`), a list of verdicts (`render`), and the gate's report from its view."""
+full (`render_verdict`), a list of verdicts (`render`), and the gate's report from its view.
+
+Every line is made visible (view.visible) as the report is put together (`_join`): the
+candidate's text (its label, messages, stderr, record keys and values, log lines) keeps no
+control character, so it cannot move the cursor, clear the screen, set the title or overwrite
+the verdict line, and a newline of its own is shown as `\\n`, never starts a line."""
 
 from __future__ import annotations
 
@@ -8,7 +13,7 @@ import textwrap
 from collections import Counter
 
 from .verdict import KINDS, PASS, Verdict
-from .view import GateView
+from .view import GateView, visible
 
 MAX_EXPLAINED = 20
 
@@ -16,7 +21,12 @@ MAX_EXPLAINED = 20
 def render(verdicts: list[Verdict], oracle: str) -> str:
     parts = [render_verdict(v, oracle) for v in verdicts]
     parts.append(render_summary(verdicts))
-    return "\n".join(parts)
+    return _join(parts)
+
+
+def _join(lines: list[str]) -> str:
+    """The report's lines as text: each line made visible, so only these newlines remain."""
+    return "\n".join(visible(line) for line in lines)
 
 
 def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
@@ -38,16 +48,16 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
                      f"oracle {_show(first.expected)}, candidate {_show(first.actual)}{cause}")
         if c.evidence:
             lines.append(f"   evidence: {c.evidence}")
-        width = max(len(f.path) for f in c.fields)
+        width = max(len(visible(f.path)) for f in c.fields)
         lines.append(f"     {'field'.ljust(width)}  {'oracle':>12}  {'candidate':>12}")
         for f in c.fields:
             if f.path == "budget_log_lines":
                 continue  # shown whole, side by side, below
-            lines.append(f"     {f.path.ljust(width)}  {_show(f.expected):>12}  {_show(f.actual):>12}")
-        lines += _refusals(c.record, c.actual_record)
+            lines.append(f"     {visible(f.path).ljust(width)}  {_show(f.expected):>12}  {_show(f.actual):>12}")
+        lines += _refusals(_record(c.record), _record(c.actual_record))
         if v.role == "stand-in":
             continue  # informational: the first divergence and its fields are enough
-        lines += _per_request(c.record, c.actual_record)
+        lines += _per_request(_record(c.record), _record(c.actual_record))
         if c.explanation and c.layer not in ("config", "engine_config"):
             lo, hi = c.window
             explained = c.explanation.splitlines()
@@ -61,7 +71,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
         if blocks is not None and key in blocks:
             number, first = blocks[key]
             lines.append(f"   budget log lines: as block [{number}] above ({first})")
-            return "\n".join(lines)
+            return _join(lines)
         if blocks is not None:
             blocks[key] = (len(blocks) + 1, f"{v.scenario}, {v.engine}")
             lines.append(f"   budget log lines [{len(blocks)}], side by side:")
@@ -73,7 +83,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
             mark = " " if e == a else "!"
             lines.append(f"   {mark} oracle   : {e}")
             lines.append(f"   {mark} candidate: {a}")
-    return "\n".join(lines)
+    return _join(lines)
 
 
 CAUSES = {
@@ -83,7 +93,7 @@ CAUSES = {
     "logprobs": "logprob beyond the scenario's tolerance",
     "state": "state divergence: every decision equal, the state recorded after the update differs",
     "context": "only the recorded budget or worker token counts differ; every decision is equal",
-    "mismatch": "mismatch: a token outside the other side's top-k",
+    "mismatch": "mismatch: a token, length or finish reason no near-tie of the oracle explains",
 }
 
 
@@ -106,26 +116,38 @@ def _capacity(v: Verdict) -> list[str]:
 def render_gate(view: GateView) -> str:
     """The gate's terminal report: one compact grid first (scenarios down, engines across,
     each cell the verdict and its first divergent field), then the details of every cell that
-    did not pass, each distinct block of budget log lines printed once."""
+    did not pass, each distinct block of budget log lines printed once. A grid of more than
+    LABELLED engines wider than GRID_WIDTH (many candidates) names its columns by short codes,
+    with a legend, and is cut into grids of at most GRID_WIDTH columns."""
     scenarios, engines = view.scenarios, view.engines
     lines = [f"== vllm-parity gate: {view.word} (exit status {view.status}); oracle vllm-{view.oracle}; "
              f"{len(scenarios)} scenarios x {len(engines)} engines; {view.layers}"]
-    for label, command in view.commands.items():
-        lines.append(f"   {label}: command {command}")
-    for group in view.judged_groups:
-        lines += textwrap.wrap(f"{group['engine']}: {group['text']} ({_count(group['scenarios'])}): "
-                               f"{', '.join(group['scenarios'])}", width=GRID_WIDTH,
-                               initial_indent="   ", subsequent_indent="     ")
-    texts = {s: tuple(c.text if (c := view.cell(s, e)) else "-" for e in engines) for s in scenarios}
+    # measured as shown: a candidate's escaped text keeps the columns aligned
+    texts = {s: tuple(visible(c.text) if (c := view.cell(s, e)) else "-" for e in engines) for s in scenarios}
     folded = _fold(texts)
     first = max([len("scenario")] + [len(_label(names)) for names in folded])
-    widths = [max([len(e), len(view.roles[e]) + 2] + [len(row[i]) for row in texts.values()])
+    widths = [max([len(visible(e)), len(view.roles[e]) + 2] + [len(row[i]) for row in texts.values()])
               for i, e in enumerate(engines)]
-    lines.append(" ".join([" " * first] + [e.ljust(w) for e, w in zip(engines, widths)]).rstrip())
-    lines.append(" ".join(["scenario".ljust(first)] + [f"({view.roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
-    for names in folded:
-        lines.append(" ".join([_label(names).ljust(first)] + [c.ljust(w) for c, w in
-                                                              zip(texts[names[0]], widths)]).rstrip())
+    wide = len(engines) > LABELLED and first + sum(1 + w for w in widths) > GRID_WIDTH
+    column = _codes(view) if wide else {e: e for e in engines}  # engine -> its column's name
+    if wide:  # the legend: each column's code, engine, role and command line
+        lines += [f"   {column[e]} = {e} ({view.roles[e]})" + (f": command {view.commands[e]}" if e in view.commands
+                                                             else "") for e in engines]
+    else:
+        lines += [f"   {label}: command {command}" for label, command in view.commands.items()]
+    for group in view.judged_groups:
+        who = ", ".join(column.get(e, e) for e in group["engines"])
+        lines += textwrap.wrap(f"{who}: {group['text']} ({_count(group['scenarios'])}): "
+                               f"{', '.join(group['scenarios'])}", width=GRID_WIDTH,
+                               initial_indent="   ", subsequent_indent="     ")
+    if wide:
+        lines += _grids(folded, texts, first, [column[e] for e in engines])
+    else:
+        lines.append(" ".join([" " * first] + [visible(e).ljust(w) for e, w in zip(engines, widths)]).rstrip())
+        lines.append(" ".join(["scenario".ljust(first)] + [f"({view.roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
+        for names in folded:
+            lines.append(" ".join([_label(names).ljust(first)] + [c.ljust(w) for c, w in
+                                                                  zip(texts[names[0]], widths)]).rstrip())
     for names in folded:
         if len(names) > 1:  # every scenario is still named before the details
             lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=GRID_WIDTH,
@@ -139,13 +161,13 @@ def render_gate(view: GateView) -> str:
     for v in failing:
         text = render_verdict(v, view.oracle, blocks)
         head, _, body = text.partition("\n")
-        said = body.replace(v.scenario, "<scenario>")  # the same failure on another scenario
+        said = body.replace(visible(v.scenario), "<scenario>")  # the same failure on another scenario
         if body and not v.comparisons and said in messages:  # said once, then referred to
             text = f"{head}\n   as {messages[said]} above"
         elif body and not v.comparisons:
             messages[said] = f"{v.scenario}, {v.engine}"
-        lines.append(text)
-    return "\n".join(lines)
+        lines += text.split("\n")
+    return _join(lines)
 
 
 # Past this many scenarios, rows whose cells are all the same fold into one, so the grid
@@ -153,6 +175,43 @@ def render_gate(view: GateView) -> str:
 # same verdicts, named just below the grid.
 MAX_ROWS = 24
 GRID_WIDTH = 117
+
+
+# Up to this many engines the grid's columns keep their labels, however wide (one candidate
+# beside the oracle); past it a grid wider than GRID_WIDTH is named by codes and cut.
+LABELLED = 2
+CODES = {"candidate": "C", "stand-in": "S"}  # a wide grid's column codes by role: C1, C2, ...; the oracle's is O
+
+
+def _codes(view: GateView) -> dict[str, str]:
+    """engine -> its column code in a wide grid: C1.. for candidates, S1.. for stand-ins, O."""
+    codes: dict[str, str] = {}
+    for e in view.engines:
+        prefix = CODES.get(view.roles[e], "O")
+        number = sum(1 for c in codes.values() if c.startswith(prefix)) + 1
+        codes[e] = prefix if prefix == "O" and number == 1 else f"{prefix}{number}"
+    return codes
+
+
+def _grids(folded: list[list[str]], texts: dict[str, tuple], first: int, codes: list[str]) -> list[str]:
+    """The grid cut into grids of at most GRID_WIDTH columns (at least one engine each), the
+    scenario column repeated in each, the engines named by their codes."""
+    widths = [max([len(code)] + [len(row[i]) for row in texts.values()]) for i, code in enumerate(codes)]
+    cuts: list[list[int]] = [[]]
+    used = first
+    for i, w in enumerate(widths):
+        if cuts[-1] and used + 1 + w > GRID_WIDTH:
+            cuts.append([])
+            used = first
+        cuts[-1].append(i)
+        used += 1 + w
+    lines = []
+    for columns in cuts:
+        lines.append(" ".join(["scenario".ljust(first)] + [codes[i].ljust(widths[i]) for i in columns]).rstrip())
+        for names in folded:
+            row = texts[names[0]]
+            lines.append(" ".join([_label(names).ljust(first)] + [row[i].ljust(widths[i]) for i in columns]).rstrip())
+    return lines
 
 
 def _fold(rows: dict[str, tuple]) -> list[list[str]]:
@@ -170,7 +229,8 @@ def _count(names: list) -> str:
 
 
 def _label(names: list[str]) -> str:
-    return names[0] if len(names) == 1 else f"{names[0]} +{len(names) - 1}"
+    name = visible(names[0])
+    return name if len(names) == 1 else f"{name} +{len(names) - 1}"
 
 
 def render_summary(verdicts: list[Verdict]) -> str:
@@ -217,9 +277,16 @@ STATE_KEYS = ("computed_tokens", "output_tokens", "kv_blocks")
 def _mark(record: dict | None, rid: str) -> str:
     """`new` or `resumed` where that side admitted the request at this step."""
     for key in ("new", "resumed"):
-        if rid in ((record or {}).get(key) or ()):
+        admitted = (record or {}).get(key)
+        if isinstance(admitted, list) and rid in admitted:
             return f"{key} "
     return ""
+
+
+def _record(record) -> dict:
+    """A record as the report reads it: a candidate's record that is not an object reads as
+    empty here (its divergence is still shown, field by field)."""
+    return record if isinstance(record, dict) else {}
 
 
 def _refusals(expected: dict | None, actual: dict | None) -> list[str]:
@@ -228,11 +295,23 @@ def _refusals(expected: dict | None, actual: dict | None) -> list[str]:
     if e == a or not (isinstance(e, dict) or isinstance(a, dict)):
         return []
     out = ["   refusal, whole (exception type and vLLM's words, pydantic's wrapper removed):"]
-    for who, r in (("oracle   ", e), ("candidate", a)):
-        text = f"{r.get('type')}: {r.get('message')}" if isinstance(r, dict) else "accepted the configuration"
+    for who, record in (("oracle   ", expected), ("candidate", actual)):
         out += [f"     {who}: {line}" if i == 0 else f"                {line}"
-                for i, line in enumerate(str(text).splitlines() or [""])]
+                for i, line in enumerate(_refusal_words(record).splitlines() or [""])]
     return out
+
+
+def _refusal_words(record) -> str:
+    """What one side's record at the divergence says of the configuration, and nothing more:
+    a side with no record there has neither accepted nor refused anything in it."""
+    if not isinstance(record, dict):
+        return "sent no record here"
+    refused = record.get("refused")
+    if isinstance(refused, dict):
+        return f"{refused.get('type')}: {refused.get('message')}"
+    if refused is None:
+        return "accepted the configuration"
+    return f"refused = {_show(refused)} (not a {{type, message}} refusal)"
 
 
 def _counts(entry) -> str:
@@ -272,7 +351,7 @@ def _state(value) -> str:
 
 def _where(c) -> str:
     """Records name themselves where they can: a step number, or a table row like dflash/K=8."""
-    record = c.record or {}
+    record = _record(c.record)
     if "row" in record:
         return f"row {record['row']}"
     if "step" in record:
@@ -282,8 +361,9 @@ def _where(c) -> str:
 
 def _show(value) -> str:
     if isinstance(value, str):
+        value = visible(value)
         return value if len(value) <= 60 else value[:57] + "..."
-    return json.dumps(value, sort_keys=True)[:60]
+    return visible(json.dumps(value, sort_keys=True))[:60]
 
 
 def render_requirement_rows(view: GateView) -> str:
@@ -300,4 +380,4 @@ def render_requirement_rows(view: GateView) -> str:
         lines.append(f"   EXPIRED waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner}, expired {w.expires})")
     for w in view.unused:
         lines.append(f"   unused waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner})")
-    return "\n".join(lines)
+    return _join(lines)

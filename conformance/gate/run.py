@@ -31,7 +31,7 @@ from .requirement_rows import apply_gate, where_of
 from .results import read_results, write_results
 from .shards import Unit, share_cost
 from .verdict import CANDIDATE, PASS, Verdict
-from .view import gate_view
+from .view import gate_view, visible
 
 
 def gate(context: RunContext, scenarios, engines: list[GateEngine]) -> int:
@@ -155,7 +155,7 @@ def _shard_report(context: RunContext, share: list[Unit], summaries: list[dict])
                 + (", ".join(f"{n} {k}" for k, n in sorted(kinds.items())) or "none"))
     for unit, s in zip(share, summaries):
         if s["kind"] != PASS:
-            context.out(f"   {unit.key}: {s['kind']} {s['first'] or ''}".rstrip())
+            context.out(visible(f"   {unit.key}: {s['kind']} {s['first'] or ''}".rstrip()))  # the engine's words, shown
     context.out(f"-- the gate's verdict and reports come from `parity merge` over every shard's results"
                 + (f" ({context.results})" if context.results else ""))
     return 0

@@ -26,6 +26,41 @@ REASONS = {NOT_ASKED: "not asked (--layers, LAYERS=)",
            NOT_SERVED: "the engine does not serve them (its hello does not declare them)",
            MISSING: "required, but the engine does not serve them (its hello does not declare them)"}
 CELL_WIDTH = 40  # a grid cell: the verdict and the first divergent field, cut to fit
+# How a character that is not printable is shown in every report: its escape, never itself.
+SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: str) -> str:
+    """`text` with every character that is not printable (str.isprintable: control and format
+    characters, ESC and BEL, NUL, bidi overrides, line and paragraph separators, unassigned code
+    points like U+FFFE, lone surrogates) spelled as its escape: `\\x1b`, `\\u202e`, `\\n`. A
+    candidate's text cannot then move a terminal's cursor, set its title, reorder what a reader
+    sees or break an XML file. Backslashes are left as they are, so the function is idempotent."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else SHORT_ESCAPES.get(c) or _escape(c) for c in text)
+
+
+def visible_lines(text: str) -> str:
+    """visible(), line by line: the newlines of a block of text kept, everything else escaped."""
+    return "\n".join(visible(line) for line in text.split("\n"))
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+@dataclass(frozen=True)
+class FirstLine:
+    """A verdict in a line, its parts raw (each report escapes them its own way): its first
+    divergence (layer, record number, field, both values), else the first line of its message."""
+    layer: str = ""
+    index: int | None = None
+    path: str = ""
+    expected: object = None
+    actual: object = None
+    message: str = ""
 
 
 @dataclass(frozen=True)
@@ -34,12 +69,17 @@ class Cell:
     verdict: Verdict
     status: str  # the verdict's kind, or `waived` for a divergence a waiver covers
     text: str  # the grid cell: `pass`, or the status and where it first differs
-    row: str  # the requirement row it is filed under
+    rows: tuple[str, ...]  # the requirement rows it is filed under (every row of its scenario)
     where: str  # layer.field of its first divergence ("" when none)
-    first_line: str  # its first divergence in a line, else the first line of its message
+    first_line: FirstLine  # its first divergence, else the first line of its message
     waiver: Waiver | None = None
     trace: dict | None = None  # the trace judged and its golden (the HTML page draws them)
     golden: dict | None = None
+
+    @property
+    def row(self) -> str:
+        """Its requirement rows, as one table cell shows them."""
+        return ", ".join(self.rows)
 
 
 @dataclass(frozen=True)
@@ -54,7 +94,7 @@ class GateView:
     requirement_rows: dict[str, list[Cell]]  # requirement row -> its cells, rows sorted
     counts: Counter  # status -> how many verdicts
     layers: str  # which layers were judged and which were not, in one clause
-    judged_groups: list[dict]  # per engine judged on fewer layers: scenarios by the layers judged
+    judged_groups: list[dict]  # engines judged on fewer layers: scenarios by the layers judged
     commands: dict[str, str]  # engine label -> its command line, shown once
     expired: list[Waiver]
     unused: list[Waiver]
@@ -93,7 +133,7 @@ def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None =
             engines.append(v.engine)
         trace, golden = (traces or {}).get(v.key, (None, None))
         status = "waived" if v.kind == DIVERGED and v.key in result.waived else v.kind
-        grid[v.key] = Cell(v, status, _cell_text(v, status), result.row_of(v), where_of(v),
+        grid[v.key] = Cell(v, status, _cell_text(v, status), result.rows_of(v), where_of(v),
                            _first_line(v), result.waived.get(v.key), trace, golden)
     return GateView(
         oracle=oracle, status=result.status, verdicts=result.verdicts, scenarios=scenarios,
@@ -115,12 +155,12 @@ def _cell_text(v: Verdict, status: str) -> str:
     return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
 
 
-def _first_line(v: Verdict) -> str:
+def _first_line(v: Verdict) -> FirstLine:
     for c in v.comparisons:
         if not c.equal and c.first is not None:
             f = c.first
-            return f"{c.layer} #{c.index} `{f.path}`: oracle {f.expected!r}, candidate {f.actual!r}"
-    return v.message.splitlines()[0] if v.message else ""
+            return FirstLine(c.layer, c.index, f.path, f.expected, f.actual)
+    return FirstLine(message=v.message.splitlines()[0] if v.message else "")
 
 
 def layer_names(layers) -> str:
@@ -165,7 +205,9 @@ def _judged_clause(verdicts: list[Verdict]) -> str:
 
 def judged_groups(verdicts: list[Verdict]) -> list[dict]:
     """Per engine that was not judged on every layer, its scenarios grouped by the layers
-    judged and not judged (with why): the candidates' when there are any."""
+    judged and not judged (with why): the candidates' when there are any. Engines judged
+    alike on the same scenarios share one group (`engines`; `engine` names them all), so ten
+    candidates judged on the same layers are said once."""
     verdicts = [v for v in verdicts if v.role == "candidate"] or verdicts
     partial = {v.engine for v in verdicts if v.not_judged}
     groups: dict[tuple, dict] = {}
@@ -175,4 +217,7 @@ def judged_groups(verdicts: list[Verdict]) -> list[dict]:
         text = _judged_clause([v]) or f"judged on {layer_names(v.judged)}"
         groups.setdefault((v.engine, text), {"engine": v.engine, "text": text,
                                              "scenarios": []})["scenarios"].append(v.scenario)
-    return list(groups.values())
+    shared: dict[tuple, dict] = {}
+    for g in groups.values():
+        shared.setdefault((g["text"], tuple(g["scenarios"])), dict(g, engines=[]))["engines"].append(g["engine"])
+    return [dict(g, engine=", ".join(g["engines"])) for g in shared.values()]
