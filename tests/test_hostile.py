@@ -756,3 +756,120 @@ def test_sinks_a_shards_report_shows_an_engine_error_escaped(tmp_path):
     bad = sorted({c for line in text.split("\n") for c in line if not c.isprintable()})
     assert not bad, f"the shard's report passes {bad!r} to the terminal"
     assert "\\x1b[2J\\x1b[H== vllm-parity gate: PASS" in text
+
+
+# ---- h28-schema: records judged against their schema, goldens that cannot be loosened, selfcheck ----
+
+import copy  # noqa: E402
+import hashlib  # noqa: E402
+import shutil  # noqa: E402
+
+from conformance import cli  # noqa: E402
+from conformance.gate.golden_store import GOLDENS, KEEP, REWRITE, GoldenStore  # noqa: E402
+from conformance.pins import load_pins  # noqa: E402
+from conformance.protocol import LAYERS  # noqa: E402
+
+SCHEMA_HOSTILE = REPO / "tests" / "doubles" / "hostile_engine.py"
+SCHEMA_PINS = load_pins()
+SCHEMA_SCENARIOS = ("steady_decode", "method_matrix", "engine_ngram")
+# candidate name -> its plan, and the scenario and words of its `protocol` verdict (None: it
+# passes everywhere)
+SCHEMA_CASES = {
+    "requests-list": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
+                                  "path": ["requests"], "value": [1, 2]}]},
+                      "steady_decode", "layer steps, record #3 (step 3): field requests: expected "
+                      "object: request id -> request entry, got [1, 2] (a list)"),
+    "request-string": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
+                                   "path": ["requests", "r1"], "value": "12"}]},
+                       "steady_decode", "layer steps, record #3 (step 3): field requests.r1: expected "
+                       "an object (request entry), got \"12\" (a string)"),
+    "tokens-string": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
+                                  "path": ["total_num_scheduled_tokens"], "value": "12"}]},
+                      "steady_decode", "layer steps, record #3 (step 3): field total_num_scheduled_tokens: "
+                      "expected int >= 0, got \"12\" (a string)"),
+    "negative-kv": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 5,
+                                "path": ["kv_blocks", "used"], "value": -1}]},
+                    "steady_decode", "layer steps, record #5 (step 5): field kv_blocks.used: expected "
+                    "int >= 0, got -1 (an int)"),
+    "logprobs-mistyped": ({"edits": [{"scenario": "engine_ngram", "layer": "engine_outputs", "seq": 0,
+                                      "path": ["logprobs", 2, 1], "value": ["917", "x"]}]},
+                          "engine_ngram", "layer engine_outputs, record #0 (id \"r0\"): field "
+                          "logprobs[2][1][0]: expected int >= 0, got \"917\" (a string)"),
+    "logprob-positive": ({"edits": [{"scenario": "engine_ngram", "layer": "engine_outputs", "seq": 0,
+                                     "path": ["logprobs", 2, 0, 1], "value": 0.5}]},
+                         "engine_ngram", "field logprobs[2][0][1]: expected number <= 0, got 0.5 (a number)"),
+    "row-int": ({"edits": [{"scenario": "method_matrix", "layer": "methods", "seq": 0,
+                            "path": ["row"], "value": 5}]},
+                "method_matrix", "layer methods, record #0: field row: expected str, got 5 (an int)"),
+    "environment-null": ({"hello": {"environment": None}}, "*", "expected hello.environment of type dict"),
+    "environment-string": ({"hello": {"environment": "x"}}, "*", "expected hello.environment of type dict"),
+    # fields no table of PROTOCOL.md names are ignored, as it says: never compared
+    "extra-fields": ({"edits": [{"layer": layer, "seq": "*", "path": ["zzz_extra"], "value": "<b>x</b>"}
+                                for layer in ("config", "steps", "outputs", "methods", "engine_config",
+                                              "engine_steps", "engine_outputs")]
+                      + [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
+                          "path": ["requests", "r1", "zzz_extra"], "value": 1}]}, None, None),
+}
+
+
+def schema_candidate(folder, name: str, plan: dict) -> str:
+    path = folder / f"{name}.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    return shlex.join([sys.executable, str(SCHEMA_HOSTILE), "--plan", str(path)])
+
+
+@pytest.fixture(scope="module")
+def schema_gate(tmp_path_factory):
+    """One `parity gate` in this process on three scenarios, every hostile candidate of
+    SCHEMA_CASES at once, its results folder kept for `parity merge`. Its oracle is a TEST DOUBLE
+    replaying the real oracle's goldens (the engines' side does not matter here: what is under
+    test is how the harness takes a candidate's records); every engine is judged against the
+    committed goldens."""
+    import contextlib
+    import io
+
+    from conformance.gate.engines import GateEngine
+
+    folder = tmp_path_factory.mktemp("schema-gate")
+    oracle = shlex.join([sys.executable, str(SCHEMA_HOSTILE), "--plan", str(folder / "oracle.json")])
+    (folder / "oracle.json").write_text(json.dumps({"serve": list(LAYERS)}), encoding="utf-8")
+    engines = [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, "TEST-DOUBLE-oracle", oracle)]
+    for name, (plan, _, _) in SCHEMA_CASES.items():
+        command = schema_candidate(folder, name, {"serve": list(LAYERS), **plan})
+        engines.append(GateEngine(name, "candidate", command, name, command))
+    (folder / "waivers.toml").write_text("", encoding="utf-8")
+    argv = ["gate", "--reports", str(folder / "out"), "--results", str(folder / "results"),
+            "--waivers", str(folder / "waivers.toml")]
+    for name in SCHEMA_SCENARIOS:
+        argv += ["--scenario", str(REPO / "scenarios" / f"{name}.json")]
+    out, err = io.StringIO(), io.StringIO()
+    with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        patch.delenv("GITHUB_STEP_SUMMARY", raising=False)
+        patch.setattr(cli, "gate_engines", lambda pins, candidates, log: engines)
+        status = cli.main(argv)
+    verdicts = folder / "results" / "verdicts.json"
+    kinds = ({(v["engine"], v["scenario"]): v["kind"] for v in json.loads(verdicts.read_text(encoding="utf-8"))}
+             if verdicts.exists() else {})
+    return folder, status, out.getvalue(), err.getvalue(), kinds
+
+
+def test_schema_every_mistyped_record_is_a_protocol_verdict(schema_gate):
+    folder, status, out, err, kinds = schema_gate
+    assert status == 2 and kinds, out + err[-3000:]
+    assert "Traceback" not in out and (folder / "out" / "junit.xml").exists()
+    for name, (_, where, words) in SCHEMA_CASES.items():
+        for scenario in SCHEMA_SCENARIOS:
+            expected = "protocol" if where in ("*", scenario) else "pass"
+            assert kinds[(name, scenario)] == expected, (name, scenario, out)
+        if words:
+            assert words in out, (name, out)
+    assert all(kinds[("TEST-DOUBLE-oracle", s)] == "pass" for s in SCHEMA_SCENARIOS)
+
+
+def test_schema_a_protocol_verdict_names_engine_scenario_layer_record_field_and_value(schema_gate):
+    _, _, out, _, _ = schema_gate
+    assert ("tokens-string on steady_decode: a record that is not what protocol 2 declares "
+            "(engines/PROTOCOL.md): layer steps, record #3 (step 3): field total_num_scheduled_tokens: "
+            "expected int >= 0, got \"12\" (a string)") in out
+    # the records before it agreed with the golden, and are said to
+    assert "before it failed, every record it sent agreed with the golden (config: 1 records, steps: 3 records)" in out

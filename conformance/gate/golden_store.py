@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..pins import REPO_ROOT
-from ..trace import TraceError, dumps, load_trace, loads_trace
+from ..trace import TraceError, checked, dumps, load_trace, loads_trace
 
 GOLDEN_DIR = REPO_ROOT / "goldens"
 # What regeneration does to a golden (GoldenUpdate.action)
@@ -155,12 +155,25 @@ GOLDENS = GoldenStore()
 
 
 def read_golden(path: Path) -> dict:
-    """A golden file's trace (any path: `parity compare --golden`); TraceError when invalid."""
-    trace = load_trace(path)
+    """A golden file's trace (any path: `parity compare --golden`), its records judged as a
+    candidate's are; TraceError when invalid."""
+    return checked_golden(load_trace(path), path)
+
+
+def checked_golden(trace: dict, path) -> dict:
+    """The trace as a golden to judge against: a finished run, every record as its layer
+    declares it (fields no table names left out); TraceError naming `path` otherwise."""
+    finished(trace, path)
+    trace = checked(trace)
+    if "failure" in trace:
+        raise TraceError(f"{path}: {trace['failure']['message']}")
+    return trace
+
+
+def finished(trace: dict, path) -> None:
     if "failure" in trace:
         raise TraceError(f"{path}: a golden must come from a finished oracle run, this one records "
                          f"a failure ({trace['failure'].get('kind')})")
-    return trace
 
 
 def lookup(path: Path) -> Golden:

@@ -22,7 +22,8 @@ the run's scenario, edited as the JSON file given with --plan says:
     }
 
 Every edit changes the candidate's own records only: the harness must judge them against the
-oracle's golden, never believe them.
+oracle's golden, never believe them. Messages go out as they are, unchecked (`send_raw`: NaN,
+a null environment), as a hostile engine's would.
 """
 
 from __future__ import annotations
@@ -73,6 +74,12 @@ def edited(layer: str, records: list, edits: list[dict]) -> list:
     return records
 
 
+def send_raw(message: dict) -> None:
+    """One protocol line as this engine means it, never checked against the protocol first."""
+    sys.stdout.buffer.write(json.dumps(message, separators=(",", ":"), allow_nan=True).encode() + b"\n")
+    sys.stdout.buffer.flush()
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--plan", required=True, help="JSON file: the edits (see the module's doc)")
@@ -107,7 +114,7 @@ def main() -> int:
 
     hello = {"engine": "hostile-double", "version": "0.0-test", "capabilities": served}
     hello.update(plan.get("hello", {}))
-    return serve.serve(hello, run)
+    return serve.serve(hello, run, send=send_raw)
 
 
 if __name__ == "__main__":
