@@ -56,8 +56,7 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
         # Strict UTF-8 (json.loads would also guess UTF-16/32 from raw bytes); a number too
         # large for a float is as non-finite as Infinity; nesting is bounded before any
         # recursive reader sees it.
-        message = json.loads(line.decode("utf-8"), parse_constant=_no_constants,
-                             parse_float=_finite_float, parse_int=_int64)
+        message = loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, RecursionError):
             exc = f"nested deeper than {MAX_DEPTH} levels"
@@ -65,6 +64,12 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
     _check_values(message)
     check(message, expect)
     return message
+
+
+def loads(text: str):
+    """JSON text read as strictly as a protocol line (traces and goldens too): NaN, Infinity, a
+    number that overflows a double and an integer outside the 64-bit range are a ValueError."""
+    return json.loads(text, parse_constant=_no_constants, parse_float=_finite_float, parse_int=_int64)
 
 
 def check(message: object, expect: tuple[str, ...] | None = None) -> None:

@@ -21,7 +21,7 @@ import json
 from pathlib import Path
 
 from . import __version__
-from .protocol import PROTOCOL_VERSION
+from .protocol import PROTOCOL_VERSION, loads
 from .record_schema import check_layers
 
 SCHEMA = "vllm-parity/trace/1"
@@ -75,9 +75,11 @@ def load_trace(path: Path) -> dict:
 def loads_trace(text: str, path) -> dict:
     """A trace from its text; `path` names where it came from in every error."""
     try:
-        trace = json.loads(text)
-    except ValueError as exc:
+        trace = loads(text)
+    except json.JSONDecodeError as exc:
         raise TraceError(f"{path}: not valid JSON (truncated or corrupted?): {exc}") from None
+    except ValueError as exc:  # NaN, Infinity, 1e400, a 30-digit integer: never in a trace
+        raise TraceError(f"{path}: a trace holds finite numbers only (as the protocol does): {exc}") from None
     except RecursionError:
         raise TraceError(f"{path}: nested too deeply to be a trace") from None
     if not isinstance(trace, dict) or trace.get("schema") != SCHEMA:

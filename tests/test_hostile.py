@@ -873,3 +873,62 @@ def test_schema_a_protocol_verdict_names_engine_scenario_layer_record_field_and_
             "expected int >= 0, got \"12\" (a string)") in out
     # the records before it agreed with the golden, and are said to
     assert "before it failed, every record it sent agreed with the golden (config: 1 records, steps: 3 records)" in out
+
+
+def test_schema_nan_in_a_candidates_trace_does_not_pass_merge(schema_gate, tmp_path, capsys):
+    folder = schema_gate[0]
+    results = tmp_path / "results"
+    shutil.copytree(folder / "results", results)
+    manifest = json.loads((results / "manifest.json").read_text(encoding="utf-8"))
+    entry = next(u for u in manifest["units"] if u["key"] == "extra-fields / engine_ngram / engine")
+    path = results / entry["trace"]
+    trace = json.loads(path.read_text(encoding="utf-8"))
+    trace["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = float("nan")
+    path.write_text(json.dumps(trace, allow_nan=True), encoding="utf-8")
+    entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()  # as a forger would
+    (results / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
+    capsys.readouterr()
+    status = cli.main(["merge", str(results), "--reports", str(tmp_path / "out"),
+                       "--waivers", str(folder / "waivers.toml")])
+    err = capsys.readouterr().err
+    assert status == 2 and "a trace holds finite numbers only" in err and entry["key"] in err, err
+
+
+def schema_golden_file(tmp_path, scenario: str, edit):
+    """A copy of the oracle's committed golden, edited, in a store of its own."""
+    golden = GOLDENS.load(scenario, SCHEMA_PINS.oracle)
+    edited = copy.deepcopy(golden)
+    edit(edited)
+    store = GoldenStore(tmp_path / "goldens")
+    path = store.path(scenario, SCHEMA_PINS.oracle)
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(edited, allow_nan=True), encoding="utf-8")
+    return path
+
+
+def _set_logprob(value):
+    def edit(golden):
+        golden["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = value
+    return edit
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("where", ["a logprob", "the tolerance"])
+def test_schema_a_non_finite_golden_is_an_invalid_golden(tmp_path, capsys, value, where):
+    """`parity compare` of a candidate 0.5 nats off against a golden with NaN (or Infinity):
+    every comparison with NaN is false, so a NaN tolerance passed every logprob; no golden, and
+    no trace, holds a number that is not finite, wherever it is."""
+    if where == "a logprob":
+        edit = _set_logprob(value)
+    else:
+        def edit(golden):
+            golden["scenario"]["logprob_atol"] = value
+    golden = schema_golden_file(tmp_path, "engine_ngram", edit)
+    candidate = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
+    candidate["engine"] = dict(candidate["engine"], label="port")
+    candidate["layers"]["engine_outputs"][0]["logprobs"][3][0][1] -= 0.5
+    trace = tmp_path / "candidate.json"
+    trace.write_text(json.dumps(candidate), encoding="utf-8")
+    status = cli.main(["compare", "--trace", str(trace), "--golden", str(golden)])
+    out = capsys.readouterr().out
+    assert status == 2 and ": INVALID_GOLDEN" in out and "finite numbers only" in out, out
