@@ -346,7 +346,8 @@ def cmd_goldens(args) -> int:
                     GOLDENS.write(update)
     orphans = [] if args.scenario else GOLDENS.orphans({s.name for s in scenarios}, pins.releases)
     for path in orphans:
-        log(f"[goldens] orphan: {path.relative_to(REPO_ROOT)} has no scenario or pin behind it")
+        log(f"[goldens] orphan: {path.relative_to(REPO_ROOT)} is not the golden of a scenario and a pin "
+            "(a golden of neither, or a killed write's temporary file)")
     for line in skipped:
         log(f"[goldens] none for this pin here: {line}")
     for line in failed:

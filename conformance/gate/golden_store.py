@@ -150,9 +150,10 @@ class GoldenStore:
         return self.path(scenario, release).read_bytes()
 
     def orphans(self, scenario_names: set[str], releases: tuple[str, ...]) -> list[Path]:
-        """Golden files with no scenario or no pinned release behind them."""
+        """Every file in the store that is not a golden of a scenario and a pinned release: a
+        golden of neither, and anything else (the temporary file a killed write left behind)."""
         expected = {self.path(s, r) for s in scenario_names for r in releases}
-        return sorted(p for p in self.root.glob("**/*.json") if p not in expected)
+        return sorted(p for p in self.root.glob("**/*") if not p.is_dir() and p not in expected)
 
     def update(self, trace: dict, release: str | None, old_text: str | None = None) -> GoldenUpdate:
         """The one golden lifecycle: what regenerating the golden of `trace` (a run of pinned
