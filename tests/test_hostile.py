@@ -1000,3 +1000,55 @@ def test_schema_stray_temporary_files_in_goldens_are_orphans(tmp_path):
     stray = golden.parent / f".{golden.name}.k2j4x9.tmp"
     stray.write_text("{", encoding="utf-8")
     assert store.orphans({"steady_decode"}, SCHEMA_PINS.releases) == [stray]
+
+
+def schema_selfcheck(tmp_path, capsys, plan: dict, *scenarios: str) -> tuple[int, str]:
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan), encoding="utf-8")
+    argv = ["selfcheck", "--engine", shlex.join([sys.executable, str(SCHEMA_HOSTILE), "--plan", str(path)])]
+    for name in scenarios:
+        argv += ["--scenario", str(REPO / "scenarios" / f"{name}.json")]
+    capsys.readouterr()
+    status = cli.main(argv)
+    captured = capsys.readouterr()
+    return status, captured.out + captured.err
+
+
+SCHEMA_SCHEDULER = ["config", "steps", "outputs"]
+
+
+def test_schema_selfcheck_fails_protocol_one_records_from_a_port_that_says_two(tmp_path, capsys):
+    """Version 2 added the state after each update: a port that says 2 and sends steps records
+    without it is told which field it lacks."""
+    old = [{"layer": "steps", "seq": "*", "path": [name], "delete": True}
+           for name in ("kv_blocks", "waiting", "running")]
+    status, out = schema_selfcheck(tmp_path, capsys, {"serve": SCHEMA_SCHEDULER, "edits": old}, "steady_decode")
+    assert status == 1, out
+    assert ("steady_decode: a record that is not what protocol 2 declares (engines/PROTOCOL.md): layer "
+            "steps, record #0 (step 0): field kv_blocks: expected an object (kv blocks), got nothing") in out
+
+
+def test_schema_selfcheck_runs_a_scenario_without_speculation_by_default(tmp_path, capsys):
+    """A port without speculation refuses the DFlash scenarios: it must still run a workload."""
+    refusal = {"type": "ValueError", "message": "speculative decoding is not supported"}
+    refuse = [{"scenario": name, "layer": layer, "records": [{"refused": refusal}]}
+              for name in ("dflash_27b_gate", "steady_decode") for layer in ("steps", "outputs")]
+    refuse += [{"scenario": name, "layer": "config", "records": [{"refused": refusal, "budget_log_lines": []}]}
+               for name in ("dflash_27b_gate", "steady_decode")]
+    status, out = schema_selfcheck(tmp_path, capsys, {"serve": SCHEMA_SCHEDULER, "edits": refuse})
+    assert status == 0 and "kv_pressure_no_spec: layers ['config', 'steps', 'outputs']" in out, out
+    # refusing that one too leaves nothing of its steps checked: said
+    refuse += [{"scenario": "kv_pressure_no_spec", "layer": layer, "records": [{"refused": refusal}]}
+               for layer in ("steps", "outputs")]
+    status, out = schema_selfcheck(tmp_path, capsys, {"serve": SCHEMA_SCHEDULER, "edits": refuse})
+    assert status == 1 and ("the declared layer steps was answered only with refusals (steady_decode, "
+                            "kv_pressure_no_spec)") in out, out
+
+
+def test_schema_selfcheck_runs_every_scenario_given(tmp_path, capsys):
+    """Two --scenario with the same layers: the second is run too, and its bad record found."""
+    bad = {"serve": SCHEMA_SCHEDULER, "edits": [{"scenario": "kv_pressure_no_spec", "layer": "outputs",
+                                                 "seq": 0, "path": ["finish_reason"], "value": "abort"}]}
+    status, out = schema_selfcheck(tmp_path, capsys, bad, "steady_decode", "kv_pressure_no_spec")
+    assert status == 1 and "kv_pressure_no_spec: layers ['config', 'steps', 'outputs']" in out
+    assert 'layer outputs, record #0 (id "r0"): field finish_reason: expected "length" or "stop", got "abort"' in out

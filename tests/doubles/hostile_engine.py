@@ -16,6 +16,7 @@ the run's scenario, edited as the JSON file given with --plan says:
          "value": "12"}                 (or "float": "nan" / "inf" / "-inf", or "delete": true)
         {"layer": "steps", "seq": 0, "record": [1, 2]}   (the whole record replaced)
         {"layer": "outputs", "append": {"id": "rX"}}      (one record appended to the layer)
+        {"layer": "steps", "records": [{"refused": ...}]}  (the layer's records replaced)
       ],
       "error": {"scenario": "steady_decode", "kind": "internal", "message": "..."},
       "exit":  {"scenario": "steady_decode", "status": 3, "stderr": "..."}
@@ -67,6 +68,9 @@ def edited(layer: str, records: list, edits: list[dict]) -> list:
             continue
         if "append" in edit:
             records.append(copy.deepcopy(edit["append"]))
+            continue
+        if "records" in edit:
+            records = copy.deepcopy(edit["records"])
             continue
         seqs = range(len(records)) if edit["seq"] == "*" else [edit["seq"]]
         for seq in seqs:
