@@ -15,15 +15,60 @@ from conformance.gate.golden_store import GOLDENS
 from conformance.gate.verdict import PASS
 from conformance.gate.judging import judge_trace
 from conformance.pins import load_pins
-from conformance.record_schema import LAYERS, RecordError, check_layers, check_record
+from conformance.record_schema import LAYERS, RECORDS, RecordError, check_layers, check_record
 from conformance.trace import checked
 from conftest import REPO
 
+PROTOCOL_MD = REPO / "engines" / "PROTOCOL.md"
+MARKER = re.compile(r"^<!-- record: (?P<name>[a-z_ ]+) -->\n\| field \| type \| meaning \|\n\|---\|---\|---\|\n"
+                    r"(?P<rows>(?:\|.*\|\n)+)", re.M)
+ROW = re.compile(r"^\| (?P<fields>[^|]+?) \| (?P<type>[^|]+?) \| .* \|$")
 ORACLE = load_pins().oracle
+
+
+def doc_tables(text: str | None = None) -> dict[str, dict[str, str]]:
+    """Each marked table of PROTOCOL.md (or of `text`): field name -> the type its row gives."""
+    tables: dict[str, dict[str, str]] = {}
+    for match in MARKER.finditer(PROTOCOL_MD.read_text(encoding="utf-8") if text is None else text):
+        assert match["name"] not in tables, f"two tables for {match['name']}"
+        fields: dict[str, str] = {}
+        for line in match["rows"].splitlines():
+            row = ROW.match(line)
+            assert row, f"{match['name']}: a row that is not `| fields | type | meaning |`: {line}"
+            for name in row["fields"].split(", "):
+                assert re.fullmatch(r"`[a-z_]+`", name), f"{match['name']}: {name!r} is not a `field`"
+                fields[name.strip("`")] = row["type"]
+        tables[match["name"]] = fields
+    return tables
+
+
+def test_protocol_md_has_one_table_per_declared_record_and_no_other():
+    assert sorted(doc_tables()) == sorted(r.name for r in RECORDS)
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=[r.name for r in RECORDS])
+def test_each_table_of_protocol_md_says_what_the_code_declares(record):
+    """Field names and their types, row by row (a record with a base lists only what it adds)."""
+    declared = {name: spec.describe() for name, spec in record.own.items()}
+    assert doc_tables()[record.name] == declared
 
 
 def test_the_layers_declared_are_the_protocols():
     assert tuple(LAYERS) == protocol.LAYERS
+
+
+@pytest.mark.parametrize("old, new", [
+    ("| `waiting` | list of str |", "| `waiting` | list of int |"),  # a type the code does not say
+    ("| `computed_tokens` | int >= 0 |", "| `computed_token` | int >= 0 |"),  # a field renamed
+    ("| `target_forward_tokens` | list of int >= 0 | rows of each target forward this step |\n", ""),  # dropped
+])
+def test_the_doc_check_finds_a_table_that_falls_behind(old, new):
+    from conformance.record_schema import ENGINE_STEP, REQUEST, STEP
+
+    text = PROTOCOL_MD.read_text(encoding="utf-8")
+    assert text.count(old) == 1
+    tables = doc_tables(text.replace(old, new))
+    assert any(tables[r.name] != {n: f.describe() for n, f in r.own.items()} for r in (STEP, REQUEST, ENGINE_STEP))
 
 
 def every_golden():
