@@ -945,7 +945,7 @@ def test_schema_a_non_finite_golden_is_an_invalid_golden(tmp_path, capsys, value
 def test_schema_goldens_check_refuses_a_golden_its_provenance_or_values_would_loosen(tmp_path, edit, words):
     """The lifecycle `make goldens-check` runs (GoldenStore.update): the oracle's run, from
     another machine (another CPU: the tolerance rule), against a golden that was edited.
-    Before, each of these held (KEEP): NaN compares as equal to anything, another build picked
+    Before, each of these held (KEEP): every comparison with NaN is false, another build picked
     the numerics rule, a field nobody checks rode along."""
     path = schema_golden_file(tmp_path, "engine_ngram", edit)
     store = GoldenStore(path.parents[1])
