@@ -38,8 +38,9 @@ from .gate.verdict import CANDIDATE, exit_status
 from .gate.view import visible_lines
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
-# `parity selfcheck` exercises each layer the engine declares on the first of these that has it
-SELF_CHECK = ("dflash_27b_gate", "steady_decode", "method_matrix", "engine_ngram")
+# `parity selfcheck` runs each of these on the layers it has that the engine declares: the
+# steps layer both with speculation (DFlash) and without
+SELF_CHECK = ("dflash_27b_gate", "steady_decode", "kv_pressure_no_spec", "method_matrix", "engine_ngram")
 
 
 # Bounds of the numbers a command takes (argparse types below): each outside them is refused
@@ -150,8 +151,8 @@ def main(argv: list[str] | None = None) -> int:
                        "every layer its hello declares")
     p.add_argument("--engine", required=True)
     p.add_argument("--scenario", action="append", type=Path,
-                   help="repeatable (default: " + ", ".join(SELF_CHECK) + ": the first that has each "
-                   "declared layer)")
+                   help="repeatable; each is run on the layers it has that the engine declares "
+                   "(default: " + ", ".join(SELF_CHECK) + ")")
 
     p = sub.add_parser("docs", help="rewrite the docs' scenario tables (scenarios/README.md, docs/porting.md) "
                        "from scenarios/*.json")
@@ -358,7 +359,8 @@ def cmd_goldens(args) -> int:
                     GOLDENS.write(update)
     orphans = [] if args.scenario else GOLDENS.orphans({s.name for s in scenarios}, pins.releases)
     for path in orphans:
-        log(f"[goldens] orphan: {path.relative_to(REPO_ROOT)} has no scenario or pin behind it")
+        log(f"[goldens] orphan: {path.relative_to(REPO_ROOT)} is not the golden of a scenario and a pin "
+            "(a golden of neither, or a killed write's temporary file)")
     for line in skipped:
         log(f"[goldens] none for this pin here: {line}")
     for line in failed:

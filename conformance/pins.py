@@ -28,6 +28,12 @@ class Pins:
     def cpu_engine_build(self, release: str) -> str | None:
         return dict(self.cpu_engine_builds).get(release)
 
+    def golden_build(self, release: str) -> str:
+        """The build whose runs write this pin's goldens (provenance environment.build): its CPU
+        rebuild where it has one, else the official wheel (on CPU, or on a GPU for the engine
+        goldens no CPU can write)."""
+        return self.cpu_engine_build(release) or f"vllm=={release}"
+
     @property
     def candidates(self) -> tuple[str, ...]:
         """Releases other than the oracle: the stand-in candidates when no port is configured."""

@@ -44,6 +44,10 @@ MESSAGES: dict[str, dict[str, tuple[type, ...]]] = {
     # harness -> engine
     "shutdown": {},
 }
+# Message type -> optional fields and their JSON types: absent, or of this type (never null).
+OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
+    "hello": {"environment": (dict,)},  # provenance: python/torch/vllm versions, the build, ...
+}
 ERROR_KINDS = ("unsupported", "bad_request", "internal")
 ENGINE_LAYERS = ("engine_config", "engine_steps", "engine_outputs")  # the whole engine's
 LAYERS = ("config", "steps", "outputs", "methods") + ENGINE_LAYERS
@@ -71,8 +75,7 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
         # Strict UTF-8 (json.loads would also guess UTF-16/32 from raw bytes); a number too
         # large for a float is as non-finite as Infinity; nesting is bounded before any
         # recursive reader sees it.
-        message = json.loads(line.decode("utf-8"), parse_constant=_no_constants,
-                             parse_float=_finite_float, parse_int=_int64)
+        message = loads(line.decode("utf-8"))
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, RecursionError):
             exc = f"nested deeper than {MAX_DEPTH} levels"
@@ -84,6 +87,12 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
     return message
 
 
+def loads(text: str):
+    """JSON text read as strictly as a protocol line (traces and goldens too): NaN, Infinity, a
+    number that overflows a double and an integer outside the 64-bit range are a ValueError."""
+    return json.loads(text, parse_constant=_no_constants, parse_float=_finite_float, parse_int=_int64)
+
+
 def check(message: object, expect: tuple[str, ...] | None = None) -> None:
     if not isinstance(message, dict):
         raise ProtocolError(f"expected a JSON object, got {type(message).__name__}")
@@ -92,12 +101,16 @@ def check(message: object, expect: tuple[str, ...] | None = None) -> None:
         raise ProtocolError(f"expected a message type in {sorted(MESSAGES)}, got {kind!r}")
     if expect is not None and kind not in expect:
         raise ProtocolError(f"expected a {' or '.join(expect)} message, got {kind!r}")
-    for field, types in MESSAGES[kind].items():
+    optional = OPTIONAL.get(kind, {})
+    for field, types in {**MESSAGES[kind], **optional}.items():
         value = message.get(field, ...)
+        if value is ... and field in optional:
+            continue
         if value is ... or not isinstance(value, types) or (int in types and isinstance(value, bool)):
             names = "/".join("null" if t is type(None) else t.__name__ for t in types)
             got = "nothing" if value is ... else _repr(value)
-            raise ProtocolError(f"expected {kind}.{field} of type {names}, got {got}")
+            which = " (optional: absent, or of that type)" if field in optional else ""
+            raise ProtocolError(f"expected {kind}.{field} of type {names}{which}, got {got}")
 
 
 def _check_hello_limits(hello: dict) -> None:

@@ -1,10 +1,14 @@
 """Protocol self-check: run any engine through the protocol's rules and list what it breaks.
 
-Checks: a valid hello with the supported protocol version; every layer the hello declares
-exercised on a scenario that has it, each answered by ordered records (at least one per
-layer) and a `done` whose count matches; a garbage line answered by a bad_request error
-without dying; an unknown layer answered by an unsupported error; the same scenario giving
-the same records twice (a warm engine keeps no state between runs); shutdown honoured.
+Checks: a valid hello with the supported protocol version; every scenario given run on the
+layers it has that the hello declares (every declared layer on one scenario at least), each
+answered by ordered records (at least one per layer) and a `done` whose count matches; every
+record what its layer declares in this protocol version (conformance/record_schema.py, as the
+gate judges it: a record of an older version is missing fields); a declared layer answered
+with something other than refusals somewhere (a refused configuration's record checks nothing
+of the layer); a garbage line answered by a bad_request error without dying; an unknown layer
+answered by an unsupported error; the same scenario giving the same records twice (a warm
+engine keeps no state between runs); shutdown honoured.
 """
 
 from __future__ import annotations
@@ -13,19 +17,34 @@ import time
 
 from . import protocol
 from .engine import EngineFailure, EngineProcess, EngineSpec
+from .record_schema import LAYERS as DECLARED, check_layers
 from .scenario import Scenario
 
 
 def exercise(declared: list, scenarios: list[Scenario]) -> list[tuple[Scenario, list[str]]]:
-    """Each scenario with the declared layers it has, in order, until every declared layer
-    is exercised once (a scenario that adds none is left out)."""
-    plan, covered = [], set()
+    """Every scenario with the declared layers it has, in order (a scenario with none of them
+    is left out)."""
+    plan = []
     for scenario in scenarios:
         layers = [layer for layer in scenario.layers if layer in declared]
-        if layers and not set(layers) <= covered:
+        if layers:
             plan.append((scenario, layers))
-            covered.update(layers)
     return plan
+
+
+def refusals_only(answers: list[tuple[Scenario, dict]]) -> list[str]:
+    """The layers whose every record, over every scenario, was a refused configuration's: the
+    engine refused every configuration they were asked on, so nothing of them was checked."""
+    out = []
+    for layer, spec in DECLARED.items():
+        records = [r for _, records in answers for r in records.get(layer, [])]
+        refused = [r for r in records if spec.shape(r) is not spec.record]
+        if records and len(refused) == len(records) and any(key == "refused" for key, _ in spec.variants):
+            names = [s.name for s, records in answers if records.get(layer)]
+            out.append(f"the declared layer {layer} was answered only with refusals ({', '.join(names)}): "
+                       "none of its records was checked; give a --scenario whose configuration the "
+                       "engine accepts")
+    return out
 
 
 def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[str]:
@@ -47,6 +66,7 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[st
     if unexercised:
         problems.append(f"no scenario given has the declared layer(s) {unexercised}: give one with --scenario")
     log(f"[selfcheck] {spec.label}: {hello['engine']} {hello['version']}, layers {sorted(covered, key=protocol.LAYERS.index)}")
+    answers = []
     for scenario, layers in plan:
         log(f"[selfcheck] {scenario.name}: layers {layers}")
         try:
@@ -55,11 +75,17 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[st
         except EngineFailure as exc:
             proc.close()
             return problems + [f"run of {scenario.name} ({', '.join(layers)}): {exc}"]
+        answers.append((scenario, first))
         if first != second:
             problems.append(f"{scenario.name}: the same scenario run twice gave different records "
                             "(state kept between runs?)")
         problems += [f"{scenario.name}: the declared layer {layer} was asked for and sent no record"
                      for layer in layers if not first.get(layer)]
+        _, wrong = check_layers(first)
+        if wrong is not None:
+            problems.append(f"{scenario.name}: a record that is not what protocol "
+                            f"{protocol.PROTOCOL_VERSION} declares (engines/PROTOCOL.md): {wrong}")
+    problems += refusals_only(answers)
     scenario, layers = plan[0]
 
     proc._proc.stdin.write(b"this is not json\n")

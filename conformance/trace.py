@@ -23,6 +23,8 @@ from pathlib import Path
 
 from . import __version__
 from .files import InputFileError, read_text
+from .protocol import PROTOCOL_VERSION, loads
+from .record_schema import check_layers
 
 SCHEMA = "vllm-parity/trace/1"
 
@@ -86,9 +88,11 @@ def load_trace(path: Path) -> dict:
 def loads_trace(text: str, path) -> dict:
     """A trace from its text; `path` names where it came from in every error."""
     try:
-        trace = json.loads(text)
-    except ValueError as exc:
+        trace = loads(text)
+    except json.JSONDecodeError as exc:
         raise TraceError(f"{path}: not valid JSON (truncated or corrupted?): {exc}") from None
+    except ValueError as exc:  # NaN, Infinity, 1e400, a 30-digit integer: never in a trace
+        raise TraceError(f"{path}: a trace holds finite numbers only (as the protocol does): {exc}") from None
     except RecursionError:
         raise TraceError(f"{path}: nested too deeply to be a trace") from None
     if not isinstance(trace, dict) or trace.get("schema") != SCHEMA:
@@ -98,6 +102,8 @@ def loads_trace(text: str, path) -> dict:
     for key, typ in (("engine", dict), ("scenario", dict), ("layers", dict), ("provenance", dict)):
         if not isinstance(trace.get(key), typ):
             raise TraceError(f"{path}: field {key!r} is missing or not an object")
+    if not isinstance(trace["provenance"].get("environment", {}), dict):
+        raise TraceError(f"{path}: field provenance.environment must be an object")
     for key, sub in (("engine", "label"), ("scenario", "name"), ("scenario", "sha256")):
         if not isinstance(trace[key].get(sub), str):
             raise TraceError(f"{path}: field {key}.{sub} is missing or not a string")
@@ -110,8 +116,23 @@ def loads_trace(text: str, path) -> dict:
     declared = trace.get("capabilities", [])
     if not isinstance(declared, list) or not all(isinstance(x, str) for x in declared):
         raise TraceError(f"{path}: capabilities must be a list of layer names")
-    for record in trace["layers"].get("config", []):
-        lines = record.get("budget_log_lines", [])
-        if not isinstance(lines, list) or not all(isinstance(x, str) for x in lines):
-            raise TraceError(f"{path}: layers.config budget_log_lines must be a list of strings")
     return trace
+
+
+def checked(trace: dict) -> dict:
+    """The trace with every record judged against its layer's declaration (record_schema), as
+    every comparison needs it: fields no table names left out. At the first record that is not
+    what its layer declares, the records from it on are left out and the run is a `protocol`
+    failure naming the engine, scenario, layer, record, field and value (a failure the run
+    then had is named after it)."""
+    layers, problem = check_layers(trace["layers"])
+    out = dict(trace, layers=layers)
+    if problem is None:
+        return out
+    message = (f"{trace['engine']['label']} on {trace['scenario']['name']}: a record that is not what "
+               f"protocol {PROTOCOL_VERSION} declares (engines/PROTOCOL.md): {problem}")
+    earlier = trace.get("failure")
+    if isinstance(earlier, dict):
+        message += f"\nthe run then ended: {earlier.get('kind')}: {earlier.get('message')}"
+    out["failure"] = {"kind": "protocol", "message": message}
+    return out

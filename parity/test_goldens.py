@@ -55,4 +55,5 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario,
 
 def test_every_golden_has_a_scenario_and_a_pin():
     stray = GOLDENS.orphans({s.name for s in SCENARIOS}, PINS.releases)
-    assert not stray, f"golden files with no scenario or pin behind them: {[str(p) for p in stray]}"
+    assert not stray, (f"files in goldens/ that are not the golden of a scenario and a pin (a golden of "
+                       f"neither, or a killed write's temporary file): {[str(p) for p in stray]}")

@@ -8,10 +8,13 @@ import sys
 import pytest
 
 from conformance import cli
+from conformance.gate.golden_store import GOLDENS
+from conformance.pins import load_pins
 from conformance.trace import SCHEMA
 from conftest import DOUBLE, GATE
 
-RECORD = {"max_num_scheduled_tokens": 4036, "max_num_batched_tokens": 4096,
+# the gate's config record as the oracle wrote it: every field PROTOCOL.md declares
+RECORD = {**GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0],
           "budget_log_lines": ["max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."]}
 
 

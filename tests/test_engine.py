@@ -6,11 +6,14 @@ import time
 import pytest
 
 from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+from conformance.gate.golden_store import GOLDENS
+from conformance.pins import load_pins
 from conformance.runner import run_scenarios
 from conformance.scenario import load_scenario
 from conftest import GATE
 
-RECORD = {"max_num_scheduled_tokens": 4036, "budget_log_lines": ["line"]}
+# a complete config record (the double lays a partial one over a complete record of its own)
+RECORD = {**GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0], "budget_log_lines": ["line"]}
 
 
 @pytest.fixture

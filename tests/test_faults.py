@@ -33,6 +33,7 @@ from conformance.scenario import ScenarioError, load_scenario
 from conformance.gate.verdict import CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS, ROLES, STAND_IN, Verdict, exit_status, judge
 from conftest import DOUBLE, GATE, REPO
 
+# the double lays these over a complete config record of its own (tests/doubles/double_engine.py)
 RECORD = {"max_num_scheduled_tokens": 4036, "max_num_batched_tokens": 4096,
           "budget_log_lines": ["max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."]}
 GOLDENS = REPO / "goldens"
@@ -147,9 +148,9 @@ def test_crash_mid_scenario_names_scenario_and_record_and_keeps_partial_trace(
     trace = json.loads(out.read_text())
     assert trace["failure"]["kind"] == "crash"
     # the records that arrived before the crash are kept, in order
-    assert trace["layers"] == {"config": [RECORD],
-                               "steps": [{"step": 0, "num_scheduled_tokens": 1},
-                                         {"step": 1, "num_scheduled_tokens": 1}]}
+    assert list(trace["layers"]) == ["config", "steps"] and len(trace["layers"]["config"]) == 1
+    assert trace["layers"]["config"][0].items() >= RECORD.items()
+    assert [record["step"] for record in trace["layers"]["steps"]] == [0, 1]
     message = trace["failure"]["message"]
     assert "exited (status 3)" in message and "scenario dflash_27b_gate" in message
     assert "after 3 records (last: steps #1, step 1)" in message, message

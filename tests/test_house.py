@@ -13,7 +13,7 @@ from conftest import REPO
 FLOORS = {
     0: ("formats", "conformance conformance.protocol conformance.serve conformance.refusal conformance.fields "
         "conformance.workload conformance.method_matrix conformance.gate conformance.gate.engine_ref "
-        "conformance.scenario conformance.trace conformance.files "
+        "conformance.scenario conformance.trace conformance.record_schema conformance.files "
         "conformance.pins conformance.progress conformance.scope conformance.mutation conformance.gpu"),
     1: ("the vLLM side", "engines engines.vllm engines.vllm.* engines.cpp.tests.gen_vectors"),
     2: ("processes and environments", "conformance.fidelity conformance.envs conformance.engine "

@@ -146,7 +146,8 @@ def test_selfcheck_exercises_every_layer_the_engine_declares(capsys):
     assert "layers ['config', 'steps', 'outputs', 'methods']" in captured.err
     assert "steady_decode: layers ['config', 'steps', 'outputs']" in captured.err
     assert "method_matrix: layers ['config', 'methods']" in captured.err
-    assert "engine_ngram" not in captured.err  # it does not declare the engine layers
+    assert "kv_pressure_no_spec: layers ['config', 'steps', 'outputs']" in captured.err  # no speculation
+    assert "engine_ngram: layers ['config']" in captured.err  # it does not declare the engine layers
 
 
 def test_selfcheck_fails_a_declared_layer_the_engine_does_not_serve(capsys):

@@ -162,7 +162,8 @@ def test_a_whole_run_keeps_its_results_and_they_merge_to_the_same_report(tmp_pat
     assert manifest["index"] == manifest["count"] == 1 and len(verdicts) == manifest["planned"] == 2
     # judged once: each unit's entry is the gate's verdict on its engine and scenario
     assert [(v["engine"], v["kind"], v["first"]) for v in verdicts] == [
-        ("TEST-DOUBLE-oracle", "diverged", "config.refused"), ("double-candidate", "diverged", "config.refused")]
+        ("TEST-DOUBLE-oracle", "diverged", "config.max_num_scheduled_tokens"),
+        ("double-candidate", "diverged", "config.max_num_scheduled_tokens")]
     assert status == 1 and run(gate_run.merge, [tmp_path / "r"]) == (status, text)
 
 

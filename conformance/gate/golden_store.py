@@ -28,8 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
-from ..pins import REPO_ROOT
-from ..trace import TraceError, dumps, load_trace, loads_trace
+from ..pins import REPO_ROOT, Pins, load_pins
+from ..record_schema import (Field, Flag, Int, ListOf, Nullable, Number, Record, RecordError, Text,
+                             check_layers)
+from ..trace import SCHEMA, TraceError, checked, dumps, load_trace, loads_trace
 
 GOLDEN_DIR = REPO_ROOT / "goldens"
 # What regeneration does to a golden (GoldenUpdate.action)
@@ -78,6 +80,7 @@ class GoldenUpdate:
     check: GoldenCheck | None = None  # how the old golden was judged (None: new or unreadable)
     summary: str = ""
     reason: str = ""
+    release: str = ""  # the pin whose golden it is
 
     @property
     def changes(self) -> bool:
@@ -85,10 +88,20 @@ class GoldenUpdate:
 
 
 class GoldenStore:
-    """goldens/ (or another root, in tests): every read and write of a golden file."""
+    """goldens/ (or another root, in tests): every read and write of a golden file. A golden of
+    the store is held to the most: its records as their tables declare them, every field named
+    (`check_layers` strict), its provenance as `GOLDEN` declares it and naming its pin's build
+    (`check_provenance`), so no edit of a golden can choose a laxer rule to be judged by."""
 
-    def __init__(self, root: Path = GOLDEN_DIR):
+    def __init__(self, root: Path = GOLDEN_DIR, pins: Pins | None = None):
         self.root = Path(root)
+        self._pins = pins
+
+    @property
+    def pins(self) -> Pins:
+        if self._pins is None:
+            self._pins = load_pins()
+        return self._pins
 
     def path(self, scenario: str, release: str) -> Path:
         return self.root / scenario / f"vllm-{release}.json"
@@ -98,11 +111,30 @@ class GoldenStore:
 
     def load(self, scenario: str, release: str) -> dict:
         """The golden's trace; a TraceError naming the file when it is missing or invalid."""
-        return read_golden(self.path(scenario, release))
+        path = self.path(scenario, release)
+        return self.check(load_trace(path), release, path)
 
     def lookup(self, scenario: str, release: str) -> Golden:
         """The golden, or why there is none to judge against (never raises for a bad file)."""
-        return lookup(self.path(scenario, release))
+        path = self.path(scenario, release)
+        if not path.exists():
+            return lookup(path)
+        try:
+            return Golden(path, self.load(scenario, release))
+        except TraceError as exc:
+            return Golden(path, kind="invalid_golden", message=str(exc))
+
+    def check(self, golden: dict, release: str, path) -> dict:
+        """The golden of pin `release` if it is one (see the class); TraceError naming `path`."""
+        finished(golden, path)
+        try:
+            check_provenance(golden, release, self.pins)
+        except RecordError as exc:
+            raise TraceError(f"{path}: not a golden of vllm {release}: {exc}") from None
+        layers, problem = check_layers(golden["layers"], strict=True)
+        if problem is not None:
+            raise TraceError(f"{path}: {problem}")
+        return dict(golden, layers=layers)
 
     def digest(self, names: list[str], releases: tuple[str, ...]) -> str:
         """Every golden of these scenarios and pins, by content (absent ones too)."""
@@ -119,9 +151,10 @@ class GoldenStore:
         return read_bytes(self.path(scenario, release), "trace")
 
     def orphans(self, scenario_names: set[str], releases: tuple[str, ...]) -> list[Path]:
-        """Golden files with no scenario or no pinned release behind them."""
+        """Every file in the store that is not a golden of a scenario and a pinned release: a
+        golden of neither, and anything else (the temporary file a killed write left behind)."""
         expected = {self.path(s, r) for s in scenario_names for r in releases}
-        return sorted(p for p in self.root.glob("**/*.json") if p not in expected)
+        return sorted(p for p in self.root.glob("**/*") if not p.is_dir() and p not in expected)
 
     def update(self, trace: dict, release: str | None, old_text: str | None = None) -> GoldenUpdate:
         """The one golden lifecycle: what regenerating the golden of `trace` (a run of pinned
@@ -137,22 +170,27 @@ class GoldenStore:
                 return GoldenUpdate(path, REWRITE, text, summary=change_summary(path, "", trace),
                                     reason=f"unreadable: {exc}")
         if old_text is None:
-            return GoldenUpdate(path, NEW, text, summary=change_summary(path, None, trace))
+            return GoldenUpdate(path, NEW, text, summary=change_summary(path, None, trace), release=release)
         try:
-            golden = loads_trace(old_text, path)
+            golden = self.check(loads_trace(old_text, path), release, path)
         except TraceError as exc:
             return GoldenUpdate(path, REWRITE, text, summary=change_summary(path, old_text, trace),
-                                reason=f"unreadable: {exc}")
+                                reason=f"unreadable: {exc}", release=release)
         check = keeps(trace, golden)
         if check.holds:
-            return GoldenUpdate(path, KEEP, text, check)
-        return GoldenUpdate(path, REWRITE, text, check, change_summary(path, old_text, trace), check.reason)
+            return GoldenUpdate(path, KEEP, text, check, release=release)
+        return GoldenUpdate(path, REWRITE, text, check, change_summary(path, old_text, trace), check.reason,
+                            release=release)
 
     def write(self, update: GoldenUpdate) -> bool:
         """Write a regenerated golden atomically (old file or new file, never half); True when
         the bytes changed. A kept golden is left as it is."""
         if not update.changes:
             return False
+        try:  # what is written must read back as a golden of its pin
+            self.check(loads_trace(update.text, update.path), update.release, update.path)
+        except TraceError as exc:
+            raise GoldenRefused(f"refusing to write {update.path}: {exc}") from None
         return write_text_atomic(update.path, update.text)
 
 
@@ -171,12 +209,25 @@ def _content_digest(path: Path) -> bytes:
 
 
 def read_golden(path: Path) -> dict:
-    """A golden file's trace (any path: `parity compare --golden`); TraceError when invalid."""
-    trace = load_trace(path)
+    """A golden file's trace (any path: `parity compare --golden`), its records judged as a
+    candidate's are; TraceError when invalid."""
+    return checked_golden(load_trace(path), path)
+
+
+def checked_golden(trace: dict, path) -> dict:
+    """The trace as a golden to judge against: a finished run, every record as its layer
+    declares it (fields no table names left out); TraceError naming `path` otherwise."""
+    finished(trace, path)
+    trace = checked(trace)
+    if "failure" in trace:
+        raise TraceError(f"{path}: {trace['failure']['message']}")
+    return trace
+
+
+def finished(trace: dict, path) -> None:
     if "failure" in trace:
         raise TraceError(f"{path}: a golden must come from a finished oracle run, this one records "
                          f"a failure ({trace['failure'].get('kind')})")
-    return trace
 
 
 def lookup(path: Path) -> Golden:
@@ -198,6 +249,42 @@ def refuse_writer(path: Path | None, trace: dict, release: str | None) -> None:
         raise GoldenRefused(f"refusing to write {where}: the run failed ({trace['failure']['kind']})")
     if trace.get("provenance", {}).get("environment", {}).get("vllm") != release:
         raise GoldenRefused(f"refusing to write {where}: it is not the trace of vLLM {release}")
+
+
+# A golden's every part but its layers, field by field: nothing else may ride along in a golden
+# (a field no rule reads today could be read by one tomorrow).
+CPU = Record("cpu", {"model": Field(Text()), "isa": Field(Text()), "flags_sha256": Field(Text()),
+                     "onednn_max_isa": Field(Text(), optional=True)})
+FIDELITY = Record("fidelity", {"official": Field(Text()), "compared_files": Field(Int(0)),
+                               "allowed_differences": Field(ListOf(Text())), "equal": Field(Flag())})
+ENVIRONMENT = Record("environment", {
+    "python": Field(Text()), "torch": Field(Text()), "vllm": Field(Text()), "machine": Field(Text()),
+    "build": Field(Text()), "fidelity": Field(Nullable(FIDELITY)), "cpu": Field(Nullable(CPU)),
+    "device": Field(Text(("gpu",)), optional=True), "model_runner": Field(Text(), optional=True),
+})
+GOLDEN = Record("golden", {
+    "schema": Field(Text((SCHEMA,))),
+    "engine": Field(Record("engine", {"label": Field(Text()), "name": Field(Text(("vllm",))),
+                                      "version": Field(Text()), "protocol": Field(Int(0))})),
+    "scenario": Field(Record("scenario", {"name": Field(Text()), "sha256": Field(Text()),
+                                          "logprob_atol": Field(Number(minimum=0), optional=True),
+                                          "logprob_noise": Field(Number(minimum=0), optional=True)})),
+    "provenance": Field(Record("provenance", {"harness": Field(Text()), "environment": Field(ENVIRONMENT)})),
+})
+
+
+def check_provenance(golden: dict, release: str, pins: Pins) -> None:
+    """A golden of pin `release`: every part as GOLDEN declares it, written by that release
+    (engine and environment.vllm) and by its pin's build (Pins.golden_build): the build decides
+    which rule a golden holds by, so it may name no other. RecordError otherwise."""
+    GOLDEN.check({k: v for k, v in golden.items() if k != "layers"}, strict=True)
+    for path, value, expected in (("engine.version", golden["engine"]["version"], release),
+                                  ("engine.label", golden["engine"]["label"], f"vllm-{release}"),
+                                  ("provenance.environment.vllm", golden["provenance"]["environment"]["vllm"], release),
+                                  ("provenance.environment.build", golden["provenance"]["environment"]["build"],
+                                   pins.golden_build(release))):
+        if value != expected:
+            raise RecordError(f"{expected!r} (the pin's)", value, tuple(path.split(".")))
 
 
 def writer(trace: dict) -> dict:

@@ -9,8 +9,9 @@ from dataclasses import replace
 
 from ..pins import Pins
 from ..protocol import LAYERS
-from .golden_store import GOLDENS, Golden, GoldenStore
-from .verdict import MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, Verdict, judge
+from ..trace import TraceError, checked
+from .golden_store import GOLDENS, Golden, GoldenStore, checked_golden
+from .verdict import INVALID_GOLDEN, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, Verdict, judge
 
 
 def served_layers(engines, units: list, traces: dict[str, dict]) -> dict[str, list[str]]:
@@ -67,7 +68,17 @@ def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=Non
     """The verdict on one trace, in `role`: against a golden looked up in the store (a
     missing or invalid one is the verdict, unless the run failed: an engine failure is its own
     verdict, its records compared with a readable golden), or an oracle's trace held in
-    memory (a dict; None: no golden at all); with `layers`, on those layers of the golden only."""
+    memory (a dict; None: no golden at all); with `layers`, on those layers of the golden only.
+    Every record is judged against its layer's declaration before anything compares it
+    (trace.checked): one that is not what it declares ends the run there as a `protocol`
+    failure, and an oracle's trace in memory with such a record is an invalid golden."""
+    trace = checked(trace)
+    if isinstance(golden, dict):
+        try:
+            golden = checked_golden(golden, "the oracle's trace")
+        except TraceError as exc:
+            return Verdict(trace["engine"]["label"], trace["scenario"]["name"], INVALID_GOLDEN, role,
+                           message=str(exc))
     if isinstance(golden, Golden):
         if golden.trace is None and "failure" not in trace:
             return Verdict(trace["engine"]["label"], trace["scenario"]["name"], golden.kind, role,

@@ -19,9 +19,9 @@ MAX_EXPLAINED = 20
 
 
 def render(verdicts: list[Verdict], oracle: str) -> str:
-    parts = [render_verdict(v, oracle) for v in verdicts]
-    parts.append(render_summary(verdicts))
-    return _join(parts)
+    parts = [render_verdict(v, oracle) for v in verdicts]  # each already made visible, line by line
+    parts.append(visible(render_summary(verdicts)))
+    return "\n".join(parts)
 
 
 def _join(lines: list[str]) -> str:
@@ -54,7 +54,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
             if f.path == "budget_log_lines":
                 continue  # shown whole, side by side, below
             lines.append(f"     {visible(f.path).ljust(width)}  {_show(f.expected):>12}  {_show(f.actual):>12}")
-        lines += _refusals(_record(c.record), _record(c.actual_record))
+        lines += _refusals(c.record, c.actual_record)
         if v.role == "stand-in":
             continue  # informational: the first divergence and its fields are enough
         lines += _per_request(_record(c.record), _record(c.actual_record))
@@ -289,9 +289,10 @@ def _record(record) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def _refusals(expected: dict | None, actual: dict | None) -> list[str]:
-    """Where a refusal differs: both whole, as compared (conformance/refusal.py)."""
-    e, a = (expected or {}).get("refused"), (actual or {}).get("refused")
+def _refusals(expected, actual) -> list[str]:
+    """Where a refusal differs: both whole, as compared (conformance/refusal.py). A side whose
+    record is missing or not an object says so (`_refusal_words`)."""
+    e, a = (_record(expected).get("refused"), _record(actual).get("refused"))
     if e == a or not (isinstance(e, dict) or isinstance(a, dict)):
         return []
     out = ["   refusal, whole (exception type and vLLM's words, pydantic's wrapper removed):"]

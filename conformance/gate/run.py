@@ -19,6 +19,7 @@ from ..drift import drift_rows, render_drift
 from ..files import claim_folder
 from ..methods_table import render_methods_table
 from ..progress import duration
+from ..trace import checked
 from .ci import check_summary_target, ci_summaries
 from .context import RunContext
 from .engines import GateEngine, _labels
@@ -89,6 +90,7 @@ def finish(context: RunContext, manifest: RunManifest, traces: dict[str, dict]) 
     # a porter reads its own verdicts first: the candidates' columns before the oracle's
     for engine, trace in sorted(assemble(engines, names, units, traces), key=lambda p: p[0].role != CANDIDATE):
         own = next(s for s in scenarios if s["name"] == trace["scenario"]["name"])
+        trace = checked(trace)  # the reports read the records as judged: declared fields only
         verdict, golden = judge_layers(trace, engine, own, units, manifest, pins, served[engine.key])
         verdicts.append(verdict)
         judged[verdict.key] = (trace, golden)

@@ -14,8 +14,9 @@ DIVERGED = "diverged"
 # as vLLM's own check_logprobs_close passes such sequences.
 NUMERICS = "numerics"
 # Kinds for runs that could not be compared at all; each is its own line in the report.
-FAILURE_KINDS = ("crash", "timeout", "protocol", "engine_error", "nondeterministic",
-                 "missing_golden", "invalid_golden", "unsupported")
+PROTOCOL, INVALID_GOLDEN = "protocol", "invalid_golden"
+FAILURE_KINDS = ("crash", "timeout", PROTOCOL, "engine_error", "nondeterministic",
+                 "missing_golden", INVALID_GOLDEN, "unsupported")
 KINDS = (PASS, NUMERICS, DIVERGED) + FAILURE_KINDS
 # The oracle is judged against its own golden (it must reproduce it); candidates gate; stand-ins
 # (the other pins, when no port is configured) are shown but never set the exit status.
@@ -96,6 +97,12 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
         return Verdict(engine, scenario, "invalid_golden", role, message=(
             f"the golden was written for another version of scenario {scenario} "
             f"(sha256 {golden['scenario']['sha256'][:12]} vs {trace['scenario']['sha256'][:12]}); "
+            "regenerate it with `make goldens`"))
+    stated, asked = golden["scenario"].get("logprob_atol"), trace["scenario"].get("logprob_atol")
+    if asked is not None and stated != asked:
+        # the tolerance is the scenario file's: a golden stating another cannot loosen the judging
+        return Verdict(engine, scenario, INVALID_GOLDEN, role, message=(
+            f"the golden states the tolerance logprob_atol {stated!r}, the scenario {asked!r}; "
             "regenerate it with `make goldens`"))
     written, speaks = golden.get("engine", {}).get("protocol"), trace["engine"].get("protocol")
     if isinstance(written, int) and isinstance(speaks, int) and written != speaks:

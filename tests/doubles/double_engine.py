@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """TEST DOUBLE ENGINE: speaks the protocol to test the harness itself. It is not an oracle.
 
-It answers every `config` run with the record in --record (a JSON file), or misbehaves on
+It answers every `config` run with the record in --record (a JSON file: its fields over a
+complete config record of the double's own, CONFIG below, so a record given in part is still
+every field PROTOCOL.md declares), or misbehaves on
 purpose with --fault, so the harness's handling of each failure can be tested with a real
 process: crash, hang, garbage, wrong-version, out-of-order, bad-count, wrong-id, error,
 no-hello, fork-hang (leaves a child process behind while hanging), and:
@@ -18,7 +20,7 @@ With --startfile PATH it appends its pid to PATH when it starts (to count starts
 --stderr-line N it writes one line of N bytes to stderr first; with --pad N every config record
 it sends carries a field `pad` of N characters (a record too large for the harness's limits);
 with --stderr-each-run it writes `double: run N of SCENARIO` to stderr at the start of each run.
-With --steps N it also serves the `steps` layer: N records {"step": i}. `crash` sends
+With --steps N it also serves the `steps` layer: N empty steps (step i, nothing scheduled). `crash` sends
 --crash-after records (default 1) of the run, then exits 3.
 With --replay RELEASE it answers every layer of a run with that pin's golden records for the
 run's scenario (goldens/<scenario>/vllm-RELEASE.json), and --serve LAYERS (comma-separated)
@@ -40,6 +42,19 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from conformance import protocol, serve  # noqa: E402
 
 GARBAGE = b"Segmentation fault? {not json\n"
+# Every field of a config record (engines/PROTOCOL.md): what --record's fields are laid over
+CONFIG = {"refused": None, "max_num_batched_tokens": 4096, "max_num_scheduled_tokens": 1, "max_num_seqs": 4,
+          "num_speculative_tokens": 0, "speculative_method": None, "parallel_drafting": False,
+          "drafting_slots_per_request": 0, "drafting_reservation": None, "num_lookahead_tokens": 0,
+          "block_size": 16, "enable_prefix_caching": False, "enable_chunked_prefill": True,
+          "scheduler_class": "Scheduler", "budget_log_lines": []}
+
+
+def empty_step(i: int) -> dict:
+    """Step i with nothing scheduled and nothing held: every field of a steps record."""
+    return {"step": i, "total_num_scheduled_tokens": 0, "token_budget": 1, "requests": {}, "new": [],
+            "resumed": [], "preempted": [], "finished": [], "kv_blocks": {"free": 0, "used": 0},
+            "waiting": [], "running": []}
 
 
 class FaultyWire:
@@ -96,7 +111,7 @@ def main() -> int:
     if args.startfile:
         with open(args.startfile, "a", encoding="utf-8") as f:
             f.write(f"{os.getpid()}\n")
-    record = json.load(open(args.record, encoding="utf-8")) if args.record else {"max_num_scheduled_tokens": 1}
+    record = {**CONFIG, **json.load(open(args.record, encoding="utf-8"))} if args.record else CONFIG
     if args.pad:
         record = dict(record, pad="x" * args.pad)
     wire = FaultyWire()
@@ -129,7 +144,7 @@ def main() -> int:
             if layer == "config":
                 answer.append(("config", [record]))
             elif layer == "steps" and args.steps is not None:
-                answer.append(("steps", [{"step": i, "num_scheduled_tokens": 1} for i in range(args.steps)]))
+                answer.append(("steps", [empty_step(i) for i in range(args.steps)]))
             else:  # any other layer --serve declares: no records (a port that declares more than it sends)
                 answer.append((layer, []))
         return answer

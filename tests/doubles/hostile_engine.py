@@ -16,13 +16,15 @@ the run's scenario, edited as the JSON file given with --plan says:
          "value": "12"}                 (or "float": "nan" / "inf" / "-inf", or "delete": true)
         {"layer": "steps", "seq": 0, "record": [1, 2]}   (the whole record replaced)
         {"layer": "outputs", "append": {"id": "rX"}}      (one record appended to the layer)
+        {"layer": "steps", "records": [{"refused": ...}]}  (the layer's records replaced)
       ],
       "error": {"scenario": "steady_decode", "kind": "internal", "message": "..."},
       "exit":  {"scenario": "steady_decode", "status": 3, "stderr": "..."}
     }
 
 Every edit changes the candidate's own records only: the harness must judge them against the
-oracle's golden, never believe them.
+oracle's golden, never believe them. Messages go out as they are, unchecked (`send_raw`: NaN,
+a null environment), as a hostile engine's would.
 """
 
 from __future__ import annotations
@@ -67,10 +69,19 @@ def edited(layer: str, records: list, edits: list[dict]) -> list:
         if "append" in edit:
             records.append(copy.deepcopy(edit["append"]))
             continue
+        if "records" in edit:
+            records = copy.deepcopy(edit["records"])
+            continue
         seqs = range(len(records)) if edit["seq"] == "*" else [edit["seq"]]
         for seq in seqs:
             records[seq] = edit_record(records[seq], edit)
     return records
+
+
+def send_raw(message: dict) -> None:
+    """One protocol line as this engine means it, never checked against the protocol first."""
+    sys.stdout.buffer.write(json.dumps(message, separators=(",", ":"), allow_nan=True).encode() + b"\n")
+    sys.stdout.buffer.flush()
 
 
 def main() -> int:
@@ -107,7 +118,7 @@ def main() -> int:
 
     hello = {"engine": "hostile-double", "version": "0.0-test", "capabilities": served}
     hello.update(plan.get("hello", {}))
-    return serve.serve(hello, run)
+    return serve.serve(hello, run, send=send_raw)
 
 
 if __name__ == "__main__":
