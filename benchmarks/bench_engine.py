@@ -19,7 +19,7 @@ from conformance.scenario import load_scenario  # noqa: E402
 
 def peak_rss_gib(pid: int) -> float:
     """VmHWM of the worker: vLLM's engine core runs inside it (in process)."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+    for line in Path(f"/proc/{pid}/status").read_text(encoding="utf-8").splitlines():
         if line.startswith("VmHWM:"):
             return int(line.split()[1]) / (1 << 20)
     return float("nan")

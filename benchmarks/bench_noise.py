@@ -102,7 +102,7 @@ def main() -> None:
               f"ratio {ratio:,.0f}x  (>= {TOLERANCE_OVER_NOISE}x wanted)  "
               f"compared {f['compared']}  token flips {f['token_flips']}")
     if opts.json:
-        opts.json.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n")
+        opts.json.write_text(json.dumps(figures, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     if opts.write:
         for s in scenarios:
             record(s.source, figures[s.name]["noise"])
@@ -111,9 +111,9 @@ def main() -> None:
 def record(path: Path, noise: float) -> None:
     """engine.logprob_noise in the scenario file, rounded up to two significant digits."""
     digits = 1 - math.floor(math.log10(noise))  # a noise of 0 was never measured: it fails here
-    raw = json.loads(path.read_text())
+    raw = json.loads(path.read_text(encoding="utf-8"))
     raw["engine"]["logprob_noise"] = round(math.ceil(noise * 10 ** digits) / 10 ** digits, digits)
-    path.write_text(json.dumps(raw, indent=2, ensure_ascii=False) + "\n")
+    path.write_text(json.dumps(raw, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
 if __name__ == "__main__":

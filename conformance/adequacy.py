@@ -31,7 +31,7 @@ from pathlib import Path
 from .gate.golden_store import GOLDENS
 from .gate.judging import judge_trace
 from .coverage_run import MEASURED, ensure_coverage, json_report, measured_worker, write_rcfile
-from .engine import EngineFailure, EngineProcess, EngineSpec
+from .engine import EngineFailure, EngineProcess, EngineSpec, start_kept, stop_kept
 from .envs import cache_root, device_args, ensure_env, site_packages
 from .gate.engine_ref import EngineRef
 from .gate.requirement_rows import where_of
@@ -100,7 +100,7 @@ def measure_coverage(release: str, scenarios: list[Scenario], scope: Scope, log=
         finally:
             proc.close()  # the worker exits on shutdown, and coverage.py writes its data
         report = json_report(python, coverage_dir, rcfile, data)
-    texts = {path: Path(path).read_text() for path in report["files"]}
+    texts = {path: Path(path).read_text(encoding="utf-8") for path in report["files"]}
     functions = function_scopes(report, texts, scope)
     sources = {"vllm/" + p.split("/vllm/", 1)[1]: t.splitlines() for p, t in texts.items()}
     return PinCoverage(release, functions, sources, time.monotonic() - started, scope.callees)
@@ -115,7 +115,7 @@ def catalog(release: str, scope: Scope, log=print) -> tuple[list[Mutant], dict[s
     for rel in measured_files(site):
         if scope.callee(rel):  # measured and reported, not mutated
             continue
-        sources[rel] = (site / rel).read_text()
+        sources[rel] = (site / rel).read_text(encoding="utf-8")
         mutants += generate(sources[rel], rel, scope)
     return mutants, sources
 
@@ -149,7 +149,7 @@ class ResultCache:
     def __init__(self, path: Path | None = None):
         self.path = path or cache_root() / "adequacy" / "mutant-results.json"
         try:
-            self.data = json.loads(self.path.read_text())
+            self.data = json.loads(self.path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             self.data = {}
 
@@ -176,7 +176,7 @@ class ResultCache:
                 "hash": hashes[result["scenario"]]}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True))
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True), encoding="utf-8")
         os.replace(tmp, self.path)
 
 
@@ -193,12 +193,13 @@ class MutantServer:
         self._tmp = tempfile.TemporaryDirectory(prefix="parity-mutants-")
         self.socket = Path(self._tmp.name) / "server.sock"
         self._stderr = open(Path(self._tmp.name) / "server.log", "wb")
-        self._proc = subprocess.Popen(
+        # under its keeper, as every engine: the server and the mutants it forks end with the harness
+        self._proc = start_kept(
             [str(self.python), str(SERVER), "--release", release, *device_args(), "--socket", str(self.socket)],
-            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr, start_new_session=True)
+            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=self._stderr)
         ready, _, _ = select.select([self._proc.stdout], [], [], 300)
         if not ready or self._proc.stdout.readline().strip() != b"ready":
-            tail = (Path(self._tmp.name) / "server.log").read_text(errors="replace")[-2000:]
+            tail = (Path(self._tmp.name) / "server.log").read_text(errors="replace", encoding="utf-8")[-2000:]
             self.close()
             raise MutantServerError(f"the mutant server for vllm {release} did not start:\n{tail}")
 
@@ -208,13 +209,7 @@ class MutantServer:
                            "--mutant", json.dumps(mutant.to_json())))
 
     def close(self) -> None:
-        import signal
-
-        try:
-            os.killpg(self._proc.pid, signal.SIGKILL)  # the server and every mutant it forked
-        except ProcessLookupError:
-            pass
-        self._proc.wait()
+        stop_kept(self._proc)  # the server and every mutant it forked
         self._stderr.close()
         self._tmp.cleanup()
 

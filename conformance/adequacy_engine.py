@@ -56,7 +56,7 @@ def executed_lines(release: str, scenarios: list[Scenario], scope: Scope, log=pr
                          .encode()).hexdigest()[:16]
     path = cache_root() / "adequacy" / f"engine-lines-{release}-{key}.json"
     try:
-        return {f: set(lines) for f, lines in json.loads(path.read_text()).items()}
+        return {f: set(lines) for f, lines in json.loads(path.read_text(encoding="utf-8")).items()}
     except (OSError, ValueError):
         pass
     python = ensure_env(release, log=log)
@@ -79,7 +79,7 @@ def executed_lines(release: str, scenarios: list[Scenario], scope: Scope, log=pr
         found[rel] = set(entry["executed_lines"])
     log(f"[adequacy] engine-path lines measured in {time.monotonic() - started:.0f} s")
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({f: sorted(lines) for f, lines in found.items()}))
+    path.write_text(json.dumps({f: sorted(lines) for f, lines in found.items()}), encoding="utf-8")
     return found
 
 
@@ -89,7 +89,7 @@ def engine_catalog(release: str, scope: Scope, executed: dict[str, set[int]],
     never run). Hand-written edits are kept whatever line they are on: each names code that
     builds or runs the model, and one that never runs would be a finding, not a skip."""
     site = site_packages(ensure_env(release, log=log))
-    sources = {f: (site / f).read_text() for f in engine_files(scope)}
+    sources = {f: (site / f).read_text(encoding="utf-8") for f in engine_files(scope)}
     run, not_run = [], []
     for rel, source in sources.items():
         lines = run_lines(source, executed.get(rel, set()))

@@ -18,9 +18,10 @@ from pathlib import Path
 
 from .gate.golden_store import GOLDENS, GoldenRefused, lookup
 from .drift import drift_rows, render_drift
-from .engine import end_all, ended_words, prepare_engine, resume
+from .engine import Ended, end_all, ended_words, prepare_engine, resume
 from .gate.engine_ref import EngineRef
 from .envs import EnvError, build_envs, device_mode, ensure_env, lock_gpu
+from .files import check_output_file, claim_folder, remove_dead_writers_temporaries, write_text_atomic
 from .gate.waivers import WaiverError, load_waivers
 from .methods_table import render_methods_table
 from .pins import REPO_ROOT, PinError, load_pins
@@ -196,6 +197,7 @@ def main(argv: list[str] | None = None) -> int:
                    "and print the verdict, as the gate prints it")
 
     args = parser.parse_args(argv)
+    _printable_anywhere()
     with _stop_on_signals():  # also while the engines are ended below
         try:
             return COMMANDS[args.command](args)
@@ -204,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"parity {args.command}: error: {exc}")
             return 2
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted)
-            strays = getattr(exc, "parity_strays", []) + end_all()
+            strays = getattr(exc, "parity_strays", Ended()) + end_all()
             resume()
             signum = getattr(exc, "signum", signal.SIGINT)
             how = ("interrupted (Ctrl-C)" if signum == signal.SIGINT
@@ -212,6 +214,15 @@ def main(argv: list[str] | None = None) -> int:
             log(f"parity {args.command}: {how}: "
                 f"{ended_words(strays, 'every engine process and its children')}; no verdict")
             return 128 + signum
+
+
+def _printable_anywhere() -> None:
+    """Under a locale whose encoding cannot hold a report's text (the C locale with Python's
+    UTF-8 mode off is ASCII), characters it cannot encode are printed as escapes instead of
+    ending the command. Files are UTF-8 whatever the locale (encoding= on every read and write)."""
+    for stream in (sys.stdout, sys.stderr):
+        if hasattr(stream, "reconfigure"):  # a real text stream (pytest's capture has it too)
+            stream.reconfigure(errors="backslashreplace")
 
 
 class Interrupted(KeyboardInterrupt):
@@ -261,6 +272,7 @@ def cmd_envs(args) -> int:
 
 def cmd_run(args) -> int:
     scenario = load_scenario(args.scenario)  # validated before any engine starts
+    check_output_file(args.out, "--out")  # and where the trace goes
     pins = load_pins()
     spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
     layers = _layers(args.layers) or scenario.layers
@@ -268,8 +280,8 @@ def cmd_run(args) -> int:
         result = run_scenarios(spec, [scenario], layers, log=log, progress=EngineProgress(
             progress, "run", spec.label, [(scenario.name, layers, 1.0)], 1.0))
     trace = result.traces[0]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(dumps(trace))
+    remove_dead_writers_temporaries(args.out)  # what an earlier run killed while writing it left
+    write_text_atomic(args.out, dumps(trace))
     if "failure" in trace:
         log(f"parity run: {trace['failure']['kind']}: {trace['failure']['message']}\n"
             f"partial trace kept in {args.out}")
@@ -407,18 +419,24 @@ def cmd_docs(args) -> int:
                 log(f"parity docs: {relative}'s {name} table differs from scenarios/*.json: run `parity docs`")
                 differ = 1
             continue
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
         new = render(text, scenarios, names, where=relative)
         if new != text:
-            path.write_text(new)
+            path.write_text(new, encoding="utf-8")
             log(f"parity docs: {relative}'s scenario tables rewritten")
     return differ
 
 
 def cmd_fuzz(args) -> int:
-    from .fuzz_cli import fuzz_command
+    from .fuzz_cli import DEFAULT_OUT, check_out, fuzz_command
 
-    return fuzz_command(args, log)
+    if args.replay:
+        load_scenario(args.replay)  # a bad file is bad input before any engine starts
+        return fuzz_command(args, log)
+    folder = args.out or DEFAULT_OUT
+    check_out(folder)  # a folder findings can be written to...
+    with claim_folder(folder, "--out", "findings"):  # ...that no other search is writing to
+        return fuzz_command(args, log)
 
 
 def cmd_adequacy(args) -> int:

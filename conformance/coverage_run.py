@@ -39,7 +39,7 @@ class CoverageError(RuntimeError):
 def ensure_coverage(python: Path, log=print) -> Path:
     """The folder holding coverage.py for this pin python, installed on first use."""
     version = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+                             capture_output=True, check=True, encoding="utf-8", errors="replace").stdout.strip()
     final = cache_root() / "adequacy" / f"{COVERAGE.replace('==', '-')}-py{version}"
     if (final / "READY").exists():
         return final
@@ -48,11 +48,11 @@ def ensure_coverage(python: Path, log=print) -> Path:
     log(f"[adequacy] installing {COVERAGE} for python {version} into {final}")
     argv = [str(python), "-m", "pip", "install", "--disable-pip-version-check", "--no-input",
             "--quiet", "--target", str(tmp), COVERAGE]
-    result = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    result = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, encoding="utf-8", errors="replace")
     if result.returncode != 0:
         shutil.rmtree(tmp, ignore_errors=True)
         raise CoverageError(f"installing {COVERAGE} failed:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
-    (tmp / "READY").write_text(COVERAGE + "\n")
+    (tmp / "READY").write_text(COVERAGE + "\n", encoding="utf-8")
     if not (final / "READY").exists():  # another run may have finished first
         shutil.rmtree(final, ignore_errors=True)
         os.rename(tmp, final)
@@ -64,7 +64,7 @@ def ensure_coverage(python: Path, log=print) -> Path:
 def write_rcfile(folder: Path, patterns=MEASURED) -> Path:
     """coverage.py's settings: line and branch coverage of the measured files only."""
     rc = folder / "coveragerc"
-    rc.write_text("[run]\nbranch = True\ninclude =\n" + "".join(f"    {p}\n" for p in patterns))
+    rc.write_text("[run]\nbranch = True\ninclude =\n" + "".join(f"    {p}\n" for p in patterns), encoding="utf-8")
     return rc
 
 
@@ -85,10 +85,11 @@ def json_report(python: Path, coverage_dir: Path, rcfile: Path, data_file: Path)
     argv = [str(python), "-m", "coverage", "json", f"--rcfile={rcfile}", f"--data-file={data_file}",
             "-o", str(out), "--quiet"]
     env = dict(os.environ, PYTHONPATH=str(coverage_dir))
-    result = subprocess.run(argv, capture_output=True, text=True, env=env, stdin=subprocess.DEVNULL)
+    result = subprocess.run(argv, capture_output=True, env=env, stdin=subprocess.DEVNULL,
+                            encoding="utf-8", errors="replace")
     if result.returncode != 0 or not out.exists():
         raise CoverageError(f"coverage json failed for {data_file}:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
-    return json.loads(out.read_text())
+    return json.loads(out.read_text(encoding="utf-8"))
 
 
 GUIDED_WORKER = WORKER.parent / "coverage_worker.py"

@@ -12,9 +12,11 @@ import itertools
 import math
 import os
 import queue
+import select
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -89,6 +91,11 @@ class EngineProcess:
     _lines: queue.Queue = field(default_factory=queue.Queue)
     _runs: int = 0
     run_timeout: float | None = None
+    # protocol.MAX_RUN_BYTES / MAX_RUN_RECORDS unless $VLLM_PARITY_MAX_RUN_BYTES / _RECORDS say more
+    max_run_bytes: int | None = None
+    max_run_records: int | None = None
+    _budget: int | None = None  # bytes a run in progress may still send
+    _stderr_mark: int = 0  # where the run in progress began in the engine's stderr
 
     def __enter__(self) -> "EngineProcess":
         self.start()
@@ -104,19 +111,18 @@ class EngineProcess:
             handshake = timeout_setting("VLLM_PARITY_HANDSHAKE_TIMEOUT", HANDSHAKE_TIMEOUT)
         if self.run_timeout is None:
             self.run_timeout = timeout_setting("VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT)
+        if self.max_run_bytes is None:
+            self.max_run_bytes = limit_setting("VLLM_PARITY_MAX_RUN_BYTES", protocol.MAX_RUN_BYTES)
+        if self.max_run_records is None:
+            self.max_run_records = limit_setting("VLLM_PARITY_MAX_RUN_RECORDS", protocol.MAX_RUN_RECORDS)
         if _STOPPING.is_set():
             raise Stopped(f"{self.spec.label}: not started, the run is being stopped")
         self._stderr = tempfile.TemporaryFile()
-        mark = f"{os.getpid()}-{next(_MARKS)}"
         try:
-            proc = subprocess.Popen(
-                list(self.spec.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=self._stderr, start_new_session=True,  # own group: killed with its children
-                env={**os.environ, MARK: mark},  # inherited by its children, found by it if they leave the group
-            )
+            proc = start_kept(list(self.spec.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              stderr=self._stderr)
         except OSError as exc:
             raise EngineFailure("crash", f"{self.spec.label}: cannot start {self.spec.argv[0]!r}: {exc}")
-        proc.parity_mark = mark
         with _LIVE_LOCK:  # an end_all() that ran meanwhile must not miss this engine
             stopping = _STOPPING.is_set()
             if not stopping:
@@ -131,7 +137,8 @@ class EngineProcess:
             if message["type"] == "error":
                 self.close()
                 raise EngineFailure("engine_error", f"{self.spec.label} refused to start: "
-                                    f"{message['message']}{self._tail()}")
+                                    f"{protocol.cut(message['message'], protocol.MAX_ERROR_MESSAGE)}"
+                                    f"{self._tail()}")
             if message["protocol"] != protocol.PROTOCOL_VERSION:
                 self.close()
                 raise EngineFailure("protocol", f"{self.spec.label}: expected protocol version "
@@ -145,10 +152,18 @@ class EngineProcess:
             timeout = self.run_timeout if self.run_timeout is not None else \
                 timeout_setting("VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT)
         with self._ended_on_interrupt():
-            return self._run(scenario, layers, time.monotonic() + timeout)
+            self._budget = self.max_run_bytes if self.max_run_bytes is not None else protocol.MAX_RUN_BYTES
+            try:
+                return self._run(scenario, layers, time.monotonic() + timeout)
+            finally:
+                self._budget = None
 
     def _run(self, scenario: Scenario, layers: list[str], deadline: float) -> dict[str, list]:
         self._runs += 1
+        # a failure shows the stderr lines of this run, not those earlier runs of this warm engine
+        # left (the first run's include what the engine wrote while starting)
+        if self._runs > 1:
+            self._stderr_mark = os.fstat(self._stderr.fileno()).st_size
         run_id = f"run-{self._runs}"
         records: dict[str, list] = {layer: [] for layer in layers}
         last: tuple | None = None
@@ -164,12 +179,12 @@ class EngineProcess:
             if message["type"] == "error":
                 # an engine that does not serve a layer says so: the verdict is `unsupported`;
                 # any other error comes with the engine's last stderr lines (its traceback)
+                text = protocol.cut(message["message"], protocol.MAX_ERROR_MESSAGE)
                 if message["kind"] == "unsupported":
-                    raise EngineFailure("unsupported", f"{where}: engine reported unsupported: "
-                                        f"{message['message']}", records)
+                    raise EngineFailure("unsupported", f"{where}: engine reported unsupported: {text}", records)
                 tail = "" if message["kind"] == "bad_request" else self._tail()  # our input's fault
-                raise EngineFailure("engine_error", f"{where}: engine reported {message['kind']}: "
-                                    f"{message['message']}{tail}", records)
+                raise EngineFailure("engine_error", f"{where}: engine reported {protocol.cut(message['kind'], 40)}: "
+                                    f"{text}{tail}", records)
             if message["type"] == "done":
                 count = sum(len(v) for v in records.values())
                 if message["records"] != count:
@@ -184,6 +199,11 @@ class EngineProcess:
                            f"expected seq {len(records[layer])}, got {message['seq']}", records)
             records[layer].append(message["data"])
             last = (layer, message["seq"], message["data"])
+            most = self.max_run_records if self.max_run_records is not None else protocol.MAX_RUN_RECORDS
+            if sum(len(v) for v in records.values()) > most:
+                self._fail("protocol", f"{_progress(scenario.name, records, last)}: more than {most} records "
+                           "in one run, the limit (engines/PROTOCOL.md \"Limits\"; "
+                           "$VLLM_PARITY_MAX_RUN_RECORDS raises it)", records)
 
     def close(self) -> None:
         proc = self._proc
@@ -198,14 +218,16 @@ class EngineProcess:
                 pass
         _kill_group(proc)
 
-    def stderr_tail(self, lines: int = 15, max_bytes: int | None = None) -> str:
-        """The last `lines` lines of the engine's stderr, read from its last `max_bytes` only
-        when given (a line cut by that bound starts with "[...]")."""
-        size = self._stderr.seek(0, os.SEEK_END)
-        start = 0 if max_bytes is None else max(0, size - max_bytes)
-        self._stderr.seek(start)
-        text = self._stderr.read().decode("utf-8", "replace")
-        return ("[...]" if start else "") + "\n".join(text.splitlines()[-lines:])
+    def stderr_tail(self, lines: int = 15, max_bytes: int | None = None, since: int = 0) -> str:
+        """The last `lines` lines of the engine's stderr written after byte `since`, read from
+        its last `max_bytes` only when given (a line cut by that bound starts with "[...]").
+        Read with pread: the engine writes through the same open file, and moving its offset
+        would have it write over its own lines."""
+        fd = self._stderr.fileno()
+        size = os.fstat(fd).st_size
+        start = since if max_bytes is None else max(since, size - max_bytes)
+        text = os.pread(fd, max(0, size - start), start).decode("utf-8", "replace")
+        return ("[...]" if start > since else "") + "\n".join(text.splitlines()[-lines:])
 
     # -- internals ---------------------------------------------------------------------
 
@@ -227,7 +249,7 @@ class EngineProcess:
             raise
         except BaseException as exc:
             proc, self._proc = self._proc, None
-            exc.parity_strays = getattr(exc, "parity_strays", []) + _kill_group(proc)  # said by the caller
+            exc.parity_strays = getattr(exc, "parity_strays", Ended()) + _kill_group(proc)  # said by the caller
             raise
 
     def _send(self, message: dict, partial: dict, deadline: float, where: str) -> None:
@@ -260,6 +282,12 @@ class EngineProcess:
                 continue
             if not line:
                 self._crashed(where, partial)
+            if self._budget is not None:  # counted before the line is parsed: memory stays bounded
+                self._budget -= len(line)
+                if self._budget < 0:
+                    self._fail("protocol", f"{self.spec.label} during {where}: its records exceed "
+                               f"{self.max_run_bytes} bytes in one run, the limit (engines/PROTOCOL.md "
+                               "\"Limits\"; $VLLM_PARITY_MAX_RUN_BYTES raises it)", partial)
             try:
                 return protocol.decode(line, expect)
             except protocol.ProtocolError as exc:
@@ -274,7 +302,7 @@ class EngineProcess:
 
     def _crashed(self, where: str, partial: dict | None, stdout_held: bool = False) -> None:
         proc, self._proc = self._proc, None
-        code, strays = None, []
+        code, strays = None, Ended()
         if proc is not None:
             try:
                 code = proc.wait(timeout=EXIT_GRACE)
@@ -297,22 +325,19 @@ class EngineProcess:
 
     def _tail(self) -> str:
         """The engine's last stderr lines, for a failure's message: where a port's traceback is.
-        Bounded in bytes and lines, each line too: the message lands in every report."""
-        tail = self.stderr_tail(60, TAIL_BYTES)
+        Those of the run in progress only (earlier runs of this warm engine left theirs before
+        it). Bounded in bytes and lines, each line too: the message lands in every report."""
+        tail = self.stderr_tail(60, TAIL_BYTES, since=self._stderr_mark)
         start = tail.rfind("Traceback (most recent call last)")  # a Python engine's last traceback whole
         tail = tail[start:] if start >= 0 else "\n".join(tail.splitlines()[-15:])
-        tail = "\n".join(_cut(line) for line in tail.splitlines())
-        return f"; last stderr lines:\n{tail}" if tail.strip() else "; its stderr is empty"
+        tail = "\n".join(protocol.cut(line, TAIL_LINE) for line in tail.splitlines())
+        if tail.strip():
+            return f"; last stderr lines:\n{tail}"
+        return "; its stderr is empty" if not self._stderr_mark else "; it wrote nothing to stderr during this run"
 
 
 TAIL_BYTES = 32 * 1024  # of an engine's stderr read for a failure's message
 TAIL_LINE = 500  # characters of one stderr line in that message
-
-
-def _cut(line: str) -> str:
-    if len(line) <= TAIL_LINE:
-        return line
-    return f"{line[:TAIL_LINE - 100]} [... {len(line) - TAIL_LINE + 100} characters cut ...]"
 
 
 def timeout_setting(name: str, default: float) -> float:
@@ -328,6 +353,17 @@ def timeout_setting(name: str, default: float) -> float:
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
     return value
+
+
+def limit_setting(name: str, default: int) -> int:
+    """A limit from the environment ($VLLM_PARITY_MAX_RUN_BYTES, ...), read when an engine
+    starts; a bad value is bad input naming the variable."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    if not (text.isascii() and text.isdigit() and int(text) >= 1):
+        raise ValueError(f"{name}={text!r}: expected a positive whole number")
+    return int(text)
 
 
 def _progress(name: str, records: dict, last: tuple | None) -> str:
@@ -371,22 +407,102 @@ _LIVE_LOCK = threading.Lock()
 # Set while a run is being stopped: no engine starts again, no wait for an engine goes on.
 _STOPPING = threading.Event()
 # Every engine's environment carries its own mark, inherited by its children: a child that
-# left the engine's process group (setsid) is still found by it, even once reparented.
+# left the engine's process group (setsid) is still found by it, even once reparented, should
+# its keeper be gone.
 MARK = "VLLM_PARITY_ENGINE_MARK"
 _MARKS = itertools.count(1)
+KEEPER = Path(__file__).with_name("keeper.py")
+KEEPER_START = 30.0  # seconds for the keeper to start the engine (a Python start, a fork and an exec)
+KEEPER_END = 8.0  # seconds for the keeper to end every process of its engine (its grace is 3 s)
 
 
-def end_all() -> list[int]:
+@dataclass
+class Ended:
+    """What ending an engine did beyond its process group, by pid: the processes that had left
+    the group (found by its keeper, by the mark, or below the engine) that were killed, those
+    already gone when looked for, and those still running after it all. `unkept`: engines
+    whose keeper was gone before it could say what it ended."""
+
+    killed: list[int] = field(default_factory=list)
+    not_found: list[int] = field(default_factory=list)
+    left: list[int] = field(default_factory=list)
+    unkept: int = 0
+
+    def __add__(self, other: "Ended") -> "Ended":
+        return Ended(self.killed + other.killed, self.not_found + other.not_found,
+                     self.left + other.left, self.unkept + other.unkept)
+
+
+def start_kept(argv: list[str], **popen) -> subprocess.Popen:
+    """`argv` started under its keeper (conformance/keeper.py) in a session of its own, with
+    `popen`'s stdin, stdout, stderr: the keeper is the process returned (its exit status is
+    the engine's), the engine its child. The engine's environment carries a mark of its own.
+    The harness holds the keeper's control pipe: when it is closed, by _kill_group or by the
+    harness's death (kill -9 included), the keeper ends every process of the engine."""
+    mark = f"{os.getpid()}-{next(_MARKS)}"
+    control_r, control_w = os.pipe()
+    report_r, report_w = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            [sys.executable, "-I", "-S", str(KEEPER), str(control_r), str(report_w), "--", *argv],
+            start_new_session=True,  # own group: killed with its children; no terminal signal reaches it
+            env={**os.environ, MARK: mark},  # inherited by its children, found by it if they leave the group
+            pass_fds=(control_r, report_w), **popen)
+    except BaseException:
+        os.close(control_w)
+        os.close(report_r)
+        raise
+    finally:  # the keeper's ends, in the keeper only
+        os.close(control_r)
+        os.close(report_w)
+    proc.parity_mark, proc.parity_control, proc.parity_report = mark, control_w, report_r
+    proc.parity_said = b""
+    said = _keeper_says(proc, KEEPER_START)
+    if said is None or said[0] != "engine":
+        _kill_group(proc)
+        raise OSError(" ".join(said[1:]) if said else "its keeper ended before starting it")
+    proc.parity_engine = int(said[1])
+    return proc
+
+
+def stop_kept(proc: subprocess.Popen) -> Ended:
+    """End a process start_kept started, and everything it started."""
+    return _kill_group(proc)
+
+
+def _keeper_says(proc: subprocess.Popen, seconds: float) -> list[str] | None:
+    """The keeper's next line on its report pipe, split in words (conformance/keeper.py says
+    which), waiting up to `seconds`; None at its end."""
+    deadline = time.monotonic() + seconds
+    while b"\n" not in proc.parity_said:
+        if proc.parity_report is None:
+            return None
+        ready, _, _ = select.select([proc.parity_report], [], [], max(0.0, deadline - time.monotonic()))
+        chunk = os.read(proc.parity_report, 65536) if ready else b""
+        if not chunk:
+            os.close(proc.parity_report)
+            proc.parity_report = None
+            if not proc.parity_said:
+                return None
+            proc.parity_said += b"\n"
+        proc.parity_said += chunk
+    line, _, proc.parity_said = proc.parity_said.partition(b"\n")
+    return line.decode("utf-8", "replace").split(" ") if line else None
+
+
+def end_all() -> Ended:
     """Stop the run: no engine starts again (until `resume`), and every engine process still
-    running is ended with its children. Returns the pids of processes that had left their
-    engine's process group and were ended by pid."""
+    running is ended with its children. Returns what was ended by pid."""
     with _LIVE_LOCK:
         _STOPPING.set()
         procs = list(_LIVE)
     for proc in procs:  # every group told at once, so their exits overlap
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGTERM)
-    return [pid for proc in procs for pid in _kill_group(proc)]
+    ended = Ended()
+    for proc in procs:
+        ended += _kill_group(proc)
+    return ended
 
 
 def resume() -> None:
@@ -394,56 +510,98 @@ def resume() -> None:
     _STOPPING.clear()
 
 
-def _kill_group(proc: subprocess.Popen | None) -> list[int]:
-    """End the engine's process group, then by pid any of its processes that left the group
-    (found by the engine's mark, or as descendants seen before the group was ended). Returns
-    the pids of those processes (ended_words says which of them, if any, still run)."""
+def _kill_group(proc: subprocess.Popen | None) -> Ended:
+    """End an engine: its keeper is told (its control pipe closed) and ends every process below
+    it by pid; the group is signalled too (SIGTERM, then SIGKILL should the keeper not be done
+    in time). Then, by pid, any process outside the group the keeper did not end (found by the
+    engine's mark, or below the keeper before it ended): the keeper was gone, or this is not
+    Linux. What was ended by pid, and what was not found, is returned for the message."""
     if proc is None:
-        return []
+        return Ended()
     with _LIVE_LOCK:
         _LIVE.discard(proc)
-    tree = _descendants(proc.pid)  # while the leader lives, its children are still linked to it
-    for sig in (signal.SIGTERM, signal.SIGKILL):
+        lock = proc.__dict__.setdefault("parity_ending", threading.Lock())
+    with lock:  # a stop (end_all) and the engine's own thread may both end it: once, the other waits
+        if getattr(proc, "parity_ended", False):
+            return Ended()
+        proc.parity_ended = True
+        return _end(proc)
+
+
+def _end(proc: subprocess.Popen) -> Ended:
+    tree = _descendants(proc.pid)  # while the keeper lives, every process of the engine is below it
+    control = getattr(proc, "parity_control", None)
+    if control is not None:
+        proc.parity_control = None
+        os.close(control)
+    for sig, wait in ((signal.SIGTERM, KEEPER_END), (signal.SIGKILL, 5)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             break
         try:
-            proc.wait(timeout=5)
+            proc.wait(timeout=wait)
             break
         except subprocess.TimeoutExpired:
             continue
-    # children that outlived the leader share its group: end them too
-    try:
+    with contextlib.suppress(ProcessLookupError):  # anything left in the group
         os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    try:
-        proc.wait(timeout=5)  # reap the leader, whatever ended it
-    except subprocess.TimeoutExpired:
-        pass
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5)  # reap the keeper, whatever ended it
+    ended = _keeper_ended(proc)
     mark = getattr(proc, "parity_mark", None)
-    strays = sorted(p for p in set(tree) | set(_marked(mark) if mark else ()) if _outside(p, proc.pid))
+    done = set(ended.killed) | set(ended.not_found)
+    strays = sorted(p for p in set(tree) | set(_marked(mark) if mark else ())
+                    if p not in done and _outside(p, proc.pid))
     for pid in strays:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
+        try:
             os.kill(pid, signal.SIGKILL)
+            ended.killed.append(pid)
+        except ProcessLookupError:
+            ended.not_found.append(pid)
+        except PermissionError:
+            pass
     deadline = time.monotonic() + 2.0
-    while any(_running(p) for p in strays) and time.monotonic() < deadline:
+    while any(_running(p) for p in ended.killed) and time.monotonic() < deadline:
         time.sleep(0.02)
-    return strays
+    ended.left = sorted(set(ended.left) | {p for p in ended.killed if _running(p)})
+    ended.killed = sorted(p for p in set(ended.killed) if p not in ended.left)
+    ended.not_found = sorted(set(ended.not_found))
+    return ended
 
 
-def ended_words(strays: list[int], who: str = "the engine and its children") -> str:
-    """What was ended, truthfully: a process that had left its engine's process group is
-    named by pid, and one that still runs is said to."""
-    left = [p for p in strays if _running(p)]
-    ended = [p for p in strays if p not in left]
+def _keeper_ended(proc: subprocess.Popen) -> Ended:
+    """What the keeper said it ended outside the engine's group; `unkept` when it said nothing
+    (it was killed, or never started the engine)."""
+    said: list[str] | None = [""]
+    while said is not None and said[0] != "exit":
+        said = _keeper_says(proc, 2.0)
+    if said is None:
+        return Ended(unkept=1 if getattr(proc, "parity_engine", None) else 0)
+    ended = Ended()
+    for item in said[2:]:
+        pid, group, outcome = item.split(":")
+        if group == str(proc.pid):  # in the engine's group: ended with it, not named
+            continue
+        {"killed": ended.killed, "not_found": ended.not_found, "left": ended.left}[outcome].append(int(pid))
+    return ended
+
+
+def ended_words(ended: Ended, who: str = "the engine and its children") -> str:
+    """What was ended, truthfully: a process that had left its engine's process group is named
+    by pid, as is one that was already gone when looked for and one that still runs."""
     words = f"{who} were ended"
-    if ended:
-        words += (f" ({len(ended)} of them by pid, {', '.join(map(str, ended))}: "
-                  f"{'it' if len(ended) == 1 else 'they'} had left the engine's process group)")
-    if left:
-        words += f"; could not end pid {', '.join(map(str, left))}, still running"
+    if ended.killed:
+        n = len(ended.killed)
+        words += (f" ({n} of them by pid, {', '.join(map(str, ended.killed))}: "
+                  f"{'it' if n == 1 else 'they'} had left the engine's process group)")
+    if ended.not_found:
+        words += f"; not found, already gone: pid {', '.join(map(str, ended.not_found))}"
+    if ended.left:
+        words += f"; could not end pid {', '.join(map(str, ended.left))}, still running"
+    if ended.unkept:
+        words += ("; an engine's keeper was gone before it said what it ended, so a child that left "
+                  "its process group and cleared its environment could not be looked for")
     return words
 
 

@@ -95,7 +95,7 @@ def env_key(release: str, mode: str, pins: Pins) -> str:
         "mode": mode,
         "python": f"{sys.version_info.major}.{sys.version_info.minor}",
         "torch": pins.cpu_torch if mode == "cpu" else _locked_torch(release),
-        "requirements": (pins.cpu_requirements if mode == "cpu" else gpu_lock(release)).read_text(),
+        "requirements": (pins.cpu_requirements if mode == "cpu" else gpu_lock(release)).read_text(encoding="utf-8"),
         "engine_build": rebuild,
         "engine_requirements": list(pins.engine_requirements) if rebuild else None,
     }
@@ -128,7 +128,7 @@ def _locked_torch(release: str) -> str:
     if not path.is_file():
         raise EnvError(f"{_shown(path)} is missing: a GPU environment installs only a "
                        f"locked dependency set; write it with `parity envs --lock-gpu --pin {release}`")
-    for line in path.read_text().splitlines():
+    for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("torch=="):
             return line.split("==", 1)[1].split()[0]
     raise EnvError(f"{_shown(path)} pins no torch")
@@ -212,7 +212,7 @@ def _find_links() -> tuple[str, ...]:
     """`--find-links` for each folder pip is configured with ($PIP_FIND_LINKS, pip.conf)."""
     folders = os.environ.get("PIP_FIND_LINKS", "").split()
     listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True,
-                            text=True, stdin=subprocess.DEVNULL).stdout
+                            stdin=subprocess.DEVNULL, encoding="utf-8", errors="replace").stdout
     for line in listed.splitlines():
         key, _, value = line.partition("=")
         if key.endswith(".find-links"):
@@ -225,25 +225,25 @@ def lock_gpu(release: str, pins: Pins, log=print) -> Path:
     """Write the pin's GPU lock: `vllm==X` resolved by uv for the GPU runners' platform
     (Linux x86_64, this Python), the packages of GPU_LOCK_SHARED held to the CPU set's pins.
     Resolves from package metadata only: no wheel is downloaded."""
-    shared = [line.split("#")[0].strip() for line in pins.cpu_requirements.read_text().splitlines()
+    shared = [line.split("#")[0].strip() for line in pins.cpu_requirements.read_text(encoding="utf-8").splitlines()
               if line.split("==")[0].strip() in GPU_LOCK_SHARED]
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     out = gpu_lock(release)
     with tempfile.TemporaryDirectory() as tmp:
         request, constraints = Path(tmp) / "request.in", Path(tmp) / "constraints.txt"
-        request.write_text(f"vllm=={release}\n")
-        constraints.write_text("\n".join(shared) + "\n")
+        request.write_text(f"vllm=={release}\n", encoding="utf-8")
+        constraints.write_text("\n".join(shared) + "\n", encoding="utf-8")
         argv = [uv_binary(), "pip", "compile", str(request), "-c", str(constraints),
                 "--python-version", python, "--python-platform", "x86_64-manylinux_2_28",
                 "--no-header", "--no-annotate", "-o", str(out)]
         result = subprocess.run(argv, capture_output=True, text=True, env=uv_environ(),
-                                stdin=subprocess.DEVNULL)
+                                stdin=subprocess.DEVNULL, encoding="utf-8", errors="replace")
     if result.returncode != 0:
         raise EnvError(f"locking vllm {release} for GPU failed:\n{result.stderr[-2000:]}")
-    body = out.read_text()
+    body = out.read_text(encoding="utf-8")
     out.write_text(f"# vllm {release} on a GPU runner (Linux x86_64, Python {python}): the whole set, locked.\n"
                    f"# Written by `parity envs --lock-gpu --pin {release}` (conformance/envs.py lock_gpu);\n"
-                   f"# {', '.join(GPU_LOCK_SHARED)} held to {pins.cpu_requirements.name}.\n" + body)
+                   f"# {', '.join(GPU_LOCK_SHARED)} held to {pins.cpu_requirements.name}.\n" + body, encoding="utf-8")
     log(f"[envs] {_shown(out)}: {body.count('==')} packages, torch {_locked_torch(release)}")
     return out
 
@@ -258,7 +258,7 @@ def check_fidelity(release: str, python: Path, rebuild: str, log=print):
     wheels.mkdir(parents=True, exist_ok=True)
     argv = [str(python), "-m", "pip", "download", "--disable-pip-version-check", "--no-input",
             "--no-deps", "--only-binary=:all:", "-d", str(wheels), f"vllm=={release}"]
-    result = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    result = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, encoding="utf-8", errors="replace")
     found = sorted(wheels.glob(f"vllm-{release}-*.whl"))
     if result.returncode != 0 or not found:
         raise EnvError(f"the fidelity check of {rebuild} needs the official wheel vllm=={release}, "
@@ -271,13 +271,13 @@ def check_fidelity(release: str, python: Path, rebuild: str, log=print):
 def site_packages(python: Path) -> Path:
     """The site-packages folder of an environment's python (where its `vllm/` is installed)."""
     out = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                         capture_output=True, text=True, check=True).stdout.strip()
+                         capture_output=True, check=True, encoding="utf-8", errors="replace").stdout.strip()
     return Path(out)
 
 
 def read_fidelity(env: Path) -> dict | None:
     path = fidelity_file(env)
-    return json.loads(path.read_text()) if path.exists() else None
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
 def _refuse_unfaithful_oracle(release: str, env: Path, pins: Pins) -> None:
@@ -312,7 +312,7 @@ def ensure_env(release: str, log=print, pins: Pins | None = None, say_cached: bo
         log(f"[envs] vllm {release} ({mode}): cached in {final}")
     if not (final / "READY").exists():
         final.parent.mkdir(parents=True, exist_ok=True)
-        with open(final.parent / f"{final.name}.lock", "w") as lock:
+        with open(final.parent / f"{final.name}.lock", "w", encoding="utf-8") as lock:
             try:
                 fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:  # two runs building the same pin wait for each other, and say so
@@ -353,26 +353,26 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
                                     env=uv_environ())
         if result.returncode != 0:
             out.flush()
-            tail = build_log.read_text()[-3000:]
+            tail = build_log.read_text(encoding="utf-8")[-3000:]
             raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{tail}")
 
-    with open(build_log, "w") as out:
+    with open(build_log, "w", encoding="utf-8") as out:
         for number, argv in enumerate(steps, 1):
             run(number, argv, out)
         if rebuild:
             with heartbeat(log, f"[envs] vllm {release}: phase {len(steps) + 1}/{phases}: fidelity check "
                                 f"of {rebuild} against the official wheel"):
                 fidelity = check_fidelity(release, env_python(tmp), rebuild, log)
-            fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n")
+            fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n",
+                                          encoding="utf-8")
         if final.exists():  # a build interrupted while warming: not READY, made again
             shutil.rmtree(final)
         os.rename(tmp, final)
         run(phases, warm, out)
     freeze = subprocess.run(
         [str(env_python(final)), "-m", "pip", "freeze", "--disable-pip-version-check"],
-        capture_output=True, text=True, check=True,
-    ).stdout
-    (final / "READY").write_text(freeze)  # last: only a whole, warmed environment is used
+        capture_output=True, check=True, encoding="utf-8", errors="replace").stdout
+    (final / "READY").write_text(freeze, encoding="utf-8")  # last: only a whole, warmed environment is used
     log(f"[envs] vllm {release} ready, built in {duration(time.monotonic() - started)}")
 
 

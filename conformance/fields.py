@@ -11,6 +11,8 @@ import hashlib
 import json
 from pathlib import Path
 
+from .files import InputFileError, read_bytes
+
 METHODS_WITH_DRAFT_MODEL = {"eagle", "eagle3", "dflash", "dspark", "draft_model", "mtp", "medusa"}
 METHODS = METHODS_WITH_DRAFT_MODEL | {"ngram", "suffix"}
 
@@ -50,11 +52,13 @@ def model_dir(src: str, field: str, value: str, base: Path) -> tuple[str, str]:
         if name == "weights.json" and not path.is_file():
             continue
         try:
-            text = path.read_text()
-            json.loads(text)
+            data = read_bytes(path, "model config")
+            json.loads(data.decode("utf-8"))
+        except InputFileError as exc:
+            raise ScenarioError(src, field, str(exc)) from None
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ScenarioError(src, field, f"{path} is not valid JSON: {exc}") from None
         except RecursionError:
             raise ScenarioError(src, field, f"{path} is nested too deeply") from None
-        digest.update(path.read_bytes())
+        digest.update(data)
     return str(folder), "sha256:" + digest.hexdigest()

@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from .engine import EngineFailure, prepare_engine
+from .files import write_text_atomic
 from .gate.engine_ref import CATALOG, EngineRef
 from .fuzz import ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair, Search, count_of, signature
 from .pins import REPO_ROOT, load_pins
@@ -289,7 +290,7 @@ def write_scenario(raw: dict, name: str, folder: Path, description: str) -> Path
     path = folder / f"{name}.json"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+        write_text_atomic(path, text)  # never half a scenario, even after kill -9
     except OSError as exc:
         raise NotWritten(path, text, exc) from None
     return path

@@ -36,7 +36,7 @@ def has_gpu() -> bool:
     if path is None:
         return False
     try:
-        result = subprocess.run([path, "-L"], capture_output=True, text=True, timeout=30)
+        result = subprocess.run([path, "-L"], capture_output=True, timeout=30, encoding="utf-8", errors="replace")
     except (OSError, subprocess.TimeoutExpired):
         return False
     return result.returncode == 0 and "GPU" in result.stdout
@@ -51,7 +51,7 @@ def memory() -> tuple[int, int]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
     argv = [path, "--query-gpu=memory.free,memory.total", "--format=csv,noheader,nounits",
             "-i", visible or "0"]
-    result = subprocess.run(argv, capture_output=True, text=True, timeout=30)
+    result = subprocess.run(argv, capture_output=True, timeout=30, encoding="utf-8", errors="replace")
     lines = result.stdout.strip().splitlines()
     try:
         free, total = (int(x.strip()) for x in lines[0].split(","))

@@ -42,7 +42,7 @@ class Pins:
 
 def load_pins(pyproject: Path = REPO_ROOT / "pyproject.toml") -> Pins:
     try:
-        table = tomllib.loads(pyproject.read_text())["tool"]["vllm-parity"]
+        table = tomllib.loads(pyproject.read_text(encoding="utf-8"))["tool"]["vllm-parity"]
     except (OSError, KeyError, tomllib.TOMLDecodeError) as exc:
         raise PinError(f"{pyproject}: cannot read [tool.vllm-parity]: {exc}") from exc
     releases = tuple(table.get("pins", ()))

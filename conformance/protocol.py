@@ -15,6 +15,20 @@ MAX_LINE_BYTES = 64 * 1024 * 1024  # one record; far above any step record
 # recursion limit, so a hostile line is a protocol error, never a RecursionError.
 MAX_DEPTH = 64
 
+# Limits on what one engine may send (engines/PROTOCOL.md "Limits"). A run's records: all of its
+# record lines together, and their count (a scenario at the schema's limits sends at most
+# 100,000 steps records and 4,096 outputs records per layer). The harness reads both bounds
+# from $VLLM_PARITY_MAX_RUN_BYTES / $VLLM_PARITY_MAX_RUN_RECORDS when set, for a scenario that
+# needs more.
+MAX_RUN_BYTES = 32 * 1024 * 1024
+MAX_RUN_RECORDS = 200_000
+# The hello's texts land in every report (junit.xml repeats the engine's name in each test case).
+HELLO_TEXT = {"engine": 200, "version": 200}  # characters
+MAX_CAPABILITIES = 32  # entries of hello.capabilities, each a layer name of at most...
+MAX_CAPABILITY = 64  # ...characters
+MAX_ENVIRONMENT_BYTES = 16 * 1024  # hello.environment as JSON (provenance; about 400 bytes from a pin)
+MAX_ERROR_MESSAGE = 8 * 1024  # characters of an `error` message kept; the rest is cut, not refused
+
 # Message type -> required fields and their JSON types. Direction in the comment.
 MESSAGES: dict[str, dict[str, tuple[type, ...]]] = {
     # engine -> harness, first line on stdout
@@ -43,6 +57,11 @@ class ProtocolError(ValueError):
     """A line broke the protocol. The message says what was expected and what arrived."""
 
 
+class LimitExceeded(ProtocolError):
+    """An engine sent more than a limit allows (a hello's text, a run's records): a protocol
+    error that names the limit, its value and what arrived."""
+
+
 def encode(message: dict) -> bytes:
     check(message)
     text = json.dumps(message, sort_keys=True, separators=(",", ":"), allow_nan=False)
@@ -63,6 +82,8 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
         raise ProtocolError(f"expected a JSON object on one line, got {_preview(line)} ({exc})") from None
     _check_values(message)
     check(message, expect)
+    if message["type"] == "hello":  # what the harness accepts; an engine's encode does not check it
+        _check_hello_limits(message)
     return message
 
 
@@ -92,26 +113,53 @@ def check(message: object, expect: tuple[str, ...] | None = None) -> None:
             raise ProtocolError(f"expected {kind}.{field} of type {names}{which}, got {got}")
 
 
+def _check_hello_limits(hello: dict) -> None:
+    for field, most in HELLO_TEXT.items():
+        if len(hello[field]) > most:
+            raise LimitExceeded(f"expected hello.{field} of at most {most} characters, got {len(hello[field])}")
+    capabilities = hello["capabilities"]
+    if len(capabilities) > MAX_CAPABILITIES:
+        raise LimitExceeded(f"expected hello.capabilities of at most {MAX_CAPABILITIES} layer names, "
+                            f"got {len(capabilities)}")
+    for name in capabilities:
+        if isinstance(name, str) and len(name) > MAX_CAPABILITY:
+            raise LimitExceeded(f"expected layer names of at most {MAX_CAPABILITY} characters in "
+                                f"hello.capabilities, got one of {len(name)}")
+    if "environment" in hello:
+        size = len(json.dumps(hello["environment"], ensure_ascii=False).encode("utf-8"))
+        if size > MAX_ENVIRONMENT_BYTES:
+            raise LimitExceeded(f"expected hello.environment of at most {MAX_ENVIRONMENT_BYTES} bytes "
+                                f"as JSON, got {size}")
+
+
+def cut(text: str, most: int) -> str:
+    """`text` cut to about `most` characters, saying how many were left out."""
+    if len(text) <= most:
+        return text
+    return f"{text[:most - 100]} [... {len(text) - most + 100} characters cut ...]"
+
+
 def _check_values(message: object) -> None:
     """Every value of a decoded line can be carried into a trace: nesting at most MAX_DEPTH
     levels, and strings that are valid Unicode (a lone surrogate escape such as "\\ud800" is
-    valid JSON syntax but cannot be written as UTF-8)."""
-    stack = [(message, 1)]
+    valid JSON syntax but cannot be written as UTF-8). The walk keeps one iterator per open
+    container, so its memory grows with the depth, never with the size of a list."""
+    stack = [iter((message,))]
     while stack:
-        value, depth = stack.pop()
-        if isinstance(value, str):
-            _check_text(value)
-            continue
-        if not isinstance(value, (dict, list)):
-            continue
-        if depth >= MAX_DEPTH:
-            raise ProtocolError(f"expected a message nested at most {MAX_DEPTH} levels deep, got deeper")
-        if isinstance(value, dict):
-            for key, item in value.items():
-                _check_text(key)
-                stack.append((item, depth + 1))
+        for value in stack[-1]:
+            if isinstance(value, str):
+                _check_text(value)
+            elif isinstance(value, (dict, list)):
+                if len(stack) >= MAX_DEPTH:  # the value's depth (the message is at depth 1)
+                    raise ProtocolError(f"expected a message nested at most {MAX_DEPTH} levels deep, got deeper")
+                if isinstance(value, dict):
+                    for key in value:
+                        _check_text(key)
+                    value = value.values()
+                stack.append(iter(value))
+                break
         else:
-            stack.extend((item, depth + 1) for item in value)
+            stack.pop()
 
 
 def _check_text(text: str) -> None:

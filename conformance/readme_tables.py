@@ -58,7 +58,7 @@ def render(text: str, scenarios: list[Scenario], names=tuple(TABLES), where: str
 
 def stale(path: Path, scenarios: list[Scenario], names=tuple(TABLES)) -> list[str]:
     """Names of the blocks whose text differs from what the generator produces."""
-    text = path.read_text()
+    text = path.read_text(encoding="utf-8")
     render(text, scenarios, names, where=str(path))  # every block is there
     return [m["name"] for m in BLOCK.finditer(text) if m[0] != _block(m["name"], scenarios)]
 

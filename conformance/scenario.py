@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from .files import InputFileError, read_text
 from .fields import METHODS, METHODS_WITH_DRAFT_MODEL, ScenarioError, model_dir as _model_dir
 from .fields import type_name as _tname
 from .method_matrix import validate_method_matrix
@@ -130,10 +131,12 @@ def load_scenario(path: str | Path) -> Scenario:
     path = Path(path)
     src = str(path)
     try:
-        raw = json.loads(path.read_text(), parse_constant=_reject_constant)
+        raw = json.loads(read_text(path, "scenario"), parse_constant=_reject_constant)
     except FileNotFoundError:
         raise ScenarioError(src, "<file>", "no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except InputFileError as exc:
+        raise ScenarioError(src, "<file>", str(exc).removeprefix(f"{path}: ")) from None
+    except OSError as exc:
         raise ScenarioError(src, "<file>", f"cannot be read: {exc}") from None
     except (json.JSONDecodeError, ValueError) as exc:
         raise ScenarioError(src, "<file>", f"not valid JSON: {exc}") from None

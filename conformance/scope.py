@@ -86,7 +86,7 @@ class Scope:
 
 def load_scope(path: Path = SCOPE_FILE) -> Scope:
     try:
-        data = tomllib.loads(path.read_text())
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ScopeError(f"{path}: not valid TOML: {exc}") from None
     unknown = set(data) - {"measure", "out_of_scope", "equivalent", "edit"}

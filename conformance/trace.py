@@ -17,10 +17,12 @@ Schema (version 1):
 
 from __future__ import annotations
 
+import io
 import json
 from pathlib import Path
 
 from . import __version__
+from .files import InputFileError, read_text
 from .protocol import PROTOCOL_VERSION, loads
 from .record_schema import check_layers
 
@@ -58,16 +60,27 @@ def _scenario_block(scenario) -> dict:
 
 
 def dumps(trace: dict) -> str:
-    """Canonical text: sorted keys, two-space indent, one trailing newline. Byte-stable."""
-    return json.dumps(trace, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
+    """Canonical text: sorted keys, two-space indent, one trailing newline. Byte-stable.
+    Written chunk by chunk: json.dumps with an indent first makes a list of every chunk (about
+    50 bytes for each value, 8x the text), which a run of small values would pay in memory."""
+    out = io.StringIO()
+    for chunk in _ENCODER.iterencode(trace):
+        out.write(chunk)
+    out.write("\n")
+    return out.getvalue()
+
+
+_ENCODER = json.JSONEncoder(indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)
 
 
 def load_trace(path: Path) -> dict:
     try:
-        text = path.read_text()
+        text = read_text(path, "trace")
     except FileNotFoundError:
         raise TraceError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except InputFileError as exc:
+        raise TraceError(str(exc)) from None
+    except OSError as exc:
         raise TraceError(f"{path}: cannot be read: {exc}") from None
     return loads_trace(text, path)
 

@@ -13,11 +13,11 @@ from conftest import REPO
 FLOORS = {
     0: ("formats", "conformance conformance.protocol conformance.serve conformance.refusal conformance.fields "
         "conformance.workload conformance.method_matrix conformance.gate conformance.gate.engine_ref "
-        "conformance.scenario conformance.trace conformance.record_schema "
+        "conformance.scenario conformance.trace conformance.record_schema conformance.files "
         "conformance.pins conformance.progress conformance.scope conformance.mutation conformance.gpu"),
     1: ("the vLLM side", "engines engines.vllm engines.vllm.* engines.cpp.tests.gen_vectors"),
     2: ("processes and environments", "conformance.fidelity conformance.envs conformance.engine "
-        "conformance.selfcheck conformance.coverage_run"),
+        "conformance.keeper conformance.selfcheck conformance.coverage_run"),
     3: ("comparison and judging", "conformance.compare conformance.numerics conformance.noise "
         "conformance.gate.verdict conformance.gate.golden_store conformance.gate.waivers "
         "conformance.gate.requirement_rows conformance.gate.judging conformance.drift "
@@ -242,3 +242,35 @@ def test_the_gate_checker_finds_what_it_forbids():
     assert outside_the_gate('sub.add_parser("goldens", help="regenerate")') == []
     assert outside_the_gate('g = GOLDENS.load(s, r)\nb = GOLDENS.content(s, r)') == []
     assert outside_the_gate('ps = GOLDENS.path(s, a), GOLDENS.path(s, b)\nx = [json.loads(p.read_text()) for p in ps]') != []
+
+
+def test_every_text_read_and_write_names_its_encoding():
+    """conformance/, engines/, parity/, benchmarks/ and the test doubles: open() in text mode,
+    read_text, write_text, fdopen and subprocess's text mode, each with encoding=."""
+    import ast
+
+    def unnamed(source: str) -> list[int]:
+        found = []
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.Call) or any(k.arg == "encoding" for k in node.keywords):
+                continue
+            func = node.func
+            name = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            owner = getattr(func.value, "id", None) if isinstance(func, ast.Attribute) else None
+            position = 1 if isinstance(func, ast.Name) or name == "fdopen" else 0
+            mode = next((k.value for k in node.keywords if k.arg == "mode"),
+                        node.args[position] if len(node.args) > position else None)
+            binary = isinstance(mode, ast.Constant) and isinstance(mode.value, str) and "b" in mode.value
+            text_mode = any(k.arg in ("text", "universal_newlines") and not (
+                isinstance(k.value, ast.Constant) and k.value.value is False) for k in node.keywords)
+            if ((name in ("read_text", "write_text") and isinstance(func, ast.Attribute))
+                    or (((name == "open" and owner != "os") or name == "fdopen") and not binary) or text_mode):
+                found.append(node.lineno)
+        return found
+
+    assert unnamed('p.read_text()\nopen(p, "w")\nopen(p, "rb")\nos.open(p, 1)\nrun(a, text=True)\n'
+                   'read_text(p, "scenario")\np.open()\nos.fdopen(fd, "w")\n') == [1, 2, 5, 7, 8]
+    roots = [REPO / d for d in ("conformance", "engines", "parity", "benchmarks", "tests/doubles")]
+    found = [f"{p.relative_to(REPO)}:{line}" for root in roots for p in sorted(root.rglob("*.py"))
+             for line in unnamed(p.read_text(encoding="utf-8"))]
+    assert found == [], "text read or written in the locale's encoding:\n" + "\n".join(found)

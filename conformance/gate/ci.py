@@ -47,7 +47,7 @@ def ci_summaries(view: GateView, reports: Path | None, log) -> None:
     if agent:
         style = ("success", "error", "error")[view.status]
         done = subprocess.run([agent, "annotate", "--style", style, "--context", "vllm-parity"],
-                              input=text, text=True, encoding="utf-8", capture_output=True)
+                              input=text, capture_output=True, encoding="utf-8", errors="replace")
         log(f"[gate] buildkite-agent annotate: {'done' if done.returncode == 0 else done.stderr.strip()[:200]}")
     elif os.environ.get("BUILDKITE"):
         log("[gate] BUILDKITE is set but buildkite-agent is not on PATH: annotation left in the reports folder")

@@ -27,6 +27,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
 from ..pins import REPO_ROOT, Pins, load_pins
 from ..record_schema import (Field, Flag, Int, ListOf, Nullable, Number, Record, RecordError, Text,
                              check_layers)
@@ -142,12 +143,12 @@ class GoldenStore:
             for release in releases:
                 path = self.path(name, release)
                 h.update(f"{name}/{release}\0".encode())
-                h.update(hashlib.sha256(path.read_bytes()).digest() if path.exists() else b"absent")
+                h.update(_content_digest(path))
         return h.hexdigest()[:16]
 
     def content(self, scenario: str, release: str) -> bytes:
         """The golden's bytes, for what depends on it exactly (adequacy's result cache)."""
-        return self.path(scenario, release).read_bytes()
+        return read_bytes(self.path(scenario, release), "trace")
 
     def orphans(self, scenario_names: set[str], releases: tuple[str, ...]) -> list[Path]:
         """Every file in the store that is not a golden of a scenario and a pinned release: a
@@ -161,9 +162,13 @@ class GoldenStore:
         trace) is refused. `old_text`: the golden's current text when the caller has read it."""
         path = self.path(trace["scenario"]["name"], release) if release else None
         refuse_writer(path, trace, release)
-        if old_text is None and path.exists():
-            old_text = path.read_text()
         text = dumps(trace)
+        if old_text is None and path.exists():
+            try:
+                old_text = read_text(path, "trace")
+            except InputFileError as exc:
+                return GoldenUpdate(path, REWRITE, text, summary=change_summary(path, "", trace),
+                                    reason=f"unreadable: {exc}")
         if old_text is None:
             return GoldenUpdate(path, NEW, text, summary=change_summary(path, None, trace), release=release)
         try:
@@ -190,6 +195,17 @@ class GoldenStore:
 
 
 GOLDENS = GoldenStore()
+
+
+def _content_digest(path: Path) -> bytes:
+    """A golden's part of the digest: its content, or that it is absent or unreadable (the
+    verdict then says invalid_golden; the digest only has to differ)."""
+    try:
+        return hashlib.sha256(read_bytes(path, "trace")).digest()
+    except FileNotFoundError:
+        return b"absent"
+    except (InputFileError, OSError) as exc:
+        return f"unreadable: {exc}".encode("utf-8", "replace")
 
 
 def read_golden(path: Path) -> dict:
@@ -311,13 +327,18 @@ def keeps(trace: dict, golden: dict) -> GoldenCheck:
 
 def write_text_atomic(path: Path, text: str) -> bool:
     """Old file or new file, never half of either; True when the bytes changed."""
-    if path.exists() and path.read_text() == text:
-        return False
+    try:
+        if read_text(path, "trace") == text:
+            return False
+    except (FileNotFoundError, InputFileError):
+        pass
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    remove_dead_writers_temporaries(path)  # left by a writer killed mid-write (kill -9)
+    # the writer's pid in the name says whose it is: .vllm-0.27.1.json.<pid>.<random>.tmp
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
     try:
         os.fchmod(fd, 0o644)  # mkstemp makes it private; a golden is a plain reviewable file
-        with os.fdopen(fd, "w") as out:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
             out.write(text)
             out.flush()
             os.fsync(out.fileno())

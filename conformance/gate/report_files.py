@@ -7,20 +7,18 @@ says PASS beside another that says FAIL."""
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 from pathlib import Path
 
+from ..files import FolderError, claim_folder
 from .render_ci import junit, markdown
 from .render_html import html_report
 from .view import GateView
 
 
-class ReportsError(ValueError):
-    """The reports folder cannot be used: a file, not writable, or in use by another gate."""
+# A reports folder that cannot be used: a file, not writable, or in use by another gate.
+ReportsError = FolderError
 
-
-LOCK = ".parity-reports.lock"
 # Every report a run writes in its folder (annotation.md by gate/ci.py): the set a claim clears.
 REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
 
@@ -30,31 +28,12 @@ def claimed(folder: Path | None):
     """The reports folder, checked and claimed before any engine runs, for the whole run: a
     path that cannot hold the reports is bad input (not a traceback after the verdict), and a
     second gate given the same folder while one runs is refused at once instead of the two
-    overwriting each other's files."""
-    if folder is None:
-        yield
-        return
-    if folder.exists() and not folder.is_dir():
-        raise ReportsError(f"--reports {folder}: is a file, not a folder")
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        lock = open(folder / LOCK, "a+")
-    except OSError as exc:
-        raise ReportsError(f"--reports {folder}: cannot write there: {exc.strerror or exc}") from None
-    with lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "unknown"
-            raise ReportsError(f"--reports {folder}: another gate (pid {holder}) is writing its reports "
-                               "there; give each gate its own folder") from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"{os.getpid()}\n")
-        lock.flush()
-        _clear(folder)
-        yield  # the lock ends when the file closes
+    overwriting each other's files (its lock file: `.parity-reports.lock`). The reports of an
+    earlier run are removed once it is held."""
+    with claim_folder(folder, "--reports", "reports"):
+        if folder is not None:
+            _clear(folder)
+        yield  # the lock ends with the block, or with the process (kill -9 included)
 
 
 def _clear(folder: Path) -> None:

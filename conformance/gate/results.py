@@ -18,11 +18,14 @@ import os
 import re
 from pathlib import Path
 
+from ..files import InputFileError, read_bytes, read_text, remove_stale_temporaries, write_text_atomic
 from ..pins import Pins
-from ..trace import TraceError, dumps, load_trace
+from ..protocol import LAYERS
+from ..trace import TraceError, dumps, loads_trace
 from .engines import GateEngine
 from .plan import RunManifest, digest, goldens_digest, tool_identity
 from .shards import GROUPS, ShardError, Unit
+from .verdict import ROLES
 
 SCHEMA = "vllm-parity/results/1"
 # Fields every shard of one gate run has in common; merge refuses a set where any differs.
@@ -32,25 +35,32 @@ IDENTITY = ("tool", "oracle", "pins", "scenario_set", "goldens", "engines", "lay
 
 def write_results(folder: Path, manifest: RunManifest, index: int, done: list[tuple[Unit, dict, dict]]) -> None:
     """The results folder of shard `index` (1 for a whole run); done: (unit, its trace, its
-    verdict summary) for each unit of its share."""
+    verdict summary) for each unit of its share. Called while the run holds the folder's claim.
+
+    The manifest goes first and comes back last, each file written whole: a writer killed
+    meanwhile (kill -9) leaves a folder that is plainly not a shard's (no manifest.json), never
+    an old manifest over new traces, and its temporary files are removed by the next writer."""
+    (folder / "manifest.json").unlink(missing_ok=True)
     traces = folder / "traces"
     traces.mkdir(parents=True, exist_ok=True)
+    remove_stale_temporaries(folder)
+    remove_stale_temporaries(traces)
     for stale in traces.glob("*.json"):  # a folder reused from an earlier run holds only this one's
         stale.unlink()
     entries, verdicts = [], []
     for number, (unit, trace, summary) in enumerate(done, 1):
         name = f"traces/{number:04d}-{_slug(unit.key)}.json"
-        data = dumps(trace).encode()
-        (folder / name).write_bytes(data)
+        text = dumps(trace)
+        write_text_atomic(folder / name, text)
         # merge checks each trace against its digest: a trace rewritten later is refused
         entries.append({"key": unit.key, "engine": unit.engine, "scenario": unit.scenario,
                         "group": unit.group, "layers": list(unit.layers), "trace": name,
-                        "sha256": hashlib.sha256(data).hexdigest()})
+                        "sha256": hashlib.sha256(text.encode("utf-8")).hexdigest()})
         verdicts.append(dict(summary, unit=unit.key))
-    (folder / "verdicts.json").write_text(json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(folder / "verdicts.json", json.dumps(verdicts, indent=2, sort_keys=True) + "\n")
     created = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     data = dict(manifest.to_json(), index=index, created=created, schema=SCHEMA, units=entries)
-    (folder / "manifest.json").write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+    write_text_atomic(folder / "manifest.json", json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
 def _slug(text: str) -> str:
@@ -128,10 +138,10 @@ def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:
         for entry in manifest["units"]:
             if entry["key"] in traces:
                 raise ShardError(f"{folder}: unit {entry['key']} was also run by another shard")
-            _check_digest(folder / entry["trace"], entry["sha256"])
-            try:
-                traces[entry["key"]] = load_trace(folder / entry["trace"])
-            except TraceError as exc:
+            path = folder / entry["trace"]
+            try:  # read once: the bytes checked against the digest are the bytes parsed
+                traces[entry["key"]] = loads_trace(_checked(path, entry["sha256"]).decode("utf-8"), path)
+            except (TraceError, UnicodeDecodeError) as exc:
                 raise ShardError(f"{folder}: unit {entry['key']}: {exc}") from None
     if len(traces) != first["planned"]:
         raise ShardError(f"the shards hold {len(traces)} units; the plan has {first['planned']}")
@@ -148,39 +158,107 @@ _IDENTITY_WORDS = {"tool": "tool version", "oracle": "oracle", "pins": "pins",
 def _manifest(folder: Path) -> dict:
     path = folder / "manifest.json"
     try:
-        manifest = json.loads(path.read_text())
+        manifest = json.loads(read_text(path, "manifest"))
     except FileNotFoundError:
         raise ShardError(f"{folder}: not a shard's results folder (no manifest.json); "
                          "make one with `parity gate --shard I/N --results FOLDER`") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except InputFileError as exc:
+        raise ShardError(str(exc)) from None
+    except (OSError, ValueError) as exc:
         raise ShardError(f"{path}: cannot be read as JSON: {exc}") from None
+    except RecursionError:
+        raise ShardError(f"{path}: nested too deeply to be a manifest") from None
     if not isinstance(manifest, dict) or manifest.get("schema") != SCHEMA:
         got = manifest.get("schema") if isinstance(manifest, dict) else type(manifest).__name__
         raise ShardError(f"{path}: expected schema {SCHEMA!r}, got {got!r}")
-    for key in IDENTITY + ("index", "planned", "units", "scenarios"):
-        if key not in manifest:
-            raise ShardError(f"{path}: field {key!r} is missing")
-    for key in ("index", "count", "planned"):
-        if not isinstance(manifest[key], int) or isinstance(manifest[key], bool):
-            raise ShardError(f"{path}: field {key!r} must be an integer")
-    if not isinstance(manifest["units"], list) or not all(
-            isinstance(u, dict) and isinstance(u.get("key"), str) and isinstance(u.get("trace"), str)
-            and not Path(u["trace"]).is_absolute() and ".." not in Path(u["trace"]).parts
-            and isinstance(u.get("sha256"), str) and re.fullmatch(r"[0-9a-f]{64}", u["sha256"])
-            for u in manifest["units"]):
-        raise ShardError(f"{path}: field 'units' must list {{key, trace, sha256}} objects with relative "
-                         "trace paths and the sha256 of each trace")
+    _check_shape(path, manifest, MANIFEST, "")
+    if not 1 <= manifest["index"] <= manifest["count"]:
+        raise ShardError(f"{path}: field 'index': expected a shard number from 1 to count "
+                         f"({manifest['count']}), got {manifest['index']}")
+    for i, unit in enumerate(manifest["units"]):
+        key = f"{unit['engine']} / {unit['scenario']} / {unit['group']}"
+        if unit["key"] != key:
+            raise ShardError(f"{path}: field 'units[{i}].key': expected {key!r} (its engine, scenario "
+                             f"and group), got {_short(unit['key'])}")
     return manifest
 
 
-def _check_digest(path: Path, expected: str) -> None:
+# The shape of a manifest, field by field: a manifest edited by hand is refused naming the field,
+# before anything reads it. A spec is a type name, a tuple of allowed values, ("list", item),
+# ("null or", spec), ("int >=", low), or a dict of required fields (others are allowed).
+_LAYER = tuple(LAYERS)
+_UNIT = {"key": "str", "engine": "str", "scenario": "str", "group": tuple(GROUPS), "layers": ("list", _LAYER),
+         "trace": "relative path", "sha256": "sha256"}
+MANIFEST = {
+    "tool": {"version": "str", "sources": "str"}, "oracle": "str", "pins": ("list", "str"),
+    "scenario_set": "str", "goldens": "str", "plan": "str", "device": ("cpu", "gpu"),
+    "scenarios": ("list", {"name": "str", "sha256": "str", "rows": ("list", "str"), "layers": ("list", _LAYER),
+                           "method_matrix": "bool"}),
+    "engines": ("list", {"key": "str", "role": ROLES, "engine": "str", "name": ("null or", "str"),
+                         "command": ("null or", "str")}),
+    "layers": ("null or", ("list", _LAYER)), "require_layers": ("null or", ("list", _LAYER)),
+    "planned": ("int >=", 0), "count": ("int >=", 1), "index": ("int >=", 1), "units": ("list", _UNIT),
+}
+
+
+def _check_shape(path: Path, value, spec, where: str) -> None:
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            _wrong(path, where.rstrip("."), "an object", value)
+        for key, sub in spec.items():
+            if key not in value:
+                raise ShardError(f"{path}: field {where + key!r} is missing")
+            _check_shape(path, value[key], sub, f"{where}{key}.")
+        return
+    field = where.rstrip(".")
+    if isinstance(spec, tuple) and spec[0] in ("list", "null or", "int >="):
+        kind, sub = spec
+        if kind == "null or":
+            if value is not None:
+                _check_shape(path, value, sub, where)
+        elif kind == "int >=":
+            if not (isinstance(value, int) and not isinstance(value, bool) and value >= sub):
+                _wrong(path, field, f"an integer of at least {sub}", value)
+        elif not isinstance(value, list):
+            _wrong(path, field, "a list", value)
+        else:
+            for i, item in enumerate(value):
+                _check_shape(path, item, sub, f"{field}[{i}].")
+        return
+    if isinstance(spec, tuple):
+        ok, expected = isinstance(value, str) and value in spec, f"one of {', '.join(spec)}"
+    elif spec == "relative path":
+        ok = isinstance(value, str) and bool(value) and not Path(value).is_absolute() \
+            and ".." not in Path(value).parts
+        expected = "a path inside the folder"
+    elif spec == "sha256":
+        ok, expected = isinstance(value, str) and re.fullmatch(r"[0-9a-f]{64}", value) is not None, "a sha256"
+    else:
+        ok = isinstance(value, {"str": str, "bool": bool}[spec])
+        expected = {"str": "a string", "bool": "true or false"}[spec]
+    if not ok:
+        _wrong(path, field, expected, value)
+
+
+def _wrong(path: Path, field: str, expected: str, value) -> None:
+    raise ShardError(f"{path}: field {field!r}: expected {expected}, got {_short(value)}; a manifest is "
+                     "written by `parity gate --shard I/N --results FOLDER`: run the shard again "
+                     "rather than edit it")
+
+
+def _checked(path: Path, expected: str) -> bytes:
+    """A trace file's bytes, refused unless they are those its shard wrote."""
     try:
-        actual = hashlib.sha256(path.read_bytes()).hexdigest()
+        data = read_bytes(path, "trace")
+    except InputFileError as exc:
+        raise ShardError(str(exc)) from None
     except OSError as exc:
         raise ShardError(f"{path}: cannot be read: {exc.strerror or exc}") from None
+    actual = hashlib.sha256(data).hexdigest()
     if actual != expected:
         raise ShardError(f"{path}: changed after its shard wrote it (sha256 {actual[:16]}..., the "
                          f"manifest says {expected[:16]}...): merge only what the shards wrote")
+    return data
 
 
 def _difference(a, b) -> str:

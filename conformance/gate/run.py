@@ -16,6 +16,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..drift import drift_rows, render_drift
+from ..files import claim_folder
 from ..methods_table import render_methods_table
 from ..progress import duration
 from ..trace import checked
@@ -43,7 +44,8 @@ def gate(context: RunContext, scenarios, engines: list[GateEngine]) -> int:
         context = replace(context, reports=None)
     if not context.shard:
         check_summary_target()
-    with claimed(context.reports):  # checked before any engine runs, held until the reports are written
+    # both folders checked and locked before any engine runs, held until written
+    with claimed(context.reports), claim_folder(context.results, "--results", "results"):
         manifest = plan_run(context, scenarios, engines)
         share = share_of(manifest, context.shard)
         if context.shard:

@@ -23,6 +23,8 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..files import InputFileError, read_text
+
 WAIVER_KEYS = {"row": str, "scenario": str, "field": str, "reason": str, "owner": str, "expires": dt.date}
 OPTIONAL_KEYS = {"engine": str}
 
@@ -52,8 +54,10 @@ def load_waivers(path: Path | None) -> list[Waiver]:
     if path is None or not path.exists():
         return []
     try:
-        data = tomllib.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        data = tomllib.loads(read_text(path, "waivers"))
+    except InputFileError as exc:
+        raise WaiverError(str(exc)) from None
+    except (OSError, tomllib.TOMLDecodeError) as exc:
         raise WaiverError(f"{path}: not valid TOML: {exc}") from None
     unknown = set(data) - {"waiver"}
     if unknown:

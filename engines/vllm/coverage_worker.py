@@ -67,7 +67,7 @@ class BranchLog:
                     new["vllm/" + filename.replace(os.sep, "/").split("/vllm/", 1)[-1]] = sorted(fresh)
         finally:
             data.set_query_contexts(None)
-        with open(self.path, "a") as f:
+        with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"id": run_id, "reached": count, "branches": new}) + "\n")
 
 

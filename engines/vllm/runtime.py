@@ -85,7 +85,7 @@ def cpu() -> dict:
 
     info: dict[str, str] = {}  # the first CPU's fields
     try:
-        with open("/proc/cpuinfo") as f:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
             for line in f:
                 key, _, value = line.partition(":")
                 info.setdefault(key.strip(), value.strip())
@@ -115,7 +115,7 @@ def environment() -> dict:
     # Written by conformance/envs.py when the build is a rebuild: what the fidelity check found.
     fidelity = os.path.join(sys.prefix, "FIDELITY.json")
     if os.path.exists(fidelity):
-        with open(fidelity) as f:
+        with open(fidelity, encoding="utf-8") as f:
             record = json.load(f)
         env["fidelity"] = {k: record[k] for k in ("official", "compared_files",
                                                    "allowed_differences", "equal")}

@@ -14,8 +14,12 @@ no-hello, fork-hang (leaves a child process behind while hanging), and:
   no-read            sends hello, then sleeps without ever reading stdin
   setsid-hang        forks a child that leaves the process group (setsid), then hangs
   setsid-crash       forks a child that leaves the process group (setsid), then exits 3
+  setsid-bare-hang   as setsid-hang, the child then running again with an empty environment
+  setsid-bare-crash  as setsid-crash, likewise (no mark of the engine is left on it)
 With --startfile PATH it appends its pid to PATH when it starts (to count starts); with
---stderr-line N it writes one line of N bytes to stderr first.
+--stderr-line N it writes one line of N bytes to stderr first; with --pad N every config record
+it sends carries a field `pad` of N characters (a record too large for the harness's limits);
+with --stderr-each-run it writes `double: run N of SCENARIO` to stderr at the start of each run.
 With --steps N it also serves the `steps` layer: N empty steps (step i, nothing scheduled). `crash` sends
 --crash-after records (default 1) of the run, then exits 3.
 With --replay RELEASE it answers every layer of a run with that pin's golden records for the
@@ -98,19 +102,23 @@ def main() -> int:
     parser.add_argument("--stderr-line", type=int, default=0, help="write one stderr line this long")
     parser.add_argument("--replay", help="answer with this pin's golden records")
     parser.add_argument("--serve", help="comma-separated layers the hello declares")
+    parser.add_argument("--pad", type=int, default=0, help="a field of this many characters in each config record")
+    parser.add_argument("--stderr-each-run", action="store_true", help="a stderr line at the start of each run")
     args = parser.parse_args()
     if args.stderr_line:
         sys.stderr.write("x" * args.stderr_line + "\n")
         sys.stderr.flush()
     if args.startfile:
-        with open(args.startfile, "a") as f:
+        with open(args.startfile, "a", encoding="utf-8") as f:
             f.write(f"{os.getpid()}\n")
-    record = {**CONFIG, **json.load(open(args.record))} if args.record else CONFIG
+    record = {**CONFIG, **json.load(open(args.record, encoding="utf-8"))} if args.record else CONFIG
+    if args.pad:
+        record = dict(record, pad="x" * args.pad)
     wire = FaultyWire()
 
     def pids(*more: int) -> None:
         if args.pidfile:
-            with open(args.pidfile, "w") as f:
+            with open(args.pidfile, "w", encoding="utf-8") as f:
                 f.write(" ".join(str(p) for p in (os.getpid(), *more)) + "\n")
 
     if args.fault == "no-hello":
@@ -146,6 +154,9 @@ def main() -> int:
         if any(layer not in served for layer in layers):
             raise serve.RunError("unsupported", f"only {served}, not {layers}")
         runs += 1
+        if args.stderr_each_run:
+            sys.stderr.write(f"double: run {runs} of {scenario['name']}\n")
+            sys.stderr.flush()
         fault = args.fault if runs > args.after_runs else "none"
         wire.start(fault)
         answer = records(scenario, layers)
@@ -157,15 +168,17 @@ def main() -> int:
                 yield layer, data[:left]
                 left -= len(data[:left])
             os._exit(3)
-        if fault in ("setsid-hang", "setsid-crash"):
+        if fault in ("setsid-hang", "setsid-crash", "setsid-bare-hang", "setsid-bare-crash"):
             child = os.fork()
             if child == 0:
                 os.setsid()  # out of the engine's process group: a group kill misses it
                 os.close(1)
+                if "bare" in fault:  # and without the environment that marks the engine's processes
+                    os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(3600)"], {})
                 time.sleep(3600)
                 os._exit(0)
             pids(child)
-            if fault == "setsid-crash":
+            if fault.endswith("crash"):
                 os._exit(3)
             time.sleep(3600)
         if fault in ("crash-with-child", "crash-orphan"):

@@ -19,7 +19,7 @@ import sys
 
 
 def main() -> int:
-    script = json.load(open(sys.argv[1]))
+    script = json.load(open(sys.argv[1], encoding="utf-8"))
     out = sys.stdout.buffer
     out.write(b'{"type":"hello","protocol":2,"engine":"scripted","version":"0.0-test",'
               b'"capabilities":["config","steps"]}\n')

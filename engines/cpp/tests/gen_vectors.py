@@ -75,7 +75,7 @@ def cases(rng: random.Random):
 
 def main() -> int:
     rng = random.Random(int(sys.argv[2]) if len(sys.argv) > 2 else 20250101)
-    out = open(sys.argv[1], "w") if len(sys.argv) > 1 and sys.argv[1] != "-" else sys.stdout
+    out = open(sys.argv[1], "w", encoding="utf-8") if len(sys.argv) > 1 and sys.argv[1] != "-" else sys.stdout
     count = 0
     with out:
         for case in cases(rng):
