@@ -169,14 +169,20 @@ def main() -> int:
                 left -= len(data[:left])
             os._exit(3)
         if fault in ("setsid-hang", "setsid-crash", "setsid-bare-hang", "setsid-bare-crash"):
+            left_r, left_w = os.pipe()
             child = os.fork()
             if child == 0:
                 os.setsid()  # out of the engine's process group: a group kill misses it
                 os.close(1)
+                os.close(left_r)
+                os.close(left_w)  # the parent goes on only once the child has left the group
                 if "bare" in fault:  # and without the environment that marks the engine's processes
                     os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(3600)"], {})
                 time.sleep(3600)
                 os._exit(0)
+            os.close(left_w)
+            os.read(left_r, 1)  # EOF: the child has called setsid
+            os.close(left_r)
             pids(child)
             if fault.endswith("crash"):
                 os._exit(3)
