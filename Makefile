@@ -54,13 +54,14 @@ gate: envs
 # only), gates the no-draft-reservation mutant (a TEST DEVICE) on engine_dflash_gate, and renders
 # its report in headless Chromium (tests/test_report_html.py): no script error, both budget
 # lines (4036 and 4096), the difference panel, the zoom, the per-request and capacity tables.
+ORACLE_PIN = from conformance.formats.pins import load_pins; print(load_pins().oracle)
 report-check: envs
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && apt-get update -qq && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; } || \
 		echo "report-check: chromium is missing and this is not root: the check will skip"
 	@mkdir -p out/report-check
 	$(BIN)/parity gate --scenario scenarios/engine_dflash_gate.json --waivers /dev/null \
-		--candidate "$$($(BIN)/python -c 'from conformance.pins import load_pins; print(load_pins().oracle)')+mutant:no-draft-reservation" \
+		--candidate "$$($(BIN)/python -c "$(ORACLE_PIN)")+mutant:no-draft-reservation" \
 		--reports out/report-check > out/report-check/report.txt; test $$? -le 1
 	VLLM_PARITY_REPORT=out/report-check/report.html $(BIN)/python -m pytest -q tests/test_report_html.py
 

@@ -15,9 +15,9 @@ DOUBLE = REPO / "tests" / "doubles" / "double_engine.py"
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here
 def pytest_collection_modifyitems(config, items):
-    from conformance.envs import device_mode
-    from conformance.gate.engine_ref import EngineRef
-    from conformance.pins import load_pins
+    from conformance.formats.engine_ref import EngineRef
+    from conformance.formats.pins import load_pins
+    from conformance.formats.settings import device_mode
 
     if device_mode() != "gpu":  # the same rule that picks a pin environment's recipe
         skip = pytest.mark.skip(reason="needs a CUDA GPU; this runner has none")
@@ -45,11 +45,11 @@ def pytest_collection_modifyitems(config, items):
 def _goldens_selected(config, items, pins) -> None:
     """`make goldens PINS=... LAYERS=...` ($VLLM_PARITY_GOLDEN_PINS, $VLLM_PARITY_GOLDEN_LAYERS)
     keeps only those goldens' tests; on a GPU, a golden update that would write any golden a CPU
-    wrote is refused before anything runs (conformance/gpu.py golden_written_here)."""
+    wrote is refused before anything runs (conformance/formats/gpu.py golden_written_here)."""
     import os
 
-    from conformance import gpu
-    from conformance.envs import device_mode
+    from conformance.formats import gpu
+    from conformance.formats.settings import device_mode
 
     pins_setting = os.environ.get("VLLM_PARITY_GOLDEN_PINS", "")
     layers_setting = os.environ.get("VLLM_PARITY_GOLDEN_LAYERS", "")
@@ -81,10 +81,10 @@ MAX_WARM = 3
 
 def max_warm(device: str, processes: int) -> int:
     """Warm engines per pytest process: MAX_WARM, and on a GPU no more than the processes'
-    share of the engines its free memory holds (conformance/gpu.py), at least one."""
+    share of the engines its free memory holds (conformance/formats/gpu.py), at least one."""
     if device != "gpu":
         return MAX_WARM
-    from conformance import gpu
+    from conformance.formats import gpu
 
     return max(1, min(MAX_WARM, gpu.engines_fitting(gpu.memory()[0]) // max(1, processes)))
 
@@ -95,10 +95,11 @@ def warm_workers(request):
     EngineProcess, started once per session (per xdist process), closed at the end."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from conformance.engine import EngineProcess, prepare_engine
-    from conformance.envs import device_mode
-    from conformance.gate.engine_ref import EngineRef
-    from conformance.pins import load_pins
+    from conformance.formats.engine_ref import EngineRef
+    from conformance.formats.pins import load_pins
+    from conformance.formats.settings import device_mode
+    from conformance.process.client import EngineProcess
+    from conformance.process.launch import prepare_engine
 
     workers: dict[str, EngineProcess] = {}  # least recently used first
     xdist = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker

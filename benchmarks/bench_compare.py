@@ -7,7 +7,7 @@ import time
 
 from deepdiff import DeepDiff
 
-from conformance.compare import compare_layer
+from conformance.judging.compare import compare_layer
 
 STEPS = 50_000
 

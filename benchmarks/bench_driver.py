@@ -13,8 +13,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from conformance import protocol  # noqa: E402
-from conformance.scenario import load_scenario  # noqa: E402
+from conformance.formats import protocol  # noqa: E402
+from conformance.formats.scenario import load_scenario  # noqa: E402
 from engines.vllm import runtime  # noqa: E402
 
 REPEATS = 5
@@ -54,8 +54,8 @@ def main(path: str) -> None:
 
 if __name__ == "__main__":
     if importlib.util.find_spec("vllm") is None:  # the harness venv: move into the pin's
-        from conformance.envs import ensure_env
-        from conformance.pins import load_pins
+        from conformance.formats.pins import load_pins
+        from conformance.process.envs import ensure_env
 
         python = str(ensure_env(load_pins().oracle))
         os.execv(python, [python, __file__, *sys.argv[1:]])

@@ -10,11 +10,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from conformance.engine import EngineFailure, EngineProcess, prepare_engine  # noqa: E402
-from conformance.gate.engine_ref import EngineRef  # noqa: E402
-from conformance.pins import load_pins  # noqa: E402
-from conformance.protocol import ENGINE_LAYERS  # noqa: E402
-from conformance.scenario import load_scenario  # noqa: E402
+from conformance.formats.engine_ref import EngineRef  # noqa: E402
+from conformance.formats.pins import load_pins  # noqa: E402
+from conformance.formats.protocol import ENGINE_LAYERS  # noqa: E402
+from conformance.formats.scenario import load_scenario  # noqa: E402
+from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.launch import prepare_engine  # noqa: E402
 
 
 def peak_rss_gib(pid: int) -> float:

@@ -21,13 +21,13 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from conformance import fuzz_cli  # noqa: E402
-from conformance.coverage_run import BranchesReached, ensure_coverage, guided_worker  # noqa: E402
-from conformance.engine import prepare_engine  # noqa: E402
-from conformance.gate.engine_ref import EngineRef  # noqa: E402
-from conformance.envs import ensure_env  # noqa: E402
-from conformance.fuzz import STAND_IN_LAYERS, Pair, Search  # noqa: E402
-from conformance.pins import load_pins  # noqa: E402
+from conformance.formats.engine_ref import EngineRef  # noqa: E402
+from conformance.formats.pins import load_pins  # noqa: E402
+from conformance.fuzz import command as fuzz_cli  # noqa: E402
+from conformance.fuzz.search import STAND_IN_LAYERS, Pair, Search  # noqa: E402
+from conformance.process.coverage_run import BranchesReached, ensure_coverage, guided_worker  # noqa: E402
+from conformance.process.envs import ensure_env  # noqa: E402
+from conformance.process.launch import prepare_engine  # noqa: E402
 
 QUIET = lambda message: None  # noqa: E731
 EXAMPLES = 200

@@ -6,7 +6,7 @@ default, then once per variant in a fresh worker: the ISA of PyTorch's kernels c
 (ATEN_CPU_CAPABILITY=default), oneDNN's capped (ONEDNN_MAX_CPU_ISA=SSE41), two compute threads,
 and another batch layout (max_num_seqs 1: every request decoded alone). The noise of a scenario
 is the largest |difference| of one token's logprob over every variant and pin
-(conformance/noise.py); token flips must be 0.
+(conformance/judging/noise.py); token flips must be 0.
 
     python benchmarks/bench_noise.py [--scenario NAME ...] [--json FILE] [--write]
 
@@ -28,11 +28,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from conformance.engine import EngineFailure, EngineProcess, prepare_engine  # noqa: E402
-from conformance.gate.engine_ref import EngineRef  # noqa: E402
-from conformance.noise import TOLERANCE_OVER_NOISE, logprob_noise  # noqa: E402
-from conformance.pins import load_pins  # noqa: E402
-from conformance.scenario import load_scenario  # noqa: E402
+from conformance.formats.engine_ref import EngineRef  # noqa: E402
+from conformance.formats.pins import load_pins  # noqa: E402
+from conformance.formats.scenario import load_scenario  # noqa: E402
+from conformance.judging.noise import TOLERANCE_OVER_NOISE, logprob_noise  # noqa: E402
+from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.launch import prepare_engine  # noqa: E402
 
 # name -> (environment of the worker, engine_args changed)
 VARIANTS = {

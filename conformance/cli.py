@@ -16,26 +16,29 @@ import sys
 import threading
 from pathlib import Path
 
-from .gate.golden_store import GOLDENS, GoldenRefused, lookup
-from .drift import drift_rows, render_drift
-from .engine import Ended, end_all, ended_words, prepare_engine, resume
-from .gate.engine_ref import EngineRef
-from .envs import EnvError, build_envs, device_mode, ensure_env, lock_gpu
-from .files import check_output_file, claim_folder, remove_dead_writers_temporaries, write_text_atomic
-from .gate.waivers import WaiverError, load_waivers
-from .methods_table import render_methods_table
-from .pins import REPO_ROOT, PinError, load_pins
-from .gate.context import RunContext
-from .gate.run import gate, merge
-from .gate.engines import gate_engines
-from .gate.judging import judge_trace
-from .progress import EngineProgress, Progress
-from .gate.render_text import render
-from .runner import default_parallel, run_scenarios
-from .scenario import Scenario, ScenarioError, load_scenario
-from .trace import TraceError, dumps, load_trace
-from .gate.verdict import CANDIDATE, exit_status
-from .gate.view import visible_lines
+from conformance.formats.engine_ref import EngineRef
+from conformance.formats.files import (check_output_file, claim_folder, remove_dead_writers_temporaries,
+                                       write_text_atomic)
+from conformance.formats.pins import REPO_ROOT, PinError, load_pins
+from conformance.formats.scenario import Scenario, ScenarioError, load_scenario
+from conformance.formats.settings import device_mode
+from conformance.formats.trace import TraceError, dumps, load_trace
+from conformance.gate.context import RunContext
+from conformance.gate.engines import gate_engines
+from conformance.gate.run import gate, merge
+from conformance.gate.runner import default_parallel, run_scenarios
+from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
+from conformance.judging.judging import judge_trace
+from conformance.judging.verdict import CANDIDATE, exit_status
+from conformance.judging.waivers import WaiverError, load_waivers
+from conformance.process.envs import EnvError, build_envs, lock_gpu
+from conformance.process.launch import prepare_engine
+from conformance.process.progress import EngineProgress, Progress
+from conformance.process.reaper import Ended, end_all, ended_words, resume
+from conformance.report.drift import drift_rows, render_drift
+from conformance.report.methods_table import render_methods_table
+from conformance.report.render_text import render
+from conformance.report.view import visible_lines
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 # `parity selfcheck` runs each of these on the layers it has that the engine declares: the
@@ -80,7 +83,7 @@ def log(message: str) -> None:
     # one write per line: engines and environment builds log from several threads at once,
     # and print() writes the text and its newline apart, so two lines could run together.
     # Made visible: a message may quote an engine's stderr, whose ESC or CR must not reach
-    # the terminal (the report escapes the same way, gate/render_text.py)
+    # the terminal (the report escapes the same way, report/render_text.py)
     sys.stderr.write(f"{visible_lines(message)}\n")
     sys.stderr.flush()
 
@@ -300,7 +303,7 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    from .gate.shards import parse_shard
+    from conformance.gate.shards import parse_shard
 
     pins = load_pins()
     shard = parse_shard(args.shard) if args.shard else None
@@ -374,7 +377,7 @@ def cmd_goldens(args) -> int:
 
 
 def cmd_selfcheck(args) -> int:
-    from .selfcheck import selfcheck
+    from conformance.process.selfcheck import selfcheck
 
     scenarios = [load_scenario(p) for p in args.scenario or [SCENARIO_DIR / f"{n}.json" for n in SELF_CHECK]]
     pins = load_pins()
@@ -387,7 +390,7 @@ def cmd_selfcheck(args) -> int:
 
 
 def cmd_comparable(args) -> int:
-    from .comparability import NotComparable, check_comparable
+    from conformance.judging.comparability import NotComparable, check_comparable
 
     a, b = (load_trace(p) for p in args.traces)
     try:
@@ -408,7 +411,7 @@ def cmd_drift(args) -> int:
 
 
 def cmd_docs(args) -> int:
-    from .readme_tables import FILES, render, stale
+    from conformance.report.readme_tables import FILES, render, stale
 
     scenarios = _scenarios(None)
     differ = 0
@@ -416,19 +419,19 @@ def cmd_docs(args) -> int:
         path = REPO_ROOT / relative
         if args.check:
             for name in stale(path, scenarios, names):
-                log(f"parity docs: {relative}'s {name} table differs from scenarios/*.json: run `parity docs`")
+                log(f"parity docs: {relative}'s {name} table differs from what generates it: run `parity docs`")
                 differ = 1
             continue
         text = path.read_text(encoding="utf-8")
         new = render(text, scenarios, names, where=relative)
         if new != text:
             path.write_text(new, encoding="utf-8")
-            log(f"parity docs: {relative}'s scenario tables rewritten")
+            log(f"parity docs: {relative}'s generated tables rewritten")
     return differ
 
 
 def cmd_fuzz(args) -> int:
-    from .fuzz_cli import DEFAULT_OUT, check_out, fuzz_command
+    from conformance.fuzz.command import DEFAULT_OUT, check_out, fuzz_command
 
     if args.replay:
         load_scenario(args.replay)  # a bad file is bad input before any engine starts
@@ -440,7 +443,7 @@ def cmd_fuzz(args) -> int:
 
 
 def cmd_adequacy(args) -> int:
-    from .adequacy_cli import adequacy
+    from conformance.adequacy.command import adequacy
 
     return adequacy(args, _scenarios(None), log)
 
@@ -460,7 +463,7 @@ def _scenarios(paths: list[Path] | None) -> list[Scenario]:
 
 
 def _layers(text: str | None, option: str = "--layers") -> list[str] | None:
-    from .protocol import LAYERS
+    from conformance.formats.protocol import LAYERS
 
     if text is None:
         return None

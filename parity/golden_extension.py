@@ -2,8 +2,8 @@
 
 syrupy drives the run (compare, `--snapshot-update` to rewrite, unused-golden report); every
 decision is the golden store's, the one lifecycle `parity goldens` runs too
-(conformance/gate/golden_store.py GoldenStore.update): where a golden lives, how a trace is
-serialized (the canonical text of conformance.trace.dumps), when a regenerated trace still
+(conformance/judging/goldens.py GoldenStore.update): where a golden lives, how a trace is
+serialized (the canonical text of conformance.formats.trace.dumps), when a regenerated trace still
 matches (so a golden that holds within tolerance on another machine is not rewritten), who may
 write one and how (atomically; parity/test_goldens.py prints what the rewrite changes first).
 """
@@ -15,8 +15,8 @@ from pathlib import Path
 
 from syrupy.extensions.single_file import SingleFileSnapshotExtension, WriteMode
 
-from conformance.gate.golden_store import GOLDENS
-from conformance.trace import dumps
+from conformance.formats.trace import dumps
+from conformance.judging.goldens import GOLDENS
 
 
 class GoldenExtension(SingleFileSnapshotExtension):

@@ -1,5 +1,5 @@
 """The parity suite's golden lifecycle: each pinned oracle, on each scenario, must reproduce its
-committed golden, by the golden store's one lifecycle (conformance/gate/golden_store.py
+committed golden, by the golden store's one lifecycle (conformance/judging/goldens.py
 GoldenStore.update, which `parity goldens` runs too): byte for byte on the machine that wrote
 it; elsewhere integer facts exactly and logprobs within the scenario's calibrated tolerance.
 `pytest parity --snapshot-update` (make goldens) rewrites a golden that does not hold (or is
@@ -7,13 +7,13 @@ unreadable), and only such a one."""
 
 import pytest
 
-from conformance.engine import EngineFailure
-from conformance.gate.engine_ref import EngineRef
-from conformance.gate.golden_store import GOLDENS, NEW
-from conformance.gate.render_text import render_verdict
-from conformance.pins import load_pins
-from conformance.scenario import load_scenario
-from conformance.trace import make_trace
+from conformance.formats.engine_ref import EngineRef
+from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
+from conformance.formats.trace import make_trace
+from conformance.judging.goldens import GOLDENS, NEW
+from conformance.process.client import EngineFailure
+from conformance.report.render_text import render_verdict
 from conftest import REPO
 from parity.golden_extension import GoldenExtension
 

@@ -6,10 +6,12 @@ import textwrap
 
 import pytest
 
-from conformance.adequacy import MutantRun, ResultCache, sample, scenario_set_hash
-from conformance.adequacy_report import kill_figures
-from conformance.mutation import Mutant, generate
-from conformance.scope import SCOPE_FILE, Scope, ScopeError, function_scopes, load_scope, out_of_scope_lines
+from conformance.adequacy.measure import MutantRun, ResultCache, sample, scenario_set_hash
+from conformance.adequacy.mutation import generate
+from conformance.adequacy.report import kill_figures
+from conformance.adequacy.scope import (SCOPE_FILE, Scope, ScopeError, function_scopes, load_scope,
+                                        out_of_scope_lines)
+from conformance.formats.mutant import Mutant
 
 SOURCE = textwrap.dedent('''\
     class Scheduler:
@@ -99,9 +101,9 @@ def test_function_scopes_count_in_scope_code_and_list_the_rest_by_rule(tmp_path)
 
 
 def test_code_the_scheduler_calls_is_measured_and_reported_apart_without_mutants(tmp_path):
-    from conformance.adequacy import PinCoverage
-    from conformance.adequacy_report import render_coverage, render_goals
-    from conformance.scope import FunctionScope
+    from conformance.adequacy.measure import PinCoverage
+    from conformance.adequacy.report import render_coverage, render_goals
+    from conformance.adequacy.scope import FunctionScope
 
     text = RULES + '[[measure]]\nfile = "vllm/v1/core/block_pool.py"\nfunctions = ["*"]\ncallee = true\n'
     s = scope(tmp_path, text)
@@ -181,7 +183,7 @@ def test_results_are_cached_by_pin_mutant_and_scenario(tmp_path):
 
 
 def test_the_scenario_set_hash_follows_the_scenarios():
-    from conformance.scenario import load_scenario
+    from conformance.formats.scenario import load_scenario
     from conftest import REPO
 
     a = load_scenario(REPO / "scenarios" / "dflash_27b_gate.json")
@@ -225,10 +227,11 @@ FIXED_SAMPLE = [
 
 @pytest.mark.oracle
 def test_a_fixed_sample_of_generated_mutants_is_caught():
-    from conformance.adequacy import MutantServer, catalog, judge_mutant
-    from conformance.gate.golden_store import GOLDENS
-    from conformance.pins import load_pins
-    from conformance.scenario import load_scenario
+    from conformance.adequacy.measure import catalog, judge_mutant
+    from conformance.formats.pins import load_pins
+    from conformance.formats.scenario import load_scenario
+    from conformance.judging.goldens import GOLDENS
+    from conformance.process.mutant_server import MutantServer
     from conftest import REPO
 
     pins = load_pins()
@@ -265,7 +268,7 @@ def test_asserts_parameter_defaults_and_dead_stores_are_not_mutated(tmp_path):
     assert (5, "remove") in found and (8, "aor") in found
 
 
-# -- the engine path's catalog (conformance/adequacy_engine.py) ------------------------------
+# -- the engine path's catalog (conformance/adequacy/engine_path.py) ------------------------------
 
 ENGINE_SOURCE = textwrap.dedent('''\
     class RMSNorm:
@@ -280,8 +283,8 @@ ENGINE_SOURCE = textwrap.dedent('''\
 
 
 def test_a_hand_written_edit_lands_once_in_its_function_or_is_refused():
-    from conformance.mutation import hand_edit
-    from conformance.scope import Edit
+    from conformance.adequacy.mutation import hand_edit
+    from conformance.adequacy.scope import Edit
 
     m = hand_edit(ENGINE_SOURCE, "vllm/x.py", Edit("vllm/x.py", "RMSNorm.__init__", "self.variance_epsilon = eps",
                                                    "self.variance_epsilon = eps * 10", "eps x10"))
@@ -309,15 +312,15 @@ def test_a_mutant_in_a_packages_init_is_installed_into_the_package_itself():
 
 
 def test_run_lines_take_a_statement_whole_and_a_compound_header_only():
-    from conformance.mutation import run_lines
+    from conformance.adequacy.mutation import run_lines
 
     source = "x = f(\n    1)\nif x:\n    y = 2\nelse:\n    y = 3\n"
     assert run_lines(source, {1, 3, 4}) == {1, 2, 3, 4}  # line 6 never ran
 
 
 def test_the_engine_scope_file_loads_and_orders_the_engine_scenarios():
-    from conformance.adequacy_engine import ENGINE_ORDER, ENGINE_SCOPE_FILE, engine_scenarios
-    from conformance.scenario import load_scenario
+    from conformance.adequacy.engine_path import ENGINE_ORDER, ENGINE_SCOPE_FILE, engine_scenarios
+    from conformance.formats.scenario import load_scenario
     from conftest import REPO
 
     s = load_scope(ENGINE_SCOPE_FILE)
@@ -329,7 +332,7 @@ def test_the_engine_scope_file_loads_and_orders_the_engine_scenarios():
 
 
 def test_the_engine_path_goal_is_its_own_line_and_can_be_missed(tmp_path):
-    from conformance.adequacy_report import render_goals
+    from conformance.adequacy.report import render_goals
 
     ms = generate(SOURCE, FILE, scope(tmp_path))[:10]
     run = MutantRun("0.27.1", 10, [(m, {"killed": i < 8, "kind": "diverged" if i < 8 else "pass"})
@@ -355,11 +358,12 @@ ENGINE_FIXED_SAMPLE = [
 
 @pytest.mark.oracle
 def test_a_fixed_sample_of_engine_path_mutants_is_caught():
-    from conformance.adequacy import MutantServer, judge_mutant
-    from conformance.adequacy_engine import ENGINE_SCOPE_FILE, engine_catalog
-    from conformance.gate.golden_store import GOLDENS
-    from conformance.pins import load_pins
-    from conformance.scenario import load_scenario
+    from conformance.adequacy.engine_path import ENGINE_SCOPE_FILE, engine_catalog
+    from conformance.adequacy.measure import judge_mutant
+    from conformance.formats.pins import load_pins
+    from conformance.formats.scenario import load_scenario
+    from conformance.judging.goldens import GOLDENS
+    from conformance.process.mutant_server import MutantServer
     from conftest import REPO
 
     pins = load_pins()

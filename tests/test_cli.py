@@ -8,9 +8,9 @@ import sys
 import pytest
 
 from conformance import cli
-from conformance.gate.golden_store import GOLDENS
-from conformance.pins import load_pins
-from conformance.trace import SCHEMA
+from conformance.formats.pins import load_pins
+from conformance.formats.trace import SCHEMA
+from conformance.judging.goldens import GOLDENS
 from conftest import DOUBLE, GATE
 
 # the gate's config record as the oracle wrote it: every field PROTOCOL.md declares
@@ -95,8 +95,8 @@ def test_goldens_refuse_a_candidate(capsys):
 def test_goldens_of_a_pin_that_cannot_serve_the_layers_here_are_not_a_failure(monkeypatch, capsys):
     """0.33.0 on CPU has no engine build: `parity goldens` says so and still exits 0; any other
     failure stays a failure (exit 2). The runner is replaced: only the command is under test."""
-    from conformance.engine import EngineSpec
-    from conformance.runner import EngineRun
+    from conformance.gate.runner import EngineRun
+    from conformance.process.launch import EngineSpec
 
     def fake_run(kind):
         def run(spec, scenarios, *args, **kwargs):

@@ -4,8 +4,8 @@
 import pytest
 
 from conformance import cli
-from conformance.comparability import NotComparable, check_comparable
-from conformance.gate.golden_store import GOLDENS
+from conformance.judging.comparability import NotComparable, check_comparable
+from conformance.judging.goldens import GOLDENS
 
 
 def gold(scenario, release):

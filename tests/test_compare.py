@@ -2,8 +2,8 @@
 
 from unittest import mock
 
-from conformance import compare
-from conformance.compare import compare_layer, field_diffs
+from conformance.judging import compare
+from conformance.judging.compare import compare_layer, field_diffs
 
 
 def steps(n, **changes):

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance import protocol
+from conformance.formats import protocol
 
 REPO = Path(__file__).resolve().parents[1]
 KIT = REPO / "engines" / "cpp"
@@ -57,7 +57,7 @@ def test_cpp_stand_in_reproduces_the_python_vectors(kit, tmp_path):
 
 def test_the_vector_check_sees_a_mismatch(kit, tmp_path):
     """The checker is not vacuous: one wrong expected value is one mismatch."""
-    from conformance.workload import target_next
+    from conformance.formats.workload import target_next
 
     case = {"fn": "target_next", "seed": 0, "tokens": [], "vocab": 2, "expect": target_next(0, [], 2)}
     wrong = dict(case, expect=1 - case["expect"])
@@ -110,7 +110,7 @@ class Engine:
 
 
 def _wire(name: str) -> dict:
-    from conformance.scenario import load_scenario
+    from conformance.formats.scenario import load_scenario
 
     return load_scenario(REPO / "scenarios" / f"{name}.json").to_wire()
 
@@ -214,7 +214,7 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
 
 
 def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):
-    from conformance.compare import compare_layer
+    from conformance.judging.compare import compare_layer
 
     engine = Engine()
     try:
@@ -250,7 +250,7 @@ def test_reference_engine_config_equals_the_oracles_golden_on_every_scenario(kit
     """resolve_config() on every scenario of the library: the budget, the log lines, and each
     refusal in vLLM 0.27.1's order and words (SchedulerConfig.verify_max_model_len,
     VllmConfig._set_max_num_scheduled_tokens)."""
-    from conformance.compare import compare_layer
+    from conformance.judging.compare import compare_layer
 
     names = sorted(p.parent.name for p in (REPO / "goldens").glob("*/vllm-0.27.1.json"))
     assert {"budget_threshold_over_max_len", "budget_no_chunking_below_max_len", "kv_pressure_no_spec"} <= set(names)
@@ -273,7 +273,7 @@ def test_reference_engine_config_equals_the_oracles_golden_on_every_scenario(kit
 # found it (docs/porting.md, fuzzing); this pins the first divergence so a change to either side
 # shows up here.
 def test_known_difference_no_prefix_caching(kit):
-    from conformance.compare import compare_layer
+    from conformance.judging.compare import compare_layer
 
     golden = json.loads((REPO / "goldens" / "prefix_caching_resume" / "vllm-0.27.1.json").read_text())["layers"]
     engine = Engine()

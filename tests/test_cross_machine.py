@@ -2,7 +2,7 @@
 all 8 engine scenarios on 0.27.1 and 0.28.0, judged against the goldens an AVX-512 machine wrote
 (both from commit 5f9d4a1, kept in tests/data/cross_machine/). Written that way, 12 of the 16
 differ from their golden's bytes in a logprob one rounding step away; by the rule of
-conformance/gate/golden_store.py check_golden every one holds, and a real numeric bug still does not."""
+conformance/judging/goldens.py check_golden every one holds, and a real numeric bug still does not."""
 
 import copy
 import json
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conformance.gate.golden_store import check_golden
-from conformance.trace import dumps
+from conformance.formats.trace import dumps
+from conformance.judging.goldens import check_golden
 
 DATA = Path(__file__).parent / "data" / "cross_machine"
 PAIRS = sorted(p.name for p in (DATA / "avx2").glob("*.json"))
@@ -87,12 +87,13 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
     """The gate oracle with oneDNN's kernels capped at SSE4.1 (another ISA level on this same
     machine; measured to move logprobs, benchmarks/bench_noise.py): its engine traces differ
     from the goldens' bytes and hold them by the tolerance rule."""
-    from conformance.engine import EngineProcess, prepare_engine
-    from conformance.gate.engine_ref import EngineRef
-    from conformance.gate.golden_store import GOLDENS
-    from conformance.pins import load_pins
-    from conformance.scenario import load_scenario
-    from conformance.trace import make_trace
+    from conformance.formats.engine_ref import EngineRef
+    from conformance.formats.pins import load_pins
+    from conformance.formats.scenario import load_scenario
+    from conformance.formats.trace import make_trace
+    from conformance.judging.goldens import GOLDENS
+    from conformance.process.client import EngineProcess
+    from conformance.process.launch import prepare_engine
 
     oracle = load_pins().oracle
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")  # the worker inherits it

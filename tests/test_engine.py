@@ -5,11 +5,12 @@ import time
 
 import pytest
 
-from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-from conformance.gate.golden_store import GOLDENS
-from conformance.pins import load_pins
-from conformance.runner import run_scenarios
-from conformance.scenario import load_scenario
+from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
+from conformance.gate.runner import run_scenarios
+from conformance.judging.goldens import GOLDENS
+from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.launch import EngineSpec
 from conftest import GATE
 
 # a complete config record (the double lays a partial one over a complete record of its own)

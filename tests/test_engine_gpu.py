@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conformance.numerics import capacity_excess
-from conformance.pins import load_pins
-from conformance.scenario import load_scenario
+from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
+from conformance.judging.numerics import capacity_excess
 from conftest import GATE
 
 pytestmark = pytest.mark.gpu

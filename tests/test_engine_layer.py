@@ -9,17 +9,17 @@ import statistics
 
 import pytest
 
-from conformance.engine import EngineFailure
-from conformance.envs import device_mode
-from conformance.gate.golden_store import GOLDENS
-from conformance.noise import STORAGE_UNDER_TOLERANCE, TOLERANCE_OVER_NOISE
-from conformance.numerics import capacity_excess
-from conformance.pins import load_pins
-from conformance.protocol import ENGINE_LAYERS
-from conformance.gate.render_text import render_verdict
-from conformance.scenario import load_scenario
-from conformance.trace import make_trace
-from conformance.gate.verdict import DIVERGED, judge
+from conformance.formats.pins import load_pins
+from conformance.formats.protocol import ENGINE_LAYERS
+from conformance.formats.scenario import load_scenario
+from conformance.formats.settings import device_mode
+from conformance.formats.trace import make_trace
+from conformance.judging.goldens import GOLDENS
+from conformance.judging.noise import STORAGE_UNDER_TOLERANCE, TOLERANCE_OVER_NOISE
+from conformance.judging.numerics import capacity_excess
+from conformance.judging.verdict import DIVERGED, judge
+from conformance.process.client import EngineFailure
+from conformance.report.render_text import render_verdict
 from conftest import REPO
 
 pytestmark = pytest.mark.oracle

@@ -2,7 +2,7 @@
 
 import pytest
 
-from conformance.gate.engine_ref import CATALOG, COMMAND, MUTANT, PIN, EngineRef
+from conformance.formats.engine_ref import CATALOG, COMMAND, MUTANT, PIN, EngineRef
 
 RELEASES = ("0.27.1", "0.28.0", "0.33.0")
 

@@ -1,4 +1,4 @@
-"""conformance/envs.py: building the pins' environments side by side never flakes.
+"""conformance/process/envs.py: building the pins' environments side by side never flakes.
 
 `parity envs` builds every pin's environment at once, one thread each. The first step of each
 build runs uv, whose path uv's own `find_uv_bin()` looks up through `sysconfig`; on Python 3.11
@@ -13,8 +13,9 @@ import subprocess
 import sysconfig
 import time
 
-from conformance import cli, envs
-from conformance.pins import load_pins
+from conformance import cli
+from conformance.formats.pins import load_pins
+from conformance.process import envs
 
 ROUNDS = 50
 
@@ -29,7 +30,7 @@ def test_the_builds_first_steps_race_without_failing(tmp_path, monkeypatch, caps
     monkeypatch.setenv("VLLM_PARITY_CACHE", str(tmp_path))  # nothing built: every build starts
     first_steps: list[list[str]] = []
 
-    def run(argv, *args, **kwargs):  # TEST DOUBLE of subprocess.run inside envs.py
+    def run(argv, *args, **kwargs):  # TEST DOUBLE of subprocess.run inside process/envs.py
         if argv[1:4] == ["-m", "pip", "config"]:  # the find-links lookup: nothing configured
             return subprocess.CompletedProcess(argv, 0, stdout="", stderr="")
         first_steps.append(list(argv))

@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-from conformance.pins import load_pins
-from conformance.scenario import load_scenario
+from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
+from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.launch import EngineSpec
 from conftest import DOUBLE, GATE, REPO
 from test_faults import alive, assert_ended, bounded, read_pids
 
@@ -155,9 +156,9 @@ def gate_engines_of(tmp_path, *candidate_options: str):
 
 
 def run_gate(engines, reports: Path | None, scenarios=(GATE,), shard=None, results=None, said=None):
+    from conformance.formats.pins import load_pins
     from conformance.gate import run as gate_run
     from conformance.gate.context import RunContext
-    from conformance.pins import load_pins
 
     lines = said if said is not None else []
     context = RunContext(load_pins(), log=lines.append, out=lines.append, reports=reports, shard=shard,
@@ -209,7 +210,7 @@ def two_shards(tmp_path, engines) -> list[Path]:
 
 def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, capsys, monkeypatch):
     from conformance import cli
-    from conformance.gate import golden_store as goldens
+    from conformance.judging import goldens
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     record = tmp_path / "record.json"
@@ -232,9 +233,9 @@ def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, caps
 
 
 def test_merge_names_the_engine_two_shards_disagree_on(tmp_path, monkeypatch):
+    from conformance.formats.pins import load_pins
     from conformance.gate import run as gate_run
     from conformance.gate.context import RunContext
-    from conformance.pins import load_pins
     from conformance.gate.shards import ShardError
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
@@ -293,7 +294,7 @@ def test_a_step_summary_in_a_missing_folder_is_bad_input(tmp_path, gate_cli, mon
 
 
 def test_a_second_gate_on_a_reports_folder_in_use_is_refused(tmp_path, gate_cli):
-    from conformance.gate.report_files import claimed
+    from conformance.report.report_files import claimed
 
     folder = tmp_path / "reports"
     with claimed(folder):  # a gate that is running and will write its reports here
@@ -340,11 +341,12 @@ def test_an_environment_build_waiting_for_another_says_so(tmp_path, monkeypatch)
     import fcntl
     import threading
 
-    from conformance import envs
+    from conformance.formats import settings
+    from conformance.process import envs
 
     monkeypatch.setenv("VLLM_PARITY_CACHE", str(tmp_path))
     pins = load_pins()
-    final = envs.env_dir(pins.oracle, envs.device_mode(), pins)
+    final = envs.env_dir(pins.oracle, settings.device_mode(), pins)
     final.parent.mkdir(parents=True)
     said, waiting = [], threading.Event()
 
@@ -364,7 +366,7 @@ def test_an_environment_build_waiting_for_another_says_so(tmp_path, monkeypatch)
         (final / "READY").touch()  # ... and finishes
     thread.join(60)
     assert result["python"] == envs.env_python(final)
-    assert said[0] == (f"[envs] vllm {pins.oracle} ({envs.device_mode()}): waiting for another build of it "
+    assert said[0] == (f"[envs] vllm {pins.oracle} ({settings.device_mode()}): waiting for another build of it "
                        f"to finish (lock {final.parent / (final.name + '.lock')}) ...")
     assert "done in" in said[-1] and not any("building" in line for line in said)
 
@@ -402,8 +404,8 @@ def test_an_engine_that_failed_at_once_is_not_said_to_be_still_running(tmp_path)
     """Two engines side by side share one progress: the one that failed is not repeated."""
     import threading
 
-    from conformance.progress import EngineProgress, Progress
-    from conformance.runner import run_units
+    from conformance.gate.runner import run_units
+    from conformance.process.progress import EngineProgress, Progress
 
     said, ended, beat = [], [], threading.Event()
 

@@ -26,11 +26,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance import cli
-from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-from conformance.gate.render_text import render, render_summary
-from conformance.runner import run_scenarios
-from conformance.scenario import ScenarioError, load_scenario
-from conformance.gate.verdict import CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS, ROLES, STAND_IN, Verdict, exit_status, judge
+from conformance.formats.scenario import ScenarioError, load_scenario
+from conformance.gate.runner import run_scenarios
+from conformance.judging.verdict import (CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS,
+                                         ROLES, STAND_IN, Verdict, exit_status, judge)
+from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.launch import EngineSpec
+from conformance.report.render_text import render, render_summary
 from conftest import DOUBLE, GATE, REPO
 
 # the double lays these over a complete config record of its own (tests/doubles/double_engine.py)
@@ -398,8 +400,8 @@ def test_unreadable_trace_is_bad_input(tmp_path, capsys):
     assert status == 2 and str(bad) in err and "not valid JSON" in err
 
 
-# Bugs in conformance/trace.py (load_trace checks the top-level keys only) and
-# conformance/gate/render_text.py: a golden or trace that is valid JSON of the right schema but lacks
+# Bugs in conformance/formats/trace.py (load_trace checks the top-level keys only) and
+# conformance/report/render_text.py: a golden or trace that is valid JSON of the right schema but lacks
 # or mistypes a field the comparison reads ends in a traceback instead of INVALID_GOLDEN / exit 2.
 
 def _mangled(tmp_path, record_file, capsys, mutate_golden=None, mutate_trace=None) -> tuple[Path, Path]:
@@ -504,7 +506,7 @@ def test_exit_status_is_green_only_when_every_gating_verdict_passes(pairs):
 
 
 # ---------------------------------------------------------------------------------------------
-# bad scenario input: bugs in conformance/scenario.py, workload.py, method_matrix.py
+# bad scenario input: bugs in conformance/formats/scenario.py, formats/workload.py, formats/method_matrix.py
 # ---------------------------------------------------------------------------------------------
 
 @pytest.fixture
@@ -617,7 +619,7 @@ def _python_files() -> list[Path]:
 
 def test_no_pickle_eval_exec_or_shell_in_the_repository():
     files = _python_files()
-    assert any(p.name == "engine.py" for p in files) and any(p.name == "worker.py" for p in files)
+    assert any(p.name == "client.py" for p in files) and any(p.name == "worker.py" for p in files)
     hits = [f"{p.relative_to(REPO)}:{n}: {line.strip()}"
             for p in files for n, line in enumerate(p.read_text(errors="replace").splitlines(), 1)
             if UNSAFE.search(line)]

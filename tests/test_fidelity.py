@@ -1,4 +1,4 @@
-"""The fidelity check of a CPU rebuild (conformance/fidelity.py) and the oracle refusal."""
+"""The fidelity check of a CPU rebuild (conformance/process/fidelity.py) and the oracle refusal."""
 
 import json
 import shutil
@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from conformance import envs
-from conformance.fidelity import compare_sources
-from conformance.pins import load_pins
+from conformance.formats import settings
+from conformance.formats.pins import load_pins
+from conformance.process import envs
+from conformance.process.fidelity import compare_sources
 
 PINS = load_pins()
 
@@ -86,12 +87,12 @@ def test_the_oracle_rebuild_is_faithful_and_a_modified_copy_is_not(tmp_path):
     python = envs.ensure_env(PINS.oracle, log=lambda m: None)
     env = python.parent.parent
     record = envs.read_fidelity(env)
-    if envs.device_mode() == "gpu":  # the official wheel itself (the GPU lock): no rebuild to check
+    if settings.device_mode() == "gpu":  # the official wheel itself (the GPU lock): no rebuild to check
         assert record is None, record
         assert f"vllm=={PINS.oracle}" in (env / "READY").read_text().splitlines()
         return
     assert record["equal"] and record["compared_files"] > 1000, record
-    wheel = next((envs.cache_root() / "wheels").glob(f"vllm-{PINS.oracle}-*.whl"))
+    wheel = next((settings.cache_root() / "wheels").glob(f"vllm-{PINS.oracle}-*.whl"))
     site = next(env.glob("lib/python*/site-packages"))
     copy = tmp_path / "site-packages"
     shutil.copytree(site / "vllm", copy / "vllm", ignore=shutil.ignore_patterns("*.so", "__pycache__"))

@@ -28,13 +28,14 @@ import pytest
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from conformance import protocol
-from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-from conformance.method_matrix import K_MAX, K_MIN, ROW_SPEC_KEYS
-from conformance.scenario import (ENGINE_ARGS, MAX_TOKENS_LIMIT, METHODS, METHODS_WITH_DRAFT_MODEL,
-                                  SCHEMA, SIZE_FIELDS, SPECULATIVE_CONFIG, TOP_LEVEL, Scenario,
-                                  ScenarioError, load_scenario)
-from conformance.trace import dumps
+from conformance.formats import protocol
+from conformance.formats.method_matrix import K_MAX, K_MIN, ROW_SPEC_KEYS
+from conformance.formats.scenario import (ENGINE_ARGS, MAX_TOKENS_LIMIT, METHODS, METHODS_WITH_DRAFT_MODEL,
+                                          SCHEMA, SIZE_FIELDS, SPECULATIVE_CONFIG, TOP_LEVEL, Scenario,
+                                          ScenarioError, load_scenario)
+from conformance.formats.trace import dumps
+from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.launch import EngineSpec
 from conftest import GATE, REPO
 
 SCENARIOS = sorted((REPO / "scenarios").glob("*.json"))
@@ -43,7 +44,7 @@ SCRIPTED = REPO / "tests" / "doubles" / "scripted_engine.py"
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 # The reference rules an accepted scenario must satisfy (from scenarios/README.md's schema table and
-# conformance/workload.py's docstring), written here independently of the loader.
+# conformance/formats/workload.py's docstring), written here independently of the loader.
 NAME = re.compile(r"[a-z0-9][a-z0-9_.-]{0,63}")          # fullmatch: no trailing newline
 REQUEST_ID = re.compile(r"[A-Za-z0-9_-]{1,32}")
 ROW_NAME = re.compile(r"[a-z0-9-]{1,32}")

@@ -1,4 +1,4 @@
-"""`parity fuzz` (conformance/fuzz.py, fuzz_cli.py, fuzz_strategies.py).
+"""`parity fuzz` (conformance/fuzz/search.py, fuzz/command.py, fuzz/strategies.py).
 
 The search, its shrinking and its determinism are tested first against a TEST DOUBLE pair of
 engines (pure Python, milliseconds per example) whose candidate has a planted admission bug;
@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conformance import fuzz_cli
 from conformance.cli import main
-from conformance.fuzz import ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Finding, Pair, Search, signature
-from conformance.fuzz_strategies import engine_scenarios, scenarios
-from conformance.gate.requirement_rows import where_of
-from conformance.gate.render_text import render_verdict
-from conformance.scenario import load_scenario, parse_scenario
-from conformance.trace import make_trace
-from conformance.gate.verdict import CANDIDATE, Verdict, judge
-from conformance.workload import validate_workload
+from conformance.formats.scenario import load_scenario, parse_scenario
+from conformance.formats.trace import make_trace
+from conformance.formats.workload import validate_workload
+from conformance.fuzz import command as fuzz_cli
+from conformance.fuzz.search import (ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Finding, Pair, Search,
+                                     signature)
+from conformance.fuzz.strategies import engine_scenarios, scenarios
+from conformance.judging.requirement_rows import where_of
+from conformance.judging.verdict import CANDIDATE, Verdict, judge
+from conformance.report.render_text import render_verdict
 
 QUIET = lambda message: None  # noqa: E731
 
@@ -50,7 +51,7 @@ def test_generated_engine_scenarios_run_the_whole_engine_on_the_tiny_models(raw)
 
 
 class DoublePair:
-    """TEST DOUBLE of conformance.fuzz.Pair: no engine runs. The "oracle" admits at most
+    """TEST DOUBLE of conformance.fuzz.search.Pair: no engine runs. The "oracle" admits at most
     max_num_seqs requests at step 0; the "candidate" has a planted bug and admits every
     request arriving at step 0. Both traces are judged by the real verdict.judge."""
 
@@ -105,7 +106,7 @@ def test_a_planted_bug_is_found_shrunk_written_and_confirmed(tmp_path):
 
 
 class SlowPair:
-    """TEST DOUBLE of conformance.fuzz.Pair on a clock of its own: each run takes 10 s, or is
+    """TEST DOUBLE of conformance.fuzz.search.Pair on a clock of its own: each run takes 10 s, or is
     cut by the time limit it is given (OutOfTime, as the real Pair does). Every example with
     at least three requests fails alike (the candidate's config says one more max_num_seqs),
     so polishing keeps edit after edit until three requests remain."""
@@ -122,7 +123,7 @@ class SlowPair:
     def judge(self, scenario, timeout=None):
         self.limits.append(timeout)
         if timeout is not None and timeout < self.RUN:
-            from conformance.fuzz import OutOfTime
+            from conformance.fuzz.search import OutOfTime
 
             self.now += timeout
             raise OutOfTime("cut")
@@ -139,7 +140,7 @@ def test_polishing_keeps_its_time_limit_by_the_clock():
     """Every edit polishing tries keeps failing, and each run takes 10 s: polishing stops at
     POLISH_LIMIT (120 s), checked before each run and bounding the last one, not after 60 runs
     (600 s). Hypothesis' own shrinking is given no time here, so only polishing shrinks."""
-    from conformance.fuzz import POLISH_LIMIT
+    from conformance.fuzz.search import POLISH_LIMIT
 
     pair = SlowPair()
     said: list[str] = []
@@ -155,7 +156,7 @@ def test_polishing_keeps_its_time_limit_by_the_clock():
 
 
 def test_signature_leaves_out_request_ids_and_positions():
-    from conformance.compare import FieldDiff, LayerComparison
+    from conformance.judging.compare import FieldDiff, LayerComparison
 
     c = LayerComparison("steps", False, 3, [FieldDiff("requests.r12.tokens[4]", 1, 2)])
     v = Verdict("x", "s", "diverged", CANDIDATE, [c])
@@ -292,8 +293,9 @@ def test_ctrl_c_while_shrinking_keeps_the_smallest_failing_example(tmp_path):
 FUZZ_DRIVER = """
 import sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
-from conformance import cli, fuzz_cli
-from conformance.engine import EngineSpec
+from conformance import cli
+from conformance.fuzz import command as fuzz_cli
+from conformance.process.launch import EngineSpec
 from test_fuzz_search import DoublePair
 
 class SlowDoublePair(DoublePair):
@@ -398,7 +400,7 @@ def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
 # example budget that find it here (same seed, same examples).
 @pytest.mark.parametrize("mutant", ["ignore-max-num-seqs", "draft-plus-one"])
 def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
-    from conformance.pins import load_pins
+    from conformance.formats.pins import load_pins
 
     oracle = load_pins().oracle
     pair = Pair.warm(warm_workers(oracle), warm_workers(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))
@@ -422,7 +424,7 @@ def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
     """The whole engine on the tiny models: a mutant that only the engine layers see (every
     logit times 1.10: the same greedy tokens, other logprobs) is found, shrunk to one request,
     confirmed and replayed, judged within the engine layers' tolerance."""
-    from conformance.pins import load_pins
+    from conformance.formats.pins import load_pins
 
     oracle = load_pins().oracle
     layers = ["engine_steps", "engine_outputs"]
@@ -444,10 +446,10 @@ def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
 def test_coverage_guidance_counts_the_oracles_branches(warm_workers, tmp_path):
     """--guide coverage: the oracle's worker runs under coverage.py and reports after each run
     the branch arcs it reached first; the search counts them and prefers examples with new ones."""
-    from conformance.coverage_run import BranchesReached, ensure_coverage, guided_worker
-    from conformance.engine import EngineProcess
-    from conformance.envs import ensure_env
-    from conformance.pins import load_pins
+    from conformance.formats.pins import load_pins
+    from conformance.process.client import EngineProcess
+    from conformance.process.coverage_run import BranchesReached, ensure_coverage, guided_worker
+    from conformance.process.envs import ensure_env
 
     oracle = load_pins().oracle
     python = ensure_env(oracle, log=QUIET)

@@ -5,12 +5,12 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance.compare import compare_layer
-from conformance.gate.waivers import WaiverError, load_waivers
-from conformance.gate.requirement_rows import apply_gate
-from conformance.gate.report_files import write_reports
-from conformance.gate.view import gate_view
-from conformance.gate.verdict import Verdict
+from conformance.judging.compare import compare_layer
+from conformance.judging.requirement_rows import apply_gate
+from conformance.judging.verdict import Verdict
+from conformance.judging.waivers import WaiverError, load_waivers
+from conformance.report.report_files import write_reports
+from conformance.report.view import gate_view
 
 TODAY = dt.date(2026, 11, 29)
 STEPS_O = [{"step": i, "total_num_scheduled_tokens": 4036 if i < 3 else 100,

@@ -12,8 +12,8 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
-from conformance.gate.golden_store import GOLDENS
-from conformance.pins import load_pins
+from conformance.formats.pins import load_pins
+from conformance.judging.goldens import GOLDENS
 from conftest import DOUBLE, GATE
 
 pytestmark = pytest.mark.oracle

@@ -7,9 +7,9 @@ from unittest import mock
 
 import pytest
 
-from conformance.gate import golden_store as goldens
-from conformance.gate.golden_store import GOLDENS, KEEP, NEW, REWRITE, GoldenRefused, GoldenStore, read_golden
-from conformance.trace import SCHEMA, TraceError, dumps
+from conformance.formats.trace import SCHEMA, TraceError, dumps
+from conformance.judging import goldens
+from conformance.judging.goldens import GOLDENS, KEEP, NEW, REWRITE, GoldenRefused, GoldenStore, read_golden
 
 # A golden of 0.27.1 as the oracle writes one (every field of its provenance and record), for
 # a scenario "s" and a CPU of its own
@@ -124,7 +124,7 @@ def test_killing_a_regeneration_leaves_every_golden_whole(tmp_path):
     script = f"""
 import json, sys
 sys.path.insert(0, {str(goldens.REPO_ROOT)!r})
-from conformance.gate.golden_store import write_text_atomic
+from conformance.judging.goldens import write_text_atomic
 from pathlib import Path
 big = [{{"step": i, "requests": {{"r": i}}}} for i in range(20000)]
 n = 0

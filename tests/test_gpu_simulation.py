@@ -13,14 +13,16 @@ from pathlib import Path
 import pytest
 
 import conftest
-from conformance import envs, gpu
-from conformance.engine import EngineProcess, prepare_engine
-from conformance.gate.engine_ref import EngineRef
+from conformance.formats import gpu, settings
+from conformance.formats.engine_ref import EngineRef
+from conformance.formats.pins import load_pins
+from conformance.formats.protocol import ENGINE_LAYERS
+from conformance.formats.scenario import load_scenario
 from conformance.gate.engines import GateEngine, _refused
-from conformance.pins import load_pins
-from conformance.protocol import ENGINE_LAYERS
-from conformance.runner import default_parallel
-from conformance.scenario import load_scenario
+from conformance.gate.runner import default_parallel
+from conformance.process import envs
+from conformance.process.client import EngineProcess
+from conformance.process.launch import prepare_engine
 from conftest import REPO
 
 PINS = load_pins()
@@ -77,29 +79,29 @@ def _no_gpu(monkeypatch, tmp_path):
 
 def test_a_working_nvidia_smi_means_gpu_and_is_asked_once(fake_gpu):
     calls = fake_gpu(79)
-    assert [envs.device_mode() for _ in range(3)] == ["gpu"] * 3
+    assert [settings.device_mode() for _ in range(3)] == ["gpu"] * 3
     assert calls.read_text().splitlines() == ["-L"]
 
 
 def test_a_failing_or_missing_nvidia_smi_means_cpu(fake_gpu, monkeypatch, tmp_path):
     monkeypatch.setenv("FAKE_GPU_BROKEN", "1")
-    assert envs.device_mode() == "cpu"
+    assert settings.device_mode() == "cpu"
     _no_gpu(monkeypatch, tmp_path)
-    assert envs.device_mode() == "cpu"
+    assert settings.device_mode() == "cpu"
 
 
 def test_the_setting_wins_over_nvidia_smi_and_a_bad_one_is_refused(fake_gpu, monkeypatch):
     monkeypatch.setenv("VLLM_PARITY_DEVICE", "cpu")
-    assert envs.device_mode() == "cpu"
+    assert settings.device_mode() == "cpu"
     monkeypatch.setenv("VLLM_PARITY_DEVICE", "cuda")
-    with pytest.raises(envs.EnvError, match="VLLM_PARITY_DEVICE must be 'cpu' or 'gpu', not 'cuda'"):
-        envs.device_mode()
+    with pytest.raises(settings.SettingError, match="VLLM_PARITY_DEVICE must be 'cpu' or 'gpu', not 'cuda'"):
+        settings.device_mode()
 
 
 def test_every_worker_is_told_the_device(fake_gpu, monkeypatch, tmp_path):
     """The defect: environments were built for a GPU but the worker, started without
     --device, booted vLLM on CpuPlatform and refused every engine layer."""
-    from conformance import coverage_run
+    from conformance.process import coverage_run
 
     monkeypatch.setattr(envs, "ensure_env", lambda release, log=print, pins=None, say_cached=False: Path("/env/bin/python"))
     for text in ("0.27.1", "0.33.0", f"{PINS.oracle}+mutant:no-draft-reservation"):

@@ -53,8 +53,8 @@ def verdicts_gate(tmp_path, monkeypatch, capsys):
 
 
 def verdicts_golden_outputs(scenario: str) -> list[dict]:
-    from conformance.gate.golden_store import GOLDENS
-    from conformance.pins import load_pins
+    from conformance.formats.pins import load_pins
+    from conformance.judging.goldens import GOLDENS
 
     return GOLDENS.load(scenario, load_pins().oracle)["layers"]["engine_outputs"]
 
@@ -274,11 +274,11 @@ SINKS_IDS = [f"corpus{i}" for i in range(len(SINKS_CORPUS))]
 def sinks_verdicts(h: str):
     """Verdicts carrying `h` at every entry point a candidate (or a merge manifest) controls,
     with the traces the HTML page draws; (result, view)."""
-    from conformance.compare import compare_layer
-    from conformance.gate.requirement_rows import apply_gate
-    from conformance.gate.verdict import CANDIDATE, NOT_SERVED, ORACLE, Verdict
-    from conformance.gate.view import gate_view
-    from conformance.gate.waivers import Waiver
+    from conformance.judging.compare import compare_layer
+    from conformance.judging.requirement_rows import apply_gate
+    from conformance.judging.verdict import CANDIDATE, NOT_SERVED, ORACLE, Verdict
+    from conformance.judging.waivers import Waiver
+    from conformance.report.view import gate_view
 
     label, scenario = f"port {h}", f"s {h}"
     golden_steps = [{"step": 0, "total_num_scheduled_tokens": 10, "token_budget": 10,
@@ -324,8 +324,8 @@ def sinks_terminal_safe(text: str) -> None:
 
 @pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
 def test_sinks_the_terminal_report_shows_control_characters_escaped(h):
-    from conformance.gate.render_text import render_gate, render_requirement_rows
-    from conformance.gate.view import visible
+    from conformance.report.render_text import render_gate, render_requirement_rows
+    from conformance.report.view import visible
 
     view = sinks_verdicts(h)
     text = render_gate(view) + "\n" + render_requirement_rows(view)
@@ -335,8 +335,8 @@ def test_sinks_the_terminal_report_shows_control_characters_escaped(h):
 
 @pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
 def test_sinks_junit_parses_and_holds_no_control_character(h):
-    from conformance.gate.render_ci import junit
-    from conformance.gate.view import visible
+    from conformance.report.render_ci import junit
+    from conformance.report.view import visible
 
     text = junit(sinks_verdicts(h))
     root = _sinks_ET.fromstring(text.encode("utf-8"))  # raises on NUL, ESC, U+FFFE, a lone surrogate
@@ -373,7 +373,7 @@ def sinks_md_shown(token) -> str:
 def sinks_markdown_read(text: str, view) -> None:
     """sinks_markdown_safe, and every table row whole: each name shown as the candidate wrote
     it (escaped, not obeyed), in its own cell."""
-    from conformance.gate.view import visible
+    from conformance.report.view import visible
 
     tokens = sinks_markdown_safe(text)
     headings = [sinks_md_shown(tokens[i + 1]) for i, t in enumerate(tokens) if t.type == "heading_open"]
@@ -393,7 +393,7 @@ def sinks_markdown_read(text: str, view) -> None:
 
 @pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
 def test_sinks_summary_md_read_by_a_commonmark_parser_has_only_the_gates_heading(h):
-    from conformance.gate.render_ci import markdown
+    from conformance.report.render_ci import markdown
 
     view = sinks_verdicts(h)
     sinks_markdown_read(markdown(view), view)
@@ -437,8 +437,8 @@ def sinks_html_read(page: str) -> SinksElements:
 
 @pytest.mark.parametrize("h", SINKS_CORPUS, ids=SINKS_IDS)
 def test_sinks_report_html_escapes_every_interpolation(h):
-    from conformance.gate.render_html import html_report
-    from conformance.gate.view import visible
+    from conformance.report.render_html import html_report
+    from conformance.report.view import visible
 
     dom = sinks_html_read(html_report(sinks_verdicts(h)))
     text = "".join(dom.text)
@@ -482,7 +482,7 @@ def test_sinks_a_merge_that_fails_leaves_no_report_of_the_earlier_run(tmp_path, 
 def test_sinks_a_crash_while_reporting_leaves_no_mixed_set(tmp_path, monkeypatch):
     """A renderer that fails after others rendered: no report is written rather than junit.xml
     and summary.md of this run beside report.html and annotation.md of the earlier one."""
-    from conformance.gate import report_files
+    from conformance.report import report_files
     from test_fault_probe import gate_engines_of, run_gate
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
@@ -508,10 +508,10 @@ def test_sinks_a_crash_while_reporting_leaves_no_mixed_set(tmp_path, monkeypatch
 # a short code (C1..C10) with a legend, and the "judged on" block is said once for all of them.
 
 def sinks_ten_candidates():
-    from conformance.compare import compare_layer
-    from conformance.gate.requirement_rows import apply_gate
-    from conformance.gate.verdict import CANDIDATE, NOT_ASKED, ORACLE, Verdict
-    from conformance.gate.view import gate_view
+    from conformance.judging.compare import compare_layer
+    from conformance.judging.requirement_rows import apply_gate
+    from conformance.judging.verdict import CANDIDATE, NOT_ASKED, ORACLE, Verdict
+    from conformance.report.view import gate_view
 
     scenarios = ["steady_decode", "kv_pressure", "prefill_budget_binds"]
     labels = [f"port-engine-build-{i} 1.0.{i}" for i in range(1, 11)]
@@ -530,7 +530,7 @@ def sinks_ten_candidates():
 
 
 def test_sinks_ten_candidates_wrap_into_grids_with_a_legend_and_one_judged_on_block():
-    from conformance.gate.render_text import GRID_WIDTH, render_gate
+    from conformance.report.render_text import GRID_WIDTH, render_gate
 
     view = sinks_ten_candidates()
     lines = render_gate(view).splitlines()
@@ -765,9 +765,9 @@ import hashlib  # noqa: E402
 import shutil  # noqa: E402
 
 from conformance import cli  # noqa: E402
-from conformance.gate.golden_store import GOLDENS, KEEP, REWRITE, GoldenStore  # noqa: E402
-from conformance.pins import load_pins  # noqa: E402
-from conformance.protocol import LAYERS  # noqa: E402
+from conformance.formats.pins import load_pins  # noqa: E402
+from conformance.formats.protocol import LAYERS  # noqa: E402
+from conformance.judging.goldens import GOLDENS, KEEP, REWRITE, GoldenStore  # noqa: E402
 
 SCHEMA_HOSTILE = REPO / "tests" / "doubles" / "hostile_engine.py"
 SCHEMA_PINS = load_pins()
@@ -978,7 +978,7 @@ def test_schema_a_golden_cannot_state_a_laxer_tolerance_than_its_scenario(tmp_pa
 def test_schema_a_golden_is_written_only_by_its_pins_build(tmp_path):
     """The CUDA wheel's trace of 0.27.1 (a GPU runner) is judged against the CPU rebuild's golden,
     never written as one: the rule it would be held by next is chosen by that build."""
-    from conformance.gate.golden_store import GoldenRefused
+    from conformance.judging.goldens import GoldenRefused
 
     store = GoldenStore(tmp_path)
     run = GOLDENS.load("steady_decode", SCHEMA_PINS.oracle)
@@ -1095,12 +1095,12 @@ def limits_parity(*argv: str, timeout: float = 120, env: dict | None = None,
 
 def limits_shard_folder(tmp_path: LimitsPath, name: str = "results") -> LimitsPath:
     """A real results folder: shard 1/1 of a gate of two TEST DOUBLE engines on one scenario."""
+    from conformance.formats.pins import load_pins
+    from conformance.formats.scenario import load_scenario
     from conformance.gate import run as gate_run
     from conformance.gate.context import RunContext
     from conformance.gate.engines import GateEngine
-    from conformance.gate.verdict import CANDIDATE, ORACLE
-    from conformance.pins import load_pins
-    from conformance.scenario import load_scenario
+    from conformance.judging.verdict import CANDIDATE, ORACLE
 
     oracle, candidate = limits_double("--steps", "3"), limits_double()
     engines = [GateEngine("TEST-DOUBLE-oracle", ORACLE, oracle, None, oracle),
@@ -1115,7 +1115,7 @@ def limits_shard_folder(tmp_path: LimitsPath, name: str = "results") -> LimitsPa
 # -- input paths: regular files only, each kind under its size limit, one reader for all --------
 
 def test_limits_the_reader_refuses_what_is_not_a_regular_file_and_what_is_too_large(tmp_path):
-    from conformance.files import LIMITS, InputFileError, read_bytes, read_text
+    from conformance.formats.files import LIMITS, InputFileError, read_bytes, read_text
 
     fifo = tmp_path / "fifo"
     limits_os.mkfifo(fifo)
@@ -1234,7 +1234,7 @@ def test_limits_results_pointing_at_a_file_is_refused_before_any_engine_starts(t
 
 
 def test_limits_two_shards_sharing_a_results_folder_are_refused(tmp_path, limits_gate):
-    from conformance.files import claim_folder
+    from conformance.formats.files import claim_folder
 
     folder = tmp_path / "results"
     with claim_folder(folder, "--results", "results"):  # a shard that is running and writes there
@@ -1271,7 +1271,7 @@ def test_limits_run_out_is_checked_before_the_engine_starts(tmp_path, capsys):
 
 def test_limits_fuzz_out_is_checked_and_locked_before_any_engine_starts(tmp_path, capsys):
     from conformance import cli
-    from conformance.files import claim_folder
+    from conformance.formats.files import claim_folder
 
     starts = tmp_path / "starts"
     a_file = tmp_path / "file"
@@ -1338,7 +1338,7 @@ def limits_dead_pid() -> int:
 
 
 def test_limits_a_killed_writers_temporary_files_are_removed_by_the_next_run(tmp_path):
-    from conformance.files import claim_folder
+    from conformance.formats.files import claim_folder
 
     folder = limits_shard_folder(tmp_path)
     dead = limits_dead_pid()
@@ -1386,7 +1386,7 @@ def test_limits_a_shard_killed_while_writing_leaves_no_manifest_over_other_trace
 def test_limits_a_golden_writer_removes_the_temporary_files_of_killed_writers_of_that_golden(tmp_path):
     """goldens/ holds no lock: only files whose writer no longer runs are removed, and only
     those of the golden being written (the goldens-check names any other)."""
-    from conformance.gate.golden_store import write_text_atomic
+    from conformance.judging.goldens import write_text_atomic
 
     folder = tmp_path / "goldens" / "steady_decode"
     folder.mkdir(parents=True)
@@ -1416,8 +1416,9 @@ def limits_hostile(tmp_path: LimitsPath, plan: dict) -> tuple[str, ...]:
 
 def limits_run(argv, scenario=LIMITS_GATE, layers=("config",), timeout: float = 30):
     """One run of `scenario` on the engine `argv`; the EngineFailure it ends in."""
-    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-    from conformance.scenario import load_scenario
+    from conformance.formats.scenario import load_scenario
+    from conformance.process.client import EngineFailure, EngineProcess
+    from conformance.process.launch import EngineSpec
 
     with EngineProcess(EngineSpec("hostile", tuple(argv))) as proc:
         with pytest.raises(EngineFailure) as failure:
@@ -1462,7 +1463,8 @@ def test_limits_a_bad_run_limit_setting_is_bad_input(tmp_path, monkeypatch, caps
     ({"environment": {"python": "3.11", "notes": "n" * 20_000}}, "expected hello.environment of at most 16384 bytes"),
 ])
 def test_limits_a_hello_with_an_oversized_text_is_a_protocol_error(tmp_path, hello, words):
-    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
+    from conformance.process.client import EngineFailure, EngineProcess
+    from conformance.process.launch import EngineSpec
 
     proc = EngineProcess(EngineSpec("hostile", limits_hostile(tmp_path, {"hello": hello})))
     with pytest.raises(EngineFailure) as failure:
@@ -1495,8 +1497,9 @@ def test_limits_an_engine_errors_message_is_cut(tmp_path):
 def test_limits_a_failures_stderr_tail_holds_only_the_failing_runs_lines(fault, kind):
     """Before: the tail showed the lines earlier runs of the same warm engine left (earlier
     examples of a fuzz search, earlier scenarios of a gate)."""
-    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-    from conformance.scenario import load_scenario
+    from conformance.formats.scenario import load_scenario
+    from conformance.process.client import EngineFailure, EngineProcess
+    from conformance.process.launch import EngineSpec
 
     argv = limits_shlex.split(limits_double("--stderr-each-run", "--fault", fault, "--after-runs", "2"))
     with EngineProcess(EngineSpec("double", tuple(argv))) as proc:
@@ -1521,12 +1524,12 @@ def test_limits_a_trace_with_non_ascii_text_is_written_compared_and_merged_under
     """The C locale with Python's UTF-8 mode off (PYTHONUTF8=0): the locale's encoding is ASCII.
     (Under LC_ALL=C alone, Python 3.11 turns its UTF-8 mode on by itself.) Before: `parity run`
     failed writing the trace, `parity merge` reading it."""
+    from conformance.formats.pins import load_pins
+    from conformance.formats.scenario import load_scenario
     from conformance.gate import run as gate_run
     from conformance.gate.context import RunContext
     from conformance.gate.engines import GateEngine
-    from conformance.gate.verdict import CANDIDATE, ORACLE
-    from conformance.pins import load_pins
-    from conformance.scenario import load_scenario
+    from conformance.judging.verdict import CANDIDATE, ORACLE
 
     record = tmp_path / "record.json"
     record.write_text(limits_json.dumps({"max_num_scheduled_tokens": 4036, "budget_log_lines": [LIMITS_WORDS]}),
@@ -1599,8 +1602,9 @@ def limits_kill(pids: list[int]) -> None:
 def test_limits_a_setsid_child_without_the_mark_is_ended_by_pid_and_named(tmp_path):
     """Before: a child that left the process group and cleared its environment escaped, while
     the message said "the engine and its children were ended"."""
-    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-    from conformance.scenario import load_scenario
+    from conformance.formats.scenario import load_scenario
+    from conformance.process.client import EngineFailure, EngineProcess
+    from conformance.process.launch import EngineSpec
 
     pidfile = tmp_path / "pids"
     argv = limits_shlex.split(limits_double("--fault", "setsid-bare-crash", "--pidfile", str(pidfile)))
@@ -1662,7 +1666,7 @@ def test_limits_kill_9_of_the_harness_leaves_no_engine_process(tmp_path, how):
 
 
 def test_limits_the_ending_message_names_what_was_killed_not_found_and_left():
-    from conformance.engine import Ended, ended_words
+    from conformance.process.reaper import Ended, ended_words
 
     assert ended_words(Ended()) == "the engine and its children were ended"
     assert ended_words(Ended([11, 12], [13], [14], 1), "every engine process and its children") == (
@@ -1679,8 +1683,9 @@ def test_limits_an_engine_whose_keeper_is_killed_dies_with_it_and_its_marked_chi
     import signal
     import threading
 
-    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-    from conformance.scenario import load_scenario
+    from conformance.formats.scenario import load_scenario
+    from conformance.process.client import EngineFailure, EngineProcess
+    from conformance.process.launch import EngineSpec
 
     pidfile = tmp_path / "pids"
     argv = limits_shlex.split(limits_double("--fault", "setsid-hang", "--pidfile", str(pidfile)))
@@ -1721,8 +1726,9 @@ def test_limits_an_engine_killed_by_a_signal_is_reported_with_that_signal(tmp_pa
     import signal
     import threading
 
-    from conformance.engine import EngineFailure, EngineProcess, EngineSpec
-    from conformance.scenario import load_scenario
+    from conformance.formats.scenario import load_scenario
+    from conformance.process.client import EngineFailure, EngineProcess
+    from conformance.process.launch import EngineSpec
 
     pidfile = tmp_path / "pids"
     argv = limits_shlex.split(limits_double("--fault", "fork-hang", "--pidfile", str(pidfile)))

@@ -14,13 +14,13 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance import cli
+from conformance.formats.pins import load_pins
+from conformance.formats.protocol import LAYERS
+from conformance.formats.scenario import load_scenario
 from conformance.gate import run as gate_run
 from conformance.gate.context import RunContext
 from conformance.gate.engines import GateEngine
-from conformance.pins import load_pins
-from conformance.protocol import LAYERS
-from conformance.scenario import load_scenario
-from conformance.gate.verdict import CANDIDATE, ORACLE
+from conformance.judging.verdict import CANDIDATE, ORACLE
 from conftest import DOUBLE, REPO
 
 PINS = load_pins()
@@ -128,8 +128,8 @@ def test_make_passes_layers_required_layers_and_drift():
 
 def test_a_candidate_is_asked_only_for_the_layers_it_declares():
     """No `unsupported` round trip: the port's traces hold no failure, only what it serves."""
-    from conformance.gate.shards import plan
     from conformance.gate.execute import run_share
+    from conformance.gate.shards import plan
 
     units = plan([("port", 1)], SCENARIOS, None)
     traces = run_share(RunContext(PINS, log=lambda m: None), ENGINES[1:], SCENARIOS, units)

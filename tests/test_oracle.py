@@ -7,12 +7,12 @@ import sys
 
 import pytest
 
-from conformance.gate.golden_store import GOLDENS
-from conformance.pins import load_pins
-from conformance.gate.render_text import render
-from conformance.scenario import load_scenario
-from conformance.trace import make_trace
-from conformance.gate.verdict import judge
+from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
+from conformance.formats.trace import make_trace
+from conformance.judging.goldens import GOLDENS
+from conformance.judging.verdict import judge
+from conformance.report.render_text import render
 from conftest import GATE, REPO
 
 pytestmark = pytest.mark.oracle

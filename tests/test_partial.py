@@ -1,10 +1,10 @@
 """A run that failed midway: the records it sent are still compared with the golden, so a port
 that diverged at step 3 and crashed at step 40 is reported at step 3, with its stderr tail."""
 
-from conformance.gate.requirement_rows import apply_gate
-from conformance.gate.waivers import Waiver
-from conformance.gate.render_text import render_verdict
-from conformance.gate.verdict import DIVERGED, exit_status, judge
+from conformance.judging.requirement_rows import apply_gate
+from conformance.judging.verdict import DIVERGED, exit_status, judge
+from conformance.judging.waivers import Waiver
+from conformance.report.render_text import render_verdict
 
 import datetime as dt
 
@@ -34,9 +34,9 @@ def test_a_divergence_before_the_crash_is_the_verdict_at_its_step():
     text = render_verdict(verdict, "0.27.1")
     assert "then the engine failed (crash)" in text and "Traceback (most recent call last)" in text
     assert exit_status([verdict]) == 2  # it did not finish: never a plain divergence
-    from conformance.gate.requirement_rows import apply_gate
-    from conformance.gate.render_text import render_gate
-    from conformance.gate.view import gate_view
+    from conformance.judging.requirement_rows import apply_gate
+    from conformance.report.render_text import render_gate
+    from conformance.report.view import gate_view
 
     matrix_row = render_gate(gate_view(apply_gate([verdict], {}, []), "0.27.1")).splitlines()[3]
     assert matrix_row.split()[1] == "diverged+crash" and matrix_row.split()[2].startswith("steps.total_num")

@@ -2,7 +2,7 @@
 
 import threading
 
-from conformance.progress import Progress, duration, heartbeat
+from conformance.process.progress import Progress, duration, heartbeat
 
 
 class Clock:
@@ -53,8 +53,8 @@ def test_a_long_activity_is_repeated_and_a_phase_is_timed():
 def test_an_environment_build_names_its_phases():
     import sys
 
-    from conformance.envs import _phase, install_steps
-    from conformance.pins import load_pins
+    from conformance.formats.pins import load_pins
+    from conformance.process.envs import _phase, install_steps
 
     steps = [_phase(["uv"] + step) for step in install_steps("0.27.1", "cpu", load_pins())]
     assert steps[0] == "uv pip install -r requirements-cpu.txt numba==0.65.0 torch==2.13.0"

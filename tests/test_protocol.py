@@ -2,7 +2,7 @@
 
 import pytest
 
-from conformance.protocol import ProtocolError, decode, encode
+from conformance.formats.protocol import ProtocolError, decode, encode
 
 
 def test_round_trip():

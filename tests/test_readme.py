@@ -1,12 +1,12 @@
-"""The docs' scenario tables are generated from scenarios/*.json (conformance/readme_tables.py,
+"""The docs' scenario tables are generated from scenarios/*.json (conformance/report/readme_tables.py,
 `parity docs`): scenarios/README.md's scenario library and docs/porting.md's layers table must be
 what the generator produces today."""
 
 import pytest
 
 from conformance import cli
-from conformance.readme_tables import FILES, render, stale
-from conformance.scenario import load_scenario
+from conformance.formats.scenario import load_scenario
+from conformance.report.readme_tables import FILES, render, stale
 from conftest import REPO
 
 SCENARIOS = [load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json"))]

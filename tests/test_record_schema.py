@@ -1,4 +1,4 @@
-"""Record schemas (conformance/record_schema.py): PROTOCOL.md's record tables and the code's
+"""Record schemas (conformance/formats/record_schema.py): PROTOCOL.md's record tables and the code's
 declaration say the same, every committed golden is what they declare, and a record is judged
 field by field: what is missing, mistyped, out of range or not finite is named; a field no
 table names is ignored."""
@@ -10,13 +10,13 @@ import re
 
 import pytest
 
-from conformance import protocol
-from conformance.gate.golden_store import GOLDENS
-from conformance.gate.verdict import PASS
-from conformance.gate.judging import judge_trace
-from conformance.pins import load_pins
-from conformance.record_schema import LAYERS, RECORDS, RecordError, check_layers, check_record
-from conformance.trace import checked
+from conformance.formats import protocol
+from conformance.formats.pins import load_pins
+from conformance.formats.record_schema import LAYERS, RECORDS, RecordError, check_layers, check_record
+from conformance.formats.trace import checked
+from conformance.judging.goldens import GOLDENS
+from conformance.judging.judging import judge_trace
+from conformance.judging.verdict import PASS
 from conftest import REPO
 
 PROTOCOL_MD = REPO / "engines" / "PROTOCOL.md"
@@ -63,7 +63,7 @@ def test_the_layers_declared_are_the_protocols():
     ("| `target_forward_tokens` | list of int >= 0 | rows of each target forward this step |\n", ""),  # dropped
 ])
 def test_the_doc_check_finds_a_table_that_falls_behind(old, new):
-    from conformance.record_schema import ENGINE_STEP, REQUEST, STEP
+    from conformance.formats.record_schema import ENGINE_STEP, REQUEST, STEP
 
     text = PROTOCOL_MD.read_text(encoding="utf-8")
     assert text.count(old) == 1

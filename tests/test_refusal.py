@@ -1,13 +1,13 @@
-"""Refusals are compared by their meaning (conformance/refusal.py): the exception vLLM's code
+"""Refusals are compared by their meaning (conformance/formats/refusal.py): the exception vLLM's code
 raised and vLLM's own words, pydantic's wrapper and its repr of vLLM's arguments removed."""
 
 import json
 
-from conformance.gate.golden_store import GOLDENS
-from conformance.pins import load_pins
-from conformance.refusal import meaning
-from conformance.gate.render_text import render_verdict
-from conformance.gate.verdict import DIVERGED, PASS, judge
+from conformance.formats.pins import load_pins
+from conformance.formats.refusal import meaning
+from conformance.judging.goldens import GOLDENS
+from conformance.judging.verdict import DIVERGED, PASS, judge
+from conformance.report.render_text import render_verdict
 from conftest import REPO
 
 PINS = load_pins()

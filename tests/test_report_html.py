@@ -16,12 +16,12 @@ from pathlib import Path
 
 import pytest
 
-from conformance.gate.requirement_rows import apply_gate
-from conformance.gate.golden_store import GOLDENS
-from conformance.pins import load_pins
-from conformance.gate.report_files import write_reports
-from conformance.gate.view import gate_view
-from conformance.gate.verdict import CANDIDATE, ORACLE, judge
+from conformance.formats.pins import load_pins
+from conformance.judging.goldens import GOLDENS
+from conformance.judging.requirement_rows import apply_gate
+from conformance.judging.verdict import CANDIDATE, ORACLE, judge
+from conformance.report.report_files import write_reports
+from conformance.report.view import gate_view
 
 PINS = load_pins()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

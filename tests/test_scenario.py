@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from conformance.scenario import ScenarioError, load_scenario
+from conformance.formats.scenario import ScenarioError, load_scenario
 
 GATE = Path(__file__).resolve().parents[1] / "scenarios" / "dflash_27b_gate.json"
 

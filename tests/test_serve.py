@@ -1,13 +1,13 @@
-"""The one serve loop (conformance/serve.py), driven in process: what it sends for each kind of
+"""The one serve loop (conformance/formats/serve.py), driven in process: what it sends for each kind of
 line and each way a run ends. The vLLM worker and the TEST DOUBLE engines serve through it."""
 
 import json
 
 import pytest
 
-from conformance.protocol import decode, encode
-from conformance.scenario import ScenarioError
-from conformance.serve import RunError, serve, writer
+from conformance.formats.protocol import decode, encode
+from conformance.formats.scenario import ScenarioError
+from conformance.formats.serve import RunError, serve, writer
 
 HELLO = {"engine": "test-double", "version": "0.0-test", "capabilities": ["config", "steps"]}
 

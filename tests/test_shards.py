@@ -13,14 +13,15 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance import cli
-from conformance.gate import ci, engines as gate_engines_mod, run as gate_run
+from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
+from conformance.gate import engines as gate_engines_mod, run as gate_run
 from conformance.gate.context import RunContext
 from conformance.gate.engines import GateEngine
-from conformance.pins import load_pins
-from conformance.scenario import load_scenario
 from conformance.gate.shards import COLD_START, ShardError, assign, parse_shard, plan, share_cost
-from conformance.gate.verdict import CANDIDATE, ORACLE
-from conformance.gate.view import gate_view
+from conformance.judging.verdict import CANDIDATE, ORACLE
+from conformance.report import ci
+from conformance.report.view import gate_view
 from conftest import DOUBLE, REPO
 
 PINS = load_pins()
@@ -110,10 +111,10 @@ def test_three_shards_merged_give_what_one_run_gives(tmp_path, engines, monkeypa
 
 
 def test_a_block_of_budget_log_lines_prints_once():
-    from conformance.compare import compare_layer
-    from conformance.gate.requirement_rows import apply_gate
-    from conformance.gate.render_text import render_gate
-    from conformance.gate.verdict import Verdict
+    from conformance.judging.compare import compare_layer
+    from conformance.judging.requirement_rows import apply_gate
+    from conformance.judging.verdict import Verdict
+    from conformance.report.render_text import render_gate
 
     def diverged(scenario):
         return Verdict("port", scenario, "diverged", CANDIDATE, [compare_layer(
@@ -126,9 +127,9 @@ def test_a_block_of_budget_log_lines_prints_once():
 
 
 def test_the_matrix_of_the_built_in_scenarios_and_pins_fits_a_screen():
-    from conformance.gate.requirement_rows import apply_gate
-    from conformance.gate.render_text import render_gate
-    from conformance.gate.verdict import STAND_IN, Verdict
+    from conformance.judging.requirement_rows import apply_gate
+    from conformance.judging.verdict import STAND_IN, Verdict
+    from conformance.report.render_text import render_gate
 
     verdicts = [Verdict(f"vllm-{r}", s.name, "pass" if r == PINS.oracle else "unsupported",
                         ORACLE if r == PINS.oracle else STAND_IN, message="no CPU engine")
@@ -141,9 +142,9 @@ def test_the_matrix_of_the_built_in_scenarios_and_pins_fits_a_screen():
 
 
 def test_past_a_screen_identical_rows_fold_and_every_scenario_is_still_named():
-    from conformance.gate.requirement_rows import apply_gate
-    from conformance.gate.render_text import MAX_ROWS, render_gate
-    from conformance.gate.verdict import Verdict
+    from conformance.judging.requirement_rows import apply_gate
+    from conformance.judging.verdict import Verdict
+    from conformance.report.render_text import MAX_ROWS, render_gate
 
     names = [f"s{i:02d}" for i in range(MAX_ROWS + 10)]
     verdicts = [Verdict("port", n, "unsupported" if n == "s07" else "pass", CANDIDATE) for n in names]
@@ -236,8 +237,8 @@ def test_buildkite_annotation_goes_through_the_agent_when_it_exists(tmp_path, en
 
 
 def _view_of():
-    from conformance.gate.requirement_rows import apply_gate
-    from conformance.gate.verdict import Verdict
+    from conformance.judging.requirement_rows import apply_gate
+    from conformance.judging.verdict import Verdict
 
     return gate_view(apply_gate([Verdict("x", "s", "pass", ORACLE)], {}, []), "0.27.1")
 

@@ -6,18 +6,19 @@ import json
 
 import pytest
 
-from conformance.compare import compare_layer
-from conformance.engine import EngineProcess, EngineSpec
-from conformance.envs import device_args
-from conformance.gate.requirement_rows import apply_gate
-from conformance.gate.golden_store import GOLDENS
-from conformance.pins import load_pins
-from conformance.gate.render_text import render
-from conformance.gate.render_html import html_report
-from conformance.gate.view import gate_view
-from conformance.scenario import load_scenario
-from conformance.trace import make_trace
-from conformance.gate.verdict import Verdict, judge
+from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
+from conformance.formats.trace import make_trace
+from conformance.judging.compare import compare_layer
+from conformance.judging.goldens import GOLDENS
+from conformance.judging.requirement_rows import apply_gate
+from conformance.judging.verdict import Verdict, judge
+from conformance.process.client import EngineProcess
+from conformance.process.envs import device_args
+from conformance.process.launch import EngineSpec
+from conformance.report.render_html import html_report
+from conformance.report.render_text import render
+from conformance.report.view import gate_view
 from conftest import REPO
 
 PINS = load_pins()
@@ -168,7 +169,7 @@ def test_miscounted_verify_steps_are_reported_where_the_state_first_differs():
     """The TEST DOUBLE (tests/doubles/miscount_worker.py) is the oracle's own scheduler with the
     stand-in's verify steps counted on every sampling step. Its decisions stay equal for many
     steps; the accepted drafts, computed and output tokens it recorded differ at once."""
-    from conformance.envs import ensure_env
+    from conformance.process.envs import ensure_env
 
     python = ensure_env(PINS.oracle, log=lambda m: None, pins=PINS)
     argv = (str(python), str(REPO / "tests" / "doubles" / "miscount_worker.py"), "--release", PINS.oracle,
@@ -216,7 +217,7 @@ def test_a_golden_of_another_protocol_version_is_invalid_with_the_reason():
 def test_protocol_md_worked_values_are_the_stand_ins():
     """engines/PROTOCOL.md states the stand-in's recipe with worked values a port checks its own
     implementation against; they are the stand-in's, so the document cannot drift from it."""
-    from conformance.workload import draft, prompt_tokens, target_next, verify
+    from conformance.formats.workload import draft, prompt_tokens, target_next, verify
 
     doc = " ".join((REPO / "engines" / "PROTOCOL.md").read_text().split())
     t = prompt_tokens(7, "r0", 4, 1000)

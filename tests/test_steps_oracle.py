@@ -3,14 +3,14 @@
 
 import pytest
 
-from conformance.engine import EngineFailure
-from conformance.gate.golden_store import GOLDENS
-from conformance.pins import load_pins
-from conformance.gate.render_text import render
-from conformance.runner import failure_trace
-from conformance.scenario import load_scenario
-from conformance.trace import make_trace
-from conformance.gate.verdict import judge
+from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
+from conformance.formats.trace import make_trace
+from conformance.gate.runner import failure_trace
+from conformance.judging.goldens import GOLDENS
+from conformance.judging.verdict import judge
+from conformance.process.client import EngineFailure
+from conformance.report.render_text import render
 from conftest import REPO
 
 pytestmark = pytest.mark.oracle

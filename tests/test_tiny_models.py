@@ -166,8 +166,8 @@ def test_every_recipe_makes_its_committed_sha():
     not in the harness), makes exactly the sha256 its weights.json commits to."""
     import subprocess
 
-    from conformance.envs import ensure_env
-    from conformance.pins import load_pins
+    from conformance.formats.pins import load_pins
+    from conformance.process.envs import ensure_env
 
     python = ensure_env(load_pins().oracle, log=lambda m: None)
     out = subprocess.run([str(python), str(REPO / "engines" / "vllm" / "tiny_models.py"), "--print-sha",

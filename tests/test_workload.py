@@ -5,8 +5,8 @@ import shutil
 
 import pytest
 
-from conformance.scenario import ScenarioError, load_scenario
-from conformance.workload import draft, prompt_tokens, target_next, verify
+from conformance.formats.scenario import ScenarioError, load_scenario
+from conformance.formats.workload import draft, prompt_tokens, target_next, verify
 from conftest import REPO
 
 

@@ -1,2 +1,4 @@
-"""The gate: engines, units of work, traces judged against goldens, verdicts by engine-matrix
-row with waivers, and the reports rendered from them (docs/architecture.md)."""
+"""A gate run put together: its engines, the plan and its units, each engine's share run
+on one warm process, results folders for shards and merges; judged and reported by the floors
+below (docs/architecture.md).
+"""

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
-from ..pins import Pins
-from .waivers import Waiver
+from conformance.formats.pins import Pins
+from conformance.judging.waivers import Waiver
 
 
 @dataclass(frozen=True)

@@ -7,11 +7,11 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..engine import prepare_engine
-from ..pins import Pins
-from .engine_ref import CATALOG, COMMAND, EngineRef
-from .shards import Unit
-from .verdict import CANDIDATE, ORACLE, STAND_IN
+from conformance.formats.engine_ref import CATALOG, COMMAND, EngineRef
+from conformance.formats.pins import Pins
+from conformance.gate.shards import Unit
+from conformance.judging.verdict import CANDIDATE, ORACLE, STAND_IN
+from conformance.process.launch import prepare_engine
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def gate_engines(pins: Pins, candidates: list[str], log) -> list[GateEngine]:
 
 def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
     """On CPU a pin without a CPU engine build refuses the engine layers at once (docs/release-gate.md)."""
-    from ..envs import device_mode
+    from conformance.formats.settings import device_mode
 
     if device_mode() != "cpu":
         return frozenset()

@@ -1,5 +1,5 @@
 """Running a gate's units: one warm worker per engine, engines side by side, every outcome a
-trace (runner.py). What runs is decided by the plan (gate/plan.py); what the traces mean, by
+trace (gate/runner.py). What runs is decided by the plan (gate/plan.py); what the traces mean, by
 the judging that follows (gate/run.py `finish`)."""
 
 from __future__ import annotations
@@ -7,13 +7,13 @@ from __future__ import annotations
 import functools
 from dataclasses import replace
 
-from ..engine import prepare_engine
-from ..progress import EngineProgress, Progress, duration
-from ..runner import run_units, side_by_side
-from .context import RunContext
-from .engines import GateEngine
-from .shards import COLD_START, Unit, share_cost
-from .verdict import CANDIDATE, ORACLE
+from conformance.gate.context import RunContext
+from conformance.gate.engines import GateEngine
+from conformance.gate.runner import run_units, side_by_side
+from conformance.gate.shards import COLD_START, Unit, share_cost
+from conformance.judging.verdict import CANDIDATE, ORACLE
+from conformance.process.launch import prepare_engine
+from conformance.process.progress import EngineProgress, Progress, duration
 
 
 def run_share(context: RunContext, engines: list[GateEngine], scenarios, units: list[Unit]) -> dict[str, dict]:

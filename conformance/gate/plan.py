@@ -9,13 +9,13 @@ import hashlib
 import json
 from dataclasses import dataclass
 
-from .. import __version__
-from ..pins import REPO_ROOT
-from .context import RunContext
-from .engines import GateEngine, _refused
-from .golden_store import GOLDENS
-from .shards import ShardError, Unit, assign, plan
-from .verdict import ORACLE
+from conformance import __version__
+from conformance.formats.pins import REPO_ROOT
+from conformance.gate.context import RunContext
+from conformance.gate.engines import GateEngine, _refused
+from conformance.gate.shards import ShardError, Unit, assign, plan
+from conformance.judging.goldens import GOLDENS
+from conformance.judging.verdict import ORACLE
 
 
 @dataclass(frozen=True)
@@ -51,7 +51,7 @@ class RunManifest:
 
 def plan_run(context: RunContext, scenarios, engines: list[GateEngine]) -> RunManifest:
     """The run's manifest; a shard count above the number of units is refused here."""
-    from ..envs import device_mode
+    from conformance.formats.settings import device_mode
 
     pins = context.pins
     units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, context.layers,

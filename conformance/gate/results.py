@@ -18,14 +18,15 @@ import os
 import re
 from pathlib import Path
 
-from ..files import InputFileError, read_bytes, read_text, remove_stale_temporaries, write_text_atomic
-from ..pins import Pins
-from ..protocol import LAYERS
-from ..trace import TraceError, dumps, loads_trace
-from .engines import GateEngine
-from .plan import RunManifest, digest, goldens_digest, tool_identity
-from .shards import GROUPS, ShardError, Unit
-from .verdict import ROLES
+from conformance.formats.files import (InputFileError, read_bytes, read_text, remove_stale_temporaries,
+                                       write_text_atomic)
+from conformance.formats.pins import Pins
+from conformance.formats.protocol import LAYERS
+from conformance.formats.trace import TraceError, dumps, loads_trace
+from conformance.gate.engines import GateEngine
+from conformance.gate.plan import RunManifest, digest, goldens_digest, tool_identity
+from conformance.gate.shards import GROUPS, ShardError, Unit
+from conformance.judging.verdict import ROLES
 
 SCHEMA = "vllm-parity/results/1"
 # Fields every shard of one gate run has in common; merge refuses a set where any differs.

@@ -15,24 +15,24 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
-from ..drift import drift_rows, render_drift
-from ..files import claim_folder
-from ..methods_table import render_methods_table
-from ..progress import duration
-from ..trace import checked
-from .ci import check_summary_target, ci_summaries
-from .context import RunContext
-from .engines import GateEngine, _labels
-from .execute import run_share
-from .judging import judge_layers, judge_unit, served_layers
-from .plan import RunManifest, plan_run, share_of
-from .render_text import render_gate, render_requirement_rows
-from .report_files import claimed, write_reports
-from .requirement_rows import apply_gate, where_of
-from .results import read_results, write_results
-from .shards import Unit, share_cost
-from .verdict import CANDIDATE, PASS, Verdict
-from .view import gate_view, visible
+from conformance.formats.files import claim_folder
+from conformance.formats.trace import checked
+from conformance.gate.context import RunContext
+from conformance.gate.engines import GateEngine, _labels
+from conformance.gate.execute import run_share
+from conformance.gate.plan import RunManifest, plan_run, share_of
+from conformance.gate.results import read_results, write_results
+from conformance.gate.shards import Unit, share_cost
+from conformance.judging.judging import judge_layers, judge_unit, served_layers
+from conformance.judging.requirement_rows import apply_gate, where_of
+from conformance.judging.verdict import CANDIDATE, PASS, Verdict
+from conformance.process.progress import duration
+from conformance.report.ci import check_summary_target, ci_summaries
+from conformance.report.drift import drift_rows, render_drift
+from conformance.report.methods_table import render_methods_table
+from conformance.report.render_text import render_gate, render_requirement_rows
+from conformance.report.report_files import claimed, write_reports
+from conformance.report.view import gate_view, visible
 
 
 def gate(context: RunContext, scenarios, engines: list[GateEngine]) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..protocol import ENGINE_LAYERS
+from conformance.formats.protocol import ENGINE_LAYERS
 
 # Layers computed together by one run of an engine (engines/vllm/per_run.py).
 GROUPS = {"config": ("config",), "steps": ("steps", "outputs"), "engine": ENGINE_LAYERS,

@@ -63,7 +63,7 @@ def resolve_config(scenario: dict):
 
 
 def resolve(scenario: dict):
-    from conformance.refusal import meaning
+    from conformance.formats.refusal import meaning
 
     config, lines, refusal = resolve_config(scenario)
     if config is None:  # recorded by its meaning: vLLM's exception and words, no pydantic wrapper

@@ -1,6 +1,6 @@
 """The pin's worker (worker.py) under coverage.py, telling which branches each run reached.
 
-`parity fuzz --guide coverage` starts the oracle this way (conformance/coverage_run.py
+`parity fuzz --guide coverage` starts the oracle this way (conformance/process/coverage_run.py
 guided_worker): coverage.py measures the files given by --include (the scheduling code of
 adequacy_scope.toml) with branch coverage, in this process, and after every run, before the
 worker sends the run's last message (`done`, or an `error` naming the run), the branch arcs
@@ -81,7 +81,7 @@ def main() -> int:
 
     cov = coverage.Coverage(branch=True, include=args.include.split(","), data_file=None)
     cov.start()
-    from conformance import protocol
+    from conformance.formats import protocol
     from engines.vllm import worker
 
     log = BranchLog(cov, args.arcs)

@@ -24,8 +24,8 @@ import gc
 import os
 from pathlib import Path
 
-from conformance.protocol import ENGINE_LAYERS as LAYERS  # noqa: F401  (runtime.py reads it)
-from conformance.scenario import DEFAULT_ENGINE
+from conformance.formats.protocol import ENGINE_LAYERS as LAYERS  # noqa: F401  (runtime.py reads it)
+from conformance.formats.scenario import DEFAULT_ENGINE
 
 from . import per_run, release
 
@@ -65,18 +65,19 @@ def _model_path(folder: str, source: str, field: str) -> str:
     which must then hold real weights (a GPU runner's checkpoint)."""
     if not (Path(folder) / "weights.json").is_file():
         if not any(next(Path(folder).glob(pattern), None) for pattern in WEIGHT_FILES):
-            from conformance.fields import ScenarioError
+            from conformance.formats.fields import ScenarioError
 
             raise ScenarioError(source, field, f"{folder} holds no weights and no weights.json: the "
                                 "engine layers run a real model (a tiny model of scenarios/models/"
                                 "tiny-*, or a checkpoint with weights); an architecture-only folder "
                                 "serves the config, steps and methods layers only")
         return folder
-    from conformance.fields import ScenarioError
+    from conformance.formats.fields import ScenarioError
+    from conformance.formats.settings import cache_root
 
     from .tiny_models import materialize
 
-    cache = Path(os.environ.get("VLLM_PARITY_CACHE", Path.home() / ".cache" / "vllm-parity"))
+    cache = cache_root()
     try:
         return str(materialize(Path(folder), cache))
     except ValueError as exc:  # a weights.json that does not make the weights it names: bad input
@@ -85,7 +86,7 @@ def _model_path(folder: str, source: str, field: str) -> str:
 
 def llm_kwargs(scenario: dict) -> dict:
     """vllm.LLM's arguments: the scenario's engine_args, real weights, eager, recorded."""
-    from conformance.scenario import ScenarioError
+    from conformance.formats.scenario import ScenarioError
 
     args = dict(scenario["engine_args"])
     if args.get("async_scheduling"):
@@ -109,10 +110,10 @@ def llm_kwargs(scenario: dict) -> dict:
         # blocks than any tiny workload needs, so the cache never decides a step unless the
         # scenario sets num_gpu_blocks_override.
         args.setdefault("kv_cache_memory_bytes", 256 << 20)
-    else:  # a GPU: a fixed share per tiny engine, so engines fit side by side (conformance/gpu.py)
+    else:  # a GPU: a fixed share per tiny engine, so engines fit side by side (conformance/formats/gpu.py)
         import torch
 
-        from conformance import gpu
+        from conformance.formats import gpu
 
         tiny = (Path(scenario["engine_args"]["model"]) / "weights.json").is_file()
         for key, value in gpu.engine_memory(torch.cuda.mem_get_info()[1], tiny).items():
@@ -129,9 +130,9 @@ def llm_kwargs(scenario: dict) -> dict:
 def run_engine(scenario: dict):
     import vllm
 
-    from conformance.refusal import meaning
-    from conformance.scenario import ScenarioError
-    from conformance.workload import validate_workload
+    from conformance.formats.refusal import meaning
+    from conformance.formats.scenario import ScenarioError
+    from conformance.formats.workload import validate_workload
 
     from .config_layer import _captured_vllm_log, _forget_once_caches, _scrub
 
@@ -163,7 +164,7 @@ def run_engine(scenario: dict):
             _release_memory()
             if not _is_refusal(exc):
                 raise  # weights that cannot be read, a missing file: an engine error, never a result
-            # recorded by its meaning, as the config layer records it (conformance/refusal.py)
+            # recorded by its meaning, as the config layer records it (conformance/formats/refusal.py)
             refusal = meaning({"type": type(exc).__name__, "message": clean(str(exc))})
             lines = [clean(x) for x in captured if _budget_line(x)]
             return ([{"refused": refusal, "budget_log_lines": lines}], [{"refused": refusal}],
@@ -214,7 +215,7 @@ def _generate(llm, workload: dict, lines: list[str], num_logprobs: int, decimals
 def _drive(engine, workload: dict, arrivals: dict, num_logprobs: int, decimals: int) -> list[dict]:
     from vllm import SamplingParams
 
-    from conformance.workload import prompt_tokens
+    from conformance.formats.workload import prompt_tokens
 
     seed, vocab = workload["seed"], workload["vocab_size"]
     finished: dict[str, object] = {}

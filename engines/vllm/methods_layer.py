@@ -1,6 +1,6 @@
 """Methods layer: the drafting-slot table and refusal parity for every speculative method.
 
-For each row of the scenario's `method_matrix` (conformance/method_matrix.py) and each K, the
+For each row of the scenario's `method_matrix` (conformance/formats/method_matrix.py) and each K, the
 scenario's engine_args with that row's speculative config (plus num_speculative_tokens=K,
 and the row's `target` as model where given) are resolved through the release's own
 EngineArgs(...).create_engine_config(), exactly as the config layer does
@@ -32,7 +32,7 @@ Refusals are described by `refusal_kind` (the exception class vLLM's code raised
 ValueError in a validator, not pydantic's ValidationError around it), `refused_by` (for
 pydantic validation errors, the config class whose validation refused, else null) and
 `refusal_text` (vLLM's own words without pydantic's wrapper, model paths scrubbed; fields
-ending in `_text` are informational and not compared). conformance/refusal.py.
+ending in `_text` are informational and not compared). conformance/formats/refusal.py.
 
 Platform: vLLM serves DSpark only through its V2 model runner, which needs Triton. On a CPU
 machine without Triton every release would refuse DSpark for that reason alone (0.27.1 and
@@ -56,17 +56,17 @@ from .release import charges_drafting_per_step
 
 PROBES = (("below", -1), ("at", 0), ("above", 1))
 
-# The config class whose pydantic validation refused (conformance/refusal.py removes the rest
+# The config class whose pydantic validation refused (conformance/formats/refusal.py removes the rest
 # of pydantic's wrapper).
 _PYDANTIC_HEAD = re.compile(r"^\d+ validation errors? for (\w+)\n")
 
 def methods(scenario_wire: dict):
     matrix = scenario_wire.get("method_matrix")
     if not isinstance(matrix, dict):
-        from conformance.scenario import ScenarioError
+        from conformance.formats.scenario import ScenarioError
 
         raise ScenarioError(scenario_wire.get("name", "<scenario>"), "method_matrix",
-                            "is required for the methods layer (conformance/method_matrix.py)")
+                            "is required for the methods layer (conformance/formats/method_matrix.py)")
     base = dict(scenario_wire["engine_args"])
     base.pop("speculative_config", None)
     probes = []
@@ -138,7 +138,7 @@ def _resolve(args: dict):
         config, _lines, refusal = resolve_config({"engine_args": args})
     if refusal is None:
         return config, {"refusal_kind": None, "refused_by": None, "refusal_text": None}
-    from conformance.refusal import meaning
+    from conformance.formats.refusal import meaning
 
     head = _PYDANTIC_HEAD.match(refusal["message"]) if refusal["type"] == "ValidationError" else None
     said = meaning(refusal)  # the exception vLLM raised, in its own words

@@ -1,4 +1,4 @@
-"""TEST DEVICE ONLY: installs one generated mutant (conformance/mutation.py) into the
+"""TEST DEVICE ONLY: installs one generated mutant (conformance/adequacy/mutation.py) into the
 imported release, so the worker serves the release with that one edit, as a candidate.
 
 The mutated file is compiled whole (same filename, same line numbers) and only the code
@@ -13,7 +13,7 @@ import importlib
 import inspect
 import sys
 
-from conformance.mutation import Mutant
+from conformance.formats.mutant import Mutant
 
 INSTALLED: str | None = None  # the id of the mutant installed in this process
 

@@ -18,7 +18,8 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--socket", required=True)
-    parser.add_argument("--mutant", required=True, help="the mutant, as conformance.mutation's JSON")
+    parser.add_argument("--mutant", required=True, 
+                        help="the mutant, as conformance.formats.mutant's JSON (Mutant.to_json)")
     args = parser.parse_args(argv)
     mutant = json.loads(args.mutant)
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

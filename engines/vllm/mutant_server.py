@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--release", required=True)
     parser.add_argument("--socket", required=True, type=Path)
-    parser.add_argument("--device", choices=("cpu", "gpu"), required=True)  # envs.device_mode
+    parser.add_argument("--device", choices=("cpu", "gpu"), required=True)  # settings.device_mode
     args = parser.parse_args(argv)
 
     # stdout says "ready" and nothing else; anything vLLM prints goes to stderr, as in worker.py
@@ -89,8 +89,8 @@ def _monitor(conn: socket.socket, release: str, device: str) -> int:
 
 
 def _serve(mutant_json: dict, release: str, device: str) -> int:
-    from conformance import protocol
-    from conformance.mutation import Mutant
+    from conformance.formats import protocol
+    from conformance.formats.mutant import Mutant
     from engines.vllm import mutant_catalog, worker
 
     try:

@@ -14,7 +14,7 @@ import sys
 
 LAYERS: dict = {}  # layer name -> function(scenario wire dict) -> iterable of record dicts
 UNSERVED: dict = {}  # layer name -> why this environment cannot serve it
-DEVICE: list = []  # the device boot() was given (the harness's one decision, envs.device_mode)
+DEVICE: list = []  # the device boot() was given (the harness's one decision, settings.device_mode)
 
 # The model runner of every engine on a GPU: V1, pinned. Each pin would pick Model Runner V2 on
 # a GPU with Triton (vllm/config/vllm.py use_v2_model_runner), but the CPU rebuilds run V1 only
@@ -78,7 +78,7 @@ def boot(device: str) -> None:
 def cpu() -> dict:
     """The CPU that computed the records: its model, the ISA level PyTorch's kernels run at
     (after ATEN_CPU_CAPABILITY), oneDNN's cap if one is set, and a digest of its flags. A golden
-    is byte-exact only on the machine that wrote it (conformance/gate/golden_store.py check_golden)."""
+    is byte-exact only on the machine that wrote it (conformance/judging/goldens.py check_golden)."""
     import hashlib
 
     import torch
@@ -112,7 +112,7 @@ def environment() -> dict:
     if DEVICE == ["gpu"]:  # recorded on GPU only, so the CPU goldens keep their provenance
         env["device"] = "gpu"
         env["model_runner"] = "v1 (VLLM_USE_V2_MODEL_RUNNER=0, engines/vllm/runtime.py)"
-    # Written by conformance/envs.py when the build is a rebuild: what the fidelity check found.
+    # Written by conformance/process/envs.py when the build is a rebuild: what the fidelity check found.
     fidelity = os.path.join(sys.prefix, "FIDELITY.json")
     if os.path.exists(fidelity):
         with open(fidelity, encoding="utf-8") as f:

@@ -2,7 +2,7 @@
 
 The configuration is resolved exactly as the config layer does (config_layer.resolve_config),
 the scheduler is the release's own (engines/vllm/recorder.py's RecordingScheduler, which only
-records), and conformance/workload.py's deterministic stand-in plays the model runner and the
+records), and conformance/formats/workload.py's deterministic stand-in plays the model runner and the
 drafter. Each step mirrors the synchronous EngineCore.step() + post_step() of 0.27.1, 0.28.0
 and 0.33.0 (vllm/v1/engine/core.py):
 
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import inspect
 
-from conformance.workload import draft, prompt_tokens, validate_workload, verify
+from conformance.formats.workload import draft, prompt_tokens, validate_workload, verify
 
 from . import per_run
 
@@ -53,7 +53,7 @@ def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], l
     from .release import build_scheduler
     from .recorder import RecordingScheduler
 
-    from conformance.scenario import ScenarioError
+    from conformance.formats.scenario import ScenarioError
 
     engine_args = scenario_wire["engine_args"]
     source = scenario_wire.get("name", "<scenario>")

@@ -322,13 +322,21 @@ def _is_complete(folder: Path, config_bytes: bytes, sha256: str) -> bool:
         return False
 
 
+def _cache_root() -> Path:
+    """The harness's cache root; this file also runs as a script, outside the package."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    from conformance.formats.settings import cache_root
+
+    return cache_root()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--print-sha", metavar="DIR", nargs="+",
                     help="print the sha256 of the model.safetensors each recipe makes")
     ap.add_argument("--materialize", metavar="DIR", nargs="+")
-    ap.add_argument("--cache-root", default=os.environ.get("VLLM_PARITY_CACHE",
-                                                          str(Path.home() / ".cache/vllm-parity")))
+    ap.add_argument("--cache-root", type=Path, help="default: the harness's cache root "
+                    "(conformance/formats/settings.py)")
     args = ap.parse_args(argv)
     if args.print_sha:
         for d in args.print_sha:
@@ -337,7 +345,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{sha}  {Path(d).name}" if len(args.print_sha) > 1 else sha)
     if args.materialize:
         for d in args.materialize:
-            print(materialize(Path(d), Path(args.cache_root)))
+            print(materialize(Path(d), args.cache_root or _cache_root()))
     if not (args.print_sha or args.materialize):
         ap.print_help()
         return 2

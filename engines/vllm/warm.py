@@ -1,6 +1,6 @@
 """Warm a freshly built pin environment once, so no scenario pays a first-time cost.
 
-Run by conformance/envs.py as the last build step (`worker.py --warm RELEASE --device D`):
+Run by conformance/process/envs.py as the last build step (`worker.py --warm RELEASE --device D`):
 
 - vLLM's per-architecture model inspection. The first time a release meets an architecture
   it imports the model class in a `python -m vllm.model_executor.models.registry`
@@ -31,7 +31,7 @@ ENGINE_SCENARIO = "engine_draft_model_self"  # a target and a drafter: both engi
 
 
 def warm(log) -> None:
-    from conformance.scenario import load_scenario
+    from conformance.formats.scenario import load_scenario
 
     started = time.monotonic()
     from vllm.model_executor.models import registry
@@ -66,8 +66,10 @@ def warm(log) -> None:
 
 
 def materialize_tiny_models() -> list[Path]:
+    from conformance.formats.settings import cache_root
+
     from .tiny_models import materialize
 
-    cache = Path(os.environ.get("VLLM_PARITY_CACHE", Path.home() / ".cache" / "vllm-parity"))
+    cache = cache_root()
     return [materialize(folder, cache) for folder in sorted((REPO / "scenarios" / "models").glob("tiny-*"))
             if (folder / "weights.json").is_file()]

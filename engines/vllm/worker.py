@@ -1,8 +1,8 @@
 """Serves one pinned vLLM release through the engine protocol (engines/PROTOCOL.md).
 
-Runs inside the pin's own environment (conformance/envs.py builds it) and stays warm:
+Runs inside the pin's own environment (conformance/process/envs.py builds it) and stays warm:
 vLLM is imported once, then every `run` message is answered in this process, by the one
-serve loop (conformance/serve.py).
+serve loop (conformance/formats/serve.py).
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for conformance
 
-from conformance import serve  # noqa: E402  (standard library only)
-from conformance.scenario import ScenarioError  # noqa: E402  (standard library only)
+from conformance.formats import serve  # noqa: E402  (standard library only)
+from conformance.formats.scenario import ScenarioError  # noqa: E402  (standard library only)
 
 
 def main(argv: list[str] | None = None, engine: str | None = None) -> int:
@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
     parser.add_argument("--release", help="the vllm release this environment must hold")
     parser.add_argument("--import-check", metavar="RELEASE", help="import vllm, check its version, exit")
     parser.add_argument("--warm", metavar="RELEASE", help="warm a new environment's caches (warm.py), exit")
-    # No default: the harness decides the device once (conformance/envs.device_mode) and passes
+    # No default: the harness decides the device once (conformance/formats/settings.device_mode) and passes
     # it to every worker, so a worker can never run on another platform than its environment's.
     parser.add_argument("--device", choices=("cpu", "gpu"), required=True)
     parser.add_argument("--mutant", metavar="NAME",

@@ -27,7 +27,7 @@ run's scenario (goldens/<scenario>/vllm-RELEASE.json), and --serve LAYERS (comma
 sets the layers its hello declares and serves: a port that serves only some layers, equal to
 the oracle on those, for testing how the gate judges what an engine declares.
 
-It serves through conformance/serve.py like any Python engine; a fault misbehaves inside its run
+It serves through conformance/formats/serve.py like any Python engine; a fault misbehaves inside its run
 (exits, hangs, forks) or, for the faults serve() never makes, on the wire (FaultyWire).
 """
 
@@ -39,7 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from conformance import protocol, serve  # noqa: E402
+from conformance.formats import protocol, serve  # noqa: E402
 
 GARBAGE = b"Segmentation fault? {not json\n"
 # Every field of a config record (engines/PROTOCOL.md): what --record's fields are laid over
@@ -135,7 +135,7 @@ def main() -> int:
     def records(scenario: dict, layers: list) -> list:
         """The run's records, (layer, [data, ...]) for each layer asked, in order."""
         if args.replay:
-            from conformance.gate.golden_store import GOLDENS
+            from conformance.judging.goldens import GOLDENS
 
             golden = GOLDENS.load(scenario["name"], args.replay)["layers"]
             return [(layer, golden[layer]) for layer in layers]

@@ -36,7 +36,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
-from conformance import serve  # noqa: E402
+from conformance.formats import serve  # noqa: E402
 
 FLOATS = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 
@@ -91,8 +91,8 @@ def main() -> int:
     args = parser.parse_args()
     with open(args.plan, encoding="utf-8") as f:
         plan = json.load(f)
-    from conformance.gate.golden_store import GOLDENS
-    from conformance.pins import load_pins
+    from conformance.formats.pins import load_pins
+    from conformance.judging.goldens import GOLDENS
 
     release = args.replay or load_pins().oracle
     if plan.get("stderr"):

@@ -10,7 +10,7 @@ given, garbage included. Then, with end "exit", it exits with `status`; with end
 it answers nothing more, reads stdin until `shutdown` or end of input, and exits 0.
 
 Standard library only, so it starts fast. It does not use the one serve loop
-(conformance/serve.py) on purpose: after the hello every byte it writes is the script's, so it
+(conformance/formats/serve.py) on purpose: after the hello every byte it writes is the script's, so it
 can send what no serve() would, and it answers the first `run` whatever that line holds.
 """
 

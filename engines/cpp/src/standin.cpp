@@ -1,4 +1,4 @@
-// The stand-in: see include/parity/standin.hpp. Bit-exact with conformance/workload.py.
+// The stand-in: see include/parity/standin.hpp. Bit-exact with conformance/formats/workload.py.
 #include "parity/standin.hpp"
 
 #include <blake2.h>

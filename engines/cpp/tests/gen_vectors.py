@@ -9,7 +9,7 @@ Writes JSON lines to the path given (default: stdout), one case per line:
 engines/cpp/tests/check_vectors.cpp reproduces every case and counts mismatches.
 
 Deterministic: the cases come from random.Random(seed) (default 20250101), and the expected
-values from conformance/workload.py itself, so a change to the Python stand-in shows up as
+values from conformance/formats/workload.py itself, so a change to the Python stand-in shows up as
 mismatches in C++. Covers the edges: vocab 2 and the largest vocab, seed 0 and 2**63-1,
 empty token lists, contexts shorter and longer than the 16-token window, empty drafts, k = 0,
 accept > k, drafts of placeholder -1 tokens, K larger than the tokens so far, 1- and
@@ -22,7 +22,8 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from conformance.workload import CONTEXT, MAX_SEED, MAX_VOCAB_SIZE, draft, prompt_tokens, target_next, verify  # noqa: E402
+from conformance.formats.workload import (  # noqa: E402
+    CONTEXT, MAX_SEED, MAX_VOCAB_SIZE, draft, prompt_tokens, target_next, verify)
 
 ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 

@@ -27,7 +27,7 @@ constexpr int kProtocolVersion = 2;
 constexpr std::size_t kMaxLineBytes = 64u * 1024u * 1024u;  // one message, as PROTOCOL.md
 constexpr int kMaxDepth = 64;  // the message object itself is depth 1
 
-// The layers a run may ask for (protocol.LAYERS in conformance/protocol.py).
+// The layers a run may ask for (protocol.LAYERS in conformance/formats/protocol.py).
 extern const std::vector<std::string> kLayers;
 
 // A line broke the protocol; what() says what was expected and what arrived.

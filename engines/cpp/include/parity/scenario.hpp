@@ -14,7 +14,7 @@
 
 namespace parity {
 
-// Limits, as conformance/scenario.py and conformance/workload.py state them.
+// Limits, as conformance/formats/scenario.py and conformance/formats/workload.py state them.
 constexpr std::int64_t kMaxTokensLimit = 1 << 20;  // any size field
 constexpr std::int64_t kMaxVocabSize = 151936;
 constexpr std::int64_t kMaxSteps = 100000;

@@ -1,8 +1,8 @@
-// The deterministic stand-in of conformance/workload.py, bit-exact, in C++.
+// The deterministic stand-in of conformance/formats/workload.py, bit-exact, in C++.
 //
 // THE STAND-IN IS NOT A MODEL: a pure function from a request's tokens so far to its next
 // token, so a port's scheduler can be driven without weights, identically on every machine.
-// Each function's hash recipe is the Python one (see conformance/workload.py):
+// Each function's hash recipe is the Python one (see conformance/formats/workload.py):
 //   target_next:   blake2b(8-byte digest, person "parity-target") over seed (8 bytes LE),
 //                  len(tokens) (8 bytes LE), each of the last <= 16 tokens (8 bytes LE signed);
 //                  digest as little-endian uint64, modulo vocab_size.

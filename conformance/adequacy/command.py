@@ -1,0 +1,74 @@
+"""`parity adequacy`: the coverage pass over every pin, then the scheduler's mutant catalog and
+the engine path's (conformance/adequacy/engine_path.py) on the gate oracle; prints
+conformance/adequacy/report.py's report. Exit 0 when every goal is met, 1 when one is missed."""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+from conformance.adequacy.engine_path import (ENGINE_SCOPE_FILE, engine_catalog, engine_scenarios,
+                                              executed_lines)
+from conformance.adequacy.measure import (ENGINE_TIER, ResultCache, catalog, measure_coverage, run_mutants,
+                                          sample)
+from conformance.adequacy.report import render_coverage, render_goals, render_mutants
+from conformance.adequacy.scope import load_scope
+from conformance.formats.pins import load_pins
+from conformance.process.coverage_run import CoverageError
+from conformance.process.mutant_server import MutantServerError
+
+
+def adequacy(args, scenarios, log) -> int:
+    # A run can be long: on SIGTERM, unwind (SystemExit) so the mutant server and its forks
+    # are ended by their `finally`, and the results cached so far are kept.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    for flag, value in (("--sample", args.sample), ("--engine-sample", args.engine_sample)):
+        if value is not None and value <= 0:
+            raise ValueError(f"{flag} {value}: expected a positive number of mutants")
+    try:
+        return _adequacy(args, scenarios, log)
+    except (CoverageError, MutantServerError) as exc:
+        log(f"parity adequacy: error: {exc}")
+        return 2
+
+
+def _adequacy(args, scenarios, log) -> int:
+    pins = load_pins()
+    scope = load_scope()
+    # The engine layers run the whole engine: costly, and the stand-in scenarios drive the
+    # same scheduler (see conformance/adequacy/measure.py for the measurement).
+    library = [s for s in scenarios if args.engine_layers or s.engine is None]
+    coverages = []
+    if not args.no_coverage:
+        for release in args.pin or pins.releases:
+            cov = measure_coverage(release, library, scope, log)
+            coverages.append(cov)
+            print(render_coverage(cov), flush=True)
+    run = None
+    if not args.no_mutants and args.catalog != "engine":
+        mutants, sources = catalog(pins.oracle, scope, log)
+        chosen = sample(mutants, args.sample, args.seed)
+        log(f"[adequacy] {len(mutants)} mutants generated from vllm {pins.oracle}; running {len(chosen)}")
+        stand_in = [s for s in scenarios if s.engine is None]
+        tier = [] if args.no_engine_tier else [s for s in scenarios if s.name in ENGINE_TIER]
+        run = run_mutants(pins.oracle, chosen, stand_in, len(mutants), ResultCache(), log,
+                          engine_tier=tier, equivalent=scope.equivalent)
+        print(render_mutants(run, sources, scope.equivalent), flush=True)
+    engine_run, engine_scope = None, None
+    if not args.no_mutants and args.catalog != "scheduler":
+        engine_scope = load_scope(ENGINE_SCOPE_FILE)
+        tier = engine_scenarios(scenarios)
+        executed = executed_lines(pins.oracle, tier, engine_scope, log)
+        mutants, sources, not_run = engine_catalog(pins.oracle, engine_scope, executed, log)
+        # the hand-written edits always run; the generated mutants are sampled
+        edits = [m for m in mutants if m.operator == "edit"]
+        chosen = edits + sample([m for m in mutants if m.operator != "edit"], args.engine_sample, args.seed)
+        log(f"[adequacy] {len(mutants)} engine-path mutants of vllm {pins.oracle} on lines the engine "
+            f"scenarios run ({len(not_run)} more on lines they never run); running {len(chosen)}")
+        engine_run = run_mutants(pins.oracle, chosen, tier, len(mutants), ResultCache(), log,
+                                 equivalent=engine_scope.equivalent, what="engine path")
+        print(render_mutants(engine_run, sources, engine_scope.equivalent, not_run), flush=True)
+    text, ok = render_goals(coverages, run, scope.equivalent, engine_run,
+                            engine_scope.equivalent if engine_scope else {})
+    print(text)
+    return 0 if ok else 1

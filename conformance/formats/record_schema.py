@@ -1,0 +1,480 @@
+"""What every record of every layer holds (engines/PROTOCOL.md, "Layers and their records"),
+declared once, and the one check of a record against its layer's declaration.
+
+The declaration is the tables' source of truth in code: each `Record` below has a table in
+PROTOCOL.md (marked `<!-- record: NAME -->`) with one row per field and its type as `describe`
+words it, and tests/test_record_schema.py checks that the two agree.
+
+A record is judged before anything compares it: a missing required field, a value of another
+type, out of range (a negative count, a positive logprob) or not finite is a `RecordError`
+naming the field's path, what was expected and what arrived. Fields a record's table does not
+name are ignored, as PROTOCOL.md says of every message: `check_record` returns the record
+without them, so they are never compared (a golden is held to more: `strict`, every field
+named, so the tables cannot fall behind what the oracle records).
+
+Standard library only: the vLLM worker may import it in each pin's own environment.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from functools import cached_property
+
+# Integers a port's JSON library holds exactly (conformance/formats/protocol.py decodes no other).
+MIN_INT, MAX_INT = -(2 ** 63), 2 ** 64 - 1
+SHOWN = 60  # characters of a value shown in an error
+
+
+class RecordError(ValueError):
+    """A value that is not what its field declares. `path` names the field within the record;
+    the path is built as the error leaves each object and list (`within`), never on the way in."""
+
+    def __init__(self, expected: str, got: object, parts: tuple = ()):
+        self.expected, self.got, self.parts = expected, got, parts
+        super().__init__(expected, parts)
+
+    def within(self, part: str | int) -> "RecordError":
+        return RecordError(self.expected, self.got, (part, *self.parts))
+
+    @property
+    def path(self) -> str:
+        out = ""
+        for part in self.parts:
+            if isinstance(part, int):
+                out += f"[{part}]"
+            else:
+                name = part if _PLAIN_KEY.fullmatch(part) else quoted(part)
+                out += f".{name}" if out else name
+        return out
+
+    def __str__(self) -> str:
+        return f"field {self.path or '<record>'}: expected {self.expected}, got {shown(self.got)}"
+
+
+# a key shown as it is in a path; any other (an engine's own request id, say) as a JSON string
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_.=/-]{1,40}")
+
+
+def shown(value: object) -> str:
+    """A value as an error shows it: `quoted`, and what JSON type it is."""
+    if value is _ABSENT:
+        return "nothing (the field is missing)"
+    return f"{quoted(value)} ({_kind(value)})"
+
+
+def quoted(value: object) -> str:
+    """JSON text, ASCII only (control characters and markup stay escaped in every report), cut
+    to SHOWN characters; never more of the value is encoded than is shown."""
+    if isinstance(value, str):
+        text = json.dumps(value[:SHOWN], ensure_ascii=True)
+        return text if len(value) <= SHOWN else f"{text[:SHOWN - 15]}... ({len(value)} characters)"
+    chunks, size = [], 0
+    try:
+        for chunk in json.JSONEncoder(ensure_ascii=True, allow_nan=True).iterencode(value):
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > SHOWN:
+                break
+    except (TypeError, ValueError, RecursionError):
+        return type(value).__name__
+    text = "".join(chunks)
+    return text if size <= SHOWN else f"{text[:SHOWN - 15]}... (cut)"
+
+
+def _kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a bool"
+    if isinstance(value, int):
+        return "an int"
+    if isinstance(value, float):
+        return "a number" if math.isfinite(value) else "a non-finite number"
+    return {str: "a string", list: "a list", dict: "an object"}.get(type(value), type(value).__name__)
+
+
+_ABSENT = object()
+
+
+# -- the types a field may have ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Int:
+    minimum: int | None = 0
+
+    def describe(self) -> str:
+        return "int" if self.minimum is None else f"int >= {self.minimum}"
+
+    def check(self, value, strict: bool = False):
+        low = MIN_INT if self.minimum is None else self.minimum
+        if value.__class__ is not int or not low <= value <= MAX_INT:  # a bool is not an int
+            raise RecordError(self.describe(), value)
+        return value
+
+
+@dataclass(frozen=True)
+class Number:
+    minimum: float | None = None
+    maximum: float | None = None
+
+    def describe(self) -> str:
+        bounds = [f">= {self.minimum:g}"] if self.minimum is not None else []
+        bounds += [f"<= {self.maximum:g}"] if self.maximum is not None else []
+        return " ".join(["number", *bounds])
+
+    def check(self, value, strict: bool = False):
+        if (value.__class__ not in (int, float) or not math.isfinite(value)
+                or (self.minimum is not None and value < self.minimum)
+                or (self.maximum is not None and value > self.maximum)):
+            raise RecordError(self.describe(), value)
+        return value
+
+
+@dataclass(frozen=True)
+class Text:
+    choices: tuple[str, ...] = ()
+
+    def describe(self) -> str:
+        return " or ".join(f'"{c}"' for c in self.choices) if self.choices else "str"
+
+    def check(self, value, strict: bool = False):
+        if value.__class__ is not str or (self.choices and value not in self.choices):
+            raise RecordError(self.describe(), value)
+        return value
+
+
+@dataclass(frozen=True)
+class Flag:
+    def describe(self) -> str:
+        return "bool"
+
+    def check(self, value, strict: bool = False):
+        if value.__class__ is not bool:
+            raise RecordError(self.describe(), value)
+        return value
+
+
+@dataclass(frozen=True)
+class Null:
+    def describe(self) -> str:
+        return "null"
+
+    def check(self, value, strict: bool = False):
+        if value is not None:
+            raise RecordError(self.describe(), value)
+        return value
+
+
+@dataclass(frozen=True)
+class Nullable:
+    of: object
+
+    def describe(self) -> str:
+        return f"{self.of.describe()} or null"
+
+    def check(self, value, strict: bool = False):
+        if value is None:
+            return None
+        try:
+            return self.of.check(value, strict)
+        except RecordError as exc:
+            if exc.parts:  # a field inside the value: that error says more
+                raise
+            raise RecordError(self.describe(), value) from None
+
+
+@dataclass(frozen=True)
+class ListOf:
+    of: object
+
+    def describe(self) -> str:
+        return f"list of {self.of.describe()}"
+
+    def check(self, value, strict: bool = False):
+        if value.__class__ is not list:
+            raise RecordError(self.describe(), value)
+        check, out = self.of.check, []
+        for i, item in enumerate(value):
+            try:
+                out.append(check(item, strict))
+            except RecordError as exc:
+                raise exc.within(i) from None
+        return out
+
+
+@dataclass(frozen=True)
+class Pair:
+    first: object
+    second: object
+
+    def describe(self) -> str:
+        return f"[{self.first.describe()}, {self.second.describe()}]"
+
+    def check(self, value, strict: bool = False):
+        if value.__class__ is not list or len(value) != 2:
+            raise RecordError(self.describe(), value)
+        out = []
+        for i, kind in enumerate((self.first, self.second)):
+            try:
+                out.append(kind.check(value[i], strict))
+            except RecordError as exc:
+                raise exc.within(i) from None
+        return out
+
+
+@dataclass(frozen=True)
+class MapOf:
+    """An object whose keys are names the engine chose (request ids, argument names)."""
+
+    key: str
+    of: object
+
+    def describe(self) -> str:
+        return f"object: {self.key} -> {self.of.describe()}"
+
+    def check(self, value, strict: bool = False):
+        if value.__class__ is not dict:
+            raise RecordError(self.describe(), value)
+        check, out = self.of.check, {}
+        for key, item in value.items():
+            try:
+                out[key] = check(item, strict)
+            except RecordError as exc:
+                raise exc.within(key) from None
+        return out
+
+
+@dataclass(frozen=True)
+class Field:
+    type: object
+    optional: bool = False
+
+    def describe(self) -> str:
+        return self.type.describe() + (", optional" if self.optional else "")
+
+
+@dataclass(frozen=True)
+class Record:
+    """An object with named fields: a record, or an object inside one. With a `base`, every
+    field of the base too (PROTOCOL.md's table lists only the fields this one adds or changes)."""
+
+    name: str
+    own: dict[str, Field]
+    base: "Record | None" = None
+
+    @cached_property
+    def fields(self) -> dict[str, Field]:
+        return {**(self.base.fields if self.base else {}), **self.own}
+
+    def describe(self) -> str:
+        return self.name
+
+    def check(self, value, strict: bool = False):
+        if value.__class__ is not dict:
+            raise RecordError(f"an object ({self.name})", value)
+        fields = self.fields
+        if strict:
+            unknown = sorted(k for k in value if k not in fields)
+            if unknown:
+                raise RecordError(f"no such field (the {self.name} table names {', '.join(fields)})",
+                                  value[unknown[0]], (unknown[0],))
+        out = {}
+        for name, spec in fields.items():
+            if name not in value:
+                if not spec.optional:
+                    kind = spec.type
+                    raise RecordError(f"an object ({kind.name})" if isinstance(kind, Record)
+                                      else kind.describe(), _ABSENT, (name,))
+                continue
+            try:
+                out[name] = spec.type.check(value[name], strict)
+            except RecordError as exc:
+                raise exc.within(name) from None
+        return out
+
+
+# -- the records (PROTOCOL.md, "Layers and their records") ------------------------------------
+
+COUNT = Int(0)
+IDS = ListOf(Text())
+REFUSAL = Record("refusal", {"type": Field(Text()), "message": Field(Text())})
+
+CONFIG = Record("config", {
+    "refused": Field(Null()),
+    "max_num_batched_tokens": Field(COUNT),
+    "max_num_scheduled_tokens": Field(Nullable(COUNT)),
+    "max_num_seqs": Field(COUNT),
+    "num_speculative_tokens": Field(COUNT),
+    "speculative_method": Field(Nullable(Text())),
+    "parallel_drafting": Field(Flag()),
+    "drafting_slots_per_request": Field(COUNT),
+    "drafting_reservation": Field(Nullable(Text(("config", "per_step_input_budget")))),
+    "num_lookahead_tokens": Field(Nullable(COUNT)),
+    "block_size": Field(COUNT),
+    "enable_prefix_caching": Field(Flag()),
+    "enable_chunked_prefill": Field(Flag()),
+    "scheduler_class": Field(Text()),
+    "budget_log_lines": Field(ListOf(Text())),
+})
+REFUSED_CONFIG = Record("refused config", {
+    "refused": Field(REFUSAL),
+    "budget_log_lines": Field(ListOf(Text())),
+})
+# steps, outputs and the engine layers of a refused configuration: one record each
+REFUSED = Record("refused", {"refused": Field(REFUSAL)})
+
+REQUEST = Record("request entry", {
+    "tokens": Field(COUNT),
+    "draft_tokens": Field(COUNT),
+    "accepted_draft_tokens": Field(COUNT),
+    "computed_tokens": Field(COUNT),
+    "output_tokens": Field(COUNT),
+    "kv_blocks": Field(COUNT),
+})
+KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT)})
+STEP = Record("steps", {
+    "step": Field(COUNT),
+    "total_num_scheduled_tokens": Field(COUNT),
+    "token_budget": Field(COUNT),
+    "input_budget": Field(COUNT, optional=True),
+    "drafting_slots_per_request": Field(COUNT, optional=True),
+    "requests": Field(MapOf("request id", REQUEST)),
+    "new": Field(IDS),
+    "resumed": Field(IDS),
+    "preempted": Field(IDS),
+    "finished": Field(IDS),
+    "kv_blocks": Field(KV_BLOCKS),
+    "waiting": Field(IDS),
+    "running": Field(IDS),
+})
+ENGINE_KV_BLOCKS = Record("engine kv blocks", {"free": Field(COUNT, optional=True), "used": Field(COUNT)})
+ENGINE_STEP = Record("engine_steps", {
+    "kv_blocks": Field(ENGINE_KV_BLOCKS),
+    "target_forward_tokens": Field(ListOf(COUNT)),
+    "drafter_forward_tokens": Field(ListOf(COUNT)),
+    "max_num_batched_tokens": Field(COUNT),
+}, base=STEP)
+
+OUTPUT = Record("outputs", {
+    "id": Field(Text()),
+    "output_token_ids": Field(ListOf(COUNT)),
+    "finish_reason": Field(Text(("length", "stop"))),
+})
+ENGINE_OUTPUT = Record("engine_outputs", {
+    "logprobs": Field(ListOf(ListOf(Pair(COUNT, Number(maximum=0))))),
+}, base=OUTPUT)
+
+REFUSAL_WORDS = Nullable(Text())
+METHOD_ROW = Record("methods row", {
+    "row": Field(Text()),
+    "method": Field(Text()),
+    "k": Field(COUNT),
+    "constructible": Field(Flag()),
+    "parallel_drafting": Field(Nullable(Flag())),
+    "drafting_slots_per_request": Field(Nullable(COUNT)),
+    "num_lookahead_tokens": Field(Nullable(COUNT)),
+    "max_num_scheduled_tokens": Field(Nullable(COUNT)),
+    "per_step_input_budget": Field(Nullable(COUNT)),
+    "refusal_kind": Field(REFUSAL_WORDS),
+    "refused_by": Field(REFUSAL_WORDS),
+    "refusal_text": Field(REFUSAL_WORDS),
+})
+METHOD_PROBE = Record("methods probe", {
+    "row": Field(Text()),
+    "probe": Field(Text(("below", "at", "above"))),
+    "max_num_batched_tokens": Field(COUNT),
+    "reservation": Field(COUNT),
+    "adjusted": Field(MapOf("argument", Int(None))),
+    "refused": Field(Flag()),
+    "refusal_kind": Field(REFUSAL_WORDS),
+    "refused_by": Field(REFUSAL_WORDS),
+    "refusal_text": Field(REFUSAL_WORDS),
+})
+
+
+@dataclass(frozen=True)
+class Layer:
+    """A layer's records: `record`, or the variant whose key the record holds, not null (a
+    refused configuration's record, a methods probe)."""
+
+    record: Record
+    variants: tuple[tuple[str, Record], ...] = field(default=())
+
+    def shape(self, record) -> Record:
+        if isinstance(record, dict):
+            for key, variant in self.variants:
+                if record.get(key) is not None:
+                    return variant
+        return self.record
+
+
+LAYERS: dict[str, Layer] = {
+    "config": Layer(CONFIG, (("refused", REFUSED_CONFIG),)),
+    "steps": Layer(STEP, (("refused", REFUSED),)),
+    "outputs": Layer(OUTPUT, (("refused", REFUSED),)),
+    "methods": Layer(METHOD_ROW, (("probe", METHOD_PROBE),)),
+    "engine_config": Layer(CONFIG, (("refused", REFUSED_CONFIG),)),
+    "engine_steps": Layer(ENGINE_STEP, (("refused", REFUSED),)),
+    "engine_outputs": Layer(ENGINE_OUTPUT, (("refused", REFUSED),)),
+}
+# Every record and object with a table in PROTOCOL.md
+RECORDS = (REFUSAL, CONFIG, REFUSED_CONFIG, REFUSED, STEP, REQUEST, KV_BLOCKS, ENGINE_STEP,
+           ENGINE_KV_BLOCKS, OUTPUT, ENGINE_OUTPUT, METHOD_ROW, METHOD_PROBE)
+
+
+def check_record(layer: str, record, strict: bool = False) -> dict:
+    """The record as its layer declares it, without the fields no table names (with `strict`,
+    such a field is an error too); RecordError when it is not."""
+    if layer not in LAYERS:
+        raise RecordError(f"a record of a protocol layer ({', '.join(LAYERS)})", layer)
+    return LAYERS[layer].shape(record).check(record, strict)
+
+
+@dataclass(frozen=True)
+class RecordProblem:
+    """The first record of a trace that is not what its layer declares."""
+
+    layer: str
+    seq: int
+    error: RecordError
+    name: str = ""  # the record's step or row, where it has a readable one
+
+    def __str__(self) -> str:
+        return f"layer {self.layer}, record #{self.seq}{self.name}: {self.error}"
+
+
+def check_layers(layers: dict, strict: bool = False) -> tuple[dict, RecordProblem | None]:
+    """Every record of every layer checked, in the protocol's layer order. Returns the layers as
+    declared (unknown fields left out) and the first problem, if any; the layers then hold only
+    the records before it: the layers before its layer whole, its layer up to it."""
+    order = sorted(layers, key=lambda name: list(LAYERS).index(name) if name in LAYERS else len(LAYERS))
+    out: dict = {}
+    for name in order:
+        records = layers[name]
+        if name not in LAYERS:
+            return out, RecordProblem(name, 0, RecordError(f"a protocol layer ({', '.join(LAYERS)})", name))
+        if not isinstance(records, list):
+            return out, RecordProblem(name, 0, RecordError("a list of records", records))
+        out[name] = []
+        for seq, record in enumerate(records):
+            try:
+                out[name].append(check_record(name, record, strict))
+            except RecordError as exc:
+                return out, RecordProblem(name, seq, exc, _named(record))
+    return out, None
+
+
+def _named(record) -> str:
+    """", step 3" / ", row pard/K=8" when the record names itself readably."""
+    if not isinstance(record, dict):
+        return ""
+    step = record.get("step")
+    if isinstance(step, int) and not isinstance(step, bool) and 0 <= step <= MAX_INT:
+        return f" (step {step})"
+    for key in ("row", "id"):
+        if isinstance(record.get(key), str):
+            return f" ({key} {quoted(record[key])})"
+    return ""

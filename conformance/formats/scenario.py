@@ -1,0 +1,266 @@
+"""Scenario files: a gate configuration (vLLM's own argument names) plus a workload.
+
+Everything is validated here, before any engine starts, and every error names the field.
+Model paths are resolved relative to the scenario file and must be local folders holding a
+config.json: nothing is ever loaded from a hub. The scenario hash covers the content of
+those config files, not their location, so the same scenario hashes the same anywhere.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from conformance.formats.fields import (METHODS, METHODS_WITH_DRAFT_MODEL, ScenarioError,
+                                        model_dir as _model_dir)
+from conformance.formats.fields import type_name as _tname
+from conformance.formats.files import InputFileError, read_text
+from conformance.formats.method_matrix import validate_method_matrix
+from conformance.formats.protocol import ENGINE_LAYERS
+from conformance.formats.workload import validate_workload
+
+SCHEMA = "vllm-parity/scenario/1"
+NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
+MAX_TOKENS_LIMIT = 1 << 20  # far above any gate configuration; rejects absurd sizes
+
+
+# Field -> (type, required). The keys are vLLM's own EngineArgs names, as in `vllm serve`.
+# Platform-dependent defaults (block size, prefix caching, chunked prefill, async scheduling)
+# are required, so a CPU run and a GPU run of one scenario resolve the same configuration.
+ENGINE_ARGS: dict[str, tuple[type, bool]] = {
+    "model": (str, True),
+    "load_format": (str, True),
+    "max_num_seqs": (int, True),
+    "max_num_batched_tokens": (int, True),
+    "max_model_len": (int, True),
+    "block_size": (int, True),
+    "enable_prefix_caching": (bool, True),
+    "enable_chunked_prefill": (bool, True),
+    "async_scheduling": (bool, True),
+    "dtype": (str, False),
+    "seed": (int, False),
+    "max_num_scheduled_tokens": (int, False),
+    "long_prefill_token_threshold": (int, False),
+    "num_gpu_blocks_override": (int, False),
+    "scheduling_policy": (str, False),
+    "speculative_config": (dict, False),
+}
+# Keys of --speculative-config.
+SPECULATIVE_CONFIG: dict[str, tuple[type, bool]] = {
+    "method": (str, True),
+    "num_speculative_tokens": (int, True),
+    "model": (str, False),  # required for methods that run a draft model (checked below)
+    "parallel_drafting": (bool, False),
+    "prompt_lookup_max": (int, False),
+    "prompt_lookup_min": (int, False),
+}
+SIZE_FIELDS = (
+    "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
+    "max_num_scheduled_tokens", "num_gpu_blocks_override", "num_speculative_tokens",
+    "prompt_lookup_max", "prompt_lookup_min",
+)
+# Other integers and their allowed ranges (inclusive).
+RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
+TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix", "rows", "engine"}
+# The `engine` block: this scenario runs the whole engine (the engine layers) on its workload.
+# key -> (type, low, high). logprob_atol (the comparison's tolerance) and logprob_noise (the
+# noise it was calibrated on, measured by benchmarks/bench_noise.py) say how runs are judged,
+# not what an engine runs: they stay out of the scenario hash (like `rows`) and out of the
+# engine's input.
+ENGINE_OPTIONS = {"logprobs": (int, 1, 20), "logprob_decimals": (int, 0, 8),
+                  "logprob_atol": (float, 0.0, 10.0), "logprob_noise": (float, 0.0, 10.0)}
+# Four decimals: 10x finer than the float32 tolerance below, so rounding never decides a
+# comparison. Token ids carry the exact check.
+DEFAULT_ENGINE = {"logprobs": 5, "logprob_decimals": 4}
+# By the scenario's dtype. float32: at least 10x the largest noise measured on any engine
+# scenario (2.4e-5, across oneDNN's ISA capped at SSE4.1, two compute threads and requests
+# decoded alone, both CPU pins; benchmarks/bench_noise.py, docs/release-gate.md "On every machine"), which
+# leaves 40x. bf16 / fp16 on a GPU: not measured here (no GPU); a few hundredths expected.
+DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
+ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    description: str
+    engine_args: dict  # model paths made absolute
+    workload: dict | None
+    source: Path
+    sha256: str
+    method_matrix: dict | None = None
+    rows: tuple[str, ...] = ("ENG-SCHED-CORE",)  # engine-matrix rows its verdicts belong to
+    engine: dict | None = None  # the engine block (without the JUDGING_OPTIONS), or None
+    logprob_atol: float | None = None  # engine layers' logprob tolerance
+    # the largest cross-machine noise measured on this scenario's logprobs
+    # (benchmarks/bench_noise.py), from which logprob_atol is calibrated; None if not measured
+    logprob_noise: float | None = None
+
+    @property
+    def layers(self) -> list[str]:
+        """The layers this scenario has something to say about."""
+        layers = ["config"]
+        if self.engine is not None:  # the real engine generates the workload
+            layers += list(ENGINE_LAYERS)
+        elif self.workload is not None:
+            layers += ["steps", "outputs"]
+        if self.method_matrix is not None:
+            layers.append("methods")
+        return layers
+
+    def to_wire(self) -> dict:
+        """What an engine receives in a `run` message."""
+        wire = {"name": self.name, "sha256": self.sha256, "engine_args": self.engine_args,
+                "workload": self.workload}
+        if self.method_matrix is not None:
+            wire["method_matrix"] = self.method_matrix
+        if self.engine is not None:
+            wire["engine"] = self.engine
+        return wire
+
+    def without_speculation(self) -> "Scenario":
+        """The same scenario with speculative decoding off (outputs must not change)."""
+        args = {k: v for k, v in self.engine_args.items() if k != "speculative_config"}
+        return replace(self, name=self.name + ".no-spec", engine_args=args,
+                       sha256=hashlib.sha256((self.sha256 + ":no-spec").encode()).hexdigest())
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    path = Path(path)
+    src = str(path)
+    try:
+        raw = json.loads(read_text(path, "scenario"), parse_constant=_reject_constant)
+    except FileNotFoundError:
+        raise ScenarioError(src, "<file>", "no such file") from None
+    except InputFileError as exc:
+        raise ScenarioError(src, "<file>", str(exc).removeprefix(f"{path}: ")) from None
+    except OSError as exc:
+        raise ScenarioError(src, "<file>", f"cannot be read: {exc}") from None
+    except (json.JSONDecodeError, ValueError) as exc:
+        raise ScenarioError(src, "<file>", f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise ScenarioError(src, "<file>", "nested too deeply to be a scenario") from None
+    return parse_scenario(raw, path)
+
+
+def parse_scenario(raw: object, path: Path) -> Scenario:
+    src = str(path)
+    if not isinstance(raw, dict):
+        raise ScenarioError(src, "<top>", f"must be a JSON object, got {_tname(raw)}")
+    _no_unknown(src, "", raw, TOP_LEVEL)
+    if raw.get("schema") != SCHEMA:
+        raise ScenarioError(src, "schema", f"must be {SCHEMA!r}, got {raw.get('schema')!r}")
+    name = raw.get("name")
+    if not isinstance(name, str) or not NAME.fullmatch(name):
+        raise ScenarioError(src, "name", "must be 1-64 characters of a-z 0-9 _ . - "
+                            f"(it names golden files), got {name!r}")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise ScenarioError(src, "description", f"must be a string, got {_tname(description)}")
+    args = raw.get("engine_args")
+    if not isinstance(args, dict):
+        raise ScenarioError(src, "engine_args", f"must be an object, got {_tname(args)}")
+    args = _check_fields(src, "engine_args", args, ENGINE_ARGS)
+    base = path.resolve().parent
+    hashed = dict(args)
+    args["model"], hashed["model"] = _model_dir(src, "engine_args.model", args["model"], base)
+    if args["load_format"] != "dummy":
+        raise ScenarioError(src, "engine_args.load_format",
+                            f"must be 'dummy' (no weights are ever loaded), got {args['load_format']!r}")
+    spec = args.get("speculative_config")
+    if spec is not None:
+        spec = _check_fields(src, "engine_args.speculative_config", spec, SPECULATIVE_CONFIG)
+        hashed_spec = dict(spec)
+        method = spec["method"]
+        if method not in METHODS:
+            raise ScenarioError(src, "engine_args.speculative_config.method",
+                                f"unknown method {method!r}; expected one of {sorted(METHODS)}")
+        if method in METHODS_WITH_DRAFT_MODEL and method != "mtp" and "model" not in spec:
+            raise ScenarioError(src, "engine_args.speculative_config.model",
+                                f"method {method!r} needs a draft model config folder")
+        if "model" in spec:
+            spec["model"], hashed_spec["model"] = _model_dir(
+                src, "engine_args.speculative_config.model", spec["model"], base)
+        args["speculative_config"], hashed["speculative_config"] = spec, hashed_spec
+    _check_sizes(src, args)
+    workload = raw.get("workload")
+    if workload is not None:
+        workload = validate_workload(workload, src, args)
+    identity = {"schema": SCHEMA, "name": name, "engine_args": hashed, "workload": workload}
+    matrix = raw.get("method_matrix")
+    if matrix is not None:
+        matrix, identity["method_matrix"] = validate_method_matrix(matrix, src, base)
+    engine, atol, noise = _engine_options(src, raw.get("engine"), args, workload)
+    if engine is not None:
+        identity["engine"] = engine
+    digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+    rows = raw.get("rows", ["ENG-SCHED-CORE"])
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, str) and ROW.fullmatch(r) for r in rows):
+        raise ScenarioError(src, "rows", f"must be a non-empty list of engine-matrix row names "
+                            f"like 'ENG-SCHED-CORE', got {rows!r}")
+    # rows are how verdicts are grouped, not what an engine runs: they are not in the hash
+    return Scenario(name, description, args, workload, path, digest, matrix, tuple(rows), engine, atol,
+                    noise)
+
+
+def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, float | None, float | None]:
+    if raw is None:
+        return None, None, None
+    if not isinstance(raw, dict):
+        raise ScenarioError(src, "engine", f"must be an object, got {_tname(raw)}")
+    _no_unknown(src, "engine.", raw, set(ENGINE_OPTIONS))
+    for key, (typ, low, high) in ENGINE_OPTIONS.items():
+        if key not in raw:
+            continue
+        value = raw[key]
+        ok = isinstance(value, (int, float) if typ is float else typ) and not isinstance(value, bool)
+        if not ok or not low <= value <= high or (typ is float and value == 0):
+            raise ScenarioError(src, f"engine.{key}", f"must be a {typ.__name__} in "
+                                f"{'(' if typ is float else '['}{low}, {high}], got {value!r}")
+    if workload is None:
+        raise ScenarioError(src, "workload", "is required with `engine`: the engine generates it")
+    engine = {k: raw.get(k, v) for k, v in DEFAULT_ENGINE.items()}
+    atol = float(raw.get("logprob_atol", DEFAULT_ATOL.get(args.get("dtype", "float32"), 0.1)))
+    noise = raw.get("logprob_noise")
+    return engine, atol, None if noise is None else float(noise)
+
+
+def _check_fields(src: str, where: str, obj: dict, schema: dict[str, tuple[type, bool]]) -> dict:
+    _no_unknown(src, where + ".", obj, set(schema))
+    for key, (typ, required) in schema.items():
+        if key not in obj:
+            if required:
+                raise ScenarioError(src, f"{where}.{key}", "is required")
+            continue
+        value = obj[key]
+        # bool is a subclass of int in Python; a size given as `true` is still a type error.
+        ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
+        if not ok:
+            raise ScenarioError(src, f"{where}.{key}", f"must be {typ.__name__}, got {_tname(value)}")
+    return dict(obj)
+
+
+def _check_sizes(src: str, args: dict) -> None:
+    spec = args.get("speculative_config") or {}
+    for key in SIZE_FIELDS:
+        for where, obj in (("engine_args", args), ("engine_args.speculative_config", spec)):
+            if key in obj and not 1 <= obj[key] <= MAX_TOKENS_LIMIT:
+                raise ScenarioError(src, f"{where}.{key}",
+                                    f"must be between 1 and {MAX_TOKENS_LIMIT}, got {obj[key]}")
+    for key, (low, high) in RANGES.items():
+        if key in args and not low <= args[key] <= high:
+            raise ScenarioError(src, f"engine_args.{key}", f"must be between {low} and {high}, got {args[key]}")
+
+
+def _no_unknown(src: str, prefix: str, obj: dict, allowed: set[str]) -> None:
+    for key in obj:
+        if key not in allowed:
+            raise ScenarioError(src, f"{prefix}{key!r}" if not key.strip() else f"{prefix}{key}",
+                                f"unknown key; allowed: {sorted(allowed)}")
+
+
+def _reject_constant(token: str):
+    raise ValueError(f"{token} is not allowed")

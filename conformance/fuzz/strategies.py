@@ -1,0 +1,257 @@
+"""What `parity fuzz` generates: scenario files (the project's own schema) from hypothesis
+strategies, over vLLM's engine arguments and the stand-in workload.
+
+Every strategy shrinks toward the plainest scenario: an optional argument toward "not given"
+(vLLM's default), a size toward its smallest value, a list toward fewer entries, a flag
+toward off. So hypothesis' own shrinking ends at fewer requests, shorter prompts, fewer steps
+and default arguments wherever the divergence allows.
+
+What each pin accepts: the arguments below are the EngineArgs fields every pinned release
+(0.27.1, 0.28.0, 0.33.0) knows. Values a release refuses (a budget below max_model_len with
+chunked prefill off, a threshold above max_model_len, ...) are generated on purpose: the
+refusal is a record of the config layer, and refusal parity is part of the contract.
+`max_num_partial_prefills` is not generated: no pinned release has it any more (V0 only).
+Per-request priorities are not in the workload schema; the priority policy is generated and
+orders requests by arrival.
+
+Sizes stay small (max_model_len <= 512, at most MAX_REQUESTS requests) so one example runs in
+tens of milliseconds on the stand-in layers.
+
+engine_scenarios() is the space of the engine layers (engine_config, engine_steps,
+engine_outputs), where the oracle runs the release's whole engine: the project's tiny models
+(scenarios/models/tiny-*, float32, the models the library's engine_*.json use), every
+speculative method those scenarios use (ngram, a draft model, the target drafting for itself,
+PARD, EAGLE-3, DFlash, MTP), and workloads of at most ENGINE_MAX_REQUESTS short requests (or
+one ending exactly at max_model_len), so
+one example is one tiny engine start and a few dozen steps (about a second). Acceptance is the
+model's own there, so no acceptance scripts; stop ids are drawn from the tiny vocabulary.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from hypothesis import strategies as st
+
+from conformance.formats.scenario import SCHEMA
+
+MAX_REQUESTS = 6
+MAX_ARRIVAL = 6
+TARGET = "models/qwen3-27b"  # relative to scenarios/, like the library's own scenarios
+# Speculative methods the stand-in drives, with the draft config folder each needs.
+DRAFTERS = {
+    "dflash": "models/dflash-27b-draft",
+    "eagle3": "models/eagle3-27b-draft",
+    "draft_model": "models/pard-qwen3-0.6b-draft",
+    "ngram": None,
+}
+VOCABS = (64, 2, 16, 151936)  # small vocabularies make stop tokens appear
+
+# Strategies are built once (building one costs more than drawing from it); a range that
+# depends on an earlier draw comes from the cache.
+ints = functools.lru_cache(maxsize=None)(st.integers)
+FLAG = st.booleans()  # shrinks toward False
+ON_FIRST = st.sampled_from([True, False])  # shrinks toward True
+
+
+def optional(strategy):
+    """None (the argument left out: vLLM's default) first, so shrinking goes there."""
+    return st.one_of(st.none(), strategy)
+
+
+NGRAM_MIN = st.integers(1, 3)
+
+
+@st.composite
+def speculative_configs(draw):
+    method = draw(METHOD)
+    spec = {"method": method, "num_speculative_tokens": draw(ints(1, 8))}
+    if DRAFTERS[method]:
+        spec["model"] = DRAFTERS[method]
+    if method == "ngram":
+        low = draw(NGRAM_MIN)
+        spec["prompt_lookup_min"], spec["prompt_lookup_max"] = low, draw(ints(low, 4))
+    return spec
+
+
+METHOD = st.sampled_from(list(DRAFTERS))
+MAX_MODEL_LEN = st.one_of(st.integers(16, 128), st.sampled_from([256, 512]))
+SMALL_BUDGET = st.integers(1, 64)
+# Budgets around max_model_len (an offset from it): below it is refused without chunked prefill.
+BUDGET_NEAR = st.sampled_from([0, 1, -1, 2048])
+THRESHOLD = optional(st.one_of(st.integers(0, 64), st.sampled_from(["max", "max+1"])))
+BLOCKS = optional(st.integers(1, 64))
+POLICY = optional(st.sampled_from(["fcfs", "priority"]))
+SCHEDULED = optional(st.integers(1, 256))
+SPEC = optional(speculative_configs())
+
+
+@st.composite
+def engine_args(draw) -> dict:
+    max_model_len = draw(MAX_MODEL_LEN)
+    chunked = draw(ON_FIRST)
+    if draw(FLAG if chunked else ON_FIRST):  # without chunking, mostly a budget that admits
+        near = draw(BUDGET_NEAR)
+        batched = near if near == 2048 else max_model_len + near
+    else:
+        batched = draw(SMALL_BUDGET)
+    args = {
+        "model": TARGET,
+        "load_format": "dummy",
+        "max_num_seqs": draw(ints(1, 8)),
+        "max_num_batched_tokens": batched,
+        "max_model_len": max_model_len,
+        "block_size": 16,
+        "enable_prefix_caching": draw(FLAG),
+        "enable_chunked_prefill": chunked,
+        "async_scheduling": False,  # the steps layer mirrors the synchronous EngineCore.step()
+    }
+    threshold = draw(THRESHOLD)
+    if isinstance(threshold, str):
+        threshold = max_model_len + (threshold == "max+1")
+    extra = {
+        "long_prefill_token_threshold": threshold,
+        "num_gpu_blocks_override": draw(BLOCKS),
+        "scheduling_policy": draw(POLICY),
+        "max_num_scheduled_tokens": draw(SCHEDULED),
+        "speculative_config": draw(SPEC),
+    }
+    args.update({k: v for k, v in extra.items() if v is not None})
+    return args
+
+
+COUNT = st.integers(1, MAX_REQUESTS)
+ARRIVAL = st.integers(0, MAX_ARRIVAL)
+
+
+def request(draw, i: int, max_model_len: int, most_tokens: int, longest_short: int, arrival, stops) -> dict:
+    """One request of a workload: a prompt that is short or ends exactly at max_model_len (where
+    the budget and drafting limits bind), drawn in this order so a seed keeps its examples."""
+    max_tokens = draw(ints(1, most_tokens))
+    room = max_model_len - max_tokens
+    prompt_len = room if draw(FLAG) else draw(ints(1, min(room, longest_short)))
+    req = {"id": f"r{i}", "arrival_step": draw(arrival), "prompt_len": prompt_len, "max_tokens": max_tokens}
+    stop_ids = draw(stops)
+    if stop_ids:
+        req["stop_token_ids"] = stop_ids
+    return req
+
+
+@st.composite
+def requests(draw, max_model_len: int, k: int, vocab_size: int) -> list[dict]:
+    out = []
+    stops = st.lists(ints(0, min(vocab_size, 64) - 1), max_size=2, unique=True)
+    acceptances = st.lists(ints(0, k + 1), min_size=1, max_size=3)
+    for i in range(draw(COUNT)):
+        req = request(draw, i, max_model_len, min(24, max_model_len - 1), 96, ARRIVAL, stops)
+        if k:
+            acceptance = draw(acceptances)
+            if acceptance != [0]:
+                req["acceptance"] = acceptance
+        out.append(req)
+    return out
+
+
+VOCAB = st.sampled_from(VOCABS)
+SEED = st.integers(0, 1000)
+
+
+@st.composite
+def scenarios(draw, name: str = "fuzz") -> dict:
+    """A raw scenario (what a scenario file holds), valid under conformance/formats/scenario.py."""
+    args = draw(engine_args())
+    vocab_size = draw(VOCAB)
+    k = (args.get("speculative_config") or {}).get("num_speculative_tokens", 0)
+    reqs = draw(requests(args["max_model_len"], k, vocab_size))
+    workload = {"seed": draw(SEED), "vocab_size": vocab_size,
+                "max_steps": max_steps(reqs), "requests": reqs}
+    return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
+            "workload": workload}
+
+
+def max_steps(reqs: list[dict]) -> int:
+    """Room for every request to finish one token per step after the last arrival, with
+    preemption's recomputation: a workload that cannot finish (a prompt larger than the KV
+    cache) ends at this cap on both sides instead of running long."""
+    total = sum(r["prompt_len"] + r["max_tokens"] for r in reqs)
+    return min(max(r["arrival_step"] for r in reqs) + 2 * total + 16, 4000)
+
+
+# -- the engine layers -------------------------------------------------------------------
+
+ENGINE_MAX_REQUESTS = 3
+ENGINE_TARGET = "models/tiny-qwen3"
+ENGINE_VOCAB = 2048  # every tiny model's vocabulary
+# (method, target, drafter config): the speculative setups of the library's engine scenarios
+ENGINE_SPECS = {
+    "ngram": (ENGINE_TARGET, {"method": "ngram"}),
+    "draft_model": (ENGINE_TARGET, {"method": "draft_model", "model": "models/tiny-qwen3-draft"}),
+    "self": (ENGINE_TARGET, {"method": "draft_model", "model": ENGINE_TARGET}),  # every draft accepted
+    "pard": (ENGINE_TARGET, {"method": "draft_model", "model": "models/tiny-pard", "parallel_drafting": True}),
+    "eagle3": (ENGINE_TARGET, {"method": "eagle3", "model": "models/tiny-eagle3"}),
+    "dflash": (ENGINE_TARGET, {"method": "dflash", "model": "models/tiny-dflash"}),
+    "mtp": ("models/tiny-mimo", {"method": "mtp"}),
+}
+ENGINE_SPEC = optional(st.sampled_from(list(ENGINE_SPECS)))
+ENGINE_MAX_MODEL_LEN = st.sampled_from([64, 32, 128, 256])
+ENGINE_BLOCKS = optional(st.integers(2, 24))
+ENGINE_THRESHOLD = optional(st.integers(1, 64))
+
+
+@st.composite
+def engine_args_for_engine(draw) -> dict:
+    setup = draw(ENGINE_SPEC)
+    target, spec = ENGINE_SPECS[setup] if setup else (ENGINE_TARGET, None)
+    max_model_len = draw(ENGINE_MAX_MODEL_LEN)
+    chunked = draw(ON_FIRST)
+    if draw(ON_FIRST):  # a budget around max_model_len, or a large one
+        near = draw(BUDGET_NEAR)
+        batched = near if near == 2048 else max_model_len + near
+    else:
+        batched = draw(ints(8, 64))
+    args = {
+        "model": target, "load_format": "dummy", "dtype": "float32", "seed": 0,
+        "max_num_seqs": draw(ints(1, 4)),
+        "max_num_batched_tokens": batched,
+        "max_model_len": max_model_len,
+        "block_size": 16,
+        "enable_prefix_caching": draw(FLAG),
+        "enable_chunked_prefill": chunked,
+        "async_scheduling": False,  # the engine layers refuse async scheduling
+    }
+    if spec is not None:
+        spec = dict(spec, num_speculative_tokens=draw(ints(1, 4)))
+        if spec["method"] == "ngram":
+            low = draw(NGRAM_MIN)
+            spec["prompt_lookup_min"], spec["prompt_lookup_max"] = low, draw(ints(low, 4))
+        if spec["method"] == "mtp":
+            spec["num_speculative_tokens"] = 1  # the tiny MiMo has one MTP layer
+    extra = {"num_gpu_blocks_override": draw(ENGINE_BLOCKS),
+             "long_prefill_token_threshold": draw(ENGINE_THRESHOLD),
+             "scheduling_policy": draw(POLICY), "speculative_config": spec}
+    args.update({k: v for k, v in extra.items() if v is not None})
+    return args
+
+
+ENGINE_COUNT = st.integers(1, ENGINE_MAX_REQUESTS)
+ENGINE_ARRIVAL = st.integers(0, 3)
+ENGINE_STOPS = st.lists(st.integers(0, ENGINE_VOCAB - 1), max_size=1)
+
+
+@st.composite
+def engine_scenarios(draw, name: str = "fuzz") -> dict:
+    """A raw scenario with an `engine` block: the engine layers run the whole engine on it."""
+    args = draw(engine_args_for_engine())
+    max_model_len = args["max_model_len"]
+    reqs = []
+    for i in range(draw(ENGINE_COUNT)):
+        reqs.append(request(draw, i, max_model_len, 16, 64, ENGINE_ARRIVAL, ENGINE_STOPS))
+    workload = {"seed": draw(SEED), "vocab_size": ENGINE_VOCAB, "max_steps": max_steps(reqs),
+                "requests": reqs}
+    return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
+            "workload": workload, "engine": {"logprobs": 5}}
+
+
+def for_layers(layers) -> st.SearchStrategy:
+    """The scenarios fuzzed for these layers: the engine space for the engine layers."""
+    return engine_scenarios() if any(x.startswith("engine_") for x in layers) else scenarios()

@@ -1,0 +1,371 @@
+"""Golden files, owned by one GoldenStore: where they live, how they are read (an unreadable
+one is an invalid golden), which are orphans, when regeneration keeps one, and how one is
+written (atomically, by a pinned oracle only). Nothing outside this module opens them.
+
+goldens/<scenario name>/vllm-<release>.json holds the trace of pinned release <release> on
+that scenario. Only a pinned vLLM release may write one; a candidate never does.
+
+Whether a regenerated trace still holds its golden (`check_golden`, the one rule of the one
+lifecycle, `GoldenStore.update`, which `make goldens` and `parity goldens` both run):
+  - on the machine that wrote it (same build, CPU model, ISA level and CPU flags): byte for byte;
+  - on another machine or ISA level: every integer fact exactly (config, steps, engine_steps,
+    token ids, finish reasons) and the engine layers' logprobs within the scenario's calibrated
+    tolerance (conformance/judging/numerics.py); a golden that holds is not rewritten, so goldens do
+    not churn from machine to machine;
+  - on another build (the CUDA wheel against a CPU rebuild's golden): by the numerics rules,
+    where a near-tie resolved the other way is reported, not failed.
+Regeneration keeps a golden that holds (`keeps`), unless its provenance does not yet name the
+CPU that wrote it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from conformance.formats.files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
+from conformance.formats.pins import REPO_ROOT, Pins, load_pins
+from conformance.formats.record_schema import (Field, Flag, Int, ListOf, Nullable, Number, Record,
+                                               RecordError, Text, check_layers)
+from conformance.formats.trace import SCHEMA, TraceError, checked, dumps, load_trace, loads_trace
+
+GOLDEN_DIR = REPO_ROOT / "goldens"
+# What regeneration does to a golden (GoldenUpdate.action)
+KEEP, NEW, REWRITE = "keep", "new", "rewrite"
+
+
+class GoldenRefused(PermissionError):
+    """Someone asked a candidate engine, or a failed run, to write a golden."""
+
+
+@dataclass(frozen=True)
+class Golden:
+    """A golden looked up: its trace, or why there is none to judge against (`kind`:
+    missing_golden or invalid_golden, and a message naming the file)."""
+
+    path: Path
+    trace: dict | None = None
+    kind: str = ""
+    message: str = ""
+
+    def only(self, layers) -> dict | None:
+        """The golden restricted to `layers` (all of it with None)."""
+        if self.trace is None or layers is None:
+            return self.trace
+        return dict(self.trace, layers={k: v for k, v in self.trace["layers"].items() if k in layers})
+
+
+@dataclass(frozen=True)
+class GoldenCheck:
+    """Whether a regenerated trace holds its golden, by which rule, and the verdict behind it."""
+
+    holds: bool
+    rule: str  # "bytes" (the writer's machine), "tolerance" (another machine), "numerics" (another build)
+    verdict: object = None  # the gate.verdict.Verdict of a judged check
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class GoldenUpdate:
+    """What regenerating one golden does: KEEP it (it holds), write it NEW, or REWRITE it (it
+    does not hold, or is unreadable); `summary` says what changes, `reason` why it is rewritten."""
+
+    path: Path
+    action: str
+    text: str  # the regenerated golden's text (trace.dumps)
+    check: GoldenCheck | None = None  # how the old golden was judged (None: new or unreadable)
+    summary: str = ""
+    reason: str = ""
+    release: str = ""  # the pin whose golden it is
+
+    @property
+    def changes(self) -> bool:
+        return self.action != KEEP
+
+
+class GoldenStore:
+    """goldens/ (or another root, in tests): every read and write of a golden file. A golden of
+    the store is held to the most: its records as their tables declare them, every field named
+    (`check_layers` strict), its provenance as `GOLDEN` declares it and naming its pin's build
+    (`check_provenance`), so no edit of a golden can choose a laxer rule to be judged by."""
+
+    def __init__(self, root: Path = GOLDEN_DIR, pins: Pins | None = None):
+        self.root = Path(root)
+        self._pins = pins
+
+    @property
+    def pins(self) -> Pins:
+        if self._pins is None:
+            self._pins = load_pins()
+        return self._pins
+
+    def path(self, scenario: str, release: str) -> Path:
+        return self.root / scenario / f"vllm-{release}.json"
+
+    def exists(self, scenario: str, release: str) -> bool:
+        return self.path(scenario, release).exists()
+
+    def load(self, scenario: str, release: str) -> dict:
+        """The golden's trace; a TraceError naming the file when it is missing or invalid."""
+        path = self.path(scenario, release)
+        return self.check(load_trace(path), release, path)
+
+    def lookup(self, scenario: str, release: str) -> Golden:
+        """The golden, or why there is none to judge against (never raises for a bad file)."""
+        path = self.path(scenario, release)
+        if not path.exists():
+            return lookup(path)
+        try:
+            return Golden(path, self.load(scenario, release))
+        except TraceError as exc:
+            return Golden(path, kind="invalid_golden", message=str(exc))
+
+    def check(self, golden: dict, release: str, path) -> dict:
+        """The golden of pin `release` if it is one (see the class); TraceError naming `path`."""
+        finished(golden, path)
+        try:
+            check_provenance(golden, release, self.pins)
+        except RecordError as exc:
+            raise TraceError(f"{path}: not a golden of vllm {release}: {exc}") from None
+        layers, problem = check_layers(golden["layers"], strict=True)
+        if problem is not None:
+            raise TraceError(f"{path}: {problem}")
+        return dict(golden, layers=layers)
+
+    def digest(self, names: list[str], releases: tuple[str, ...]) -> str:
+        """Every golden of these scenarios and pins, by content (absent ones too)."""
+        h = hashlib.sha256()
+        for name in sorted(names):
+            for release in releases:
+                path = self.path(name, release)
+                h.update(f"{name}/{release}\0".encode())
+                h.update(_content_digest(path))
+        return h.hexdigest()[:16]
+
+    def content(self, scenario: str, release: str) -> bytes:
+        """The golden's bytes, for what depends on it exactly (adequacy's result cache)."""
+        return read_bytes(self.path(scenario, release), "trace")
+
+    def orphans(self, scenario_names: set[str], releases: tuple[str, ...]) -> list[Path]:
+        """Every file in the store that is not a golden of a scenario and a pinned release: a
+        golden of neither, and anything else (the temporary file a killed write left behind)."""
+        expected = {self.path(s, r) for s in scenario_names for r in releases}
+        return sorted(p for p in self.root.glob("**/*") if not p.is_dir() and p not in expected)
+
+    def update(self, trace: dict, release: str | None, old_text: str | None = None) -> GoldenUpdate:
+        """The one golden lifecycle: what regenerating the golden of `trace` (a run of pinned
+        `release`) does, by `keeps`. A bad writer (a candidate, a failed run, another release's
+        trace) is refused. `old_text`: the golden's current text when the caller has read it."""
+        path = self.path(trace["scenario"]["name"], release) if release else None
+        refuse_writer(path, trace, release)
+        text = dumps(trace)
+        if old_text is None and path.exists():
+            try:
+                old_text = read_text(path, "trace")
+            except InputFileError as exc:
+                return GoldenUpdate(path, REWRITE, text, summary=change_summary(path, "", trace),
+                                    reason=f"unreadable: {exc}")
+        if old_text is None:
+            return GoldenUpdate(path, NEW, text, summary=change_summary(path, None, trace), release=release)
+        try:
+            golden = self.check(loads_trace(old_text, path), release, path)
+        except TraceError as exc:
+            return GoldenUpdate(path, REWRITE, text, summary=change_summary(path, old_text, trace),
+                                reason=f"unreadable: {exc}", release=release)
+        check = keeps(trace, golden)
+        if check.holds:
+            return GoldenUpdate(path, KEEP, text, check, release=release)
+        return GoldenUpdate(path, REWRITE, text, check, change_summary(path, old_text, trace), check.reason,
+                            release=release)
+
+    def write(self, update: GoldenUpdate) -> bool:
+        """Write a regenerated golden atomically (old file or new file, never half); True when
+        the bytes changed. A kept golden is left as it is."""
+        if not update.changes:
+            return False
+        try:  # what is written must read back as a golden of its pin
+            self.check(loads_trace(update.text, update.path), update.release, update.path)
+        except TraceError as exc:
+            raise GoldenRefused(f"refusing to write {update.path}: {exc}") from None
+        return write_text_atomic(update.path, update.text)
+
+
+GOLDENS = GoldenStore()
+
+
+def _content_digest(path: Path) -> bytes:
+    """A golden's part of the digest: its content, or that it is absent or unreadable (the
+    verdict then says invalid_golden; the digest only has to differ)."""
+    try:
+        return hashlib.sha256(read_bytes(path, "trace")).digest()
+    except FileNotFoundError:
+        return b"absent"
+    except (InputFileError, OSError) as exc:
+        return f"unreadable: {exc}".encode("utf-8", "replace")
+
+
+def read_golden(path: Path) -> dict:
+    """A golden file's trace (any path: `parity compare --golden`), its records judged as a
+    candidate's are; TraceError when invalid."""
+    return checked_golden(load_trace(path), path)
+
+
+def checked_golden(trace: dict, path) -> dict:
+    """The trace as a golden to judge against: a finished run, every record as its layer
+    declares it (fields no table names left out); TraceError naming `path` otherwise."""
+    finished(trace, path)
+    trace = checked(trace)
+    if "failure" in trace:
+        raise TraceError(f"{path}: {trace['failure']['message']}")
+    return trace
+
+
+def finished(trace: dict, path) -> None:
+    if "failure" in trace:
+        raise TraceError(f"{path}: a golden must come from a finished oracle run, this one records "
+                         f"a failure ({trace['failure'].get('kind')})")
+
+
+def lookup(path: Path) -> Golden:
+    if not path.exists():
+        return Golden(path, kind="missing_golden", message=f"no golden at {path}; write it with `make goldens`")
+    try:
+        return Golden(path, read_golden(path))
+    except TraceError as exc:
+        return Golden(path, kind="invalid_golden", message=str(exc))
+
+
+def refuse_writer(path: Path | None, trace: dict, release: str | None) -> None:
+    """Only a finished run of a pinned vLLM release writes that release's golden."""
+    where = path or f"the golden of {trace.get('scenario', {}).get('name')}"
+    if release is None:
+        raise GoldenRefused(f"refusing to write {where}: goldens are written only by a pinned "
+                            "vLLM oracle, never by a candidate engine")
+    if "failure" in trace:
+        raise GoldenRefused(f"refusing to write {where}: the run failed ({trace['failure']['kind']})")
+    if trace.get("provenance", {}).get("environment", {}).get("vllm") != release:
+        raise GoldenRefused(f"refusing to write {where}: it is not the trace of vLLM {release}")
+
+
+# A golden's every part but its layers, field by field: nothing else may ride along in a golden
+# (a field no rule reads today could be read by one tomorrow).
+CPU = Record("cpu", {"model": Field(Text()), "isa": Field(Text()), "flags_sha256": Field(Text()),
+                     "onednn_max_isa": Field(Text(), optional=True)})
+FIDELITY = Record("fidelity", {"official": Field(Text()), "compared_files": Field(Int(0)),
+                               "allowed_differences": Field(ListOf(Text())), "equal": Field(Flag())})
+ENVIRONMENT = Record("environment", {
+    "python": Field(Text()), "torch": Field(Text()), "vllm": Field(Text()), "machine": Field(Text()),
+    "build": Field(Text()), "fidelity": Field(Nullable(FIDELITY)), "cpu": Field(Nullable(CPU)),
+    "device": Field(Text(("gpu",)), optional=True), "model_runner": Field(Text(), optional=True),
+})
+GOLDEN = Record("golden", {
+    "schema": Field(Text((SCHEMA,))),
+    "engine": Field(Record("engine", {"label": Field(Text()), "name": Field(Text(("vllm",))),
+                                      "version": Field(Text()), "protocol": Field(Int(0))})),
+    "scenario": Field(Record("scenario", {"name": Field(Text()), "sha256": Field(Text()),
+                                          "logprob_atol": Field(Number(minimum=0), optional=True),
+                                          "logprob_noise": Field(Number(minimum=0), optional=True)})),
+    "provenance": Field(Record("provenance", {"harness": Field(Text()), "environment": Field(ENVIRONMENT)})),
+})
+
+
+def check_provenance(golden: dict, release: str, pins: Pins) -> None:
+    """A golden of pin `release`: every part as GOLDEN declares it, written by that release
+    (engine and environment.vllm) and by its pin's build (Pins.golden_build): the build decides
+    which rule a golden holds by, so it may name no other. RecordError otherwise."""
+    GOLDEN.check({k: v for k, v in golden.items() if k != "layers"}, strict=True)
+    for path, value, expected in (("engine.version", golden["engine"]["version"], release),
+                                  ("engine.label", golden["engine"]["label"], f"vllm-{release}"),
+                                  ("provenance.environment.vllm", golden["provenance"]["environment"]["vllm"], release),
+                                  ("provenance.environment.build", golden["provenance"]["environment"]["build"],
+                                   pins.golden_build(release))):
+        if value != expected:
+            raise RecordError(f"{expected!r} (the pin's)", value, tuple(path.split(".")))
+
+
+def writer(trace: dict) -> dict:
+    """What wrote a trace: the build, and the CPU's model, ISA level and flags (provenance)."""
+    env = trace.get("provenance", {}).get("environment", {})
+    return {"build": env.get("build"), "cpu": env.get("cpu")}
+
+
+def check_golden(trace: dict, golden: dict) -> GoldenCheck:
+    """The one rule by which a trace holds its golden (module doc)."""
+    # the comparison core; judging/judging.py builds on this module
+    from conformance.judging.verdict import NUMERICS, PASS, judge
+
+    theirs, ours = writer(golden), writer(trace)
+    if theirs == ours and theirs["cpu"] is not None:
+        same = dumps(trace) == dumps(golden)
+        return GoldenCheck(same, "bytes", reason="" if same else "on the machine that wrote it, "
+                           "the golden must regenerate byte for byte")
+    rule = "tolerance" if theirs["build"] == ours["build"] else "numerics"
+    for key in ("engine", "scenario"):
+        if trace.get(key) != golden.get(key):
+            return GoldenCheck(False, rule, reason=f"{key} differs: golden {golden.get(key)}, "
+                               f"run {trace.get(key)}")
+    verdict = judge(trace, golden, "oracle")
+    holds = verdict.kind == PASS or (rule == "numerics" and verdict.kind == NUMERICS)
+    return GoldenCheck(holds, rule, verdict, reason="" if holds else (
+        f"written by {theirs}, run on {ours}: judged {verdict.kind}, "
+        + ("integer facts exact and logprobs within the tolerance required" if rule == "tolerance"
+           else "within the numerics rules required")))
+
+
+def keeps(trace: dict, golden: dict) -> GoldenCheck:
+    """Whether regeneration keeps a golden (both lifecycles): it holds, and its provenance
+    names the CPU that wrote it (a golden from before that was recorded is rewritten once)."""
+    check = check_golden(trace, golden)
+    if check.holds and writer(golden)["cpu"] is None:
+        return GoldenCheck(False, check.rule, check.verdict, "its provenance does not name the CPU "
+                           "that wrote it (environment.cpu)")
+    return check
+
+
+def write_text_atomic(path: Path, text: str) -> bool:
+    """Old file or new file, never half of either; True when the bytes changed."""
+    try:
+        if read_text(path, "trace") == text:
+            return False
+    except (FileNotFoundError, InputFileError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_writers_temporaries(path)  # left by a writer killed mid-write (kill -9)
+    # the writer's pid in the name says whose it is: .vllm-0.27.1.json.<pid>.<random>.tmp
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it private; a golden is a plain reviewable file
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+    return True
+
+
+def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
+    """One line saying what regenerating `path` changes, shown before it is written."""
+    from conformance.judging.compare import compare_layer
+
+    rel = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    if old_text is None:
+        return f"[goldens] new: {rel}"
+    try:
+        old = json.loads(old_text)
+        parts = []
+        for layer, records in trace["layers"].items():
+            c = compare_layer(layer, old.get("layers", {}).get(layer, []), records)
+            if not c.equal:
+                f = c.first
+                parts.append(f"{layer} record {c.index} {f.path}: {f.expected!r} -> {f.actual!r}"
+                             f" ({len(c.fields)} field(s))")
+        return f"[goldens] changed: {rel}: " + ("; ".join(parts) or "metadata only (engine or provenance)")
+    except (ValueError, AttributeError, TypeError):
+        return f"[goldens] changed: {rel} (the old file was unreadable)"

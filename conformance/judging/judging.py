@@ -1,0 +1,97 @@
+"""From a trace to its verdict: `judge_trace`, the one way every part of the house judges a
+run (the gate and merge through judge_layers, `parity compare`, a shard's unit summaries,
+adequacy's mutants, the fuzzer), against a golden from the store or an oracle trace held in
+memory; and the gate's layers judged, each other layer recorded as not judged with why."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from conformance.formats.pins import Pins
+from conformance.formats.protocol import LAYERS
+from conformance.formats.trace import TraceError, checked
+from conformance.judging.goldens import GOLDENS, Golden, GoldenStore, checked_golden
+from conformance.judging.verdict import (INVALID_GOLDEN, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE,
+                                         PASS, Verdict, judge)
+
+
+def served_layers(engines, units: list, traces: dict[str, dict]) -> dict[str, list[str]]:
+    """Per engine key, the layers it served somewhere in this run (asked and declared)."""
+    out: dict[str, list[str]] = {}
+    for engine in engines:
+        mine = [u for u in units if u.engine == engine.key]
+        layers = {layer for u in mine for layer in u.layers
+                  if layer not in traces[u.key].get("not_served", [])}
+        out[engine.key] = [layer for layer in LAYERS if layer in layers]
+    return out
+
+
+def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest,
+                 pins: Pins, served: list[str], store: GoldenStore = GOLDENS) -> tuple[Verdict, dict | None]:
+    """The verdict on the layers this engine was judged on: the scenario's layers that were
+    asked (--layers) and that the engine serves (its hello). Each other layer is recorded as
+    not judged, with why. A layer the gate requires (--require-layers; by default every layer
+    asked) that the engine does not serve makes the verdict `unsupported`, saying so: a port
+    cannot pass by serving less."""
+    name = scenario["name"]
+    planned = [layer for u in units if u.engine == engine.key and u.scenario == name for layer in u.layers]
+    not_served = [layer for layer in planned if layer in trace.get("not_served", [])]
+    layers = [layer for layer in planned if layer not in not_served]
+    everything = not not_served and manifest.layers is None
+    golden = store.lookup(name, pins.oracle)
+    verdict = judge_trace(trace, golden, engine.role, layers=None if everything else layers)
+    declared = trace.get("capabilities")  # a candidate's hello: a layer not asked may not be served either
+    not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
+                  for layer in scenario.get("layers", planned) if layer not in planned}
+    not_judged.update((layer, NOT_SERVED) for layer in not_served)
+    required = manifest.require_layers
+    missing = [layer for layer in not_served if required is None or layer in required]
+    not_judged.update((layer, MISSING) for layer in missing)
+    verdict = replace(verdict, judged=layers, not_judged=not_judged)
+    golden = golden.only(None if everything else layers)
+    if not missing and layers:
+        return verdict, golden
+    why = (f"required layer{'s' if len(missing) > 1 else ''} {', '.join(missing)} not judged: the engine "
+           f"does not serve {'them' if len(missing) > 1 else 'it'} (its hello does not declare "
+           f"{'them' if len(missing) > 1 else 'it'}); a port cannot pass by serving less. "
+           + (f"Judge it on the layers it serves with --layers {','.join(served)} (in make: "
+              f"LAYERS={','.join(served)}), or name the layers the gate requires with "
+              "--require-layers (REQUIRE_LAYERS=)" if served else "It serves none of the layers asked")
+           if missing else "none of this scenario's layers asked is served by the engine")
+    if verdict.kind in (PASS, NUMERICS):
+        verdict = replace(verdict, kind="unsupported", message=why)
+    elif why not in verdict.message:
+        verdict = replace(verdict, message=f"{verdict.message}\n{why}".strip())
+    return verdict, golden
+
+
+def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=None) -> Verdict:
+    """The verdict on one trace, in `role`: against a golden looked up in the store (a
+    missing or invalid one is the verdict, unless the run failed: an engine failure is its own
+    verdict, its records compared with a readable golden), or an oracle's trace held in
+    memory (a dict; None: no golden at all); with `layers`, on those layers of the golden only.
+    Every record is judged against its layer's declaration before anything compares it
+    (trace.checked): one that is not what it declares ends the run there as a `protocol`
+    failure, and an oracle's trace in memory with such a record is an invalid golden."""
+    trace = checked(trace)
+    if isinstance(golden, dict):
+        try:
+            golden = checked_golden(golden, "the oracle's trace")
+        except TraceError as exc:
+            return Verdict(trace["engine"]["label"], trace["scenario"]["name"], INVALID_GOLDEN, role,
+                           message=str(exc))
+    if isinstance(golden, Golden):
+        if golden.trace is None and "failure" not in trace:
+            return Verdict(trace["engine"]["label"], trace["scenario"]["name"], golden.kind, role,
+                           message=golden.message)
+        golden = golden.trace
+    if golden is not None and layers is not None:
+        golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers})
+    return judge(trace, golden, role)
+
+
+def judge_unit(trace: dict, scenario: str, oracle: str, layers: list[str], role: str = ORACLE,
+               store: GoldenStore = GOLDENS) -> Verdict:
+    """A unit of a shard judged alone, with its engine's role, against the oracle's golden on
+    the unit's layers."""
+    return judge_trace(trace, store.lookup(scenario, oracle), role, layers)

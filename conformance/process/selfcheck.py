@@ -1,0 +1,132 @@
+"""Protocol self-check: run any engine through the protocol's rules and list what it breaks.
+
+Checks: a valid hello with the supported protocol version; every scenario given run on the
+layers it has that the hello declares (every declared layer on one scenario at least), each
+answered by ordered records (at least one per layer) and a `done` whose count matches; every
+record what its layer declares in this protocol version (conformance/formats/record_schema.py, as the
+gate judges it: a record of an older version is missing fields); a declared layer answered
+with something other than refusals somewhere (a refused configuration's record checks nothing
+of the layer); a garbage line answered by a bad_request error without dying; an unknown layer
+answered by an unsupported error; the same scenario giving the same records twice (a warm
+engine keeps no state between runs); shutdown honoured.
+"""
+
+from __future__ import annotations
+
+import time
+
+from conformance.formats import protocol
+from conformance.formats.record_schema import LAYERS as DECLARED, check_layers
+from conformance.formats.scenario import Scenario
+from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.launch import EngineSpec
+
+
+def exercise(declared: list, scenarios: list[Scenario]) -> list[tuple[Scenario, list[str]]]:
+    """Every scenario with the declared layers it has, in order (a scenario with none of them
+    is left out)."""
+    plan = []
+    for scenario in scenarios:
+        layers = [layer for layer in scenario.layers if layer in declared]
+        if layers:
+            plan.append((scenario, layers))
+    return plan
+
+
+def refusals_only(answers: list[tuple[Scenario, dict]]) -> list[str]:
+    """The layers whose every record, over every scenario, was a refused configuration's: the
+    engine refused every configuration they were asked on, so nothing of them was checked."""
+    out = []
+    for layer, spec in DECLARED.items():
+        records = [r for _, records in answers for r in records.get(layer, [])]
+        refused = [r for r in records if spec.shape(r) is not spec.record]
+        if records and len(refused) == len(records) and any(key == "refused" for key, _ in spec.variants):
+            names = [s.name for s, records in answers if records.get(layer)]
+            out.append(f"the declared layer {layer} was answered only with refusals ({', '.join(names)}): "
+                       "none of its records was checked; give a --scenario whose configuration the "
+                       "engine accepts")
+    return out
+
+
+def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[str]:
+    problems: list[str] = []
+    proc = EngineProcess(spec)
+    try:
+        proc.start()
+    except EngineFailure as exc:
+        return [f"handshake: {exc}"]
+    hello = proc.hello
+    caps = hello.get("capabilities")
+    if not all(isinstance(c, str) for c in caps):
+        problems.append(f"hello.capabilities must be strings, got {caps!r}")
+    if not any(layer in caps for layer in protocol.LAYERS):
+        problems.append(f"hello.capabilities names no known layer {list(protocol.LAYERS)}: {caps!r}")
+    plan = exercise(caps, scenarios) or [(scenarios[0], ["config"])]
+    covered = {layer for _, layers in plan for layer in layers}
+    unexercised = [layer for layer in protocol.LAYERS if layer in caps and layer not in covered]
+    if unexercised:
+        problems.append(f"no scenario given has the declared layer(s) {unexercised}: give one with --scenario")
+    log(f"[selfcheck] {spec.label}: {hello['engine']} {hello['version']}, layers {sorted(covered, key=protocol.LAYERS.index)}")
+    answers = []
+    for scenario, layers in plan:
+        log(f"[selfcheck] {scenario.name}: layers {layers}")
+        try:
+            first = proc.run(scenario, layers)
+            second = proc.run(scenario, layers)
+        except EngineFailure as exc:
+            proc.close()
+            return problems + [f"run of {scenario.name} ({', '.join(layers)}): {exc}"]
+        answers.append((scenario, first))
+        if first != second:
+            problems.append(f"{scenario.name}: the same scenario run twice gave different records "
+                            "(state kept between runs?)")
+        problems += [f"{scenario.name}: the declared layer {layer} was asked for and sent no record"
+                     for layer in layers if not first.get(layer)]
+        _, wrong = check_layers(first)
+        if wrong is not None:
+            problems.append(f"{scenario.name}: a record that is not what protocol "
+                            f"{protocol.PROTOCOL_VERSION} declares (engines/PROTOCOL.md): {wrong}")
+    problems += refusals_only(answers)
+    scenario, layers = plan[0]
+
+    proc._proc.stdin.write(b"this is not json\n")
+    proc._proc.stdin.flush()
+    problems += _expect_error(proc, None, "bad_request", "a garbage line")
+    if proc._proc is None:
+        return problems
+    run_id = "selfcheck-unknown-layer"
+    proc._proc.stdin.write(protocol.encode({"type": "run", "id": run_id, "scenario": scenario.to_wire(),
+                                            "layers": ["no-such-layer"]}))
+    proc._proc.stdin.flush()
+    problems += _expect_error(proc, run_id, "unsupported", "an unknown layer")
+    if proc._proc is None:  # it broke the protocol answering bad input, and was ended
+        return problems
+    try:
+        proc.run(scenario, layers)
+    except EngineFailure as exc:
+        problems.append(f"the engine did not survive bad input: {exc}")
+        return problems
+
+    raw = proc._proc
+    raw.stdin.write(protocol.encode({"type": "shutdown"}))
+    raw.stdin.flush()
+    deadline = time.monotonic() + 10
+    while raw.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if raw.poll() is None:
+        problems.append("shutdown: the engine was still running 10 s after shutdown")
+    proc.close()
+    return problems
+
+
+def _expect_error(proc: EngineProcess, run_id, kind: str, what: str) -> list[str]:
+    try:
+        message = proc._next(time.monotonic() + 30, ("error",), f"the answer to {what}")
+    except EngineFailure as exc:
+        return [f"{what}: expected an error message, got: {exc}"]
+    problems = []
+    if message["id"] != run_id:
+        problems.append(f"{what}: expected error id {run_id!r}, got {message['id']!r}")
+    if message["kind"] != kind:
+        problems.append(f"{what}: expected error kind {kind!r}, got {message['kind']!r}")
+    return problems

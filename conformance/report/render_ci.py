@@ -1,0 +1,161 @@
+"""The gate's reports for CI: JUnit XML, and a markdown summary (GitHub's step summary, the
+Buildkite annotation).
+
+Each format escapes in one place: JUnit's every text and attribute is made visible
+(view.visible) once the tree is built, so a candidate's control characters, which XML 1.0
+cannot hold, are shown as escapes and the file parses; ElementTree escapes the markup. In
+markdown every value goes through `_text` or `_code`, so a candidate's name or message cannot
+add a heading, HTML, a link, an image or emphasis, nor break a table.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from xml.etree import ElementTree as ET
+
+from conformance.judging.verdict import KINDS, MISSING, ORACLE, PASS
+from conformance.report.render_text import render_verdict
+from conformance.report.view import REASONS, FirstLine, GateView, visible, visible_lines
+
+
+def junit(view: GateView) -> str:
+    """One test case per verdict and layer, named `row / scenario / engine / layer` so CI
+    views group them; a run that could not be compared is one case for all its layers."""
+    from conformance.judging.numerics import NUMERICS_CAUSES
+
+    suites = ET.Element("testsuites", name="vllm-parity")
+    properties = ET.SubElement(suites, "properties")
+    ET.SubElement(properties, "property", name="layers", value=view.layers)
+    for row, cells in view.requirement_rows.items():
+        suite = ET.SubElement(suites, "testsuite", name=row)
+        counts = Counter()
+        for cell in cells:
+            v, status = cell.verdict, cell.status
+            text = render_verdict(v, view.oracle)
+            layers = [(c.layer, c) for c in v.comparisons] or [("all layers", None)]
+            for layer, c in layers:
+                case = ET.SubElement(suite, "testcase", classname=row,
+                                     name=f"{row} / {v.scenario} / {v.engine} / {layer}")
+                counts["tests"] += 1
+                if c is not None and c.equal:
+                    continue
+                numerics = c is not None and c.cause in NUMERICS_CAUSES
+                if status == PASS or (numerics and not (v.role == ORACLE and v.same_build)):
+                    if numerics:  # passes; what arithmetic explained is kept
+                        ET.SubElement(case, "system-out").text = text
+                    continue
+                if status == "waived" or not v.gating:
+                    counts["skipped"] += 1
+                    reason = (f"waived: {cell.waiver.reason}" if status == "waived"
+                              else f"informational stand-in: {v.kind}")
+                    ET.SubElement(case, "skipped", message=reason).text = text
+                elif c is not None:
+                    counts["failures"] += 1
+                    first = f"{c.layer}.{c.first.path}" if c.first else cell.where
+                    ET.SubElement(case, "failure", type="divergence", message=first).text = text
+                else:
+                    counts["errors"] += 1
+                    ET.SubElement(case, "error", type=v.kind, message=v.message[:200]).text = text
+            for layer, reason in v.not_judged.items():  # a layer not judged is said, never passed
+                case = ET.SubElement(suite, "testcase", classname=row,
+                                     name=f"{row} / {v.scenario} / {v.engine} / {layer}")
+                counts["tests"] += 1
+                said = f"{layer} not judged: {REASONS.get(reason, reason)}"
+                if reason == MISSING and v.gating:  # a required layer the engine does not serve
+                    counts["errors"] += 1
+                    ET.SubElement(case, "error", type="unsupported", message=said).text = text
+                else:
+                    counts["skipped"] += 1
+                    ET.SubElement(case, "skipped", message=said)
+        for key in ("tests", "failures", "errors", "skipped"):
+            suite.set(key, str(counts[key]))
+    _visible_tree(suites)
+    ET.indent(suites)
+    return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _visible_tree(root: ET.Element) -> None:
+    """Every text and attribute of the tree made visible: the one place JUnit escapes what
+    XML cannot hold (NUL, ESC, BEL, U+FFFE, lone surrogates) and what a reader should not obey."""
+    for element in root.iter():
+        if element.text:
+            element.text = visible_lines(element.text)
+        for key, value in list(element.attrib.items()):
+            element.set(key, visible_lines(value))
+
+
+def markdown(view: GateView) -> str:
+    """The summary for a pull request, $GITHUB_STEP_SUMMARY and a Buildkite annotation: the
+    grid, then one table row per verdict that did not pass. Every value interpolated goes
+    through `_text` (markdown text) or `_code` (a code span)."""
+    lines = [f"## vllm-parity gate: {view.explained}", "",
+             f"Oracle: vLLM {_text(view.oracle)}. Exit status {view.status}. Layers: {_text(view.layers)}.", ""]
+    lines += [f"- {_code(label)}: command {_code(command)}" for label, command in view.commands.items()]
+    if view.judged_groups:
+        lines += ["", "| engine | layers judged and not judged | scenarios |", "|---|---|---|"]
+        lines += [f"| {_code(g['engine'], table=True)} | {_text(g['text'])} | {len(g['scenarios'])}: "
+                  f"{_text(', '.join(g['scenarios']))} |" for g in view.judged_groups]
+    lines += ["", "| scenario | " + " | ".join(f"{_code(e, table=True)} ({view.roles[e]})" for e in view.engines) + " |",
+              "|---|" + "---|" * len(view.engines)]
+    for s in view.scenarios:
+        row = [_text(c.text) if (c := view.cell(s, e)) else "-" for e in view.engines]
+        lines.append(f"| {_text(s)} | " + " | ".join(row) + " |")
+    failing = [(row, c) for row, cells in view.requirement_rows.items() for c in cells if c.verdict.kind != PASS]
+    if failing:
+        lines += ["", "| row | scenario | engine | role | verdict | first divergence |",
+                  "|---|---|---|---|---|---|"]
+        for row, c in failing:
+            v = c.verdict
+            lines.append(f"| {_text(row)} | {_text(v.scenario)} | {_code(v.engine, table=True)} | {v.role} | "
+                         f"{c.status} | {_first_line(c.first_line)} |")
+    lines += ["", "Counts: " + ", ".join(f"{view.counts[k]} {k}" for k in KINDS + ("waived",) if view.counts[k])]
+    for w in view.expired:
+        lines.append(f"- **expired waiver** {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} "
+                     f"(owner {_text(w.owner)}, expired {w.expires}): renew or remove it")
+    for w in view.unused:
+        lines.append(f"- unused waiver {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} (owner {_text(w.owner)})")
+    return "\n".join(lines) + "\n"
+
+
+def _first_line(f: FirstLine) -> str:
+    """`steps #3 `requests.r1.tokens`: oracle 1036, candidate 1096`, each part escaped."""
+    if not f.layer:
+        return _text(f.message)
+    return (f"{_text(f.layer)} #{f.index} {_code(f.path, table=True)}: oracle {_text(repr(f.expected), 100)}, "
+            f"candidate {_text(repr(f.actual), 100)}")
+
+
+# Markdown text: the characters that open something inline (emphasis, code, HTML, entities,
+# tables, strikethrough, GitHub's math) are backslash-escaped. Nothing interpolated starts a
+# line, and newlines are escaped, so headings, lists and quotes cannot start either.
+MD_ESCAPED = set("\\`*~<&|$")
+MD_CUT = 300  # characters of one value shown
+
+
+def _text(text: str, cut: int = MD_CUT) -> str:
+    """A value as markdown text: made visible, cut, then escaped (never cut after escaping:
+    a trailing backslash would escape the table's next `|`). `_` is escaped unless it sits
+    inside a word, where CommonMark gives it no meaning; `]` before `(` or `[` so no link or
+    image can close."""
+    text = visible(text)[:cut]
+    out = []
+    for i, c in enumerate(text):
+        before, after = text[i - 1:i], text[i + 1:i + 2]
+        if (c in MD_ESCAPED or (c == "_" and not (before.isalnum() and after.isalnum()))
+                or (c == "]" and after in ("(", "["))):
+            out.append("\\")
+        out.append(c)
+    return "".join(out)
+
+
+def _code(text: str, table: bool = False) -> str:
+    """A value as a code span: made visible and cut; fenced by one backtick more than its
+    longest run of backticks (padded where it starts or ends with one); in a table, `|` as
+    `\\|`, which GFM reads back as `|` even inside a code span."""
+    text = visible(text)[:MD_CUT]
+    fence = "`" * (max((len(run) for run in re.findall("`+", text)), default=0) + 1)
+    pad = " " if text[:1] == "`" or text[-1:] == "`" or (text[:1] == text[-1:] == " " and text.strip()) else ""
+    if table:
+        text = text.replace("|", "\\|")
+    return f"{fence}{pad}{text}{pad}{fence}"

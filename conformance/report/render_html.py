@@ -1,0 +1,359 @@
+"""The gate's report as one self-contained HTML page.
+
+The HTML page opens with the grid of verdicts, each cell a link to its scenario. Per scenario:
+scheduled tokens per step for the oracle and each candidate, each engine's token budget drawn
+as a line of its own colour; a second panel with the per-step difference candidate minus
+oracle; then, per candidate that diverged, a zoom on the steps around its first divergence,
+every request's counts at that step and the capacity check of the engine layers. Inline SVG
+and CSS, one small inline script (it opens the details a link points at): nothing fetched,
+readable offline.
+
+Every value interpolated into the page goes through `_h` (made visible, then html.escape):
+a candidate's label, messages, record keys and values, a step value, a per-request caption and
+the requirement row a merge manifest names are text on the page, never markup. A record that
+is not an object, or a count that is not a number, is drawn as missing rather than crashing
+the page.
+"""
+
+
+from __future__ import annotations
+
+import html
+import re
+
+from conformance.judging.verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
+from conformance.report.render_text import render_verdict
+from conformance.report.view import REASONS, Cell, GateView, visible, visible_lines
+
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
+ZOOM = 6  # steps either side of a first divergence in its zoom panel
+
+
+def html_report(view: GateView) -> str:
+    body = [f"<h1>vllm-parity gate: {_h(view.word)} (exit status {view.status})</h1>",
+            f"<p>Oracle: vLLM {_h(view.oracle)}. {len(view.scenarios)} scenarios x {len(view.engines)} engines.</p>",
+            f"<p class='layers'>Layers: {_h(view.layers)}.</p>"]
+    if view.judged_groups:
+        body.append("<table class='layers'><tr><th>engine</th><th>layers judged and not judged</th>"
+                    "<th>scenarios</th></tr>")
+        body += [f"<tr><td><code>{_h(g['engine'])}</code></td><td>{_h(g['text'])}</td>"
+                 f"<td>{len(g['scenarios'])}: {_h(', '.join(g['scenarios']))}</td></tr>"
+                 for g in view.judged_groups]
+        body.append("</table>")
+    body += [f"<p><code>{_h(label)}</code>: command <code>{_h(command)}</code></p>"
+             for label, command in view.commands.items()]
+    body.append("<table class='matrix'><tr><th>scenario</th>" + "".join(
+        f"<th><code>{_h(e)}</code><br>({_h(view.roles[e])})</th>" for e in view.engines) + "</tr>")
+    for s in view.scenarios:
+        row = [f"<th><a href='#{_anchor(s)}'>{_h(s)}</a></th>"]
+        for e in view.engines:
+            c = view.cell(s, e)
+            if c is None:
+                row.append("<td>-</td>")
+                continue
+            target = _anchor(s, e) if c.verdict.kind != PASS else _anchor(s)
+            row.append(f"<td class='{_h(c.status)}'><a href='#{target}'>{_h(c.text)}</a></td>")
+        body.append("<tr>" + "".join(row) + "</tr>")
+    body.append("</table>")
+    for s in view.scenarios:
+        body += _scenario_section(view, s, [c for e in view.engines if (c := view.cell(s, e))])
+    style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;text-align:left}"
+             "table{border-collapse:collapse}table.matrix td,table.matrix th{border:1px solid #ddd}"
+             ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
+             "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
+             "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}"
+             "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
+             "svg text{font-family:sans-serif}")
+    # Opens the collapsed details a grid link points at; marks the page as scripted-ready.
+    script = ("function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));"
+              "if(t&&t.tagName==='DETAILS'){t.open=true;}}"
+              "window.addEventListener('hashchange',openTarget);openTarget();"
+              "document.body.setAttribute('data-ready','1');")
+    return ("<!doctype html><html><head><meta charset='utf-8'><title>vllm-parity gate</title>"
+            f"<style>{style}</style></head><body>{''.join(body)}<script>{script}</script></body></html>\n")
+
+
+def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[str]:
+    body = [f"<section id='{_anchor(scenario)}'><h2>{_h(scenario)}</h2>"]
+    golden = next((c.golden for c in cells if c.golden), None)
+    layer, oracle_steps = _steps(golden or {})
+    series = []  # (label, steps records, first divergent step or None)
+    if oracle_steps:
+        series.append((f"oracle vllm-{view.oracle} (golden)", oracle_steps, None))
+    for cell in cells:
+        v = cell.verdict
+        _, steps = _steps(cell.trace or {})
+        if steps and v.role != ORACLE:
+            c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
+            series.append((v.engine, steps, c.index if c is not None else None))
+    if len(series) > 1 or (series and not oracle_steps):
+        body.append(_plot(series, "scheduled tokens per step, each engine's token budget as a line",
+                          "plot-steps"))
+        if oracle_steps:
+            body.append(_diff_plot(series))
+    elif not series:
+        body.append("<p>(no per-step layer in this scenario)</p>")
+    body.append("<table class='verdicts'><tr><th>engine</th><th>role</th><th>row</th><th>verdict</th>"
+                "<th>layers judged</th><th>not judged</th></tr>")
+    for cell in cells:
+        v = cell.verdict
+        body.append(f"<tr><td><code>{_h(v.engine)}</code></td><td>{_h(v.role)}</td>"
+                    f"<td>{_h(cell.row)}</td><td class='{_h(cell.status)}'>{_h(cell.status)}</td>"
+                    f"<td>{_h(', '.join(v.judged) or '-')}</td><td>{_h(_not_judged(v))}</td></tr>")
+    body.append("</table>")
+    for cell in cells:
+        v = cell.verdict
+        if v.kind == PASS:
+            continue
+        body.append(f"<details id='{_anchor(scenario, v.engine)}' open><summary>{_h(v.engine)}: "
+                    f"{_h(cell.status)} {_h(cell.where)}</summary>")
+        steps_c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
+        own = next((s for label, s, _ in series if label == v.engine), None)
+        if steps_c is not None and oracle_steps and own:
+            body.append(_plot([series[0], (v.engine, own, steps_c.index)],
+                              f"zoom: steps around the first divergence (step {steps_c.index}), "
+                              "tokens near its values", "plot-zoom",
+                              window=(max(0, steps_c.index - ZOOM), steps_c.index + ZOOM + 1),
+                              focus=steps_c.index, clip=_anchor(scenario, v.engine) + "-zoom"))
+        for c in v.comparisons:
+            if not c.equal and isinstance((_record(c.record) or _record(c.actual_record)).get("requests"), dict):
+                body.append(_request_table(c))
+                break
+        body.append(_capacity_table(v))
+        body.append(f"<pre>{_h(render_verdict(v, view.oracle), lines=True)}</pre></details>")
+    body.append("</section>")
+    return body
+
+
+def _not_judged(v: Verdict) -> str:
+    return "; ".join(f"{layer}: {REASONS.get(reason, reason)}" for layer, reason in v.not_judged.items()) or "-"
+
+
+def _anchor(scenario: str, engine: str | None = None) -> str:
+    text = scenario if engine is None else f"{scenario}--{engine}"
+    return "s-" + re.sub(r"[^A-Za-z0-9_-]+", "_", text)
+
+
+def _h(value, lines: bool = False) -> str:
+    """The one escape of the page: any value as HTML text or an attribute's value (quotes
+    escaped), its control characters and newlines shown as escapes (view.visible); with
+    `lines`, a block of text for <pre>, its newlines kept."""
+    return html.escape((visible_lines if lines else visible)(str(value)))
+
+
+def _record(record) -> dict:
+    """A record as the page reads it: one that is not an object reads as empty."""
+    return record if isinstance(record, dict) else {}
+
+
+def _steps(trace: dict) -> tuple[str, list[dict]]:
+    """The per-step layer of a trace: the whole engine's where it ran, else the stand-in's."""
+    layers = trace.get("layers", {})
+    for layer in ("engine_steps", "steps"):
+        if layers.get(layer) and isinstance(layers[layer], list):
+            return layer, [_record(r) for r in layers[layer]]
+    return "steps", []
+
+
+def _count(value) -> int | float | None:
+    """A count as the plots draw it: a finite number in the 64-bit range, else None."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return value if abs(value) < 2 ** 63 and value == value else None  # NaN != NaN
+
+
+def _tokens(steps: list[dict]) -> list[int]:
+    return [_count(s.get("total_num_scheduled_tokens", 0)) or 0 for s in steps]
+
+
+def _budgets(steps: list[dict]) -> list[int | None]:
+    return [s.get("token_budget") if isinstance(s.get("token_budget"), int) and _count(s.get("token_budget")) is not None
+            else None for s in steps]
+
+
+def _frame(w: int, h: int, pad: int, lo: int, hi: int, bottom: float, top: float, title: str, cls: str,
+           extra_height: int):
+    x = lambda i: pad + (w - 2 * pad) * (i - lo) / max(hi - 1 - lo, 1)  # noqa: E731
+    y = lambda v: h - pad - (h - 2 * pad) * (v - bottom) / ((top - bottom) or 1)  # noqa: E731
+    parts = [f"<svg class='{cls}' xmlns='http://www.w3.org/2000/svg' width='{w}' height='{h + extra_height}' "
+             f"role='img' aria-label='{_h(title)}'>",
+             f"<line x1='{pad}' y1='{h - pad}' x2='{w - pad}' y2='{h - pad}' stroke='#888'/>",
+             f"<line x1='{pad}' y1='{pad}' x2='{pad}' y2='{h - pad}' stroke='#888'/>",
+             f"<text x='{pad}' y='{pad - 22}' font-size='13'>{_h(title)}</text>",
+             f"<text x='{pad - 4}' y='{pad + 4}' font-size='11' text-anchor='end'>{top:g}</text>",
+             f"<text x='{pad - 4}' y='{h - pad + 4}' font-size='11' text-anchor='end'>{bottom:g}</text>",
+             f"<text x='{pad}' y='{h - pad + 16}' font-size='11'>step {lo}</text>",
+             f"<text x='{w - pad}' y='{h - pad + 16}' font-size='11' text-anchor='end'>step {hi - 1}</text>"]
+    return x, y, parts
+
+
+def _polyline(points: list[tuple[float, float]], color: str, cls: str, dash: str = "") -> str:
+    text = " ".join(f"{px:.1f},{py:.1f}" for px, py in points)
+    dash = f" stroke-dasharray='{dash}'" if dash else ""
+    return f"<polyline class='{cls}' fill='none' stroke='{color}' stroke-width='1.5'{dash} points='{text}'/>"
+
+
+def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str,
+          window: tuple[int, int] | None = None, focus: int | None = None, clip: str = "") -> str:
+    """Scheduled tokens per step (solid for the oracle, dashed for candidates), each engine's
+    token budget as a dotted line of the same colour with its value at the right, first
+    divergences marked. With `focus`, the token axis spans only the values at that step
+    (a zoom; lines leaving it are clipped)."""
+    w, h, pad = 1000, 300, 50
+    n = max(len(s) for _, s, _ in series) or 1
+    lo, hi = window or (0, n)
+    hi = min(hi, n)
+    near = [v for _, s, _ in series if focus is not None and focus < len(s)
+            for v in (_tokens(s)[focus], _budgets(s)[focus]) if v is not None]
+    if near:
+        margin = max(8.0, 0.3 * (max(near) - min(near)))
+        bottom, top = max(0.0, min(near) - margin), max(near) + margin
+    else:
+        values = [v for _, s, _ in series for v in _tokens(s)[lo:hi] + [b for b in _budgets(s)[lo:hi] if b]]
+        bottom, top = 0, max(values or [1]) or 1
+    x, y, parts = _frame(w, h, pad, lo, hi, bottom, top, title, cls, 34 * len(series))
+    if clip:
+        parts.append(f"<clipPath id='{clip}'><rect x='{pad}' y='{pad}' width='{w - 2 * pad}' "
+                     f"height='{h - 2 * pad}'/></clipPath><g clip-path='url(#{clip})'>")
+    ends: list[tuple[float, int, str]] = []  # each budget line's last value, labelled at the right
+    for i, (label, steps, first) in enumerate(series):
+        color = COLORS[i % len(COLORS)]
+        tokens = _tokens(steps)
+        parts.append(_polyline([(x(j), y(tokens[j])) for j in range(lo, min(hi, len(tokens)))], color,
+                               "tokens", "" if i == 0 else "6 3"))
+        budgets = _budgets(steps)
+        drawn = [(j, budgets[j]) for j in range(lo, min(hi, len(budgets))) if budgets[j] is not None]
+        if drawn:
+            parts.append(_polyline([(x(j), y(b)) for j, b in drawn], color, "budget", "2 3"))
+            ends.append((y(drawn[-1][1]), drawn[-1][1], color))
+        if focus is not None and focus < len(tokens):  # the values at the divergence, marked
+            parts.append(f"<circle class='marker' cx='{x(focus):.1f}' cy='{y(tokens[focus]):.1f}' r='4' "
+                         f"fill='{color}'/><text class='marker-value' x='{x(focus) + 8:.1f}' "
+                         f"y='{y(tokens[focus]) + 16:.1f}' font-size='12' fill='{color}'>"
+                         f"{_h(tokens[focus])} scheduled</text>")
+    if clip:
+        parts.append("</g>")
+    last = None
+    for at, value, color in sorted(ends):  # top to bottom, never on top of each other
+        at = max(at, last + 13) if last is not None else at
+        parts.append(f"<text class='budget-value' x='{w - pad + 4}' y='{at + 4:.1f}' font-size='11' "
+                     f"fill='{color}'>{value}</text>")
+        last = at
+    for i, (label, steps, first) in enumerate(series):
+        color = COLORS[i % len(COLORS)]
+        shown = sorted({b for b in _budgets(steps)[lo:hi] if b is not None})
+        budget = (f"token budget {shown[0]}" if len(shown) == 1 else
+                  f"token budget {shown[0]}..{shown[-1]}" if shown else "no token budget recorded")
+        parts.append(f"<text class='legend' x='{pad}' y='{h + 14 + 34 * i}' font-size='12' fill='{color}'>"
+                     f"{_h(label)}: scheduled tokens ({'solid' if i == 0 else 'dashed'})</text>")
+        parts.append(f"<text class='budget-label' x='{pad + 20}' y='{h + 28 + 34 * i}' font-size='12' "
+                     f"fill='{color}'>{_h(budget)} (dotted)</text>")
+        if first is not None and lo <= first < hi:
+            parts.append(f"<line x1='{x(first):.1f}' y1='{pad}' x2='{x(first):.1f}' y2='{h - pad}' "
+                         "stroke='#c22' stroke-width='2' stroke-opacity='0.5'/>")
+            if focus is None:  # a zoom names its step in its title, its values at the markers
+                parts.append(f"<text class='divergence' x='{x(first) + 4:.1f}' y='{h - pad - 8 - 14 * i}' "
+                             f"font-size='12' fill='#c22'>first divergence: step {_h(first)} ({_h(label)})</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _diff_plot(series: list[tuple[str, list[dict], int | None]]) -> str:
+    """Per step: each candidate's scheduled tokens minus the oracle's (steps both have)."""
+    w, h, pad = 1000, 200, 50
+    oracle = _tokens(series[0][1])
+    diffs = [(label, [a - b for a, b in zip(_tokens(steps), oracle)], len(steps))
+             for label, steps, _ in series[1:]]
+    n = max([len(d) for _, d, _ in diffs] + [1])
+    values = [v for _, d, _ in diffs for v in d] + [0]
+    bottom, top = min(values), max(values)
+    if bottom == top:
+        bottom, top = bottom - 1, top + 1
+    x, y, parts = _frame(w, h, pad, 0, n, bottom, top, "difference per step: candidate minus oracle "
+                         "(scheduled tokens)", "plot-diff", 18 * len(diffs))
+    parts.append(f"<line x1='{pad}' y1='{y(0):.1f}' x2='{w - pad}' y2='{y(0):.1f}' stroke='#bbb'/>")
+    for i, (label, d, length) in enumerate(diffs, 1):
+        color = COLORS[i % len(COLORS)]
+        parts.append(_polyline([(x(j), y(v)) for j, v in enumerate(d)], color, "difference"))
+        nonzero = [v for v in d if v]
+        text = (f"{label}: {len(nonzero)} of {len(d)} steps differ, from {min(nonzero):+d} to {max(nonzero):+d}"
+                if nonzero else f"{label}: no difference in scheduled tokens")
+        if length != len(oracle):
+            text += f"; {length} steps against the oracle's {len(oracle)}"
+        parts.append(f"<text class='legend' x='{pad}' y='{h + 14 + 18 * (i - 1)}' font-size='12' "
+                     f"fill='{color}'>{_h(text)}</text>")
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _request_table(c) -> str:
+    """Every request's counts at the first divergent step, oracle beside candidate: what was
+    scheduled, then the state after the update; newly admitted and resumed requests marked;
+    then the step's budgets, KV blocks and queues."""
+    e_rec, a_rec = _record(c.record), _record(c.actual_record)
+    e_reqs = _record(e_rec.get("requests"))
+    a_reqs = _record(a_rec.get("requests"))
+    entries = [r for r in [*e_reqs.values(), *a_reqs.values()] if isinstance(r, dict)]
+    fields = [f for f in REQUEST_FIELDS if f in ("tokens", "draft_tokens") or any(f in r for r in entries)]
+    step = (e_rec or a_rec).get("step", c.index)
+    names = "".join(f"<th>{f}</th>" for f in fields)
+    rows = [f"<table class='per-request'><caption>every request at step {_h(step)} ({_h(c.layer)}); "
+            "computed_tokens, output_tokens and kv_blocks after the step's update</caption>"
+            f"<tr><th></th><th colspan='{len(fields) + 1}'>oracle</th>"
+            f"<th colspan='{len(fields) + 1}'>candidate</th></tr>"
+            f"<tr><th>request</th><th>admitted</th>{names}<th>admitted</th>{names}</tr>"]
+    for rid in sorted(set(e_reqs) | set(a_reqs)):
+        e, a = _record(e_reqs.get(rid)), _record(a_reqs.get(rid))
+        e_mark, a_mark = _admitted(e_rec, rid), _admitted(a_rec, rid)
+        differs = e_mark != a_mark or any(e.get(f) != a.get(f) for f in fields)
+        cells = (f"<td>{e_mark}</td>" + "".join(f"<td>{_num(e.get(f))}</td>" for f in fields)
+                 + f"<td class='{'diff' if e_mark != a_mark else ''}'>{a_mark}</td>" + "".join(
+                     f"<td class='{'diff' if e.get(f) != a.get(f) else ''}'>{_num(a.get(f))}</td>" for f in fields))
+        rows.append(f"<tr class='{'differs' if differs else 'same'}'><td>{_h(rid)}</td>{cells}</tr>")
+    span = len(fields) + 1
+    for key in ("total_num_scheduled_tokens", "token_budget", "input_budget", "kv_blocks", "waiting", "running"):
+        e, a = e_rec.get(key), a_rec.get(key)
+        if e is not None or a is not None:
+            rows.append(f"<tr class='{'differs' if e != a else 'same'}'><td><i>{key}</i></td>"
+                        f"<td colspan='{span}'>{_state(e)}</td><td colspan='{span}'>{_state(a)}</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+# Per request at a step: what schedule() gave it, then its state after the update.
+REQUEST_FIELDS = ("tokens", "draft_tokens", "accepted_draft_tokens", "computed_tokens", "output_tokens",
+                  "kv_blocks")
+
+
+def _admitted(record: dict, rid: str) -> str:
+    """`new` or `resumed` where that side admitted the request at this step, else empty."""
+    return next((key for key in ("new", "resumed") if isinstance(record.get(key), list) and rid in record[key]), "")
+
+
+def _state(value) -> str:
+    if isinstance(value, dict):  # kv_blocks
+        return _h(", ".join(f"{k} {value[k]}" for k in ("free", "used") if k in value))
+    if isinstance(value, list):  # a queue, in its order
+        return _h(" ".join(str(v) for v in value)) or "(empty)"
+    return _num(value)
+
+
+def _capacity_table(v: Verdict) -> str:
+    """Forwards above max_num_batched_tokens, candidate and oracle (engine layers only)."""
+    if not any(c.layer == "engine_steps" for c in v.comparisons):
+        return ""
+    rows = ["<table class='capacity'><caption>capacity check: forwards above max_num_batched_tokens"
+            "</caption><tr><th>engine</th><th>step</th><th>forward</th><th>tokens</th><th>limit</th>"
+            "<th>excess</th></tr>"]
+    for who, excess in (("candidate", v.capacity), ("oracle", v.oracle_capacity)):
+        for e in excess[:20]:
+            rows.append(f"<tr><td>{who}</td><td>{_h(e['step'])}</td><td>{_h(e['forward'])}</td>"
+                        f"<td>{_h(e['tokens'])}</td><td>{_h(e['limit'])}</td><td>{_h(e['excess'])}</td></tr>")
+        if not excess:
+            rows.append(f"<tr><td>{who}</td><td colspan='5'>no forward above max_num_batched_tokens</td></tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def _num(value) -> str:
+    return "-" if value is None else _h(value)

@@ -1,0 +1,384 @@
+"""Plain-text report of verdicts, fit for a terminal or a pull-request comment: one verdict in
+full (`render_verdict`), a list of verdicts (`render`), and the gate's report from its view.
+
+Every line is made visible (view.visible) as the report is put together (`_join`): the
+candidate's text (its label, messages, stderr, record keys and values, log lines) keeps no
+control character, so it cannot move the cursor, clear the screen, set the title or overwrite
+the verdict line, and a newline of its own is shown as `\\n`, never starts a line."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from collections import Counter
+
+from conformance.judging.verdict import KINDS, PASS, Verdict
+from conformance.report.view import GateView, visible
+
+MAX_EXPLAINED = 20
+
+
+def render(verdicts: list[Verdict], oracle: str) -> str:
+    parts = [render_verdict(v, oracle) for v in verdicts]  # each already made visible, line by line
+    parts.append(visible(render_summary(verdicts)))
+    return "\n".join(parts)
+
+
+def _join(lines: list[str]) -> str:
+    """The report's lines as text: each line made visible, so only these newlines remain."""
+    return "\n".join(visible(line) for line in lines)
+
+
+def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
+    """One verdict in full. `blocks`, shared across the verdicts of one report, numbers each
+    distinct block of budget log lines: a block seen before is referred to, not repeated."""
+    role = {"oracle": "oracle, must reproduce its golden", "candidate": "candidate",
+            "stand-in": "stand-in candidate, informational"}[v.role]
+    head = f"== {v.engine} [{role}] on {v.scenario} vs oracle vllm-{oracle} golden: {v.kind.upper()}"
+    lines = [head]
+    if v.message:
+        lines += ["   " + line for line in v.message.splitlines()]
+    for c in v.comparisons:
+        if c.equal:
+            lines.append(f"   layer {c.layer}: equal ({c.expected_count} records)")
+            continue
+        first = c.first
+        cause = f" ({CAUSES.get(c.cause, c.cause)})" if c.cause else ""
+        lines.append(f"   layer {c.layer}: first divergence at {_where(c)}, field {first.path}: "
+                     f"oracle {_show(first.expected)}, candidate {_show(first.actual)}{cause}")
+        if c.evidence:
+            lines.append(f"   evidence: {c.evidence}")
+        width = max(len(visible(f.path)) for f in c.fields)
+        lines.append(f"     {'field'.ljust(width)}  {'oracle':>12}  {'candidate':>12}")
+        for f in c.fields:
+            if f.path == "budget_log_lines":
+                continue  # shown whole, side by side, below
+            lines.append(f"     {visible(f.path).ljust(width)}  {_show(f.expected):>12}  {_show(f.actual):>12}")
+        lines += _refusals(c.record, c.actual_record)
+        if v.role == "stand-in":
+            continue  # informational: the first divergence and its fields are enough
+        lines += _per_request(_record(c.record), _record(c.actual_record))
+        if c.explanation and c.layer not in ("config", "engine_config"):
+            lo, hi = c.window
+            explained = c.explanation.splitlines()
+            lines.append(f"   explained (DeepDiff, records {lo}..{hi - 1} only):")
+            lines += ["     " + e for e in explained[:MAX_EXPLAINED]]
+            if len(explained) > MAX_EXPLAINED:
+                lines.append(f"     ... {len(explained) - MAX_EXPLAINED} more lines")
+    lines += _capacity(v)
+    if v.kind != PASS and (v.expected_lines or v.actual_lines) and v.expected_lines != v.actual_lines:
+        key = (tuple(v.expected_lines), tuple(v.actual_lines))
+        if blocks is not None and key in blocks:
+            number, first = blocks[key]
+            lines.append(f"   budget log lines: as block [{number}] above ({first})")
+            return _join(lines)
+        if blocks is not None:
+            blocks[key] = (len(blocks) + 1, f"{v.scenario}, {v.engine}")
+            lines.append(f"   budget log lines [{len(blocks)}], side by side:")
+        else:
+            lines.append("   budget log lines, side by side:")
+        for i in range(max(len(v.expected_lines), len(v.actual_lines))):
+            e = v.expected_lines[i] if i < len(v.expected_lines) else "<none>"
+            a = v.actual_lines[i] if i < len(v.actual_lines) else "<none>"
+            mark = " " if e == a else "!"
+            lines.append(f"   {mark} oracle   : {e}")
+            lines.append(f"   {mark} candidate: {a}")
+    return _join(lines)
+
+
+CAUSES = {
+    "scheduling": "scheduling divergence: a decision that differs on the same state",
+    "acceptance": "acceptance divergence: drafts judged differently where the oracle shows no near-tie",
+    "numerics": "numerics: a near-tie in the oracle's own logprobs, resolved the other way",
+    "logprobs": "logprob beyond the scenario's tolerance",
+    "state": "state divergence: every decision equal, the state recorded after the update differs",
+    "context": "only the recorded budget or worker token counts differ; every decision is equal",
+    "mismatch": "mismatch: a token, length or finish reason no near-tie of the oracle explains",
+}
+
+
+def _capacity(v: Verdict) -> list[str]:
+    """Forwards above the worker's capacity (max_num_batched_tokens), candidate and oracle."""
+    lines = []
+    for who, excess in (("candidate", v.capacity), ("oracle", v.oracle_capacity)):
+        if who == "oracle" and not v.capacity:
+            continue  # the oracle's own excess is shown beside a candidate's, not alone
+        for e in excess[:10]:
+            lines.append(f"   capacity: {who} step {e['step']}: a {e['forward']} forward ran "
+                         f"{e['tokens']} tokens > max_num_batched_tokens {e['limit']} (excess {e['excess']})")
+        if len(excess) > 10:
+            lines.append(f"   capacity: {who}: {len(excess) - 10} more steps over capacity")
+        if who == "oracle" and not excess:
+            lines.append("   capacity: oracle: no forward above max_num_batched_tokens")
+    return lines
+
+
+def render_gate(view: GateView) -> str:
+    """The gate's terminal report: one compact grid first (scenarios down, engines across,
+    each cell the verdict and its first divergent field), then the details of every cell that
+    did not pass, each distinct block of budget log lines printed once. A grid of more than
+    LABELLED engines wider than GRID_WIDTH (many candidates) names its columns by short codes,
+    with a legend, and is cut into grids of at most GRID_WIDTH columns."""
+    scenarios, engines = view.scenarios, view.engines
+    lines = [f"== vllm-parity gate: {view.word} (exit status {view.status}); oracle vllm-{view.oracle}; "
+             f"{len(scenarios)} scenarios x {len(engines)} engines; {view.layers}"]
+    # measured as shown: a candidate's escaped text keeps the columns aligned
+    texts = {s: tuple(visible(c.text) if (c := view.cell(s, e)) else "-" for e in engines) for s in scenarios}
+    folded = _fold(texts)
+    first = max([len("scenario")] + [len(_label(names)) for names in folded])
+    widths = [max([len(visible(e)), len(view.roles[e]) + 2] + [len(row[i]) for row in texts.values()])
+              for i, e in enumerate(engines)]
+    wide = len(engines) > LABELLED and first + sum(1 + w for w in widths) > GRID_WIDTH
+    column = _codes(view) if wide else {e: e for e in engines}  # engine -> its column's name
+    if wide:  # the legend: each column's code, engine, role and command line
+        lines += [f"   {column[e]} = {e} ({view.roles[e]})" + (f": command {view.commands[e]}" if e in view.commands
+                                                             else "") for e in engines]
+    else:
+        lines += [f"   {label}: command {command}" for label, command in view.commands.items()]
+    for group in view.judged_groups:
+        who = ", ".join(column.get(e, e) for e in group["engines"])
+        lines += textwrap.wrap(f"{who}: {group['text']} ({_count(group['scenarios'])}): "
+                               f"{', '.join(group['scenarios'])}", width=GRID_WIDTH,
+                               initial_indent="   ", subsequent_indent="     ")
+    if wide:
+        lines += _grids(folded, texts, first, [column[e] for e in engines])
+    else:
+        lines.append(" ".join([" " * first] + [visible(e).ljust(w) for e, w in zip(engines, widths)]).rstrip())
+        lines.append(" ".join(["scenario".ljust(first)] + [f"({view.roles[e]})".ljust(w) for e, w in zip(engines, widths)]).rstrip())
+        for names in folded:
+            lines.append(" ".join([_label(names).ljust(first)] + [c.ljust(w) for c, w in
+                                                                  zip(texts[names[0]], widths)]).rstrip())
+    for names in folded:
+        if len(names) > 1:  # every scenario is still named before the details
+            lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=GRID_WIDTH,
+                                   initial_indent="   ", subsequent_indent="     ")
+    lines.append(render_summary(view.verdicts))
+    failing = [c.verdict for c in view.failing()]
+    if failing:
+        lines.append(f"-- details of the {len(failing)} cells that did not pass")
+    blocks: dict = {}
+    messages: dict[str, str] = {}
+    for v in failing:
+        text = render_verdict(v, view.oracle, blocks)
+        head, _, body = text.partition("\n")
+        said = body.replace(visible(v.scenario), "<scenario>")  # the same failure on another scenario
+        if body and not v.comparisons and said in messages:  # said once, then referred to
+            text = f"{head}\n   as {messages[said]} above"
+        elif body and not v.comparisons:
+            messages[said] = f"{v.scenario}, {v.engine}"
+        lines += text.split("\n")
+    return _join(lines)
+
+
+# Past this many scenarios, rows whose cells are all the same fold into one, so the grid
+# still fits a screen: "steady_decode +20" reads as steady_decode and 20 more scenarios with the
+# same verdicts, named just below the grid.
+MAX_ROWS = 24
+GRID_WIDTH = 117
+
+
+# Up to this many engines the grid's columns keep their labels, however wide (one candidate
+# beside the oracle); past it a grid wider than GRID_WIDTH is named by codes and cut.
+LABELLED = 2
+CODES = {"candidate": "C", "stand-in": "S"}  # a wide grid's column codes by role: C1, C2, ...; the oracle's is O
+
+
+def _codes(view: GateView) -> dict[str, str]:
+    """engine -> its column code in a wide grid: C1.. for candidates, S1.. for stand-ins, O."""
+    codes: dict[str, str] = {}
+    for e in view.engines:
+        prefix = CODES.get(view.roles[e], "O")
+        number = sum(1 for c in codes.values() if c.startswith(prefix)) + 1
+        codes[e] = prefix if prefix == "O" and number == 1 else f"{prefix}{number}"
+    return codes
+
+
+def _grids(folded: list[list[str]], texts: dict[str, tuple], first: int, codes: list[str]) -> list[str]:
+    """The grid cut into grids of at most GRID_WIDTH columns (at least one engine each), the
+    scenario column repeated in each, the engines named by their codes."""
+    widths = [max([len(code)] + [len(row[i]) for row in texts.values()]) for i, code in enumerate(codes)]
+    cuts: list[list[int]] = [[]]
+    used = first
+    for i, w in enumerate(widths):
+        if cuts[-1] and used + 1 + w > GRID_WIDTH:
+            cuts.append([])
+            used = first
+        cuts[-1].append(i)
+        used += 1 + w
+    lines = []
+    for columns in cuts:
+        lines.append(" ".join(["scenario".ljust(first)] + [codes[i].ljust(widths[i]) for i in columns]).rstrip())
+        for names in folded:
+            row = texts[names[0]]
+            lines.append(" ".join([_label(names).ljust(first)] + [row[i].ljust(widths[i]) for i in columns]).rstrip())
+    return lines
+
+
+def _fold(rows: dict[str, tuple]) -> list[list[str]]:
+    """Scenario names grouped by identical rows (each scenario alone when there are few)."""
+    if len(rows) <= MAX_ROWS:
+        return [[name] for name in rows]
+    groups: dict[tuple, list[str]] = {}
+    for name, row in rows.items():
+        groups.setdefault(row, []).append(name)
+    return list(groups.values())
+
+
+def _count(names: list) -> str:
+    return f"{len(names)} scenario{'s' if len(names) != 1 else ''}"
+
+
+def _label(names: list[str]) -> str:
+    name = visible(names[0])
+    return name if len(names) == 1 else f"{name} +{len(names) - 1}"
+
+
+def render_summary(verdicts: list[Verdict]) -> str:
+    counts = Counter(v.kind for v in verdicts)
+    gating = Counter(v.kind for v in verdicts if v.gating)
+    cells = ", ".join(f"{counts[k]} {k}" for k in KINDS if counts[k])
+    gate = ", ".join(f"{gating[k]} {k}" for k in KINDS if gating[k]) or "none"
+    return f"-- {len(verdicts)} verdicts: {cells or 'none'}; gating: {gate}"
+
+
+def _per_request(expected: dict | None, actual: dict | None) -> list[str]:
+    """At a divergent step: every request's scheduled and draft tokens on both sides, the
+    state each side recorded after the update, and the queues and KV blocks."""
+    e_reqs = (expected or {}).get("requests")
+    a_reqs = (actual or {}).get("requests")
+    if not isinstance(e_reqs, dict) and not isinstance(a_reqs, dict):
+        return []
+    e_reqs, a_reqs = e_reqs or {}, a_reqs or {}
+    entries = [r for r in list(e_reqs.values()) + list(a_reqs.values()) if isinstance(r, dict)]
+    accepted = any("accepted_draft_tokens" in r for r in entries)
+    state = any(key in r for r in entries for key in STATE_KEYS)
+    what = "tokens / draft tokens / accepted drafts" if accepted else "tokens / draft tokens"
+    rows = []
+    for rid in sorted(set(e_reqs) | set(a_reqs)):
+        e = _mark(expected, rid) + _counts(e_reqs.get(rid))
+        a = _mark(actual, rid) + _counts(a_reqs.get(rid))
+        rows.append((rid, e, a))
+    width = max([len("oracle")] + [max(len(e), len(a)) for _, e, a in rows])
+    rid_width = max([len("request")] + [len(rid) for rid, _, _ in rows])
+    out = [f"   per request at this step ({what}):"]
+    if state:
+        out.append("     -> after the update: computed tokens / output tokens / KV blocks held; "
+                   "new / resumed: admitted at this step")
+    out.append(f"     {'request':<{rid_width}}  {'oracle':<{width}}  candidate")
+    for rid, e, a in rows:
+        out.append(f"   {' ' if e == a else '!'} {rid:<{rid_width}}  {e:<{width}}  {a}")
+    return out + _queues(expected or {}, actual or {})
+
+
+# Per-request fields recorded after a step's update (engines/PROTOCOL.md, `steps`).
+STATE_KEYS = ("computed_tokens", "output_tokens", "kv_blocks")
+
+
+def _mark(record: dict | None, rid: str) -> str:
+    """`new` or `resumed` where that side admitted the request at this step."""
+    for key in ("new", "resumed"):
+        admitted = (record or {}).get(key)
+        if isinstance(admitted, list) and rid in admitted:
+            return f"{key} "
+    return ""
+
+
+def _record(record) -> dict:
+    """A record as the report reads it: a candidate's record that is not an object reads as
+    empty here (its divergence is still shown, field by field)."""
+    return record if isinstance(record, dict) else {}
+
+
+def _refusals(expected, actual) -> list[str]:
+    """Where a refusal differs: both whole, as compared (conformance/formats/refusal.py). A side whose
+    record is missing or not an object says so (`_refusal_words`)."""
+    e, a = (_record(expected).get("refused"), _record(actual).get("refused"))
+    if e == a or not (isinstance(e, dict) or isinstance(a, dict)):
+        return []
+    out = ["   refusal, whole (exception type and vLLM's words, pydantic's wrapper removed):"]
+    for who, record in (("oracle   ", expected), ("candidate", actual)):
+        out += [f"     {who}: {line}" if i == 0 else f"                {line}"
+                for i, line in enumerate(_refusal_words(record).splitlines() or [""])]
+    return out
+
+
+def _refusal_words(record) -> str:
+    """What one side's record at the divergence says of the configuration, and nothing more:
+    a side with no record there has neither accepted nor refused anything in it."""
+    if not isinstance(record, dict):
+        return "sent no record here"
+    refused = record.get("refused")
+    if isinstance(refused, dict):
+        return f"{refused.get('type')}: {refused.get('message')}"
+    if refused is None:
+        return "accepted the configuration"
+    return f"refused = {_show(refused)} (not a {{type, message}} refusal)"
+
+
+def _counts(entry) -> str:
+    if not isinstance(entry, dict):
+        return "-"
+    counts = f"{entry.get('tokens')} / {entry.get('draft_tokens')}"
+    if "accepted_draft_tokens" in entry:  # what the target accepted
+        counts += f" / {entry['accepted_draft_tokens']}"
+    if any(key in entry for key in STATE_KEYS):
+        counts += " -> " + " / ".join(str(entry.get(key, "-")) for key in STATE_KEYS)
+    return counts
+
+
+def _queues(expected: dict, actual: dict) -> list[str]:
+    """The step's state after the update, oracle beside candidate: KV blocks and queues."""
+    shown = {"kv_blocks": "KV blocks free / used", "waiting": "waiting (in order)",
+             "running": "running (in order)"}
+    if not any(key in record for record in (expected, actual) for key in shown):
+        return []
+    rows = [(label, _state(expected.get(key)), _state(actual.get(key))) for key, label in shown.items()]
+    width = max([len("oracle")] + [len(e) for _, e, _ in rows])
+    out = ["   state after the update at this step:", f"     {'':<21}  {'oracle':<{width}}  candidate"]
+    for label, e, a in rows:
+        out.append(f"   {' ' if e == a else '!'} {label:<21}  {e:<{width}}  {a}")
+    return out
+
+
+def _state(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, dict):  # kv_blocks
+        return f"{value.get('free', '-')} / {value.get('used', '-')}"  # engine_steps may lack free
+    if isinstance(value, list):
+        return " ".join(str(v) for v in value) or "(empty)"
+    return str(value)
+
+
+def _where(c) -> str:
+    """Records name themselves where they can: a step number, or a table row like dflash/K=8."""
+    record = _record(c.record)
+    if "row" in record:
+        return f"row {record['row']}"
+    if "step" in record:
+        return f"step {record['step']}"
+    return f"record {c.index}"
+
+
+def _show(value) -> str:
+    if isinstance(value, str):
+        value = visible(value)
+        return value if len(value) <= 60 else value[:57] + "..."
+    return visible(json.dumps(value, sort_keys=True))[:60]
+
+
+def render_requirement_rows(view: GateView) -> str:
+    """Verdicts grouped by requirement row (the engine-matrix rows), with waivers applied."""
+    lines = ["-- by engine-matrix row"]
+    for row, cells in view.requirement_rows.items():
+        counts = Counter(c.status for c in cells if c.verdict.gating)
+        info = Counter(c.verdict.kind for c in cells if not c.verdict.gating)
+        text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no gating verdicts"
+        if info:
+            text += "; stand-ins: " + ", ".join(f"{n} {k}" for k, n in sorted(info.items()))
+        lines.append(f"   {row:<18} {text}")
+    for w in view.expired:
+        lines.append(f"   EXPIRED waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner}, expired {w.expires})")
+    for w in view.unused:
+        lines.append(f"   unused waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner})")
+    return _join(lines)

@@ -1,0 +1,223 @@
+"""The gate's result as every report shows it, computed once: the grid of verdicts (scenarios
+down, engines across, in the order they ran), each verdict's status word and cell text, the
+roles, the requirement rows, the counts, which layers were judged, and the exit status with its
+words. The terminal report, JUnit, markdown, the HTML page and the CI annotation all render a
+`GateView`, so they cannot disagree about what happened."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+
+from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
+from conformance.judging.requirement_rows import GateResult, where_of
+from conformance.judging.verdict import DIVERGED, MISSING, NOT_ASKED, NOT_SERVED, PASS, Verdict
+from conformance.judging.waivers import Waiver
+
+# The exit status: its word in a report's title, the title's explanation (markdown), and what
+# the run's last log line says of it.
+WORDS = ("PASS", "FAIL", "ERROR")
+EXPLAINED = ("PASS", "FAIL (unwaived divergence or expired waiver)", "ERROR (a gating run could not be compared)")
+MEANINGS = ("every gating verdict passes or is waived",
+            "a gating engine diverged without a waiver, or a waiver expired",
+            "a gating run could not be compared")
+# What each reason for a layer not judged says in the reports.
+REASONS = {NOT_ASKED: "not asked (--layers, LAYERS=)",
+           NOT_SERVED: "the engine does not serve them (its hello does not declare them)",
+           MISSING: "required, but the engine does not serve them (its hello does not declare them)"}
+CELL_WIDTH = 40  # a grid cell: the verdict and the first divergent field, cut to fit
+# How a character that is not printable is shown in every report: its escape, never itself.
+SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def visible(text: str) -> str:
+    """`text` with every character that is not printable (str.isprintable: control and format
+    characters, ESC and BEL, NUL, bidi overrides, line and paragraph separators, unassigned code
+    points like U+FFFE, lone surrogates) spelled as its escape: `\\x1b`, `\\u202e`, `\\n`. A
+    candidate's text cannot then move a terminal's cursor, set its title, reorder what a reader
+    sees or break an XML file. Backslashes are left as they are, so the function is idempotent."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else SHORT_ESCAPES.get(c) or _escape(c) for c in text)
+
+
+def visible_lines(text: str) -> str:
+    """visible(), line by line: the newlines of a block of text kept, everything else escaped."""
+    return "\n".join(visible(line) for line in text.split("\n"))
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+@dataclass(frozen=True)
+class FirstLine:
+    """A verdict in a line, its parts raw (each report escapes them its own way): its first
+    divergence (layer, record number, field, both values), else the first line of its message."""
+    layer: str = ""
+    index: int | None = None
+    path: str = ""
+    expected: object = None
+    actual: object = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One verdict as the reports show it."""
+    verdict: Verdict
+    status: str  # the verdict's kind, or `waived` for a divergence a waiver covers
+    text: str  # the grid cell: `pass`, or the status and where it first differs
+    rows: tuple[str, ...]  # the requirement rows it is filed under (every row of its scenario)
+    where: str  # layer.field of its first divergence ("" when none)
+    first_line: FirstLine  # its first divergence, else the first line of its message
+    waiver: Waiver | None = None
+    trace: dict | None = None  # the trace judged and its golden (the HTML page draws them)
+    golden: dict | None = None
+
+    @property
+    def row(self) -> str:
+        """Its requirement rows, as one table cell shows them."""
+        return ", ".join(self.rows)
+
+
+@dataclass(frozen=True)
+class GateView:
+    oracle: str
+    status: int  # the exit status
+    verdicts: list[Verdict]  # in the order they were judged
+    scenarios: list[str]  # the grid's rows, in the order they ran
+    engines: list[str]  # the grid's columns, in the order they ran
+    roles: dict[str, str]  # engine -> its role
+    grid: dict[tuple[str, str], Cell]  # verdict key (engine, scenario) -> its cell
+    requirement_rows: dict[str, list[Cell]]  # requirement row -> its cells, rows sorted
+    counts: Counter  # status -> how many verdicts
+    layers: str  # which layers were judged and which were not, in one clause
+    judged_groups: list[dict]  # engines judged on fewer layers: scenarios by the layers judged
+    commands: dict[str, str]  # engine label -> its command line, shown once
+    expired: list[Waiver]
+    unused: list[Waiver]
+
+    @property
+    def word(self) -> str:
+        return WORDS[self.status]
+
+    @property
+    def explained(self) -> str:
+        return EXPLAINED[self.status]
+
+    @property
+    def meaning(self) -> str:
+        return MEANINGS[self.status]
+
+    def cell(self, scenario: str, engine: str) -> Cell | None:
+        return self.grid.get((engine, scenario))
+
+    def failing(self) -> list[Cell]:
+        """The cells that did not pass, in grid order (scenario by scenario)."""
+        return [c for s in self.scenarios for e in self.engines
+                if (c := self.cell(s, e)) is not None and c.verdict.kind != PASS]
+
+
+def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None = None,
+              traces: dict | None = None) -> GateView:
+    """traces: verdict key (engine, scenario) -> (the trace judged, its golden or None)."""
+    scenarios: list[str] = []
+    engines: list[str] = []
+    grid: dict[tuple[str, str], Cell] = {}
+    for v in result.verdicts:
+        if v.scenario not in scenarios:
+            scenarios.append(v.scenario)
+        if v.engine not in engines:
+            engines.append(v.engine)
+        trace, golden = (traces or {}).get(v.key, (None, None))
+        status = "waived" if v.kind == DIVERGED and v.key in result.waived else v.kind
+        grid[v.key] = Cell(v, status, _cell_text(v, status), result.rows_of(v), where_of(v),
+                           _first_line(v), result.waived.get(v.key), trace, golden)
+    return GateView(
+        oracle=oracle, status=result.status, verdicts=result.verdicts, scenarios=scenarios,
+        engines=engines, roles={v.engine: v.role for v in result.verdicts}, grid=grid,
+        requirement_rows={row: [grid[v.key] for v in verdicts]
+                          for row, verdicts in result.by_requirement_row().items()},
+        counts=Counter(c.status for c in grid.values()), layers=layers_headline(result.verdicts),
+        judged_groups=judged_groups(result.verdicts), commands=dict(commands or {}),
+        expired=list(result.expired), unused=list(result.unused))
+
+
+def _cell_text(v: Verdict, status: str) -> str:
+    """pass, or the verdict and where it first differs: `diverged config.max_num_scheduled_tokens`."""
+    if status == PASS:  # judged on fewer layers than the scenario has: which ones
+        return f"pass [{','.join(v.judged)}]" if v.not_judged else "pass"
+    if v.failure:  # diverged, then the engine failed: both, the divergence's field first
+        status = f"{status}+{v.failure}"
+    text = f"{status} {where_of(v)}".strip()
+    return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
+
+
+def _first_line(v: Verdict) -> FirstLine:
+    for c in v.comparisons:
+        if not c.equal and c.first is not None:
+            f = c.first
+            return FirstLine(c.layer, c.index, f.path, f.expected, f.actual)
+    return FirstLine(message=v.message.splitlines()[0] if v.message else "")
+
+
+def layer_names(layers) -> str:
+    """config, steps, outputs; the three engine layers together as `the engine layers`."""
+    layers = [layer for layer in LAYERS if layer in layers] + [x for x in layers if x not in LAYERS]
+    if all(layer in layers for layer in ENGINE_LAYERS):
+        at = layers.index(ENGINE_LAYERS[0])
+        layers = [x for x in layers if x not in ENGINE_LAYERS]
+        layers.insert(at, "the engine layers")
+    return ", ".join(layers) or "no layer"
+
+
+def layers_headline(verdicts: list[Verdict]) -> str:
+    """Which layers were judged and which were not, and why, in one clause: for the
+    candidates when there are any (the porter's question), else for every engine."""
+    chosen = [v for v in verdicts if v.role == "candidate"] or verdicts
+    engines: dict[str, str] = {}
+    for v in chosen:
+        if v.engine not in engines:
+            engines[v.engine] = _judged_clause([w for w in chosen if w.engine == v.engine])
+    clauses = set(engines.values())
+    if clauses == {""}:
+        return "every layer of every scenario judged"
+    if len(clauses) == 1:
+        return clauses.pop()
+    return "; ".join(f"{engine}: {clause or 'every layer judged'}" for engine, clause in engines.items())
+
+
+def _judged_clause(verdicts: list[Verdict]) -> str:
+    """`judged on config; the engine layers not judged: <why>`; empty when nothing was left out."""
+    reasons: dict[str, set] = {}
+    for v in verdicts:
+        for layer, reason in v.not_judged.items():
+            reasons.setdefault(reason, set()).add(layer)
+    if not reasons:
+        return ""
+    text = f"judged on {layer_names({layer for v in verdicts for layer in v.judged})}"
+    for reason, layers in reasons.items():
+        text += f"; {layer_names(layers)} not judged: {REASONS.get(reason, reason)}"
+    return text
+
+
+def judged_groups(verdicts: list[Verdict]) -> list[dict]:
+    """Per engine that was not judged on every layer, its scenarios grouped by the layers
+    judged and not judged (with why): the candidates' when there are any. Engines judged
+    alike on the same scenarios share one group (`engines`; `engine` names them all), so ten
+    candidates judged on the same layers are said once."""
+    verdicts = [v for v in verdicts if v.role == "candidate"] or verdicts
+    partial = {v.engine for v in verdicts if v.not_judged}
+    groups: dict[tuple, dict] = {}
+    for v in verdicts:
+        if v.engine not in partial:
+            continue
+        text = _judged_clause([v]) or f"judged on {layer_names(v.judged)}"
+        groups.setdefault((v.engine, text), {"engine": v.engine, "text": text,
+                                             "scenarios": []})["scenarios"].append(v.scenario)
+    shared: dict[tuple, dict] = {}
+    for g in groups.values():
+        shared.setdefault((g["text"], tuple(g["scenarios"])), dict(g, engines=[]))["engines"].append(g["engine"])
+    return [dict(g, engine=", ".join(g["engines"])) for g in shared.values()]
