@@ -1,4 +1,4 @@
-"""The engine protocol, version 2: JSON lines over an engine process's stdin and stdout.
+"""The engine protocol, version 3: JSON lines over an engine process's stdin and stdout.
 
 Standard library only: the vLLM worker imports this module from inside each pin's own
 environment. engines/PROTOCOL.md is the human-readable description of the same rules.
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 MAX_LINE_BYTES = 64 * 1024 * 1024  # one record; far above any step record
 # Nesting depth of a message (the message object itself is depth 1). Records are a few levels
 # deep; the limit keeps every later reader (trace writer, comparison, DeepDiff) off Python's
