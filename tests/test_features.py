@@ -338,6 +338,15 @@ def test_selfcheck_leaves_out_the_scenarios_needing_features_the_engine_does_not
     assert "protocol self-check: passed" in out
 
 
+def test_selfcheck_names_an_unknown_feature_at_the_handshake(capsys):
+    from conformance import cli
+
+    status = cli.main(["selfcheck", "--engine", double("--features", "prefix_caching,prefx_caching")])
+    out, err = capsys.readouterr()
+    assert status == 1, out + err
+    assert "FAIL handshake:" in out and "got unknown 'prefx_caching'" in out
+
+
 @settings(max_examples=40, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(st.data())
 def test_fuzz_generates_only_scenarios_within_the_declared_features(data):

@@ -107,7 +107,8 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
         v = cell.verdict
         if v.kind == PASS:
             continue
-        body.append(f"<details id='{_anchor(scenario, v.engine)}' open><summary>{_h(v.engine)}: "
+        opened = "" if v.declined else " open"  # not run for a feature not declared: no failure
+        body.append(f"<details id='{_anchor(scenario, v.engine)}'{opened}><summary>{_h(v.engine)}: "
                     f"{_h(cell.status)} {_h(cell.where)}</summary>")
         steps_c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
         own = next((s for label, s, _ in series if label == v.engine), None)
