@@ -214,7 +214,7 @@ def test_bad_timeout_setting_is_bad_input(tmp_path, monkeypatch, capsys, value):
 
 @pytest.mark.parametrize("fault, words", [
     ("garbage", ["expected a JSON object on one line", "Segmentation fault?"]),
-    ("wrong-version", ["expected protocol version 2, got 99"]),
+    ("wrong-version", ["expected protocol version 3, got 99"]),
     ("out-of-order", ["records out of order in layer 'config'", "expected seq 0, got 1"]),
     ("bad-count", ["done says 5 records, 1 arrived"]),
     ("wrong-id", ["expected messages for 'run-1', got id 'someone-else'"]),

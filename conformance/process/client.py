@@ -101,7 +101,8 @@ class EngineProcess:
             if message["protocol"] != protocol.PROTOCOL_VERSION:
                 self.close()
                 raise EngineFailure("protocol", f"{self.spec.label}: expected protocol version "
-                                    f"{protocol.PROTOCOL_VERSION}, got {message['protocol']}")
+                                    f"{protocol.PROTOCOL_VERSION}, got {message['protocol']}"
+                                    f"{protocol.older_version_hint(message['protocol'])}")
             self.hello = message
 
     def run(self, scenario: Scenario, layers: list[str], timeout: float | None = None) -> dict[str, list]:

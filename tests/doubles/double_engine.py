@@ -5,7 +5,7 @@ It answers every `config` run with the record in --record (a JSON file: its fiel
 complete config record of the double's own, CONFIG below, so a record given in part is still
 every field PROTOCOL.md declares), or misbehaves on
 purpose with --fault, so the harness's handling of each failure can be tested with a real
-process: crash, hang, garbage, wrong-version, out-of-order, bad-count, wrong-id, error,
+process: crash, hang, garbage, wrong-version, old-version, out-of-order, bad-count, wrong-id, error,
 no-hello, fork-hang (leaves a child process behind while hanging), and:
   crash-with-child   forks a child that keeps stdout open, then exits 3 (no EOF arrives)
   crash-orphan       forks a child that closes its stdout and sleeps, then exits 3
@@ -215,7 +215,8 @@ def main() -> int:
             raise serve.RunError("internal", "the double was told to fail")
         yield from answer  # garbage, out-of-order, wrong-id, bad-count: the wire breaks it
 
-    return serve.serve({"protocol": 99 if args.fault == "wrong-version" else protocol.PROTOCOL_VERSION,
+    return serve.serve({"protocol": {"wrong-version": 99, "old-version": protocol.PROTOCOL_VERSION - 1}.get(
+                            args.fault, protocol.PROTOCOL_VERSION),
                         "engine": "double", "version": "0.0-test", "capabilities": served}, run, send=wire)
 
 
