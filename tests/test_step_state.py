@@ -217,17 +217,26 @@ def test_a_golden_of_another_protocol_version_is_invalid_with_the_reason():
 def test_protocol_md_worked_values_are_the_stand_ins():
     """engines/PROTOCOL.md states the stand-in's recipe with worked values a port checks its own
     implementation against; they are the stand-in's, so the document cannot drift from it."""
-    from conformance.formats.workload import draft, prompt_tokens, target_next, verify
+    from conformance.formats.workload import (draft, expected_output, prefix_tokens, prompt_tokens,
+                                              request_prompts, target_next, validate_workload, verify)
 
     doc = " ".join((REPO / "engines" / "PROTOCOL.md").read_text().split())
     t = prompt_tokens(7, "r0", 4, 1000)
     drafts = draft(7, t, 4, 2, 1000)
+    chat = {"seed": 7, "vocab_size": 1000, "max_steps": 10, "requests": [
+        {"id": "r0", "arrival_step": 0, "prompt_len": 4, "max_tokens": 3},
+        {"id": "r1", "arrival_step": 0, "prompt_len": 2, "max_tokens": 1, "continues": "r0"}]}
+    continued = request_prompts(validate_workload(chat, "chat", {"max_model_len": 100}), 100)["r1"]
     for text in (f"`target_next(0, [], 151936)` = {target_next(0, [], 151936)}",
                  f"`target_next(7, [1, 2, 3], 1000)` = {target_next(7, [1, 2, 3], 1000)}",
                  f"`prompt_tokens(7, \"r0\", 4, 1000)` = `{t}`",
                  f"`draft(7, t, 4, 2, 1000)` = `{drafts}`",
                  f"`verify(7, t, that, 1000)` = `{verify(7, t, drafts, 1000)}`",
-                 f"`verify(7, t, [-1, -1], 1000)` = `{verify(7, t, [-1, -1], 1000)}`"):
+                 f"`verify(7, t, [-1, -1], 1000)` = `{verify(7, t, [-1, -1], 1000)}`",
+                 f"`prefix_tokens(7, \"sys\", 4, 1000)` = `{prefix_tokens(7, 'sys', 4, 1000)}`",
+                 f"`expected_output(7, t, 3, [], 100, 1000)` = `{expected_output(7, t, 3, [], 100, 1000)}`",
+                 f"`expected_output(7, t, 5, [524], 100, 1000)` = `{expected_output(7, t, 5, [524], 100, 1000)}`",
+                 f"with `prompt_len` 2 has the prompt `{continued}`"):
         assert text in doc, text
     assert verify(7, t, drafts, 1000)[-1] != drafts[2]  # the worked draft's third token is wrong
     assert "its hash recipe is written there" not in doc  # the recipe is in the document itself
