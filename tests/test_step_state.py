@@ -44,7 +44,15 @@ def test_golden_state_is_consistent(scenario, release):
     if steps is None:
         pytest.skip(f"{scenario.name}: no steps golden for {release}")
     outputs, finished = {}, set()
+    tables: dict[str, list[int]] = {}  # each request's block table, from the block ids it was given
     for s in steps:
+        for rid in s["aborted"]:
+            tables.pop(rid, None)
+        for rid, r in s["requests"].items():
+            given = (r["block_ids"] or [[]])[0]
+            tables[rid] = list(given) if rid in s["new"] or rid in s["resumed"] else tables.get(rid, []) + given
+        for rid in set(s["preempted"]) | set(s["finished"]):
+            tables.pop(rid, None)
         for rid, r in s["requests"].items():
             assert set(REQUEST_STATE) <= set(r), (s["step"], rid)
             assert r["accepted_draft_tokens"] <= r["draft_tokens"]
@@ -54,12 +62,17 @@ def test_golden_state_is_consistent(scenario, release):
             grew = r["output_tokens"] - outputs.get(rid, 0)
             assert grew in (0, 1 + r["accepted_draft_tokens"]) or rid in s["finished"], (s["step"], rid, grew)
             outputs[rid] = r["output_tokens"]
+            if rid in tables:  # the blocks it was given are the blocks it holds
+                assert len(tables[rid]) == r["kv_blocks"], (s["step"], rid)
         finished |= set(s["finished"])
         assert not set(s["waiting"]) & set(s["running"]), s["step"]
         assert not (set(s["waiting"]) | set(s["running"])) & finished, s["step"]
         assert set(s["preempted"]) <= set(s["waiting"]), s["step"]
-        # stand-in prompts differ per request, so no block is shared: requests hold `used` blocks
-        assert sum(r["kv_blocks"] for r in s["requests"].values()) <= s["kv_blocks"]["used"]
+        held = [b for table in tables.values() for b in table]
+        assert 0 not in held, s["step"]  # the null block is never handed out
+        # requests that share a prefix share its blocks: the pool's `used` counts each block once
+        assert len(set(held)) == s["kv_blocks"]["used"], s["step"]
+        assert s["kv_blocks"]["cached"] <= s["kv_blocks"]["free"] + s["kv_blocks"]["used"], s["step"]
     assert not steps[-1]["waiting"] and not steps[-1]["running"]
     assert steps[-1]["kv_blocks"]["used"] == 0  # every block back in the pool at the end
 
