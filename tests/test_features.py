@@ -97,7 +97,9 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
 
 @pytest.mark.parametrize("name, expected", [
     ("kv_pressure_no_spec", ()), ("budget_batched_at_max_num_seqs", ()),
-    ("no_chunked_prefill", ("chunked_prefill_off",)),
+    ("no_chunked_prefill", ("prefix_caching", "chunked_prefill_off")),
+    ("abort_states", ("prefix_caching", "aborts", "shared_prefixes")),
+    ("prefix_multi_turn", ("prefix_caching", "shared_prefixes")),
     ("priority_kv_pressure", ("spec:dflash", "priority_policy")),
     ("prefix_caching_resume", ("prefix_caching", "chunked_prefill_off", "long_prefill_threshold")),
     ("engine_pard", ("spec:draft_model", "parallel_drafting")),
