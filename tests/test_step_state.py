@@ -164,34 +164,45 @@ def test_html_report_shows_the_state_beside_the_decision():
     assert "<td><i>waiting</i></td>" in table and "<td><i>running</i></td>" in table
 
 
-# --- a port that counts verify steps differently: reported where its state first differs ---
+# --- a port that counts verify steps differently: reported at the step its drafts differ ---
+
+STEP_IDENTITIES = ("aborted", "emitted", "num_common_prefix_blocks")
+
 
 def _without_state(steps: list[dict]) -> list[dict]:
     """The records as protocol 1 had them: decisions only, no state after the update."""
     out = []
     for s in steps:
-        s = {k: v for k, v in s.items() if k not in STEP_STATE}
+        s = {k: v for k, v in s.items() if k not in STEP_STATE + STEP_IDENTITIES}
         s["requests"] = {rid: {k: v for k, v in r.items() if k in ("tokens", "draft_tokens")}
                          for rid, r in s["requests"].items()}
         out.append(s)
     return out
 
 
+def _without_next_drafts(steps: list[dict]) -> list[dict]:
+    """The records as protocol 2 had them for drafts: no next_draft_token_ids."""
+    return [dict(s, requests={rid: {k: v for k, v in r.items() if k != "next_draft_token_ids"}
+                              for rid, r in s["requests"].items()}) for s in steps]
+
+
 @pytest.mark.oracle
-def test_miscounted_verify_steps_are_reported_where_the_state_first_differs():
+def test_miscounted_verify_steps_are_reported_at_the_step_whose_drafts_differ():
     """The TEST DOUBLE (tests/doubles/miscount_worker.py) is the oracle's own scheduler with the
-    stand-in's verify steps counted on every sampling step. Its decisions stay equal for many
-    steps; the accepted drafts, computed and output tokens it recorded differ at once."""
+    stand-in's verify steps counted on every sampling step, so it indexes the acceptance pattern
+    by the calls that drafted, not by the verify steps. Its first wrong drafts are recorded at
+    the step that made them (`next_draft_token_ids`); without that field the difference showed
+    one step later, and with decisions only (protocol 1) dozens of steps later."""
     from conformance.process.envs import ensure_env
 
     python = ensure_env(PINS.oracle, log=lambda m: None, pins=PINS)
     argv = (str(python), str(REPO / "tests" / "doubles" / "miscount_worker.py"), "--release", PINS.oracle,
             *device_args())
-    # scenario -> (first divergent step with the state recorded, without it): a preemption
-    # 52 steps later on kv_pressure, 7 on priority_kv_pressure
-    wanted = {"kv_pressure": (1, 53), "priority_kv_pressure": (1, 8)}
+    # scenario -> first divergent step: with the drafts made, without them, decisions only
+    wanted = {"kv_pressure": (0, 1, 53), "priority_kv_pressure": (0, 1, 8)}
     with EngineProcess(EngineSpec("miscounted-verify-steps", argv)) as proc:
         assert proc.hello["engine"] == "vllm+double:miscounted-verify-steps"
+        found = {}
         for name in wanted:
             scenario = next(s for s in STAND_IN if s.name == name)
             golden = GOLDENS.load(name, PINS.oracle)
@@ -201,17 +212,17 @@ def test_miscounted_verify_steps_are_reported_where_the_state_first_differs():
             by_layer = {c.layer: c for c in verdict.comparisons}
             steps = by_layer["steps"]
             assert by_layer["outputs"].equal  # accepted drafts are the target's own tokens: outputs stay equal
-            leaf = steps.first.path.rsplit(".", 1)[-1]
-            assert leaf in REQUEST_STATE or steps.first.path.split(".")[0] in STEP_STATE, steps.first.path
-            # every decision (scheduled tokens, drafts, admissions, preemptions) is equal there
-            assert _without_state([steps.record]) == _without_state([steps.actual_record])
-            # without the state (protocol 1's records) it showed only when a decision differed
+            assert ".next_draft_token_ids" in steps.first.path, steps.first.path
+            # every decision and the state are equal there: only the drafts it made differ
+            assert _without_next_drafts([steps.record]) == _without_next_drafts([steps.actual_record])
+            later = compare_layer("steps", _without_next_drafts(golden["layers"]["steps"]),
+                                  _without_next_drafts(trace["layers"]["steps"]))
             old = compare_layer("steps", _without_state(golden["layers"]["steps"]),
                                 _without_state(trace["layers"]["steps"]))
-            assert (steps.index, old.index) == wanted[name], name
+            found[name] = (steps.index, later.index, old.index)
             text = render([verdict], PINS.oracle)
             assert f"layer steps: first divergence at step {steps.index}, field {steps.first.path}" in text
-            assert "state after the update at this step:" in text
+        assert found == wanted
 
 
 def test_a_golden_of_another_protocol_version_is_invalid_with_the_reason():
