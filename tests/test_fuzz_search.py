@@ -39,6 +39,42 @@ def test_generated_scenarios_satisfy_the_schema(raw):
         assert req["prompt_len"] + req["max_tokens"] <= raw["engine_args"]["max_model_len"]
 
 
+def test_generated_scenarios_share_prefixes_continue_turns_and_abort_only_where_allowed():
+    """Shared prefixes, continued turns and aborts are drawn now and then, every one valid (the
+    whole prompt and max_tokens within max_model_len, a continued request never aborted), and
+    never for a candidate that does not declare the feature."""
+    from conformance.formats.features import FEATURES
+    from conformance.formats.workload import prompt_lengths
+
+    seen = {"prefix": 0, "continues": 0, "abort_step": 0}
+
+    @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(scenarios())
+    def every(raw):
+        scenario = parse_scenario(raw, SCENARIO_DIR / "fuzz.json")
+        mml = raw["engine_args"]["max_model_len"]
+        lengths = prompt_lengths(scenario.workload, mml)
+        continued = {r["continues"] for r in scenario.workload["requests"] if "continues" in r}
+        for req in scenario.workload["requests"]:
+            assert lengths[req["id"]] + req["max_tokens"] <= mml
+            assert not (req["id"] in continued and "abort_step" in req)
+            for key in seen:
+                seen[key] += key in req
+
+    every()
+    assert all(n > 0 for n in seen.values()), seen
+
+    allowed = tuple(f for f in FEATURES if f not in ("shared_prefixes", "aborts"))
+
+    @settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(scenarios(allowed=allowed))
+    def none(raw):
+        assert not raw["workload"].get("prefixes")
+        assert not any(k in r for r in raw["workload"]["requests"] for k in ("prefix", "continues", "abort_step"))
+
+    none()
+
+
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(engine_scenarios())
 def test_generated_engine_scenarios_run_the_whole_engine_on_the_tiny_models(raw):

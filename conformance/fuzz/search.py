@@ -241,7 +241,7 @@ def _edits(raw: dict):
             out["engine_args"] = args
         if reqs is not None:
             out["workload"]["requests"] = reqs
-            out["workload"]["max_steps"] = fuzz_strategies.max_steps(reqs)
+            out["workload"]["max_steps"] = fuzz_strategies.max_steps(reqs, raw["workload"].get("prefixes", ()))
         return out
 
     reqs, args = raw["workload"]["requests"], raw["engine_args"]
@@ -256,7 +256,7 @@ def _edits(raw: dict):
             if req[key] > low:
                 for value in sorted({low, (req[key] + low) // 2}):
                     yield variant(reqs=reqs[:i] + [dict(req, **{key: value})] + reqs[i + 1:])
-        for key in ("stop_token_ids", "acceptance"):
+        for key in ("stop_token_ids", "acceptance", "abort_step", "prefix", "continues"):
             if key in req:
                 yield variant(reqs=reqs[:i] + [{k: v for k, v in req.items() if k != key}] + reqs[i + 1:])
     renamed = [dict(r, id=f"r{i}") for i, r in enumerate(reqs)]
