@@ -26,7 +26,7 @@ from conformance.formats.trace import TraceError, dumps, load_trace
 from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
 from conformance.gate.run import gate, merge
-from conformance.gate.runner import default_parallel, run_scenarios
+from conformance.gate.execute import default_parallel
 from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
@@ -35,6 +35,7 @@ from conformance.process.envs import EnvError, build_envs, lock_gpu
 from conformance.process.launch import prepare_engine
 from conformance.process.progress import EngineProgress, Progress
 from conformance.process.reaper import Ended, end_all, ended_words, resume
+from conformance.process.session import EngineSession
 from conformance.report.drift import drift_rows, render_drift
 from conformance.report.methods_table import render_methods_table
 from conformance.report.render_text import render
@@ -280,9 +281,9 @@ def cmd_run(args) -> int:
     spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
     layers = _layers(args.layers) or scenario.layers
     with Progress(2.0, log) as progress:  # a cold start and one scenario, said while they last
-        result = run_scenarios(spec, [scenario], layers, log=log, progress=EngineProgress(
-            progress, "run", spec.label, [(scenario.name, layers, 1.0)], 1.0))
-    trace = result.traces[0]
+        with EngineSession(spec, progress=EngineProgress(progress, "run", spec.label,
+                                                         [(scenario.name, layers, 1.0)], 1.0)) as session:
+            trace = session.trace(scenario, layers)
     remove_dead_writers_temporaries(args.out)  # what an earlier run killed while writing it left
     write_text_atomic(args.out, dumps(trace))
     if "failure" in trace:
@@ -345,9 +346,10 @@ def cmd_goldens(args) -> int:
     # progress: each pin's cold start and scenarios count one each, the time left by estimate
     with Progress(len(releases) * (len(scenarios) + 1.0), log) as progress:
         for spec in releases:
-            run = run_scenarios(spec, scenarios, layers, log=log, repeat=2, progress=EngineProgress(
-                progress, "goldens", spec.label, [(s.name, layers or s.layers, 1.0) for s in scenarios], 1.0))
-            for trace in run.traces:
+            with EngineSession(spec, progress=EngineProgress(
+                    progress, "goldens", spec.label, [(s.name, layers or s.layers, 1.0) for s in scenarios], 1.0)) as session:
+                traces = [session.trace(s, layers or s.layers, repeat=2) for s in scenarios]
+            for trace in traces:
                 if "failure" in trace:  # a pin that cannot serve the layers here has no golden
                     path = GOLDENS.path(trace["scenario"]["name"], spec.release)
                     (skipped if trace["failure"]["kind"] == "unsupported" else failed).append(

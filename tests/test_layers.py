@@ -19,9 +19,8 @@ from conformance.formats.protocol import LAYERS
 from conformance.formats.scenario import load_scenario
 from conformance.gate import run as gate_run
 from conformance.gate.context import RunContext
-from conformance.gate.engines import GateEngine
 from conformance.judging.verdict import CANDIDATE, ORACLE
-from conftest import DOUBLE, REPO
+from conftest import DOUBLE, REPO, gate_engine
 
 PINS = load_pins()
 # config only; steps and outputs; the whole engine; methods
@@ -34,9 +33,8 @@ def double(*options: str) -> str:
     return shlex.join([sys.executable, str(DOUBLE), "--replay", PINS.oracle, *options])
 
 
-ENGINES = [GateEngine("oracle-double", ORACLE, double("--serve", ",".join(LAYERS)), None,
-                      double("--serve", ",".join(LAYERS))),
-           GateEngine("port", CANDIDATE, double("--serve", SCHEDULER), "port", double("--serve", SCHEDULER))]
+ENGINES = [gate_engine(double("--serve", ",".join(LAYERS)), ORACLE),
+           gate_engine("port=" + double("--serve", SCHEDULER), CANDIDATE)]
 
 
 def gate(tmp_path, layers=None, required=None):

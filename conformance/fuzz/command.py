@@ -24,7 +24,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from conformance.formats.engine_ref import CATALOG, EngineRef
+from conformance.formats.engine_ref import EngineRef
 from conformance.formats.files import write_text_atomic
 from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import load_scenario
@@ -32,7 +32,7 @@ from conformance.fuzz.search import (ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYER
                                      Search, count_of, signature)
 from conformance.judging.verdict import exit_status
 from conformance.process.client import EngineFailure
-from conformance.process.launch import prepare_engine
+from conformance.process.launch import Launcher
 from conformance.process.progress import duration
 from conformance.report.render_text import render_verdict
 
@@ -60,15 +60,20 @@ def fuzz_command(args, log, out=print) -> int:
     if not args.replay:
         check_out(folder)  # before any engine starts: nothing is searched for a folder that refuses it
     candidate_ref = EngineRef.parse(args.candidate, pins)
-    oracle = prepare_engine(oracle_ref, pins, log)
+    # a catalog mutant (TEST DEVICE) is found in `parity adequacy`'s catalogs and forked by the
+    # mutant server, which the launcher ends
+    launcher = Launcher(pins, log, find_mutant=lambda release, mutant_id: catalog_mutant(release, mutant_id, log))
     branches = None
-    if getattr(args, "guide", "behaviours") == "coverage":
-        oracle, branches = guided_oracle(oracle, log)
-    server = None
-    if candidate_ref.kind == CATALOG:  # a generated mutant: served by the fork server
-        server, candidate = catalog_mutant(candidate_ref, pins, log)
-    else:
-        candidate = prepare_engine(candidate_ref, pins, log)
+    try:
+        oracle = launcher.spec(oracle_ref)
+        if getattr(args, "guide", "behaviours") == "coverage":
+            oracle, branches = guided_oracle(oracle, log)
+        candidate = launcher.spec(candidate_ref)
+    except BaseException:
+        launcher.close()
+        if branches is not None:
+            branches.path.unlink(missing_ok=True)
+        raise
     pair = Pair(oracle, candidate, layers)
     try:
         log(f"[fuzz] starting {oracle.label} (oracle) and {candidate.label} (candidate)")
@@ -92,8 +97,7 @@ def fuzz_command(args, log, out=print) -> int:
         return 2
     finally:
         pair.close()
-        if server is not None:
-            server.close()
+        launcher.close()
         if branches is not None:
             branches.path.unlink(missing_ok=True)
     s = search.stats
@@ -202,26 +206,23 @@ def guided_oracle(oracle, log):
     return guided_worker(oracle.release, python, ensure_coverage(python, log=log), branches.path), branches
 
 
-def catalog_mutant(ref: EngineRef, pins, log):
-    """TEST DEVICE: '0.27.1+mutant:catalog:ID', a mutant of `parity adequacy`'s catalogs (the
-    scheduler's, then the engine path's), served
-    as its own engine by engines/vllm/mutant_server.py. (the server, the candidate's spec)"""
+def catalog_mutant(release: str, mutant_id: str, log):
+    """TEST DEVICE: the mutant of '0.27.1+mutant:catalog:ID', found in `parity adequacy`'s
+    catalogs (the scheduler's, then the engine path's)."""
     from conformance.adequacy.measure import catalog
     from conformance.adequacy.scope import load_scope
-    from conformance.process.mutant_server import MutantServer
 
-    release = ref.release
     mutants, _ = catalog(release, load_scope(), log)
-    found = [m for m in mutants if m.id == ref.mutant]
+    found = [m for m in mutants if m.id == mutant_id]
     if not found:  # the engine path's catalog, lines the engine scenarios never run included
         from conformance.adequacy.engine_path import ENGINE_SCOPE_FILE, engine_catalog
 
         run, _, not_run = engine_catalog(release, load_scope(ENGINE_SCOPE_FILE), {}, log)
-        found = [m for m in run + not_run if m.id == ref.mutant]
+        found = [m for m in run + not_run if m.id == mutant_id]
     if not found:
-        raise ValueError(f"--candidate {ref.text!r}: no mutant {ref.mutant!r} in the catalogs of vllm {release}")
-    server = MutantServer(release, log)
-    return server, server.spec(found[0])
+        raise ValueError(f"--candidate {EngineRef.catalog_mutant(release, mutant_id).text!r}: no mutant "
+                         f"{mutant_id!r} in the catalogs of vllm {release}")
+    return found[0]
 
 
 def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: str, against: str,
