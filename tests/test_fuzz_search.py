@@ -481,3 +481,20 @@ def test_coverage_guidance_counts_the_oracles_branches(warm_sessions, tmp_path):
         pair.close()
         guided.close()
 
+
+def test_the_advice_for_a_finding_is_a_make_command_that_works(tmp_path):
+    """The report says how to write the finding's goldens: `make goldens SCENARIOS=NAME`, which
+    reaches `parity goldens` (a bare `-k NAME` is swallowed by make)."""
+    import subprocess
+
+    from conftest import REPO
+
+    raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
+    finding = Finding("diverged config.max_num_seqs", raw, 3, 2, path=tmp_path / "fuzz_config_max_num_seqs.json")
+    advice = next(line for line in fuzz_cli.report(finding, "0.27.1", 1, "cand", "0.27.1").splitlines()
+                  if "library:" in line)
+    command = advice.split("then ", 1)[1]
+    assert command == "make goldens SCENARIOS=fuzz_config_max_num_seqs", advice
+    dry = subprocess.run(["make", "-n", *command.split()[1:]], cwd=REPO, capture_output=True, text=True,
+                         encoding="utf-8", stdin=subprocess.DEVNULL)
+    assert "parity goldens --scenario 'scenarios/fuzz_config_max_num_seqs.json'" in dry.stdout, dry.stdout + dry.stderr
