@@ -117,3 +117,22 @@ def test_one_implementation_of_a_unit_to_its_trace():
                 if name in ("EngineProcess", "make_trace"):
                     found.append(f"{path.relative_to(REPO)}:{node.lineno} {name}")
     assert found == [], "a unit run to its trace outside process/session.py:\n" + "\n".join(found)
+
+
+def test_a_scenario_needing_an_undeclared_feature_is_not_sent_to_a_candidate(tmp_path):
+    """declared_only (a candidate under the gate): a scenario needing a feature the hello does not
+    declare is a trace naming it, never a run (the TEST DOUBLE fails any run it is sent); `needs`
+    (a gate manifest's) overrides the scenario's own."""
+    import sys
+
+    double = REPO / "tests" / "doubles" / "declared_engine.py"
+    spec = EngineSpec("declared", (sys.executable, str(double), "--features", ""))
+    assert SCENARIO.features  # the gate scenario needs speculative decoding at least
+    with EngineSession(spec, declared_only=True) as session:
+        skipped = session.trace(SCENARIO, ["config"])
+        sent = session.trace(SCENARIO, ["config"], needs=())
+    assert skipped["unsupported_features"] == list(SCENARIO.features) and skipped["layers"] == {}
+    assert "failure" not in skipped and skipped["capabilities"]
+    assert sent["failure"]["kind"] == "engine_error" and "unsupported_features" not in sent
+    with EngineSession(spec) as session:  # an oracle's session sends everything
+        assert session.trace(SCENARIO, ["config"])["failure"]["kind"] == "engine_error"

@@ -20,9 +20,12 @@ from conformance.process.reaper import end_all, resume
 from conformance.process.session import EngineSession
 
 
-def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: list[Unit]) -> dict[str, dict]:
+def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: list[Unit],
+              features: dict | None = None) -> dict[str, dict]:
     """Run `units` (in plan order), one warm session per engine, up to `context.parallel`
-    engines side by side; unit key -> its trace."""
+    engines side by side; unit key -> its trace. `features`: scenario name -> the features it
+    needs (the manifest's); a candidate is not sent a scenario needing one its hello does not
+    declare."""
     log, parallel = context.log, context.parallel
     by_name = {s.name: s for s in scenarios}
     traces: dict[str, dict] = {}
@@ -38,7 +41,8 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
                 progress, "gate", engine.key, [(u.scenario, u.layers, u.cost) for u in mine], COLD_START))
             with session:
                 repeat = ORACLE_RUNS if engine.role == ORACLE else 1
-                return [session.trace(by_name[u.scenario], list(u.layers), repeat) for u in mine], session.cold_starts
+                return [session.trace(by_name[u.scenario], list(u.layers), repeat,
+                                      needs=(features or {}).get(u.scenario)) for u in mine], session.cold_starts
 
         shares = [(number, engine, [u for u in units if u.engine == engine.key])
                   for number, engine in enumerate(engines, 1)]

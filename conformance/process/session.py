@@ -13,7 +13,8 @@ Outcomes, each a trace (formats/trace.py): the records, a refused configuration 
 failure (`crash`, `timeout`, `protocol`, `engine_error`, `unsupported`, `nondeterministic`) with
 the records that arrived; and, for a session that asks only for what the engine declares (a
 candidate under the gate), the layers its hello does not declare, in `not_served`, with the
-layers it declared in `capabilities`. Only a run cut by a deadline its caller set (`until`) is
+layers it declared in `capabilities`, and a scenario needing a feature the hello does not
+declare (hello.features) not sent at all, those features in `unsupported_features`. Only a run cut by a deadline its caller set (`until`) is
 no trace: OutOfTime, since it says nothing about the engine.
 """
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import time
 
+from conformance.formats.features import declared, not_declared
 from conformance.formats.scenario import Scenario
 from conformance.formats.trace import make_trace
 from conformance.process.client import HANDSHAKE_TIMEOUT, RUN_TIMEOUT, EngineFailure, EngineProcess, timeout_setting
@@ -52,6 +54,11 @@ class EngineSession:
         self.cold_starts = 0
         self._proc: EngineProcess | None = None
 
+    @property
+    def hello(self) -> dict | None:
+        """The running engine's hello (None before it started or once it is gone)."""
+        return self._proc.hello if self._proc is not None else None
+
     def __enter__(self) -> "EngineSession":
         return self
 
@@ -81,13 +88,14 @@ class EngineSession:
         return proc
 
     def trace(self, scenario: Scenario, layers: list[str] | None = None, repeat: int = 1,
-              until: float | None = None, timeout: float | None = None) -> dict:
+              until: float | None = None, timeout: float | None = None, needs=None) -> dict:
         """The trace of one unit: `scenario` on `layers` (default: the scenario's own), run
         `repeat` times in the warm engine (records that differ make a `nondeterministic`
         failure, never a golden). `timeout` bounds each run (default: the session's);
-        `until`, a time.monotonic() deadline, bounds the unit, a restart included."""
+        `until`, a time.monotonic() deadline, bounds the unit, a restart included. `needs`: the
+        features the scenario needs (default: Scenario.features; a gate's, as its manifest says)."""
         trace = self._outcome(scenario, list(scenario.layers if layers is None else layers), repeat, until,
-                              timeout)
+                              timeout, scenario.features if needs is None else needs)
         if self.progress is not None:
             self.progress.end()
         return trace
@@ -99,13 +107,16 @@ class EngineSession:
         return proc.close() if proc is not None else False
 
     def _outcome(self, scenario: Scenario, layers: list[str], repeat: int, until: float | None,
-                 timeout: float | None) -> dict:
+                 timeout: float | None, needs) -> dict:
         try:
             proc = self.start(until)
         except EngineFailure as failure:
             return self._made(scenario, None, failure.partial, failure)
         if self.progress is not None:
             self.progress.item()
+        lacking = not_declared(needs, declared(proc.hello)) if self.declared_only else ()
+        if lacking:  # not sent: the gate judges it `unsupported`, naming the features
+            return self._made(scenario, proc, {}, unsupported_features=lacking)
         asked, missing = served(layers, proc.hello) if self.declared_only else (layers, [])
         if not asked:
             return self._made(scenario, proc, {}, not_served=missing)
@@ -132,10 +143,12 @@ class EngineSession:
         return records
 
     def _made(self, scenario: Scenario, proc: EngineProcess | None, records: dict,
-              failure: EngineFailure | None = None, not_served: list[str] | None = None) -> dict:
+              failure: EngineFailure | None = None, not_served: list[str] | None = None,
+              unsupported_features=()) -> dict:
         hello = proc.hello if proc is not None else {}
         trace = make_trace(self.spec.label, hello, scenario, records, not_served=not_served,
-                           failure=None if failure is None else {"kind": failure.kind, "message": str(failure)})
+                           failure=None if failure is None else {"kind": failure.kind, "message": str(failure)},
+                           unsupported_features=unsupported_features)
         if self.declared_only and proc is not None:  # such a trace is never a golden
             trace["capabilities"] = [c for c in hello.get("capabilities", []) if isinstance(c, str)]
         return trace
