@@ -4,6 +4,7 @@ real pinned releases, one warm engine session per pin for the whole session."""
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -75,20 +76,61 @@ def warm_sessions(request):
     processes = xdist["workercount"] if xdist else 1
     most = max_warm(device_mode(), processes)
     pins = load_pins()
+    lock = threading.Lock()  # a gate run asks from its engines' threads (warm_gate)
 
     def get(engine: str) -> EngineSession:
-        if engine not in sessions:
-            session = EngineSession(prepare_engine(EngineRef.parse(engine, pins), pins, log=lambda m: None))
-            session.start()
-            sessions[engine] = session
-            while len(sessions) > most:  # each holds up to 1 GiB: end the longest unused
-                sessions.pop(next(iter(sessions))).close()
-        sessions[engine] = sessions.pop(engine)
-        return sessions[engine]
+        with lock:
+            if engine not in sessions:
+                session = EngineSession(prepare_engine(EngineRef.parse(engine, pins), pins, log=lambda m: None))
+                session.start()
+                sessions[engine] = session
+                while len(sessions) > most:  # each holds up to 1 GiB: end the longest unused
+                    sessions.pop(next(iter(sessions))).close()
+            sessions[engine] = sessions.pop(engine)
+            return sessions[engine]
 
     yield get
     with ThreadPoolExecutor() as pool:  # each engine takes seconds to shut down: all at once
         list(pool.map(EngineSession.close, sessions.values()))
+
+
+@pytest.fixture
+def warm_gate(warm_sessions, monkeypatch):
+    """`parity gate` run in this test's process (cli.main, gate/run.py) with each pinned release
+    it runs served by the warm session of that pin (warm_sessions): no cold start of its own.
+    Other engines (command lines, mutants) start as the gate starts them."""
+    from conformance.gate import execute
+    from conformance.process.session import EngineSession
+
+    class Lent(EngineSession):
+        """The gate's session of a pin over the warm session's engine: it starts (and restarts)
+        that engine, and leaves it running when the gate closes it."""
+
+        def __init__(self, warm: EngineSession, spec, **options):
+            super().__init__(spec, **options)
+            self.warm = warm
+
+        @property
+        def hello(self):
+            return self.warm.hello
+
+        def start(self, until=None):
+            before = self.warm.cold_starts
+            proc = self.warm.start(until)
+            self.cold_starts += self.warm.cold_starts - before
+            return proc
+
+        def close(self) -> bool:
+            return False
+
+    def session(spec, **options) -> EngineSession:
+        if spec.release is None:  # not a pinned release itself
+            return EngineSession(spec, **options)
+        warm = warm_sessions(spec.release)
+        assert warm.spec.argv == spec.argv, (warm.spec, spec)  # the same worker, the same device
+        return Lent(warm, spec, **options)
+
+    monkeypatch.setattr(execute, "EngineSession", session)
 
 
 @pytest.fixture

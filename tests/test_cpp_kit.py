@@ -293,8 +293,9 @@ def test_known_difference_no_prefix_caching(kit):
 # --- 3. the gate: the reference engine passes, the bugged one diverges -----------------------
 
 @pytest.mark.oracle
-def test_gate_reference_engine_against_the_oracle(kit, capsys):
-    """One gate run on the gate scenario: the verdicts docs/porting.md states."""
+def test_gate_reference_engine_against_the_oracle(kit, capsys, warm_gate):
+    """One gate run on the gate scenario (its oracle the tests' warm engine): the verdicts
+    docs/porting.md states."""
     from conformance.cli import main
 
     status = main(["gate", "--candidate", str(ENGINE), "--candidate", f"{ENGINE} --no-draft-reservation",
