@@ -89,8 +89,9 @@ def results_runs(folders: list[Path], selection: Selection, pins: Pins, log,
     oracle = next(e for e in manifest.engines if e.role == ORACLE)
     for release in selection.releases:
         if release != oracle.release:
-            log(f"[goldens] vllm-{release}: not the oracle of these results (they hold its double runs "
-                f"only): `parity goldens --engine {release}` writes its goldens")
+            log(f"[goldens] vllm-{release}: not the oracle of these results (only the oracle, "
+                f"vllm-{oracle.release}, ran twice, as a golden needs): `parity goldens --engine {release}` "
+                "writes its goldens")
     chosen = [s for s in manifest.scenarios if selection.chosen(s["name"], s["layers"], oracle.release)]
     ran = {u.scenario for u in manifest.units if u.engine == oracle.key}
     for s in chosen:
