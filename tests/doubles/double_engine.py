@@ -54,8 +54,8 @@ CONFIG = {"refused": None, "max_num_batched_tokens": 4096, "max_num_scheduled_to
 def empty_step(i: int) -> dict:
     """Step i with nothing scheduled and nothing held: every field of a steps record."""
     return {"step": i, "total_num_scheduled_tokens": 0, "token_budget": 1, "requests": {}, "new": [],
-            "resumed": [], "preempted": [], "finished": [], "kv_blocks": {"free": 0, "used": 0},
-            "waiting": [], "running": []}
+            "resumed": [], "preempted": [], "finished": [], "kv_blocks": {"free": 0, "used": 0, "cached": 0},
+            "waiting": [], "running": [], "aborted": [], "emitted": [], "num_common_prefix_blocks": [0]}
 
 
 class FaultyWire:
