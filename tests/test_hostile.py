@@ -777,11 +777,11 @@ SCHEMA_CASES = {
     "requests-list": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
                                   "path": ["requests"], "value": [1, 2]}]},
                       "steady_decode", "layer steps, record #3 (step 3): field requests: expected "
-                      "object: request id -> request entry, got [1, 2] (a list)"),
+                      "object: request id -> steps request entry, got [1, 2] (a list)"),
     "request-string": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
                                    "path": ["requests", "r1"], "value": "12"}]},
                        "steady_decode", "layer steps, record #3 (step 3): field requests.r1: expected "
-                       "an object (request entry), got \"12\" (a string)"),
+                       "an object (steps request entry), got \"12\" (a string)"),
     "tokens-string": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
                                   "path": ["total_num_scheduled_tokens"], "value": "12"}]},
                       "steady_decode", "layer steps, record #3 (step 3): field total_num_scheduled_tokens: "
