@@ -31,10 +31,10 @@ def prepare_engine(ref: EngineRef, pins: Pins | None = None, log=print) -> Engin
     if ref.kind == MUTANT:
         # A TEST DEVICE: the pin with a known bug injected. Never an oracle, never a golden.
         python = ensure_env(ref.release, log=log, pins=pins)
-        return EngineSpec(ref.label, worker_argv(python, ref.release, "--mutant", ref.mutant))
+        return EngineSpec(ref.label, worker_argv(python, ref.release, "--mutant", ref.mutant, pins=pins))
     if ref.kind == PIN:
         python = ensure_env(ref.release, log=log, pins=pins)
-        return EngineSpec(ref.label, worker_argv(python, ref.release), ref.release)
+        return EngineSpec(ref.label, worker_argv(python, ref.release, pins=pins), ref.release)
     if ref.kind != COMMAND:
         raise ValueError(f"engine {ref.text!r}: a catalog mutant is served by `parity adequacy`'s "
                          "mutant server (parity fuzz --candidate), not started on its own")
