@@ -27,7 +27,7 @@ from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
 from conformance.gate.run import gate, merge
 from conformance.gate.runner import default_parallel, run_scenarios
-from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
+from conformance.judging.goldens import GOLDENS, NEW, GoldenRefused, lookup
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
 from conformance.judging.waivers import WaiverError, load_waivers
@@ -364,7 +364,8 @@ def cmd_goldens(args) -> int:
                 if not update.changes:
                     continue
                 changed.append(update.path)
-                progress.say(update.summary)
+                # --check: golden (path) says X, the oracle run now gives Y; else what is written
+                progress.say(update.explain() if args.check and update.action != NEW else update.summary)
                 if not args.check:
                     GOLDENS.write(update)
     orphans = [] if args.scenario else GOLDENS.orphans({s.name for s in scenarios}, pins.releases)

@@ -13,7 +13,6 @@ from conformance.formats.scenario import load_scenario
 from conformance.formats.trace import make_trace
 from conformance.judging.goldens import GOLDENS, NEW
 from conformance.process.client import EngineFailure
-from conformance.report.render_text import render_verdict
 from conftest import REPO
 from parity.golden_extension import GoldenExtension
 
@@ -39,10 +38,7 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario,
     update = GOLDENS.update(trace, release)
     updating = request.config.option.update_snapshots
     if update.changes and update.action != NEW and not updating:
-        check = update.check
-        detail = render_verdict(check.verdict, release) if check and check.verdict else ""
-        rule = f" ({check.rule} rule)" if check else ""
-        pytest.fail(f"{update.path.name} does not hold{rule}: {update.reason}\n{detail}")
+        pytest.fail(update.explain())  # golden (its path) says X, the oracle run now gives Y
     if updating and update.changes:  # what the rewrite changes, before it is written
         summary = update.summary
         plugins = request.config.pluginmanager
