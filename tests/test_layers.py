@@ -166,7 +166,7 @@ def test_selfcheck_names_a_declared_layer_no_scenario_given_has(capsys):
 
 @pytest.mark.oracle
 def test_the_real_oracle_judges_a_scheduler_only_port_by_its_layers(tmp_path, capsys):
-    """`parity gate` end to end with the gate oracle (vLLM 0.27.1): with the layers the port
+    """`parity gate` end to end with the gate oracle (the pinned one): with the layers the port
     serves it passes, and its reports say what was not judged; without them it fails, saying
     which required layers it does not serve."""
     port = double("--serve", SCHEDULER)
