@@ -33,6 +33,13 @@ NO_CPU_ENGINE = [r for r in PINS.releases if not PINS.cpu_engine_build(r)]
 # Where two CPU engine pins' gate runs first differ (engine_steps): step, field, each one's value
 # (0.27.1 reserves the drafting slots of 4 requests in the config, 0.28.0 on charges them per step)
 ENGINE_STEP_DRIFT = {frozenset({"0.27.1", "0.28.0"}): (0, "requests.r2.tokens", {"0.27.1": 36, "0.28.0": 48})}
+# Where each CPU engine pin's own gate run exceeds the forward capacity: 0.27.1 stays within it;
+# 0.28.0 charges 16 slots to each of 3 requests (4048 tokens) and its drafter's pass at step 0
+# runs 4048 + 3 x 17 = 4099 tokens, 3 over the 4096 the batch holds.
+ORACLE_CAPACITY_EXCESS = {
+    "0.27.1": [],
+    "0.28.0": [{"step": 0, "forward": "drafter", "tokens": 4099, "limit": 4096, "excess": 3}],
+}
 
 
 def golden(scenario, release=PINS.oracle):
@@ -49,7 +56,7 @@ def test_the_gate_oracle_logs_its_budget_and_schedules_it_at_step_0():
     charged = step0.get("drafting_slots_per_request", 0) * len(step0.get("running", ())) if "input_budget" in step0 else 0
     assert step0["total_num_scheduled_tokens"] == step0["target_forward_tokens"][0]
     assert budget - charged <= step0["total_num_scheduled_tokens"] <= budget
-    assert capacity_excess(layers["engine_steps"]) == []  # the oracle stays within capacity here
+    assert capacity_excess(layers["engine_steps"]) == ORACLE_CAPACITY_EXCESS[PINS.oracle]
 
 
 @pytest.mark.parametrize("release", [r for r in CPU_ENGINES if frozenset({r, PINS.oracle}) in ENGINE_STEP_DRIFT])
