@@ -9,7 +9,6 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
-from conformance.formats.trace import make_trace
 from conformance.judging.compare import compare_layer
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
@@ -33,13 +32,14 @@ def budget_line(release: str) -> str:
             "based on the speculative decoding settings.")
 
 
-def trace_of(warm_workers, release, scenario, layers=("config",)):
-    proc = warm_workers(release)
-    return make_trace(f"vllm-{release}", proc.hello, scenario, proc.run(scenario, list(layers)))
+def trace_of(warm_sessions, release, scenario, layers=("config",)):
+    trace = warm_sessions(release).trace(scenario, list(layers))
+    assert "failure" not in trace, trace["failure"]
+    return trace
 
 
-def test_gate_oracle_resolves_the_seed_budget(warm_workers):
-    record = trace_of(warm_workers, PINS.oracle, load_scenario(GATE))["layers"]["config"][0]
+def test_gate_oracle_resolves_the_seed_budget(warm_sessions):
+    record = trace_of(warm_sessions, PINS.oracle, load_scenario(GATE))["layers"]["config"][0]
     batched, slots = record["max_num_batched_tokens"], record["drafting_slots_per_request"]
     assert batched == 4096  # the scenario's
     assert slots == gate_config(PINS.oracle)["drafting_slots_per_request"]
@@ -56,11 +56,11 @@ def test_committed_gate_golden_holds_the_seed_line():
 
 
 @pytest.mark.parametrize("release", PINS.candidates)
-def test_other_pins_diverge_where_their_goldens_do(warm_workers, release):
+def test_other_pins_diverge_where_their_goldens_do(warm_sessions, release):
     """Another pin's live run, judged against the oracle's golden, first differs where the two
     releases' goldens first differ (on the budget between 0.27.1 and 0.28.0 on)."""
     golden = GOLDENS.load("dflash_27b_gate", PINS.oracle)
-    verdict = judge(trace_of(warm_workers, release, load_scenario(GATE)), golden, role="candidate")
+    verdict = judge(trace_of(warm_sessions, release, load_scenario(GATE)), golden, role="candidate")
     expected = compare_layer("config", [gate_config(PINS.oracle)], [gate_config(release)]).first
     if expected is None:
         assert verdict.kind == "pass", verdict
@@ -74,10 +74,10 @@ def test_other_pins_diverge_where_their_goldens_do(warm_workers, release):
         assert "candidate: " + budget_line(release) in text
 
 
-def test_no_draft_reservation_double_of_the_port_is_caught(warm_workers):
+def test_no_draft_reservation_double_of_the_port_is_caught(warm_sessions):
     """A candidate resolving the budget by the other rule than the oracle's (the seed's port left
     the reservation out where 0.27.1 makes it) diverges."""
-    trace = trace_of(warm_workers, PINS.oracle, load_scenario(GATE))
+    trace = trace_of(warm_sessions, PINS.oracle, load_scenario(GATE))
     record = trace["layers"]["config"][0]
     batched, slots = record["max_num_batched_tokens"], record["drafting_slots_per_request"] or 15
     record["max_num_scheduled_tokens"] = batched if RESERVES_IN_CONFIG[PINS.oracle] else batched - 4 * slots
@@ -86,7 +86,7 @@ def test_no_draft_reservation_double_of_the_port_is_caught(warm_workers):
 
 
 @pytest.mark.parametrize("release", PINS.releases)
-def test_each_pin_runs_a_scenario_outside_the_repository(tmp_path, warm_workers, release):
+def test_each_pin_runs_a_scenario_outside_the_repository(tmp_path, warm_sessions, release):
     """Model folders relative to a scenario anywhere. (The `parity run` command itself, out of
     the repository, is the next test: one process per pin here would only repeat it.)"""
     shutil.copytree(REPO / "scenarios" / "models", tmp_path / "models")
@@ -94,7 +94,7 @@ def test_each_pin_runs_a_scenario_outside_the_repository(tmp_path, warm_workers,
     scenario["name"] = "outside"
     scenario["engine_args"]["max_num_batched_tokens"] = 2048
     (tmp_path / "s.json").write_text(json.dumps(scenario))
-    trace = trace_of(warm_workers, release, load_scenario(tmp_path / "s.json"))
+    trace = trace_of(warm_sessions, release, load_scenario(tmp_path / "s.json"))
     record = trace["layers"]["config"][0]
     assert trace["engine"]["version"] == release
     assert record["max_num_batched_tokens"] == 2048
