@@ -17,6 +17,9 @@ verify steps, padding, empty steps, when `finished` is reported, the stand-in's 
 
 A step with nothing to schedule is still a step (recorded with 0 tokens), so step n of the
 trace is the step at which requests with arrival_step == n were added.
+
+A configuration that resolves async scheduling on under the GPU rule is driven by vLLM's own
+batch-queue loop instead (engines/vllm/async_loop.py); this synchronous driver is unchanged.
 """
 
 from __future__ import annotations
@@ -66,14 +69,15 @@ def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], l
         config, _lines, refusal = resolve_config(scenario_wire)
     if config is None:  # the release refused the configuration: that is the result
         return [{"refused": refusal}], [{"refused": refusal}]
-    if config.scheduler_config.async_scheduling:
-        raise ScenarioError(source, "engine_args.async_scheduling", "must be false for the steps "
-                            "layer, which mirrors the synchronous EngineCore.step()")
+    spec = config.speculative_config
+    k = spec.num_speculative_tokens if spec is not None else 0
+    if config.scheduler_config.async_scheduling:  # under the GPU rule (config_layer.py)
+        from .async_loop import run_async
+
+        return run_async(config, workload, k, _block_hasher(config))
 
     scheduler = build_scheduler(config, engine_args.get("num_gpu_blocks_override"),
                                 cls=cls or RecordingScheduler)
-    spec = config.speculative_config
-    k = spec.num_speculative_tokens if spec is not None else 0
     block_hasher = _block_hasher(config)
 
     arrivals: dict[int, list[dict]] = {}
