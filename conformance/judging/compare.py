@@ -119,6 +119,12 @@ def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
     return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
 
 
+# Under async scheduling an update also says what became of each request's output (`delivery`:
+# applied, stale, dropped) and leaves its output placeholders: named after the drafts accepted,
+# before the state they led to (`iteration` and `update_iteration` rank as decisions).
+AFTER_UPDATE = (*AFTER_UPDATE[:1], "delivery", "output_placeholders", *AFTER_UPDATE[1:])
+
+
 def _rank(path: str, context: frozenset) -> int:
     top, leaf = path.split(".")[0].split("[")[0], path.rsplit(".", 1)[-1].split("[")[0]
     if top in context:
