@@ -17,6 +17,8 @@ PINS = load_pins()
 SCENARIOS = {s.name: s for s in (load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json")))}
 ASYNC = sorted(n for n, s in SCENARIOS.items() if s.engine_args["async_scheduling"] is not False)
 TWINS = sorted(n for n in ASYNC if n.endswith("_async") and "steps" in SCENARIOS[n].layers)
+LOOPS = sorted(n for n in ASYNC if "steps" in SCENARIOS[n].layers)  # the twins, the example, one per method
+METHODS = sorted(n for n in LOOPS if n not in TWINS and n != "async_worked_example")
 
 
 def layers(name: str, release: str = PINS.oracle) -> dict:
@@ -95,7 +97,7 @@ def test_an_async_twin_generates_what_its_sync_twin_does(name, release):
 
 
 @pytest.mark.parametrize("release", PINS.releases)
-@pytest.mark.parametrize("name", TWINS + ["async_worked_example"])
+@pytest.mark.parametrize("name", LOOPS)
 def test_the_async_fields_obey_the_loop(name, release):
     """What a port can check its own async records against: updates a step behind, stale output
     only for a request the next step preempts, nothing delivered after a request finished."""
@@ -117,6 +119,14 @@ def test_the_library_exercises_the_loop():
     deliveries = {d for n in TWINS for s in layers(n)["steps"] for d in (r["delivery"] for r in s["requests"].values())}
     assert deliveries == {"applied", "stale", "dropped"}
     assert sum(len(s["preempted"]) for s in layers("kv_pressure_async")["steps"]) >= 2
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_each_method_vllm_allows_runs_the_async_loop_on_every_pin(name):
+    for release in PINS.releases:
+        config, steps = layers(name, release)["config"][0], layers(name, release)["steps"]
+        assert (config["scheduler_class"], config["batch_queue_size"]) == ("AsyncScheduler", 2), release
+        assert any(r["delivery"] == "stale" for s in steps for r in s["requests"].values()), release
 
 
 def test_a_synchronous_scenario_records_no_async_field():
