@@ -8,7 +8,6 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
-from conformance.formats.trace import make_trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
 from conftest import REPO
@@ -145,14 +144,14 @@ MUTANTS = {
 
 @pytest.mark.oracle
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_an_async_loop_mutant_is_caught_where_it_acts(warm_workers, mutant):
+def test_an_async_loop_mutant_is_caught_where_it_acts(warm_sessions, mutant):
     """Neither mutant changes a synchronous step: only the async scenarios catch them."""
     name, index, path = MUTANTS[mutant]
     scenario = SCENARIOS[name]
-    proc = warm_workers(f"{PINS.oracle}+mutant:{mutant}")
-    trace = make_trace(f"mutant-{mutant}", proc.hello, scenario, proc.run(scenario, scenario.layers))
-    verdict = judge(trace, GOLDENS.load(name, PINS.oracle), "candidate")
+    session = warm_sessions(f"{PINS.oracle}+mutant:{mutant}")
+    verdict = judge(session.trace(scenario), GOLDENS.load(name, PINS.oracle), "candidate")
     steps = next(c for c in verdict.comparisons if c.layer == "steps")
     assert verdict.kind == "diverged" and not steps.equal
     assert (steps.index, steps.first.path) == (index, path), [f.path for f in steps.fields]
-    assert proc.run(SCENARIOS["kv_pressure"], ["steps"])["steps"] == sync_layers("kv_pressure")["steps"]
+    plain = session.trace(SCENARIOS["kv_pressure"], ["steps"])
+    assert plain["layers"]["steps"] == sync_layers("kv_pressure")["steps"]
