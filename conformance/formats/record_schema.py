@@ -302,6 +302,20 @@ COUNT = Int(0)
 IDS = ListOf(Text())
 REFUSAL = Record("refusal", {"type": Field(Text()), "message": Field(Text())})
 
+# Async scheduling (protocol 3; engines/PROTOCOL.md "Async scheduling: the batch-queue loop"):
+# the config record says how each platform resolves it; step records carry the loop's fields
+# only where the GPU rule turns it on
+ASYNC_LOG_LINES = Field(ListOf(Text()))
+ASYNC_CONFIG = {
+    "async_scheduling_gpu": Field(Flag()),
+    "async_scheduling_cpu": Field(Flag()),
+    "batch_queue_size": Field(Int(1)),
+    "async_log_lines": ASYNC_LOG_LINES,
+}
+ASYNC_STEP = {"iteration": Field(COUNT, optional=True), "update_iteration": Field(COUNT, optional=True)}
+ASYNC_REQUEST = {"output_placeholders": Field(COUNT, optional=True),
+                 "delivery": Field(Text(("applied", "stale", "dropped")), optional=True)}
+
 CONFIG = Record("config", {
     "refused": Field(Null()),
     "max_num_batched_tokens": Field(COUNT),
@@ -318,10 +332,12 @@ CONFIG = Record("config", {
     "enable_chunked_prefill": Field(Flag()),
     "scheduler_class": Field(Text()),
     "budget_log_lines": Field(ListOf(Text())),
+    **ASYNC_CONFIG,
 })
 REFUSED_CONFIG = Record("refused config", {
     "refused": Field(REFUSAL),
     "budget_log_lines": Field(ListOf(Text())),
+    "async_log_lines": ASYNC_LOG_LINES,
 })
 # steps, outputs and the engine layers of a refused configuration: one record each
 REFUSED = Record("refused", {"refused": Field(REFUSAL)})
@@ -333,6 +349,7 @@ REQUEST = Record("request entry", {
     "computed_tokens": Field(COUNT),
     "output_tokens": Field(COUNT),
     "kv_blocks": Field(COUNT),
+    **ASYNC_REQUEST,
 })
 # block ids per KV cache group, or null (a running request given no block this step); the
 # protocol's limits on a line and a run bound their size
@@ -360,6 +377,7 @@ STEP_BASE = Record("step", {
     "finished": Field(IDS),
     "waiting": Field(IDS),
     "running": Field(IDS),
+    **ASYNC_STEP,
 })
 STEP = Record("steps", {
     "requests": Field(MapOf("request id", STEPS_REQUEST)),
