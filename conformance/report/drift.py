@@ -10,7 +10,7 @@ import json
 
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.judging.goldens import GOLDENS
-from conformance.judging.numerics import compare_by_layer
+from conformance.judging.comparators import Basis, compare
 from conformance.judging.verdict import logprob_atol
 
 
@@ -28,8 +28,7 @@ def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dic
             row["layers"] = {}
             for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
                 # engine layers within the scenario's logprob tolerance are the same
-                c = compare_by_layer(layer, a.get(layer, []), b.get(layer, []), logprob_atol(old),
-                                     a.get("engine_outputs"))
+                c = compare(layer, a.get(layer, []), b.get(layer, []), Basis(logprob_atol(old), a))
                 if c.equal:
                     row["layers"][layer] = None
                     continue
