@@ -88,7 +88,8 @@ def log(message: str) -> None:
     sys.stderr.flush()
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's arguments; `main` runs the command named."""
     parser = argparse.ArgumentParser(prog="parity", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -198,8 +199,11 @@ def main(argv: list[str] | None = None) -> int:
                    "yet (runs the oracle under coverage.py; progress shows branches reached)")
     p.add_argument("--replay", type=Path, metavar="FILE", help="run one scenario file on both engines "
                    "and print the verdict, as the gate prints it")
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     _printable_anywhere()
     with _stop_on_signals():  # also while the engines are ended below
         try:

@@ -10,12 +10,13 @@ requests, be confirmed on its written scenario file, and replay to the same dive
 from __future__ import annotations
 
 import json
+import shlex
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conformance.cli import main
+from conformance.cli import build_parser, main
 from conformance.formats.scenario import load_scenario, parse_scenario
 from conformance.formats.trace import make_trace
 from conformance.formats.workload import validate_workload
@@ -103,6 +104,20 @@ def test_a_planted_bug_is_found_shrunk_written_and_confirmed(tmp_path):
     text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
     assert "layer steps: first divergence at step 0, field new" in text
     assert f"parity fuzz --replay {finding.path}" in text
+
+
+def test_the_library_advice_is_a_command_that_writes_that_scenario_s_golden():
+    """The report's last line says how to add the finding to the library: a command that
+    parses and names that scenario only (`make goldens -k NAME` did not: make swallows -k,
+    regenerates every golden, then fails)."""
+    raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
+    finding = Finding("diverged steps.new", raw, 1, 1, path=Path("out/fuzz/fuzz_steps_new.json"))
+    text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
+    [line] = [line for line in text.splitlines() if "library:" in line]
+    argv = shlex.split(line.split(", then ", 1)[1])
+    assert argv[0] == ".venv/bin/parity", line
+    args = build_parser().parse_args(argv[1:])
+    assert args.command == "goldens" and args.scenario == [Path("scenarios/fuzz_steps_new.json")], line
 
 
 class SlowPair:

@@ -4,9 +4,9 @@ confirmed, and `--replay FILE`.
 A finding is written to --out as a scenario file of the project's schema, named by what
 diverged (fuzz_steps_requests_tokens.json), its model paths relative to that folder. It is then
 loaded back like any scenario, run on both engines again and its signature confirmed; its report
-is the one the gate prints for that verdict (conformance/report.render_verdict). To add it to
-the library: move it into scenarios/ (written there directly with --out scenarios) and write its
-golden with `make goldens -k NAME`.
+is the one the gate prints for that verdict (conformance/report/render_text.py `render_verdict`).
+To add it to the library: move it into scenarios/ (written there directly with --out scenarios)
+and write its goldens with `.venv/bin/parity goldens --scenario scenarios/NAME.json`.
 
 A finding is never lost: --out is checked before any engine starts; a file that cannot be
 written after all is printed on standard output instead; and Ctrl-C while a finding is being
@@ -264,7 +264,8 @@ def report(finding: Finding, oracle: str, seed: int, candidate: str, against: st
     lines.append(f"   scenario: {finding.path}")
     lines.append(f"   replay:   parity fuzz --replay {shlex.quote(str(finding.path))} "
                  f"--candidate {shlex.quote(candidate)} --against {against}")
-    lines.append(f"   library:  move it into scenarios/, then make goldens -k {finding.path.stem}")
+    lines.append(f"   library:  move it into scenarios/, then .venv/bin/parity goldens "
+                 f"--scenario {shlex.quote(f'scenarios/{finding.path.stem}.json')}")
     return "\n".join(lines)
 
 
