@@ -16,9 +16,9 @@ DIVERGED = "diverged"
 # as vLLM's own check_logprobs_close passes such sequences.
 NUMERICS = "numerics"
 # Kinds for runs that could not be compared at all; each is its own line in the report.
-PROTOCOL, INVALID_GOLDEN = "protocol", "invalid_golden"
+PROTOCOL, INVALID_GOLDEN, MISSING_GOLDEN = "protocol", "invalid_golden", "missing_golden"
 FAILURE_KINDS = ("crash", "timeout", PROTOCOL, "engine_error", "nondeterministic",
-                 "missing_golden", INVALID_GOLDEN, "unsupported")
+                 MISSING_GOLDEN, INVALID_GOLDEN, "unsupported")
 KINDS = (PASS, NUMERICS, DIVERGED) + FAILURE_KINDS
 # The oracle is judged against its own golden (it must reproduce it); candidates gate; stand-ins
 # (the other pins, when no port is configured) are shown but never set the exit status.
