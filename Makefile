@@ -25,8 +25,8 @@ GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--la
 # 1 from 2 calls .venv/bin/parity itself. $(call SAY_STATUS,what ran,its statuses' meanings)
 SAY_STATUS = status=$$?; [ $$status = 0 ] || echo "make $@: $(1) exited with status $$status \
 	($(2)); make exits 2 on any failure, so CI that needs this status calls .venv/bin/$(1)" >&2; exit $$status
-GATE_STATUSES = 1: a gating engine diverged, 2: a gating run could not be compared or bad input
-FUZZ_STATUSES = 1: a confirmed finding, 2: bad input, an engine that cannot start, or a finding that did not repeat
+GATE_STATUSES = 1: a gating engine diverged, 2: a gating run could not be compared or bad input, 3: a bug of the harness (traceback above)
+FUZZ_STATUSES = 1: a confirmed finding, 2: bad input, an engine that cannot start, or a finding that did not repeat, 3: a bug of the harness (traceback above)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)

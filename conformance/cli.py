@@ -2,8 +2,9 @@
 
 Exit status (every command): 0 success; 1 a divergence (or a golden that would change, in
 --check); 2 a run that could not be compared (engine crash, hang, protocol violation, missing
-or invalid golden) or bad input (malformed scenario, unknown engine); 130 stopped by Ctrl-C,
-143 by SIGTERM (every engine ended, no verdict).
+or invalid golden), bad input (malformed scenario, unknown engine, a bad option or setting) or
+an environment that cannot be built; 3 an internal error, a bug of the harness (its traceback
+is shown); 130 stopped by Ctrl-C, 143 by SIGTERM (every engine ended, no verdict).
 """
 
 from __future__ import annotations
@@ -14,15 +15,18 @@ import re
 import signal
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.errors import InputError
 from conformance.formats.files import (check_output_file, claim_folder, remove_dead_writers_temporaries,
                                        write_text_atomic)
-from conformance.formats.pins import REPO_ROOT, PinError, load_pins
-from conformance.formats.scenario import Scenario, ScenarioError, load_scenario
+from conformance.formats.pins import REPO_ROOT, load_pins
+from conformance.formats.scenario import Scenario, load_scenario
 from conformance.formats.settings import device_mode
-from conformance.formats.trace import TraceError, dumps, load_trace
+from conformance.formats.gpu import GpuError
+from conformance.formats.trace import dumps, load_trace
 from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
 from conformance.gate.run import gate, merge
@@ -30,9 +34,13 @@ from conformance.gate.runner import default_parallel, run_scenarios
 from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
-from conformance.judging.waivers import WaiverError, load_waivers
+from conformance.judging.waivers import load_waivers
+from conformance.process.client import EngineFailure
+from conformance.process.coverage_run import CoverageError
 from conformance.process.envs import EnvError, build_envs, lock_gpu
+from conformance.process.fidelity import FidelityError
 from conformance.process.launch import prepare_engine
+from conformance.process.mutant_server import MutantServerError
 from conformance.process.progress import EngineProgress, Progress
 from conformance.process.reaper import Ended, end_all, ended_words, resume
 from conformance.report.drift import drift_rows, render_drift
@@ -44,6 +52,15 @@ SCENARIO_DIR = REPO_ROOT / "scenarios"
 # `parity selfcheck` runs each of these on the layers it has that the engine declares: the
 # steps layer both with speculation (DFlash) and without
 SELF_CHECK = ("dflash_27b_gate", "steady_decode", "kv_pressure_no_spec", "method_matrix", "engine_ngram")
+
+
+# Exit 2 with their words and no traceback: bad input (formats/errors.py InputError: a file, an
+# option, a setting, a folder; every named input error is one), an environment or an engine
+# that cannot be had, a golden write refused. Anything else escaping a command is a bug of the
+# harness: its traceback, exit INTERNAL_ERROR (not 1, which says an engine diverged).
+EXPECTED = (InputError, EnvError, GoldenRefused, EngineFailure, FidelityError, CoverageError,
+            MutantServerError, GpuError)
+INTERNAL_ERROR = 3
 
 
 # Bounds of the numbers a command takes (argparse types below): each outside them is refused
@@ -208,8 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     with _stop_on_signals():  # also while the engines are ended below
         try:
             return COMMANDS[args.command](args)
-        except (ScenarioError, TraceError, PinError, EnvError, ValueError,
-                GoldenRefused, WaiverError) as exc:
+        except EXPECTED as exc:
             log(f"parity {args.command}: error: {exc}")
             return 2
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted)
@@ -221,6 +237,13 @@ def main(argv: list[str] | None = None) -> int:
             log(f"parity {args.command}: {how}: "
                 f"{ended_words(strays, 'every engine process and its children')}; no verdict")
             return 128 + signum
+        except Exception:  # noqa: BLE001 - not bad input: a bug of the harness, shown whole
+            log(traceback.format_exc().rstrip())
+            strays = end_all()
+            log(f"parity {args.command}: internal error (a bug of the harness, not of the engine or "
+                f"the input; its traceback is above): "
+                f"{ended_words(strays, 'every engine process and its children')}; exit status {INTERNAL_ERROR}")
+            return INTERNAL_ERROR
 
 
 def _printable_anywhere() -> None:
@@ -316,7 +339,7 @@ def cmd_gate(args) -> int:
     layers = _layers(args.layers)
     required = _layers(args.require_layers, "--require-layers")
     if required and layers and set(required) - set(layers):
-        raise ValueError(f"--require-layers {','.join(required)}: "
+        raise InputError(f"--require-layers {','.join(required)}: "
                          f"{', '.join(sorted(set(required) - set(layers)))} not among --layers {','.join(layers)}")
     engines = gate_engines(pins, args.candidate, log)
     results = args.results
@@ -462,7 +485,7 @@ def _scenarios(paths: list[Path] | None) -> list[Scenario]:
     scenarios = [load_scenario(p) for p in paths]  # all validated before any engine starts
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
-        raise ValueError(f"two scenario files share a name: {sorted(names)}")
+        raise InputError(f"two scenario files share a name: {sorted(names)}")
     return scenarios
 
 
@@ -474,7 +497,7 @@ def _layers(text: str | None, option: str = "--layers") -> list[str] | None:
     layers = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [x for x in layers if x not in LAYERS]
     if unknown or not layers:
-        raise ValueError(f"{option}: unknown layer(s) {unknown}; known: {list(LAYERS)}")
+        raise InputError(f"{option}: unknown layer(s) {unknown}; known: {list(LAYERS)}")
     return layers
 
 

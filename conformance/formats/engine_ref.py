@@ -18,6 +18,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.errors import InputError
+
 PIN, MUTANT, CATALOG, COMMAND = "pin", "mutant", "catalog mutant", "command"
 KINDS = (PIN, MUTANT, CATALOG, COMMAND)
 MUTANT_MARK, CATALOG_MARK = "+mutant:", "catalog:"
@@ -37,10 +39,10 @@ class EngineRef:
     def parse(cls, text: str, releases, named: bool = False) -> "EngineRef":
         """`releases`: the configured pins (a Pins or its releases); `named`: NAME=COMMAND is
         allowed (a text that is a pin or a pin's mutant is never read as one). Bad input is a
-        ValueError naming the text."""
+        InputError naming the text."""
         releases = tuple(getattr(releases, "releases", releases))
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"engine {text!r}: empty engine command")
+            raise InputError(f"engine {text!r}: empty engine command")
         ref = _pin_form(text, releases)
         if ref is not None:
             return ref
@@ -51,9 +53,9 @@ class EngineRef:
         try:
             argv = tuple(shlex.split(text))  # split into an argv list; never handed to a shell
         except ValueError as exc:
-            raise ValueError(f"engine {text!r}: not a command line ({exc})") from None
+            raise InputError(f"engine {text!r}: not a command line ({exc})") from None
         if not argv:
-            raise ValueError(f"engine {text!r}: empty engine command")
+            raise InputError(f"engine {text!r}: empty engine command")
         return EngineRef(COMMAND, text, argv=argv)
 
     @classmethod
@@ -115,8 +117,8 @@ def _pin_form(text: str, releases: tuple[str, ...]) -> EngineRef | None:
     if mutant.startswith(CATALOG_MARK):
         mutant_id = mutant[len(CATALOG_MARK):]
         if not mutant_id:
-            raise ValueError(f"engine {text!r}: no mutant id after {MUTANT_MARK}{CATALOG_MARK}")
+            raise InputError(f"engine {text!r}: no mutant id after {MUTANT_MARK}{CATALOG_MARK}")
         return EngineRef(CATALOG, text, release, mutant_id)
     if not mutant:
-        raise ValueError(f"engine {text!r}: no mutant name after {MUTANT_MARK}")
+        raise InputError(f"engine {text!r}: no mutant name after {MUTANT_MARK}")
     return EngineRef(MUTANT, text, release, mutant)

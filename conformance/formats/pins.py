@@ -7,11 +7,13 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.errors import InputError
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
 _VERSION = re.compile(r"^\d+\.\d+\.\d+([a-z0-9.+-]*)?$")
 
 
-class PinError(ValueError):
+class PinError(InputError):
     """pyproject.toml's [tool.vllm-parity] table is missing or malformed."""
 
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 from conformance.formats import protocol
 from conformance.formats.scenario import Scenario
+from conformance.formats.settings import SettingError
 from conformance.process.launch import EngineSpec
 from conformance.process.reaper import Ended, ended_words, kill_group, start_kept, stopping, track
 
@@ -310,7 +311,7 @@ def timeout_setting(name: str, default: float) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
+        raise SettingError(f"{name}={text!r}: expected a positive number of seconds")
     return value
 
 
@@ -321,7 +322,7 @@ def limit_setting(name: str, default: int) -> int:
     if not text:
         return default
     if not (text.isascii() and text.isdigit() and int(text) >= 1):
-        raise ValueError(f"{name}={text!r}: expected a positive whole number")
+        raise SettingError(f"{name}={text!r}: expected a positive whole number")
     return int(text)
 
 

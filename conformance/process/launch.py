@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.formats.engine_ref import COMMAND, MUTANT, PIN, EngineRef
+from conformance.formats.errors import InputError
 from conformance.formats.pins import Pins, load_pins
 
 
@@ -36,9 +37,9 @@ def prepare_engine(ref: EngineRef, pins: Pins | None = None, log=print) -> Engin
         python = ensure_env(ref.release, log=log, pins=pins)
         return EngineSpec(ref.label, worker_argv(python, ref.release), ref.release)
     if ref.kind != COMMAND:
-        raise ValueError(f"engine {ref.text!r}: a catalog mutant is served by `parity adequacy`'s "
+        raise InputError(f"engine {ref.text!r}: a catalog mutant is served by `parity adequacy`'s "
                          "mutant server (parity fuzz --candidate), not started on its own")
     if shutil.which(ref.argv[0]) is None and not Path(ref.argv[0]).is_file():
-        raise ValueError(f"engine {ref.text!r}: {ref.argv[0]!r} is neither a configured pin "
+        raise InputError(f"engine {ref.text!r}: {ref.argv[0]!r} is neither a configured pin "
                          f"({', '.join(pins.releases)}) nor an executable")
     return EngineSpec(ref.label, ref.argv)
