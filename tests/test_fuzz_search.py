@@ -416,6 +416,7 @@ def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
 
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the
 # example budget that find it here (same seed, same examples).
+@pytest.mark.oracle
 @pytest.mark.parametrize("mutant", ["ignore-max-num-seqs", "draft-plus-one"])
 def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
     from conformance.formats.pins import load_pins
@@ -438,6 +439,7 @@ def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
 
 
 
+@pytest.mark.oracle
 def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
     """The whole engine on the tiny models: a mutant that only the engine layers see (every
     logit times 1.10: the same greedy tokens, other logprobs) is found, shrunk to one request,
@@ -461,6 +463,7 @@ def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
         pair.close(engines=False)
 
 
+@pytest.mark.oracle
 def test_coverage_guidance_counts_the_oracles_branches(warm_workers, tmp_path):
     """--guide coverage: the oracle's worker runs under coverage.py and reports after each run
     the branch arcs it reached first; the search counts them and prefers examples with new ones."""
