@@ -43,7 +43,7 @@ from conformance.process.fidelity import FidelityError
 from conformance.process.launch import prepare_engine
 from conformance.process.mutant_server import MutantServerError
 from conformance.process.progress import EngineProgress, Progress
-from conformance.process.reaper import Ended, end_all, ended_words, resume
+from conformance.process.reaper import end_all, ended_words, resume
 from conformance.report.drift import drift_rows, render_drift
 from conformance.report.methods_table import render_methods_table
 from conformance.report.render_text import render
@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
             log(f"parity {args.command}: error: {exc}")
             return 2
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted)
-            strays = getattr(exc, "parity_strays", Ended()) + end_all()
+            strays = end_all()  # with what was ended while it unwound
             resume()
             signum = getattr(exc, "signum", signal.SIGINT)
             how = ("interrupted (Ctrl-C)" if signum == signal.SIGINT

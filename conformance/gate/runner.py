@@ -11,7 +11,7 @@ from conformance.formats.scenario import Scenario
 from conformance.formats.trace import make_trace
 from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
-from conformance.process.reaper import end_all, resume
+from conformance.process.reaper import end_all, ended_unwinding, resume
 
 
 @dataclass
@@ -123,7 +123,7 @@ def side_by_side(tasks: list, parallel: int) -> list:
         futures = [pool.submit(task) for task in tasks]
         return [f.result() for f in futures]
     except BaseException as exc:
-        exc.parity_strays = end_all()  # the caller says what was ended, by pid where it had to be
+        ended_unwinding(end_all())  # the handler's end_all says what was ended, by pid where it had to be
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

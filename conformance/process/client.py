@@ -21,7 +21,7 @@ from conformance.formats import protocol
 from conformance.formats.scenario import Scenario
 from conformance.formats.settings import SettingError
 from conformance.process.launch import EngineSpec
-from conformance.process.reaper import Ended, ended_words, kill_group, start_kept, stopping, track
+from conformance.process.reaper import Ended, ended_unwinding, ended_words, kill_group, start_kept, stopping, track
 
 # Defaults, in seconds; $VLLM_PARITY_HANDSHAKE_TIMEOUT / $VLLM_PARITY_RUN_TIMEOUT override them,
 # read when an engine starts (timeout_setting).
@@ -209,7 +209,7 @@ class EngineProcess:
             raise
         except BaseException as exc:
             proc, self._proc = self._proc, None
-            exc.parity_strays = getattr(exc, "parity_strays", Ended()) + kill_group(proc)  # said by the caller
+            ended_unwinding(kill_group(proc))  # said by the handler's end_all
             raise
 
     def _send(self, message: dict, partial: dict, deadline: float, where: str) -> None:
