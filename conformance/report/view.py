@@ -138,6 +138,11 @@ class GateView:
     expired: list[Waiver]
     unused: list[Waiver]
     features: list[FeatureRow] = field(default_factory=list)  # the per-feature table, `core` first
+    # for whoever bumps the oracle pin, from the goldens: the drift across pins (report/drift.py
+    # rows) and the per-pin method tables (methods_table.table_rows with its releases), or None
+    # when left out (a candidate's run without --drift; no method_matrix scenario)
+    drift: list[dict] | None = None
+    methods: tuple | None = None
 
     @property
     def word(self) -> str:
@@ -162,7 +167,7 @@ class GateView:
 
 def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None = None,
               traces: dict | None = None, features: dict[str, tuple] | None = None,
-              required=()) -> GateView:
+              required=(), drift: list[dict] | None = None, methods: tuple | None = None) -> GateView:
     """traces: verdict key (engine, scenario) -> (the trace judged, its golden or None);
     features: scenario -> the features it needs (the per-feature table; none without it);
     required: the features the gate requires."""
@@ -186,7 +191,8 @@ def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None =
         counts=Counter(c.status for c in grid.values()), layers=layers_headline(result.verdicts),
         judged_groups=judged_groups(result.verdicts), commands=dict(commands or {}),
         expired=list(result.expired), unused=list(result.unused),
-        features=feature_rows(grid, engines, features, required) if features is not None else [])
+        features=feature_rows(grid, engines, features, required) if features is not None else [],
+        drift=drift, methods=methods)
 
 
 def feature_rows(grid: dict[tuple[str, str], Cell], engines: list[str], features: dict[str, tuple],
