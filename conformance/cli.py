@@ -23,6 +23,7 @@ from conformance.formats.errors import InputError
 from conformance.formats.features import parse_required
 from conformance.formats.files import (check_output_file, claim_folder, remove_dead_writers_temporaries,
                                        write_text_atomic)
+from conformance.formats.log import log
 from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import Scenario, load_scenario
 from conformance.formats.settings import device_mode
@@ -47,7 +48,6 @@ from conformance.process.reaper import end_all, ended_words, resume
 from conformance.report.drift import drift_rows, render_drift
 from conformance.report.methods_table import render_methods_table
 from conformance.report.render_text import render
-from conformance.report.view import visible_lines
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 # `parity selfcheck` runs each of these on the layers it has that the engine declares: the
@@ -95,15 +95,6 @@ def budget_seconds(text: str) -> float:
         raise argparse.ArgumentTypeError(f"expected a duration more than 0 and at most {MAX_BUDGET / 3600:.0f}h, "
                                          f"like 90s, 10m or 1h, got {text!r}")
     return seconds
-
-
-def log(message: str) -> None:
-    # one write per line: engines and environment builds log from several threads at once,
-    # and print() writes the text and its newline apart, so two lines could run together.
-    # Made visible: a message may quote an engine's stderr, whose ESC or CR must not reach
-    # the terminal (the report escapes the same way, report/render_text.py)
-    sys.stderr.write(f"{visible_lines(message)}\n")
-    sys.stderr.flush()
 
 
 def build_parser() -> argparse.ArgumentParser:

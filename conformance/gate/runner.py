@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from conformance.formats.features import declared as declared_features, not_declared
+from conformance.formats.log import log
 from conformance.formats.scenario import Scenario
 from conformance.formats.trace import make_trace
 from conformance.process.client import EngineFailure, EngineProcess
@@ -22,12 +23,12 @@ class EngineRun:
 
 
 def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str] | None = None,
-                  log=print, repeat: int = 1, progress=None) -> EngineRun:
+                  log=log, repeat: int = 1, progress=None) -> EngineRun:
     """Every scenario with `layers` (default: each scenario's own); see run_units."""
     return run_units(spec, [(s, layers or s.layers) for s in scenarios], log, repeat, progress)
 
 
-def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=print, repeat: int = 1,
+def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=log, repeat: int = 1,
               progress=None, declared_only: bool = False, features: dict | None = None) -> EngineRun:
     """Each (scenario, layers) item, one trace each. One cold start per engine; a crashed or
     hung engine is restarted for the next item, so one bad scenario never hides the others.

@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.log import log
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.settings import cache_root, device_mode
 from conformance.process.fidelity import compare_sources
@@ -198,7 +199,7 @@ def _find_links() -> tuple[str, ...]:
     return tuple(arg for folder in unique for arg in ("--find-links", folder))
 
 
-def lock_gpu(release: str, pins: Pins, log=print) -> Path:
+def lock_gpu(release: str, pins: Pins, log=log) -> Path:
     """Write the pin's GPU lock: `vllm==X` resolved by uv for the GPU runners' platform
     (Linux x86_64, this Python), the packages of GPU_LOCK_SHARED held to the CPU set's pins.
     Resolves from package metadata only: no wheel is downloaded."""
@@ -229,7 +230,7 @@ def fidelity_file(env: Path) -> Path:
     return env / "FIDELITY.json"
 
 
-def check_fidelity(release: str, python: Path, rebuild: str, log=print):
+def check_fidelity(release: str, python: Path, rebuild: str, log=log):
     """Compare the rebuild installed for `python` with the official wheel of the release."""
     wheels = cache_root() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
@@ -266,7 +267,7 @@ def _refuse_unfaithful_oracle(release: str, env: Path, pins: Pins) -> None:
             f"(conformance/process/fidelity.py); see {fidelity_file(env)}")
 
 
-def build_envs(releases: list[str], pins: Pins, log=print) -> None:
+def build_envs(releases: list[str], pins: Pins, log=log) -> None:
     """Build (or reuse) the environments of `releases` side by side, one thread each: a build
     is mostly downloading and unpacking, uv's cache is shared, and each environment has its
     own folder and lock. A failed build does not stop the others; the first failure is raised
@@ -280,7 +281,7 @@ def build_envs(releases: list[str], pins: Pins, log=print) -> None:
         raise failures[0]
 
 
-def ensure_env(release: str, log=print, pins: Pins | None = None, say_cached: bool = False) -> Path:
+def ensure_env(release: str, log=log, pins: Pins | None = None, say_cached: bool = False) -> Path:
     """Return the python of the pin's environment, building it first if it is not cached."""
     pins = pins or load_pins()
     mode = device_mode()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from conformance.formats.engine_ref import COMMAND, MUTANT, PIN, EngineRef
 from conformance.formats.errors import InputError
+from conformance.formats.log import log
 from conformance.formats.pins import Pins, load_pins
 
 
@@ -22,7 +23,7 @@ class EngineSpec:
     release: str | None = None  # set when this is a pinned vLLM release
 
 
-def prepare_engine(ref: EngineRef, pins: Pins | None = None, log=print) -> EngineSpec:
+def prepare_engine(ref: EngineRef, pins: Pins | None = None, log=log) -> EngineSpec:
     """What starts the engine `ref` names. A pin (or a pin's TEST DEVICE mutant) is served by
     its worker in the pin's environment, which is built here when missing (minutes, once); a
     command line is checked to name an executable."""

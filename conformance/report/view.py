@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from conformance.formats.features import CORE, FEATURES
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
+from conformance.formats.visible import SHORT_ESCAPES, visible, visible_lines  # noqa: F401 - the reports' escape
 from conformance.judging.requirement_rows import GateResult, where_of
 from conformance.judging.verdict import DIVERGED, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, Verdict
 from conformance.judging.waivers import Waiver
@@ -32,31 +33,6 @@ REASONS = {NOT_ASKED: "not asked (--layers, LAYERS=)",
            NOT_SERVED: "the engine does not serve them (its hello does not declare them)",
            MISSING: "required, but the engine does not serve them (its hello does not declare them)"}
 CELL_WIDTH = 40  # a grid cell: the verdict and the first divergent field, cut to fit
-# How a character that is not printable is shown in every report: its escape, never itself.
-SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def visible(text: str) -> str:
-    """`text` with every character that is not printable (str.isprintable: control and format
-    characters, ESC and BEL, NUL, bidi overrides, line and paragraph separators, unassigned code
-    points like U+FFFE, lone surrogates) spelled as its escape: `\\x1b`, `\\u202e`, `\\n`. A
-    candidate's text cannot then move a terminal's cursor, set its title, reorder what a reader
-    sees or break an XML file. Backslashes are left as they are, so the function is idempotent."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else SHORT_ESCAPES.get(c) or _escape(c) for c in text)
-
-
-def visible_lines(text: str) -> str:
-    """visible(), line by line: the newlines of a block of text kept, everything else escaped."""
-    return "\n".join(visible(line) for line in text.split("\n"))
-
-
-def _escape(c: str) -> str:
-    code = ord(c)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
 @dataclass(frozen=True)
 class FirstLine:
     """A verdict in a line, its parts raw (each report escapes them its own way): its first
