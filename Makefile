@@ -19,7 +19,7 @@ GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--la
 	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
 	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift)
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz duplicates
 
 # GNU make exits 0 when every command succeeds and 2 when any fails, whatever the command's own
 # status (1 only under `make -q`; the GNU make manual, "How to Run make"). So a gate that
@@ -52,6 +52,14 @@ gate: envs
 	$(info $(BIN)/parity gate --reports out/gate --waivers waivers.toml $(GATE_OPTIONS))@$(BIN)/parity gate \
 		--reports out/gate --waivers waivers.toml $(GATE_OPTIONS); \
 		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
+
+# No two places in conformance/ share six or more lines of the same shape (the `duplicates`
+# command of the developers' tool library, where installed; its rows marked `boilerplate`, a
+# small class's or table's shape, pass). Fails on any other row.
+duplicates:
+	@command -v duplicates >/dev/null || { echo "make duplicates: the duplicates command is not installed here" >&2; exit 2; }
+	@duplicates --repo conformance --most 40 --seconds 120 | tee /dev/stderr | grep -E '^D[0-9]+ ' | grep -v ' boilerplate' >/dev/null \
+		&& { echo "make duplicates: places above share six or more lines: make one piece of code serve both" >&2; exit 1; } || true
 
 # The HTML report as a reader sees it: installs chromium with apt-get where it is missing (root
 # only), gates the no-draft-reservation mutant (a TEST DEVICE) on engine_dflash_gate, and renders
