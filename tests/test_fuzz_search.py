@@ -17,6 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conformance.cli import build_parser, main
+from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario, parse_scenario
 from conformance.formats.trace import make_trace
 from conformance.formats.workload import validate_workload
@@ -419,8 +420,6 @@ def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
 @pytest.mark.oracle
 @pytest.mark.parametrize("mutant", ["ignore-max-num-seqs", "draft-plus-one"])
 def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
-    from conformance.formats.pins import load_pins
-
     oracle = load_pins().oracle
     pair = Pair.warm(warm_workers(oracle), warm_workers(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))
     try:
@@ -440,12 +439,12 @@ def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
 
 
 @pytest.mark.oracle
+# in the process that warms this mutant for tests/test_engine_layer.py: one cold start, not two
+@pytest.mark.xdist_group(f"{load_pins().oracle}+mutant:logit-scale-1.10")
 def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
     """The whole engine on the tiny models: a mutant that only the engine layers see (every
     logit times 1.10: the same greedy tokens, other logprobs) is found, shrunk to one request,
     confirmed and replayed, judged within the engine layers' tolerance."""
-    from conformance.formats.pins import load_pins
-
     oracle = load_pins().oracle
     layers = ["engine_steps", "engine_outputs"]
     pair = Pair.warm(warm_workers(oracle), warm_workers(f"{oracle}+mutant:logit-scale-1.10"), layers)
@@ -467,7 +466,6 @@ def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
 def test_coverage_guidance_counts_the_oracles_branches(warm_workers, tmp_path):
     """--guide coverage: the oracle's worker runs under coverage.py and reports after each run
     the branch arcs it reached first; the search counts them and prefers examples with new ones."""
-    from conformance.formats.pins import load_pins
     from conformance.process.client import EngineProcess
     from conformance.process.coverage_run import BranchesReached, ensure_coverage, guided_worker
     from conformance.process.envs import ensure_env
