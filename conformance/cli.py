@@ -235,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
         except Exception:  # noqa: BLE001 - not bad input: a bug of the harness, shown whole
             log(traceback.format_exc().rstrip())
             strays = end_all()
+            resume()  # parity may be called again in this process (a test, a script)
             log(f"parity {args.command}: internal error (a bug of the harness, not of the engine or "
                 f"the input; its traceback is above): "
                 f"{ended_words(strays, 'every engine process and its children')}; exit status {INTERNAL_ERROR}")

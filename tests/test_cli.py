@@ -145,6 +145,8 @@ def test_a_bug_of_the_harness_is_not_bad_input(tmp_path, monkeypatch, capsys, bu
     err = capsys.readouterr().err
     assert "Traceback (most recent call last)" in err and "in broken" in err
     assert "internal error (a bug of the harness" in err
+    from conformance.process.reaper import stopping
+    assert not stopping()  # engines may start again in this process
 
 
 def test_typed_bad_input_is_exit_2_without_a_traceback(tmp_path, capsys):
