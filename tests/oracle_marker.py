@@ -1,7 +1,7 @@
 """A pytest plugin (conftest.py loads it): every test that drives a real pinned vLLM release is
 marked `oracle`, so `-m "not oracle"` leaves out every test that needs the pin environments, and
 the slow tests are known by their marker. Checked twice: at collection, a test that uses the warm
-engines (the `warm_workers` fixture) must carry the marker; while tests run, a process started
+engines (the `warm_sessions` fixture) must carry the marker; while tests run, a process started
 from a pin's environment (an audit hook on subprocess.Popen: the worker, a mutant server, a
 coverage run, each with a pin's python) fails the test that started it when it is not marked."""
 
@@ -50,7 +50,7 @@ sys.addaudithook(_audit)
 
 
 def unmarked_warm(items) -> list[str]:
-    return [item.nodeid for item in items if "warm_workers" in getattr(item, "fixturenames", ())
+    return [item.nodeid for item in items if "warm_sessions" in getattr(item, "fixturenames", ())
             and not item.get_closest_marker("oracle") and not item.get_closest_marker("gpu")]
 
 

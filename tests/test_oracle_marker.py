@@ -29,10 +29,10 @@ WARM_UNMARKED = """
 import pytest
 
 @pytest.fixture
-def warm_workers():
+def warm_sessions():
     return {}
 
-def test_uses_warm(warm_workers):
+def test_uses_warm(warm_sessions):
     pass
 """
 
