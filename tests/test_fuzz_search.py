@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import json
 import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conformance.cli import build_parser, main
-from conformance.formats.pins import load_pins
+from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import load_scenario, parse_scenario
 from conformance.formats.trace import make_trace
 from conformance.formats.workload import validate_workload
@@ -119,8 +120,12 @@ def test_the_library_advice_is_a_command_that_writes_that_scenario_s_golden():
     text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
     [line] = [line for line in text.splitlines() if "library:" in line]
     argv = shlex.split(line.split(", then ", 1)[1])
-    assert argv[0] == ".venv/bin/parity", line
-    args = build_parser().parse_args(argv[1:])
+    assert argv[:2] == ["make", "goldens"], line
+    # what make runs for it: parity goldens, on that scenario only
+    ran = subprocess.run(["make", "-n", "-o", "envs", *argv[1:]], cwd=REPO_ROOT, capture_output=True,
+                         text=True, encoding="utf-8").stdout
+    command = next(x for x in ran.splitlines() if x.startswith(".venv/bin/parity goldens"))
+    args = build_parser().parse_args(shlex.split(command.split(";")[0])[1:])
     assert args.command == "goldens" and args.scenario == [Path("scenarios/fuzz_steps_new.json")], line
 
 
