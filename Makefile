@@ -19,7 +19,7 @@ GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--la
 	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
 	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift)
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz duplicates
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump duplicates
 
 # GNU make exits 0 when every command succeeds and 2 when any fails, whatever the command's own
 # status (1 only under `make -q`; the GNU make manual, "How to Run make"). So a gate that
@@ -124,6 +124,16 @@ GOLDEN_STATUSES = 1: an orphan in goldens/, 2: a run failed or bad input
 goldens: envs
 	$(info $(BIN)/parity goldens $(strip $(GOLDEN_OPTIONS)))@$(BIN)/parity goldens $(GOLDEN_OPTIONS); \
 		$(call SAY_STATUS,parity goldens,$(GOLDEN_STATUSES))
+
+# Make release PIN the gate oracle in one reviewable step (parity bump; docs/release-gate.md,
+# "Bumping the oracle pin"): checks its CPU rebuild and dependencies (refused: every problem named,
+# nothing changed, status 2), edits [tool.vllm-parity], locks its GPU set, builds it, writes the
+# goldens it lacks and the pull request's text (out/bump/pull-request.md).
+PIN ?=
+BUMP_STATUSES = 2: refused (the checkout unchanged) or stopped, with every reason named
+bump: setup
+	@test -n '$(PIN)' || { echo "make bump: set PIN, e.g. make bump PIN=0.28.0"; exit 2; }
+	$(info $(BIN)/parity bump $(PIN))@$(BIN)/parity bump '$(PIN)'; $(call SAY_STATUS,parity bump,$(BUMP_STATUSES))
 
 # The goldens suite (parity/test_goldens.py, syrupy): every pin on every scenario through the same
 # front door, in memory; fails if any golden would change or has no scenario or pin behind it.

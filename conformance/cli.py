@@ -162,6 +162,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the oracle's traces from a gate's results folder (`parity gate --results DIR`; "
                    "repeat for every shard's) instead of running it again")
 
+    p = sub.add_parser("bump", help="make a release the gate oracle: check its CPU rebuild and dependencies, "
+                       "edit [tool.vllm-parity], lock its GPU set, build it, write its goldens and the "
+                       "pull request's text (make bump PIN=X)")
+    p.add_argument("release", help="the release to make the gate oracle, e.g. 0.28.0")
+    p.add_argument("--pr-text", type=Path, help="where the pull request's text (markdown) is written "
+                   "(default: out/bump/pull-request.md; it is also printed)")
+
     p = sub.add_parser("comparable", help="may these two runs' throughput figures be compared?")
     p.add_argument("traces", nargs=2, type=Path, metavar="TRACE")
 
@@ -378,6 +385,12 @@ def cmd_selfcheck(args) -> int:
     return 1 if problems else 0
 
 
+def cmd_bump(args) -> int:
+    from conformance.bump.command import bump
+
+    return bump(args.release, _scenarios(None), log, args.pr_text)
+
+
 def cmd_comparable(args) -> int:
     from conformance.judging.comparability import NotComparable, check_comparable
 
@@ -437,7 +450,7 @@ def cmd_adequacy(args) -> int:
     return adequacy(args, _scenarios(None), log)
 
 
-COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
+COMMANDS = {"bump": cmd_bump, "comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
             "adequacy": cmd_adequacy, "docs": cmd_docs, "fuzz": cmd_fuzz}
 

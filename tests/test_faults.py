@@ -27,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance import cli
+from conformance.formats.pins import load_pins
 from conformance.formats.scenario import ScenarioError, load_scenario
 from conformance.judging.verdict import (CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS,
                                          ROLES, STAND_IN, Verdict, exit_status, judge)
@@ -40,6 +41,7 @@ from conftest import DOUBLE, GATE, REPO
 RECORD = {"max_num_scheduled_tokens": 4036, "max_num_batched_tokens": 4096,
           "budget_log_lines": ["max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."]}
 GOLDENS = REPO / "goldens"
+ORACLE_PIN = load_pins().oracle
 
 
 def double_cmd(*options: str) -> str:
@@ -410,7 +412,7 @@ def test_missing_default_golden_is_not_created(tmp_path, record_file, capsys, go
     trace = good_trace(tmp_path, record_file, capsys, scenario)
     status, report, _ = run_cli(capsys, "compare", "--trace", str(trace))
     assert status == 2 and ": MISSING_GOLDEN" in report
-    assert str(GOLDENS / "fault_probe_without_golden" / "vllm-0.27.1.json") in report
+    assert str(GOLDENS / "fault_probe_without_golden" / f"vllm-{ORACLE_PIN}.json") in report
     assert not (GOLDENS / "fault_probe_without_golden").exists()
 
 
@@ -421,7 +423,7 @@ def test_failed_run_compared_with_the_committed_golden_leaves_it_untouched(
             "--scenario", str(GATE), "--out", str(out), "--layers", "config")
     status, report, _ = run_cli(capsys, "compare", "--trace", str(out))
     # the one record the double sent before crashing is not the oracle's: reported first
-    assert status == 2 and "on dflash_27b_gate vs oracle vllm-0.27.1 golden: DIVERGED" in report
+    assert status == 2 and f"on dflash_27b_gate vs oracle vllm-{ORACLE_PIN} golden: DIVERGED" in report
     assert "then the engine failed (crash)" in report and "layer config: first divergence" in report
 
 

@@ -171,7 +171,7 @@ def test_selfcheck_names_a_declared_layer_no_scenario_given_has(capsys):
 
 @pytest.mark.oracle
 def test_the_real_oracle_judges_a_scheduler_only_port_by_its_layers(tmp_path, capsys, warm_gate, warm_sessions):
-    """`parity gate` end to end with the gate oracle (vLLM 0.27.1, the tests' warm engine: no
+    """`parity gate` end to end with the gate oracle (the pinned one, the tests' warm engine: no
     cold start of its own): with the layers the port serves it passes, and its reports say what
     was not judged; without them it fails, saying which required layers it does not serve."""
     oracle = warm_sessions(PINS.oracle).start()

@@ -47,7 +47,8 @@ class Launcher:
         return EngineSpec(ref.label, ref.kind.argv(ref, self), ref.release if ref.is_pin else None)
 
     def worker(self, ref: EngineRef, *options: str) -> tuple[str, ...]:
-        return envs.worker_argv(envs.ensure_env(ref.release, log=self.log, pins=self.pins), ref.release, *options)
+        return envs.worker_argv(envs.ensure_env(ref.release, log=self.log, pins=self.pins), ref.release, *options,
+                                pins=self.pins)
 
     def catalog_mutant(self, ref: EngineRef) -> tuple[str, ...]:
         """TEST DEVICE: a generated mutant, forked by its release's mutant server."""

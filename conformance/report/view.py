@@ -117,7 +117,7 @@ class GateView:
     # for whoever bumps the oracle pin, from the goldens: the drift across pins (report/drift.py
     # rows) and the per-pin method tables (methods_table.table_rows with its releases), or None
     # when left out (a candidate's run without --drift; no method_matrix scenario)
-    drift: list[dict] | None = None
+    drift: list | None = None
     methods: tuple | None = None
 
     @property
@@ -143,7 +143,7 @@ class GateView:
 
 def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None = None,
               traces: dict | None = None, features: dict[str, tuple] | None = None,
-              required=(), drift: list[dict] | None = None, methods: tuple | None = None) -> GateView:
+              required=(), drift: list | None = None, methods: tuple | None = None) -> GateView:
     """traces: verdict key (engine, scenario) -> (the trace judged, its golden or None);
     features: scenario -> the features it needs (the per-feature table; none without it);
     required: the features the gate requires."""
