@@ -147,25 +147,27 @@ class Text:
 
 
 @dataclass(frozen=True)
-class Flag:
+class Exactly:
+    """A value of exactly one class (JSON's true/false, or null)."""
+
+    name: str
+    kind: type
+
     def describe(self) -> str:
-        return "bool"
+        return self.name
 
     def check(self, value, strict: bool = False):
-        if value.__class__ is not bool:
+        if value.__class__ is not self.kind:
             raise RecordError(self.describe(), value)
         return value
 
 
-@dataclass(frozen=True)
-class Null:
-    def describe(self) -> str:
-        return "null"
+def Flag() -> Exactly:  # noqa: N802 - a kind of field, named as the other kinds are
+    return Exactly("bool", bool)
 
-    def check(self, value, strict: bool = False):
-        if value is not None:
-            raise RecordError(self.describe(), value)
-        return value
+
+def Null() -> Exactly:  # noqa: N802
+    return Exactly("null", type(None))
 
 
 @dataclass(frozen=True)
@@ -196,13 +198,7 @@ class ListOf:
     def check(self, value, strict: bool = False):
         if value.__class__ is not list:
             raise RecordError(self.describe(), value)
-        check, out = self.of.check, []
-        for i, item in enumerate(value):
-            try:
-                out.append(check(item, strict))
-            except RecordError as exc:
-                raise exc.within(i) from None
-        return out
+        return _each(self.of.check, enumerate(value), strict)
 
 
 @dataclass(frozen=True)
@@ -216,13 +212,7 @@ class Pair:
     def check(self, value, strict: bool = False):
         if value.__class__ is not list or len(value) != 2:
             raise RecordError(self.describe(), value)
-        out = []
-        for i, kind in enumerate((self.first, self.second)):
-            try:
-                out.append(kind.check(value[i], strict))
-            except RecordError as exc:
-                raise exc.within(i) from None
-        return out
+        return [_each(kind.check, [(i, value[i])], strict)[0] for i, kind in enumerate((self.first, self.second))]
 
 
 @dataclass(frozen=True)
@@ -238,13 +228,18 @@ class MapOf:
     def check(self, value, strict: bool = False):
         if value.__class__ is not dict:
             raise RecordError(self.describe(), value)
-        check, out = self.of.check, {}
-        for key, item in value.items():
-            try:
-                out[key] = check(item, strict)
-            except RecordError as exc:
-                raise exc.within(key) from None
-        return out
+        return dict(zip(value, _each(self.of.check, value.items(), strict)))
+
+
+def _each(check, items, strict: bool) -> list:
+    """`check` of each (position, value) of a list or an object; an error names the position."""
+    out = []
+    for at, item in items:
+        try:
+            out.append(check(item, strict))
+        except RecordError as exc:
+            raise exc.within(at) from None
+    return out
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,7 @@ class Scenario:
     sha256: str
     method_matrix: dict | None = None
     rows: tuple[str, ...] = ("ENG-SCHED-CORE",)  # engine-matrix rows its verdicts belong to
-    engine: dict | None = None  # the engine block (without the JUDGING_OPTIONS), or None
+    engine: dict | None = None  # the engine block as the engine gets it (DEFAULT_ENGINE's keys), or None
     logprob_atol: float | None = None  # engine layers' logprob tolerance
     # the largest cross-machine noise measured on this scenario's logprobs
     # (benchmarks/bench_noise.py), from which logprob_atol is calibrated; None if not measured
