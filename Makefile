@@ -15,9 +15,9 @@ LAYERS ?=
 REQUIRE_LAYERS ?=
 REQUIRE_FEATURES ?=
 DRIFT ?=
-GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--layers '$(LAYERS)') \
+GATE_OPTIONS = $(strip $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--layers '$(LAYERS)') \
 	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
-	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift)
+	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift))
 
 .PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump duplicates
 

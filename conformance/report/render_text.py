@@ -46,7 +46,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
             continue
         first = c.first
         cause = f" ({CAUSES.get(c.cause, c.cause)})" if c.cause else ""
-        lines.append(f"   layer {c.layer}: first divergence at {_where(c)}, field {first.path}: "
+        lines.append(f"   layer {c.layer}: first divergence at {c.where}, field {first.path}: "
                      f"oracle {_show(first.expected)}, candidate {_show(first.actual)}{cause}")
         if c.evidence:
             lines.append(f"   evidence: {c.evidence}")
@@ -370,16 +370,6 @@ def _state(value) -> str:
     if isinstance(value, list):
         return " ".join(str(v) for v in value) or "(empty)"
     return str(value)
-
-
-def _where(c) -> str:
-    """Records name themselves where they can: a step number, or a table row like dflash/K=8."""
-    record = _record(c.record)
-    if "row" in record:
-        return f"row {record['row']}"
-    if "step" in record:
-        return f"step {record['step']}"
-    return f"record {c.index}"
 
 
 def _show(value) -> str:
