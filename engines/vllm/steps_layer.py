@@ -30,7 +30,7 @@ import inspect
 from conformance.formats.workload import draft, request_prompts, validate_workload, verify
 
 from . import per_run
-from .requests import abort_requests, new_request, output_record
+from .new_requests import abort_requests, new_request, output_record
 
 
 
