@@ -42,6 +42,7 @@ from conformance.report.render_text import render
 from conformance.report.view import visible_lines
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
+DEFAULT_WAIVERS = REPO_ROOT / "waivers.toml"  # the one --waivers file that may be absent
 # `parity selfcheck` runs each of these on the layers it has that the engine declares: the
 # steps layer both with speculation (DFlash) and without
 SELF_CHECK = ("dflash_27b_gate", "steady_decode", "kv_pressure_no_spec", "method_matrix", "engine_ngram")
@@ -124,8 +125,8 @@ def main(argv: list[str] | None = None) -> int:
                    "is `unsupported` and not run, failing the gate only when the feature is required")
     p.add_argument("--drift", action="store_true", help="with a candidate, also print the drift across "
                    "pins and the per-pin tables (always printed without a candidate)")
-    p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
-                   help="waived divergences (default: waivers.toml)")
+    p.add_argument("--waivers", type=Path, help="waived divergences (default: waivers.toml, "
+                   "which may be absent; any other path must exist)")
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
     p.add_argument("--shard", metavar="I/N", help="run only shard I of N of the work (a CI matrix); "
                    "its verdicts and traces go to --results, the gate's verdict comes from `parity merge`")
@@ -136,8 +137,8 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("merge", help="combine the results folders of every shard into the gate's verdict")
     p.add_argument("results", nargs="+", type=Path, metavar="RESULTS", help="one folder per shard")
-    p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
-                   help="waived divergences (default: waivers.toml)")
+    p.add_argument("--waivers", type=Path, help="waived divergences (default: waivers.toml, "
+                   "which may be absent; any other path must exist)")
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
     p.add_argument("--drift", action="store_true", help="also print the drift across pins and the per-pin tables")
 
@@ -312,7 +313,7 @@ def cmd_gate(args) -> int:
     pins = load_pins()
     shard = parse_shard(args.shard) if args.shard else None
     scenarios = _scenarios(args.scenario)
-    waivers = load_waivers(args.waivers)  # a malformed waivers file stops the gate before any run
+    waivers = _waivers(args.waivers)  # a missing or malformed waivers file stops the gate before any run
     layers = _layers(args.layers)
     required = _layers(args.require_layers, "--require-layers")
     if required and layers and set(required) - set(layers):
@@ -330,7 +331,7 @@ def cmd_gate(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    context = RunContext(load_pins(), log, waivers=load_waivers(args.waivers), reports=args.reports,
+    context = RunContext(load_pins(), log, waivers=_waivers(args.waivers), reports=args.reports,
                          drift=args.drift)
     return merge(context, args.results)
 
@@ -465,6 +466,17 @@ def _scenarios(paths: list[Path] | None) -> list[Scenario]:
     if len(set(names)) != len(names):
         raise ValueError(f"two scenario files share a name: {sorted(names)}")
     return scenarios
+
+
+def _waivers(path: Path | None) -> list:
+    """--waivers: the default file may be absent (no waivers); a path given that does not
+    exist is an error, so a typo never silently waives nothing."""
+    path = path or DEFAULT_WAIVERS
+    if path == DEFAULT_WAIVERS and not path.exists():
+        return []
+    if not path.exists():
+        raise WaiverError(f"--waivers {path}: no such file")
+    return load_waivers(path)
 
 
 def _layers(text: str | None, option: str = "--layers") -> list[str] | None:

@@ -23,16 +23,23 @@ import re
 
 from conformance.judging.verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
 from conformance.report.render_text import render_verdict
-from conformance.report.view import FEATURES_HEAD, REASONS, Cell, GateView, visible, visible_lines
+from conformance.report.view import FEATURES_HEAD, REASONS, Cell, GateView, visible, visible_lines, waiver_words
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 ZOOM = 6  # steps either side of a first divergence in its zoom panel
 
 
 def html_report(view: GateView) -> str:
+    """The page. Its first screen is what failed: the title and counts, the verdicts that did
+    not pass, the waivers, then the grid folded as the terminal folds it; the tables of layers
+    judged and features, and each scenario's section, below."""
     body = [f"<h1>vllm-parity gate: {_h(view.word)} (exit status {view.status})</h1>",
-            f"<p>Oracle: vLLM {_h(view.oracle)}. {len(view.scenarios)} scenarios x {len(view.engines)} engines.</p>",
-            f"<p class='layers'>Layers: {_h(view.layers)}.</p>"]
+            f"<p class='counts'>Oracle: vLLM {_h(view.oracle)}. {len(view.scenarios)} scenarios x "
+            f"{len(view.engines)} engines. {_h(view.count_line())}.</p>"]
+    body += _not_passing(view)
+    body += _waivers(view)
+    body += _matrix(view)
+    body.append(f"<p class='layers'>Layers: {_h(view.layers)}.</p>")
     if view.judged_groups:
         body.append("<table class='layers'><tr><th>engine</th><th>layers judged and not judged</th>"
                     "<th>scenarios</th></tr>")
@@ -42,37 +49,101 @@ def html_report(view: GateView) -> str:
         body.append("</table>")
     body += [f"<p><code>{_h(label)}</code>: command <code>{_h(command)}</code></p>"
              for label, command in view.commands.items()]
-    body.append("<table class='matrix'><tr><th>scenario</th>" + "".join(
-        f"<th><code>{_h(e)}</code><br>({_h(view.roles[e])})</th>" for e in view.engines) + "</tr>")
-    for s in view.scenarios:
-        row = [f"<th><a href='#{_anchor(s)}'>{_h(s)}</a></th>"]
-        for e in view.engines:
-            c = view.cell(s, e)
-            if c is None:
-                row.append("<td>-</td>")
-                continue
-            target = _anchor(s, e) if c.verdict.kind != PASS else _anchor(s)
-            row.append(f"<td class='{_h(c.status)}'><a href='#{target}'>{_h(c.text)}</a></td>")
-        body.append("<tr>" + "".join(row) + "</tr>")
-    body.append("</table>")
     body += _features_table(view)
     for s in view.scenarios:
         body += _scenario_section(view, s, [c for e in view.engines if (c := view.cell(s, e))])
     style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;text-align:left}"
-             "table{border-collapse:collapse}table.matrix td,table.matrix th,table.features td,table.features th"
-             "{border:1px solid #ddd}"
+             "h1{margin:8px 0 4px}p{margin:4px 0}"
+             "table{border-collapse:collapse}table.matrix td,table.matrix th,table.features td,table.features th,"
+             "table.not-passing td,table.not-passing th{border:1px solid #ddd}"
+             "table.not-passing td,table.matrix td,table.matrix th{font-size:13px;padding:1px 6px}"
+             "div.scroll{max-width:100%;overflow-x:auto}"
              ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
              "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
              "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}"
              "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
              "svg text{font-family:sans-serif}")
-    # Opens the collapsed details a grid link points at; marks the page as scripted-ready.
+    # Opens the collapsed details a grid link points at; marks each row of the verdicts that did
+    # not pass and each failing grid cell on the first screen (`data-seen`: what a reader sees
+    # before scrolling, which `make report-check` reads); marks the page as scripted-ready.
     script = ("function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));"
               "if(t&&t.tagName==='DETAILS'){t.open=true;}}"
               "window.addEventListener('hashchange',openTarget);openTarget();"
+              "document.querySelectorAll('[data-failing]').forEach(function(e){var r=e.getBoundingClientRect();"
+              "e.setAttribute('data-seen',r.bottom<=window.innerHeight&&r.right<=window.innerWidth?'1':'0');});"
               "document.body.setAttribute('data-ready','1');")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>vllm-parity gate</title>"
             f"<style>{style}</style></head><body>{''.join(body)}<script>{script}</script></body></html>\n")
+
+
+def _not_passing(view: GateView) -> list[str]:
+    """The verdicts that did not pass, one row each, linked to their details: the page's first
+    table (a scenario not run for a feature not declared, not required, is said by its cell)."""
+    cells = [c for c in view.failing() if not c.verdict.declined]
+    if not cells:
+        return ["<p class='not-passing'>Every verdict passed.</p>"]
+    body = [f"<table class='not-passing'><caption>the {len(cells)} verdicts that did not pass</caption>"
+            "<tr><th>scenario</th><th>engine</th><th>role</th><th>verdict</th><th>first divergence</th></tr>"]
+    for c in cells:
+        v = c.verdict
+        body.append(f"<tr data-failing='1'><td><a href='#{_anchor(v.scenario, v.engine)}'>{_h(v.scenario)}</a></td>"
+                    f"<td><code>{_h(v.engine)}</code></td><td>{_h(v.role)}</td>"
+                    f"<td class='{_h(c.status)}'>{_h(c.status)}</td><td>{_h(_first(c))}</td></tr>")
+    body.append("</table>")
+    return body
+
+
+def _first(cell: Cell) -> str:
+    """`steps #0 total_num_scheduled_tokens: oracle 4036, candidate 4096`, else the message's line."""
+    f = cell.first_line
+    if not f.layer:
+        return f.message
+    return f"{f.layer} #{f.index} {f.path}: oracle {f.expected!r}, candidate {f.actual!r}"
+
+
+def _waivers(view: GateView) -> list[str]:
+    """Each waiver applied (to which engines, its owner, expiry and reason), each expired one
+    and each unused one with why it covered nothing."""
+    items = [f"<li>waiver applied: {_h(w.name)} to {_h(', '.join(c.verdict.engine for c in cells))} "
+             f"{_h(waiver_words(w))}</li>" for w, cells in view.applied()]
+    items += [f"<li class='expired'>EXPIRED waiver: {_h(w.name)} (owner {_h(w.owner)}, expired "
+              f"{_h(w.expires)}): renew or remove it</li>" for w in view.expired]
+    items += [f"<li>unused waiver: {_h(w.name)} (owner {_h(w.owner)}): {_h(view.why_unused.get(w, ''))}</li>"
+              for w in view.unused]
+    if not items:
+        return []
+    return [f"<ul class='waivers'><li class='head'>waivers applied, expired and unused in this gate:</li>"
+            f"{''.join(items)}</ul>"]
+
+
+def _matrix(view: GateView) -> list[str]:
+    """The grid, scenarios down and engines across, folded as the terminal folds it: past
+    MAX_ROWS scenarios, rows of identical cells are one row (`name +N`), every scenario still
+    named below it."""
+    folded = view.folded()
+    body = ["<table class='matrix'><tr><th>scenario</th>" + "".join(
+        f"<th><code>{_h(e)}</code><br>({_h(view.roles[e])})</th>" for e in view.engines) + "</tr>"]
+    for names in folded:
+        s = names[0]
+        label = _h(s) if len(names) == 1 else f"{_h(s)} +{len(names) - 1}"
+        row = [f"<th><a href='#{_anchor(s)}'>{label}</a></th>"]
+        for e in view.engines:
+            c = view.cell(s, e)
+            if c is None:
+                row.append("<td>-</td>")
+                continue
+            failing = c.verdict.kind != PASS and not c.verdict.declined
+            target = _anchor(s, e) if c.verdict.kind != PASS else _anchor(s)
+            mark = " data-failing='1'" if failing else ""
+            row.append(f"<td class='{_h(c.status)}'{mark}>"
+                       f"<a href='#{target}'>{_h(c.text)}</a></td>")
+        body.append("<tr>" + "".join(row) + "</tr>")
+    body.append("</table>")
+    for names in folded:
+        if len(names) > 1:
+            body.append(f"<p class='folded'>{_h(names[0])} +{len(names) - 1}: " + ", ".join(
+                f"<a href='#{_anchor(n)}'>{_h(n)}</a>" for n in names[1:]) + "</p>")
+    return body
 
 
 def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[str]:
@@ -110,6 +181,8 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
         opened = "" if v.declined else " open"  # not run for a feature not declared: no failure
         body.append(f"<details id='{_anchor(scenario, v.engine)}'{opened}><summary>{_h(v.engine)}: "
                     f"{_h(cell.status)} {_h(cell.where)}</summary>")
+        if cell.waiver is not None:
+            body.append(f"<p class='waiver'>waived by {_h(cell.waiver.name)} {_h(waiver_words(cell.waiver))}</p>")
         steps_c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
         own = next((s for label, s, _ in series if label == v.engine), None)
         if steps_c is not None and oracle_steps and own:
@@ -120,7 +193,7 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
                               focus=steps_c.index, clip=_anchor(scenario, v.engine) + "-zoom"))
         for c in v.comparisons:
             if not c.equal and isinstance((_record(c.record) or _record(c.actual_record)).get("requests"), dict):
-                body.append(_request_table(c))
+                body.append(f"<div class='scroll'>{_request_table(c)}</div>")  # scrolls in its box
                 break
         body.append(_capacity_table(v))
         body.append(f"<pre>{_h(render_verdict(v, view.oracle), lines=True)}</pre></details>")
