@@ -57,6 +57,7 @@ def html_report(view: GateView) -> str:
              "table{border-collapse:collapse}table.matrix td,table.matrix th,table.features td,table.features th,"
              "table.not-passing td,table.not-passing th{border:1px solid #ddd}"
              "table.not-passing td,table.matrix td,table.matrix th{font-size:13px;padding:1px 6px}"
+             "table.not-passing td code{white-space:nowrap}caption{text-align:left;font-weight:bold}p.folded{font-size:13px}"
              "div.scroll{max-width:100%;overflow-x:auto}"
              ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
              "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
@@ -65,40 +66,59 @@ def html_report(view: GateView) -> str:
              "svg text{font-family:sans-serif}")
     # Opens the collapsed details a grid link points at; marks each row of the verdicts that did
     # not pass and each failing grid cell on the first screen (`data-seen`: what a reader sees
-    # before scrolling, which `make report-check` reads); marks the page as scripted-ready.
+    # before scrolling) and whether each scrolling box fits the window's width (`data-fits`),
+    # which `make report-check` reads; marks the page as scripted-ready.
     script = ("function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));"
               "if(t&&t.tagName==='DETAILS'){t.open=true;}}"
               "window.addEventListener('hashchange',openTarget);openTarget();"
               "document.querySelectorAll('[data-failing]').forEach(function(e){var r=e.getBoundingClientRect();"
               "e.setAttribute('data-seen',r.bottom<=window.innerHeight&&r.right<=window.innerWidth?'1':'0');});"
+              "document.querySelectorAll('div.scroll').forEach(function(e){"
+              "e.setAttribute('data-fits',e.getBoundingClientRect().right<=window.innerWidth?'1':'0');});"
               "document.body.setAttribute('data-ready','1');")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>vllm-parity gate</title>"
             f"<style>{style}</style></head><body>{''.join(body)}<script>{script}</script></body></html>\n")
 
 
 def _not_passing(view: GateView) -> list[str]:
-    """The verdicts that did not pass, one row each, linked to their details: the page's first
-    table (a scenario not run for a feature not declared, not required, is said by its cell)."""
-    cells = [c for c in view.failing() if not c.verdict.declined]
-    if not cells:
+    """The verdicts that did not pass: the page's first table. Verdicts alike (one engine, one
+    status, the same first divergent field) share a row naming their scenarios, each linked to
+    its details, so a gate with dozens of them still shows every one on the first screen. (A
+    scenario not run for a feature not declared, not required, is said by its cell.)"""
+    groups: dict[tuple, list[Cell]] = {}
+    for c in view.failing():
+        if not c.verdict.declined:
+            groups.setdefault((c.verdict.engine, c.verdict.role, c.status, c.where or c.first_line.message), []).append(c)
+    if not groups:
         return ["<p class='not-passing'>Every verdict passed.</p>"]
-    body = [f"<table class='not-passing'><caption>the {len(cells)} verdicts that did not pass</caption>"
-            "<tr><th>scenario</th><th>engine</th><th>role</th><th>verdict</th><th>first divergence</th></tr>"]
-    for c in cells:
-        v = c.verdict
-        body.append(f"<tr data-failing='1'><td><a href='#{_anchor(v.scenario, v.engine)}'>{_h(v.scenario)}</a></td>"
-                    f"<td><code>{_h(v.engine)}</code></td><td>{_h(v.role)}</td>"
-                    f"<td class='{_h(c.status)}'>{_h(c.status)}</td><td>{_h(_first(c))}</td></tr>")
+    count = sum(len(cells) for cells in groups.values())
+    body = [f"<table class='not-passing'><caption>the {count} verdicts that did not pass</caption>"
+            "<tr><th>engine</th><th>verdict</th><th>first divergence</th><th>scenarios</th></tr>"]
+    for (engine, role, status, where), cells in groups.items():
+        said = _first(cells[0]) if len(cells) == 1 else where
+        links = ", ".join(f"<a href='#{_anchor(c.verdict.scenario, engine)}'>{_h(c.verdict.scenario)}</a>" for c in cells)
+        body.append(f"<tr data-failing='1'><td><code>{_h(engine)}</code> ({_h(role)})</td>"
+                    f"<td class='{_h(status)}'>{_h(status)}</td><td>{_h(said)}</td>"
+                    f"<td>{len(cells)}: {links}</td></tr>")
     body.append("</table>")
     return body
 
 
 def _first(cell: Cell) -> str:
-    """`steps #0 total_num_scheduled_tokens: oracle 4036, candidate 4096`, else the message's line."""
+    """`steps #0 total_num_scheduled_tokens: oracle 4036, candidate 4096` (values cut), else
+    the first line of the verdict's message (cut)."""
     f = cell.first_line
     if not f.layer:
-        return f.message
-    return f"{f.layer} #{f.index} {f.path}: oracle {f.expected!r}, candidate {f.actual!r}"
+        return _cut(f.message, 2 * VALUE_CUT)
+    return (f"{f.layer}.{f.path} (record {f.index}): oracle {_cut(repr(f.expected), VALUE_CUT)}, "
+            f"candidate {_cut(repr(f.actual), VALUE_CUT)}")
+
+
+VALUE_CUT = 60  # characters of a value the first table shows (the details show it whole)
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[:most - 3] + "..."
 
 
 def _waivers(view: GateView) -> list[str]:
@@ -323,12 +343,7 @@ def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str
                          f"{_h(tokens[focus])} scheduled</text>")
     if clip:
         parts.append("</g>")
-    last = None
-    for at, value, color in sorted(ends):  # top to bottom, never on top of each other
-        at = max(at, last + 13) if last is not None else at
-        parts.append(f"<text class='budget-value' x='{w - pad + 4}' y='{at + 4:.1f}' font-size='11' "
-                     f"fill='{color}'>{value}</text>")
-        last = at
+    parts += _budget_values(sorted(ends), w - pad, pad)
     for i, (label, steps, first) in enumerate(series):
         color = COLORS[i % len(COLORS)]
         shown = sorted({b for b in _budgets(steps)[lo:hi] if b is not None})
@@ -346,6 +361,31 @@ def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str
                              f"font-size='12' fill='#c22'>first divergence: step {_h(first)} ({_h(label)})</text>")
     parts.append("</svg>")
     return "".join(parts)
+
+
+LABEL_GAP = 13  # px between two budget values at the right of a plot: one line of 11 px text
+
+
+def _budget_values(ends: list[tuple[float, int, str]], right: float, pad: int) -> list[str]:
+    """Each budget line's value at the right end of its line, top to bottom. Lines closer than
+    a label's height (4036 and 4096 are 3 px apart on a 0..4096 axis) get their values moved
+    apart, each tied to its line by a short leader, and the plot says how close they are."""
+    parts, last, close = [], None, []
+    for at, value, color in ends:
+        placed = at if last is None else max(at, last + LABEL_GAP)
+        if placed != at:
+            parts.append(f"<line class='budget-leader' x1='{right:.1f}' y1='{at:.1f}' x2='{right + 3:.1f}' "
+                         f"y2='{placed:.1f}' stroke='{color}'/>")
+        parts.append(f"<text class='budget-value' x='{right + 4}' y='{placed + 4:.1f}' font-size='11' "
+                     f"fill='{color}'>{_h(value)}</text>")
+        last = placed
+    for (a, low, _), (b, high, _) in zip(ends, ends[1:]):
+        if b - a < LABEL_GAP and low != high:
+            close.append(f"{_h(low)} and {_h(high)} are {b - a:.0f} px apart")
+    if close:
+        parts.append(f"<text class='budget-note' x='{pad}' y='{pad - 8}' font-size='11' fill='#555'>budget lines "
+                     f"{'; '.join(close)}: their values are labelled apart at the right</text>")
+    return parts
 
 
 def _diff_plot(series: list[tuple[str, list[dict], int | None]]) -> str:
