@@ -32,7 +32,7 @@ from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
 from conformance.judging.waivers import WaiverError, load_waivers
-from conformance.process.envs import EnvError, build_envs, lock_gpu
+from conformance.process.envs import EnvError, build_envs, env_cache_key, lock_gpu
 from conformance.process.launch import prepare_engine
 from conformance.process.progress import EngineProgress, Progress
 from conformance.process.reaper import Ended, end_all, ended_words, resume
@@ -100,6 +100,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lock-gpu", action="store_true",
                    help="write each pin's locked GPU requirements (engines/vllm/requirements-gpu-X.txt) "
                         "with uv from package metadata, and build nothing")
+    p.add_argument("--key", action="store_true", help="print the cache key of the environments these "
+                   "options select (one line, from each one's env key: a CI cache step's key), and build nothing")
+    # the gate's plan options: with any of them, only the pins that plan's share runs are selected
+    p.add_argument("--shard", metavar="I/N", help="only the pins shard I of N of the gate runs (with the "
+                   "same --candidate, --scenario and --layers as its `parity gate --shard`)")
+    p.add_argument("--candidate", action="append", default=[], help="as `parity gate --candidate`")
+    p.add_argument("--scenario", action="append", type=Path, help="as `parity gate --scenario`")
+    p.add_argument("--layers", help="as `parity gate --layers`")
 
     p = sub.add_parser("run", help="run one engine on one scenario and write its trace")
     p.add_argument("--engine", required=True, help="a pin (0.28.0, vllm==0.28.0) or an engine command line")
@@ -267,15 +275,38 @@ def _stop_on_signals():
 
 
 def cmd_envs(args) -> int:
-    """Build the pins' environments side by side (envs.build_envs)."""
+    """Build the pins' environments side by side (envs.build_envs): every pin's, --pin's, or,
+    given the gate's plan options, only those the plan's share runs; --key prints their cache key."""
     pins = load_pins()
-    releases = args.pin or list(pins.releases)
+    planned = args.shard or args.candidate or args.scenario or args.layers
+    if planned and args.pin:
+        raise ValueError("--pin: give either --pin or the gate's plan options (--shard, --candidate, "
+                         "--scenario, --layers), not both")
+    releases = _share_pins(args, pins) if planned else args.pin or list(pins.releases)
+    if args.key:
+        print(env_cache_key(releases, pins))
+        return 0
+    if planned:
+        log(f"[envs] the plan's share runs {', '.join(releases) or 'no pin'}: building only "
+            f"{'those' if releases else 'nothing'}")
     if args.lock_gpu:
         for release in releases:
             lock_gpu(release, pins, log)
         return 0
     build_envs(releases, pins, log)
     return 0
+
+
+def _share_pins(args, pins) -> list[str]:
+    """The pins the gate's plan, from the same options as `parity gate`, runs in this share."""
+    from conformance.gate.plan import pins_needed, plan_run, share_of
+    from conformance.gate.shards import parse_shard
+
+    shard = parse_shard(args.shard) if args.shard else None
+    engines = gate_engines(pins, args.candidate, lambda m: None)
+    context = RunContext(pins, log, shard=shard, layers=_layers(args.layers))
+    manifest = plan_run(context, _scenarios(args.scenario), engines)
+    return pins_needed(manifest, share_of(manifest, shard), pins)
 
 
 def cmd_run(args) -> int:
