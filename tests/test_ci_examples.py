@@ -22,7 +22,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conformance.formats.pins import load_pins
 from conformance.formats.settings import cache_root
+from conformance.process.envs import env_cache_key
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLES = REPO / "ci-examples"
@@ -234,3 +236,18 @@ def test_the_examples_merge_with_the_declared_layers_and_the_waiver_after_every_
 def kit():
     if not ENGINE.exists():
         pytest.skip("the C++ reference engine is not built (`make cpp`)")
+
+
+def test_parity_envs_selects_the_pins_of_a_share_and_prints_their_cache_key(capsys, kit):
+    from conformance.cli import main
+
+    plan = ["--candidate", f"port={ENGINE}", "--layers", "config,steps,outputs"]
+    keys = []
+    for shard in ("1/3", "2/3", "3/3"):
+        assert main(["envs", "--key", "--shard", shard, *plan]) == 0
+        keys.append(capsys.readouterr().out.strip())
+    assert keys[-1] == "no-envs"  # the last share holds only the port's work
+    pins = load_pins()
+    assert keys[:-1] == [env_cache_key([pins.oracle], pins)] * 2, keys  # the oracle's work: its env only
+    assert main(["envs", "--key", "--pin", pins.oracle, "--shard", "1/3", *plan]) == 2
+    assert "give either --pin or the gate's plan options" in capsys.readouterr().err
