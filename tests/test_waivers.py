@@ -122,3 +122,19 @@ def test_the_default_waivers_file_may_be_absent(tmp_path, monkeypatch):
     default.write_text('[[waiver]]\nrow="R"\nscenario="s"\nfield="f"\nreason="r"\nowner="o"\nexpires=2027-01-01\n',
                        encoding="utf-8")
     assert [w.owner for w in cli._waivers(None)] == ["o"]
+
+
+def test_an_applied_waiver_shows_a_hostile_candidate_label_escaped_in_every_sink():
+    label = "<script>alert(1)</script>\x1b[2J|*x*"
+    hostile = [Verdict(label, v.scenario, v.kind, v.role, v.comparisons) if v.role == CANDIDATE else v
+               for v in verdicts(2)]
+    waiver = Waiver(**{**WAIVER.__dict__, "engine": None})
+    view = gate_view(apply_gate(hostile, ROWS, [waiver], TODAY), "0.27.1")
+    assert [w for w, _ in view.applied()] == [waiver]
+    text = render_gate(view) + "\n" + render_requirement_rows(view)
+    assert "\x1b" not in text and "\\x1b[2J" in text
+    page = html_report(view)
+    assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
+    summary = markdown(view)
+    assert "<script>" not in summary.replace("`<script>", "")  # only inside a code span
+    ET.fromstring(junit(view))  # parses: the ESC shown as its escape
