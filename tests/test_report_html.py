@@ -104,7 +104,22 @@ def check_first_screen(dom: Elements) -> list[str]:
     assert order.index(("table", "not-passing")) < order.index(("table", "matrix"))
     if ("table", "layers") in order:
         assert order.index(("table", "matrix")) < order.index(("table", "layers"))
+    # every status of a failing grid cell (`diverged+crash` too) has its row in the first table
+    grid = within(dom, "matrix")
+    statuses = {grid[i + 1][2].split()[0] for i, (tag, a, _) in enumerate(grid) if tag == "td" and a.get("data-failing")}
+    assert statuses <= {text for tag, _, text in within(dom, "not-passing") if tag == "td"}, statuses
     return [text for _, text in dom.having("a") if text]
+
+
+def within(dom: Elements, cls: str) -> list[tuple[str, dict, str]]:
+    """The elements of the page's table of class `cls`, in order, each with its own text."""
+    out, inside = [], False
+    for tag, attrs, text in dom.found:
+        if tag == "table":
+            inside = cls in attrs.get("class", "").split()
+        elif inside:
+            out.append((tag, attrs, "".join(text)))
+    return out
 
 
 def test_the_report_renders_with_budgets_difference_zoom_and_tables(tmp_path):

@@ -88,7 +88,8 @@ def _not_passing(view: GateView) -> list[str]:
     groups: dict[tuple, list[Cell]] = {}
     for c in view.failing():
         if not c.verdict.declined:
-            groups.setdefault((c.verdict.engine, c.verdict.role, c.status, c.where or c.first_line.message), []).append(c)
+            status = f"{c.status}+{c.verdict.failure}" if c.verdict.failure else c.status  # diverged, then crashed
+            groups.setdefault((c.verdict.engine, c.verdict.role, status, c.where or c.first_line.message), []).append(c)
     if not groups:
         return ["<p class='not-passing'>Every verdict passed.</p>"]
     count = sum(len(cells) for cells in groups.values())
@@ -98,7 +99,7 @@ def _not_passing(view: GateView) -> list[str]:
         said = _first(cells[0]) if len(cells) == 1 else where
         links = ", ".join(f"<a href='#{_anchor(c.verdict.scenario, engine)}'>{_h(c.verdict.scenario)}</a>" for c in cells)
         body.append(f"<tr data-failing='1'><td><code>{_h(engine)}</code> ({_h(role)})</td>"
-                    f"<td class='{_h(status)}'>{_h(status)}</td><td>{_h(said)}</td>"
+                    f"<td class='{_h(status.split('+')[0])}'>{_h(status)}</td><td>{_h(said)}</td>"
                     f"<td>{len(cells)}: {links}</td></tr>")
     body.append("</table>")
     return body
