@@ -103,16 +103,27 @@ bench: envs
 	@$(BIN)/python benchmarks/bench_times.py
 	@$(BIN)/python benchmarks/bench_noise.py 2>/dev/null
 
-# Goldens are written only by the pinned oracles, through syrupy (parity/golden_extension.py):
-# a summary of each change is printed before the file is replaced atomically. PINS= and
-# LAYERS= narrow it; on a GPU runner the only form allowed is the one for the engine goldens
-# no CPU can write: `make goldens PINS=0.33.0 LAYERS=engine` (README, GPU runners).
+# Goldens are written only by the pinned oracles, through `parity goldens` (conformance/regenerate/):
+# a summary of each change is printed before the file is replaced atomically. PINS= (releases),
+# LAYERS= (the scenarios with any of these layers; `engine`: the engine layers) and SCENARIOS=
+# (scenario names) narrow it, each comma-separated; RESULTS=DIR takes the oracle's traces from a
+# gate's results folder (`parity gate --results DIR`) instead of running it again. On a GPU
+# runner the only form allowed is the one for the engine goldens no CPU can write:
+# `make goldens PINS=0.33.0 LAYERS=engine` (README, GPU runners).
 PINS ?=
+SCENARIOS ?=
+RESULTS ?=
+comma := ,
+GOLDEN_OPTIONS = $(foreach pin,$(subst $(comma), ,$(PINS)),--engine '$(pin)') $(if $(LAYERS),--layers '$(LAYERS)') \
+	$(foreach name,$(subst $(comma), ,$(SCENARIOS)),--scenario 'scenarios/$(name).json') \
+	$(if $(RESULTS),--from-results '$(RESULTS)')
+GOLDEN_STATUSES = 1: an orphan in goldens/, 2: a run failed or bad input
 goldens: envs
-	VLLM_PARITY_GOLDEN_PINS='$(PINS)' VLLM_PARITY_GOLDEN_LAYERS='$(LAYERS)' \
-		$(BIN)/python -m pytest -q parity --snapshot-update
+	$(info $(BIN)/parity goldens $(strip $(GOLDEN_OPTIONS)))@$(BIN)/parity goldens $(GOLDEN_OPTIONS); \
+		$(call SAY_STATUS,parity goldens,$(GOLDEN_STATUSES))
 
-# Regenerate in memory: fails if any golden would change or has no scenario or pin behind it.
+# The goldens suite (parity/test_goldens.py, syrupy): every pin on every scenario through the same
+# front door, in memory; fails if any golden would change or has no scenario or pin behind it.
 goldens-check: envs
 	$(BIN)/python -m pytest -q parity
 

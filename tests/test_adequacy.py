@@ -227,18 +227,16 @@ FIXED_SAMPLE = [
 
 @pytest.mark.oracle
 def test_a_fixed_sample_of_generated_mutants_is_caught():
-    from conformance.adequacy.measure import catalog, judge_mutant
+    from conformance.adequacy.measure import catalog, judge_mutant, mutant_launcher
     from conformance.formats.pins import load_pins
     from conformance.formats.scenario import load_scenario
     from conformance.judging.goldens import GOLDENS
-    from conformance.process.mutant_server import MutantServer
     from conftest import REPO
 
     pins = load_pins()
     mutants, sources = catalog(pins.oracle, load_scope(), log=lambda m: None)
     assert not any(load_scope().callee(m.file) for m in mutants)  # the callees are not mutated
-    server = MutantServer(pins.oracle, log=lambda m: None)
-    try:
+    with mutant_launcher(mutants, log=lambda m: None) as launcher:
         for function, operator, original, replacement, line, name in FIXED_SAMPLE:
             chosen = [m for m in mutants if (m.function, m.operator, m.original, m.replacement)
                       == (function, operator, original, replacement)
@@ -246,10 +244,8 @@ def test_a_fixed_sample_of_generated_mutants_is_caught():
             assert chosen, f"the catalog has no {operator} mutant {original!r} -> {replacement!r} in {function}"
             scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
             golden = GOLDENS.load(name, pins.oracle)
-            result = judge_mutant(server, chosen[0], [scenario], {name: golden})
+            result = judge_mutant(launcher, pins.oracle, chosen[0], [scenario], {name: golden})
             assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
-    finally:
-        server.close()
 
 
 def test_asserts_parameter_defaults_and_dead_stores_are_not_mutated(tmp_path):
@@ -359,11 +355,10 @@ ENGINE_FIXED_SAMPLE = [
 @pytest.mark.oracle
 def test_a_fixed_sample_of_engine_path_mutants_is_caught():
     from conformance.adequacy.engine_path import ENGINE_SCOPE_FILE, engine_catalog
-    from conformance.adequacy.measure import judge_mutant
+    from conformance.adequacy.measure import judge_mutant, mutant_launcher
     from conformance.formats.pins import load_pins
     from conformance.formats.scenario import load_scenario
     from conformance.judging.goldens import GOLDENS
-    from conformance.process.mutant_server import MutantServer
     from conftest import REPO
 
     pins = load_pins()
@@ -371,14 +366,11 @@ def test_a_fixed_sample_of_engine_path_mutants_is_caught():
     # every line counts as run here: the fixed sample names lines the engine scenarios run
     every = {f: set(range(1, 20000)) for f, _ in engine_scope.measure}
     mutants, sources, _ = engine_catalog(pins.oracle, engine_scope, every, log=lambda m: None)
-    server = MutantServer(pins.oracle, log=lambda m: None)
-    try:
+    with mutant_launcher(mutants, log=lambda m: None) as launcher:
         for function, operator, original, replacement, line, name in ENGINE_FIXED_SAMPLE:
             chosen = [m for m in mutants if (m.function, m.operator, m.replacement) == (function, operator, replacement)
                       and original in (None, m.original) and line in sources[m.file].splitlines()[m.line - 1]]
             assert chosen, f"the engine catalog has no {operator} mutant -> {replacement!r} in {function}"
             scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
-            result = judge_mutant(server, chosen[0], [scenario], {name: GOLDENS.load(name, pins.oracle)})
+            result = judge_mutant(launcher, pins.oracle, chosen[0], [scenario], {name: GOLDENS.load(name, pins.oracle)})
             assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
-    finally:
-        server.close()

@@ -16,7 +16,7 @@ import pytest
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.judging.numerics import capacity_excess
-from conftest import GATE
+from conftest import GATE, records_of
 
 pytestmark = pytest.mark.gpu
 MODELS_ENV = "VLLM_PARITY_GATE_MODELS"
@@ -37,13 +37,13 @@ def gate_engine_scenario(tmp_path: Path, models: Path):
     return load_scenario(path)
 
 
-def test_the_27b_gate_on_the_real_gpu_engine(tmp_path, warm_workers):
+def test_the_27b_gate_on_the_real_gpu_engine(tmp_path, warm_sessions):
     models = os.environ.get(MODELS_ENV)
     if not models:
         pytest.skip(f"{MODELS_ENV} is not set (a folder with qwen3-27b/ and dflash-27b-draft/, weights included)")
     scenario = gate_engine_scenario(tmp_path, Path(models))
     oracle = load_pins().oracle
-    records = warm_workers(oracle).run(scenario, scenario.layers)
+    records = records_of(warm_sessions(oracle), scenario)
     lines = records["engine_config"][0]["budget_log_lines"]
     assert any(line.startswith(STATED) for line in lines), lines
     assert records["engine_steps"][0]["total_num_scheduled_tokens"] == 4036

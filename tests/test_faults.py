@@ -27,11 +27,11 @@ from hypothesis import strategies as st
 
 from conformance import cli
 from conformance.formats.scenario import ScenarioError, load_scenario
-from conformance.gate.runner import run_scenarios
 from conformance.judging.verdict import (CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS,
                                          ROLES, STAND_IN, Verdict, exit_status, judge)
 from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
+from conformance.process.session import EngineSession
 from conformance.report.render_text import render, render_summary
 from conftest import DOUBLE, GATE, REPO
 
@@ -462,16 +462,17 @@ def _scenarios(tmp_path, names):
 
 def test_report_counts_each_kind_and_a_crash_is_never_green(tmp_path, record_file):
     scenarios = _scenarios(tmp_path, ["alpha", "beta", "gamma"])
-    quiet = lambda m: None  # noqa: E731
-    goldens = {t["scenario"]["name"]: t for t in
-               run_scenarios(double_spec("--record", record_file), scenarios, ["config"], log=quiet).traces}
+    def run(spec):
+        with EngineSession(spec) as session:
+            return [session.trace(s, ["config"]) for s in scenarios], session.cold_starts
+
+    goldens = {t["scenario"]["name"]: t for t in run(double_spec("--record", record_file))[0]}
     # the oracle reproduces its goldens; the candidate crashes on the second scenario only
-    oracle = run_scenarios(double_spec("--record", record_file), scenarios, ["config"], log=quiet)
-    candidate = run_scenarios(double_spec("--record", record_file, "--fault", "crash", "--after-runs", "1"),
-                              scenarios, ["config"], log=quiet)
-    assert candidate.cold_starts == 2  # restarted after the crash: one bad scenario hides no other
-    verdicts = [judge(t, goldens[t["scenario"]["name"]], ORACLE) for t in oracle.traces]
-    verdicts += [judge(t, goldens[t["scenario"]["name"]], CANDIDATE) for t in candidate.traces]
+    oracle, _ = run(double_spec("--record", record_file))
+    candidate, starts = run(double_spec("--record", record_file, "--fault", "crash", "--after-runs", "1"))
+    assert starts == 2  # restarted after the crash: one bad scenario hides no other
+    verdicts = [judge(t, goldens[t["scenario"]["name"]], ORACLE) for t in oracle]
+    verdicts += [judge(t, goldens[t["scenario"]["name"]], CANDIDATE) for t in candidate]
     assert [v.kind for v in verdicts] == ["pass"] * 4 + ["crash", "pass"]
     assert verdicts[4].scenario == "beta" and "scenario beta" in verdicts[4].message
 

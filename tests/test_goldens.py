@@ -52,6 +52,38 @@ def test_one_lifecycle_new_kept_rewritten(tmp_path):
     assert "the old file was unreadable" in broken.summary
 
 
+def test_an_unreadable_golden_is_rewritten(tmp_path):
+    store = GoldenStore(tmp_path)
+    path = store.path("s", "0.27.1")
+    path.parent.mkdir()
+    path.write_bytes(b"\xff\xfe not UTF-8")
+    outcome = store.regenerate(TRACE, "0.27.1", write=True)
+    assert outcome.update.action == REWRITE and outcome.update.reason.startswith("unreadable:")
+    assert outcome.written and path.read_text() == dumps(TRACE)
+
+
+def on_gpu(trace: dict, release: str) -> dict:
+    """`trace` as pin `release` run on a GPU would have written it (its provenance says so)."""
+    env = {**trace["provenance"]["environment"], "device": "gpu", "vllm": release, "build": f"vllm=={release}"}
+    return {**trace, "engine": {**trace["engine"], "version": release, "label": f"vllm-{release}"},
+            "provenance": {"harness": "0", "environment": env}}
+
+
+def test_a_gpu_run_never_writes_a_golden_a_cpu_writes(tmp_path):
+    """Whoever asks (`parity goldens`, the goldens suite): a trace with a GPU's provenance writes
+    only the engine goldens of a pin without a CPU engine build; nothing else, new or rewritten."""
+    store = GoldenStore(tmp_path)
+    # 0.33.0's goldens of the stand-in layers: written on CPU by the same build a GPU runs
+    with pytest.raises(GoldenRefused, match="from a run on a GPU"):
+        store.regenerate(on_gpu(TRACE, "0.33.0"), "0.33.0", write=True)
+    engine = GOLDENS.load("engine_ngram", "0.27.1")
+    with pytest.raises(GoldenRefused, match="refusing to write"):  # a CPU engine build writes its goldens
+        store.regenerate(on_gpu(engine, "0.27.1"), "0.27.1", write=True)
+    assert not list(tmp_path.rglob("*.json"))
+    outcome = store.regenerate(on_gpu(engine, "0.33.0"), "0.33.0", write=True)  # no CPU can write it
+    assert outcome.written and store.path("engine_ngram", "0.33.0").exists()
+
+
 def test_a_golden_from_another_machine_holds_within_tolerance(tmp_path):
     store = GoldenStore(tmp_path)
     store.write(store.update(TRACE, "0.27.1"))

@@ -9,7 +9,6 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
-from conformance.formats.trace import make_trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
 from conformance.report.render_text import render
@@ -20,13 +19,14 @@ PINS = load_pins()
 SEED_LINE = "max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."
 
 
-def trace_of(warm_workers, release, scenario, layers=("config",)):
-    proc = warm_workers(release)
-    return make_trace(f"vllm-{release}", proc.hello, scenario, proc.run(scenario, list(layers)))
+def trace_of(warm_sessions, release, scenario, layers=("config",)):
+    trace = warm_sessions(release).trace(scenario, list(layers))
+    assert "failure" not in trace, trace["failure"]
+    return trace
 
 
-def test_gate_oracle_resolves_the_seed_budget(warm_workers):
-    record = trace_of(warm_workers, PINS.oracle, load_scenario(GATE))["layers"]["config"][0]
+def test_gate_oracle_resolves_the_seed_budget(warm_sessions):
+    record = trace_of(warm_sessions, PINS.oracle, load_scenario(GATE))["layers"]["config"][0]
     assert record["max_num_scheduled_tokens"] == 4036
     assert record["max_num_batched_tokens"] == 4096
     assert record["drafting_slots_per_request"] == 15  # K - 1 for parallel drafting, times 4 seqs = 60
@@ -40,9 +40,9 @@ def test_committed_gate_golden_holds_the_seed_line():
 
 
 @pytest.mark.parametrize("release", PINS.candidates)
-def test_later_pins_diverge_at_the_budget(warm_workers, release):
+def test_later_pins_diverge_at_the_budget(warm_sessions, release):
     golden = GOLDENS.load("dflash_27b_gate", PINS.oracle)
-    verdict = judge(trace_of(warm_workers, release, load_scenario(GATE)), golden, role="candidate")
+    verdict = judge(trace_of(warm_sessions, release, load_scenario(GATE)), golden, role="candidate")
     assert verdict.kind == "diverged"
     first = verdict.comparisons[0].first
     assert (first.path, first.expected, first.actual) == ("max_num_scheduled_tokens", 4036, 4096)
@@ -51,9 +51,9 @@ def test_later_pins_diverge_at_the_budget(warm_workers, release):
     assert "candidate: max_num_scheduled_tokens is set to 4096" in text
 
 
-def test_no_draft_reservation_double_of_the_port_is_caught(warm_workers):
+def test_no_draft_reservation_double_of_the_port_is_caught(warm_sessions):
     """A candidate resolving the budget without the reservation (the seed's port) diverges."""
-    trace = trace_of(warm_workers, PINS.oracle, load_scenario(GATE))
+    trace = trace_of(warm_sessions, PINS.oracle, load_scenario(GATE))
     record = trace["layers"]["config"][0]
     record["max_num_scheduled_tokens"] = record["max_num_batched_tokens"]
     golden = GOLDENS.load("dflash_27b_gate", PINS.oracle)
@@ -61,7 +61,7 @@ def test_no_draft_reservation_double_of_the_port_is_caught(warm_workers):
 
 
 @pytest.mark.parametrize("release", PINS.releases)
-def test_each_pin_runs_a_scenario_outside_the_repository(tmp_path, warm_workers, release):
+def test_each_pin_runs_a_scenario_outside_the_repository(tmp_path, warm_sessions, release):
     """Model folders relative to a scenario anywhere. (The `parity run` command itself, out of
     the repository, is the next test: one process per pin here would only repeat it.)"""
     shutil.copytree(REPO / "scenarios" / "models", tmp_path / "models")
@@ -69,7 +69,7 @@ def test_each_pin_runs_a_scenario_outside_the_repository(tmp_path, warm_workers,
     scenario["name"] = "outside"
     scenario["engine_args"]["max_num_batched_tokens"] = 2048
     (tmp_path / "s.json").write_text(json.dumps(scenario))
-    trace = trace_of(warm_workers, release, load_scenario(tmp_path / "s.json"))
+    trace = trace_of(warm_sessions, release, load_scenario(tmp_path / "s.json"))
     record = trace["layers"]["config"][0]
     assert trace["engine"]["version"] == release
     assert record["max_num_batched_tokens"] == 2048

@@ -17,12 +17,11 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.gate import engines as gate_engines_mod, run as gate_run
 from conformance.gate.context import RunContext
-from conformance.gate.engines import GateEngine
 from conformance.gate.shards import COLD_START, ShardError, assign, parse_shard, plan, share_cost
 from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.report import ci
 from conformance.report.view import gate_view
-from conftest import DOUBLE, REPO
+from conftest import DOUBLE, REPO, gate_engine
 
 PINS = load_pins()
 SCENARIOS = [load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json"))]
@@ -39,9 +38,8 @@ def engines(tmp_path):
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"max_num_scheduled_tokens": 4096, "budget_log_lines": ["candidate line"]}))
     oracle = command("--steps", "3")
-    return [GateEngine("TEST-DOUBLE-oracle", ORACLE, oracle, None, oracle),
-            GateEngine("double-candidate", CANDIDATE, command("--record", str(record)), "double-candidate",
-                       command("--record", str(record)))]
+    return [gate_engine("TEST-DOUBLE-oracle=" + oracle, ORACLE),
+            gate_engine("double-candidate=" + command("--record", str(record)), CANDIDATE)]
 
 
 def run(collect, *args, **context):
@@ -199,8 +197,8 @@ def test_merge_on_the_command_line(tmp_path, engines, capsys):
 
 
 def test_a_candidate_is_named_by_its_hello_and_its_command_shown_once(tmp_path, engines):
-    unnamed = GateEngine(engines[1].command, CANDIDATE, engines[1].engine, None, engines[1].command)
-    _, text = run(gate_run.gate, CHEAP[:1], [engines[0], unnamed])
+    unnamed = [gate_engine(engines[0].text, ORACLE), gate_engine(engines[1].text, CANDIDATE)]
+    _, text = run(gate_run.gate, CHEAP[:1], unnamed)
     # both doubles say "double 0.0-test": the second is told apart by its arguments
     second = text.splitlines()[2]
     assert second.startswith("   double 0.0-test (") and "--record" in second

@@ -5,13 +5,10 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
-from conformance.formats.trace import make_trace
-from conformance.gate.runner import failure_trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
-from conformance.process.client import EngineFailure
 from conformance.report.render_text import render
-from conftest import REPO
+from conftest import REPO, records_of
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -26,11 +23,11 @@ def golden(scenario, release=PINS.oracle):
 
 @pytest.mark.parametrize("release", PINS.releases)
 @pytest.mark.parametrize("scenario", WORKLOADS, ids=IDS)
-def test_speculation_is_lossless(warm_workers, release, scenario):
+def test_speculation_is_lossless(warm_sessions, release, scenario):
     """Accepted drafts are the target's own tokens: outputs with and without spec are equal."""
-    proc = warm_workers(release)
-    spec = proc.run(scenario, ["outputs"])["outputs"]
-    plain = proc.run(scenario.without_speculation(), ["outputs"])["outputs"]
+    session = warm_sessions(release)
+    spec = records_of(session, scenario, ["outputs"])["outputs"]
+    plain = records_of(session, scenario.without_speculation(), ["outputs"])["outputs"]
     assert spec == plain
     assert all(r["output_token_ids"] for r in spec)
 
@@ -53,11 +50,10 @@ def test_scenario_library_exercises_what_it_claims():
 
 
 @pytest.mark.xdist_group("0.28.0")  # with the other tests of that pin's warm worker
-def test_later_pin_is_reported_where_the_budget_binds(warm_workers):
+def test_later_pin_is_reported_where_the_budget_binds(warm_sessions):
     """0.28.0 vs the 0.27.1 golden: the first step where the budget binds, per-request counts."""
     scenario = next(s for s in WORKLOADS if s.name == "prefill_budget_binds")
-    proc = warm_workers("0.28.0")
-    trace = make_trace("vllm-0.28.0", proc.hello, scenario, proc.run(scenario, scenario.layers))
+    trace = warm_sessions("0.28.0").trace(scenario)
     verdict = judge(trace, golden(scenario), "candidate")
     steps = next(c for c in verdict.comparisons if c.layer == "steps")
     assert steps.index == 0 and steps.first.path == "requests.r1.tokens"
@@ -77,16 +73,13 @@ MUTANTS = {
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_every_mutant_is_caught(warm_workers, mutant):
+def test_every_mutant_is_caught(warm_sessions, mutant):
     """Each injected bug (a TEST DEVICE on the oracle pin) diverges from the oracle's golden."""
     name, layer, field = MUTANTS[mutant]
     scenario = next(s for s in WORKLOADS if s.name == name)
-    proc = warm_workers(f"{PINS.oracle}+mutant:{mutant}")  # its own process, shared with other tests
-    assert proc.hello["engine"] == f"vllm+mutant:{mutant}"
-    try:
-        trace = make_trace(f"mutant-{mutant}", proc.hello, scenario, proc.run(scenario, scenario.layers))
-    except EngineFailure as failure:  # as the runner keeps it: the records sent, and why it ended
-        trace = failure_trace(proc.spec, proc.hello, scenario, failure)
+    session = warm_sessions(f"{PINS.oracle}+mutant:{mutant}")  # its own process, shared with other tests
+    assert session.start().hello["engine"] == f"vllm+mutant:{mutant}"
+    trace = session.trace(scenario)  # a failure too: the records sent, and why it ended
     verdict = judge(trace, golden(scenario), "candidate")
     assert verdict.kind == "diverged"
     if mutant == "crash-after-divergence":

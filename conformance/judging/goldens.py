@@ -5,8 +5,14 @@ written (atomically, by a pinned oracle only). Nothing outside this module opens
 goldens/<scenario name>/vllm-<release>.json holds the trace of pinned release <release> on
 that scenario. Only a pinned vLLM release may write one; a candidate never does.
 
-Whether a regenerated trace still holds its golden (`check_golden`, the one rule of the one
-lifecycle, `GoldenStore.update`, which `make goldens` and `parity goldens` both run):
+The one golden lifecycle is `GoldenStore.regenerate`: an oracle's trace (of ORACLE_RUNS runs)
+becomes its golden, or says why there is none (the pin does not serve the scenario here, the
+run failed), whoever asks (`parity goldens`, which `make goldens` calls, from the oracle's runs
+or a gate's results folder; the goldens suite, parity/test_goldens.py). A golden a CPU can
+write is never written with a GPU's provenance (`GoldenStore.written_here`).
+
+Whether a regenerated trace still holds its golden (`check_golden`, the one rule, by which
+`GoldenStore.update` decides):
   - on the machine that wrote it (same build, CPU model, ISA level and CPU flags): byte for byte;
   - on another machine or ISA level: every integer fact exactly (config, steps, engine_steps,
     token ids, finish reasons) and the engine layers' logprobs within the scenario's calibrated
@@ -28,12 +34,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.formats.files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
+from conformance.formats.gpu import golden_written_here
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.record_schema import (Field, Flag, Int, ListOf, Nullable, Number, Record,
                                                RecordError, Text, check_layers)
 from conformance.formats.trace import SCHEMA, TraceError, checked, dumps, load_trace, loads_trace
 
 GOLDEN_DIR = REPO_ROOT / "goldens"
+# An oracle runs each unit this many times in its warm engine (the gate's oracle, `parity
+# goldens`): records that differ make a `nondeterministic` failure, never a golden.
+ORACLE_RUNS = 2
 # What regeneration does to a golden (GoldenUpdate.action)
 KEEP, NEW, REWRITE = "keep", "new", "rewrite"
 
@@ -85,6 +95,22 @@ class GoldenUpdate:
     @property
     def changes(self) -> bool:
         return self.action != KEEP
+
+
+@dataclass(frozen=True)
+class GoldenOutcome:
+    """What regenerating one golden came to (GoldenStore.regenerate): its update, or why the
+    oracle's run gave none."""
+
+    path: Path
+    update: GoldenUpdate | None = None  # None: no golden from this run
+    unsupported: str = ""  # the pin does not serve the scenario's layers here: its own words
+    failure: str = ""  # the run failed ("kind: message"): nothing written
+    written: bool = False
+
+    @property
+    def changes(self) -> bool:
+        return self.update is not None and self.update.changes
 
 
 class GoldenStore:
@@ -168,7 +194,7 @@ class GoldenStore:
                 old_text = read_text(path, "trace")
             except InputFileError as exc:
                 return GoldenUpdate(path, REWRITE, text, summary=change_summary(path, "", trace),
-                                    reason=f"unreadable: {exc}")
+                                    reason=f"unreadable: {exc}", release=release)
         if old_text is None:
             return GoldenUpdate(path, NEW, text, summary=change_summary(path, None, trace), release=release)
         try:
@@ -182,15 +208,43 @@ class GoldenStore:
         return GoldenUpdate(path, REWRITE, text, check, change_summary(path, old_text, trace), check.reason,
                             release=release)
 
+    def regenerate(self, trace: dict, release: str, write: bool = False, say=None) -> GoldenOutcome:
+        """The one golden lifecycle entry point: the oracle's trace of a scenario (every layer,
+        ORACLE_RUNS runs) against the golden of pin `release`, by `update`; when it changes,
+        `say` is told what changes, then, with `write`, it is written. A run the pin refused as
+        unsupported here, or that failed, leaves the golden as it is and says why."""
+        path = self.path(trace["scenario"]["name"], release)
+        failure = trace.get("failure")
+        if failure is not None and failure["kind"] == "unsupported":
+            return GoldenOutcome(path, unsupported=failure["message"])
+        if failure is not None:
+            return GoldenOutcome(path, failure=f"{failure['kind']}: {failure['message']}")
+        update = self.update(trace, release)
+        if update.changes and say is not None:
+            say(update.summary)
+        return GoldenOutcome(path, update, written=write and self.write(update))
+
+    def written_here(self, layers, release: str, device: str) -> bool:
+        """Whether a golden of a scenario with `layers` for pin `release` is written on `device`:
+        on a GPU only those no CPU can write (formats/gpu.py golden_written_here)."""
+        return golden_written_here(layers, release, device, self.pins.cpu_engine_build(release))
+
     def write(self, update: GoldenUpdate) -> bool:
         """Write a regenerated golden atomically (old file or new file, never half); True when
-        the bytes changed. A kept golden is left as it is."""
+        the bytes changed. A kept golden is left as it is; one a CPU writes is never written
+        from a GPU's run (its provenance says `device: gpu`)."""
         if not update.changes:
             return False
         try:  # what is written must read back as a golden of its pin
-            self.check(loads_trace(update.text, update.path), update.release, update.path)
+            golden = self.check(loads_trace(update.text, update.path), update.release, update.path)
         except TraceError as exc:
             raise GoldenRefused(f"refusing to write {update.path}: {exc}") from None
+        device = golden["provenance"]["environment"].get("device", "cpu")
+        if not self.written_here(golden["layers"], update.release, device):
+            raise GoldenRefused(f"refusing to write {update.path} from a run on a GPU: it is a golden a CPU "
+                                "writes (a GPU run is judged against it by the numerics rules); on a GPU "
+                                "only the engine goldens of pins without a CPU engine build are written: "
+                                "`make goldens PINS=0.33.0 LAYERS=engine`")
         return write_text_atomic(update.path, update.text)
 
 

@@ -6,7 +6,8 @@ complete config record of the double's own, CONFIG below, so a record given in p
 every field PROTOCOL.md declares), or misbehaves on
 purpose with --fault, so the harness's handling of each failure can be tested with a real
 process: crash, hang, garbage, wrong-version, out-of-order, bad-count, wrong-id, error,
-no-hello, fork-hang (leaves a child process behind while hanging), and:
+no-hello, fork-hang (leaves a child process behind while hanging), nondeterministic (each run's
+config record says another max_num_seqs), and:
   crash-with-child   forks a child that keeps stdout open, then exits 3 (no EOF arrives)
   crash-orphan       forks a child that closes its stdout and sleeps, then exits 3
   close-stdout       closes its stdout and sleeps without exiting
@@ -213,6 +214,9 @@ def main() -> int:
             time.sleep(3600)
         if fault == "error":
             raise serve.RunError("internal", "the double was told to fail")
+        if fault == "nondeterministic":  # each run's config record another: state kept between runs
+            answer = [(layer, [dict(d, max_num_seqs=runs) for d in data] if layer == "config" else data)
+                      for layer, data in answer]
         yield from answer  # garbage, out-of-order, wrong-id, bad-count: the wire breaks it
 
     return serve.serve({"protocol": 99 if args.fault == "wrong-version" else protocol.PROTOCOL_VERSION,
