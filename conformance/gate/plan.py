@@ -82,7 +82,7 @@ def pins_needed(manifest: RunManifest, share: list[Unit], pins) -> list[str]:
     """The pinned releases whose environments the share's engines run in (a pin, or a pin's
     TEST DEVICE mutant), in pin order: what a shard's runner builds, and nothing more."""
     running = {u.engine for u in share}
-    needed = {e.ref(pins).release for e in manifest.engines if e.key in running and e.command is None}
+    needed = {e.release for e in manifest.engines if e.key in running and e.release}  # a command has none
     return [r for r in pins.releases if r in needed]
 
 
