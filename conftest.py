@@ -12,6 +12,8 @@ import pytest
 REPO = Path(__file__).resolve().parent
 GATE = REPO / "scenarios" / "dflash_27b_gate.json"
 DOUBLE = REPO / "tests" / "doubles" / "double_engine.py"
+# every test driving a real pin is marked `oracle` (tests/oracle_marker.py checks it)
+pytest_plugins = ("tests.oracle_marker",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here
@@ -42,20 +44,23 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(engine))
 
 
-# Engines kept warm at once per pytest process. A group's tests run one after another, so an
-# engine ended to make room is rarely wanted again; the cap keeps `make test` near 3 GiB. On a
-# GPU each also needs its share of GPU memory (max_warm).
+# Engines kept warm at once per pytest process: at least MAX_WARM, and one per pin, since the
+# goldens suite runs every scenario on every pin in turn (fewer would cold-start an engine for
+# nearly every test). A group's tests run one after another, so an engine ended to make room is
+# rarely wanted again; each holds up to 1 GiB. On a GPU each also needs its share of GPU memory.
 MAX_WARM = 3
 
 
-def max_warm(device: str, processes: int) -> int:
-    """Warm engines per pytest process: MAX_WARM, and on a GPU no more than the processes'
-    share of the engines its free memory holds (conformance/formats/gpu.py), at least one."""
+def max_warm(device: str, processes: int, pins: int) -> int:
+    """Warm engines per pytest process: MAX_WARM or the number of pins, whichever is more, and on
+    a GPU no more than the processes' share of the engines its free memory holds
+    (conformance/formats/gpu.py), at least one."""
+    most = max(MAX_WARM, pins)
     if device != "gpu":
-        return MAX_WARM
+        return most
     from conformance.formats import gpu
 
-    return max(1, min(MAX_WARM, gpu.engines_fitting(gpu.memory()[0]) // max(1, processes)))
+    return max(1, min(most, gpu.engines_fitting(gpu.memory()[0]) // max(1, processes)))
 
 
 @pytest.fixture(scope="session")
@@ -74,8 +79,8 @@ def warm_sessions(request):
     sessions: dict[str, EngineSession] = {}  # least recently used first
     xdist = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
     processes = xdist["workercount"] if xdist else 1
-    most = max_warm(device_mode(), processes)
     pins = load_pins()
+    most = max_warm(device_mode(), processes, len(pins.releases))
     lock = threading.Lock()  # a gate run asks from its engines' threads (warm_gate)
 
     def get(engine: str) -> EngineSession:

@@ -42,11 +42,11 @@ FLOORS = (
           "a gate run put together: engines, plan, units run side by side, results folders, "
           "then judged and reported"),
     Floor(6, "searches and suites", ("conformance.fuzz.*", "conformance.adequacy.*", "conformance.regenerate.*",
-                                     "parity.*"),
-          "runs of their own on the floors below: the fuzzer, the adequacy measures, the golden front door "
-          "and the goldens suite"),
+                                     "conformance.bump.*", "parity.*"),
+          "runs of their own on the floors below: the fuzzer, the adequacy measures, the golden front door, "
+          "an oracle bump's checks and edits, and the goldens suite"),
     Floor(7, "commands", ("conformance.cli", "conformance.fuzz.command", "conformance.adequacy.command",
-                          "conformance.regenerate.command"),
+                          "conformance.regenerate.command", "conformance.bump.command"),
           "command lines: parse arguments, call a run, exit"),
 )
 

@@ -11,7 +11,6 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.judging.goldens import GOLDENS, NEW
 from conformance.regenerate.lifecycle import golden_trace
-from conformance.report.render_text import render_verdict
 from conftest import REPO
 from parity.golden_extension import GoldenExtension
 
@@ -39,10 +38,7 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_sessions, scenario
     assert not outcome.failure, f"vllm {release} on {scenario.name}: {outcome.failure}"
     update = outcome.update
     if update.changes and update.action != NEW and not updating:
-        check = update.check
-        detail = render_verdict(check.verdict, release) if check and check.verdict else ""
-        rule = f" ({check.rule} rule)" if check else ""
-        pytest.fail(f"{update.path.name} does not hold{rule}: {update.reason}\n{detail}")
+        pytest.fail(update.explain())  # golden (its path) says X, the oracle run now gives Y
     assert outcome == snapshot(extension_class=GoldenExtension.of(outcome))
 
 

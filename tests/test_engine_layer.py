@@ -29,33 +29,50 @@ IDS = [s.name for s in ENGINE]
 GATE = next(s for s in ENGINE if s.name == "engine_dflash_gate")
 CPU_ENGINES = [r for r in PINS.releases if PINS.cpu_engine_build(r)]
 NO_CPU_ENGINE = [r for r in PINS.releases if not PINS.cpu_engine_build(r)]
-STATED = "max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."
+# Where two CPU engine pins' gate runs first differ (engine_steps): step, field, each one's value
+# (0.27.1 reserves the drafting slots of 4 requests in the config, 0.28.0 on charges them per step)
+ENGINE_STEP_DRIFT = {frozenset({"0.27.1", "0.28.0"}): (0, "requests.r2.tokens", {"0.27.1": 36, "0.28.0": 48})}
+# Where each CPU engine pin's own gate run exceeds the forward capacity: 0.27.1 stays within it;
+# 0.28.0 charges 16 slots to each of 3 requests (4048 tokens) and its drafter's pass at step 0
+# runs 4048 + 3 x 17 = 4099 tokens, 3 over the 4096 the batch holds.
+ORACLE_CAPACITY_EXCESS = {
+    "0.27.1": [],
+    "0.28.0": [{"step": 0, "forward": "drafter", "tokens": 4099, "limit": 4096, "excess": 3}],
+}
 
 
 def golden(scenario, release=PINS.oracle):
     return GOLDENS.load(scenario.name, release)
 
 
-def test_the_gate_oracle_logs_4036_and_schedules_4036_at_step_0():
+def test_the_gate_oracle_logs_its_budget_and_schedules_it_at_step_0():
     layers = golden(GATE)["layers"]
-    assert any(line.startswith(STATED) for line in layers["engine_config"][0]["budget_log_lines"])
+    budget = layers["engine_config"][0]["max_num_scheduled_tokens"]
+    stated = f"max_num_scheduled_tokens is set to {budget} based on the speculative decoding settings."
+    assert any(line.startswith(stated) for line in layers["engine_config"][0]["budget_log_lines"])
     step0 = layers["engine_steps"][0]
-    assert step0["total_num_scheduled_tokens"] == 4036 == step0["target_forward_tokens"][0]
-    assert capacity_excess(layers["engine_steps"]) == []  # the oracle stays within capacity here
+    # the budget binds at step 0 (less the drafting slots charged there, where a release charges them)
+    charged = step0.get("drafting_slots_per_request", 0) * len(step0.get("running", ())) if "input_budget" in step0 else 0
+    assert step0["total_num_scheduled_tokens"] == step0["target_forward_tokens"][0]
+    assert budget - charged <= step0["total_num_scheduled_tokens"] <= budget
+    assert capacity_excess(layers["engine_steps"]) == ORACLE_CAPACITY_EXCESS[PINS.oracle]
 
 
-def test_0_28_0_diverges_at_step_0_naming_the_request_and_both_counts():
-    verdict = judge(golden(GATE, "0.28.0"), golden(GATE), "candidate")
+@pytest.mark.parametrize("release", [r for r in CPU_ENGINES if frozenset({r, PINS.oracle}) in ENGINE_STEP_DRIFT])
+def test_another_cpu_engine_pin_diverges_at_step_0_naming_the_request_and_both_counts(release):
+    step, field, values = ENGINE_STEP_DRIFT[frozenset({release, PINS.oracle})]
+    verdict = judge(golden(GATE, release), golden(GATE), "candidate")
     steps = next(c for c in verdict.comparisons if c.layer == "engine_steps")
     assert verdict.kind == DIVERGED and steps.cause == "scheduling"
-    assert (steps.record["step"], steps.first.path) == (0, "requests.r2.tokens")
-    assert (steps.first.expected, steps.first.actual) == (36, 48)
-    assert "step 0, field requests.r2.tokens: oracle 36, candidate 48" in render_verdict(verdict, PINS.oracle)
+    assert (steps.record["step"], steps.first.path) == (step, field)
+    assert (steps.first.expected, steps.first.actual) == (values[PINS.oracle], values[release])
+    assert (f"step {step}, field {field}: oracle {values[PINS.oracle]}, candidate {values[release]}"
+            in render_verdict(verdict, PINS.oracle))
 
 
 @pytest.mark.xdist_group(f"{PINS.oracle}+mutant:no-draft-reservation")  # shares its process
 def test_the_seed_bug_on_the_real_engine_diverges_at_step_0_and_overflows_capacity(warm_sessions):
-    """The no-draft-reservation mutant (a TEST DEVICE) through the whole 0.27.1 engine."""
+    """The no-draft-reservation mutant (a TEST DEVICE) through the gate oracle's whole engine."""
     session = warm_sessions(f"{PINS.oracle}+mutant:no-draft-reservation")
     assert session.start().hello["engine"] == "vllm+mutant:no-draft-reservation"
     trace = session.trace(GATE)
@@ -218,3 +235,20 @@ def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_sessio
     failure = warm_sessions(PINS.oracle).trace(scenario)["failure"]
     assert re.search("engine_args.model: .*qwen3-27b holds no weights", failure["message"]), failure
     assert "bad_request" in failure["message"]
+
+
+@pytest.mark.skipif(device_mode() == "gpu", reason="a GPU runner serves async scheduling's engine layers")
+def test_an_engine_scenario_async_under_the_gpu_rule_is_unsupported_on_cpu(warm_sessions, tmp_path):
+    """vLLM's default turns async scheduling on for DFlash where a GPU runs it; the CPU platform
+    turns it off, so a CPU engine would record a loop the deployment does not run."""
+    raw = json.loads((REPO / "scenarios" / "engine_dflash_gate.json").read_text(encoding="utf-8"))
+    raw["engine_args"]["async_scheduling"] = None
+    for args in (raw["engine_args"], raw["engine_args"]["speculative_config"]):
+        args["model"] = str(REPO / "scenarios" / args["model"])
+    path = tmp_path / "engine_dflash_gate_async.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    scenario = load_scenario(path)
+    failure = warm_sessions(PINS.oracle).trace(scenario)["failure"]
+    assert failure["kind"] == "unsupported", failure
+    assert "CPU platform forces async scheduling off" in failure["message"]
+    assert "vllm/platforms/cpu.py" in failure["message"]

@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -26,6 +27,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance import cli
+from conformance.formats.pins import load_pins
 from conformance.formats.scenario import ScenarioError, load_scenario
 from conformance.judging.verdict import (CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS,
                                          ROLES, STAND_IN, Verdict, exit_status, judge)
@@ -39,6 +41,7 @@ from conftest import DOUBLE, GATE, REPO
 RECORD = {"max_num_scheduled_tokens": 4036, "max_num_batched_tokens": 4096,
           "budget_log_lines": ["max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."]}
 GOLDENS = REPO / "goldens"
+ORACLE_PIN = load_pins().oracle
 
 
 def double_cmd(*options: str) -> str:
@@ -214,7 +217,7 @@ def test_bad_timeout_setting_is_bad_input(tmp_path, monkeypatch, capsys, value):
 
 @pytest.mark.parametrize("fault, words", [
     ("garbage", ["expected a JSON object on one line", "Segmentation fault?"]),
-    ("wrong-version", ["expected protocol version 2, got 99"]),
+    ("wrong-version", ["expected protocol version 3, got 99"]),
     ("out-of-order", ["records out of order in layer 'config'", "expected seq 0, got 1"]),
     ("bad-count", ["done says 5 records, 1 arrived"]),
     ("wrong-id", ["expected messages for 'run-1', got id 'someone-else'"]),
@@ -325,6 +328,37 @@ def test_interrupted_run_ends_the_engine(tmp_path, monkeypatch):
     assert_ended(read_pids(pidfile))
 
 
+def test_what_an_interrupt_ended_is_told_by_end_all_not_carried_by_the_exception(tmp_path, monkeypatch):
+    """An engine ended while Ctrl-C unwound (a child of it that had left its process group
+    killed by pid) is told by the next end_all, as parity's handler calls it; the exception
+    carries no attribute of the harness."""
+    from conformance.process.reaper import end_all, ended_words, resume
+    pidfile = tmp_path / "pids"
+    proc = EngineProcess(double_spec("--fault", "setsid-hang", "--pidfile", str(pidfile)))
+    proc.start()
+    original = proc._lines.get
+
+    def get(timeout=None):  # Ctrl-C arrives once the engine's child has left its group
+        if len(read_pids(pidfile)) > 1:
+            raise KeyboardInterrupt
+        return original(timeout=0.05)
+
+    monkeypatch.setattr(proc._lines, "get", get)
+    try:
+        with pytest.raises(KeyboardInterrupt) as err:
+            bounded(lambda: proc.run(load_scenario(GATE), ["config"], timeout=20), 30, lambda: read_pids(pidfile))
+        told = end_all()
+    finally:
+        resume()
+        for pid in read_pids(pidfile)[1:]:  # never leave the escaped child behind
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert not [name for name in vars(err.value) if name.startswith("parity")], vars(err.value)
+    assert told.killed == read_pids(pidfile)[1:2], ended_words(told)
+    assert end_all().killed == []  # told once
+    resume()
+
+
 # ---------------------------------------------------------------------------------------------
 # goldens: missing, truncated, not JSON, older schema -> clear error, exit 2, nothing rewritten
 # ---------------------------------------------------------------------------------------------
@@ -378,7 +412,7 @@ def test_missing_default_golden_is_not_created(tmp_path, record_file, capsys, go
     trace = good_trace(tmp_path, record_file, capsys, scenario)
     status, report, _ = run_cli(capsys, "compare", "--trace", str(trace))
     assert status == 2 and ": MISSING_GOLDEN" in report
-    assert str(GOLDENS / "fault_probe_without_golden" / "vllm-0.27.1.json") in report
+    assert str(GOLDENS / "fault_probe_without_golden" / f"vllm-{ORACLE_PIN}.json") in report
     assert not (GOLDENS / "fault_probe_without_golden").exists()
 
 
@@ -389,7 +423,7 @@ def test_failed_run_compared_with_the_committed_golden_leaves_it_untouched(
             "--scenario", str(GATE), "--out", str(out), "--layers", "config")
     status, report, _ = run_cli(capsys, "compare", "--trace", str(out))
     # the one record the double sent before crashing is not the oracle's: reported first
-    assert status == 2 and "on dflash_27b_gate vs oracle vllm-0.27.1 golden: DIVERGED" in report
+    assert status == 2 and f"on dflash_27b_gate vs oracle vllm-{ORACLE_PIN} golden: DIVERGED" in report
     assert "then the engine failed (crash)" in report and "layer config: first divergence" in report
 
 

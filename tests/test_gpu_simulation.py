@@ -168,12 +168,23 @@ def test_the_free_memory_decides_how_many_engines_run_side_by_side(fake_gpu, mon
 
 def test_warm_engines_per_pytest_process_follow_free_memory(fake_gpu):
     fake_gpu(79)
-    assert conftest.max_warm("gpu", 2) == conftest.MAX_WARM == 3
+    assert conftest.max_warm("gpu", 2, 3) == conftest.MAX_WARM == 3
     fake_gpu(17)  # four budgets, two processes
-    assert conftest.max_warm("gpu", 2) == 2
+    assert conftest.max_warm("gpu", 2, 3) == 2
     fake_gpu(5)
-    assert conftest.max_warm("gpu", 2) == 1
-    assert conftest.max_warm("cpu", 2) == conftest.MAX_WARM
+    assert conftest.max_warm("gpu", 2, 3) == 1
+    assert conftest.max_warm("cpu", 2, 3) == conftest.MAX_WARM
+
+
+def test_warm_engines_scale_with_the_pins(fake_gpu):
+    """With more pins than MAX_WARM, the goldens suite (every scenario on every pin in turn) keeps
+    one engine per pin warm instead of cold-starting one for nearly every test."""
+    assert conftest.max_warm("cpu", 1, 5) == 5
+    assert conftest.max_warm("cpu", 1, 1) == conftest.MAX_WARM
+    fake_gpu(79)
+    assert conftest.max_warm("gpu", 1, 5) == 5
+    fake_gpu(17)  # four budgets: the GPU's memory still caps it
+    assert conftest.max_warm("gpu", 1, 5) == 4
 
 
 def test_the_gpu_named_by_cuda_visible_devices_is_read(fake_gpu, monkeypatch):
@@ -239,6 +250,12 @@ def test_a_gpu_engine_gets_the_memory_budget_and_its_cache_is_emptied(probe):
     assert probe["tiny_engine"] == {**gpu.engine_memory(80 * GiB, tiny=True), "enforce_eager": True}
     assert probe["real_weights_engine"] == {"enforce_eager": True}
     assert probe["cuda_cache_emptied"] == 1
+
+
+@pytest.mark.oracle
+def test_a_gpu_engine_records_with_the_async_scheduler_where_the_gpu_rule_is_async(probe):
+    assert probe["scheduler_cls_async_True"] == ["engines.vllm.recorder.EngineRecordingAsyncScheduler", True]
+    assert probe["scheduler_cls_async_False"] == ["engines.vllm.recorder.EngineRecordingScheduler", False]
 
 
 @pytest.mark.oracle

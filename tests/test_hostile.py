@@ -179,7 +179,7 @@ def test_make_says_the_gates_own_status(tmp_path, target, diverges):
         oracle=verdicts_double(tmp_path, "oracle", {"serve": ["config"]}),
         candidate=verdicts_double(tmp_path, "candidate", plan)))
     said = (f"make {target}: parity gate exited with status 1 (1: a gating engine diverged, 2: a gating "
-            "run could not be compared or bad input); make exits 2 on any failure, so CI that needs "
+            "run could not be compared or bad input, 3: a bug of the harness (traceback above)); make exits 2 on any failure, so CI that needs "
             "this status calls .venv/bin/parity gate")
     if diverges:
         assert done.returncode == 2, done.stdout + done.stderr
@@ -197,7 +197,7 @@ def test_make_fuzz_says_the_fuzzers_own_status(tmp_path):
                          "CANDIDATE=./port --parity")
     assert done.returncode == 2, done.stdout + done.stderr
     assert ("make fuzz: parity fuzz exited with status 1 (1: a confirmed finding, 2: bad input, an engine "
-            "that cannot start, or a finding that did not repeat); make exits 2 on any failure, so CI that "
+            "that cannot start, or a finding that did not repeat, 3: a bug of the harness (traceback above)); make exits 2 on any failure, so CI that "
             "needs this status calls .venv/bin/parity fuzz") in done.stderr
 
 
@@ -777,11 +777,11 @@ SCHEMA_CASES = {
     "requests-list": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
                                   "path": ["requests"], "value": [1, 2]}]},
                       "steady_decode", "layer steps, record #3 (step 3): field requests: expected "
-                      "object: request id -> request entry, got [1, 2] (a list)"),
+                      "object: request id -> steps request entry, got [1, 2] (a list)"),
     "request-string": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
                                    "path": ["requests", "r1"], "value": "12"}]},
                        "steady_decode", "layer steps, record #3 (step 3): field requests.r1: expected "
-                       "an object (request entry), got \"12\" (a string)"),
+                       "an object (steps request entry), got \"12\" (a string)"),
     "tokens-string": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
                                   "path": ["total_num_scheduled_tokens"], "value": "12"}]},
                       "steady_decode", "layer steps, record #3 (step 3): field total_num_scheduled_tokens: "
@@ -867,7 +867,7 @@ def test_schema_every_mistyped_record_is_a_protocol_verdict(schema_gate):
 
 def test_schema_a_protocol_verdict_names_engine_scenario_layer_record_field_and_value(schema_gate):
     _, _, out, _, _ = schema_gate
-    assert ("tokens-string on steady_decode: a record that is not what protocol 2 declares "
+    assert ("tokens-string on steady_decode: a record that is not what protocol 3 declares "
             "(engines/PROTOCOL.md): layer steps, record #3 (step 3): field total_num_scheduled_tokens: "
             "expected int >= 0, got \"12\" (a string)") in out
     # the records before it agreed with the golden, and are said to
@@ -1016,15 +1016,18 @@ def schema_selfcheck(tmp_path, capsys, plan: dict, *scenarios: str) -> tuple[int
 SCHEMA_SCHEDULER = ["config", "steps", "outputs"]
 
 
-def test_schema_selfcheck_fails_protocol_one_records_from_a_port_that_says_two(tmp_path, capsys):
-    """Version 2 added the state after each update: a port that says 2 and sends steps records
-    without it is told which field it lacks."""
+def test_schema_selfcheck_fails_protocol_two_records_from_a_port_that_says_three(tmp_path, capsys):
+    """Version 3 added the identities to each steps record: a port that says 3 and sends steps
+    records without them is told which field it lacks."""
     old = [{"layer": "steps", "seq": "*", "path": [name], "delete": True}
-           for name in ("kv_blocks", "waiting", "running")]
+           for name in ("aborted", "emitted", "num_common_prefix_blocks")]
+    old += [{"layer": "steps", "seq": "*", "path": ["requests", "r0", name], "delete": True}
+            for name in ("block_ids", "cached_tokens", "draft_token_ids", "resent_token_ids", "next_draft_token_ids")]
     status, out = schema_selfcheck(tmp_path, capsys, {"serve": SCHEMA_SCHEDULER, "edits": old}, "steady_decode")
     assert status == 1, out
-    assert ("steady_decode: a record that is not what protocol 2 declares (engines/PROTOCOL.md): layer "
-            "steps, record #0 (step 0): field kv_blocks: expected an object (kv blocks), got nothing") in out
+    assert ("steady_decode: a record that is not what protocol 3 declares (engines/PROTOCOL.md): layer "
+            "steps, record #0 (step 0): field requests.r0.block_ids: expected list of list of int >= 0 or null, "
+            "got nothing") in out, out
 
 
 def test_schema_selfcheck_runs_a_scenario_without_speculation_by_default(tmp_path, capsys):
@@ -1047,10 +1050,10 @@ def test_schema_selfcheck_runs_a_scenario_without_speculation_by_default(tmp_pat
 def test_schema_selfcheck_runs_every_scenario_given(tmp_path, capsys):
     """Two --scenario with the same layers: the second is run too, and its bad record found."""
     bad = {"serve": SCHEMA_SCHEDULER, "edits": [{"scenario": "kv_pressure_no_spec", "layer": "outputs",
-                                                 "seq": 0, "path": ["finish_reason"], "value": "abort"}]}
+                                                 "seq": 0, "path": ["finish_reason"], "value": "cancelled"}]}
     status, out = schema_selfcheck(tmp_path, capsys, bad, "steady_decode", "kv_pressure_no_spec")
     assert status == 1 and "kv_pressure_no_spec: layers ['config', 'steps', 'outputs']" in out
-    assert 'layer outputs, record #0 (id "r0"): field finish_reason: expected "length" or "stop", got "abort"' in out
+    assert 'layer outputs, record #0 (id "r0"): field finish_reason: expected "length" or "stop" or "abort", got "cancelled"' in out
 
 
 # ---- h28-limits: limits, input files, output folders, engines that outlive the harness ----

@@ -54,6 +54,13 @@ def test_the_engine_block_chooses_the_layers_and_its_tolerance_stays_out_of_the_
         other.unlink()
 
 
+def test_async_scheduling_may_be_left_to_vllm_and_hashes_apart(scenario_dir):
+    """null is vLLM's default, which each platform resolves by its own rule: a scenario of its own."""
+    unset = load_scenario(write(scenario_dir, lambda d: d["engine_args"].update(async_scheduling=None)))
+    assert unset.engine_args["async_scheduling"] is None
+    assert unset.sha256 != load_scenario(GATE).sha256
+
+
 def test_hash_depends_on_content_not_location(scenario_dir):
     moved = load_scenario(write(scenario_dir, lambda d: None))
     assert moved.sha256 == load_scenario(GATE).sha256
@@ -69,6 +76,9 @@ def test_hash_depends_on_content_not_location(scenario_dir):
     (lambda d: d["engine_args"].update(max_num_batched_tokens=-1), "engine_args.max_num_batched_tokens", "between"),
     (lambda d: d["engine_args"].update(max_model_len=10**9), "engine_args.max_model_len", "between"),
     (lambda d: d["engine_args"].pop("block_size"), "engine_args.block_size", "required"),
+    (lambda d: d["engine_args"].pop("async_scheduling"), "engine_args.async_scheduling", "required"),
+    (lambda d: d["engine_args"].update(async_scheduling="auto"), "engine_args.async_scheduling",
+     "must be bool or null, got str"),
     (lambda d: d["engine_args"]["speculative_config"].pop("model"),
      "engine_args.speculative_config.model", "needs a draft model"),
     (lambda d: d["engine_args"]["speculative_config"].update(model="nowhere"),
@@ -93,6 +103,36 @@ def test_malformed_scenario_names_the_field(scenario_dir, mutate, field, words):
     assert err.value.field == field
     assert words in str(err.value)
     assert field in str(err.value)
+
+
+def test_prefix_caching_left_out_is_vllms_default_written_in_before_hashing(scenario_dir):
+    """vLLM 0.27.1 turns prefix caching on by default; a file that leaves the key out runs and
+    hashes as one that says true, and the run message carries the value."""
+    said = load_scenario(write(scenario_dir, lambda d: d["engine_args"].update(enable_prefix_caching=True)))
+    left_out = load_scenario(write(scenario_dir, lambda d: d["engine_args"].pop("enable_prefix_caching")))
+    off = load_scenario(write(scenario_dir, lambda d: None))
+    assert left_out.engine_args["enable_prefix_caching"] is True
+    assert left_out.to_wire()["engine_args"]["enable_prefix_caching"] is True
+    assert left_out.sha256 == said.sha256 != off.sha256
+    assert off.engine_args["enable_prefix_caching"] is False
+
+
+@pytest.mark.parametrize("key, value", [("prefix", "sys"), ("continues", "r0"), ("abort_step", 1), ("priority", 2)])
+def test_the_engine_layers_refuse_what_only_the_stand_in_runs(tmp_path, key, value):
+    shutil.copytree(GATE.parent / "models", tmp_path / "models")
+    data = json.loads((GATE.parent / "engine_ngram.json").read_text())
+    data["workload"]["prefixes"] = [{"name": "sys", "len": 4}]
+    data["workload"]["requests"].append(dict(data["workload"]["requests"][0], id="extra", **{key: value}))
+    data["workload"]["requests"][-1].pop("prefix" if key == "continues" else "continues", None)
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(tmp_path / "s.json")
+    assert err.value.field == f"workload.requests[{len(data['workload']['requests']) - 1}].{key}"
+    assert "not run by the engine layers" in err.value.problem
+    data["workload"]["requests"].pop()
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    with pytest.raises(ScenarioError, match="workload.prefixes: is not run by the engine layers"):
+        load_scenario(tmp_path / "s.json")
 
 
 @pytest.mark.parametrize("text", ["", "{", "[1, 2]", '{"schema": NaN}', "\xff"])

@@ -24,6 +24,7 @@ from conformance.report.view import gate_view
 from conftest import DOUBLE, REPO, gate_engine
 
 PINS = load_pins()
+OTHER = PINS.candidates[0]  # a pin besides the gate oracle
 SCENARIOS = [load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json"))]
 CHEAP = [s for s in SCENARIOS if s.name in ("dflash_27b_gate", "steady_decode", "engine_ngram")]
 REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
@@ -174,7 +175,7 @@ def test_merge_refuses_a_missing_a_duplicate_or_a_foreign_shard(tmp_path, engine
     with pytest.raises(ShardError, match=r"shard 1/2 given twice"):
         merge([tmp_path / "s1", tmp_path / "s1"])
     manifest = json.loads((tmp_path / "s2" / "manifest.json").read_text())
-    for key, value, words in (("oracle", "0.28.0", "oracle"), ("scenario_set", "0" * 64, "scenario set"),
+    for key, value, words in (("oracle", OTHER, "oracle"), ("scenario_set", "0" * 64, "scenario set"),
                               ("tool", {"version": "9.9", "sources": "x"}, "tool version")):
         (tmp_path / "s2" / "manifest.json").write_text(json.dumps(dict(manifest, **{key: value})))
         with pytest.raises(ShardError, match=f"not shards of one gate run: they differ in {words}"):
@@ -206,12 +207,12 @@ def test_a_candidate_is_named_by_its_hello_and_its_command_shown_once(tmp_path, 
 
 
 def test_named_candidates_on_the_command_line(monkeypatch):
-    found = gate_engines_mod.gate_engines(PINS, [f"port={command('--steps', '1')}", "0.28.0"], log=lambda m: None)
+    found = gate_engines_mod.gate_engines(PINS, [f"port={command('--steps', '1')}", OTHER], log=lambda m: None)
     assert [(e.key, e.role, e.name) for e in found] == [
-        ("vllm-0.27.1", ORACLE, None), ("port", CANDIDATE, "port"), ("vllm-0.28.0", CANDIDATE, None)]
+        (f"vllm-{PINS.oracle}", ORACLE, None), ("port", CANDIDATE, "port"), (f"vllm-{OTHER}", CANDIDATE, None)]
     assert found[1].command == command("--steps", "1") and found[2].command is None
     with pytest.raises(ValueError, match="same name"):
-        gate_engines_mod.gate_engines(PINS, ["0.28.0", "vllm==0.28.0"], log=lambda m: None)
+        gate_engines_mod.gate_engines(PINS, [OTHER, f"vllm=={OTHER}"], log=lambda m: None)
 
 
 def test_buildkite_annotation_goes_through_the_agent_when_it_exists(tmp_path, engines, monkeypatch):

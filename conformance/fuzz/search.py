@@ -42,6 +42,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, event, given, reject, sett
 from hypothesis import seed as seeded
 from hypothesis.errors import Unsatisfiable
 
+from conformance.formats.errors import InputError
 from conformance.formats.features import declared
 from conformance.formats.pins import REPO_ROOT
 from conformance.formats.scenario import Scenario, ScenarioError, parse_scenario
@@ -65,7 +66,7 @@ REPORT_EVERY = 5.0  # seconds between progress lines
 SCENARIO_DIR = REPO_ROOT / "scenarios"  # generated model paths are relative to it
 
 
-class FuzzError(ValueError):
+class FuzzError(InputError):
     """The fuzz run cannot go on (a candidate that serves none of the layers, say)."""
 
 
@@ -204,7 +205,7 @@ def _edits(raw: dict):
             out["engine_args"] = args
         if reqs is not None:
             out["workload"]["requests"] = reqs
-            out["workload"]["max_steps"] = fuzz_strategies.max_steps(reqs)
+            out["workload"]["max_steps"] = fuzz_strategies.max_steps(reqs, raw["workload"].get("prefixes", ()))
         return out
 
     reqs, args = raw["workload"]["requests"], raw["engine_args"]
@@ -219,7 +220,7 @@ def _edits(raw: dict):
             if req[key] > low:
                 for value in sorted({low, (req[key] + low) // 2}):
                     yield variant(reqs=reqs[:i] + [dict(req, **{key: value})] + reqs[i + 1:])
-        for key in ("stop_token_ids", "acceptance"):
+        for key in ("stop_token_ids", "acceptance", "abort_step", "prefix", "continues"):
             if key in req:
                 yield variant(reqs=reqs[:i] + [{k: v for k, v in req.items() if k != key}] + reqs[i + 1:])
     renamed = [dict(r, id=f"r{i}") for i, r in enumerate(reqs)]

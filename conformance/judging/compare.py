@@ -25,7 +25,10 @@ INFORMATIONAL_SUFFIX = "_text"
 # step differs. The first divergence is looked for in the scheduling decisions first; these
 # fields decide it only when nothing else differs. They are still listed at that step.
 CONTEXT_FIELDS = {
-    "steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request"}),
+    # num_common_prefix_blocks follows from the blocks every request holds (and 0.33.0 always
+    # sends []): it decides a divergence only where nothing else differs
+    "steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request",
+                        "num_common_prefix_blocks"}),
     # the engine layers add the worker's capacity and what it ran: consequences, not decisions
     "engine_steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request",
                                "max_num_batched_tokens", "target_forward_tokens",
@@ -34,9 +37,14 @@ CONTEXT_FIELDS = {
 
 # Recorded after a step's update (engines/PROTOCOL.md, `steps`): compared like every decision,
 # so the first divergence falls on the step where the state first differs. Within that step a
-# differing decision is named first, then these in this order (the drafts accepted, then the
-# state they led to), the budget context last.
-AFTER_UPDATE = ("accepted_draft_tokens", "computed_tokens", "output_tokens", "kv_blocks", "waiting", "running")
+# differing decision (block ids, prefix-cache hits, the drafts scheduled, admissions, aborts) is
+# named first, then these in this order (the drafts accepted, then the state they led to, then
+# the drafts the stand-in made after the step), the budget context last. Under async scheduling
+# an update also says what became of each request's output (`delivery`: applied, stale,
+# dropped) and leaves its output placeholders: named after the drafts accepted, before the
+# state they led to (`iteration` and `update_iteration` rank as decisions).
+AFTER_UPDATE = ("accepted_draft_tokens", "delivery", "output_placeholders", "computed_tokens",
+                "output_tokens", "emitted", "kv_blocks", "waiting", "running", "next_draft_token_ids")
 
 
 @dataclass
@@ -68,6 +76,17 @@ class LayerComparison:
     @property
     def first(self) -> FieldDiff | None:
         return self.fields[0] if self.fields else None
+
+    @property
+    def where(self) -> str:
+        """Where the layer first differs, as a reader names it: a methods row like dflash/K=8, a
+        step number, or the record's number (the oracle's record, else the candidate's)."""
+        record = next((r for r in (self.record, self.actual_record) if isinstance(r, dict)), {})
+        if "row" in record:
+            return f"row {record['row']}"
+        if "step" in record:
+            return f"step {record['step']}"
+        return f"record {self.index}"
 
 
 def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> LayerComparison:
@@ -117,6 +136,8 @@ def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
     _walk(expected, actual, path, out)
     rank = {name: i for i, name in enumerate(PRIMARY_FIELDS)}
     return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
+
+
 
 
 def _rank(path: str, context: frozenset) -> int:

@@ -96,6 +96,22 @@ class GoldenUpdate:
     def changes(self) -> bool:
         return self.action != KEEP
 
+    def explain(self) -> str:
+        """Why the golden does not hold, in goldens-check's words: per layer, what the golden
+        (its path from the repository root) says and what the oracle run now gives."""
+        shown = shown_path(self.path)
+        rule = f" ({self.check.rule} rule)" if self.check else ""
+        verdict = self.check.verdict if self.check else None
+        differing = [c for c in (verdict.comparisons if verdict else []) if not c.equal and c.first]
+        if not differing:
+            detail = f": {verdict.message}" if verdict is not None and verdict.message else ""
+            return f"{shown} does not hold{rule}: {self.reason}{detail}"
+        lines = [f"{shown} does not hold{rule}: {self.reason}"]
+        lines += [f"  {c.layer} {c.where}, {said(c.first.path, c.first.expected, c.first.actual, shown)}"
+                  + (f" ({len(c.fields)} fields differ there)" if len(c.fields) > 1 else "")
+                  + (f"; {c.evidence}" if c.evidence else "") for c in differing]
+        return "\n".join(lines)
+
 
 @dataclass(frozen=True)
 class GoldenOutcome:
@@ -220,8 +236,8 @@ class GoldenStore:
         if failure is not None:
             return GoldenOutcome(path, failure=f"{failure['kind']}: {failure['message']}")
         update = self.update(trace, release)
-        if update.changes and say is not None:
-            say(update.summary)
+        if update.changes and say is not None:  # checked only: golden (path) says X, the run now gives Y
+            say(update.summary if write or update.action == NEW else update.explain())
         return GoldenOutcome(path, update, written=write and self.write(update))
 
     def written_here(self, layers, release: str, device: str) -> bool:
@@ -368,7 +384,7 @@ def check_golden(trace: dict, golden: dict) -> GoldenCheck:
     verdict = judge(trace, golden, "oracle")
     holds = verdict.kind == PASS or (rule == "numerics" and verdict.kind == NUMERICS)
     return GoldenCheck(holds, rule, verdict, reason="" if holds else (
-        f"written by {theirs}, run on {ours}: judged {verdict.kind}, "
+        f"the golden was written by {theirs}, the oracle run now by {ours}: judged {verdict.kind}, "
         + ("integer facts exact and logprobs within the tolerance required" if rule == "tolerance"
            else "within the numerics rules required")))
 
@@ -411,9 +427,10 @@ def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
     """One line saying what regenerating `path` changes, shown before it is written."""
     from conformance.judging.compare import compare_layer
 
-    rel = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    rel = shown_path(path)
     if old_text is None:
-        return f"[goldens] new: {rel}"
+        held = ", ".join(f"{layer} {len(records)} record(s)" for layer, records in trace["layers"].items())
+        return f"[goldens] new: {rel}: {held or 'no layer'}"
     try:
         old = json.loads(old_text)
         parts = []
@@ -421,8 +438,26 @@ def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
             c = compare_layer(layer, old.get("layers", {}).get(layer, []), records)
             if not c.equal:
                 f = c.first
-                parts.append(f"{layer} record {c.index} {f.path}: {f.expected!r} -> {f.actual!r}"
+                parts.append(f"{layer} {c.where}, {said(f.path, f.expected, f.actual)}"
                              f" ({len(c.fields)} field(s))")
         return f"[goldens] changed: {rel}: " + ("; ".join(parts) or "metadata only (engine or provenance)")
     except (ValueError, AttributeError, TypeError):
         return f"[goldens] changed: {rel} (the old file was unreadable)"
+
+
+def said(field_path: str, golden, run, shown: str = "") -> str:
+    """A field as goldens-check words it: the golden's value, then the fresh oracle run's."""
+    where = f" ({shown})" if shown else ""
+    return (f"{field_path}: golden{where} says {_value(golden)}, "
+            f"the oracle run now gives {_value(run)}")
+
+
+def shown_path(path: Path) -> str:
+    """A golden's path as a reader finds it: from the repository root."""
+    path = Path(path)
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def _value(value) -> str:
+    text = json.dumps(value, sort_keys=True)  # control characters escaped: shown, never obeyed
+    return text if len(text) <= 200 else text[:197] + "..."
