@@ -311,7 +311,7 @@ def cmd_envs(args) -> int:
     pins = load_pins()
     planned = args.shard or args.candidate or args.scenario or args.layers
     if planned and args.pin:
-        raise ValueError("--pin: give either --pin or the gate's plan options (--shard, --candidate, "
+        raise InputError("--pin: give either --pin or the gate's plan options (--shard, --candidate, "
                          "--scenario, --layers), not both")
     releases = _share_pins(args, pins) if planned else args.pin or list(pins.releases)
     if args.key:
