@@ -48,12 +48,18 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
             parity::StepRequest entry;
             entry.tokens = n;
             entry.draft_tokens = drafts == out.spec_tokens.end() ? 0 : static_cast<std::int64_t>(drafts->second.size());
+            if (drafts != out.spec_tokens.end()) entry.draft_token_ids = drafts->second;
+            if (auto b = out.block_ids.find(id); b != out.block_ids.end()) entry.block_ids = b->second;
+            if (auto c = out.cached_tokens.find(id); c != out.cached_tokens.end()) entry.cached_tokens = c->second;
+            entry.resent_token_ids = std::find(out.resent_token_ids.begin(), out.resent_token_ids.end(), id) !=
+                                     out.resent_token_ids.end();
             rec.requests[id] = entry;
             rec.total_num_scheduled_tokens += n;
         }
         rec.new_ = out.new_;
         rec.resumed = out.resumed;
         rec.preempted = out.preempted;
+        rec.num_common_prefix_blocks = out.num_common_prefix_blocks;
 
         // The stand-in model runner.
         std::map<std::string, Tokens> sampled;
@@ -83,10 +89,12 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
             entry.computed_tokens = scheduler.num_computed_tokens(id);
             entry.output_tokens = static_cast<std::int64_t>(scheduler.output_token_ids(id).size());
             entry.kv_blocks = scheduler.num_kv_blocks(id);
+            if (!tokens.empty()) rec.emitted.push_back(id);  // a client output: it sampled
         }
         const KvBlocks blocks = scheduler.kv_blocks();
         rec.kv_free = blocks.free;
         rec.kv_used = blocks.used;
+        rec.kv_cached = blocks.cached;
         rec.waiting = scheduler.waiting();
         rec.running = scheduler.running();
 
@@ -101,6 +109,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
             }
             scheduler.update_draft_token_ids(drafts);
         }
+        for (auto& [id, entry] : rec.requests) entry.next_draft_token_ids = scheduler.draft_token_ids(id);
         result.steps.push_back(std::move(rec));
     }
     for (const auto& [id, spec] : specs) {  // std::map: sorted by id
@@ -108,6 +117,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
         o.id = id;
         o.output_token_ids = scheduler.output_token_ids(id);
         o.finish_reason = scheduler.finish_reason(id);
+        o.stop_reason = scheduler.stop_reason(id);
         result.outputs.push_back(std::move(o));
     }
     return result;
