@@ -58,7 +58,7 @@ def test_cpp_stand_in_reproduces_the_python_vectors(kit, tmp_path):
     summary = done.stdout.strip().splitlines()[-1]
     cases = int(summary.split()[0])
     assert cases >= 5000 and summary.endswith(", 0 mismatches"), summary
-    for fn in ("target_next", "prompt_tokens", "draft", "verify"):
+    for fn in ("target_next", "prompt_tokens", "prefix_tokens", "expected_output", "draft", "verify"):
         assert fn in summary
 
 
@@ -223,8 +223,34 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "core_admission", "core_chunk_first", "core_chunk_second", "core_fcfs_full_batch",
             "core_kv_admission_blocked", "core_long_prefill_threshold", "core_max_model_len",
             "core_resume_chunked", "core_stop_ids",
-            # prefix caching: the block pool's hits, on a resumption after preemption
-            "prefix_caching_resume", "kv_pressure_no_spec_cached")
+            # protocol 3: the block pool (ids, hits, eviction), shared prefixes, multi-turn prompts, aborts
+            "prefix_caching_resume", "kv_pressure_no_spec_cached", "eagle_kv_pressure_cached",
+            "priority_kv_pressure_cached", "block_pool_contract", "prefix_shared_hits", "prefix_full_hit",
+            "prefix_eviction", "prefix_duplicate_blocks", "prefix_multi_turn", "prefix_dflash", "prefix_draft_model",
+            "prefix_eagle3", "prefix_mtp", "prefix_ngram", "prefix_pard", "abort_states", "abort_mid_prefill")
+
+
+def test_agreeing_is_every_steps_scenario_of_the_kit_release():
+    """AGREEING names every scenario with a steps golden of the kit's release: a new one is
+    either shown to agree or named here as a known difference."""
+    steps = {p.parent.name for p in (REPO / "goldens").glob(f"*/vllm-{KIT_RELEASE}.json")
+             if "steps" in json.loads(p.read_text(encoding="utf-8"))["layers"]}
+    assert steps == set(AGREEING), (sorted(steps - set(AGREEING)), sorted(set(AGREEING) - steps))
+
+
+def test_hello_declares_every_feature_but_async_scheduling(kit):
+    """It runs vLLM's synchronous loop: async scheduling is declared missing (its scenarios are
+    `unsupported`, never diverged); every other feature it has, and every name is a known one."""
+    from conformance.formats import features
+
+    engine = Engine()
+    try:
+        declared = engine.hello["features"]
+        assert features.declared_problem(declared) is None
+        assert set(features.FEATURES) - set(declared) == {"async_scheduling"}
+        assert engine.close() == 0
+    finally:
+        engine.proc.kill()
 
 
 def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):

@@ -29,6 +29,7 @@
 #include <list>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "parity/protocol.hpp"
 #include "parity/records.hpp"
@@ -49,13 +50,11 @@ const char* kEngineVersion = "0.1.0";
 const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // The features it has (engines/PROTOCOL.md "Features"): the gate sends it no scenario needing
 // another, and gives that scenario an `unsupported` verdict naming the feature. Left out:
-// `request_priorities` (every request runs at priority 0), `aborts` (the driver aborts
-// nothing), `shared_prefixes` (prompts are the request's own tokens only) and
 // `async_scheduling` (it runs vLLM's synchronous loop).
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
-    "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "prefix_caching", "chunked_prefill_off",
-    "long_prefill_threshold", "max_num_scheduled_tokens"};
+    "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
+    "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 
 void log_line(const char* level, const std::string& text) {
@@ -274,6 +273,7 @@ class SimpleScheduler : public parity::PortScheduler {
         auto r = std::make_unique<Request>();
         r->id = spec.id;
         r->arrival_step = spec.arrival_step;
+        r->priority = spec.priority;
         r->num_prompt_tokens = static_cast<std::int64_t>(prompt.size());
         r->tokens = std::move(prompt);
         r->max_tokens = spec.max_tokens;
@@ -446,6 +446,17 @@ class SimpleScheduler : public parity::PortScheduler {
         }
     }
 
+    void abort(const std::string& id) override {
+        Request& r = get(id);
+        if (r.finish_reason) return;
+        running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
+        waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
+        release(r);
+        r.spec.clear();
+        r.running = false;
+        r.finish_reason = "abort";
+    }
+
     void update_draft_token_ids(const std::vector<std::pair<std::string, Tokens>>& drafts) override {
         for (const auto& [id, tokens] : drafts) {
             Request& r = get(id);
@@ -480,7 +491,7 @@ class SimpleScheduler : public parity::PortScheduler {
     struct Request {
         std::string id;
         Tokens tokens;  // prompt + outputs
-        std::int64_t arrival_step = 0, num_prompt_tokens = 0, max_tokens = 0, num_computed = 0, num_preemptions = 0;
+        std::int64_t arrival_step = 0, priority = 0, num_prompt_tokens = 0, max_tokens = 0, num_computed = 0, num_preemptions = 0;
         std::vector<BlockPool::Block> block_ids;  // its block table
         std::int64_t num_cached_blocks = 0;       // its leading blocks holding their hash
         std::vector<std::int64_t> hashes;         // its full blocks' hashes, computed once
@@ -557,15 +568,15 @@ class SimpleScheduler : public parity::PortScheduler {
         with_blocks_.erase(r.id);
     }
 
-    // FCFS preempts the last running request. The priority policy preempts the lowest priority,
-    // then the latest arrival: max() over the running queue by (priority, arrival time), which
-    // keeps the first of equals. Every request here has priority 0 (the workload has none), and
-    // the oracle's arrival time is the arrival step.
+    // FCFS preempts the last running request. The priority policy preempts the lowest priority
+    // (the largest value), then the latest arrival: max() over the running queue by (priority,
+    // arrival time), which keeps the first of equals. The oracle's arrival time is the arrival step.
     Request* pick_victim() const {
         if (!s_.priority_policy) return running_.back();
         Request* victim = running_.front();
         for (Request* r : running_)
-            if (r->arrival_step > victim->arrival_step) victim = r;
+            if (std::make_pair(r->priority, r->arrival_step) > std::make_pair(victim->priority, victim->arrival_step))
+                victim = r;
         return victim;
     }
 
@@ -578,7 +589,7 @@ class SimpleScheduler : public parity::PortScheduler {
             return;
         }
         auto later = [&](const Request* w) {
-            return std::make_pair(w->arrival_step, w->id) > std::make_pair(r.arrival_step, r.id);
+            return std::make_tuple(w->priority, w->arrival_step, w->id) > std::make_tuple(r.priority, r.arrival_step, r.id);
         };
         waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), later), &r);
     }
@@ -626,7 +637,7 @@ void handle_run(parity::Session& session, const json& message) {
         if (!result) {
             if (!scenario.workload)
                 throw RunError(ErrorKind::bad_request, "the steps and outputs layers need a workload; this scenario has none");
-            if (scenario.engine_args.async_scheduling)
+            if (scenario.engine_args.async_scheduling.value_or(false))
                 throw RunError(ErrorKind::bad_request, "engine_args.async_scheduling must be false for the steps layer");
             SimpleScheduler scheduler(settings);
             result = parity::run_workload(*scenario.workload, settings.num_speculative_tokens, scheduler);

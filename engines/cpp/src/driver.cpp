@@ -6,14 +6,39 @@
 
 namespace parity {
 
+std::map<std::string, Tokens> request_prompts(const Workload& workload) {
+    std::map<std::string, Tokens> prompts;
+    for (const auto& r : workload.requests) {  // a continued request comes earlier in the workload
+        Tokens prompt;
+        if (r.prefix) {
+            const auto& p = *std::find_if(workload.prefixes.begin(), workload.prefixes.end(),
+                                          [&](const Prefix& x) { return x.name == *r.prefix; });
+            prompt = standin::prefix_tokens(workload.seed, p.name, p.len, workload.vocab_size);
+        } else if (r.continues) {
+            const auto& e = *std::find_if(workload.requests.begin(), workload.requests.end(),
+                                          [&](const RequestSpec& x) { return x.id == *r.continues; });
+            prompt = prompts.at(e.id);
+            const Tokens answer = standin::expected_output(workload.seed, prompt, e.max_tokens, e.stop_token_ids,
+                                                           workload.max_model_len, workload.vocab_size);
+            prompt.insert(prompt.end(), answer.begin(), answer.end());
+        }
+        const Tokens own = standin::prompt_tokens(workload.seed, r.id, r.prompt_len, workload.vocab_size);
+        prompt.insert(prompt.end(), own.begin(), own.end());
+        prompts[r.id] = std::move(prompt);
+    }
+    return prompts;
+}
+
 WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortScheduler& scheduler) {
-    std::map<std::int64_t, std::vector<const RequestSpec*>> arrivals;
+    std::map<std::int64_t, std::vector<const RequestSpec*>> arrivals, aborts;
+    std::map<std::string, Tokens> prompts = request_prompts(workload);
     std::map<std::string, const RequestSpec*> specs;
     std::map<std::string, std::int64_t> verified;  // verify steps so far, per request
     for (const auto& r : workload.requests) {
         arrivals[r.arrival_step].push_back(&r);
         specs[r.id] = &r;
         verified[r.id] = 0;
+        if (r.abort_step) aborts[*r.abort_step].push_back(&r);
     }
     std::set<std::string> added;
     WorkloadResult result;
@@ -23,12 +48,19 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
     for (std::int64_t step = 0;; ++step) {
         if (auto it = arrivals.find(step); it != arrivals.end())
             for (const RequestSpec* r : it->second) {
-                scheduler.add_request(*r, standin::prompt_tokens(seed, r->id, r->prompt_len, vocab));
+                scheduler.add_request(*r, prompts.at(r->id));
                 added.insert(r->id);
             }
+        std::vector<std::string> aborted;
+        if (auto it = aborts.find(step); it != aborts.end())
+            for (const RequestSpec* r : it->second)
+                if (!scheduler.is_finished(r->id)) {  // one id per call, in workload order
+                    scheduler.abort(r->id);
+                    aborted.push_back(r->id);
+                }
         bool all_done = added.size() == specs.size();
         for (const auto& id : added) all_done = all_done && scheduler.is_finished(id);
-        if (all_done) break;
+        if (all_done && aborted.empty()) break;  // the step after an abort is always recorded
         if (step >= workload.max_steps)
             throw RunError(ErrorKind::internal, "the workload did not finish within max_steps=" +
                                                     std::to_string(workload.max_steps));
@@ -41,6 +73,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
 
         StepRecord rec;
         rec.step = step;
+        rec.aborted = aborted;
         rec.token_budget = out.token_budget;
         for (const auto& id : out.order) {
             auto drafts = out.spec_tokens.find(id);

@@ -46,6 +46,10 @@ class PortScheduler {
     // A request arrives (before the schedule() of its arrival step). `prompt` holds its
     // stand-in prompt tokens; greedy sampling, EOS ignored, stop_token_ids and max_tokens apply.
     virtual void add_request(const RequestSpec& spec, Tokens prompt) = 0;
+    // Aborts an unfinished request (vLLM's finish_requests(id, FINISHED_ABORTED), one id per
+    // call), waiting, running or preempted: it leaves its queue and frees its blocks at once
+    // (last block first); its finish reason is "abort".
+    virtual void abort(const std::string& id) = 0;
     // Decide this step. Advances each scheduled request's computed tokens by its scheduled
     // tokens (drafts included), as vLLM does before the model runs.
     virtual ScheduledStep schedule() = 0;
@@ -80,13 +84,18 @@ class PortScheduler {
     virtual std::vector<std::string> running() const = 0;
 };
 
+// Every request's prompt: request_prompt(workload, id) of conformance/formats/workload.py
+// (a shared prefix's tokens, or the continued request's prompt and expected output, then its own).
+std::map<std::string, Tokens> request_prompts(const Workload& workload);
+
 struct WorkloadResult {
     std::vector<StepRecord> steps;
     std::vector<OutputRecord> outputs;  // sorted by id
 };
 
 // Drives `scheduler` over the workload exactly as engines/vllm/steps_layer.py drives vLLM's:
-//   add the requests arriving at step n; stop when every request has finished;
+//   add the requests arriving at step n; abort those whose abort_step is n (one id per call,
+//   in workload order); stop when every request has finished, unless one was aborted at n;
 //   schedule(); the stand-in samples (verify() of the scheduled drafts); update_from_output();
 //   record the state (computed and output tokens, KV blocks, queues);
 //   if K > 0 and tokens were scheduled: draft() K tokens per scheduled request with the
