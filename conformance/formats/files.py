@@ -19,7 +19,10 @@ import fcntl
 import os
 import re
 import stat
+import tomllib
 from pathlib import Path
+
+from conformance.formats.errors import InputError
 
 MiB = 1024 * 1024
 # Largest file of each kind the harness reads, in bytes. Each is far above what a valid file of
@@ -32,12 +35,12 @@ LIMITS = {"scenario": 64 * MiB, "trace": 1024 * MiB, "manifest": 16 * MiB, "waiv
 DEV_NULL = os.makedev(1, 3)  # Linux's /dev/null: read as an empty file, the one device allowed
 
 
-class InputFileError(ValueError):
+class InputFileError(InputError):
     """An input path that is not a regular file, is over its kind's size limit, or cannot be
     read as UTF-8 text. The message names the path, what was expected and what is there."""
 
 
-class FolderError(ValueError):
+class FolderError(InputError):
     """An output folder that cannot be used: a file is in the way, it cannot be written, or
     another run holds it."""
 
@@ -83,6 +86,17 @@ def read_text(path: Path, kind: str) -> str:
     except UnicodeDecodeError as exc:
         raise InputFileError(f"{path}: expected UTF-8 text in the {kind} file, got byte "
                              f"{data[exc.start]:#04x} at offset {exc.start}") from None
+
+
+def read_toml(path: Path, failed) -> dict:
+    """A reviewed TOML file of the checkout as its table, {} where it is missing. `failed(exc)`
+    makes the caller's named error from what went wrong (unreadable, not UTF-8, not TOML)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise failed(exc) from None
 
 
 def _file_type(mode: int) -> str:

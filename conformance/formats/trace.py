@@ -25,6 +25,7 @@ import json
 from pathlib import Path
 
 from conformance import __version__
+from conformance.formats.errors import InputError
 from conformance.formats.files import InputFileError, read_text
 from conformance.formats.protocol import PROTOCOL_VERSION, loads
 from conformance.formats.record_schema import check_layers
@@ -32,7 +33,7 @@ from conformance.formats.record_schema import check_layers
 SCHEMA = "vllm-parity/trace/1"
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """A trace or golden file is missing, truncated, not JSON or of another schema."""
 
 

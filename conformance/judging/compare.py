@@ -39,9 +39,12 @@ CONTEXT_FIELDS = {
 # so the first divergence falls on the step where the state first differs. Within that step a
 # differing decision (block ids, prefix-cache hits, the drafts scheduled, admissions, aborts) is
 # named first, then these in this order (the drafts accepted, then the state they led to, then
-# the drafts the stand-in made after the step), the budget context last.
-AFTER_UPDATE = ("accepted_draft_tokens", "computed_tokens", "output_tokens", "emitted", "kv_blocks",
-                "waiting", "running", "next_draft_token_ids")
+# the drafts the stand-in made after the step), the budget context last. Under async scheduling
+# an update also says what became of each request's output (`delivery`: applied, stale,
+# dropped) and leaves its output placeholders: named after the drafts accepted, before the
+# state they led to (`iteration` and `update_iteration` rank as decisions).
+AFTER_UPDATE = ("accepted_draft_tokens", "delivery", "output_placeholders", "computed_tokens",
+                "output_tokens", "emitted", "kv_blocks", "waiting", "running", "next_draft_token_ids")
 
 
 @dataclass
@@ -73,6 +76,17 @@ class LayerComparison:
     @property
     def first(self) -> FieldDiff | None:
         return self.fields[0] if self.fields else None
+
+    @property
+    def where(self) -> str:
+        """Where the layer first differs, as a reader names it: a methods row like dflash/K=8, a
+        step number, or the record's number (the oracle's record, else the candidate's)."""
+        record = next((r for r in (self.record, self.actual_record) if isinstance(r, dict)), {})
+        if "row" in record:
+            return f"row {record['row']}"
+        if "step" in record:
+            return f"step {record['step']}"
+        return f"record {self.index}"
 
 
 def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> LayerComparison:
@@ -122,6 +136,8 @@ def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
     _walk(expected, actual, path, out)
     rank = {name: i for i, name in enumerate(PRIMARY_FIELDS)}
     return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
+
+
 
 
 def _rank(path: str, context: frozenset) -> int:

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from conformance.judging.comparators import Basis, compare
 from conformance.judging.compare import LayerComparison
+from conformance.judging.numerics import NUMERICS_CAUSES, capacity_excess
 
 PASS = "pass"
 DIVERGED = "diverged"
@@ -14,9 +16,10 @@ DIVERGED = "diverged"
 # as vLLM's own check_logprobs_close passes such sequences.
 NUMERICS = "numerics"
 # Kinds for runs that could not be compared at all; each is its own line in the report.
-PROTOCOL, INVALID_GOLDEN, UNSUPPORTED = "protocol", "invalid_golden", "unsupported"
+PROTOCOL, INVALID_GOLDEN, MISSING_GOLDEN = "protocol", "invalid_golden", "missing_golden"
+UNSUPPORTED = "unsupported"
 FAILURE_KINDS = ("crash", "timeout", PROTOCOL, "engine_error", "nondeterministic",
-                 "missing_golden", INVALID_GOLDEN, UNSUPPORTED)
+                 MISSING_GOLDEN, INVALID_GOLDEN, UNSUPPORTED)
 KINDS = (PASS, NUMERICS, DIVERGED) + FAILURE_KINDS
 # The oracle is judged against its own golden (it must reproduce it); candidates gate; stand-ins
 # (the other pins, when no port is configured) are shown but never set the exit status.
@@ -104,7 +107,6 @@ def exit_status(verdicts: list[Verdict], waived: frozenset[tuple[str, str]] = fr
 
 def judge(trace: dict, golden: dict, role: str) -> Verdict:
     """Compare one trace with the oracle's golden for the same scenario."""
-    from conformance.judging.numerics import NUMERICS_CAUSES, capacity_excess, compare_by_layer
 
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     if "failure" in trace:
@@ -128,15 +130,11 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
             "whose records have another shape; regenerate it with `make goldens`"))
     from conformance.formats.protocol import LAYERS
 
-    comparisons = []
     order = sorted(golden["layers"], key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
-    for layer in order:
-        expected = golden["layers"][layer]
-        if layer not in trace["layers"]:
-            return Verdict(engine, scenario, "unsupported", role,
-                           message=f"the engine produced no {layer!r} layer")
-        comparisons.append(compare_by_layer(layer, expected, trace["layers"][layer], logprob_atol(golden),
-                                            golden["layers"].get("engine_outputs")))
+    missing = next((layer for layer in order if layer not in trace["layers"]), None)
+    if missing is not None:
+        return Verdict(engine, scenario, "unsupported", role, message=f"the engine produced no {missing!r} layer")
+    comparisons = compared(golden, {layer: trace["layers"][layer] for layer in order})
     differing = [c for c in comparisons if not c.equal]
     kind = (PASS if not differing else
             NUMERICS if all(c.cause in NUMERICS_CAUSES for c in differing) else DIVERGED)
@@ -160,8 +158,6 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     """A run that did not finish. Its partial records are compared with the golden's first
     records; a difference there is the verdict (DIVERGED, naming the failure that followed),
     otherwise the failure is, with how far the engine agreed before it."""
-    from conformance.judging.numerics import NUMERICS_CAUSES, compare_by_layer
-
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     failure = trace["failure"]
     kind = failure["kind"] if failure["kind"] in FAILURE_KINDS else "engine_error"
@@ -170,9 +166,8 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     if (kind not in PARTIAL_KINDS or not golden or not sent
             or trace["scenario"]["sha256"] != golden["scenario"]["sha256"]):
         return verdict
-    comparisons = [compare_by_layer(layer, golden["layers"][layer][:len(records)], records,
-                                    logprob_atol(golden), golden["layers"].get("engine_outputs"))
-                   for layer, records in sent.items() if layer in golden["layers"]]
+    comparisons = compared(golden, {layer: records for layer, records in sent.items() if layer in golden["layers"]},
+                           partial=True)
     differing = [c for c in comparisons if not c.equal]
     if differing and not all(c.cause in NUMERICS_CAUSES for c in differing):
         return replace(verdict, kind=DIVERGED, failure=kind, comparisons=comparisons, message=(
@@ -181,6 +176,15 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     agreed = ", ".join(f"{c.layer}: {c.actual_count} records" for c in comparisons)
     return replace(verdict, message=(f"{failure['message']}\nbefore it failed, every record it "
                                      f"sent agreed with the golden ({agreed or 'none comparable'})"))
+
+
+def compared(golden: dict, layers: dict[str, list], partial: bool = False) -> list[LayerComparison]:
+    """Each of `layers` (a run's records) compared with the golden's by the layer's comparator
+    (judging/comparators.py), in the order given; `partial`: a failed run's records against as
+    many of the golden's first records."""
+    basis = Basis(logprob_atol(golden), golden["layers"])
+    return [compare(layer, golden["layers"][layer][:len(records)] if partial else golden["layers"][layer],
+                    records, basis) for layer, records in layers.items()]
 
 
 def logprob_atol(golden: dict) -> float:

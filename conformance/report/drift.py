@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.judging.goldens import GOLDENS, GoldenStore
-from conformance.judging.numerics import compare_by_layer
+from conformance.judging.comparators import Basis, compare
 from conformance.judging.verdict import logprob_atol
 
 SAME, DEPARTS = "same", "departs"
@@ -69,7 +69,7 @@ def compare_pins(name: str, older: str, newer: str, store: GoldenStore = GOLDENS
     layers = []
     for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
         # engine layers within the scenario's logprob tolerance are the same
-        c = compare_by_layer(layer, a.get(layer, []), b.get(layer, []), logprob_atol(old), a.get("engine_outputs"))
+        c = compare(layer, a.get(layer, []), b.get(layer, []), Basis(logprob_atol(old), a))
         if c.equal:
             layers.append((layer, None))
             continue

@@ -13,6 +13,8 @@ import textwrap
 from collections import Counter
 
 from conformance.judging.verdict import KINDS, PASS, Verdict
+from conformance.report.drift import render_drift
+from conformance.report.methods_table import render_methods_rows
 from conformance.report.view import FEATURES_HEAD, GateView, visible
 
 MAX_EXPLAINED = 20
@@ -44,7 +46,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
             continue
         first = c.first
         cause = f" ({CAUSES.get(c.cause, c.cause)})" if c.cause else ""
-        lines.append(f"   layer {c.layer}: first divergence at {_where(c)}, field {first.path}: "
+        lines.append(f"   layer {c.layer}: first divergence at {c.where}, field {first.path}: "
                      f"oracle {_show(first.expected)}, candidate {_show(first.actual)}{cause}")
         if c.evidence:
             lines.append(f"   evidence: {c.evidence}")
@@ -370,21 +372,22 @@ def _state(value) -> str:
     return str(value)
 
 
-def _where(c) -> str:
-    """Records name themselves where they can: a step number, or a table row like dflash/K=8."""
-    record = _record(c.record)
-    if "row" in record:
-        return f"row {record['row']}"
-    if "step" in record:
-        return f"step {record['step']}"
-    return f"record {c.index}"
-
-
 def _show(value) -> str:
     if isinstance(value, str):
         value = visible(value)
         return value if len(value) <= 60 else value[:57] + "..."
     return visible(json.dumps(value, sort_keys=True))[:60]
+
+
+def render_pin_tables(view: GateView) -> str:
+    """The drift across pins and the per-pin method tables the view holds (every report shows
+    them), or the line saying they were left out."""
+    if view.drift is None:
+        return "-- drift across pins and per-pin tables left out (the oracle pin's concern): --drift shows them"
+    parts = [render_drift(view.drift)]
+    if view.methods is not None:
+        parts.append(render_methods_rows(*view.methods))
+    return "\n".join(parts)
 
 
 def render_requirement_rows(view: GateView) -> str:
