@@ -123,6 +123,28 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
         lookahead = k;
     if (method == "dflash") lookahead = k + 1;  // a query for the last sampled token, plus K
 
+    // VllmConfig.__post_init__: async scheduling under vLLM's generic rule. An explicit value is
+    // taken as is (on with a method it cannot run is refused); left to vLLM (null), it is on
+    // without speculation and for EAGLE-family methods, ngram_gpu and dspark, else off, saying so.
+    const bool async_methods = !spec || method == "eagle" || method == "eagle3" || method == "mtp" ||
+                               method == "dflash" || method == "dspark" || method == "ngram_gpu";
+    bool async_gpu = false;
+    if (args.async_scheduling) {
+        async_gpu = *args.async_scheduling;
+        if (async_gpu && !async_methods && method != "draft_model")
+            return refuse("Currently, async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU/DSpark "
+                          "kind of speculative decoding");
+    } else if (!async_methods) {
+        rec.async_log_lines.push_back("Async scheduling not supported with " + method +
+                                      "-based speculative decoding and will be disabled.");
+        log_line("WARNING", rec.async_log_lines.back());
+    } else {
+        async_gpu = true;
+    }
+    rec.async_scheduling_gpu = async_gpu;
+    rec.async_scheduling_cpu = false;  // vllm/platforms/cpu.py forces it off
+    rec.batch_queue_size = async_gpu ? 2 : 1;  // max_concurrent_batches (V1 runner, no pipeline parallelism)
+
     // VllmConfig._set_max_num_scheduled_tokens (0.27.1): the drafting reservation is
     // subtracted once, from the whole budget, for max_num_seqs requests.
     std::int64_t scheduled = args.max_num_scheduled_tokens.value_or(args.max_num_batched_tokens);
@@ -156,9 +178,10 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     rec.block_size = args.block_size;
     rec.enable_prefix_caching = args.enable_prefix_caching;
     rec.enable_chunked_prefill = args.enable_chunked_prefill;
-    // The protocol compares the class name: report the vLLM class your scheduler ports
-    // (vLLM's v1 default is "Scheduler").
-    rec.scheduler_class = "Scheduler";
+    // The protocol compares the class name: the one the steps layer drives under the GPU rule.
+    // This engine runs the synchronous loop only, so it declares no `async_scheduling` feature
+    // and is sent no scenario whose GPU rule is on; its config record still says what vLLM resolves.
+    rec.scheduler_class = async_gpu ? "AsyncScheduler" : "Scheduler";
 
     settings.max_num_scheduled_tokens = scheduled;
     settings.max_num_seqs = args.max_num_seqs;
@@ -637,8 +660,10 @@ void handle_run(parity::Session& session, const json& message) {
         if (!result) {
             if (!scenario.workload)
                 throw RunError(ErrorKind::bad_request, "the steps and outputs layers need a workload; this scenario has none");
-            if (scenario.engine_args.async_scheduling.value_or(false))
-                throw RunError(ErrorKind::bad_request, "engine_args.async_scheduling must be false for the steps layer");
+            if (config.async_scheduling_gpu)  // the batch-queue loop: not implemented here
+                throw RunError(ErrorKind::unsupported,
+                               "async scheduling resolves on (async_scheduling_gpu): the reference engine runs the "
+                               "synchronous loop only, and its hello lists no async_scheduling feature");
             SimpleScheduler scheduler(settings);
             result = parity::run_workload(*scenario.workload, settings.num_speculative_tokens, scheduler);
         }

@@ -39,9 +39,18 @@ struct ConfigRecord {
     bool enable_prefix_caching = false, enable_chunked_prefill = false;
     std::string scheduler_class;
     std::vector<std::string> budget_log_lines;  // verbatim, in order (see BudgetLog)
+    // Async scheduling: as vLLM's generic rule resolves it (what a GPU host runs), after the CPU
+    // platform's rule (always off), the batch queue's size under the GPU rule, and the log
+    // lines the resolution printed about it (kept on a refusal too).
+    bool async_scheduling_gpu = false, async_scheduling_cpu = false;
+    std::int64_t batch_queue_size = 1;
+    std::vector<std::string> async_log_lines;
 
     json to_json() const {
-        if (refused) return {{"refused", refused->to_json()}, {"budget_log_lines", budget_log_lines}};
+        if (refused)
+            return {{"refused", refused->to_json()},
+                    {"budget_log_lines", budget_log_lines},
+                    {"async_log_lines", async_log_lines}};
         auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
         return {{"refused", nullptr},
                 {"max_num_batched_tokens", max_num_batched_tokens},
@@ -57,7 +66,11 @@ struct ConfigRecord {
                 {"enable_prefix_caching", enable_prefix_caching},
                 {"enable_chunked_prefill", enable_chunked_prefill},
                 {"scheduler_class", scheduler_class},
-                {"budget_log_lines", budget_log_lines}};
+                {"budget_log_lines", budget_log_lines},
+                {"async_scheduling_gpu", async_scheduling_gpu},
+                {"async_scheduling_cpu", async_scheduling_cpu},
+                {"batch_queue_size", batch_queue_size},
+                {"async_log_lines", async_log_lines}};
     }
 };
 
