@@ -9,9 +9,11 @@
 //      drafting-slot reservation, as VllmConfig._set_max_num_scheduled_tokens does.
 //   2. SimpleScheduler: a scheduler behind the kit's PortScheduler interface (the `steps` and
 //      `outputs` layers). Chunked prefill under a token budget, a running cap, K drafts per
-//      decoding request, a block-counting KV cache with FCFS or priority preemption (all
-//      requests at priority 0). A port replaces it with an adapter around its own scheduler;
-//      nothing else in this file has to change.
+//      decoding request, FCFS or priority preemption (request priorities), aborts, and
+//      BlockPool: vLLM 0.27.1's block pool (free-queue order, the null block, eviction, the
+//      hash chain and prefix-cache hits). A port replaces them with an adapter around its own
+//      scheduler; nothing else in this file has to change. It runs the synchronous loop only:
+//      its hello lists every feature but `async_scheduling`.
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
