@@ -62,8 +62,8 @@ def test_golden_state_is_consistent(scenario, release):
             grew = r["output_tokens"] - outputs.get(rid, 0)
             assert grew in (0, 1 + r["accepted_draft_tokens"]) or rid in s["finished"], (s["step"], rid, grew)
             outputs[rid] = r["output_tokens"]
-            if rid in tables:  # the blocks it was given are the blocks it holds
-                assert len(tables[rid]) == r["kv_blocks"], (s["step"], rid)
+            if rid in tables and "iteration" not in s:  # the blocks it was given are those it holds
+                assert len(tables[rid]) == r["kv_blocks"], (s["step"], rid)  # (async: read a schedule later)
         finished |= set(s["finished"])
         assert not set(s["waiting"]) & set(s["running"]), s["step"]
         assert not (set(s["waiting"]) | set(s["running"])) & finished, s["step"]
