@@ -60,6 +60,9 @@ class RecordingScheduler(Scheduler):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.parity_steps: list[dict] = []
+        # where each finished record goes: kept in parity_steps, unless a driver streams them
+        # (steps_layer.iter_steps sends each one on and keeps none)
+        self.parity_sink = self.parity_steps.append
         self._parity_next_step = 0
         # (scheduler_output, open record) in schedule() order; update_from_output() calls
         # come back in the same order, also under a batch queue.
@@ -98,7 +101,7 @@ class RecordingScheduler(Scheduler):
             record["requests"][rid].update(fields)
         record.update(seen)
         record.update(self._parity_state())
-        self.parity_steps.append(record)
+        self.parity_sink(record)
         path = os.environ.get(RECORD_PATH_ENV)
         if path:
             with open(path, "a", encoding="utf-8") as out:

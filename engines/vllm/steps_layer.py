@@ -22,6 +22,7 @@ trace is the step at which requests with arrival_step == n were added.
 from __future__ import annotations
 
 import inspect
+from collections import deque
 
 from conformance.formats.workload import draft, prompt_tokens, validate_workload, verify
 
@@ -31,24 +32,46 @@ from . import per_run
 ARRIVAL_TIME_BASE = 1_000_000.0  # fixed arrival times: nothing depends on the clock
 
 
-def steps(scenario: dict):
-    yield from per_run.sent("steps", lambda: _run(scenario)[0])
+def steps(scenario: dict, stop_after_step: int | None = None):
+    """The step records, each sent as its step's update completes (a production scenario's
+    thousands of records are never held); the outputs are kept for the outputs layer. With
+    `stop_after_step` (the run message's, engines/PROTOCOL.md) the drive stops after that step."""
+    outputs = yield from iter_steps(scenario, stop_after_step=stop_after_step)
+    per_run.keep("outputs", scenario, outputs)
 
 
 def outputs(scenario: dict):
-    yield from _run(scenario)[1]
-
-
-def _run(scenario: dict) -> tuple[list[dict], list[dict]]:
-    return per_run.once("steps", scenario, run_steps)
+    kept = per_run.kept("outputs", scenario)
+    if kept is None:  # a run that asks for outputs alone: drive, the records discarded
+        drive = iter_steps(scenario)
+        while True:
+            try:
+                next(drive)
+            except StopIteration as done:
+                kept = done.value
+                break
+    yield from kept
 
 
 def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], list[dict]]:
-    """(step records, one output record per request sorted by id) for the scenario.
+    """(step records, one output record per request sorted by id) for the scenario, held.
 
     `cls` and `config` exist for the driver-overhead benchmark: a plain Scheduler (no
     records) over a configuration resolved beforehand is the bare schedule/update loop.
     """
+    drive = iter_steps(scenario_wire, cls, config)
+    records = []
+    while True:
+        try:
+            records.append(next(drive))
+        except StopIteration as done:
+            return records, done.value
+
+
+def iter_steps(scenario_wire: dict, cls=None, config=None, stop_after_step: int | None = None):
+    """A generator of the scenario's step records, each yielded as its step's update completes;
+    it returns the output records (None when it stopped after `stop_after_step`). A refused
+    configuration yields the one refused record and returns it as the outputs' record."""
     from .config_layer import resolve_config
     from .release import build_scheduler
     from .recorder import RecordingScheduler
@@ -65,7 +88,8 @@ def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], l
     if config is None:
         config, _lines, refusal = resolve_config(scenario_wire)
     if config is None:  # the release refused the configuration: that is the result
-        return [{"refused": refusal}], [{"refused": refusal}]
+        yield {"refused": refusal}
+        return [{"refused": refusal}]
     if config.scheduler_config.async_scheduling:
         raise ScenarioError(source, "engine_args.async_scheduling", "must be false for the steps "
                             "layer, which mirrors the synchronous EngineCore.step()")
@@ -80,14 +104,23 @@ def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], l
     for req in workload["requests"]:
         arrivals.setdefault(req["arrival_step"], []).append(req)
 
-    try:
-        return _drive(scheduler, workload, arrivals, k, block_hasher)
-    except Exception as exc:  # the steps recorded before the failure still go out
-        per_run.keep_partial(exc, steps=getattr(scheduler, "parity_steps", []))
-        raise
+    pending: deque = deque()  # the records of the step just updated, yielded before the next
+    if hasattr(scheduler, "parity_sink"):
+        scheduler.parity_sink = pending.append
+    for outputs in _drive(scheduler, workload, arrivals, k, block_hasher):
+        while pending:
+            record = pending.popleft()
+            yield record
+            if stop_after_step is not None and record["step"] >= stop_after_step:
+                return None
+        if outputs is not None:
+            return outputs
+    return None
 
 
 def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
+    """Yields None after each step (its record is then in the scheduler's sink), and the output
+    records once every request finished."""
     from vllm import SamplingParams
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
     from vllm.v1.request import Request
@@ -132,7 +165,8 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
                 continue
             if counts_as_verify_step(drafts):
                 verified[rid] += 1
-            sampled.append(verify(seed, list(request.all_token_ids), drafts, vocab))
+            # the stand-in reads a request's length and last tokens only (workload.Context)
+            sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
         model_output = ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=sampled)
@@ -146,16 +180,17 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
                 request = requests[rid]
                 pattern = patterns[rid]
                 accept = pattern[verified[rid] % len(pattern)]
-                drafts_out.append(draft(seed, list(request.all_token_ids), k, accept, vocab))
+                drafts_out.append(draft(seed, request.all_token_ids, k, accept, vocab))
             scheduler.update_draft_token_ids(DraftTokenIds(req_ids, drafts_out))
         step += 1
+        yield None
 
     outputs = []
     for rid in sorted(requests):
         reason = requests[rid].get_finished_reason()
         outputs.append({"id": rid, "output_token_ids": [int(t) for t in requests[rid].output_token_ids],
                         "finish_reason": reason.name.lower() if reason is not None else None})
-    return getattr(scheduler, "parity_steps", []), outputs
+    yield outputs
 
 
 def counts_as_verify_step(drafts: list[int]) -> bool:
