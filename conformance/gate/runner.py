@@ -6,6 +6,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from conformance.formats import digest
 from conformance.formats.scenario import Scenario
 from conformance.formats.trace import make_trace
 from conformance.process.client import EngineFailure, EngineProcess
@@ -21,13 +22,13 @@ class EngineRun:
 
 
 def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str] | None = None,
-                  log=print, repeat: int = 1, progress=None) -> EngineRun:
+                  log=print, repeat: int = 1, progress=None, expect=None) -> EngineRun:
     """Every scenario with `layers` (default: each scenario's own); see run_units."""
-    return run_units(spec, [(s, layers or s.layers) for s in scenarios], log, repeat, progress)
+    return run_units(spec, [(s, layers or s.layers) for s in scenarios], log, repeat, progress, expect=expect)
 
 
 def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=print, repeat: int = 1,
-              progress=None, declared_only: bool = False) -> EngineRun:
+              progress=None, declared_only: bool = False, expect=None) -> EngineRun:
     """Each (scenario, layers) item, one trace each. One cold start per engine; a crashed or
     hung engine is restarted for the next item, so one bad scenario never hides the others.
 
@@ -40,7 +41,11 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
     With declared_only (a candidate under the gate), the engine is asked only for the layers
     its `hello` declares; the others are listed in the trace's `not_served` (the gate reports
     them as not judged), and an item with none of its layers declared is not sent at all.
-    Its traces also keep what the hello declared (`capabilities`): they are never goldens."""
+    Its traces also keep what the hello declared (`capabilities`): they are never goldens.
+
+    A production-scale scenario's layers are received in the digest form; `expect(scenario)`,
+    when given, returns the golden's `digests`, so each trace keeps the records around its first
+    difference from the golden (formats/digest.py)."""
     traces, starts = [], 0
     proc: EngineProcess | None = None
     for number, (scenario, layers) in enumerate(items, 1):
@@ -71,10 +76,13 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
                 if progress is not None:
                     progress.end(number)
                 continue
+        production = scenario.scale == "production"
+        expected = expect(scenario) if expect is not None and production else None
+        sinks = (lambda: digest.sinks(layers, expected)) if production else (lambda: None)  # noqa: E731
         try:
-            layers_out = proc.run(scenario, layers)
+            layers_out = proc.run(scenario, layers, sinks=sinks())
             for _ in range(repeat - 1):
-                again = proc.run(scenario, layers)
+                again = proc.run(scenario, layers, sinks=sinks())
                 if again != layers_out:
                     raise EngineFailure("nondeterministic", _nondeterminism(scenario, layers_out, again),
                                         layers_out)
@@ -140,6 +148,13 @@ def _nondeterminism(scenario: Scenario, first: dict, second: dict) -> str:
     from conformance.judging.compare import compare_layer
 
     for layer in first:
+        if isinstance(first[layer], digest.DigestSink):  # the first record whose digest differs
+            a, b = first[layer].entries, getattr(second.get(layer), "entries", [])
+            at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            if a != b or first[layer] != second.get(layer):
+                return (f"scenario {scenario.name}: two runs of the same engine differ in layer {layer} "
+                        f"at record {at} (by its digest; {len(a)} then {len(b)} records)")
+            continue
         c = compare_layer(layer, first[layer], second.get(layer, []))
         if not c.equal:
             f = c.first

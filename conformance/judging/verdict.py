@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from conformance.judging.compare import LayerComparison
+from conformance.judging.digest_compare import compare_digest_layer, truncated
 
 PASS = "pass"
 DIVERGED = "diverged"
@@ -113,8 +114,16 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
     from conformance.formats.protocol import LAYERS
 
     comparisons = []
-    order = sorted(golden["layers"], key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
+    digests = golden.get("digests", {})
+    order = sorted([*golden["layers"], *digests], key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
     for layer in order:
+        if layer in digests:  # a production scenario's layer, kept in the digest form
+            theirs = trace.get("digests", {}).get(layer)
+            if theirs is None:
+                return Verdict(engine, scenario, "unsupported", role,
+                               message=f"the engine produced no {layer!r} layer")
+            comparisons.append(compare_digests(layer, digests[layer], theirs))
+            continue
         expected = golden["layers"][layer]
         if layer not in trace["layers"]:
             return Verdict(engine, scenario, "unsupported", role,
@@ -151,12 +160,16 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     kind = failure["kind"] if failure["kind"] in FAILURE_KINDS else "engine_error"
     verdict = Verdict(engine, scenario, kind, role, message=failure["message"])
     sent = {layer: records for layer, records in trace["layers"].items() if records}
-    if (kind not in PARTIAL_KINDS or not golden or not sent
+    sent_digests = any(form["count"] for form in trace.get("digests", {}).values())
+    if (kind not in PARTIAL_KINDS or not golden or not (sent or sent_digests)
             or trace["scenario"]["sha256"] != golden["scenario"]["sha256"]):
         return verdict
     comparisons = [compare_by_layer(layer, golden["layers"][layer][:len(records)], records,
                                     logprob_atol(golden), golden["layers"].get("engine_outputs"))
                    for layer, records in sent.items() if layer in golden["layers"]]
+    for layer, form in trace.get("digests", {}).items():  # a production layer: its first records
+        if form["count"] and layer in golden.get("digests", {}):
+            comparisons.append(compare_digests(layer, truncated(golden["digests"][layer], form["count"]), form))
     differing = [c for c in comparisons if not c.equal]
     if differing and not all(c.cause in NUMERICS_CAUSES for c in differing):
         return replace(verdict, kind=DIVERGED, failure=kind, comparisons=comparisons, message=(
@@ -165,6 +178,15 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     agreed = ", ".join(f"{c.layer}: {c.actual_count} records" for c in comparisons)
     return replace(verdict, message=(f"{failure['message']}\nbefore it failed, every record it "
                                      f"sent agreed with the golden ({agreed or 'none comparable'})"))
+
+
+def compare_digests(layer: str, golden_form: dict, form: dict) -> LayerComparison:
+    """A layer in the digest form (judging/digest_compare.py); the oracle's records replayed
+    live for the run's window travel with the run's form and are checked against the golden's
+    digests there."""
+    if "oracle_window" in form:
+        golden_form = dict(golden_form, oracle_window=form["oracle_window"])
+    return compare_digest_layer(layer, golden_form, form)
 
 
 def logprob_atol(golden: dict) -> float:

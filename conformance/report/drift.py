@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
+from conformance.judging.digest_compare import compare_digest_layer
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.numerics import compare_by_layer
 from conformance.judging.verdict import logprob_atol
@@ -37,6 +38,10 @@ def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dic
                 where = c.record or c.actual_record or {}
                 at = where.get("row") or (f"step {where['step']}" if "step" in where else f"record {c.index}")
                 row["layers"][layer] = {"at": at, "field": f.path, "old": f.expected, "new": f.actual}
+            for layer, form in old.get("digests", {}).items():  # production: where, by digest
+                c = compare_digest_layer(layer, form, new.get("digests", {}).get(layer) or {"records": []})
+                row["layers"][layer] = None if c.equal else {
+                    "at": f"record {c.index}", "field": c.first.path, "old": c.first.expected, "new": c.first.actual}
             row["status"] = "departs" if any(row["layers"].values()) else "same"
             rows.append(row)
     return rows
