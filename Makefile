@@ -13,8 +13,12 @@ CANDIDATE ?=
 LAYERS ?=
 REQUIRE_LAYERS ?=
 DRIFT ?=
+# The scenarios' scale: library (default), production (the generated production-scale
+# scenarios, minutes of oracle time each) or all. `make goldens` writes every scale's goldens.
+SCALE ?=
 GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--layers '$(LAYERS)') \
-	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') $(if $(DRIFT),--drift)
+	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') $(if $(DRIFT),--drift) \
+	$(if $(SCALE),--scale '$(SCALE)')
 
 .PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz
 
@@ -101,12 +105,12 @@ bench: envs
 # no CPU can write: `make goldens PINS=0.33.0 LAYERS=engine` (README, GPU runners).
 PINS ?=
 goldens: envs
-	VLLM_PARITY_GOLDEN_PINS='$(PINS)' VLLM_PARITY_GOLDEN_LAYERS='$(LAYERS)' \
+	VLLM_PARITY_GOLDEN_PINS='$(PINS)' VLLM_PARITY_GOLDEN_LAYERS='$(LAYERS)' VLLM_PARITY_SCALE='$(or $(SCALE),all)' \
 		$(BIN)/python -m pytest -q parity --snapshot-update
 
 # Regenerate in memory: fails if any golden would change or has no scenario or pin behind it.
 goldens-check: envs
-	$(BIN)/python -m pytest -q parity
+	VLLM_PARITY_SCALE='$(SCALE)' $(BIN)/python -m pytest -q parity
 
 # The suite's power: coverage of vLLM's scheduling code by the scenarios (every pin) and the
 # generated mutant catalog judged against the gate oracle's goldens (results cached). A cold

@@ -5,11 +5,13 @@ it; elsewhere integer facts exactly and logprobs within the scenario's calibrate
 `pytest parity --snapshot-update` (make goldens) rewrites a golden that does not hold (or is
 unreadable), and only such a one."""
 
+import os
+
 import pytest
 
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
-from conformance.formats.scenario import load_scenario
+from conformance.formats.scenario import at_scale, load_scenario
 from conformance.formats.trace import make_trace
 from conformance.judging.goldens import GOLDENS, NEW
 from conformance.process.client import EngineFailure
@@ -19,7 +21,11 @@ from parity.golden_extension import GoldenExtension
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
-SCENARIOS = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
+LIBRARY = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
+# Production-scale scenarios (minutes of oracle time each) run here only when asked:
+# `make goldens` sets VLLM_PARITY_SCALE=all, a production CI job VLLM_PARITY_SCALE=production;
+# `make test` and `make goldens-check` keep to the library.
+SCENARIOS = at_scale(LIBRARY, os.environ.get("VLLM_PARITY_SCALE") or "library")
 
 
 @pytest.mark.parametrize("release", PINS.releases)
@@ -54,6 +60,6 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario,
 
 
 def test_every_golden_has_a_scenario_and_a_pin():
-    stray = GOLDENS.orphans({s.name for s in SCENARIOS}, PINS.releases)
+    stray = GOLDENS.orphans({s.name for s in LIBRARY}, PINS.releases)
     assert not stray, (f"files in goldens/ that are not the golden of a scenario and a pin (a golden of "
                        f"neither, or a killed write's temporary file): {[str(p) for p in stray]}")

@@ -224,6 +224,8 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
 
 def at_scale(scenarios: list, scale: str) -> list:
     """The scenarios of `scale` ("library", "production", or "all")."""
+    if scale not in (*SCALES, "all"):
+        raise ValueError(f"expected a scale among {[*SCALES, 'all']}, got {scale!r}")
     return [s for s in scenarios if scale in ("all", s.scale)]
 
 

@@ -11,6 +11,7 @@ from conformance.gate.context import RunContext
 from conformance.gate.engines import GateEngine
 from conformance.gate.runner import run_units, side_by_side
 from conformance.gate.shards import COLD_START, Unit, share_cost
+from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.process.launch import prepare_engine
 from conformance.process.progress import EngineProgress, Progress, duration
@@ -33,6 +34,7 @@ def run_share(context: RunContext, engines: list[GateEngine], scenarios, units: 
             return run_units(spec, [(by_name[u.scenario], list(u.layers)) for u in mine], log,
                              repeat=2 if engine.role == ORACLE else 1,
                              declared_only=engine.role == CANDIDATE,
+                             expect=lambda scenario: golden_digests(scenario.name, context.pins.oracle),
                              progress=EngineProgress(progress, "gate", engine.key,
                                                      [(u.scenario, u.layers, u.cost) for u in mine], COLD_START))
 
@@ -46,3 +48,10 @@ def run_share(context: RunContext, engines: list[GateEngine], scenarios, units: 
             f"({min(parallel, max(len(shares), 1))} side by side); {len(units)} units in "
             f"{duration(progress.elapsed())}")
     return traces
+
+
+def golden_digests(scenario: str, oracle: str) -> dict | None:
+    """The oracle's golden digests of a production scenario, which a run's records are checked
+    against as they arrive (the records around the first difference are kept); None without one."""
+    golden = GOLDENS.lookup(scenario, oracle).trace
+    return None if golden is None else golden.get("digests")
