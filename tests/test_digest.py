@@ -189,3 +189,21 @@ def test_a_production_run_is_received_in_the_digest_form_within_its_own_limits(t
     # the same records for a library scenario: held whole, and past the limits given
     with pytest.raises(EngineFailure, match="more than 10 records"):
         scripted_run(tmp_path, load_scenario(GATE), STEPS[:40], max_run_records=10)
+
+
+def test_a_golden_in_the_digest_form_is_written_and_read_back(tmp_path):
+    from conformance.judging.goldens import NEW, GoldenStore
+
+    steps = DigestSink("steps")
+    for record in STEPS:
+        steps.append(copy.deepcopy(record))
+    trace = {key: GOLDEN[key] for key in ("schema", "engine", "scenario", "provenance")}
+    trace = dict(trace, scenario={"name": "s", "sha256": "x"}, layers={"config": GOLDEN["layers"]["config"]},
+                 digests={"steps": steps.to_json()})
+    store = GoldenStore(tmp_path)
+    update = store.update(trace, "0.27.1")
+    assert update.action == NEW and store.write(update)
+    assert store.load("s", "0.27.1")["digests"]["steps"]["records"] == steps.to_json()["records"]
+    bad = dict(trace, digests={"steps": dict(steps.to_json(), count=1)})
+    store.path("s", "0.27.1").write_text(json.dumps(bad), encoding="utf-8")
+    assert store.lookup("s", "0.27.1").kind == "invalid_golden"
