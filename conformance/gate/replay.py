@@ -60,8 +60,8 @@ def oracle_windows(trace: dict, scenario: Scenario, pins, log, store: GoldenStor
         if expected is None or "problem" in form:
             continue
         c = compare_digest_layer(layer, expected, form)
-        if c.equal or c.index >= min(expected["count"], form["count"]) or c.record is not None:
-            continue  # equal, one side ended, or the golden's checkpoints already show it
+        if c.equal or c.index >= min(expected["count"], form["count"]) or _shown(expected, c.index):
+            continue  # equal, one side ended, or the golden's checkpoints already show the window
         if layer == "outputs":
             window = _regenerated_output(scenario, expected, c.index)
         else:
@@ -71,6 +71,12 @@ def oracle_windows(trace: dict, scenario: Scenario, pins, log, store: GoldenStor
         if window is not None:
             digests[layer] = dict(form, oracle_window=window)
     return dict(trace, digests=digests)
+
+
+def _shown(expected: dict, index: int) -> bool:
+    """Whether the golden's checkpoints hold the oracle's records of the window up to `index`
+    (a checkpoint at the differing step alone shows no step before it)."""
+    return all(str(i) in expected.get("checkpoints", {}) for i in range(max(0, index - WINDOW), index + 1))
 
 
 def replay_steps(scenario: Scenario, expected: dict, index: int, pins, log) -> dict:
