@@ -85,7 +85,8 @@ test: envs cpp
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
 # (c) cold starts per `make parity` run, (d) the engine layers' cost per pin, (h) parity fuzz's
 # examples per second, (i) its time to find and shrink a planted divergence, (l) the branches
-# it reaches with and without --guide coverage and (m) its time on the engine layers; then the
+# it reaches with and without --guide coverage, (m) its time on the engine layers and (n) the
+# production-scale scenarios: receive and judge per 10k steps, golden bytes, a deep divergence; then the
 # times: (e) make test, (f) make test on a fresh machine, (g) make parity without and with the
 # engine layers, (j) make parity on a fresh machine and its cold gate against the warm one
 # (BENCH_FRESH=0 leaves (f) and (j) out); (k) the engine layers' logprob noise across ISA
@@ -95,6 +96,7 @@ bench: envs
 	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
 	@$(BIN)/parity gate 2>&1 >/dev/null | grep 'cold starts' | sed 's/^\[gate\]/(c) make parity:/'
 	@$(BIN)/python benchmarks/bench_engine.py 2>/dev/null
+	@$(BIN)/python benchmarks/bench_scale.py --real 2>/dev/null
 	@$(BIN)/python benchmarks/bench_fuzz.py 2>/dev/null
 	@$(BIN)/python benchmarks/bench_times.py
 	@$(BIN)/python benchmarks/bench_noise.py 2>/dev/null

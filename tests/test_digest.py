@@ -207,3 +207,25 @@ def test_a_golden_in_the_digest_form_is_written_and_read_back(tmp_path):
     bad = dict(trace, digests={"steps": dict(steps.to_json(), count=1)})
     store.path("s", "0.27.1").write_text(json.dumps(bad), encoding="utf-8")
     assert store.lookup("s", "0.27.1").kind == "invalid_golden"
+
+
+PRODUCTION_NAMES = ("prod_dflash_k16", "prod_prefix_cache", "prod_kv_storm")
+
+
+@pytest.mark.parametrize("name", PRODUCTION_NAMES)
+def test_a_production_scenario_has_production_shapes(name):
+    s = load_scenario(Path(__file__).parents[1] / "scenarios" / f"{name}.json")
+    prompts = [r["prompt_len"] for r in s.workload["requests"]]
+    arrivals = {r["arrival_step"] for r in s.workload["requests"]}
+    assert s.scale == "production" and s.engine_args["max_num_seqs"] >= 128
+    assert s.engine_args["max_num_batched_tokens"] >= 8192
+    assert len(prompts) >= 500 and len(arrivals) >= 100 and max(arrivals) >= 1000
+    assert min(prompts) < 100 and max(prompts) >= 8192 and sorted(prompts)[len(prompts) // 2] < 2000  # long-tailed
+
+
+def test_the_storm_is_a_storm():
+    """prod_kv_storm's golden (the oracle's own summary): many preemptions, many in one step,
+    and resumptions reordering the waiting queue."""
+    summary = GOLDENS.load("prod_kv_storm", "0.27.1")["digests"]["steps"]["summary"]
+    assert summary["preemptions"] >= 300 and summary["steps_with_3plus_preemptions"] >= 20
+    assert summary["max_preempted_in_one_step"] >= 8 and summary["requeued_ahead_of_waiting"] > 0
