@@ -8,16 +8,19 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 # A port to judge, as its command line, e.g. CANDIDATE='./build/port-engine --parity'
 CANDIDATE ?=
 # The layers to judge, e.g. LAYERS=config,steps,outputs (default: every layer of each scenario);
-# the layers a candidate must serve to pass (default: those judged); DRIFT=1 prints the drift
-# across pins and the per-pin tables beside a candidate's verdicts.
+# the layers a candidate must serve to pass (default: those judged); the features it must declare
+# to pass, e.g. REQUIRE_FEATURES=priority_policy,spec:dflash or all (default: none); DRIFT=1
+# prints the drift across pins and the per-pin tables beside a candidate's verdicts.
 LAYERS ?=
 REQUIRE_LAYERS ?=
+REQUIRE_FEATURES ?=
 DRIFT ?=
 # The scenarios' scale: library (default), production (the generated production-scale
 # scenarios, minutes of oracle time each) or all. `make goldens` writes every scale's goldens.
 SCALE ?=
 GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--layers '$(LAYERS)') \
-	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') $(if $(DRIFT),--drift) \
+	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
+	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift) \
 	$(if $(SCALE),--scale '$(SCALE)')
 
 .PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz

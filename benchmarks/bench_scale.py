@@ -86,7 +86,7 @@ def synthetic() -> None:
 
 def git_bytes(path: Path) -> int:
     rel = path.relative_to(REPO).as_posix()
-    out = subprocess.run(["git", "cat-file", "-s", f"HEAD:{rel}"], cwd=REPO, capture_output=True, text=True)
+    out = subprocess.run(["git", "cat-file", "-s", f"HEAD:{rel}"], cwd=REPO, capture_output=True, text=True, encoding="utf-8")
     return int(out.stdout) if out.returncode == 0 else path.stat().st_size
 
 

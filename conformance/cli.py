@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.features import parse_required
 from conformance.formats.files import (check_output_file, claim_folder, remove_dead_writers_temporaries,
                                        write_text_atomic)
 from conformance.formats.pins import REPO_ROOT, PinError, load_pins
@@ -126,6 +127,9 @@ def main(argv: list[str] | None = None) -> int:
                    "has); a candidate is judged on those its hello declares, the reports say which were not")
     p.add_argument("--require-layers", help="comma-separated layers a candidate must serve to pass "
                    "(default: the layers asked); a required layer it does not serve fails the gate")
+    p.add_argument("--require-features", help="comma-separated features a candidate must declare to pass, "
+                   "or `all` (default: none): a scenario needing a feature its hello does not declare "
+                   "is `unsupported` and not run, failing the gate only when the feature is required")
     p.add_argument("--drift", action="store_true", help="with a candidate, also print the drift across "
                    "pins and the per-pin tables (always printed without a candidate)")
     p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
@@ -329,13 +333,14 @@ def cmd_gate(args) -> int:
     if required and layers and set(required) - set(layers):
         raise ValueError(f"--require-layers {','.join(required)}: "
                          f"{', '.join(sorted(set(required) - set(layers)))} not among --layers {','.join(layers)}")
+    features = parse_required(args.require_features) if args.require_features is not None else None
     engines = gate_engines(pins, args.candidate, log)
     results = args.results
     if shard and results is None:
         results = REPO_ROOT / "out" / "results" / f"shard-{shard[0]}-of-{shard[1]}"
     context = RunContext(pins, log, waivers=waivers, reports=args.reports, results=results, shard=shard,
                          parallel=args.jobs or default_parallel(device_mode()), layers=layers,
-                         require_layers=required, drift=args.drift)
+                         require_layers=required, require_features=features, drift=args.drift)
     return gate(context, scenarios, engines)
 
 

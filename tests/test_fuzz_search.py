@@ -60,6 +60,9 @@ class DoublePair:
     def __init__(self, bug: bool = True):
         self.bug, self.seen = bug, []
 
+    def candidate_features(self):
+        return None  # its hello says nothing of features: every feature
+
     def judge(self, scenario, timeout=None):
         self.seen.append(json.dumps(scenario.workload, sort_keys=True))
         args = scenario.engine_args

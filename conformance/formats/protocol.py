@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from conformance.formats.features import declared_problem
+
 PROTOCOL_VERSION = 2
 MAX_LINE_BYTES = 64 * 1024 * 1024  # one record; far above any step record
 # Nesting depth of a message (the message object itself is depth 1). Records are a few levels
@@ -59,7 +61,8 @@ MESSAGES: dict[str, dict[str, tuple[type, ...]]] = {
 }
 # Message type -> optional fields and their JSON types: absent, or of this type (never null).
 OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
-    "hello": {"environment": (dict,)},  # provenance: python/torch/vllm versions, the build, ...
+    "hello": {"environment": (dict,),  # provenance: python/torch/vllm versions, the build, ...
+              "features": (list,)},  # the features it has (formats/features.py); absent: every one
     # the engine may stop sending `steps` records after this step (a window replayed live)
     "run": {"stop_after_step": (int,)},
 }
@@ -140,6 +143,9 @@ def _check_hello_limits(hello: dict) -> None:
         if isinstance(name, str) and len(name) > MAX_CAPABILITY:
             raise LimitExceeded(f"expected layer names of at most {MAX_CAPABILITY} characters in "
                                 f"hello.capabilities, got one of {len(name)}")
+    wrong = declared_problem(hello["features"]) if "features" in hello else None
+    if wrong is not None:
+        raise (LimitExceeded if wrong[1] else ProtocolError)(wrong[0])
     if "environment" in hello:
         size = len(json.dumps(hello["environment"], ensure_ascii=False).encode("utf-8"))
         if size > MAX_ENVIRONMENT_BYTES:

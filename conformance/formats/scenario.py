@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from conformance.formats.features import needed as _needed
 from conformance.formats.fields import (METHODS, METHODS_WITH_DRAFT_MODEL, ScenarioError,
                                         model_dir as _model_dir)
 from conformance.formats.fields import type_name as _tname
@@ -117,6 +118,13 @@ class Scenario:
         if self.method_matrix is not None:
             layers.append("methods")
         return layers
+
+    @property
+    def features(self) -> tuple[str, ...]:
+        """The features it needs (conformance/formats/features.py), from its engine_args, workload
+        and method matrix. Async scheduling left to vLLM's default (null) is the oracle's config
+        record's to decide: judging.scenario_features adds it."""
+        return _needed(self.engine_args, self.workload, self.method_matrix)
 
     def to_wire(self) -> dict:
         """What an engine receives in a `run` message."""

@@ -16,6 +16,9 @@ Schema (version 1):
               because its `hello` does not declare them (a candidate under the gate): those
               layers, which the gate reports as not judged. Never in a golden.
   capabilities  with not_served's asking: the layers the engine's hello declared
+  unsupported_features  present only when the run was not sent because the scenario needs
+              features the engine's hello does not declare (hello.features): those features, in
+              formats/features.py's order; layers then empty. Never in a golden.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class TraceError(ValueError):
 
 
 def make_trace(label: str, hello: dict, scenario, layers: dict, failure: dict | None = None,
-               not_served: list[str] | None = None) -> dict:
+               not_served: list[str] | None = None, unsupported_features=()) -> dict:
     trace = {
         "schema": SCHEMA,
         "engine": {"label": label, "name": hello.get("engine"), "version": hello.get("version"),
@@ -54,6 +57,8 @@ def make_trace(label: str, hello: dict, scenario, layers: dict, failure: dict | 
         trace["failure"] = failure
     if not_served:
         trace["not_served"] = list(not_served)
+    if unsupported_features:
+        trace["unsupported_features"] = list(unsupported_features)
     return trace
 
 
@@ -131,6 +136,9 @@ def loads_trace(text: str, path) -> dict:
     declared = trace.get("capabilities", [])
     if not isinstance(declared, list) or not all(isinstance(x, str) for x in declared):
         raise TraceError(f"{path}: capabilities must be a list of layer names")
+    lacking = trace.get("unsupported_features", [])
+    if not isinstance(lacking, list) or not all(isinstance(x, str) for x in lacking):
+        raise TraceError(f"{path}: unsupported_features must be a list of feature names")
     return trace
 
 

@@ -78,8 +78,12 @@ def fuzz_command(args, log, out=print) -> int:
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
         log(f"[fuzz] seed {seed}; layers {', '.join(layers)}; "
             + (f"budget {duration(budget)}" if budget else f"{args.examples} examples"))
+        features = pair.candidate_features()
+        if features is not None:
+            log(f"[fuzz] {candidate.label} declares the features {', '.join(sorted(features)) or '(none)'}: "
+                "only scenarios needing no other are generated")
         search = Search(pair, seed, log, budget=budget, examples=args.examples, findings=args.findings,
-                        branches=branches, guide=branches is not None)
+                        branches=branches, guide=branches is not None, features=features)
         try:
             findings = search.run()
             unwritten = deliver(pair, findings, folder, seed, args.candidate, against, oracle_ref.release,

@@ -42,6 +42,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, event, given, reject, sett
 from hypothesis import seed as seeded
 from hypothesis.errors import Unsatisfiable
 
+from conformance.formats.features import declared
 from conformance.formats.pins import REPO_ROOT
 from conformance.formats.scenario import Scenario, ScenarioError, parse_scenario
 from conformance.formats.trace import make_trace
@@ -100,6 +101,11 @@ class Pair:
 
     def start(self) -> None:
         list(self._pool.map(self._proc, ("oracle", "candidate")))
+
+    def candidate_features(self) -> frozenset[str] | None:
+        """The features the candidate's hello declares (None: every feature), once it started."""
+        proc = self._procs.get("candidate")
+        return None if proc is None else declared(proc.hello)
 
     def close(self, engines: bool = True) -> None:
         """End the thread pool, and the engines unless they are someone else's to end."""
@@ -300,8 +306,9 @@ class Search:
     def __init__(self, pair: Pair, seed: int, log, budget: float | None = None,
                  examples: int | None = None, findings: int = 1, clock=time.monotonic,
                  shrink_limit: float = SHRINK_LIMIT, branches: BranchesReached | None = None,
-                 guide: bool = False):
+                 guide: bool = False, features: frozenset[str] | None = None):
         self.pair, self.seed, self.log, self.clock = pair, seed, log, clock
+        self.features = features  # the candidate's declared features: examples need no other
         # the oracle's branch arcs, when it runs under coverage.py (--guide coverage); with
         # guide, examples that reach new ones are preferred (hypothesis.target)
         self.branches, self.guide = branches, guide
@@ -344,7 +351,7 @@ class Search:
                   phases=(Phase.generate, Phase.target, Phase.shrink), print_blob=False,
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                   report_multiple_bugs=False)
-        @given(fuzz_strategies.for_layers(self.pair.layers))
+        @given(fuzz_strategies.for_layers(self.pair.layers, self.features))
         def check(raw: dict) -> None:
             self._check(raw)
 

@@ -17,6 +17,12 @@ orders requests by arrival.
 Sizes stay small (max_model_len <= 512, at most MAX_REQUESTS requests) so one example runs in
 tens of milliseconds on the stand-in layers.
 
+Every space can be kept within the features a candidate declares (`allowed`, its hello's
+features; None: every feature): an argument whose feature is not allowed is left at vLLM's
+default or drawn from values that need none, and a speculative method only among those allowed
+(conformance/formats/features.py). Without `allowed` the draws are those of before, so a seed
+keeps its examples.
+
 engine_scenarios() is the space of the engine layers (engine_config, engine_steps,
 engine_outputs), where the oracle runs the release's whole engine: the project's tiny models
 (scenarios/models/tiny-*, float32, the models the library's engine_*.json use), every
@@ -33,6 +39,8 @@ import functools
 
 from hypothesis import strategies as st
 
+from conformance.formats.features import SPEC as SPEC_FEATURE
+from conformance.formats.features import needed
 from conformance.formats.scenario import SCHEMA
 
 MAX_REQUESTS = 6
@@ -62,9 +70,14 @@ def optional(strategy):
 NGRAM_MIN = st.integers(1, 3)
 
 
+def allows(allowed, *features: str) -> bool:
+    """Whether every one of `features` is allowed (None: every feature is)."""
+    return allowed is None or all(name in allowed for name in features)
+
+
 @st.composite
-def speculative_configs(draw):
-    method = draw(METHOD)
+def speculative_configs(draw, methods=None):
+    method = draw(METHOD if methods is None else st.sampled_from(methods))
     spec = {"method": method, "num_speculative_tokens": draw(ints(1, 8))}
     if DRAFTERS[method]:
         spec["model"] = DRAFTERS[method]
@@ -86,10 +99,24 @@ SCHEDULED = optional(st.integers(1, 256))
 SPEC = optional(speculative_configs())
 
 
+@functools.lru_cache(maxsize=None)
+def _spec(methods: tuple[str, ...] | None):
+    """SPEC, with only `methods` (None: all), or always None when no method is allowed."""
+    if methods is None:
+        return SPEC
+    return optional(speculative_configs(methods)) if methods else st.none()
+
+
+def _allowed_methods(allowed, methods) -> tuple[str, ...] | None:
+    if allowed is None:
+        return None
+    return tuple(m for m in methods if allows(allowed, SPEC_FEATURE + m))
+
+
 @st.composite
-def engine_args(draw) -> dict:
+def engine_args(draw, allowed=None) -> dict:
     max_model_len = draw(MAX_MODEL_LEN)
-    chunked = draw(ON_FIRST)
+    chunked = draw(ON_FIRST) if allows(allowed, "chunked_prefill_off") else True
     if draw(FLAG if chunked else ON_FIRST):  # without chunking, mostly a budget that admits
         near = draw(BUDGET_NEAR)
         batched = near if near == 2048 else max_model_len + near
@@ -102,19 +129,19 @@ def engine_args(draw) -> dict:
         "max_num_batched_tokens": batched,
         "max_model_len": max_model_len,
         "block_size": 16,
-        "enable_prefix_caching": draw(FLAG),
+        "enable_prefix_caching": draw(FLAG) if allows(allowed, "prefix_caching") else False,
         "enable_chunked_prefill": chunked,
         "async_scheduling": False,  # the steps layer mirrors the synchronous EngineCore.step()
     }
-    threshold = draw(THRESHOLD)
+    threshold = draw(THRESHOLD) if allows(allowed, "long_prefill_threshold") else None
     if isinstance(threshold, str):
         threshold = max_model_len + (threshold == "max+1")
     extra = {
         "long_prefill_token_threshold": threshold,
         "num_gpu_blocks_override": draw(BLOCKS),
-        "scheduling_policy": draw(POLICY),
-        "max_num_scheduled_tokens": draw(SCHEDULED),
-        "speculative_config": draw(SPEC),
+        "scheduling_policy": draw(POLICY) if allows(allowed, "priority_policy") else None,
+        "max_num_scheduled_tokens": draw(SCHEDULED) if allows(allowed, "max_num_scheduled_tokens") else None,
+        "speculative_config": draw(_spec(_allowed_methods(allowed, DRAFTERS))),
     }
     args.update({k: v for k, v in extra.items() if v is not None})
     return args
@@ -157,9 +184,10 @@ SEED = st.integers(0, 1000)
 
 
 @st.composite
-def scenarios(draw, name: str = "fuzz") -> dict:
-    """A raw scenario (what a scenario file holds), valid under conformance/formats/scenario.py."""
-    args = draw(engine_args())
+def scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
+    """A raw scenario (what a scenario file holds), valid under conformance/formats/scenario.py;
+    needing only `allowed` features (None: any)."""
+    args = draw(engine_args(allowed))
     vocab_size = draw(VOCAB)
     k = (args.get("speculative_config") or {}).get("num_speculative_tokens", 0)
     reqs = draw(requests(args["max_model_len"], k, vocab_size))
@@ -198,12 +226,25 @@ ENGINE_BLOCKS = optional(st.integers(2, 24))
 ENGINE_THRESHOLD = optional(st.integers(1, 64))
 
 
+@functools.lru_cache(maxsize=None)
+def _engine_spec(setups: tuple[str, ...] | None):
+    """ENGINE_SPEC, with only `setups` (None: all)."""
+    return ENGINE_SPEC if setups is None else optional(st.sampled_from(setups)) if setups else st.none()
+
+
+def _allowed_setups(allowed) -> tuple[str, ...] | None:
+    if allowed is None:
+        return None
+    return tuple(name for name, (_, spec) in ENGINE_SPECS.items() if allows(allowed, *needed({
+        "enable_prefix_caching": False, "speculative_config": spec})))
+
+
 @st.composite
-def engine_args_for_engine(draw) -> dict:
-    setup = draw(ENGINE_SPEC)
+def engine_args_for_engine(draw, allowed=None) -> dict:
+    setup = draw(_engine_spec(_allowed_setups(allowed)))
     target, spec = ENGINE_SPECS[setup] if setup else (ENGINE_TARGET, None)
     max_model_len = draw(ENGINE_MAX_MODEL_LEN)
-    chunked = draw(ON_FIRST)
+    chunked = draw(ON_FIRST) if allows(allowed, "chunked_prefill_off") else True
     if draw(ON_FIRST):  # a budget around max_model_len, or a large one
         near = draw(BUDGET_NEAR)
         batched = near if near == 2048 else max_model_len + near
@@ -215,7 +256,7 @@ def engine_args_for_engine(draw) -> dict:
         "max_num_batched_tokens": batched,
         "max_model_len": max_model_len,
         "block_size": 16,
-        "enable_prefix_caching": draw(FLAG),
+        "enable_prefix_caching": draw(FLAG) if allows(allowed, "prefix_caching") else False,
         "enable_chunked_prefill": chunked,
         "async_scheduling": False,  # the engine layers refuse async scheduling
     }
@@ -227,8 +268,10 @@ def engine_args_for_engine(draw) -> dict:
         if spec["method"] == "mtp":
             spec["num_speculative_tokens"] = 1  # the tiny MiMo has one MTP layer
     extra = {"num_gpu_blocks_override": draw(ENGINE_BLOCKS),
-             "long_prefill_token_threshold": draw(ENGINE_THRESHOLD),
-             "scheduling_policy": draw(POLICY), "speculative_config": spec}
+             "long_prefill_token_threshold": draw(ENGINE_THRESHOLD)
+             if allows(allowed, "long_prefill_threshold") else None,
+             "scheduling_policy": draw(POLICY) if allows(allowed, "priority_policy") else None,
+             "speculative_config": spec}
     args.update({k: v for k, v in extra.items() if v is not None})
     return args
 
@@ -239,9 +282,10 @@ ENGINE_STOPS = st.lists(st.integers(0, ENGINE_VOCAB - 1), max_size=1)
 
 
 @st.composite
-def engine_scenarios(draw, name: str = "fuzz") -> dict:
-    """A raw scenario with an `engine` block: the engine layers run the whole engine on it."""
-    args = draw(engine_args_for_engine())
+def engine_scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
+    """A raw scenario with an `engine` block: the engine layers run the whole engine on it;
+    needing only `allowed` features (None: any)."""
+    args = draw(engine_args_for_engine(allowed))
     max_model_len = args["max_model_len"]
     reqs = []
     for i in range(draw(ENGINE_COUNT)):
@@ -305,6 +349,16 @@ def production_scenarios(draw, name: str = "fuzz") -> dict:
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args, "workload": workload}
 
 
-def for_layers(layers) -> st.SearchStrategy:
-    """The scenarios fuzzed for these layers: the engine space for the engine layers."""
-    return engine_scenarios() if any(x.startswith("engine_") for x in layers) else scenarios()
+def for_layers(layers, allowed=None) -> st.SearchStrategy:
+    """The scenarios fuzzed for these layers: the engine space for the engine layers; with
+    `allowed` (a candidate's declared features), only scenarios needing no other feature."""
+    space = engine_scenarios if any(x.startswith("engine_") for x in layers) else scenarios
+    if allowed is None:
+        return space()
+    return space(allowed=frozenset(allowed)).filter(lambda raw: within(raw, allowed))
+
+
+def within(raw: dict, allowed) -> bool:
+    """Whether a raw scenario needs only `allowed` features (None: any)."""
+    return allowed is None or all(name in allowed for name in needed(
+        raw.get("engine_args"), raw.get("workload"), raw.get("method_matrix")))

@@ -24,4 +24,5 @@ class RunContext:
     parallel: int = 1  # engines side by side
     layers: list[str] | None = None  # the layers asked (None: every layer of each scenario)
     require_layers: list[str] | None = None  # the layers a candidate must serve (None: those asked)
+    require_features: list[str] | None = None  # the features a candidate must declare (None: none)
     drift: bool = False  # the drift across pins and the per-pin tables even with a candidate

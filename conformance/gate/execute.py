@@ -17,9 +17,12 @@ from conformance.process.launch import prepare_engine
 from conformance.process.progress import EngineProgress, Progress, duration
 
 
-def run_share(context: RunContext, engines: list[GateEngine], scenarios, units: list[Unit]) -> dict[str, dict]:
+def run_share(context: RunContext, engines: list[GateEngine], scenarios, units: list[Unit],
+              features: dict | None = None) -> dict[str, dict]:
     """Run `units` (in plan order), one warm worker per engine, up to `context.parallel`
-    engines side by side (runner.side_by_side); unit key -> its trace."""
+    engines side by side (runner.side_by_side); unit key -> its trace. `features`: scenario name
+    -> the features it needs (the manifest's); a candidate is not sent a scenario needing one its
+    hello does not declare."""
     log, parallel = context.log, context.parallel
     by_name = {s.name: s for s in scenarios}
     traces: dict[str, dict] = {}
@@ -33,7 +36,7 @@ def run_share(context: RunContext, engines: list[GateEngine], scenarios, units: 
             # a candidate is asked only for the layers its hello declares (judge_layers)
             return run_units(spec, [(by_name[u.scenario], list(u.layers)) for u in mine], log,
                              repeat=2 if engine.role == ORACLE else 1,
-                             declared_only=engine.role == CANDIDATE,
+                             declared_only=engine.role == CANDIDATE, features=features,
                              expect=lambda scenario: golden_digests(scenario.name, context.pins.oracle),
                              progress=EngineProgress(progress, "gate", engine.key,
                                                      [(u.scenario, u.layers, u.cost) for u in mine], COLD_START))

@@ -15,6 +15,7 @@ from conformance.gate.context import RunContext
 from conformance.gate.engines import GateEngine, _refused
 from conformance.gate.shards import ShardError, Unit, assign, plan
 from conformance.judging.goldens import GOLDENS
+from conformance.judging.judging import scenario_features
 from conformance.judging.verdict import ORACLE
 
 
@@ -31,6 +32,7 @@ class RunManifest:
     units: list[Unit]  # the whole plan, in plan order (not only a shard's share)
     device: str
     count: int  # how many shards share the plan
+    require_features: list[str] | None = None  # the features a candidate must declare
 
     @property
     def scenario_set(self) -> str:
@@ -46,7 +48,7 @@ class RunManifest:
                 "scenario_set": self.scenario_set, "scenarios": self.scenarios, "goldens": self.goldens,
                 "engines": [e.to_json() for e in self.engines], "layers": self.layers,
                 "require_layers": self.require_layers, "plan": self.plan, "planned": len(self.units),
-                "device": self.device, "count": self.count}
+                "device": self.device, "count": self.count, "require_features": self.require_features}
 
 
 def plan_run(context: RunContext, scenarios, engines: list[GateEngine]) -> RunManifest:
@@ -62,9 +64,10 @@ def plan_run(context: RunContext, scenarios, engines: list[GateEngine]) -> RunMa
                          f"{len(units)} shards; use N <= {len(units)}")
     names = [s.name for s in scenarios]
     return RunManifest(tool=tool_identity(), oracle=pins.oracle, pins=list(pins.releases),
-                       scenarios=scenario_info(scenarios), goldens=goldens_digest(names, pins.releases),
-                       engines=list(engines), layers=context.layers, require_layers=context.require_layers,
-                       units=units, device=device_mode(), count=count)
+                       scenarios=scenario_info(scenarios, pins.oracle),
+                       goldens=goldens_digest(names, pins.releases), engines=list(engines), layers=context.layers,
+                       require_layers=context.require_layers, units=units, device=device_mode(), count=count,
+                       require_features=context.require_features)
 
 
 def share_of(manifest: RunManifest, shard: tuple[int, int] | None) -> list[Unit]:
@@ -74,10 +77,12 @@ def share_of(manifest: RunManifest, shard: tuple[int, int] | None) -> list[Unit]
     return assign(manifest.units, manifest.count)[shard[0] - 1]
 
 
-def scenario_info(scenarios) -> list[dict]:
-    """What the verdicts and reports need of each scenario, kept in the manifest."""
+def scenario_info(scenarios, oracle: str) -> list[dict]:
+    """What the verdicts and reports need of each scenario, kept in the manifest: its features
+    as the oracle resolves them (judging.scenario_features), so every shard skips alike."""
     return [{"name": s.name, "sha256": s.sha256, "rows": list(s.rows), "layers": s.layers,
-             "method_matrix": s.method_matrix is not None} for s in scenarios]
+             "method_matrix": s.method_matrix is not None, "features": list(scenario_features(s, oracle))}
+            for s in scenarios]
 
 
 def digest(value) -> str:

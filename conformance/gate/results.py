@@ -18,6 +18,7 @@ import os
 import re
 from pathlib import Path
 
+from conformance.formats.features import FEATURES
 from conformance.formats.files import (InputFileError, read_bytes, read_text, remove_stale_temporaries,
                                        write_text_atomic)
 from conformance.formats.pins import Pins
@@ -31,7 +32,7 @@ from conformance.judging.verdict import ROLES
 SCHEMA = "vllm-parity/results/1"
 # Fields every shard of one gate run has in common; merge refuses a set where any differs.
 IDENTITY = ("tool", "oracle", "pins", "scenario_set", "goldens", "engines", "layers",
-            "require_layers", "plan", "device", "count")
+            "require_layers", "require_features", "plan", "device", "count")
 
 
 def write_results(folder: Path, manifest: RunManifest, index: int, done: list[tuple[Unit, dict, dict]]) -> None:
@@ -88,7 +89,8 @@ def read_results(folders: list[Path], pins: Pins) -> tuple[RunManifest, dict[str
     run = RunManifest(tool=manifest["tool"], oracle=manifest["oracle"], pins=manifest["pins"],
                       scenarios=manifest["scenarios"], goldens=manifest["goldens"], engines=engines,
                       layers=manifest["layers"], require_layers=manifest["require_layers"],
-                      units=_units(engines, manifest), device=manifest["device"], count=manifest["count"])
+                      units=_units(engines, manifest), device=manifest["device"], count=manifest["count"],
+                      require_features=manifest["require_features"])
     if run.plan != manifest["plan"]:
         raise ValueError("the shards' units do not make up the plan their manifests name")
     return run, traces
@@ -153,7 +155,8 @@ def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:
 
 _IDENTITY_WORDS = {"tool": "tool version", "oracle": "oracle", "pins": "pins",
                    "scenario_set": "scenario set", "goldens": "goldens", "engines": "engines",
-                   "layers": "layers", "require_layers": "required layers", "plan": "plan", "device": "device", "count": "shard count"}
+                   "layers": "layers", "require_layers": "required layers",
+                   "require_features": "required features", "plan": "plan", "device": "device", "count": "shard count"}
 
 
 def _manifest(folder: Path) -> dict:
@@ -188,16 +191,18 @@ def _manifest(folder: Path) -> dict:
 # before anything reads it. A spec is a type name, a tuple of allowed values, ("list", item),
 # ("null or", spec), ("int >=", low), or a dict of required fields (others are allowed).
 _LAYER = tuple(LAYERS)
+_FEATURE = tuple(FEATURES)
 _UNIT = {"key": "str", "engine": "str", "scenario": "str", "group": tuple(GROUPS), "layers": ("list", _LAYER),
          "trace": "relative path", "sha256": "sha256"}
 MANIFEST = {
     "tool": {"version": "str", "sources": "str"}, "oracle": "str", "pins": ("list", "str"),
     "scenario_set": "str", "goldens": "str", "plan": "str", "device": ("cpu", "gpu"),
     "scenarios": ("list", {"name": "str", "sha256": "str", "rows": ("list", "str"), "layers": ("list", _LAYER),
-                           "method_matrix": "bool"}),
+                           "method_matrix": "bool", "features": ("list", _FEATURE)}),
     "engines": ("list", {"key": "str", "role": ROLES, "engine": "str", "name": ("null or", "str"),
                          "command": ("null or", "str")}),
     "layers": ("null or", ("list", _LAYER)), "require_layers": ("null or", ("list", _LAYER)),
+    "require_features": ("null or", ("list", _FEATURE)),
     "planned": ("int >=", 0), "count": ("int >=", 1), "index": ("int >=", 1), "units": ("list", _UNIT),
 }
 

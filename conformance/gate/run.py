@@ -54,7 +54,8 @@ def gate(context: RunContext, scenarios, engines: list[GateEngine]) -> int:
             context.log(f"[gate] shard {index}/{count}: {len(share)} of {len(manifest.units)} units, "
                         f"estimated {duration(share_cost(share))} (engines: "
                         f"{', '.join(sorted({u.engine for u in share})) or 'none'})")
-        traces = run_share(context, engines, scenarios, share)
+        traces = run_share(context, engines, scenarios, share,
+                           {s["name"]: tuple(s["features"]) for s in manifest.scenarios})
         # a production run that differs: the oracle's records there, replayed live
         traces = with_oracle_windows(traces, scenarios, context.pins, context.log)
         if not context.shard:
@@ -103,7 +104,8 @@ def finish(context: RunContext, manifest: RunManifest, traces: dict[str, dict]) 
             _unit_summary(u, traces[u.key], by_engine[(u.engine, u.scenario)]) for u in units])
     result = apply_gate(verdicts, {s["name"]: tuple(s["rows"]) for s in scenarios}, context.waivers)
     commands = {label: e.command for e, label in _labels(engines, units, traces).items() if e.command}
-    view = gate_view(result, pins.oracle, commands, judged)
+    view = gate_view(result, pins.oracle, commands, judged, {s["name"]: tuple(s["features"]) for s in scenarios},
+                     manifest.require_features or ())
     out(render_gate(view))
     out(render_requirement_rows(view))
     if context.drift or not candidates:
@@ -178,7 +180,7 @@ def assemble(engines: list[GateEngine], names: list[str], units: list[Unit],
                 continue
             base = next((p for p in parts if p["engine"].get("name")), parts[0])
             trace = {k: copy.deepcopy(v) for k, v in base.items()
-                     if k not in ("layers", "failure", "not_served", "capabilities")}
+                     if k not in ("layers", "failure", "not_served", "capabilities", "unsupported_features")}
             trace["layers"] = {}
             for part in parts:
                 trace["layers"].update(part["layers"])
@@ -188,6 +190,8 @@ def assemble(engines: list[GateEngine], names: list[str], units: list[Unit],
                     trace.setdefault("not_served", []).extend(part["not_served"])
                 if "capabilities" in part:
                     trace["capabilities"] = part["capabilities"]
+                if part.get("unsupported_features"):  # not run: every unit of the scenario alike
+                    trace["unsupported_features"] = part["unsupported_features"]
             trace["engine"]["label"] = labels[engine]
             out.append((engine, trace))
     return out

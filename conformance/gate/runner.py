@@ -7,6 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from conformance.formats import digest
+from conformance.formats.features import declared as declared_features, not_declared
 from conformance.formats.scenario import Scenario
 from conformance.formats.trace import make_trace
 from conformance.process.client import EngineFailure, EngineProcess
@@ -28,7 +29,8 @@ def run_scenarios(spec: EngineSpec, scenarios: list[Scenario], layers: list[str]
 
 
 def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=print, repeat: int = 1,
-              progress=None, declared_only: bool = False, expect=None) -> EngineRun:
+              progress=None, declared_only: bool = False, features: dict | None = None,
+              expect=None) -> EngineRun:
     """Each (scenario, layers) item, one trace each. One cold start per engine; a crashed or
     hung engine is restarted for the next item, so one bad scenario never hides the others.
 
@@ -41,7 +43,10 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
     With declared_only (a candidate under the gate), the engine is asked only for the layers
     its `hello` declares; the others are listed in the trace's `not_served` (the gate reports
     them as not judged), and an item with none of its layers declared is not sent at all.
-    Its traces also keep what the hello declared (`capabilities`): they are never goldens.
+    Its traces also keep what the hello declared (`capabilities`): they are never goldens. An item
+    whose scenario needs a feature the hello does not declare (`features`: scenario name -> the
+    features it needs, default Scenario.features) is not sent either: its trace names those
+    features (`unsupported_features`), which the gate judges `unsupported`.
 
     A production-scale scenario's layers are received in the digest form; `expect(scenario)`,
     when given, returns the golden's `digests`, so each trace keeps the records around its first
@@ -67,6 +72,14 @@ def run_units(spec: EngineSpec, items: list[tuple[Scenario, list[str]]], log=pri
         else:
             log(f"[run] {spec.label}: {scenario.name} ({number}/{len(items)})")
         missing: list[str] = []
+        lacking = not_declared((features or {}).get(scenario.name, scenario.features),
+                               declared_features(proc.hello))
+        if declared_only and lacking:
+            traces.append(_declared(make_trace(spec.label, proc.hello, scenario, {}, unsupported_features=lacking),
+                                    proc))
+            if progress is not None:
+                progress.end(number)
+            continue
         if declared_only:
             declared = proc.hello.get("capabilities", [])
             missing = [layer for layer in layers if layer not in declared]

@@ -245,6 +245,9 @@ def finished(trace: dict, path) -> None:
     if "failure" in trace:
         raise TraceError(f"{path}: a golden must come from a finished oracle run, this one records "
                          f"a failure ({trace['failure'].get('kind')})")
+    if trace.get("unsupported_features"):
+        raise TraceError(f"{path}: a golden must come from a run the engine was sent; this one was not "
+                         f"(it lacks {', '.join(map(str, trace['unsupported_features']))})")
 
 
 def lookup(path: Path) -> Golden:

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from conformance.formats.features import decided_by_config, needed
 from conformance.formats.pins import Pins
 from conformance.formats.protocol import LAYERS
 from conformance.formats.trace import TraceError, checked
 from conformance.judging.goldens import GOLDENS, Golden, GoldenStore, checked_golden
 from conformance.judging.verdict import (INVALID_GOLDEN, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE,
-                                         PASS, Verdict, judge)
+                                         PASS, UNSUPPORTED, Verdict, judge)
 
 
 def served_layers(engines, units: list, traces: dict[str, dict]) -> dict[str, list[str]]:
@@ -20,8 +21,8 @@ def served_layers(engines, units: list, traces: dict[str, dict]) -> dict[str, li
     out: dict[str, list[str]] = {}
     for engine in engines:
         mine = [u for u in units if u.engine == engine.key]
-        layers = {layer for u in mine for layer in u.layers
-                  if layer not in traces[u.key].get("not_served", [])}
+        layers = {layer for u in mine for layer in u.layers if not traces[u.key].get("unsupported_features")
+                  and layer not in traces[u.key].get("not_served", [])}
         out[engine.key] = [layer for layer in LAYERS if layer in layers]
     return out
 
@@ -32,7 +33,10 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest,
     asked (--layers) and that the engine serves (its hello). Each other layer is recorded as
     not judged, with why. A layer the gate requires (--require-layers; by default every layer
     asked) that the engine does not serve makes the verdict `unsupported`, saying so: a port
-    cannot pass by serving less."""
+    cannot pass by serving less. A scenario not run for features the engine does not declare is
+    `unsupported` naming them, failing only where the gate requires one (--require-features)."""
+    if trace.get("unsupported_features"):
+        return judge_trace(trace, None, engine.role, required_features=manifest.require_features or ()), None
     name = scenario["name"]
     planned = [layer for u in units if u.engine == engine.key and u.scenario == name for layer in u.layers]
     not_served = [layer for layer in planned if layer in trace.get("not_served", [])]
@@ -65,15 +69,19 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest,
     return verdict, golden
 
 
-def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=None) -> Verdict:
+def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=None,
+                required_features=()) -> Verdict:
     """The verdict on one trace, in `role`: against a golden looked up in the store (a
     missing or invalid one is the verdict, unless the run failed: an engine failure is its own
     verdict, its records compared with a readable golden), or an oracle's trace held in
     memory (a dict; None: no golden at all); with `layers`, on those layers of the golden only.
     Every record is judged against its layer's declaration before anything compares it
     (trace.checked): one that is not what it declares ends the run there as a `protocol`
-    failure, and an oracle's trace in memory with such a record is an invalid golden."""
+    failure, and an oracle's trace in memory with such a record is an invalid golden. A run not
+    sent for features the engine does not declare is `unsupported` naming them (not_declared)."""
     trace = checked(trace)
+    if trace.get("unsupported_features"):
+        return not_declared(trace, role, required_features)
     if isinstance(golden, dict):
         try:
             golden = checked_golden(golden, "the oracle's trace")
@@ -89,6 +97,35 @@ def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=Non
         golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers},
                       digests={k: v for k, v in golden.get("digests", {}).items() if k in layers})
     return judge(trace, golden, role)
+
+
+def not_declared(trace: dict, role: str, required_features=()) -> Verdict:
+    """The verdict on a scenario not run because it needs features the engine's hello does not
+    declare: `unsupported`, naming them, and those of them the gate requires."""
+    missing = tuple(trace["unsupported_features"])
+    required = tuple(f for f in missing if f in required_features)
+    some = "s" if len(missing) > 1 else ""
+    message = (f"not run: it needs the feature{some} {', '.join(missing)}, which the engine does not "
+               "declare (hello.features); ")
+    if required:
+        message += (f"the gate requires {', '.join(required)} (--require-features, REQUIRE_FEATURES=): "
+                    "a port cannot pass by declaring less")
+    else:
+        message += ("not failing; require the feature{0} with --require-features (REQUIRE_FEATURES=) "
+                    "once the engine has {1}").format(some, "them" if some else "it")
+    return Verdict(trace["engine"]["label"], trace["scenario"]["name"], UNSUPPORTED, role, message=message,
+                   missing_features=missing, required_features=required)
+
+
+def scenario_features(scenario, oracle: str, store: GoldenStore = GOLDENS) -> tuple[str, ...]:
+    """The features a scenario needs (Scenario.features), async scheduling left to vLLM's default
+    decided as the oracle resolved it: its golden's config record (`async_scheduling_gpu`)."""
+    config = None
+    if decided_by_config(scenario.engine_args):
+        golden = store.lookup(scenario.name, oracle).trace
+        records = (golden or {}).get("layers", {}).get("config") or [None]
+        config = records[0]
+    return needed(scenario.engine_args, scenario.workload, scenario.method_matrix, config)
 
 
 def judge_unit(trace: dict, scenario: str, oracle: str, layers: list[str], role: str = ORACLE,

@@ -15,9 +15,9 @@ DIVERGED = "diverged"
 # as vLLM's own check_logprobs_close passes such sequences.
 NUMERICS = "numerics"
 # Kinds for runs that could not be compared at all; each is its own line in the report.
-PROTOCOL, INVALID_GOLDEN = "protocol", "invalid_golden"
+PROTOCOL, INVALID_GOLDEN, UNSUPPORTED = "protocol", "invalid_golden", "unsupported"
 FAILURE_KINDS = ("crash", "timeout", PROTOCOL, "engine_error", "nondeterministic",
-                 "missing_golden", INVALID_GOLDEN, "unsupported")
+                 "missing_golden", INVALID_GOLDEN, UNSUPPORTED)
 KINDS = (PASS, NUMERICS, DIVERGED) + FAILURE_KINDS
 # The oracle is judged against its own golden (it must reproduce it); candidates gate; stand-ins
 # (the other pins, when no port is configured) are shown but never set the exit status.
@@ -54,6 +54,10 @@ class Verdict:
     # not judged on with the reason (NOT_ASKED, NOT_SERVED)
     judged: list[str] = field(default_factory=list)
     not_judged: dict[str, str] = field(default_factory=dict)
+    # an `unsupported` scenario that was not run: the features it needs that the engine's hello
+    # does not declare (formats/features.py), and those of them the gate requires
+    missing_features: tuple[str, ...] = ()
+    required_features: tuple[str, ...] = ()
 
     def __post_init__(self):
         assert self.kind in KINDS and self.role in ROLES, (self.kind, self.role)
@@ -67,6 +71,12 @@ class Verdict:
     def gating(self) -> bool:
         return self.role != STAND_IN
 
+    @property
+    def declined(self) -> bool:
+        """Not run, for features the engine does not declare and the gate does not require: said,
+        never failing (a port's progress, feature by feature)."""
+        return self.kind == UNSUPPORTED and bool(self.missing_features) and not self.required_features
+
 
 def exit_status(verdicts: list[Verdict], waived: frozenset[tuple[str, str]] = frozenset(),
                 expired_waiver: bool = False) -> int:
@@ -76,8 +86,14 @@ def exit_status(verdicts: list[Verdict], waived: frozenset[tuple[str, str]] = fr
     gating engine diverged unwaived, the oracle did not reproduce its golden byte for byte on
     the same build (even within tolerance: a golden must regenerate exactly), or a waiver
     expired; 2: a gating run could not be compared (engine failure, even one that diverged
-    first, missing or invalid golden). Stand-ins never set the status."""
-    gating = [v for v in verdicts if v.gating]
+    first, missing or invalid golden), or a candidate has no verdict but scenarios it declined
+    (it needs features the candidate does not declare and the gate does not require: such a
+    verdict alone sets no status, but declaring nothing cannot pass). Stand-ins never set the
+    status."""
+    gating = [v for v in verdicts if v.gating and not v.declined]
+    declined = {v.engine for v in verdicts if v.gating and v.declined}
+    if declined - {v.engine for v in gating}:  # nothing judged
+        return 2
     if any(v.kind in FAILURE_KINDS or v.failure for v in gating):  # diverged, then failed: 2
         return 2
     if expired_waiver or any(v.kind == DIVERGED and v.key not in waived for v in gating):

@@ -118,8 +118,10 @@ def _shown(path: Path) -> str:
 def install_steps(release: str, mode: str, pins: Pins) -> list[list[str]]:
     """`uv pip install` argument lists (after the uv binary and `--python ENV`), in order.
     Each is an argv list: nothing here goes through a shell."""
-    # bytecode compiled at install, by uv on every core, not by the first import of each module
-    install = ["pip", "install", "--no-progress", "--compile-bytecode"]
+    # No --compile-bytecode: it compiles every module of torch, vLLM and the rest (measured at
+    # 57 CPU-s per environment); the import check and the warm run compile and keep only the
+    # modules a worker imports (about 30 CPU-s), see _build.
+    install = ["pip", "install", "--no-progress"]
     if mode == "gpu":  # from the index only: a machine's find-links folder may hold a CPU torch
         _locked_torch(release)  # a missing lock is named before anything is installed
         return [install + ["-r", str(gpu_lock(release))]]
@@ -183,6 +185,15 @@ def uv_environ() -> dict[str, str]:
     installs are hard links into it: one copy of torch for every pin."""
     return {**os.environ, "UV_CACHE_DIR": str(cache_root() / "uv"), "UV_LINK_MODE": "hardlink",
             "UV_NO_PROGRESS": "1"}
+
+
+def build_environ() -> dict[str, str]:
+    """uv's environment, where Python also writes the bytecode of what it imports: the import
+    check and the warm run leave every module a worker imports compiled, even on machines that
+    set PYTHONDONTWRITEBYTECODE (where each worker start would otherwise compile them again)."""
+    environ = uv_environ()
+    environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    return environ
 
 
 def _find_links() -> tuple[str, ...]:
@@ -327,7 +338,7 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
         # each phase says what it does, repeats itself while it lasts, and times itself
         with heartbeat(log, f"[envs] vllm {release}: phase {number}/{phases}: {_phase(argv)}"):
             result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=uv_environ())
+                                    env=build_environ())
         if result.returncode != 0:
             out.flush()
             tail = build_log.read_text(encoding="utf-8")[-3000:]

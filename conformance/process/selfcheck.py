@@ -1,7 +1,9 @@
 """Protocol self-check: run any engine through the protocol's rules and list what it breaks.
 
-Checks: a valid hello with the supported protocol version; every scenario given run on the
-layers it has that the hello declares (every declared layer on one scenario at least), each
+Checks: a valid hello with the supported protocol version (its `features`, when given, known
+feature names); every scenario given run on the layers it has that the hello declares (every
+declared layer on one scenario at least; a scenario needing a feature the hello does not declare
+is left out, saying so), each
 answered by ordered records (at least one per layer) and a `done` whose count matches; every
 record what its layer declares in this protocol version (conformance/formats/record_schema.py, as the
 gate judges it: a record of an older version is missing fields); a declared layer answered
@@ -16,17 +18,24 @@ from __future__ import annotations
 import time
 
 from conformance.formats import protocol
+from conformance.formats.features import declared, not_declared
 from conformance.formats.record_schema import LAYERS as DECLARED, check_layers
 from conformance.formats.scenario import Scenario
 from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
 
 
-def exercise(declared: list, scenarios: list[Scenario]) -> list[tuple[Scenario, list[str]]]:
+def exercise(declared: list, scenarios: list[Scenario], features: frozenset[str] | None = None,
+             log=print) -> list[tuple[Scenario, list[str]]]:
     """Every scenario with the declared layers it has, in order (a scenario with none of them
-    is left out)."""
+    is left out, and so is one needing a feature not among `features`, the hello's, saying so)."""
     plan = []
     for scenario in scenarios:
+        lacking = not_declared(scenario.features, features)
+        if lacking:
+            log(f"[selfcheck] {scenario.name}: left out, it needs {', '.join(lacking)}, "
+                "which the hello does not declare (hello.features)")
+            continue
         layers = [layer for layer in scenario.layers if layer in declared]
         if layers:
             plan.append((scenario, layers))
@@ -61,7 +70,10 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[st
         problems.append(f"hello.capabilities must be strings, got {caps!r}")
     if not any(layer in caps for layer in protocol.LAYERS):
         problems.append(f"hello.capabilities names no known layer {list(protocol.LAYERS)}: {caps!r}")
-    plan = exercise(caps, scenarios) or [(scenarios[0], ["config"])]
+    features = declared(hello)
+    log(f"[selfcheck] {spec.label}: features "
+        + (", ".join(sorted(features)) or "none" if features is not None else "every one (hello.features absent)"))
+    plan = exercise(caps, scenarios, features, log) or [(scenarios[0], ["config"])]
     covered = {layer for _, layers in plan for layer in layers}
     unexercised = [layer for layer in protocol.LAYERS if layer in caps and layer not in covered]
     if unexercised:

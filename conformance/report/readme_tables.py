@@ -1,5 +1,6 @@
-"""The docs' generated tables: those that describe the scenarios, from scenarios/*.json, and
-the floors table of docs/architecture.md, from conformance/floors.py, so they cannot drift
+"""The docs' generated tables: those that describe the scenarios, from scenarios/*.json, the
+floors table of docs/architecture.md, from conformance/floors.py, and the feature vocabulary of
+engines/PROTOCOL.md, from conformance/formats/features.py, so they cannot drift
 from them: `parity docs` rewrites them, `parity docs --check` (and make test)
 fails when a doc's table differs.
 
@@ -15,14 +16,27 @@ import re
 from pathlib import Path
 
 from conformance import floors
+from conformance.formats.features import CORE, FEATURES
+from conformance.formats.pins import load_pins
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.formats.scenario import Scenario
+from conformance.judging.judging import scenario_features
 
 
 def scenario_library(scenarios: list[Scenario]) -> str:
-    lines = ["| scenario | layers | engine-matrix rows | what it exercises |", "|---|---|---|---|"]
+    oracle = load_pins().oracle
+    lines = ["| scenario | layers | features | engine-matrix rows | what it exercises |", "|---|---|---|---|---|"]
     for s in sorted(scenarios, key=lambda s: s.name):
-        lines.append(f"| `{s.name}` | {_layers(s.layers)} | {', '.join(s.rows)} | {_cell(s.description)} |")
+        features = ", ".join(f"`{f}`" for f in scenario_features(s, oracle)) or CORE
+        lines.append(f"| `{s.name}` | {_layers(s.layers)} | {features} | {', '.join(s.rows)} | "
+                     f"{_cell(s.description)} |")
+    return "\n".join(lines)
+
+
+def features_table(scenarios: list[Scenario]) -> str:
+    """engines/PROTOCOL.md's feature vocabulary, from formats/features.py (the scenarios play no part)."""
+    lines = ["| feature | a scenario needs it when |", "|---|---|"]
+    lines += [f"| `{name}` | {_cell(meaning)} |" for name, meaning in FEATURES.items()]
     return "\n".join(lines)
 
 
@@ -45,10 +59,11 @@ def floors_table(scenarios: list[Scenario]) -> str:
     return floors.markdown_table()
 
 
-TABLES = {"scenario-library": scenario_library, "layers-verdicts": layers_verdicts, "floors": floors_table}
+TABLES = {"scenario-library": scenario_library, "layers-verdicts": layers_verdicts, "floors": floors_table,
+          "features": features_table}
 # file (relative to the repository) -> the tables it holds
 FILES = {"scenarios/README.md": ("scenario-library",), "docs/porting.md": ("layers-verdicts",),
-         "docs/architecture.md": ("floors",)}
+         "docs/architecture.md": ("floors",), "engines/PROTOCOL.md": ("features",)}
 BLOCK = re.compile(r"<!-- generated: (?P<name>[a-z-]+) \(parity docs\) -->\n(?P<body>.*?)"
                    r"<!-- end generated: (?P=name) -->", re.S)
 

@@ -16,7 +16,7 @@ from xml.etree import ElementTree as ET
 
 from conformance.judging.verdict import KINDS, MISSING, ORACLE, PASS
 from conformance.report.render_text import render_verdict
-from conformance.report.view import REASONS, FirstLine, GateView, visible, visible_lines
+from conformance.report.view import FEATURES_HEAD, REASONS, FirstLine, GateView, visible, visible_lines
 
 
 def junit(view: GateView) -> str:
@@ -27,6 +27,9 @@ def junit(view: GateView) -> str:
     suites = ET.Element("testsuites", name="vllm-parity")
     properties = ET.SubElement(suites, "properties")
     ET.SubElement(properties, "property", name="layers", value=view.layers)
+    for row in view.features:  # the per-feature table: per engine, passed / ran (FEATURES_HEAD)
+        ET.SubElement(properties, "property", name=f"feature {row.label}",
+                      value="; ".join(f"{e}: {row.cells[e].text}" for e in view.engines))
     for row, cells in view.requirement_rows.items():
         suite = ET.SubElement(suites, "testsuite", name=row)
         counts = Counter()
@@ -45,10 +48,10 @@ def junit(view: GateView) -> str:
                     if numerics:  # passes; what arithmetic explained is kept
                         ET.SubElement(case, "system-out").text = text
                     continue
-                if status == "waived" or not v.gating:
+                if status == "waived" or not v.gating or v.declined:
                     counts["skipped"] += 1
-                    reason = (f"waived: {cell.waiver.reason}" if status == "waived"
-                              else f"informational stand-in: {v.kind}")
+                    reason = (f"waived: {cell.waiver.reason}" if status == "waived" else
+                              v.message if v.declined else f"informational stand-in: {v.kind}")
                     ET.SubElement(case, "skipped", message=reason).text = text
                 elif c is not None:
                     counts["failures"] += 1
@@ -101,7 +104,15 @@ def markdown(view: GateView) -> str:
     for s in view.scenarios:
         row = [_text(c.text) if (c := view.cell(s, e)) else "-" for e in view.engines]
         lines.append(f"| {_text(s)} | " + " | ".join(row) + " |")
-    failing = [(row, c) for row, cells in view.requirement_rows.items() for c in cells if c.verdict.kind != PASS]
+    if view.features:
+        lines += ["", _text(FEATURES_HEAD[0].upper() + FEATURES_HEAD[1:].replace("`", "")) + ".", "",
+                  "| feature | " + " | ".join(_code(e, table=True) for e in view.engines) + " |",
+                  "|---|" + "---|" * len(view.engines)]
+        lines += [f"| {_code(row.label, table=True)} | " + " | ".join(_text(row.cells[e].text) for e in view.engines)
+                  + " |" for row in view.features]
+    # a scenario not run for a feature the engine does not declare, not required: its cell says it
+    failing = [(row, c) for row, cells in view.requirement_rows.items() for c in cells
+               if c.verdict.kind != PASS and not c.verdict.declined]
     if failing:
         lines += ["", "| row | scenario | engine | role | verdict | first divergence |",
                   "|---|---|---|---|---|---|"]

@@ -23,7 +23,7 @@ import re
 
 from conformance.judging.verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
 from conformance.report.render_text import render_verdict
-from conformance.report.view import REASONS, Cell, GateView, visible, visible_lines
+from conformance.report.view import FEATURES_HEAD, REASONS, Cell, GateView, visible, visible_lines
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 ZOOM = 6  # steps either side of a first divergence in its zoom panel
@@ -55,10 +55,12 @@ def html_report(view: GateView) -> str:
             row.append(f"<td class='{_h(c.status)}'><a href='#{target}'>{_h(c.text)}</a></td>")
         body.append("<tr>" + "".join(row) + "</tr>")
     body.append("</table>")
+    body += _features_table(view)
     for s in view.scenarios:
         body += _scenario_section(view, s, [c for e in view.engines if (c := view.cell(s, e))])
     style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;text-align:left}"
-             "table{border-collapse:collapse}table.matrix td,table.matrix th{border:1px solid #ddd}"
+             "table{border-collapse:collapse}table.matrix td,table.matrix th,table.features td,table.features th"
+             "{border:1px solid #ddd}"
              ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
              "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
              "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}"
@@ -105,7 +107,8 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
         v = cell.verdict
         if v.kind == PASS:
             continue
-        body.append(f"<details id='{_anchor(scenario, v.engine)}' open><summary>{_h(v.engine)}: "
+        opened = "" if v.declined else " open"  # not run for a feature not declared: no failure
+        body.append(f"<details id='{_anchor(scenario, v.engine)}'{opened}><summary>{_h(v.engine)}: "
                     f"{_h(cell.status)} {_h(cell.where)}</summary>")
         steps_c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
         own = next((s for label, s, _ in series if label == v.engine), None)
@@ -122,6 +125,20 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
         body.append(_capacity_table(v))
         body.append(f"<pre>{_h(render_verdict(v, view.oracle), lines=True)}</pre></details>")
     body.append("</section>")
+    return body
+
+
+def _features_table(view: GateView) -> list[str]:
+    """The per-feature table: per engine, the scenarios needing each feature that passed / ran."""
+    if not view.features:
+        return []
+    body = [f"<p class='features'>{_h(FEATURES_HEAD[0].upper() + FEATURES_HEAD[1:])}.</p>",
+            "<table class='features'><tr><th>feature</th>" + "".join(
+                f"<th><code>{_h(e)}</code></th>" for e in view.engines) + "</tr>"]
+    for row in view.features:
+        body.append(f"<tr><th title='{_h(row.meaning)}'><code>{_h(row.label)}</code></th>" + "".join(
+            f"<td>{_h(row.cells[e].text)}</td>" for e in view.engines) + "</tr>")
+    body.append("</table>")
     return body
 
 

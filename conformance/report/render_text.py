@@ -13,7 +13,7 @@ import textwrap
 from collections import Counter
 
 from conformance.judging.verdict import KINDS, PASS, Verdict
-from conformance.report.view import GateView, visible
+from conformance.report.view import FEATURES_HEAD, GateView, visible
 
 MAX_EXPLAINED = 20
 
@@ -152,8 +152,11 @@ def render_gate(view: GateView) -> str:
         if len(names) > 1:  # every scenario is still named before the details
             lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=GRID_WIDTH,
                                    initial_indent="   ", subsequent_indent="     ")
+    lines += _features(view, [column[e] for e in engines], wide)
     lines.append(render_summary(view.verdicts))
-    failing = [c.verdict for c in view.failing()]
+    # a scenario not run for a feature the engine does not declare is said by its cell and the
+    # per-feature table; unless the feature is required it is no failure to detail
+    failing = [c.verdict for c in view.failing() if not c.verdict.declined]
     if failing:
         lines.append(f"-- details of the {len(failing)} cells that did not pass")
     blocks: dict = {}
@@ -193,7 +196,24 @@ def _codes(view: GateView) -> dict[str, str]:
     return codes
 
 
-def _grids(folded: list[list[str]], texts: dict[str, tuple], first: int, codes: list[str]) -> list[str]:
+def _features(view: GateView, columns: list[str], wide: bool) -> list[str]:
+    """The per-feature table, its columns named as the grid's (codes, cut into grids, when wide)."""
+    if not view.features:
+        return []
+    texts = {row.label: tuple(row.cells[e].text for e in view.engines) for row in view.features}
+    first = max([len("feature")] + [len(visible(label)) for label in texts])
+    head = textwrap.wrap(f"-- {FEATURES_HEAD}", width=GRID_WIDTH, subsequent_indent="   ")
+    if wide:
+        return head + _grids([[label] for label in texts], texts, first, columns, "feature")
+    widths = [max([len(visible(c))] + [len(row[i]) for row in texts.values()]) for i, c in enumerate(columns)]
+    lines = [" ".join(["feature".ljust(first)] + [visible(c).ljust(w) for c, w in zip(columns, widths)])]
+    lines += [" ".join([visible(label).ljust(first)] + [t.ljust(w) for t, w in zip(row, widths)])
+              for label, row in texts.items()]
+    return head + ["   " + line.rstrip() for line in lines]
+
+
+def _grids(folded: list[list[str]], texts: dict[str, tuple], first: int, codes: list[str],
+           head: str = "scenario") -> list[str]:
     """The grid cut into grids of at most GRID_WIDTH columns (at least one engine each), the
     scenario column repeated in each, the engines named by their codes."""
     widths = [max([len(code)] + [len(row[i]) for row in texts.values()]) for i, code in enumerate(codes)]
@@ -207,7 +227,7 @@ def _grids(folded: list[list[str]], texts: dict[str, tuple], first: int, codes: 
         used += 1 + w
     lines = []
     for columns in cuts:
-        lines.append(" ".join(["scenario".ljust(first)] + [codes[i].ljust(widths[i]) for i in columns]).rstrip())
+        lines.append(" ".join([head.ljust(first)] + [codes[i].ljust(widths[i]) for i in columns]).rstrip())
         for names in folded:
             row = texts[names[0]]
             lines.append(" ".join([_label(names).ljust(first)] + [row[i].ljust(widths[i]) for i in columns]).rstrip())

@@ -7,11 +7,12 @@ words. The terminal report, JUnit, markdown, the HTML page and the CI annotation
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from conformance.formats.features import CORE, FEATURES
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.judging.requirement_rows import GateResult, where_of
-from conformance.judging.verdict import DIVERGED, MISSING, NOT_ASKED, NOT_SERVED, PASS, Verdict
+from conformance.judging.verdict import DIVERGED, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, Verdict
 from conformance.judging.waivers import Waiver
 
 # The exit status: its word in a report's title, the title's explanation (markdown), and what
@@ -20,7 +21,12 @@ WORDS = ("PASS", "FAIL", "ERROR")
 EXPLAINED = ("PASS", "FAIL (unwaived divergence or expired waiver)", "ERROR (a gating run could not be compared)")
 MEANINGS = ("every gating verdict passes or is waived",
             "a gating engine diverged without a waiver, or a waiver expired",
-            "a gating run could not be compared")
+            "a gating run could not be compared, or a candidate ran no scenario")
+# What the per-feature table says of itself, in every report.
+FEATURES_HEAD = ("by feature: per engine, the scenarios needing it that passed / that ran; `not declared`: "
+                 "the engine's hello does not declare the feature, so they did not run; `not run`: they "
+                 "need another feature it does not declare (failing only when required: "
+                 "--require-features, REQUIRE_FEATURES=)")
 # What each reason for a layer not judged says in the reports.
 REASONS = {NOT_ASKED: "not asked (--layers, LAYERS=)",
            NOT_SERVED: "the engine does not serve them (its hello does not declare them)",
@@ -83,6 +89,39 @@ class Cell:
 
 
 @dataclass(frozen=True)
+class FeatureCell:
+    """One engine on the scenarios that need one feature (or none: `core`)."""
+    needing: int  # scenarios of the run that need it, with a verdict of this engine
+    passed: int
+    not_run: int  # not run: they need a feature the engine does not declare
+    declared: bool  # False: the engine does not declare this feature (none of them ran)
+
+    @property
+    def text(self) -> str:
+        """`3/4` (passed of those run), `, 2 not run`; `5 not declared`; `-` when none needs it."""
+        if not self.declared:
+            return f"{self.needing} not declared"
+        run = self.needing - self.not_run
+        parts = [f"{self.passed}/{run}"] if run else []
+        if self.not_run:
+            parts.append(f"{self.not_run} not run")
+        return ", ".join(parts) or "-"
+
+
+@dataclass(frozen=True)
+class FeatureRow:
+    """A row of the per-feature table: a feature some scenario of the run needs, or `core`."""
+    feature: str
+    meaning: str
+    required: bool  # --require-features names it
+    cells: dict[str, FeatureCell]  # engine -> its cell
+
+    @property
+    def label(self) -> str:
+        return f"{self.feature} (required)" if self.required else self.feature
+
+
+@dataclass(frozen=True)
 class GateView:
     oracle: str
     status: int  # the exit status
@@ -98,6 +137,7 @@ class GateView:
     commands: dict[str, str]  # engine label -> its command line, shown once
     expired: list[Waiver]
     unused: list[Waiver]
+    features: list[FeatureRow] = field(default_factory=list)  # the per-feature table, `core` first
 
     @property
     def word(self) -> str:
@@ -121,8 +161,11 @@ class GateView:
 
 
 def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None = None,
-              traces: dict | None = None) -> GateView:
-    """traces: verdict key (engine, scenario) -> (the trace judged, its golden or None)."""
+              traces: dict | None = None, features: dict[str, tuple] | None = None,
+              required=()) -> GateView:
+    """traces: verdict key (engine, scenario) -> (the trace judged, its golden or None);
+    features: scenario -> the features it needs (the per-feature table; none without it);
+    required: the features the gate requires."""
     scenarios: list[str] = []
     engines: list[str] = []
     grid: dict[tuple[str, str], Cell] = {}
@@ -142,13 +185,45 @@ def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None =
                           for row, verdicts in result.by_requirement_row().items()},
         counts=Counter(c.status for c in grid.values()), layers=layers_headline(result.verdicts),
         judged_groups=judged_groups(result.verdicts), commands=dict(commands or {}),
-        expired=list(result.expired), unused=list(result.unused))
+        expired=list(result.expired), unused=list(result.unused),
+        features=feature_rows(grid, engines, features, required) if features is not None else [])
+
+
+def feature_rows(grid: dict[tuple[str, str], Cell], engines: list[str], features: dict[str, tuple],
+                 required=()) -> list[FeatureRow]:
+    """The per-feature table: `core` (the scenarios needing no feature), then each feature some
+    scenario needs, in formats/features.py's order; per engine, its scenarios needing it, those
+    that passed and those not run because they need a feature it does not declare."""
+    names = [CORE] + [f for f in FEATURES if any(f in needs for needs in features.values())]
+    names += sorted({f for needs in features.values() for f in needs} - set(names))
+    rows = []
+    for name in names:
+        cells = {}
+        for engine in engines:
+            mine = [c for (e, s), c in grid.items() if e == engine and s in features
+                    and (name in features[s] if name != CORE else not features[s])]
+            cells[engine] = FeatureCell(len(mine), sum(_passed(c) for c in mine),
+                                        sum(bool(c.verdict.missing_features) for c in mine),
+                                        not any(name in c.verdict.missing_features for c in mine))
+        meaning = "scenarios that need no feature" if name == CORE else FEATURES.get(name, "")
+        rows.append(FeatureRow(name, meaning, name in required, cells))
+    return rows
+
+
+def _passed(cell: Cell) -> bool:
+    """Passed as the exit status counts it (a candidate's numerics passes; the oracle's on the
+    build that wrote the golden does not)."""
+    v = cell.verdict
+    return cell.status == PASS or (cell.status == NUMERICS and not (v.role == ORACLE and v.same_build))
 
 
 def _cell_text(v: Verdict, status: str) -> str:
     """pass, or the verdict and where it first differs: `diverged config.max_num_scheduled_tokens`."""
     if status == PASS:  # judged on fewer layers than the scenario has: which ones
         return f"pass [{','.join(v.judged)}]" if v.not_judged else "pass"
+    if v.missing_features:  # not run: the features the engine does not declare
+        text = f"{status} {','.join(v.missing_features)}"
+        return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
     if v.failure:  # diverged, then the engine failed: both, the divergence's field first
         status = f"{status}+{v.failure}"
     text = f"{status} {where_of(v)}".strip()

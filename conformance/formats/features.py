@@ -1,0 +1,135 @@
+"""Features: what a scenario needs of an engine beyond the core scheduler, and what an engine may
+declare it has (`hello.features`, engines/PROTOCOL.md "Features").
+
+A scenario's features are derived from its `engine_args`, its workload and its method matrix,
+never written by hand, so a new scenario cannot forget one. An engine whose hello lists features
+is not run on a scenario that needs one it does not list: the gate gives that scenario an
+`unsupported` verdict naming the feature. A hello without `features` has every feature.
+
+Standard library only: the worker and the test doubles import it beside the protocol.
+"""
+
+from __future__ import annotations
+
+from conformance.formats.fields import METHODS
+
+SPEC = "spec:"  # spec:<method>, one feature per speculative method
+CORE = "core"  # the report's name for the scenarios that need no feature (never a feature)
+# feature -> when a scenario needs it (the reports, `parity docs` and PROTOCOL.md say these words)
+FEATURES: dict[str, str] = {
+    **{f"{SPEC}{method}": f"speculative decoding by `{method}`: `engine_args.speculative_config.method`, "
+       "or a row of `method_matrix`" for method in sorted(METHODS)},
+    "parallel_drafting": "`speculative_config.parallel_drafting` true (PARD, P-EAGLE), in `engine_args` or "
+                         "a row of `method_matrix`",
+    "priority_policy": "`engine_args.scheduling_policy` is `\"priority\"`",
+    "request_priorities": "a request of the workload has a `priority` other than 0",
+    "prefix_caching": "`engine_args.enable_prefix_caching` true (vLLM's default: also when the file omits it)",
+    "chunked_prefill_off": "`engine_args.enable_chunked_prefill` false",
+    "long_prefill_threshold": "`engine_args.long_prefill_token_threshold` above 0",
+    "max_num_scheduled_tokens": "`engine_args.max_num_scheduled_tokens` given",
+    "aborts": "a request of the workload has an `abort_step` (vLLM's `Scheduler.finish_requests`)",
+    "shared_prefixes": "a request of the workload has a `prefix` or `continues` another",
+    "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
+                        "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
+                        "one, `engine_args.async_scheduling` true",
+}
+MAX_DECLARED = 256  # entries of hello.features
+MAX_NAME = 64  # characters of one
+
+
+def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict | None = None,
+           config: dict | None = None) -> tuple[str, ...]:
+    """The features a scenario needs, in FEATURES order. `config` is the oracle's `config` record
+    for the scenario (its golden's), which decides async scheduling where the scenario leaves it
+    to vLLM's default."""
+    args = engine_args if isinstance(engine_args, dict) else {}
+    specs = [_dict(args.get("speculative_config"))]
+    specs += [_dict(row.get("speculative_config")) for row in _dicts(_dict(method_matrix).get("rows"))]
+    requests = _dicts(_dict(workload).get("requests"))
+    threshold = args.get("long_prefill_token_threshold")
+    found = {f"{SPEC}{spec.get('method')}" for spec in specs if spec.get("method") is not None}
+    found |= {name for name, needs in (
+        ("parallel_drafting", any(spec.get("parallel_drafting") is True for spec in specs)),
+        ("priority_policy", args.get("scheduling_policy") == "priority"),
+        ("request_priorities", any(r.get("priority", 0) != 0 for r in requests)),
+        ("prefix_caching", args.get("enable_prefix_caching", True) is not False),
+        ("chunked_prefill_off", args.get("enable_chunked_prefill", True) is False),
+        ("long_prefill_threshold", _number(threshold) and threshold > 0),
+        ("max_num_scheduled_tokens", args.get("max_num_scheduled_tokens") is not None),
+        ("aborts", any(r.get("abort_step") is not None for r in requests)),
+        ("shared_prefixes", any(r.get("prefix") is not None or r.get("continues") is not None
+                                for r in requests)),
+        ("async_scheduling", _async(args, config)),
+    ) if needs}
+    return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))
+
+
+def decided_by_config(engine_args: dict) -> bool:
+    """Whether the oracle's config record decides a feature of this scenario: async scheduling
+    left to vLLM's default (null), which differs by release."""
+    return isinstance(engine_args, dict) and "async_scheduling" in engine_args \
+        and engine_args["async_scheduling"] is None
+
+
+def _async(args: dict, config: dict | None) -> bool:
+    resolved = _dict(config).get("async_scheduling_gpu")
+    if isinstance(resolved, bool):
+        return resolved
+    return args.get("async_scheduling") is True
+
+
+def declared(hello: dict) -> frozenset[str] | None:
+    """The features an engine's hello declares; None when it says nothing (every feature)."""
+    value = hello.get("features")
+    return None if value is None else frozenset(x for x in value if isinstance(x, str))
+
+
+def not_declared(needs, have: frozenset[str] | None) -> tuple[str, ...]:
+    """The features of `needs` an engine declaring `have` does not have, in their order."""
+    return () if have is None else tuple(name for name in needs if name not in have)
+
+
+def declared_problem(value) -> tuple[str, bool] | None:
+    """What is wrong with a hello's `features`, and whether it is a limit exceeded; None when it
+    is a list of at most MAX_DECLARED known feature names."""
+    if not isinstance(value, list):
+        return f"expected hello.features to be a list of feature names, got {type(value).__name__}", False
+    if len(value) > MAX_DECLARED:
+        return f"expected hello.features of at most {MAX_DECLARED} names, got {len(value)}", True
+    for item in value:
+        if not isinstance(item, str):
+            return f"expected hello.features to hold strings, got {item!r:.80}", False
+        if len(item) > MAX_NAME:
+            return (f"expected feature names of at most {MAX_NAME} characters in hello.features, "
+                    f"got one of {len(item)}"), True
+    unknown = sorted({item for item in value if item not in FEATURES})
+    if unknown:
+        return (f"expected hello.features to name features this harness knows (engines/PROTOCOL.md "
+                f"\"Features\"), got unknown {', '.join(repr(x) for x in unknown[:20])}"
+                f"{' and more' if len(unknown) > 20 else ''}; known: {', '.join(FEATURES)}"), False
+    return None
+
+
+def parse_required(text: str, option: str = "--require-features") -> list[str]:
+    """A comma list of feature names, or `all` (every feature); an unknown name is refused,
+    naming it and the known ones."""
+    names = [x.strip() for x in text.split(",") if x.strip()]
+    if names == ["all"]:
+        return list(FEATURES)
+    unknown = [x for x in names if x not in FEATURES]
+    if unknown or not names:
+        raise ValueError(f"{option}: expected `all` or feature names, got unknown {unknown or [text]}; "
+                         f"known: {', '.join(FEATURES)}")
+    return [name for name in FEATURES if name in names]
+
+
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _dicts(value) -> list[dict]:
+    return [x for x in value if isinstance(x, dict)] if isinstance(value, list) else []
+
+
+def _number(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
