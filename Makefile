@@ -23,7 +23,7 @@ GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--la
 	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift) \
 	$(if $(SCALE),--scale '$(SCALE)')
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump
 
 # GNU make exits 0 when every command succeeds and 2 when any fails, whatever the command's own
 # status (1 only under `make -q`; the GNU make manual, "How to Run make"). So a gate that
@@ -104,18 +104,42 @@ bench: envs
 	@$(BIN)/python benchmarks/bench_times.py
 	@$(BIN)/python benchmarks/bench_noise.py 2>/dev/null
 
-# Goldens are written only by the pinned oracles, through syrupy (parity/golden_extension.py):
-# a summary of each change is printed before the file is replaced atomically. PINS= and
-# LAYERS= narrow it; on a GPU runner the only form allowed is the one for the engine goldens
-# no CPU can write: `make goldens PINS=0.33.0 LAYERS=engine` (README, GPU runners).
+# Goldens are written only by the pinned oracles, through `parity goldens` (conformance/regenerate/):
+# a summary of each change is printed before the file is replaced atomically. PINS= (releases),
+# LAYERS= (the scenarios with any of these layers; `engine`: the engine layers) and SCENARIOS=
+# (scenario names) narrow it, each comma-separated; SCALE= (library, production; default all)
+# narrows it to one scale's scenarios; RESULTS=DIR takes the oracle's traces from a
+# gate's results folder (`parity gate --results DIR`) instead of running it again. On a GPU
+# runner the only form allowed is the one for the engine goldens no CPU can write:
+# `make goldens PINS=0.33.0 LAYERS=engine` (README, GPU runners).
 PINS ?=
+SCENARIOS ?=
+RESULTS ?=
+comma := ,
+GOLDEN_OPTIONS = $(foreach pin,$(subst $(comma), ,$(PINS)),--engine '$(pin)') $(if $(LAYERS),--layers '$(LAYERS)') \
+	$(foreach name,$(subst $(comma), ,$(SCENARIOS)),--scenario 'scenarios/$(name).json') \
+	$(if $(RESULTS),--from-results '$(RESULTS)') $(if $(SCALE),--scale '$(SCALE)')
+GOLDEN_STATUSES = 1: an orphan in goldens/, 2: a run failed or bad input
 goldens: envs
-	VLLM_PARITY_GOLDEN_PINS='$(PINS)' VLLM_PARITY_GOLDEN_LAYERS='$(LAYERS)' VLLM_PARITY_SCALE='$(or $(SCALE),all)' \
-		$(BIN)/python -m pytest -q parity --snapshot-update
+	$(info $(BIN)/parity goldens $(strip $(GOLDEN_OPTIONS)))@$(BIN)/parity goldens $(GOLDEN_OPTIONS); \
+		$(call SAY_STATUS,parity goldens,$(GOLDEN_STATUSES))
 
-# Regenerate in memory: fails if any golden would change or has no scenario or pin behind it.
+# Make release PIN the gate oracle in one reviewable step (parity bump; docs/release-gate.md,
+# "Bumping the oracle pin"): checks its CPU rebuild and dependencies (refused: every problem named,
+# nothing changed, status 2), edits [tool.vllm-parity], locks its GPU set, builds it, writes the
+# goldens it lacks and the pull request's text (out/bump/pull-request.md).
+PIN ?=
+BUMP_STATUSES = 2: refused (the checkout unchanged) or stopped, with every reason named
+bump: setup
+	@test -n '$(PIN)' || { echo "make bump: set PIN, e.g. make bump PIN=0.28.0"; exit 2; }
+	$(info $(BIN)/parity bump $(PIN))@$(BIN)/parity bump '$(PIN)'; $(call SAY_STATUS,parity bump,$(BUMP_STATUSES))
+
+# The goldens suite (parity/test_goldens.py, syrupy): every pin on every scenario through the same
+# front door, in memory; fails if any golden would change or has no scenario or pin behind it.
+# The library's; SCALE=production (or all) checks the production-scale goldens too.
 goldens-check: envs
-	VLLM_PARITY_SCALE='$(SCALE)' $(BIN)/python -m pytest -q parity
+	$(BIN)/python -m pytest -q parity
+	$(if $(filter production all,$(SCALE)),$(BIN)/parity goldens --check --scale production)
 
 # The suite's power: coverage of vLLM's scheduling code by the scenarios (every pin) and the
 # generated mutant catalog judged against the gate oracle's goldens (results cached). A cold

@@ -1,9 +1,10 @@
 """Shared fixtures. The harness's self-tests live in tests/; the vLLM oracles they drive are
-real pinned releases, one warm worker per pin for the whole session."""
+real pinned releases, one warm engine session per pin for the whole session."""
 
 from __future__ import annotations
 
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,15 +25,14 @@ def pytest_collection_modifyitems(config, items):
         for item in items:
             if "gpu" in item.keywords:
                 item.add_marker(skip)
-    _goldens_selected(config, items, load_pins())
     # `make test` runs two pytest processes (pytest-xdist, --dist loadgroup). Every test that
-    # uses a warm worker is grouped by the engine it drives, so each engine still costs one
+    # uses a warm session is grouped by the engine it drives, so each engine still costs one
     # cold start per session, in one of the two processes. The engine is the test's `release`
     # or `mutant` parameter, else the gate oracle; a test driving another says so with its own
     # xdist_group marker.
     oracle = load_pins().oracle
     for item in items:
-        if "warm_workers" not in getattr(item, "fixturenames", ()) or item.get_closest_marker("xdist_group"):
+        if "warm_sessions" not in getattr(item, "fixturenames", ()) or item.get_closest_marker("xdist_group"):
             continue
         params = getattr(item, "callspec", None)
         params = params.params if params else {}
@@ -42,84 +42,98 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(engine))
 
 
-def _goldens_selected(config, items, pins) -> None:
-    """`make goldens PINS=... LAYERS=...` ($VLLM_PARITY_GOLDEN_PINS, $VLLM_PARITY_GOLDEN_LAYERS)
-    keeps only those goldens' tests; on a GPU, a golden update that would write any golden a CPU
-    wrote is refused before anything runs (conformance/formats/gpu.py golden_written_here)."""
-    import os
-
-    from conformance.formats import gpu
-    from conformance.formats.settings import device_mode
-
-    pins_setting = os.environ.get("VLLM_PARITY_GOLDEN_PINS", "")
-    layers_setting = os.environ.get("VLLM_PARITY_GOLDEN_LAYERS", "")
-    golden = [(item, item.callspec.params) for item in items if hasattr(item, "callspec")
-              and {"scenario", "release"} <= item.callspec.params.keys() and "parity" in item.path.parts]
-    if pins_setting or layers_setting:
-        dropped = [item for item, p in golden
-                   if not gpu.selected_for_goldens(p["scenario"].layers, p["release"], pins_setting, layers_setting)]
-        if dropped:
-            config.hook.pytest_deselected(items=dropped)
-            items[:] = [item for item in items if item not in set(dropped)]
-            golden = [(item, p) for item, p in golden if item not in set(dropped)]
-    if not config.getoption("update_snapshots", default=False) or device_mode() != "gpu":
-        return
-    refused = [item.nodeid for item, p in golden if not gpu.golden_written_here(
-        p["scenario"].layers, p["release"], "gpu", pins.cpu_engine_build(p["release"]))]
-    if refused:
-        raise pytest.UsageError(
-            f"on a GPU, `make goldens` writes only the engine goldens of pins without a CPU engine "
-            f"build; {len(refused)} selected goldens were written on CPU (first: {refused[0]}). "
-            "Run `make goldens PINS=0.33.0 LAYERS=engine`.")
-
-
-# Engines kept warm at once per pytest process. A group's tests run one after another, so an
-# engine ended to make room is rarely wanted again; the cap keeps `make test` near 3 GiB. On a
-# GPU each also needs its share of GPU memory (max_warm).
+# Engines kept warm at once per pytest process: at least MAX_WARM, and one per pin, since the
+# goldens suite runs every scenario on every pin in turn (fewer would cold-start an engine for
+# nearly every test). A group's tests run one after another, so an engine ended to make room is
+# rarely wanted again; each holds up to 1 GiB. On a GPU each also needs its share of GPU memory.
 MAX_WARM = 3
 
 
-def max_warm(device: str, processes: int) -> int:
-    """Warm engines per pytest process: MAX_WARM, and on a GPU no more than the processes'
-    share of the engines its free memory holds (conformance/formats/gpu.py), at least one."""
+def max_warm(device: str, processes: int, pins: int) -> int:
+    """Warm engines per pytest process: MAX_WARM or the number of pins, whichever is more, and on
+    a GPU no more than the processes' share of the engines its free memory holds
+    (conformance/formats/gpu.py), at least one."""
+    most = max(MAX_WARM, pins)
     if device != "gpu":
-        return MAX_WARM
+        return most
     from conformance.formats import gpu
 
-    return max(1, min(MAX_WARM, gpu.engines_fitting(gpu.memory()[0]) // max(1, processes)))
+    return max(1, min(most, gpu.engines_fitting(gpu.memory()[0]) // max(1, processes)))
 
 
 @pytest.fixture(scope="session")
-def warm_workers(request):
-    """engine (a pin, or a pin's TEST DEVICE mutant "0.27.1+mutant:NAME") -> a started
-    EngineProcess, started once per session (per xdist process), closed at the end."""
+def warm_sessions(request):
+    """engine (a pin, or a pin's TEST DEVICE mutant "0.27.1+mutant:NAME") -> its started
+    EngineSession (process/session.py), started once per session (per xdist process) and
+    restarted by the session only when its engine is gone, closed at the end."""
     from concurrent.futures import ThreadPoolExecutor
 
     from conformance.formats.engine_ref import EngineRef
     from conformance.formats.pins import load_pins
     from conformance.formats.settings import device_mode
-    from conformance.process.client import EngineProcess
     from conformance.process.launch import prepare_engine
+    from conformance.process.session import EngineSession
 
-    workers: dict[str, EngineProcess] = {}  # least recently used first
+    sessions: dict[str, EngineSession] = {}  # least recently used first
     xdist = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
     processes = xdist["workercount"] if xdist else 1
-    most = max_warm(device_mode(), processes)
     pins = load_pins()
+    most = max_warm(device_mode(), processes, len(pins.releases))
+    lock = threading.Lock()  # a gate run asks from its engines' threads (warm_gate)
 
-    def get(engine: str) -> EngineProcess:
-        if engine not in workers:
-            proc = EngineProcess(prepare_engine(EngineRef.parse(engine, pins), pins, log=lambda m: None))
-            proc.start()
-            workers[engine] = proc
-            while len(workers) > most:  # each holds up to 1 GiB: end the longest unused
-                workers.pop(next(iter(workers))).close()
-        workers[engine] = workers.pop(engine)
-        return workers[engine]
+    def get(engine: str) -> EngineSession:
+        with lock:
+            if engine not in sessions:
+                session = EngineSession(prepare_engine(EngineRef.parse(engine, pins), pins, log=lambda m: None))
+                session.start()
+                sessions[engine] = session
+                while len(sessions) > most:  # each holds up to 1 GiB: end the longest unused
+                    sessions.pop(next(iter(sessions))).close()
+            sessions[engine] = sessions.pop(engine)
+            return sessions[engine]
 
     yield get
     with ThreadPoolExecutor() as pool:  # each engine takes seconds to shut down: all at once
-        list(pool.map(EngineProcess.close, workers.values()))
+        list(pool.map(EngineSession.close, sessions.values()))
+
+
+@pytest.fixture
+def warm_gate(warm_sessions, monkeypatch):
+    """`parity gate` run in this test's process (cli.main, gate/run.py) with each pinned release
+    it runs served by the warm session of that pin (warm_sessions): no cold start of its own.
+    Other engines (command lines, mutants) start as the gate starts them."""
+    from conformance.gate import execute
+    from conformance.process.session import EngineSession
+
+    class Lent(EngineSession):
+        """The gate's session of a pin over the warm session's engine: it starts (and restarts)
+        that engine, and leaves it running when the gate closes it."""
+
+        def __init__(self, warm: EngineSession, spec, **options):
+            super().__init__(spec, **options)
+            self.warm = warm
+
+        @property
+        def hello(self):
+            return self.warm.hello
+
+        def start(self, until=None):
+            before = self.warm.cold_starts
+            proc = self.warm.start(until)
+            self.cold_starts += self.warm.cold_starts - before
+            return proc
+
+        def close(self) -> bool:
+            return False
+
+    def session(spec, **options) -> EngineSession:
+        if spec.release is None:  # not a pinned release itself
+            return EngineSession(spec, **options)
+        warm = warm_sessions(spec.release)
+        assert warm.spec.argv == spec.argv, (warm.spec, spec)  # the same worker, the same device
+        return Lent(warm, spec, **options)
+
+    monkeypatch.setattr(execute, "EngineSession", session)
 
 
 @pytest.fixture
@@ -128,3 +142,18 @@ def double_engine():
     def make(*options: str) -> tuple[str, ...]:
         return (sys.executable, str(DOUBLE), *options)
     return make
+
+
+def gate_engine(text: str, role: str):
+    """An engine of a gate run with its role, as `parity gate` makes one (NAME=COMMAND names it)."""
+    from conformance.formats.engine_ref import EngineRef
+    from conformance.formats.pins import load_pins
+
+    return EngineRef.parse(text, load_pins(), named=True).with_role(role)
+
+
+def records_of(session, scenario, layers=None) -> dict:
+    """The records of a unit that must run to its end on `session` (its failure said otherwise)."""
+    trace = session.trace(scenario, layers)
+    assert "failure" not in trace, trace["failure"]
+    return trace["layers"]

@@ -14,8 +14,8 @@ from conformance.formats.engine_ref import EngineRef  # noqa: E402
 from conformance.formats.pins import load_pins  # noqa: E402
 from conformance.formats.protocol import ENGINE_LAYERS  # noqa: E402
 from conformance.formats.scenario import load_scenario  # noqa: E402
-from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import prepare_engine  # noqa: E402
+from conformance.process.session import EngineSession, served  # noqa: E402
 
 
 def peak_rss_gib(pid: int) -> float:
@@ -30,25 +30,22 @@ def main() -> None:
     scenarios = [s for s in (load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json")))
                  if s.engine is not None]
     for release in load_pins().releases:
-        proc = EngineProcess(prepare_engine(EngineRef.pin(release), log=lambda m: None))
+        session = EngineSession(prepare_engine(EngineRef.pin(release), log=lambda m: None))
         t0 = time.perf_counter()
-        proc.start()
+        proc = session.start()
         cold = time.perf_counter() - t0
-        if "engine_steps" not in proc.hello["capabilities"]:
-            try:
-                proc.run(scenarios[0], ["engine_steps"])
-            except EngineFailure as failure:
-                reason = str(failure).split("unsupported: ", 1)[-1]
-            proc.close()
-            print(f"(d) engine layer, vllm {release}: unsupported: {reason}")
+        if served(["engine_steps"], proc.hello)[1]:
+            failure = session.trace(scenarios[0], ["engine_steps"])["failure"]
+            session.close()
+            print(f"(d) engine layer, vllm {release}: unsupported: {failure['message'].split('unsupported: ', 1)[-1]}")
             continue
         times = {}
         for s in scenarios:
             t = time.perf_counter()
-            proc.run(s, list(ENGINE_LAYERS))
+            session.trace(s, list(ENGINE_LAYERS))
             times[s.name] = time.perf_counter() - t
-        rss = peak_rss_gib(proc._proc.pid)
-        proc.close()
+        rss = peak_rss_gib(proc.pid)  # the worker's own, not its keeper's
+        session.close()
         slowest = max(times, key=times.get)
         print(f"(d) engine layer, vllm {release}: cold start {cold:.1f} s, {len(times)} engine scenarios "
               f"{sum(times.values()):.1f} s (slowest {slowest} {times[slowest]:.1f} s, median "

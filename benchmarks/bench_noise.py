@@ -32,8 +32,9 @@ from conformance.formats.engine_ref import EngineRef  # noqa: E402
 from conformance.formats.pins import load_pins  # noqa: E402
 from conformance.formats.scenario import load_scenario  # noqa: E402
 from conformance.judging.noise import TOLERANCE_OVER_NOISE, logprob_noise  # noqa: E402
-from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.client import EngineFailure  # noqa: E402
 from conformance.process.launch import prepare_engine  # noqa: E402
+from conformance.process.session import EngineSession, served  # noqa: E402
 
 # name -> (environment of the worker, engine_args changed)
 VARIANTS = {
@@ -54,11 +55,14 @@ def outputs(release: str, scenarios: list, env: dict, args: dict) -> dict:
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)  # the worker inherits it: the caps apply from its first import
     try:
-        with EngineProcess(prepare_engine(EngineRef.pin(release), log=lambda m: None)) as proc:
-            if "engine_outputs" not in proc.hello["capabilities"]:
+        with EngineSession(prepare_engine(EngineRef.pin(release), log=lambda m: None)) as session:
+            if served(["engine_outputs"], session.start().hello)[1]:
                 return {}
-            return {s.name: proc.run(full_precision(s, args), ["engine_outputs"])["engine_outputs"]
-                    for s in scenarios}
+            traces = {s.name: session.trace(full_precision(s, args), ["engine_outputs"]) for s in scenarios}
+        failure = next((t["failure"] for t in traces.values() if "failure" in t), None)
+        if failure is not None:
+            raise EngineFailure(failure["kind"], failure["message"])
+        return {name: t["layers"]["engine_outputs"] for name, t in traces.items()}
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)

@@ -26,10 +26,9 @@ from conformance.formats.settings import device_mode
 from conformance.formats.trace import TraceError, dumps, load_trace
 from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
-from conformance.gate.execute import golden_digests
+from conformance.gate.execute import default_parallel, golden_digests
 from conformance.gate.replay import oracle_windows
 from conformance.gate.run import gate, merge
-from conformance.gate.runner import default_parallel, run_scenarios
 from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
@@ -38,6 +37,7 @@ from conformance.process.envs import EnvError, build_envs, lock_gpu
 from conformance.process.launch import prepare_engine
 from conformance.process.progress import EngineProgress, Progress
 from conformance.process.reaper import Ended, end_all, ended_words, resume
+from conformance.process.session import EngineSession
 from conformance.report.drift import drift_rows, render_drift
 from conformance.report.methods_table import render_methods_table
 from conformance.report.render_text import render
@@ -149,12 +149,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
     p.add_argument("--drift", action="store_true", help="also print the drift across pins and the per-pin tables")
 
-    p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs")
+    p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs (make goldens)")
     p.add_argument("--check", action="store_true",
                    help="regenerate in memory; fail if any golden would change or has no scenario")
     p.add_argument("--engine", action="append", help="only these pins (a candidate is refused)")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
-    p.add_argument("--layers", help="comma-separated layers (default: every layer the scenario has)")
+    p.add_argument("--layers", help="only the goldens of scenarios with any of these layers (comma-separated; "
+                   "`engine`: the engine layers); a golden always holds every layer of its scenario")
+    p.add_argument("--from-results", action="append", type=Path, metavar="DIR",
+                   help="the oracle's traces from a gate's results folder (`parity gate --results DIR`; "
+                   "repeat for every shard's) instead of running it again")
+    p.add_argument("--scale", choices=("library", "production", "all"), default="all",
+                   help="without --scenario, the goldens of which scenarios/*.json: the library, the "
+                        "production-scale scenarios (minutes of oracle time each), or all (default)")
+
+    p = sub.add_parser("bump", help="make a release the gate oracle: check its CPU rebuild and dependencies, "
+                       "edit [tool.vllm-parity], lock its GPU set, build it, write its goldens and the "
+                       "pull request's text (make bump PIN=X)")
+    p.add_argument("release", help="the release to make the gate oracle, e.g. 0.28.0")
+    p.add_argument("--pr-text", type=Path, help="where the pull request's text (markdown) is written "
+                   "(default: out/bump/pull-request.md; it is also printed)")
 
     p = sub.add_parser("comparable", help="may these two runs' throughput figures be compared?")
     p.add_argument("traces", nargs=2, type=Path, metavar="TRACE")
@@ -292,10 +306,10 @@ def cmd_run(args) -> int:
     spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
     layers = _layers(args.layers) or scenario.layers
     with Progress(2.0, log) as progress:  # a cold start and one scenario, said while they last
-        result = run_scenarios(spec, [scenario], layers, log=log, progress=EngineProgress(
-            progress, "run", spec.label, [(scenario.name, layers, 1.0)], 1.0),
-            expect=lambda s: golden_digests(s.name, pins.oracle))
-    trace = result.traces[0]
+        with EngineSession(spec, progress=EngineProgress(progress, "run", spec.label,
+                                                         [(scenario.name, layers, 1.0)], 1.0),
+                           expect=lambda s: golden_digests(s.name, pins.oracle)) as session:
+            trace = session.trace(scenario, layers)
     remove_dead_writers_temporaries(args.out)  # what an earlier run killed while writing it left
     write_text_atomic(args.out, dumps(trace))
     if "failure" in trace:
@@ -351,49 +365,9 @@ def cmd_merge(args) -> int:
 
 
 def cmd_goldens(args) -> int:
-    pins = load_pins()
-    refs = [EngineRef.parse(text, pins) for text in args.engine or pins.releases]
-    for ref in refs:
-        if not ref.is_pin:
-            raise GoldenRefused(
-                f"refusing to regenerate goldens from {ref.text!r}: only a pinned vLLM oracle "
-                f"({', '.join(pins.releases)}) writes goldens")
-    scenarios = _scenarios(args.scenario)
-    releases = [prepare_engine(ref, pins, log) for ref in refs]
-    changed, failed, skipped = [], [], []
-    layers = _layers(args.layers)
-    # progress: each pin's cold start and scenarios count one each, the time left by estimate
-    with Progress(len(releases) * (len(scenarios) + 1.0), log) as progress:
-        for spec in releases:
-            run = run_scenarios(spec, scenarios, layers, log=log, repeat=2, progress=EngineProgress(
-                progress, "goldens", spec.label, [(s.name, layers or s.layers, 1.0) for s in scenarios], 1.0))
-            for trace in run.traces:
-                if "failure" in trace:  # a pin that cannot serve the layers here has no golden
-                    path = GOLDENS.path(trace["scenario"]["name"], spec.release)
-                    (skipped if trace["failure"]["kind"] == "unsupported" else failed).append(
-                        f"{path}: {trace['failure']['kind']}: {trace['failure']['message']}")
-                    continue
-                update = GOLDENS.update(trace, spec.release)  # the lifecycle of `make goldens` too
-                if not update.changes:
-                    continue
-                changed.append(update.path)
-                progress.say(update.summary)
-                if not args.check:
-                    GOLDENS.write(update)
-    orphans = [] if args.scenario else GOLDENS.orphans({s.name for s in scenarios}, pins.releases)
-    for path in orphans:
-        log(f"[goldens] orphan: {path.relative_to(REPO_ROOT)} is not the golden of a scenario and a pin "
-            "(a golden of neither, or a killed write's temporary file)")
-    for line in skipped:
-        log(f"[goldens] none for this pin here: {line}")
-    for line in failed:
-        log(f"[goldens] not written: {line}")
-    verb = "would change" if args.check else "written"
-    log(f"[goldens] {len(changed)} {verb}, {len(orphans)} orphaned, {len(skipped)} unsupported here, "
-        f"{len(failed)} failed")
-    if failed:
-        return 2
-    return 1 if (args.check and changed) or orphans else 0
+    from conformance.regenerate.command import goldens_command
+
+    return goldens_command(args, _scenarios(args.scenario, args.scale), _scenarios(None), log)
 
 
 def cmd_selfcheck(args) -> int:
@@ -407,6 +381,12 @@ def cmd_selfcheck(args) -> int:
         print(f"FAIL {problem}")
     print("protocol self-check: " + ("passed" if not problems else f"{len(problems)} problem(s)"))
     return 1 if problems else 0
+
+
+def cmd_bump(args) -> int:
+    from conformance.bump.command import bump
+
+    return bump(args.release, _scenarios(None), log, args.pr_text)
 
 
 def cmd_comparable(args) -> int:
@@ -468,7 +448,7 @@ def cmd_adequacy(args) -> int:
     return adequacy(args, _scenarios(None, "library"), log)
 
 
-COMMANDS = {"comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
+COMMANDS = {"bump": cmd_bump, "comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
             "adequacy": cmd_adequacy, "docs": cmd_docs, "fuzz": cmd_fuzz}
 

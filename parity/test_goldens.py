@@ -1,62 +1,48 @@
-"""The parity suite's golden lifecycle: each pinned oracle, on each scenario, must reproduce its
-committed golden, by the golden store's one lifecycle (conformance/judging/goldens.py
-GoldenStore.update, which `parity goldens` runs too): byte for byte on the machine that wrote
-it; elsewhere integer facts exactly and logprobs within the scenario's calibrated tolerance.
-`pytest parity --snapshot-update` (make goldens) rewrites a golden that does not hold (or is
-unreadable), and only such a one."""
-
-import os
+"""The goldens suite: each pinned oracle, on each scenario, must reproduce its committed golden,
+through the golden front door that `parity goldens` (make goldens) runs too
+(conformance/regenerate/lifecycle.py, GoldenStore.regenerate, once per golden): byte for byte on
+the machine that wrote it; elsewhere integer facts exactly and logprobs within the scenario's
+calibrated tolerance. With `--snapshot-update` the front door writes a golden that does not
+hold (or is unreadable), and only such a one; `make goldens` is the usual way."""
 
 import pytest
 
-from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import at_scale, load_scenario
-from conformance.formats.trace import make_trace
 from conformance.judging.goldens import GOLDENS, NEW
-from conformance.process.client import EngineFailure
-from conformance.report.render_text import render_verdict
+from conformance.regenerate.lifecycle import golden_trace
 from conftest import REPO
 from parity.golden_extension import GoldenExtension
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
 LIBRARY = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
-# Production-scale scenarios (minutes of oracle time each) run here only when asked:
-# `make goldens` sets VLLM_PARITY_SCALE=all, a production CI job VLLM_PARITY_SCALE=production;
-# `make test` and `make goldens-check` keep to the library.
-SCENARIOS = at_scale(LIBRARY, os.environ.get("VLLM_PARITY_SCALE") or "library")
+# The library only: production-scale scenarios take minutes of oracle time each, so their goldens
+# go through the same front door by `parity goldens --scale production` (--check to check them).
+SCENARIOS = at_scale(LIBRARY, "library")
 
 
 @pytest.mark.parametrize("release", PINS.releases)
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
-def test_oracle_reproduces_its_golden(request, snapshot, warm_workers, scenario, release):
-    proc = warm_workers(release)
-    missing = [layer for layer in scenario.layers if layer not in proc.hello["capabilities"]]
-    if missing:  # 0.33.0 on CPU: no CPU build runs its engine; the reason is the engine's own
-        with pytest.raises(EngineFailure, match="unsupported") as refused:
-            proc.run(scenario, scenario.layers)
-        pytest.skip(f"vllm {release}: {str(refused.value).split('unsupported: ', 1)[-1]}")
-    records = proc.run(scenario, scenario.layers)
-    again = proc.run(scenario, scenario.layers)
-    # a nondeterministic oracle is named as such and never becomes a golden
-    assert again == records, f"vllm {release} is nondeterministic on {scenario.name}"
-    trace = make_trace(EngineRef.pin(release).label, proc.hello, scenario, records)
-    update = GOLDENS.update(trace, release)
+def test_oracle_reproduces_its_golden(request, snapshot, warm_sessions, scenario, release):
     updating = request.config.option.update_snapshots
-    if update.changes and update.action != NEW and not updating:
-        check = update.check
-        detail = render_verdict(check.verdict, release) if check and check.verdict else ""
-        rule = f" ({check.rule} rule)" if check else ""
-        pytest.fail(f"{update.path.name} does not hold{rule}: {update.reason}\n{detail}")
-    if updating and update.changes:  # what the rewrite changes, before it is written
-        summary = update.summary
-        plugins = request.config.pluginmanager
-        reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
-        if reporter and capture:  # shown as the run goes, not captured with the test's output
+    plugins = request.config.pluginmanager
+    reporter, capture = plugins.get_plugin("terminalreporter"), plugins.get_plugin("capturemanager")
+
+    def say(summary: str) -> None:  # what a rewrite changes, shown before it is written
+        if updating and reporter and capture:  # as the run goes, not captured with the test's output
             with capture.global_and_fixture_disabled():
                 reporter.write_line(summary)
-    assert trace == snapshot(extension_class=GoldenExtension.for_golden(scenario.name, release))
+
+    outcome = GOLDENS.regenerate(golden_trace(warm_sessions(release), scenario), release, updating, say)
+    if outcome.unsupported:  # 0.33.0 on CPU: no CPU build runs its engine; the reason is the engine's own
+        pytest.skip(f"vllm {release}: {outcome.unsupported.split('unsupported: ', 1)[-1]}")
+    # a nondeterministic oracle is named as such and never becomes a golden
+    assert not outcome.failure, f"vllm {release} on {scenario.name}: {outcome.failure}"
+    update = outcome.update
+    if update.changes and update.action != NEW and not updating:
+        pytest.fail(update.explain())  # golden (its path) says X, the oracle run now gives Y
+    assert outcome == snapshot(extension_class=GoldenExtension.of(outcome))
 
 
 def test_every_golden_has_a_scenario_and_a_pin():

@@ -213,13 +213,21 @@ def test_parity_adequacy_refuses_a_bad_sample_before_any_engine_starts(capsys):
 
 # -- a fixed sample of the generated catalog, served as candidates --------------------------
 # (function, operator, original, replacement, text of the mutated line, the scenario that must
-# catch it): the seed's bug class (the drafting reservation), the token budget of the running
-# queue, the preemption victim, the max_tokens stop.
+# catch it): by release, the seed's bug class (the drafting slots: 0.27.1 reserves them in the
+# config, 0.28.0 on charges them per step in the scheduler) and the budget of the running queue
+# (0.28.0's input budget binds where 0.27.1's token budget did: removing the token budget's
+# decrement changes nothing there); for every release, the preemption victim, the max_tokens stop.
+BY_RELEASE = {
+    "0.27.1": [("VllmConfig._set_max_num_scheduled_tokens", "aor", "-", "+",
+                "max_num_batched_tokens - scheduled_token_delta", "dflash_27b_gate"),
+               ("Scheduler.schedule", "remove", "token_budget -= num_new_tokens", "pass",
+                "token_budget -= num_new_tokens", "prefill_budget_binds")],
+    "0.28.0": [("Scheduler.schedule", "aor", "-", "+",
+                "request_token_budget = min(token_budget, input_budget - draft_slots)", "prefill_budget_binds"),
+               ("Scheduler.schedule", "remove", "input_budget -= num_new_tokens + draft_slots", "pass",
+                "input_budget -= num_new_tokens + draft_slots", "prefill_budget_binds")],
+}
 FIXED_SAMPLE = [
-    ("VllmConfig._set_max_num_scheduled_tokens", "aor", "-", "+", "max_num_batched_tokens - scheduled_token_delta",
-     "dflash_27b_gate"),
-    ("Scheduler.schedule", "remove", "token_budget -= num_new_tokens", "pass", "token_budget -= num_new_tokens",
-     "prefill_budget_binds"),
     ("Scheduler.schedule", "pop", "self.running.pop()", "self.running.pop(0)", "self.running.pop()", "kv_pressure"),
     ("check_stop", "ror", ">=", ">", "num_output_tokens >= request.max_tokens", "stop_conditions"),
 ]
@@ -227,29 +235,26 @@ FIXED_SAMPLE = [
 
 @pytest.mark.oracle
 def test_a_fixed_sample_of_generated_mutants_is_caught():
-    from conformance.adequacy.measure import catalog, judge_mutant
+    from conformance.adequacy.measure import catalog, judge_mutant, mutant_launcher
     from conformance.formats.pins import load_pins
     from conformance.formats.scenario import load_scenario
     from conformance.judging.goldens import GOLDENS
-    from conformance.process.mutant_server import MutantServer
     from conftest import REPO
 
     pins = load_pins()
+    assert pins.oracle in BY_RELEASE, f"choose the budget mutants of vLLM {pins.oracle}'s catalog (BY_RELEASE)"
     mutants, sources = catalog(pins.oracle, load_scope(), log=lambda m: None)
     assert not any(load_scope().callee(m.file) for m in mutants)  # the callees are not mutated
-    server = MutantServer(pins.oracle, log=lambda m: None)
-    try:
-        for function, operator, original, replacement, line, name in FIXED_SAMPLE:
+    with mutant_launcher(mutants, log=lambda m: None) as launcher:
+        for function, operator, original, replacement, line, name in [*BY_RELEASE[pins.oracle], *FIXED_SAMPLE]:
             chosen = [m for m in mutants if (m.function, m.operator, m.original, m.replacement)
                       == (function, operator, original, replacement)
                       and line in sources[m.file].splitlines()[m.line - 1]]
             assert chosen, f"the catalog has no {operator} mutant {original!r} -> {replacement!r} in {function}"
             scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
             golden = GOLDENS.load(name, pins.oracle)
-            result = judge_mutant(server, chosen[0], [scenario], {name: golden})
+            result = judge_mutant(launcher, pins.oracle, chosen[0], [scenario], {name: golden})
             assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
-    finally:
-        server.close()
 
 
 def test_asserts_parameter_defaults_and_dead_stores_are_not_mutated(tmp_path):
@@ -359,11 +364,10 @@ ENGINE_FIXED_SAMPLE = [
 @pytest.mark.oracle
 def test_a_fixed_sample_of_engine_path_mutants_is_caught():
     from conformance.adequacy.engine_path import ENGINE_SCOPE_FILE, engine_catalog
-    from conformance.adequacy.measure import judge_mutant
+    from conformance.adequacy.measure import judge_mutant, mutant_launcher
     from conformance.formats.pins import load_pins
     from conformance.formats.scenario import load_scenario
     from conformance.judging.goldens import GOLDENS
-    from conformance.process.mutant_server import MutantServer
     from conftest import REPO
 
     pins = load_pins()
@@ -371,14 +375,11 @@ def test_a_fixed_sample_of_engine_path_mutants_is_caught():
     # every line counts as run here: the fixed sample names lines the engine scenarios run
     every = {f: set(range(1, 20000)) for f, _ in engine_scope.measure}
     mutants, sources, _ = engine_catalog(pins.oracle, engine_scope, every, log=lambda m: None)
-    server = MutantServer(pins.oracle, log=lambda m: None)
-    try:
+    with mutant_launcher(mutants, log=lambda m: None) as launcher:
         for function, operator, original, replacement, line, name in ENGINE_FIXED_SAMPLE:
             chosen = [m for m in mutants if (m.function, m.operator, m.replacement) == (function, operator, replacement)
                       and original in (None, m.original) and line in sources[m.file].splitlines()[m.line - 1]]
             assert chosen, f"the engine catalog has no {operator} mutant -> {replacement!r} in {function}"
             scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
-            result = judge_mutant(server, chosen[0], [scenario], {name: GOLDENS.load(name, pins.oracle)})
+            result = judge_mutant(launcher, pins.oracle, chosen[0], [scenario], {name: GOLDENS.load(name, pins.oracle)})
             assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
-    finally:
-        server.close()

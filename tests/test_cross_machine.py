@@ -90,19 +90,19 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
     from conformance.formats.engine_ref import EngineRef
     from conformance.formats.pins import load_pins
     from conformance.formats.scenario import load_scenario
-    from conformance.formats.trace import make_trace
     from conformance.judging.goldens import GOLDENS
-    from conformance.process.client import EngineProcess
     from conformance.process.launch import prepare_engine
+    from conformance.process.session import EngineSession
 
     oracle = load_pins().oracle
     monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "SSE41")  # the worker inherits it
     moved = 0
-    with EngineProcess(prepare_engine(EngineRef.pin(oracle), log=lambda m: None)) as proc:
-        assert proc.hello["environment"]["cpu"]["onednn_max_isa"] == "SSE41"
+    with EngineSession(prepare_engine(EngineRef.pin(oracle), log=lambda m: None)) as session:
+        assert session.start().hello["environment"]["cpu"]["onednn_max_isa"] == "SSE41"
         for name in ("engine_kv_pressure", "engine_eagle3"):
             scenario = load_scenario(Path(__file__).parents[1] / "scenarios" / f"{name}.json")
-            trace = make_trace(f"vllm-{oracle}", proc.hello, scenario, proc.run(scenario, scenario.layers))
+            trace = session.trace(scenario)
+            assert "failure" not in trace, trace["failure"]
             golden = GOLDENS.load(name, oracle)
             check = check_golden(trace, golden)
             assert check.holds and check.rule == "tolerance", check.reason

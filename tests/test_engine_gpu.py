@@ -15,12 +15,12 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
+from conformance.judging.goldens import GOLDENS
 from conformance.judging.numerics import capacity_excess
-from conftest import GATE
+from conftest import GATE, records_of
 
 pytestmark = pytest.mark.gpu
 MODELS_ENV = "VLLM_PARITY_GATE_MODELS"
-STATED = "max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."
 
 
 def gate_engine_scenario(tmp_path: Path, models: Path):
@@ -37,14 +37,19 @@ def gate_engine_scenario(tmp_path: Path, models: Path):
     return load_scenario(path)
 
 
-def test_the_27b_gate_on_the_real_gpu_engine(tmp_path, warm_workers):
+def test_the_27b_gate_on_the_real_gpu_engine(tmp_path, warm_sessions):
     models = os.environ.get(MODELS_ENV)
     if not models:
         pytest.skip(f"{MODELS_ENV} is not set (a folder with qwen3-27b/ and dflash-27b-draft/, weights included)")
     scenario = gate_engine_scenario(tmp_path, Path(models))
     oracle = load_pins().oracle
-    records = warm_workers(oracle).run(scenario, scenario.layers)
+    records = records_of(warm_sessions(oracle), scenario)
+    # the oracle's budget for the gate, as its golden of the same engine_args holds it
+    budget = GOLDENS.load("dflash_27b_gate", oracle)["layers"]["config"][0]["max_num_scheduled_tokens"]
+    stated = f"max_num_scheduled_tokens is set to {budget} based on the speculative decoding settings."
     lines = records["engine_config"][0]["budget_log_lines"]
-    assert any(line.startswith(STATED) for line in lines), lines
-    assert records["engine_steps"][0]["total_num_scheduled_tokens"] == 4036
+    assert any(line.startswith(stated) for line in lines), lines
+    step0 = records["engine_steps"][0]  # the budget binds at step 0, less any slots charged there
+    charged = step0.get("drafting_slots_per_request", 0) * len(step0["running"]) if "input_budget" in step0 else 0
+    assert step0["total_num_scheduled_tokens"] == budget - charged
     print("capacity excess of the oracle:", capacity_excess(records["engine_steps"]))

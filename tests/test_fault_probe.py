@@ -69,11 +69,11 @@ GATE_DRIVER = """
 import sys
 sys.path[:0] = [sys.argv[1]]
 from conformance import cli
-from conformance.gate.engines import GateEngine
+from conformance.formats.engine_ref import EngineRef
 oracle, candidate = sys.argv[2], sys.argv[3]
 cli.gate_engines = lambda pins, candidates, log: [
-    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
-    GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+    EngineRef.parse(oracle, pins).with_role("oracle"),
+    EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[4:]))
 """
 
@@ -147,12 +147,12 @@ REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
 
 
 def gate_engines_of(tmp_path, *candidate_options: str):
-    from conformance.gate.engines import GateEngine
+    from conftest import gate_engine
 
     oracle = double_cmd("--steps", "3")
     candidate = double_cmd(*candidate_options)
-    return [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
-            GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+    return [gate_engine(oracle, "oracle"),
+            gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")]
 
 
 def run_gate(engines, reports: Path | None, scenarios=(GATE,), shard=None, results=None, said=None):
@@ -313,7 +313,7 @@ def test_a_second_gate_on_a_reports_folder_in_use_is_refused(tmp_path, gate_cli)
 # 6. corrupt real weights are an engine error of the real oracle, not a refused configuration
 # ---------------------------------------------------------------------------------------------
 
-def test_corrupt_real_weights_are_an_engine_error_not_a_refusal(warm_workers, tmp_path):
+def test_corrupt_real_weights_are_an_engine_error_not_a_refusal(warm_sessions, tmp_path):
     """A model folder without weights.json holds real weights; here its model.safetensors is
     random bytes (a TEST corrupt checkpoint, 1 MiB) beside the tiny Qwen3's config."""
     import random
@@ -327,10 +327,9 @@ def test_corrupt_real_weights_are_an_engine_error_not_a_refusal(warm_workers, tm
     path = tmp_path / "engine_corrupt_weights.json"
     path.write_text(json.dumps(raw))
     scenario = load_scenario(path)
-    with pytest.raises(EngineFailure) as failure:
-        warm_workers(load_pins().oracle).run(scenario, scenario.layers)
-    assert failure.value.kind == "engine_error", failure.value
-    assert "SafetensorError" in str(failure.value) and "internal" in str(failure.value)
+    failure = warm_sessions(load_pins().oracle).trace(scenario)["failure"]
+    assert failure["kind"] == "engine_error", failure
+    assert "SafetensorError" in failure["message"] and "internal" in failure["message"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -378,7 +377,7 @@ def test_more_shards_than_units_is_refused_at_once(tmp_path, capsys, gate_cli):
     assert not gate_cli.starts.exists()
 
 
-def test_a_wrong_sha256_in_weights_json_is_a_clear_error_of_the_real_oracle(warm_workers, tmp_path):
+def test_a_wrong_sha256_in_weights_json_is_a_clear_error_of_the_real_oracle(warm_sessions, tmp_path):
     folder = tmp_path / "models" / "tiny-qwen3"
     folder.mkdir(parents=True)
     source = REPO / "scenarios" / "models" / "tiny-qwen3"
@@ -391,10 +390,9 @@ def test_a_wrong_sha256_in_weights_json_is_a_clear_error_of_the_real_oracle(warm
     path = tmp_path / "engine_wrong_weights_sha.json"
     path.write_text(json.dumps(raw))
     scenario = load_scenario(path)
-    with pytest.raises(EngineFailure) as failure:
-        warm_workers(load_pins().oracle).run(scenario, scenario.layers)
-    message = str(failure.value)
-    assert failure.value.kind == "engine_error" and "engine reported bad_request" in message, message
+    failure = warm_sessions(load_pins().oracle).trace(scenario)["failure"]
+    message = failure["message"]
+    assert failure["kind"] == "engine_error" and "engine reported bad_request" in message, message
     assert "engine_args.model" in message and "weights.json" in message
     assert "model.safetensors sha256 mismatch: expected 0000000000000000" in message
     assert "internal" not in message and "Traceback" not in message
@@ -404,8 +402,8 @@ def test_an_engine_that_failed_at_once_is_not_said_to_be_still_running(tmp_path)
     """Two engines side by side share one progress: the one that failed is not repeated."""
     import threading
 
-    from conformance.gate.runner import run_units
     from conformance.process.progress import EngineProgress, Progress
+    from conformance.process.session import EngineSession
 
     said, ended, beat = [], [], threading.Event()
 
@@ -415,16 +413,15 @@ def test_an_engine_that_failed_at_once_is_not_said_to_be_still_running(tmp_path)
             beat.set()
 
     crashing = EngineSpec("crashing", (sys.executable, "-c", "import sys; sys.exit(3)"))  # before its hello
-    items = [(load_scenario(GATE), ["config"])]
     with Progress(10.0, log, heartbeat=0.05) as progress:
         other = EngineProgress(progress, "gate", "other", [(GATE.stem, ["config"], 1.0)], 1.0)
         other.starting()  # still starting while the other engine fails
-        run = run_units(crashing, items, progress=EngineProgress(progress, "gate", "crashing",
-                                                                 [(GATE.stem, ["config"], 1.0)], 1.0))
-        assert run.traces[0]["failure"]["kind"] == "crash"
+        session = EngineSession(crashing, progress=EngineProgress(progress, "gate", "crashing",
+                                                                  [(GATE.stem, ["config"], 1.0)], 1.0))
+        assert session.trace(load_scenario(GATE), ["config"])["failure"]["kind"] == "crash"
         ended.append(len(said))
         assert beat.wait(60), said
-        other.end(1)
+        other.end()
     assert any(line.startswith("[gate] crashing: starting the engine [") for line in said[:ended[0]])
     repeated = [line for line in said[ended[0]:] if "still running" in line]
     assert repeated and all(line.startswith("[gate] other: starting the engine: still running")

@@ -26,12 +26,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance import cli
+from conformance.formats.pins import load_pins
 from conformance.formats.scenario import ScenarioError, load_scenario
-from conformance.gate.runner import run_scenarios
 from conformance.judging.verdict import (CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS,
                                          ROLES, STAND_IN, Verdict, exit_status, judge)
 from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
+from conformance.process.session import EngineSession
 from conformance.report.render_text import render, render_summary
 from conftest import DOUBLE, GATE, REPO
 
@@ -39,6 +40,7 @@ from conftest import DOUBLE, GATE, REPO
 RECORD = {"max_num_scheduled_tokens": 4036, "max_num_batched_tokens": 4096,
           "budget_log_lines": ["max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."]}
 GOLDENS = REPO / "goldens"
+ORACLE_PIN = load_pins().oracle
 
 
 def double_cmd(*options: str) -> str:
@@ -214,7 +216,7 @@ def test_bad_timeout_setting_is_bad_input(tmp_path, monkeypatch, capsys, value):
 
 @pytest.mark.parametrize("fault, words", [
     ("garbage", ["expected a JSON object on one line", "Segmentation fault?"]),
-    ("wrong-version", ["expected protocol version 2, got 99"]),
+    ("wrong-version", ["expected protocol version 3, got 99"]),
     ("out-of-order", ["records out of order in layer 'config'", "expected seq 0, got 1"]),
     ("bad-count", ["done says 5 records, 1 arrived"]),
     ("wrong-id", ["expected messages for 'run-1', got id 'someone-else'"]),
@@ -378,7 +380,7 @@ def test_missing_default_golden_is_not_created(tmp_path, record_file, capsys, go
     trace = good_trace(tmp_path, record_file, capsys, scenario)
     status, report, _ = run_cli(capsys, "compare", "--trace", str(trace))
     assert status == 2 and ": MISSING_GOLDEN" in report
-    assert str(GOLDENS / "fault_probe_without_golden" / "vllm-0.27.1.json") in report
+    assert str(GOLDENS / "fault_probe_without_golden" / f"vllm-{ORACLE_PIN}.json") in report
     assert not (GOLDENS / "fault_probe_without_golden").exists()
 
 
@@ -389,7 +391,7 @@ def test_failed_run_compared_with_the_committed_golden_leaves_it_untouched(
             "--scenario", str(GATE), "--out", str(out), "--layers", "config")
     status, report, _ = run_cli(capsys, "compare", "--trace", str(out))
     # the one record the double sent before crashing is not the oracle's: reported first
-    assert status == 2 and "on dflash_27b_gate vs oracle vllm-0.27.1 golden: DIVERGED" in report
+    assert status == 2 and f"on dflash_27b_gate vs oracle vllm-{ORACLE_PIN} golden: DIVERGED" in report
     assert "then the engine failed (crash)" in report and "layer config: first divergence" in report
 
 
@@ -462,16 +464,17 @@ def _scenarios(tmp_path, names):
 
 def test_report_counts_each_kind_and_a_crash_is_never_green(tmp_path, record_file):
     scenarios = _scenarios(tmp_path, ["alpha", "beta", "gamma"])
-    quiet = lambda m: None  # noqa: E731
-    goldens = {t["scenario"]["name"]: t for t in
-               run_scenarios(double_spec("--record", record_file), scenarios, ["config"], log=quiet).traces}
+    def run(spec):
+        with EngineSession(spec) as session:
+            return [session.trace(s, ["config"]) for s in scenarios], session.cold_starts
+
+    goldens = {t["scenario"]["name"]: t for t in run(double_spec("--record", record_file))[0]}
     # the oracle reproduces its goldens; the candidate crashes on the second scenario only
-    oracle = run_scenarios(double_spec("--record", record_file), scenarios, ["config"], log=quiet)
-    candidate = run_scenarios(double_spec("--record", record_file, "--fault", "crash", "--after-runs", "1"),
-                              scenarios, ["config"], log=quiet)
-    assert candidate.cold_starts == 2  # restarted after the crash: one bad scenario hides no other
-    verdicts = [judge(t, goldens[t["scenario"]["name"]], ORACLE) for t in oracle.traces]
-    verdicts += [judge(t, goldens[t["scenario"]["name"]], CANDIDATE) for t in candidate.traces]
+    oracle, _ = run(double_spec("--record", record_file))
+    candidate, starts = run(double_spec("--record", record_file, "--fault", "crash", "--after-runs", "1"))
+    assert starts == 2  # restarted after the crash: one bad scenario hides no other
+    verdicts = [judge(t, goldens[t["scenario"]["name"]], ORACLE) for t in oracle]
+    verdicts += [judge(t, goldens[t["scenario"]["name"]], CANDIDATE) for t in candidate]
     assert [v.kind for v in verdicts] == ["pass"] * 4 + ["crash", "pass"]
     assert verdicts[4].scenario == "beta" and "scenario beta" in verdicts[4].message
 

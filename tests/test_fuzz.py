@@ -34,6 +34,7 @@ from conformance.formats.scenario import (ENGINE_ARGS, MAX_TOKENS_LIMIT, METHODS
                                           SCHEMA, SIZE_FIELDS, SPECULATIVE_CONFIG, TOP_LEVEL, Scenario,
                                           ScenarioError, load_scenario)
 from conformance.formats.trace import dumps
+from conformance.formats.workload import expected_output, request_prompts
 from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
 from conftest import GATE, REPO
@@ -118,7 +119,8 @@ def _paths(value, prefix=()):
 # Keys some part of a scenario allows: adding one in the wrong place must still be refused.
 KNOWN_KEYS = sorted(set(ENGINE_ARGS) | set(SPECULATIVE_CONFIG) | TOP_LEVEL | set(ROW_SPEC_KEYS)
                     | {"seed", "vocab_size", "max_steps", "requests", "id", "arrival_step", "prompt_len",
-                       "max_tokens", "stop_token_ids", "acceptance", "ks", "rows", "name", "target"})
+                       "max_tokens", "stop_token_ids", "acceptance", "ks", "rows", "name", "target",
+                       "prefixes", "len", "prefix", "continues", "abort_step", "priority"})
 
 
 @st.composite
@@ -238,20 +240,50 @@ def schema_violations(s: Scenario, raw: dict) -> list[str]:
             bad.append(f"method {method!r} without a draft model")
     workload = s.workload
     if workload is not None:
-        if set(workload) != {"seed", "vocab_size", "max_steps", "requests"}:
+        if not {"seed", "vocab_size", "max_steps", "requests"} <= set(workload) <= \
+                {"seed", "vocab_size", "max_steps", "requests", "prefixes"}:
             bad.append(f"workload keys {sorted(workload)}")
-        seen = set()
+        prefixes = {}
+        for i, prefix in enumerate(workload.get("prefixes", [])):
+            name, n = prefix.get("name"), prefix.get("len")
+            if set(prefix) != {"name", "len"} or not (isinstance(name, str) and REQUEST_ID.fullmatch(name)) \
+                    or name in prefixes or not typed(n, int) or not 1 <= n <= args["max_model_len"]:
+                bad.append(f"workload.prefixes[{i}] {prefix!r}")
+            prefixes[name] = n
+        seen, length = set(), {}  # length: each request's whole prompt, shared part included
         for i, req in enumerate(workload.get("requests", [])):
             rid = req.get("id")
             if not (isinstance(rid, str) and REQUEST_ID.fullmatch(rid)) or rid in seen:
                 bad.append(f"workload.requests[{i}].id {rid!r}")
             seen.add(rid)
+            shared = "prefix" in req or "continues" in req
             for key in ("arrival_step", "prompt_len", "max_tokens"):
-                if not typed(req.get(key), int) or req[key] < (0 if key == "arrival_step" else 1):
+                if not typed(req.get(key), int) or req[key] < (0 if key == "arrival_step" or (
+                        key == "prompt_len" and shared) else 1):
                     bad.append(f"workload.requests[{i}].{key} {req.get(key)!r}")
-            if all(typed(req.get(k), int) for k in ("prompt_len", "max_tokens")) and \
-                    req["prompt_len"] + req["max_tokens"] > args["max_model_len"]:
-                bad.append(f"workload.requests[{i}] longer than max_model_len")
+            base = 0
+            if "prefix" in req and ("continues" in req or req["prefix"] not in prefixes):
+                bad.append(f"workload.requests[{i}].prefix {req['prefix']!r}")
+            elif "prefix" in req:
+                base = prefixes[req["prefix"]]
+            elif "continues" in req:
+                earlier = next((r for r in workload["requests"][:i] if r["id"] == req["continues"]), None)
+                if earlier is None or "abort_step" in earlier:
+                    bad.append(f"workload.requests[{i}].continues {req['continues']!r}")
+                else:  # the earlier turn's prompt and the stand-in's answer to it
+                    base = length[earlier["id"]] + len(expected_output(
+                        workload["seed"], request_prompts(workload, args["max_model_len"])[earlier["id"]],
+                        earlier["max_tokens"], earlier.get("stop_token_ids", []), args["max_model_len"],
+                        workload["vocab_size"]))
+            if "abort_step" in req and not (typed(req["abort_step"], int)
+                                            and req["arrival_step"] <= req["abort_step"] < workload["max_steps"]):
+                bad.append(f"workload.requests[{i}].abort_step {req['abort_step']!r}")
+            if "priority" in req and not (typed(req["priority"], int) and -2 ** 31 <= req["priority"] < 2 ** 31):
+                bad.append(f"workload.requests[{i}].priority {req['priority']!r}")
+            if all(typed(req.get(k), int) for k in ("prompt_len", "max_tokens")):
+                length[rid] = base + req["prompt_len"]
+                if length[rid] + req["max_tokens"] > args["max_model_len"]:
+                    bad.append(f"workload.requests[{i}] longer than max_model_len")
     matrix = s.method_matrix
     if matrix is not None:
         ks = matrix.get("ks")

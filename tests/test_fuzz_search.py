@@ -39,6 +39,42 @@ def test_generated_scenarios_satisfy_the_schema(raw):
         assert req["prompt_len"] + req["max_tokens"] <= raw["engine_args"]["max_model_len"]
 
 
+def test_generated_scenarios_share_prefixes_continue_turns_and_abort_only_where_allowed():
+    """Shared prefixes, continued turns and aborts are drawn now and then, every one valid (the
+    whole prompt and max_tokens within max_model_len, a continued request never aborted), and
+    never for a candidate that does not declare the feature."""
+    from conformance.formats.features import FEATURES
+    from conformance.formats.workload import prompt_lengths
+
+    seen = {"prefix": 0, "continues": 0, "abort_step": 0}
+
+    @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(scenarios())
+    def every(raw):
+        scenario = parse_scenario(raw, SCENARIO_DIR / "fuzz.json")
+        mml = raw["engine_args"]["max_model_len"]
+        lengths = prompt_lengths(scenario.workload, mml)
+        continued = {r["continues"] for r in scenario.workload["requests"] if "continues" in r}
+        for req in scenario.workload["requests"]:
+            assert lengths[req["id"]] + req["max_tokens"] <= mml
+            assert not (req["id"] in continued and "abort_step" in req)
+            for key in seen:
+                seen[key] += key in req
+
+    every()
+    assert all(n > 0 for n in seen.values()), seen
+
+    allowed = tuple(f for f in FEATURES if f not in ("shared_prefixes", "aborts"))
+
+    @settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(scenarios(allowed=allowed))
+    def none(raw):
+        assert not raw["workload"].get("prefixes")
+        assert not any(k in r for r in raw["workload"]["requests"] for k in ("prefix", "continues", "abort_step"))
+
+    none()
+
+
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(engine_scenarios())
 def test_generated_engine_scenarios_run_the_whole_engine_on_the_tiny_models(raw):
@@ -306,13 +342,21 @@ class SlowDoublePair(DoublePair):
         super().__init__()
     def start(self):
         pass
-    def close(self, engines=True):
+    def close(self):
         pass
     def judge(self, scenario, timeout=None):
         time.sleep(0.05)
         return super().judge(scenario)
 
-fuzz_cli.prepare_engine = lambda ref, pins, log: EngineSpec(ref.label, ("TEST-DOUBLE",))
+class DoubleLauncher:
+    def __init__(self, pins, log, find_mutant=None):
+        pass
+    def spec(self, ref):
+        return EngineSpec(ref.label, ("TEST-DOUBLE",))
+    def close(self):
+        pass
+
+fuzz_cli.Launcher = DoubleLauncher
 fuzz_cli.Pair = SlowDoublePair
 sys.exit(cli.main(sys.argv[2:]))
 """
@@ -402,11 +446,11 @@ def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the
 # example budget that find it here (same seed, same examples).
 @pytest.mark.parametrize("mutant", ["ignore-max-num-seqs", "draft-plus-one"])
-def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
+def test_finds_and_shrinks_a_mutant(mutant, warm_sessions, tmp_path):
     from conformance.formats.pins import load_pins
 
     oracle = load_pins().oracle
-    pair = Pair.warm(warm_workers(oracle), warm_workers(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))
+    pair = Pair.warm(warm_sessions(oracle), warm_sessions(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))
     try:
         search = Search(pair, 1, QUIET, examples=400, shrink_limit=90.0)
         [finding] = search.run()
@@ -419,11 +463,11 @@ def test_finds_and_shrinks_a_mutant(mutant, warm_workers, tmp_path):
         replayed, _ = pair.judge(load_scenario(finding.path))
         assert signature(replayed) == finding.signature
     finally:
-        pair.close(engines=False)
+        pair.close()
 
 
 
-def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
+def test_an_engine_bug_is_found_on_the_engine_layers(warm_sessions, tmp_path):
     """The whole engine on the tiny models: a mutant that only the engine layers see (every
     logit times 1.10: the same greedy tokens, other logprobs) is found, shrunk to one request,
     confirmed and replayed, judged within the engine layers' tolerance."""
@@ -431,7 +475,7 @@ def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
 
     oracle = load_pins().oracle
     layers = ["engine_steps", "engine_outputs"]
-    pair = Pair.warm(warm_workers(oracle), warm_workers(f"{oracle}+mutant:logit-scale-1.10"), layers)
+    pair = Pair.warm(warm_sessions(oracle), warm_sessions(f"{oracle}+mutant:logit-scale-1.10"), layers)
     try:
         [finding] = Search(pair, 1, QUIET, examples=5, shrink_limit=60.0).run()
         assert finding.signature == "diverged engine_outputs.*.logprobs[*][token *]"
@@ -443,23 +487,23 @@ def test_an_engine_bug_is_found_on_the_engine_layers(warm_workers, tmp_path):
         assert fuzz_cli.replay(pair, finding.path, oracle, out=lines.append) == 1
         assert "logprob beyond the scenario's tolerance" in lines[0]
     finally:
-        pair.close(engines=False)
+        pair.close()
 
 
-def test_coverage_guidance_counts_the_oracles_branches(warm_workers, tmp_path):
+def test_coverage_guidance_counts_the_oracles_branches(warm_sessions, tmp_path):
     """--guide coverage: the oracle's worker runs under coverage.py and reports after each run
     the branch arcs it reached first; the search counts them and prefers examples with new ones."""
     from conformance.formats.pins import load_pins
-    from conformance.process.client import EngineProcess
     from conformance.process.coverage_run import BranchesReached, ensure_coverage, guided_worker
     from conformance.process.envs import ensure_env
+    from conformance.process.session import EngineSession
 
     oracle = load_pins().oracle
     python = ensure_env(oracle, log=QUIET)
     branches = BranchesReached(tmp_path / "branches.jsonl")
-    guided = EngineProcess(guided_worker(oracle, python, ensure_coverage(python, log=QUIET), branches.path))
+    guided = EngineSession(guided_worker(oracle, python, ensure_coverage(python, log=QUIET), branches.path))
     guided.start()
-    pair = Pair.warm(guided, warm_workers(oracle), list(STAND_IN_LAYERS))
+    pair = Pair.warm(guided, warm_sessions(oracle), list(STAND_IN_LAYERS))
     try:
         scenario = load_scenario(SCENARIO_DIR / "steady_decode.json")
         pair.judge(scenario)
@@ -473,5 +517,23 @@ def test_coverage_guidance_counts_the_oracles_branches(warm_workers, tmp_path):
         assert search.run() == []  # the oracle against itself
         assert search.stats.examples == 20 and len(branches.arcs) >= first
     finally:
-        pair.close(engines=False)
+        pair.close()
         guided.close()
+
+
+def test_the_advice_for_a_finding_is_a_make_command_that_works(tmp_path):
+    """The report says how to write the finding's goldens: `make goldens SCENARIOS=NAME`, which
+    reaches `parity goldens` (a bare `-k NAME` is swallowed by make)."""
+    import subprocess
+
+    from conftest import REPO
+
+    raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
+    finding = Finding("diverged config.max_num_seqs", raw, 3, 2, path=tmp_path / "fuzz_config_max_num_seqs.json")
+    advice = next(line for line in fuzz_cli.report(finding, "0.27.1", 1, "cand", "0.27.1").splitlines()
+                  if "library:" in line)
+    command = advice.split("then ", 1)[1]
+    assert command == "make goldens SCENARIOS=fuzz_config_max_num_seqs", advice
+    dry = subprocess.run(["make", "-n", *command.split()[1:]], cwd=REPO, capture_output=True, text=True,
+                         encoding="utf-8", stdin=subprocess.DEVNULL)
+    assert "parity goldens --scenario 'scenarios/fuzz_config_max_num_seqs.json'" in dry.stdout, dry.stdout + dry.stderr

@@ -7,13 +7,17 @@ from unittest import mock
 
 import pytest
 
+from conformance.formats.pins import load_pins
 from conformance.formats.trace import SCHEMA, TraceError, dumps
 from conformance.judging import goldens
 from conformance.judging.goldens import GOLDENS, KEEP, NEW, REWRITE, GoldenRefused, GoldenStore, read_golden
 
-# A golden of 0.27.1 as the oracle writes one (every field of its provenance and record), for
+# A golden of the gate oracle as it writes one (every field of its provenance and record), for
 # a scenario "s" and a CPU of its own
-GATE = GOLDENS.load("dflash_27b_gate", "0.27.1")
+ORACLE = load_pins().oracle
+OTHER = next(r for r in load_pins().releases if r != ORACLE)
+GATE = GOLDENS.load("dflash_27b_gate", ORACLE)
+BUDGET = GATE["layers"]["config"][0]["max_num_scheduled_tokens"]  # what the oracle resolves
 ENV = {**GATE["provenance"]["environment"], "cpu": {"model": "x", "isa": "avx2", "flags_sha256": "f"}}
 TRACE = {"schema": SCHEMA, "engine": GATE["engine"], "scenario": {"name": "s", "sha256": "x"},
          "provenance": {"harness": "0", "environment": ENV}, "layers": GATE["layers"]}
@@ -27,65 +31,119 @@ def test_candidate_may_not_write(tmp_path):
 
 def test_failed_run_may_not_write(tmp_path):
     with pytest.raises(GoldenRefused, match="failed"):
-        GoldenStore(tmp_path).update({**TRACE, "failure": {"kind": "crash"}}, release="0.27.1")
+        GoldenStore(tmp_path).update({**TRACE, "failure": {"kind": "crash"}}, release=ORACLE)
 
 
 def test_another_releases_trace_may_not_write(tmp_path):
-    with pytest.raises(GoldenRefused, match="not the trace of vLLM 0.28.0"):
-        GoldenStore(tmp_path).update(TRACE, release="0.28.0")
+    with pytest.raises(GoldenRefused, match=f"not the trace of vLLM {OTHER}"):
+        GoldenStore(tmp_path).update(TRACE, release=OTHER)
 
 
 def test_one_lifecycle_new_kept_rewritten(tmp_path):
     store = GoldenStore(tmp_path)
-    first = store.update(TRACE, "0.27.1")
-    assert (first.action, first.summary) == (NEW, f"[goldens] new: {store.path('s', '0.27.1')}")
-    assert store.write(first) and store.path("s", "0.27.1").read_text() == dumps(TRACE)
-    again = store.update(TRACE, "0.27.1")
+    first = store.update(TRACE, ORACLE)
+    assert first.action == NEW and first.summary.startswith(f"[goldens] new: {store.path('s', ORACLE)}: config 1 record(s)")
+    assert store.write(first) and store.path("s", ORACLE).read_text() == dumps(TRACE)
+    again = store.update(TRACE, ORACLE)
     assert again.action == KEEP and again.check.rule == "bytes" and not store.write(again)
     changed = {**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}}
-    rewrite = store.update(changed, "0.27.1")
+    rewrite = store.update(changed, ORACLE)
     assert rewrite.action == REWRITE and "byte for byte" in rewrite.reason
-    assert "config record 0 max_num_scheduled_tokens: 4036 -> 1" in rewrite.summary
-    store.path("s", "0.27.1").write_text("{not json")
-    broken = store.update(TRACE, "0.27.1")
+    assert (f"config record 0, max_num_scheduled_tokens: golden says {BUDGET}, the oracle run now gives 1"
+            in rewrite.summary)
+    store.path("s", ORACLE).write_text("{not json")
+    broken = store.update(TRACE, ORACLE)
     assert broken.action == REWRITE and broken.reason.startswith("unreadable:")
     assert "the old file was unreadable" in broken.summary
 
 
+def test_an_unreadable_golden_is_rewritten(tmp_path):
+    store = GoldenStore(tmp_path)
+    path = store.path("s", "0.27.1")
+    path.parent.mkdir()
+    path.write_bytes(b"\xff\xfe not UTF-8")
+    outcome = store.regenerate(TRACE, "0.27.1", write=True)
+    assert outcome.update.action == REWRITE and outcome.update.reason.startswith("unreadable:")
+    assert outcome.written and path.read_text() == dumps(TRACE)
+
+
+def on_gpu(trace: dict, release: str) -> dict:
+    """`trace` as pin `release` run on a GPU would have written it (its provenance says so)."""
+    env = {**trace["provenance"]["environment"], "device": "gpu", "vllm": release, "build": f"vllm=={release}"}
+    return {**trace, "engine": {**trace["engine"], "version": release, "label": f"vllm-{release}"},
+            "provenance": {"harness": "0", "environment": env}}
+
+
+def test_a_gpu_run_never_writes_a_golden_a_cpu_writes(tmp_path):
+    """Whoever asks (`parity goldens`, the goldens suite): a trace with a GPU's provenance writes
+    only the engine goldens of a pin without a CPU engine build; nothing else, new or rewritten."""
+    store = GoldenStore(tmp_path)
+    # 0.33.0's goldens of the stand-in layers: written on CPU by the same build a GPU runs
+    with pytest.raises(GoldenRefused, match="from a run on a GPU"):
+        store.regenerate(on_gpu(TRACE, "0.33.0"), "0.33.0", write=True)
+    engine = GOLDENS.load("engine_ngram", "0.27.1")
+    with pytest.raises(GoldenRefused, match="refusing to write"):  # a CPU engine build writes its goldens
+        store.regenerate(on_gpu(engine, "0.27.1"), "0.27.1", write=True)
+    assert not list(tmp_path.rglob("*.json"))
+    outcome = store.regenerate(on_gpu(engine, "0.33.0"), "0.33.0", write=True)  # no CPU can write it
+    assert outcome.written and store.path("engine_ngram", "0.33.0").exists()
+
+
 def test_a_golden_from_another_machine_holds_within_tolerance(tmp_path):
     store = GoldenStore(tmp_path)
-    store.write(store.update(TRACE, "0.27.1"))
+    store.write(store.update(TRACE, ORACLE))
     elsewhere = {**TRACE, "provenance": {"harness": "0", "environment": {**ENV, "cpu": {**ENV["cpu"], "model": "y"}}}}
-    update = store.update(elsewhere, "0.27.1")
+    update = store.update(elsewhere, ORACLE)
     assert update.action == KEEP and update.check.rule == "tolerance"
+
+
+def test_goldens_check_words_the_golden_then_the_fresh_run():
+    """A golden edited by hand (one computed_tokens + 1) against the oracle's fresh run: the
+    words say what the golden (its path from the repository root) says and what the oracle run
+    now gives. Before, the edited golden read as "oracle 271" and the fresh run as "candidate 270",
+    naming only the golden's base name."""
+    run = GOLDENS.load("steady_decode", ORACLE)
+    run["provenance"] = {**run["provenance"], "environment": {**run["provenance"]["environment"], "cpu": ENV["cpu"]}}
+    edited = json.loads(GOLDENS.path("steady_decode", ORACLE).read_text(encoding="utf-8"))
+    step = edited["layers"]["steps"][3]
+    request = sorted(step["requests"])[0]
+    fresh = step["requests"][request]["computed_tokens"]
+    step["requests"][request]["computed_tokens"] = fresh + 1
+    update = GOLDENS.update(run, ORACLE, json.dumps(edited))
+    words = update.explain()
+    path = f"goldens/steady_decode/vllm-{ORACLE}.json"
+    assert update.action == REWRITE and words.startswith(f"{path} does not hold (tolerance rule)"), words
+    assert (f"steps step 3, requests.{request}.computed_tokens: golden ({path}) says {fresh + 1}, "
+            f"the oracle run now gives {fresh}") in words, words
+    assert "candidate" not in words and "oracle " + str(fresh + 1) not in words
 
 
 def test_write_is_atomic_when_interrupted(tmp_path):
     store = GoldenStore(tmp_path)
-    path = store.path("s", "0.27.1")
-    store.write(store.update(TRACE, "0.27.1"))
+    path = store.path("s", ORACLE)
+    store.write(store.update(TRACE, ORACLE))
     before = path.read_bytes()
     changed = {**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}}
     with mock.patch.object(goldens.os, "replace", side_effect=KeyboardInterrupt):
         with pytest.raises(KeyboardInterrupt):
-            store.write(store.update(changed, "0.27.1"))
+            store.write(store.update(changed, ORACLE))
     assert path.read_bytes() == before
-    assert os.listdir(path.parent) == ["vllm-0.27.1.json"]  # no temporary file left behind
-    assert store.write(store.update(changed, "0.27.1")) is True
-    assert store.update(changed, "0.27.1").action == KEEP
+    assert os.listdir(path.parent) == [f"vllm-{ORACLE}.json"]  # no temporary file left behind
+    assert store.write(store.update(changed, ORACLE)) is True
+    assert store.update(changed, ORACLE).action == KEEP
     assert json.loads(path.read_text())["layers"]["config"][0]["max_num_scheduled_tokens"] == 1
 
 
 def test_a_missing_or_invalid_golden_is_looked_up_as_such(tmp_path):
     store = GoldenStore(tmp_path)
-    missing = store.lookup("s", "0.27.1")
+    missing = store.lookup("s", ORACLE)
     assert (missing.trace, missing.kind) == (None, "missing_golden") and "make goldens" in missing.message
-    store.path("s", "0.27.1").parent.mkdir()
-    store.path("s", "0.27.1").write_text("[]")
-    invalid = store.lookup("s", "0.27.1")
+    store.path("s", ORACLE).parent.mkdir()
+    store.path("s", ORACLE).write_text("[]")
+    invalid = store.lookup("s", ORACLE)
     assert invalid.kind == "invalid_golden" and "expected schema" in invalid.message
     with pytest.raises(TraceError, match="expected schema"):
-        store.load("s", "0.27.1")
+        store.load("s", ORACLE)
 
 
 @pytest.mark.parametrize("content, words", [
@@ -107,11 +165,11 @@ def test_broken_golden_names_the_file(tmp_path, content, words):
 
 def test_orphans(tmp_path):
     store = GoldenStore(tmp_path)
-    keep, stray, old_pin = store.path("gate", "0.27.1"), store.path("gone", "0.27.1"), store.path("gate", "0.20.0")
+    keep, stray, old_pin = store.path("gate", ORACLE), store.path("gone", ORACLE), store.path("gate", "0.20.0")
     for p in (keep, stray, old_pin):
         p.parent.mkdir(parents=True, exist_ok=True)
         p.write_text("{}")
-    assert store.orphans({"gate"}, ("0.27.1",)) == sorted([stray, old_pin])
+    assert store.orphans({"gate"}, (ORACLE,)) == sorted([stray, old_pin])
 
 
 def test_killing_a_regeneration_leaves_every_golden_whole(tmp_path):

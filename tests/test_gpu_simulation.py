@@ -18,8 +18,8 @@ from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
 from conformance.formats.protocol import ENGINE_LAYERS
 from conformance.formats.scenario import load_scenario
-from conformance.gate.engines import GateEngine, _refused
-from conformance.gate.runner import default_parallel
+from conformance.gate.engines import refused
+from conformance.gate.execute import default_parallel
 from conformance.process import envs
 from conformance.process.client import EngineProcess
 from conformance.process.launch import prepare_engine
@@ -122,11 +122,14 @@ def test_a_worker_started_without_a_device_refuses_to_guess():
 
 
 def test_on_a_gpu_the_gate_refuses_no_engine_layer_up_front(fake_gpu, monkeypatch, tmp_path):
-    engines = [GateEngine(f"vllm-{r}", "stand-in", r) for r in PINS.releases]
-    assert _refused(engines, PINS) == frozenset()
+    engines = [EngineRef.pin(r).with_role("stand-in") for r in PINS.releases]
+    assert refused(engines, PINS, settings.device_mode()) == frozenset()
     _no_gpu(monkeypatch, tmp_path)
     without = [r for r in PINS.releases if not PINS.cpu_engine_build(r)]
-    assert _refused(engines, PINS) == frozenset((f"vllm-{r}", "engine") for r in without)
+    assert refused(engines, PINS, settings.device_mode()) == frozenset((f"vllm-{r}", "engine") for r in without)
+    # a mutant is its pin's build; a command line says what it serves through its hello
+    others = [EngineRef.test_device(without[0], "m"), EngineRef.parse("./port", PINS)]
+    assert refused(others, PINS, "cpu") == frozenset({(others[0].key, "engine")})
 
 
 @pytest.mark.oracle
@@ -165,12 +168,23 @@ def test_the_free_memory_decides_how_many_engines_run_side_by_side(fake_gpu, mon
 
 def test_warm_engines_per_pytest_process_follow_free_memory(fake_gpu):
     fake_gpu(79)
-    assert conftest.max_warm("gpu", 2) == conftest.MAX_WARM == 3
+    assert conftest.max_warm("gpu", 2, 3) == conftest.MAX_WARM == 3
     fake_gpu(17)  # four budgets, two processes
-    assert conftest.max_warm("gpu", 2) == 2
+    assert conftest.max_warm("gpu", 2, 3) == 2
     fake_gpu(5)
-    assert conftest.max_warm("gpu", 2) == 1
-    assert conftest.max_warm("cpu", 2) == conftest.MAX_WARM
+    assert conftest.max_warm("gpu", 2, 3) == 1
+    assert conftest.max_warm("cpu", 2, 3) == conftest.MAX_WARM
+
+
+def test_warm_engines_scale_with_the_pins(fake_gpu):
+    """With more pins than MAX_WARM, the goldens suite (every scenario on every pin in turn) keeps
+    one engine per pin warm instead of cold-starting one for nearly every test."""
+    assert conftest.max_warm("cpu", 1, 5) == 5
+    assert conftest.max_warm("cpu", 1, 1) == conftest.MAX_WARM
+    fake_gpu(79)
+    assert conftest.max_warm("gpu", 1, 5) == 5
+    fake_gpu(17)  # four budgets: the GPU's memory still caps it
+    assert conftest.max_warm("gpu", 1, 5) == 4
 
 
 def test_the_gpu_named_by_cuda_visible_devices_is_read(fake_gpu, monkeypatch):
@@ -302,22 +316,18 @@ def test_a_gpu_writes_only_the_engine_goldens_of_pins_without_a_cpu_engine():
     assert gpu.selected_for_goldens(steps, "0.27.1", "", "steps,outputs")
 
 
-def _collect_goldens(extra_env: dict) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:xdist",
-                           "parity", "--snapshot-update"], cwd=REPO, capture_output=True, text=True,
-                          stdin=subprocess.DEVNULL, env={**os.environ, **extra_env})
+def test_parity_goldens_on_a_gpu_refuses_to_rewrite_cpu_goldens_before_any_engine_starts(fake_gpu, monkeypatch,
+                                                                                          capsys):
+    from conformance import cli
+    from conformance.regenerate import lifecycle
 
-
-def test_make_goldens_on_a_gpu_refuses_to_rewrite_cpu_goldens(fake_gpu):
-    whole = _collect_goldens({})
-    assert whole.returncode == 4, whole.stdout + whole.stderr
-    assert "make goldens PINS=0.33.0 LAYERS=engine" in whole.stderr
-    engine_only = _collect_goldens({"VLLM_PARITY_GOLDEN_PINS": "0.33.0", "VLLM_PARITY_GOLDEN_LAYERS": "engine"})
-    assert engine_only.returncode == 0, engine_only.stdout + engine_only.stderr
-    selected = [line for line in engine_only.stdout.splitlines() if "test_oracle_reproduces_its_golden" in line]
-    names = sorted(s.name for s in (load_scenario(p) for p in REPO.glob("scenarios/*.json")) if s.engine is not None)
-    assert sorted(line.split("[")[1].rstrip("]") for line in selected) == sorted(f"{n}-0.33.0" for n in names) \
-        or sorted(line.split("[")[1].rstrip("]") for line in selected) == sorted(f"0.33.0-{n}" for n in names)
+    started = []
+    monkeypatch.setattr(lifecycle, "prepare_engine", lambda ref, pins, log: started.append(ref) or 1 / 0)
+    assert cli.main(["goldens"]) == 2
+    assert "make goldens PINS=0.33.0 LAYERS=engine" in capsys.readouterr().err and started == []
+    with pytest.raises(ZeroDivisionError):  # the engine goldens of 0.33.0 are the GPU's to write
+        cli.main(["goldens", "--engine", "0.33.0", "--layers", "engine"])
+    assert started == [EngineRef.pin("0.33.0")]
 
 
 # --- CI examples --------------------------------------------------------------------------

@@ -33,15 +33,15 @@ def verdicts_gate(tmp_path, monkeypatch, capsys):
     goldens (unedited unless `oracle_plan` says), its candidate the hostile TEST DOUBLE; both
     are judged against the committed goldens, as the real oracle and a port would be."""
     from conformance import cli
-    from conformance.gate.engines import GateEngine
+    from conftest import gate_engine
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def run(scenario: str, plan: dict, *argv: str, oracle_plan: dict | None = None):
         oracle = verdicts_double(tmp_path, "oracle", oracle_plan or {"serve": plan.get("serve")})
         candidate = verdicts_double(tmp_path, "candidate", plan)
-        engines = [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, "TEST-DOUBLE-oracle", oracle),
-                   GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+        engines = [gate_engine("TEST-DOUBLE-oracle=" + oracle, "oracle"),
+                   gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")]
         monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: engines)
         capsys.readouterr()
         status = cli.main(["gate", "--scenario", str(REPO / "scenarios" / f"{scenario}.json"),
@@ -156,13 +156,13 @@ VERDICTS_PARITY_SHIM = """#!{python}
 import sys
 sys.path[:0] = [{repo!r}]
 from conformance import cli
-from conformance.gate.engines import GateEngine
+from conformance.formats.engine_ref import EngineRef
 if sys.argv[1] != "gate":
     sys.exit(0)  # `parity envs`: nothing to build for TEST DOUBLEs
 oracle, candidate = {oracle!r}, {candidate!r}
 cli.gate_engines = lambda pins, candidates, log: [
-    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, "TEST-DOUBLE-oracle", oracle),
-    GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+    EngineRef.parse("TEST-DOUBLE-oracle=" + oracle, pins, named=True).with_role("oracle"),
+    EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[1:] + ["--scenario", {scenario!r}, "--layers", "config", "--jobs", "1",
                                   "--waivers", "/dev/null"]))
 """
@@ -599,11 +599,11 @@ SINKS_SCENARIOS = ("steady_decode", "stop_conditions", "kv_pressure")
 SINKS_DRIVER = """
 import sys
 from conformance import cli
-from conformance.gate.engines import GateEngine
+from conformance.formats.engine_ref import EngineRef
 oracle, candidate = sys.argv[1], sys.argv[2]
 cli.gate_engines = lambda pins, candidates, log: [
-    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
-    GateEngine(candidate, "candidate", candidate, None, candidate)]
+    EngineRef.parse(oracle, pins).with_role("oracle"),
+    EngineRef.parse(candidate, pins).with_role("candidate")]
 sys.exit(cli.main(sys.argv[3:]))
 """
 SINKS_AGENT = '''#!{python}
@@ -739,8 +739,7 @@ def test_sinks_the_log_shows_a_crashing_engines_stderr_escaped(tmp_path):
 def test_sinks_a_shards_report_shows_an_engine_error_escaped(tmp_path):
     """A shard prints each unit that did not pass with its first line: the candidate's error
     message, escaped."""
-    from conformance.gate.engines import GateEngine
-    from conftest import REPO, GATE
+    from conftest import GATE, REPO, gate_engine
     from test_fault_probe import double_cmd, run_gate
 
     plan = tmp_path / "plan.json"
@@ -749,8 +748,8 @@ def test_sinks_a_shards_report_shows_an_engine_error_escaped(tmp_path):
     hostile = _sinks_shlex.join([_sinks_sys.executable, str(REPO / "tests" / "doubles" / "hostile_engine.py"),
                                  "--plan", str(plan)])
     oracle = double_cmd("--steps", "3")
-    engines = [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
-               GateEngine("hostile", "candidate", hostile, "hostile", hostile)]
+    engines = [gate_engine(oracle, "oracle"),
+               gate_engine("hostile=" + hostile, "candidate")]
     status, text = run_gate(engines, None, scenarios=(GATE,), shard=(1, 1), results=tmp_path / "r")
     assert status == 0 and "hostile / dflash_27b_gate / config: engine_error" in text, text
     bad = sorted({c for line in text.split("\n") for c in line if not c.isprintable()})
@@ -778,11 +777,11 @@ SCHEMA_CASES = {
     "requests-list": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
                                   "path": ["requests"], "value": [1, 2]}]},
                       "steady_decode", "layer steps, record #3 (step 3): field requests: expected "
-                      "object: request id -> request entry, got [1, 2] (a list)"),
+                      "object: request id -> steps request entry, got [1, 2] (a list)"),
     "request-string": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
                                    "path": ["requests", "r1"], "value": "12"}]},
                        "steady_decode", "layer steps, record #3 (step 3): field requests.r1: expected "
-                       "an object (request entry), got \"12\" (a string)"),
+                       "an object (steps request entry), got \"12\" (a string)"),
     "tokens-string": ({"edits": [{"scenario": "steady_decode", "layer": "steps", "seq": 3,
                                   "path": ["total_num_scheduled_tokens"], "value": "12"}]},
                       "steady_decode", "layer steps, record #3 (step 3): field total_num_scheduled_tokens: "
@@ -828,15 +827,15 @@ def schema_gate(tmp_path_factory):
     import contextlib
     import io
 
-    from conformance.gate.engines import GateEngine
+    from conftest import gate_engine
 
     folder = tmp_path_factory.mktemp("schema-gate")
     oracle = shlex.join([sys.executable, str(SCHEMA_HOSTILE), "--plan", str(folder / "oracle.json")])
     (folder / "oracle.json").write_text(json.dumps({"serve": list(LAYERS)}), encoding="utf-8")
-    engines = [GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, "TEST-DOUBLE-oracle", oracle)]
+    engines = [gate_engine("TEST-DOUBLE-oracle=" + oracle, "oracle")]
     for name, (plan, _, _) in SCHEMA_CASES.items():
         command = schema_candidate(folder, name, {"serve": list(LAYERS), **plan})
-        engines.append(GateEngine(name, "candidate", command, name, command))
+        engines.append(gate_engine(f"{name}={command}", "candidate"))
     (folder / "waivers.toml").write_text("", encoding="utf-8")
     argv = ["gate", "--reports", str(folder / "out"), "--results", str(folder / "results"),
             "--waivers", str(folder / "waivers.toml")]
@@ -868,7 +867,7 @@ def test_schema_every_mistyped_record_is_a_protocol_verdict(schema_gate):
 
 def test_schema_a_protocol_verdict_names_engine_scenario_layer_record_field_and_value(schema_gate):
     _, _, out, _, _ = schema_gate
-    assert ("tokens-string on steady_decode: a record that is not what protocol 2 declares "
+    assert ("tokens-string on steady_decode: a record that is not what protocol 3 declares "
             "(engines/PROTOCOL.md): layer steps, record #3 (step 3): field total_num_scheduled_tokens: "
             "expected int >= 0, got \"12\" (a string)") in out
     # the records before it agreed with the golden, and are said to
@@ -1017,15 +1016,18 @@ def schema_selfcheck(tmp_path, capsys, plan: dict, *scenarios: str) -> tuple[int
 SCHEMA_SCHEDULER = ["config", "steps", "outputs"]
 
 
-def test_schema_selfcheck_fails_protocol_one_records_from_a_port_that_says_two(tmp_path, capsys):
-    """Version 2 added the state after each update: a port that says 2 and sends steps records
-    without it is told which field it lacks."""
+def test_schema_selfcheck_fails_protocol_two_records_from_a_port_that_says_three(tmp_path, capsys):
+    """Version 3 added the identities to each steps record: a port that says 3 and sends steps
+    records without them is told which field it lacks."""
     old = [{"layer": "steps", "seq": "*", "path": [name], "delete": True}
-           for name in ("kv_blocks", "waiting", "running")]
+           for name in ("aborted", "emitted", "num_common_prefix_blocks")]
+    old += [{"layer": "steps", "seq": "*", "path": ["requests", "r0", name], "delete": True}
+            for name in ("block_ids", "cached_tokens", "draft_token_ids", "resent_token_ids", "next_draft_token_ids")]
     status, out = schema_selfcheck(tmp_path, capsys, {"serve": SCHEMA_SCHEDULER, "edits": old}, "steady_decode")
     assert status == 1, out
-    assert ("steady_decode: a record that is not what protocol 2 declares (engines/PROTOCOL.md): layer "
-            "steps, record #0 (step 0): field kv_blocks: expected an object (kv blocks), got nothing") in out
+    assert ("steady_decode: a record that is not what protocol 3 declares (engines/PROTOCOL.md): layer "
+            "steps, record #0 (step 0): field requests.r0.block_ids: expected list of list of int >= 0 or null, "
+            "got nothing") in out, out
 
 
 def test_schema_selfcheck_runs_a_scenario_without_speculation_by_default(tmp_path, capsys):
@@ -1048,10 +1050,10 @@ def test_schema_selfcheck_runs_a_scenario_without_speculation_by_default(tmp_pat
 def test_schema_selfcheck_runs_every_scenario_given(tmp_path, capsys):
     """Two --scenario with the same layers: the second is run too, and its bad record found."""
     bad = {"serve": SCHEMA_SCHEDULER, "edits": [{"scenario": "kv_pressure_no_spec", "layer": "outputs",
-                                                 "seq": 0, "path": ["finish_reason"], "value": "abort"}]}
+                                                 "seq": 0, "path": ["finish_reason"], "value": "cancelled"}]}
     status, out = schema_selfcheck(tmp_path, capsys, bad, "steady_decode", "kv_pressure_no_spec")
     assert status == 1 and "kv_pressure_no_spec: layers ['config', 'steps', 'outputs']" in out
-    assert 'layer outputs, record #0 (id "r0"): field finish_reason: expected "length" or "stop", got "abort"' in out
+    assert 'layer outputs, record #0 (id "r0"): field finish_reason: expected "length" or "stop" or "abort", got "cancelled"' in out
 
 
 # ---- h28-limits: limits, input files, output folders, engines that outlive the harness ----
@@ -1099,12 +1101,12 @@ def limits_shard_folder(tmp_path: LimitsPath, name: str = "results") -> LimitsPa
     from conformance.formats.scenario import load_scenario
     from conformance.gate import run as gate_run
     from conformance.gate.context import RunContext
-    from conformance.gate.engines import GateEngine
     from conformance.judging.verdict import CANDIDATE, ORACLE
+    from conftest import gate_engine
 
     oracle, candidate = limits_double("--steps", "3"), limits_double()
-    engines = [GateEngine("TEST-DOUBLE-oracle", ORACLE, oracle, None, oracle),
-               GateEngine("double-candidate", CANDIDATE, candidate, "double-candidate", candidate)]
+    engines = [gate_engine("TEST-DOUBLE-oracle=" + oracle, ORACLE),
+               gate_engine("double-candidate=" + candidate, CANDIDATE)]
     folder = tmp_path / name
     context = RunContext(load_pins(), log=lambda m: None, out=lambda m: None, shard=(1, 1), results=folder,
                          layers=["config"])
@@ -1195,21 +1197,21 @@ def limits_gate(tmp_path, monkeypatch, capsys):
     """`parity gate` in this process, its engines two TEST DOUBLEs that note each start in
     `limits_gate.starts`; (status, stdout, stderr)."""
     from conformance import cli
-    from conformance.gate.engines import GateEngine
+    from conftest import gate_engine
 
     starts = tmp_path / "starts"
     oracle, candidate = (limits_double("--steps", "3", "--startfile", str(starts)),
                          limits_double("--startfile", str(starts)))
     monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: [
-        GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
-        GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)])
+        gate_engine(oracle, "oracle"),
+        gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")])
 
     def gate(*argv: str, candidate: str | None = None) -> tuple[int, str, str]:
         """`candidate`: another command line for the candidate (a hostile double, say)."""
         if candidate is not None:
             monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: [
-                GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
-                GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)])
+                gate_engine(oracle, "oracle"),
+                gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")])
         capsys.readouterr()
         status = cli.main(["gate", "--scenario", str(LIMITS_GATE), "--layers", "config", "--waivers", "/dev/null",
                            *argv])
@@ -1528,8 +1530,8 @@ def test_limits_a_trace_with_non_ascii_text_is_written_compared_and_merged_under
     from conformance.formats.scenario import load_scenario
     from conformance.gate import run as gate_run
     from conformance.gate.context import RunContext
-    from conformance.gate.engines import GateEngine
     from conformance.judging.verdict import CANDIDATE, ORACLE
+    from conftest import gate_engine
 
     record = tmp_path / "record.json"
     record.write_text(limits_json.dumps({"max_num_scheduled_tokens": 4036, "budget_log_lines": [LIMITS_WORDS]}),
@@ -1542,8 +1544,8 @@ def test_limits_a_trace_with_non_ascii_text_is_written_compared_and_merged_under
     assert LIMITS_WORDS in trace.read_text(encoding="utf-8")
     done = limits_parity("compare", "--trace", str(trace), "--golden", str(trace), env=LIMITS_C_LOCALE)
     assert done.returncode == 0 and "Traceback" not in done.stderr, done.stdout + done.stderr
-    engines = [GateEngine("TEST-DOUBLE-oracle", ORACLE, engine, None, engine),
-               GateEngine("double-candidate", CANDIDATE, engine, "double-candidate", engine)]
+    engines = [gate_engine(engine, ORACLE),
+               gate_engine("double-candidate=" + engine, CANDIDATE)]
     context = RunContext(load_pins(), log=lambda m: None, out=lambda m: None, shard=(1, 1),
                          results=tmp_path / "results", layers=["config"])
     assert gate_run.gate(context, [load_scenario(LIMITS_GATE)], engines) == 0
@@ -1626,11 +1628,11 @@ LIMITS_GATE_DRIVER = """
 import sys
 sys.path[:0] = [sys.argv[1]]
 from conformance import cli
-from conformance.gate.engines import GateEngine
+from conformance.formats.engine_ref import EngineRef
 oracle, candidate = sys.argv[2], sys.argv[3]
 cli.gate_engines = lambda pins, candidates, log: [
-    GateEngine("TEST-DOUBLE-oracle", "oracle", oracle, None, oracle),
-    GateEngine("TEST-DOUBLE-candidate", "candidate", candidate, "TEST-DOUBLE-candidate", candidate)]
+    EngineRef.parse(oracle, pins).with_role("oracle"),
+    EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[4:]))
 """
 

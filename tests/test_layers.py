@@ -19,9 +19,8 @@ from conformance.formats.protocol import LAYERS
 from conformance.formats.scenario import load_scenario
 from conformance.gate import run as gate_run
 from conformance.gate.context import RunContext
-from conformance.gate.engines import GateEngine
 from conformance.judging.verdict import CANDIDATE, ORACLE
-from conftest import DOUBLE, REPO
+from conftest import DOUBLE, REPO, gate_engine
 
 PINS = load_pins()
 # config only; steps and outputs; the whole engine; methods
@@ -34,9 +33,8 @@ def double(*options: str) -> str:
     return shlex.join([sys.executable, str(DOUBLE), "--replay", PINS.oracle, *options])
 
 
-ENGINES = [GateEngine("oracle-double", ORACLE, double("--serve", ",".join(LAYERS)), None,
-                      double("--serve", ",".join(LAYERS))),
-           GateEngine("port", CANDIDATE, double("--serve", SCHEDULER), "port", double("--serve", SCHEDULER))]
+ENGINES = [gate_engine(double("--serve", ",".join(LAYERS)), ORACLE),
+           gate_engine("port=" + double("--serve", SCHEDULER), CANDIDATE)]
 
 
 def gate(tmp_path, layers=None, required=None):
@@ -165,16 +163,19 @@ def test_selfcheck_names_a_declared_layer_no_scenario_given_has(capsys):
 
 
 @pytest.mark.oracle
-def test_the_real_oracle_judges_a_scheduler_only_port_by_its_layers(tmp_path, capsys):
-    """`parity gate` end to end with the gate oracle (vLLM 0.27.1): with the layers the port
-    serves it passes, and its reports say what was not judged; without them it fails, saying
-    which required layers it does not serve."""
+def test_the_real_oracle_judges_a_scheduler_only_port_by_its_layers(tmp_path, capsys, warm_gate, warm_sessions):
+    """`parity gate` end to end with the gate oracle (the pinned one, the tests' warm engine: no
+    cold start of its own): with the layers the port serves it passes, and its reports say what
+    was not judged; without them it fails, saying which required layers it does not serve."""
+    oracle = warm_sessions(PINS.oracle).start()
     port = double("--serve", SCHEDULER)
     scenarios = [arg for s in SCENARIOS for arg in ("--scenario", str(s.source))]
     status = cli.main(["gate", "--candidate", f"port={port}", "--layers", SCHEDULER, "--waivers", "/dev/null",
                        "--reports", str(tmp_path / "with"), *scenarios])
-    out = capsys.readouterr().out
+    out, err = capsys.readouterr()
     assert status == 0, out
+    assert "[gate] cold starts: 1 for 2 engines" in err  # the port's; the oracle was warm
+    assert warm_sessions(PINS.oracle).start() is oracle and oracle.alive  # left warm by the gate
     assert ("judged on config, steps, outputs; methods, the engine layers not judged: the engine does not serve "
             "them") in out.splitlines()[0]
     for name in ("summary.md", "junit.xml", "report.html"):

@@ -8,7 +8,6 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
-from conformance.formats.trace import make_trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
 from conformance.report.methods_table import render_methods_table
@@ -74,7 +73,7 @@ def test_table_marks_cells_that_change_between_pins():
 
 
 @pytest.mark.oracle
-def test_a_row_that_cannot_be_built_stays_with_the_engines_error(tmp_path, warm_workers):
+def test_a_row_that_cannot_be_built_stays_with_the_engines_error(tmp_path, warm_sessions):
     shutil.copytree(REPO / "scenarios" / "models", tmp_path / "models")
     data = json.loads((REPO / "scenarios" / "method_matrix.json").read_text())
     data["name"] = "unbuildable"
@@ -88,12 +87,13 @@ def test_a_row_that_cannot_be_built_stays_with_the_engines_error(tmp_path, warm_
         {"name": "ngram", "speculative_config": {"method": "ngram", "prompt_lookup_max": 4}}]}
     (tmp_path / "s.json").write_text(json.dumps(data))
     scenario = load_scenario(tmp_path / "s.json")
-    proc = warm_workers(PINS.oracle)
-    records = proc.run(scenario, ["methods"])["methods"]
+    trace = warm_sessions(PINS.oracle).trace(scenario, ["methods"])
+    assert "failure" not in trace, trace["failure"]
+    records = trace["layers"]["methods"]
     rows = {r["row"]: r for r in records}
     assert set(rows) >= {"bad-vocab/K=8", "ngram/K=8"}
     bad = rows["bad-vocab/K=8"]
     assert bad["constructible"] is False and bad["refusal_kind"]
     assert "vocabulary size" in bad["refusal_text"]  # the engine's own words, kept
     assert rows["ngram/K=8"]["constructible"]
-    make_trace("x", proc.hello, scenario, {"methods": records})  # records are plain JSON
+    json.dumps(trace)  # records are plain JSON

@@ -63,12 +63,12 @@ def test_the_layers_declared_are_the_protocols():
     ("| `target_forward_tokens` | list of int >= 0 | rows of each target forward this step |\n", ""),  # dropped
 ])
 def test_the_doc_check_finds_a_table_that_falls_behind(old, new):
-    from conformance.formats.record_schema import ENGINE_STEP, REQUEST, STEP
+    from conformance.formats.record_schema import ENGINE_STEP, REQUEST, STEP, STEP_BASE, STEPS_REQUEST
 
     text = PROTOCOL_MD.read_text(encoding="utf-8")
     assert text.count(old) == 1
     tables = doc_tables(text.replace(old, new))
-    assert any(tables[r.name] != {n: f.describe() for n, f in r.own.items()} for r in (STEP, REQUEST, ENGINE_STEP))
+    assert any(tables[r.name] != {n: f.describe() for n, f in r.own.items()} for r in (STEP_BASE, STEP, REQUEST, STEPS_REQUEST, ENGINE_STEP))
 
 
 def every_golden():
@@ -98,7 +98,17 @@ STEP = gate_golden()["layers"]["steps"][3]
     (lambda r: r.update(finished=["r0", 1]), "finished[1]", "expected str, got 1 (an int)"),
     (lambda r: r.update(kv_blocks=None), "kv_blocks", "expected an object (kv blocks), got null"),
     (lambda r: r["requests"].update({"\x1b]0;owned\x07": 1}), 'requests."\\u001b]0;owned\\u0007"',
-     "expected an object (request entry), got 1"),
+     "expected an object (steps request entry), got 1"),
+    (lambda r: r["requests"]["r0"].update(block_ids=[[3, -1]]), "requests.r0.block_ids[0][1]",
+     "expected int >= 0, got -1 (an int)"),
+    (lambda r: r["requests"]["r0"].update(block_ids=[3]), "requests.r0.block_ids[0]",
+     "expected list of int >= 0, got 3 (an int)"),
+    (lambda r: r["requests"]["r0"].update(draft_token_ids=[-2]), "requests.r0.draft_token_ids[0]",
+     "expected int >= -1, got -2 (an int)"),
+    (lambda r: r["requests"]["r0"].pop("next_draft_token_ids"), "requests.r0.next_draft_token_ids",
+     "expected list of int >= 0, got nothing (the field is missing)"),
+    (lambda r: r["kv_blocks"].pop("cached"), "kv_blocks.cached", "got nothing (the field is missing)"),
+    (lambda r: r.update(aborted="r0"), "aborted", 'expected list of str, got "r0" (a string)'),
 ])
 def test_a_record_error_names_the_field_and_the_value(edit, path, words):
     record = copy.deepcopy(STEP)
@@ -137,6 +147,12 @@ def test_optional_fields_and_variants():
     assert check_record("config", {"refused": refusal, "budget_log_lines": []})
     with pytest.raises(RecordError, match="field refused.message: expected str"):
         check_record("outputs", {"refused": {"type": "ValueError"}})
+    aborted = {"id": "w", "output_token_ids": [], "finish_reason": "abort", "stop_reason": None}
+    assert check_record("outputs", aborted) == aborted
+    with pytest.raises(RecordError, match='field finish_reason: expected "length" or "stop", got "abort"'):
+        check_record("engine_outputs", dict(aborted, logprobs=[]))  # the engine layers run no aborts
+    with pytest.raises(RecordError, match="field stop_reason: expected int >= 0 or null, got nothing"):
+        check_record("outputs", {k: v for k, v in aborted.items() if k != "stop_reason"})
     probe = next(r for r in gate_golden("method_matrix")["layers"]["methods"] if "probe" in r)
     assert check_record("methods", probe) == probe
     with pytest.raises(RecordError, match='field probe: expected "below" or "at" or "above"'):

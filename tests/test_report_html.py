@@ -1,8 +1,8 @@
 """The HTML report as a reader sees it: rendered by headless Chromium, checked for script
 errors and for the elements a reviewer looks for.
 
-Built from the committed goldens (no engine runs): on engine_dflash_gate the oracle 0.27.1
-schedules under a token budget of 4036 and 0.28.0, as a candidate, under 4096. `make
+Built from the committed goldens (no engine runs): on engine_dflash_gate the oracle and another
+CPU engine pin, as a candidate, schedule under different token budgets (4036 and 4096). `make
 report-check` also renders the report of a real run against the no-draft-reservation mutant
 (VLLM_PARITY_REPORT names it). Skipped, with the reason, where chromium is not installed.
 """
@@ -87,13 +87,14 @@ def check_page(page: Path, budgets: tuple[int, int]) -> Elements:
 def test_the_report_renders_with_budgets_difference_zoom_and_tables(tmp_path):
     name = "engine_dflash_gate"
     oracle = GOLDENS.load(name, PINS.oracle)
-    candidate = GOLDENS.load(name, "0.28.0")
-    candidate["engine"]["label"] = "vllm-0.28.0"
+    other = next(r for r in PINS.releases if r != PINS.oracle and PINS.cpu_engine_build(r))
+    candidate = GOLDENS.load(name, other)
+    candidate["engine"]["label"] = f"vllm-{other}"
     verdicts = [judge(oracle, oracle, ORACLE), judge(candidate, oracle, CANDIDATE)]
     result = apply_gate(verdicts, {name: ("SPEC-DFLASH",)}, [], dt.date(2026, 11, 30))
     traces = {(v.engine, name): (t, oracle) for v, t in zip(verdicts, (oracle, candidate))}
     page = write_reports(tmp_path, gate_view(result, PINS.oracle, traces=traces))[2]
-    dom = check_page(page, (4036, 4096))
+    dom = check_page(page, tuple(t["layers"]["engine_steps"][0]["token_budget"] for t in (oracle, candidate)))
     assert any("first divergence: step 0" in text for _, text in dom.having("text", "divergence"))
 
 

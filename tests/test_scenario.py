@@ -95,6 +95,36 @@ def test_malformed_scenario_names_the_field(scenario_dir, mutate, field, words):
     assert field in str(err.value)
 
 
+def test_prefix_caching_left_out_is_vllms_default_written_in_before_hashing(scenario_dir):
+    """vLLM 0.27.1 turns prefix caching on by default; a file that leaves the key out runs and
+    hashes as one that says true, and the run message carries the value."""
+    said = load_scenario(write(scenario_dir, lambda d: d["engine_args"].update(enable_prefix_caching=True)))
+    left_out = load_scenario(write(scenario_dir, lambda d: d["engine_args"].pop("enable_prefix_caching")))
+    off = load_scenario(write(scenario_dir, lambda d: None))
+    assert left_out.engine_args["enable_prefix_caching"] is True
+    assert left_out.to_wire()["engine_args"]["enable_prefix_caching"] is True
+    assert left_out.sha256 == said.sha256 != off.sha256
+    assert off.engine_args["enable_prefix_caching"] is False
+
+
+@pytest.mark.parametrize("key, value", [("prefix", "sys"), ("continues", "r0"), ("abort_step", 1), ("priority", 2)])
+def test_the_engine_layers_refuse_what_only_the_stand_in_runs(tmp_path, key, value):
+    shutil.copytree(GATE.parent / "models", tmp_path / "models")
+    data = json.loads((GATE.parent / "engine_ngram.json").read_text())
+    data["workload"]["prefixes"] = [{"name": "sys", "len": 4}]
+    data["workload"]["requests"].append(dict(data["workload"]["requests"][0], id="extra", **{key: value}))
+    data["workload"]["requests"][-1].pop("prefix" if key == "continues" else "continues", None)
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(tmp_path / "s.json")
+    assert err.value.field == f"workload.requests[{len(data['workload']['requests']) - 1}].{key}"
+    assert "not run by the engine layers" in err.value.problem
+    data["workload"]["requests"].pop()
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    with pytest.raises(ScenarioError, match="workload.prefixes: is not run by the engine layers"):
+        load_scenario(tmp_path / "s.json")
+
+
 @pytest.mark.parametrize("text", ["", "{", "[1, 2]", '{"schema": NaN}', "\xff"])
 def test_unparseable_scenario_is_a_clear_error(tmp_path, text):
     path = tmp_path / "bad.json"

@@ -17,14 +17,14 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.gate import engines as gate_engines_mod, run as gate_run
 from conformance.gate.context import RunContext
-from conformance.gate.engines import GateEngine
 from conformance.gate.shards import COLD_START, ShardError, assign, parse_shard, plan, share_cost
 from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.report import ci
 from conformance.report.view import gate_view
-from conftest import DOUBLE, REPO
+from conftest import DOUBLE, REPO, gate_engine
 
 PINS = load_pins()
+OTHER = PINS.candidates[0]  # a pin besides the gate oracle
 SCENARIOS = [load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json"))]
 CHEAP = [s for s in SCENARIOS if s.name in ("dflash_27b_gate", "steady_decode", "engine_ngram")]
 REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
@@ -39,9 +39,8 @@ def engines(tmp_path):
     record = tmp_path / "record.json"
     record.write_text(json.dumps({"max_num_scheduled_tokens": 4096, "budget_log_lines": ["candidate line"]}))
     oracle = command("--steps", "3")
-    return [GateEngine("TEST-DOUBLE-oracle", ORACLE, oracle, None, oracle),
-            GateEngine("double-candidate", CANDIDATE, command("--record", str(record)), "double-candidate",
-                       command("--record", str(record)))]
+    return [gate_engine("TEST-DOUBLE-oracle=" + oracle, ORACLE),
+            gate_engine("double-candidate=" + command("--record", str(record)), CANDIDATE)]
 
 
 def run(collect, *args, **context):
@@ -176,7 +175,7 @@ def test_merge_refuses_a_missing_a_duplicate_or_a_foreign_shard(tmp_path, engine
     with pytest.raises(ShardError, match=r"shard 1/2 given twice"):
         merge([tmp_path / "s1", tmp_path / "s1"])
     manifest = json.loads((tmp_path / "s2" / "manifest.json").read_text())
-    for key, value, words in (("oracle", "0.28.0", "oracle"), ("scenario_set", "0" * 64, "scenario set"),
+    for key, value, words in (("oracle", OTHER, "oracle"), ("scenario_set", "0" * 64, "scenario set"),
                               ("tool", {"version": "9.9", "sources": "x"}, "tool version")):
         (tmp_path / "s2" / "manifest.json").write_text(json.dumps(dict(manifest, **{key: value})))
         with pytest.raises(ShardError, match=f"not shards of one gate run: they differ in {words}"):
@@ -199,8 +198,8 @@ def test_merge_on_the_command_line(tmp_path, engines, capsys):
 
 
 def test_a_candidate_is_named_by_its_hello_and_its_command_shown_once(tmp_path, engines):
-    unnamed = GateEngine(engines[1].command, CANDIDATE, engines[1].engine, None, engines[1].command)
-    _, text = run(gate_run.gate, CHEAP[:1], [engines[0], unnamed])
+    unnamed = [gate_engine(engines[0].text, ORACLE), gate_engine(engines[1].text, CANDIDATE)]
+    _, text = run(gate_run.gate, CHEAP[:1], unnamed)
     # both doubles say "double 0.0-test": the second is told apart by its arguments
     second = text.splitlines()[2]
     assert second.startswith("   double 0.0-test (") and "--record" in second
@@ -208,12 +207,12 @@ def test_a_candidate_is_named_by_its_hello_and_its_command_shown_once(tmp_path, 
 
 
 def test_named_candidates_on_the_command_line(monkeypatch):
-    found = gate_engines_mod.gate_engines(PINS, [f"port={command('--steps', '1')}", "0.28.0"], log=lambda m: None)
+    found = gate_engines_mod.gate_engines(PINS, [f"port={command('--steps', '1')}", OTHER], log=lambda m: None)
     assert [(e.key, e.role, e.name) for e in found] == [
-        ("vllm-0.27.1", ORACLE, None), ("port", CANDIDATE, "port"), ("vllm-0.28.0", CANDIDATE, None)]
+        (f"vllm-{PINS.oracle}", ORACLE, None), ("port", CANDIDATE, "port"), (f"vllm-{OTHER}", CANDIDATE, None)]
     assert found[1].command == command("--steps", "1") and found[2].command is None
     with pytest.raises(ValueError, match="same name"):
-        gate_engines_mod.gate_engines(PINS, ["0.28.0", "vllm==0.28.0"], log=lambda m: None)
+        gate_engines_mod.gate_engines(PINS, [OTHER, f"vllm=={OTHER}"], log=lambda m: None)
 
 
 def test_buildkite_annotation_goes_through_the_agent_when_it_exists(tmp_path, engines, monkeypatch):

@@ -45,7 +45,15 @@ def test_golden_state_is_consistent(scenario, release):
     if steps is None:
         pytest.skip(f"{scenario.name}: no steps golden for {release}")
     outputs, finished = {}, set()
+    tables: dict[str, list[int]] = {}  # each request's block table, from the block ids it was given
     for s in steps:
+        for rid in s["aborted"]:
+            tables.pop(rid, None)
+        for rid, r in s["requests"].items():
+            given = (r["block_ids"] or [[]])[0]
+            tables[rid] = list(given) if rid in s["new"] or rid in s["resumed"] else tables.get(rid, []) + given
+        for rid in set(s["preempted"]) | set(s["finished"]):
+            tables.pop(rid, None)
         for rid, r in s["requests"].items():
             assert set(REQUEST_STATE) <= set(r), (s["step"], rid)
             assert r["accepted_draft_tokens"] <= r["draft_tokens"]
@@ -55,12 +63,17 @@ def test_golden_state_is_consistent(scenario, release):
             grew = r["output_tokens"] - outputs.get(rid, 0)
             assert grew in (0, 1 + r["accepted_draft_tokens"]) or rid in s["finished"], (s["step"], rid, grew)
             outputs[rid] = r["output_tokens"]
+            if rid in tables:  # the blocks it was given are the blocks it holds
+                assert len(tables[rid]) == r["kv_blocks"], (s["step"], rid)
         finished |= set(s["finished"])
         assert not set(s["waiting"]) & set(s["running"]), s["step"]
         assert not (set(s["waiting"]) | set(s["running"])) & finished, s["step"]
         assert set(s["preempted"]) <= set(s["waiting"]), s["step"]
-        # stand-in prompts differ per request, so no block is shared: requests hold `used` blocks
-        assert sum(r["kv_blocks"] for r in s["requests"].values()) <= s["kv_blocks"]["used"]
+        held = [b for table in tables.values() for b in table]
+        assert 0 not in held, s["step"]  # the null block is never handed out
+        # requests that share a prefix share its blocks: the pool's `used` counts each block once
+        assert len(set(held)) == s["kv_blocks"]["used"], s["step"]
+        assert s["kv_blocks"]["cached"] <= s["kv_blocks"]["free"] + s["kv_blocks"]["used"], s["step"]
     assert not steps[-1]["waiting"] and not steps[-1]["running"]
     assert steps[-1]["kv_blocks"]["used"] == 0  # every block back in the pool at the end
 
@@ -152,34 +165,45 @@ def test_html_report_shows_the_state_beside_the_decision():
     assert "<td><i>waiting</i></td>" in table and "<td><i>running</i></td>" in table
 
 
-# --- a port that counts verify steps differently: reported where its state first differs ---
+# --- a port that counts verify steps differently: reported at the step its drafts differ ---
+
+STEP_IDENTITIES = ("aborted", "emitted", "num_common_prefix_blocks")
+
 
 def _without_state(steps: list[dict]) -> list[dict]:
     """The records as protocol 1 had them: decisions only, no state after the update."""
     out = []
     for s in steps:
-        s = {k: v for k, v in s.items() if k not in STEP_STATE}
+        s = {k: v for k, v in s.items() if k not in STEP_STATE + STEP_IDENTITIES}
         s["requests"] = {rid: {k: v for k, v in r.items() if k in ("tokens", "draft_tokens")}
                          for rid, r in s["requests"].items()}
         out.append(s)
     return out
 
 
+def _without_next_drafts(steps: list[dict]) -> list[dict]:
+    """The records as protocol 2 had them for drafts: no next_draft_token_ids."""
+    return [dict(s, requests={rid: {k: v for k, v in r.items() if k != "next_draft_token_ids"}
+                              for rid, r in s["requests"].items()}) for s in steps]
+
+
 @pytest.mark.oracle
-def test_miscounted_verify_steps_are_reported_where_the_state_first_differs():
+def test_miscounted_verify_steps_are_reported_at_the_step_whose_drafts_differ():
     """The TEST DOUBLE (tests/doubles/miscount_worker.py) is the oracle's own scheduler with the
-    stand-in's verify steps counted on every sampling step. Its decisions stay equal for many
-    steps; the accepted drafts, computed and output tokens it recorded differ at once."""
+    stand-in's verify steps counted on every sampling step, so it indexes the acceptance pattern
+    by the calls that drafted, not by the verify steps. Its first wrong drafts are recorded at
+    the step that made them (`next_draft_token_ids`); without that field the difference showed
+    one step later, and with decisions only (protocol 1) dozens of steps later."""
     from conformance.process.envs import ensure_env
 
     python = ensure_env(PINS.oracle, log=lambda m: None, pins=PINS)
     argv = (str(python), str(REPO / "tests" / "doubles" / "miscount_worker.py"), "--release", PINS.oracle,
             *device_args())
-    # scenario -> (first divergent step with the state recorded, without it): a preemption
-    # 52 steps later on kv_pressure, 7 on priority_kv_pressure
-    wanted = {"kv_pressure": (1, 53), "priority_kv_pressure": (1, 8)}
+    # scenario -> first divergent step: with the drafts made, without them, decisions only
+    wanted = {"kv_pressure": (0, 1, 53), "priority_kv_pressure": (0, 1, 8)}
     with EngineProcess(EngineSpec("miscounted-verify-steps", argv)) as proc:
         assert proc.hello["engine"] == "vllm+double:miscounted-verify-steps"
+        found = {}
         for name in wanted:
             scenario = next(s for s in STAND_IN if s.name == name)
             golden = GOLDENS.load(name, PINS.oracle)
@@ -189,17 +213,17 @@ def test_miscounted_verify_steps_are_reported_where_the_state_first_differs():
             by_layer = {c.layer: c for c in verdict.comparisons}
             steps = by_layer["steps"]
             assert by_layer["outputs"].equal  # accepted drafts are the target's own tokens: outputs stay equal
-            leaf = steps.first.path.rsplit(".", 1)[-1]
-            assert leaf in REQUEST_STATE or steps.first.path.split(".")[0] in STEP_STATE, steps.first.path
-            # every decision (scheduled tokens, drafts, admissions, preemptions) is equal there
-            assert _without_state([steps.record]) == _without_state([steps.actual_record])
-            # without the state (protocol 1's records) it showed only when a decision differed
+            assert ".next_draft_token_ids" in steps.first.path, steps.first.path
+            # every decision and the state are equal there: only the drafts it made differ
+            assert _without_next_drafts([steps.record]) == _without_next_drafts([steps.actual_record])
+            later = compare_layer("steps", _without_next_drafts(golden["layers"]["steps"]),
+                                  _without_next_drafts(trace["layers"]["steps"]))
             old = compare_layer("steps", _without_state(golden["layers"]["steps"]),
                                 _without_state(trace["layers"]["steps"]))
-            assert (steps.index, old.index) == wanted[name], name
+            found[name] = (steps.index, later.index, old.index)
             text = render([verdict], PINS.oracle)
             assert f"layer steps: first divergence at step {steps.index}, field {steps.first.path}" in text
-            assert "state after the update at this step:" in text
+        assert found == wanted
 
 
 def test_a_golden_of_another_protocol_version_is_invalid_with_the_reason():
@@ -218,17 +242,26 @@ def test_a_golden_of_another_protocol_version_is_invalid_with_the_reason():
 def test_protocol_md_worked_values_are_the_stand_ins():
     """engines/PROTOCOL.md states the stand-in's recipe with worked values a port checks its own
     implementation against; they are the stand-in's, so the document cannot drift from it."""
-    from conformance.formats.workload import draft, prompt_tokens, target_next, verify
+    from conformance.formats.workload import (draft, expected_output, prefix_tokens, prompt_tokens,
+                                              request_prompts, target_next, validate_workload, verify)
 
     doc = " ".join((REPO / "engines" / "PROTOCOL.md").read_text().split())
     t = prompt_tokens(7, "r0", 4, 1000)
     drafts = draft(7, t, 4, 2, 1000)
+    chat = {"seed": 7, "vocab_size": 1000, "max_steps": 10, "requests": [
+        {"id": "r0", "arrival_step": 0, "prompt_len": 4, "max_tokens": 3},
+        {"id": "r1", "arrival_step": 0, "prompt_len": 2, "max_tokens": 1, "continues": "r0"}]}
+    continued = request_prompts(validate_workload(chat, "chat", {"max_model_len": 100}), 100)["r1"]
     for text in (f"`target_next(0, [], 151936)` = {target_next(0, [], 151936)}",
                  f"`target_next(7, [1, 2, 3], 1000)` = {target_next(7, [1, 2, 3], 1000)}",
                  f"`prompt_tokens(7, \"r0\", 4, 1000)` = `{t}`",
                  f"`draft(7, t, 4, 2, 1000)` = `{drafts}`",
                  f"`verify(7, t, that, 1000)` = `{verify(7, t, drafts, 1000)}`",
-                 f"`verify(7, t, [-1, -1], 1000)` = `{verify(7, t, [-1, -1], 1000)}`"):
+                 f"`verify(7, t, [-1, -1], 1000)` = `{verify(7, t, [-1, -1], 1000)}`",
+                 f"`prefix_tokens(7, \"sys\", 4, 1000)` = `{prefix_tokens(7, 'sys', 4, 1000)}`",
+                 f"`expected_output(7, t, 3, [], 100, 1000)` = `{expected_output(7, t, 3, [], 100, 1000)}`",
+                 f"`expected_output(7, t, 5, [524], 100, 1000)` = `{expected_output(7, t, 5, [524], 100, 1000)}`",
+                 f"with `prompt_len` 2 has the prompt `{continued}`"):
         assert text in doc, text
     assert verify(7, t, drafts, 1000)[-1] != drafts[2]  # the worked draft's third token is wrong
     assert "its hash recipe is written there" not in doc  # the recipe is in the document itself

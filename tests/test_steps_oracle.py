@@ -5,13 +5,10 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
-from conformance.formats.trace import make_trace
-from conformance.gate.runner import failure_trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
-from conformance.process.client import EngineFailure
 from conformance.report.render_text import render
-from conftest import REPO
+from conftest import REPO, records_of
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -25,13 +22,21 @@ def golden(scenario, release=PINS.oracle):
     return GOLDENS.load(scenario.name, release)
 
 
+def binding_budget(step: dict) -> int:
+    """What a step may schedule: its token budget, less the drafting slots charged to its
+    running requests where the release charges them per step (input_budget, 0.28.0 on)."""
+    if "input_budget" in step:
+        return step["input_budget"] - step["drafting_slots_per_request"] * len(step["running"])
+    return step["token_budget"]
+
+
 @pytest.mark.parametrize("release", PINS.releases)
 @pytest.mark.parametrize("scenario", WORKLOADS, ids=IDS)
-def test_speculation_is_lossless(warm_workers, release, scenario):
+def test_speculation_is_lossless(warm_sessions, release, scenario):
     """Accepted drafts are the target's own tokens: outputs with and without spec are equal."""
-    proc = warm_workers(release)
-    spec = proc.run(scenario, ["outputs"])["outputs"]
-    plain = proc.run(scenario.without_speculation(), ["outputs"])["outputs"]
+    session = warm_sessions(release)
+    spec = records_of(session, scenario, ["outputs"])["outputs"]
+    plain = records_of(session, scenario.without_speculation(), ["outputs"])["outputs"]
     assert spec == plain
     assert all(r["output_token_ids"] for r in spec)
 
@@ -46,25 +51,33 @@ def test_scenario_library_exercises_what_it_claims():
     steps = {s.name: golden(s)["layers"]["steps"] for s in WORKLOADS}
     outputs = {s.name: golden(s)["layers"]["outputs"] for s in WORKLOADS}
     assert any(st["preempted"] for st in steps["kv_pressure"]) and any(st["resumed"] for st in steps["kv_pressure"])
-    assert steps["prefill_budget_binds"][0]["total_num_scheduled_tokens"] == 4036  # the budget binds
+    step0 = steps["prefill_budget_binds"][0]
+    assert step0["total_num_scheduled_tokens"] == binding_budget(step0)  # the budget binds
     assert {r["finish_reason"] for r in outputs["stop_conditions"]} == {"stop", "length"}
     assert any(st["new"] for st in steps["staggered_arrivals"][1:])  # arrivals after step 0
     drafts = {req["draft_tokens"] for st in steps["steady_decode"] for req in st["requests"].values()}
     assert 16 in drafts
 
 
-@pytest.mark.xdist_group("0.28.0")  # with the other tests of that pin's warm worker
-def test_later_pin_is_reported_where_the_budget_binds(warm_workers):
-    """0.28.0 vs the 0.27.1 golden: the first step where the budget binds, per-request counts."""
-    scenario = next(s for s in WORKLOADS if s.name == "prefill_budget_binds")
-    proc = warm_workers("0.28.0")
-    trace = make_trace("vllm-0.28.0", proc.hello, scenario, proc.run(scenario, scenario.layers))
-    verdict = judge(trace, golden(scenario), "candidate")
+BINDS = next(s for s in WORKLOADS if s.name == "prefill_budget_binds")
+# the pins whose scheduler gives r1 another share of the binding budget than the oracle's does
+BUDGET_DRIFT = [r for r in PINS.releases if golden(BINDS, r)["layers"]["steps"][0]["requests"]["r1"]["tokens"]
+                != golden(BINDS)["layers"]["steps"][0]["requests"]["r1"]["tokens"]]
+
+
+@pytest.mark.parametrize("release", BUDGET_DRIFT[-1:])  # the newest such pin, on its warm worker
+def test_another_pin_is_reported_where_the_budget_binds(warm_sessions, release):
+    """Another pin vs the oracle's golden: the first step where the budget binds, per-request
+    counts, as the two releases' goldens have them."""
+    trace = warm_sessions(release).trace(BINDS)
+    verdict = judge(trace, golden(BINDS), "candidate")
     steps = next(c for c in verdict.comparisons if c.layer == "steps")
+    r1 = [golden(BINDS, r)["layers"]["steps"][0]["requests"]["r1"]["tokens"] for r in (PINS.oracle, release)]
     assert steps.index == 0 and steps.first.path == "requests.r1.tokens"
-    assert (steps.first.expected, steps.first.actual) == (1036, 1064)
+    assert (steps.first.expected, steps.first.actual) == tuple(r1)
     text = render([verdict], PINS.oracle)
-    assert "! r1       new 1036 / 0 / 0 -> 1036 / 0 / 66   new 1064 / 0 / 0 -> 1064 / 0 / 68" in text
+    row = next(line.split() for line in text.splitlines() if line.strip().startswith("! r1 "))
+    assert row[:4] == ["!", "r1", "new", str(r1[0])] and row[row.index("new", 3) + 1] == str(r1[1]), row
 
 
 MUTANTS = {
@@ -78,16 +91,13 @@ MUTANTS = {
 
 
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
-def test_every_mutant_is_caught(warm_workers, mutant):
+def test_every_mutant_is_caught(warm_sessions, mutant):
     """Each injected bug (a TEST DEVICE on the oracle pin) diverges from the oracle's golden."""
     name, layer, field = MUTANTS[mutant]
     scenario = next(s for s in WORKLOADS if s.name == name)
-    proc = warm_workers(f"{PINS.oracle}+mutant:{mutant}")  # its own process, shared with other tests
-    assert proc.hello["engine"] == f"vllm+mutant:{mutant}"
-    try:
-        trace = make_trace(f"mutant-{mutant}", proc.hello, scenario, proc.run(scenario, scenario.layers))
-    except EngineFailure as failure:  # as the runner keeps it: the records sent, and why it ended
-        trace = failure_trace(proc.spec, proc.hello, scenario, failure)
+    session = warm_sessions(f"{PINS.oracle}+mutant:{mutant}")  # its own process, shared with other tests
+    assert session.start().hello["engine"] == f"vllm+mutant:{mutant}"
+    trace = session.trace(scenario)  # a failure too: the records sent, and why it ended
     verdict = judge(trace, golden(scenario), "candidate")
     assert verdict.kind == "diverged"
     if mutant == "crash-after-divergence":
@@ -100,10 +110,14 @@ def test_every_mutant_is_caught(warm_workers, mutant):
     comparison = next(c for c in verdict.comparisons if c.layer == layer)
     assert not comparison.equal
     if mutant in ("no-draft-reservation", "crash-after-divergence"):
-        # the seed's bug: named at its first step, with the token counts on both sides
-        assert comparison.index == 0 and comparison.first.path == field
-        assert (comparison.first.expected, comparison.first.actual) == (1036, 1096)
-        assert "total_num_scheduled_tokens" in [f.path for f in comparison.fields]
+        # the seed's bug: named at its first step, with the token counts on both sides: the
+        # oracle's share for r1, and without any drafting slot the whole budget left by r0
+        step0 = golden(scenario)["layers"]["steps"][0]
+        batched = golden(scenario)["layers"]["config"][0]["max_num_batched_tokens"]
+        unreserved = batched - step0["requests"]["r0"]["tokens"]
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        assert comparison.index == 0 and found[field] == (step0["requests"]["r1"]["tokens"], unreserved)
+        assert "total_num_scheduled_tokens" in found
     if mutant.startswith("draft-"):
         e, a = comparison.record["requests"], comparison.actual_record["requests"]
         delta = 1 if mutant == "draft-plus-one" else -1

@@ -6,7 +6,8 @@ import shutil
 import pytest
 
 from conformance.formats.scenario import ScenarioError, load_scenario
-from conformance.formats.workload import draft, prompt_tokens, target_next, verify
+from conformance.formats.workload import (draft, expected_output, prefix_tokens, prompt_tokens,
+                                          request_prompts, target_next, validate_workload, verify)
 from conftest import REPO
 
 
@@ -51,3 +52,103 @@ def test_bad_workload_names_the_field(tmp_path, mutate, field):
     with pytest.raises(ScenarioError) as err:
         load_scenario(tmp_path / "s.json")
     assert err.value.field.startswith(field), err.value
+
+
+# --- shared prefixes, continuations, aborts -------------------------------------------------
+
+def workload(*requests, prefixes=None, seed=7, vocab=1000, max_steps=50):
+    raw = {"seed": seed, "vocab_size": vocab, "max_steps": max_steps, "requests": list(requests)}
+    if prefixes is not None:
+        raw["prefixes"] = prefixes
+    return raw
+
+
+def req(rid, plen, max_tokens=3, arrival=0, **extra):
+    return {"id": rid, "arrival_step": arrival, "prompt_len": plen, "max_tokens": max_tokens, **extra}
+
+
+def test_worked_values_of_prefixes_and_continuations():
+    """The values engines/PROTOCOL.md states, and the C++ kit's stand-in must reproduce."""
+    t = prompt_tokens(7, "r0", 4, 1000)
+    assert prefix_tokens(7, "sys", 4, 1000) == [376, 287, 538, 275]
+    assert expected_output(7, t, 3, [], 100, 1000) == [744, 524, 481]
+    assert expected_output(7, t, 3, [], 100, 1000) == verify(7, t, draft(7, t, 4, 2, 1000), 1000)
+    assert expected_output(7, t, 5, [524], 100, 1000) == [744, 524]  # the stop token is kept
+    assert expected_output(7, t, 5, [], 6, 1000) == [744, 524]  # max_model_len: 4 + 2 tokens
+    w = validate_workload(workload(req("r0", 4), req("r1", 2, continues="r0")), "s", {"max_model_len": 100})
+    assert request_prompts(w, 100)["r1"] == [956, 25, 201, 167, 744, 524, 481, 892, 264]
+
+
+def test_requests_sharing_a_prefix_share_its_tokens_exactly():
+    w = validate_workload(workload(req("a", 3, prefix="sys"), req("b", 0, prefix="sys"), req("c", 5),
+                                   prefixes=[{"name": "sys", "len": 8}]), "s", {"max_model_len": 100})
+    prompts = request_prompts(w, 100)
+    sys_tokens = prefix_tokens(7, "sys", 8, 1000)
+    assert prompts["a"] == sys_tokens + prompt_tokens(7, "a", 3, 1000)
+    assert prompts["b"] == sys_tokens  # a prompt that is the prefix exactly: a full hit
+    assert prompts["c"] == prompt_tokens(7, "c", 5, 1000)
+    assert prefix_tokens(7, "a", 3, 1000) != prompt_tokens(7, "a", 3, 1000)  # "prefix/" + name
+
+
+def test_a_continuation_of_a_request_that_stops_early_continues_after_its_stop():
+    stop = expected_output(7, prompt_tokens(7, "r0", 4, 1000), 10, [], 100, 1000)[3]
+    w = validate_workload(workload(req("r0", 4, max_tokens=10, stop_token_ids=[stop]),
+                                   req("r1", 1, continues="r0"), req("r2", 0, continues="r1")),
+                          "s", {"max_model_len": 100})
+    prompts = request_prompts(w, 100)
+    r0 = prompt_tokens(7, "r0", 4, 1000)
+    out0 = expected_output(7, r0, 10, [stop], 100, 1000)
+    assert len(out0) == 4 and out0[-1] == stop
+    assert prompts["r1"] == r0 + out0 + prompt_tokens(7, "r1", 1, 1000)
+    assert prompts["r2"] == prompts["r1"] + expected_output(7, prompts["r1"], 3, [], 100, 1000)
+
+
+def test_optional_keys_are_kept_only_when_given():
+    """So a scenario that uses none of them hashes and runs as before."""
+    w = validate_workload(workload(req("a", 3), req("b", 1, prefix="p", abort_step=4, priority=0),
+                                   req("c", 1, priority=-2), prefixes=[{"name": "p", "len": 2}]),
+                          "s", {"max_model_len": 100})
+    assert set(w["requests"][0]) == {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance"}
+    assert w["requests"][1]["prefix"] == "p" and w["requests"][1]["abort_step"] == 4
+    assert "priority" not in w["requests"][1] and w["requests"][2]["priority"] == -2
+    assert "prefixes" not in validate_workload(workload(req("a", 3)), "s", {"max_model_len": 100})
+
+
+SYS = [{"name": "sys", "len": 8}]
+
+
+@pytest.mark.parametrize("raw, field, words", [
+    (workload(req("a", 0)), "workload.requests[0].prompt_len", "between 1 and"),
+    (workload(req("a", 1, prefix="nope"), prefixes=SYS), "workload.requests[0].prefix", "names 'nope'"),
+    (workload(req("a", 1, prefix="sys")), "workload.requests[0].prefix", "prefixes: []"),
+    (workload(req("a", 1), prefixes=[{"name": "sys", "len": 0}]), "workload.prefixes[0].len", "between 1 and"),
+    (workload(req("a", 1), prefixes=[{"name": "a/b", "len": 2}]), "workload.prefixes[0].name", "1-32 characters"),
+    (workload(req("a", 1), prefixes=SYS + SYS), "workload.prefixes[1].name", "duplicate prefix name"),
+    (workload(req("a", 1), prefixes=[{"name": "sys", "len": 2, "x": 1}]), "workload.prefixes[0].x", "unknown key"),
+    (workload(req("a", 1), prefixes={"sys": 8}), "workload.prefixes", "must be an array"),
+    (workload(req("a", 1), prefixes=[{"name": f"p{i}", "len": 1} for i in range(65)]), "workload.prefixes",
+     "at most 64"),
+    (workload(req("a", 1, continues="b"), req("b", 1)), "workload.requests[0].continues",
+     "not an earlier request; earlier: []"),
+    (workload(req("a", 1), req("b", 1, continues="a", prefix="sys"), prefixes=SYS),
+     "workload.requests[1].continues", "not both"),
+    (workload(req("a", 1, abort_step=3), req("b", 1, continues="a")), "workload.requests[1].continues",
+     "has an abort_step"),
+    (workload(req("a", 1, arrival=5, abort_step=4)), "workload.requests[0].abort_step", "between 5 and 49"),
+    (workload(req("a", 1, abort_step=50)), "workload.requests[0].abort_step", "between 0 and 49"),
+    (workload(req("a", 1, priority=2**31)), "workload.requests[0].priority", "between"),
+    (workload(req("a", 1, priority=True)), "workload.requests[0].priority", "must be an integer"),
+    (workload(req("a", 90, max_tokens=5), req("b", 3, max_tokens=5, continues="a")),
+     "workload.requests[1].max_tokens", "a prompt of 98 tokens (request 'a''s prompt and output + 3 own) "
+     "+ max_tokens 5 = 103 exceeds engine_args.max_model_len = 100"),
+    (workload(req("a", 2, max_tokens=1, prefix="sys"), prefixes=[{"name": "sys", "len": 98}]),
+     "workload.requests[0].max_tokens", "a prompt of 100 tokens (prefix 'sys' + 2 own)"),
+    (workload(req("r0", 1, max_tokens=1), *[req(f"r{i}", 0, max_tokens=1, continues=f"r{i - 1}")
+                                            for i in range(1, 18)]),
+     "workload.requests[17].continues", "a chain of 17 continuations; at most 16"),
+])
+def test_bad_shared_prefixes_continuations_and_aborts_name_the_field(raw, field, words):
+    with pytest.raises(ScenarioError) as err:
+        validate_workload(raw, "s.json", {"max_model_len": 100})
+    assert err.value.field == field, err.value
+    assert words in err.value.problem, err.value

@@ -20,16 +20,17 @@ import tempfile
 import time
 from pathlib import Path
 
+from conformance.adequacy.measure import measured
 from conformance.adequacy.mutation import generate, hand_edit, run_lines
 from conformance.adequacy.scope import Scope
 from conformance.formats.mutant import Mutant
 from conformance.formats.pins import REPO_ROOT
 from conformance.formats.scenario import Scenario
 from conformance.formats.settings import cache_root
-from conformance.process.client import EngineProcess
 from conformance.process.coverage_run import (COVERAGE, ensure_coverage, json_report, measured_worker,
                                               write_rcfile)
 from conformance.process.envs import ensure_env, site_packages
+from conformance.process.session import EngineSession
 
 ENGINE_SCOPE_FILE = REPO_ROOT / "adequacy_engine_scope.toml"
 GOAL_ENGINE_KILLED = 90.0  # percent of the non-equivalent engine-path mutants
@@ -67,14 +68,11 @@ def executed_lines(release: str, scenarios: list[Scenario], scope: Scope, log=pr
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"parity-engine-lines-{release}-") as tmp:
         rcfile, data = write_rcfile(Path(tmp), [f"*/{f}" for f in files]), Path(tmp) / "coverage.data"
-        proc = EngineProcess(measured_worker(release, python, coverage_dir, rcfile, data), run_timeout=900.0)
-        proc.start()
-        try:
+        worker = measured_worker(release, python, coverage_dir, rcfile, data)
+        with EngineSession(worker, run_timeout=900.0) as session:  # its close: coverage.py writes its data
             for scenario in scenarios:
                 log(f"[adequacy] engine-path lines {release}: {scenario.name}")
-                proc.run(scenario, scenario.layers)
-        finally:
-            proc.close()
+                measured(session.trace(scenario))
         report = json_report(python, coverage_dir, rcfile, data)
     found = {f: set() for f in files}
     for name, entry in report["files"].items():

@@ -27,21 +27,21 @@ from pathlib import Path
 
 from conformance.adequacy.mutation import generate
 from conformance.adequacy.scope import FunctionScope, Scope, function_scopes
+from conformance.formats.engine_ref import EngineRef
 from conformance.formats.mutant import Mutant
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import Scenario
 from conformance.formats.settings import cache_root
-from conformance.formats.trace import make_trace
-from conformance.gate.runner import failure_trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.judging import judge_trace
 from conformance.judging.requirement_rows import where_of
 from conformance.judging.verdict import CANDIDATE, NUMERICS, PASS
-from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.client import EngineFailure
 from conformance.process.coverage_run import (MEASURED, ensure_coverage, json_report, measured_worker,
                                               write_rcfile)
 from conformance.process.envs import ensure_env, site_packages
-from conformance.process.mutant_server import MutantServer
+from conformance.process.launch import Launcher
+from conformance.process.session import EngineSession, served
 
 MUTANT_RUN_TIMEOUT = 20.0  # one scenario on a mutant (a mutated loop may never end); the oracle needs under 5 s
 ENGINE_RUN_TIMEOUT = 300.0  # one engine-layer scenario (a whole engine on CPU) on a mutant
@@ -88,20 +88,24 @@ def measure_coverage(release: str, scenarios: list[Scenario], scope: Scope, log=
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"parity-adequacy-{release}-") as tmp:
         rcfile, data = write_rcfile(Path(tmp)), Path(tmp) / "coverage.data"
-        proc = EngineProcess(measured_worker(release, python, coverage_dir, rcfile, data))
-        proc.start()
-        try:
+        # the worker exits on shutdown (the session's close), and coverage.py writes its data
+        with EngineSession(measured_worker(release, python, coverage_dir, rcfile, data)) as session:
+            hello = session.start().hello
             for scenario in scenarios:
                 log(f"[adequacy] coverage {release}: {scenario.name}")
-                if all(layer in proc.hello["capabilities"] for layer in scenario.layers):
-                    proc.run(scenario, scenario.layers)
-        finally:
-            proc.close()  # the worker exits on shutdown, and coverage.py writes its data
+                if not served(scenario.layers, hello)[1]:  # a scenario the worker serves whole
+                    measured(session.trace(scenario))
         report = json_report(python, coverage_dir, rcfile, data)
     texts = {path: Path(path).read_text(encoding="utf-8") for path in report["files"]}
     functions = function_scopes(report, texts, scope)
     sources = {"vllm/" + p.split("/vllm/", 1)[1]: t.splitlines() for p, t in texts.items()}
     return PinCoverage(release, functions, sources, time.monotonic() - started, scope.callees)
+
+
+def measured(trace: dict) -> None:
+    """A run under coverage.py counts only when it ran to its end: a failure stops the measure."""
+    if "failure" in trace:
+        raise EngineFailure(trace["failure"]["kind"], trace["failure"]["message"])
 
 
 # -- mutants --------------------------------------------------------------------------------
@@ -178,33 +182,33 @@ class ResultCache:
         os.replace(tmp, self.path)
 
 
-def judge_mutant(server: MutantServer, mutant: Mutant, scenarios: list[Scenario],
+def mutant_launcher(mutants: list[Mutant], log=print) -> Launcher:
+    """What starts each of `mutants` as an engine of its own: the mutant server of its release
+    forks it (ended with the launcher)."""
+    by_id = {m.id: m for m in mutants}
+    return Launcher(log=log, find_mutant=lambda release, mutant_id: by_id[mutant_id])
+
+
+def judge_mutant(launcher: Launcher, release: str, mutant: Mutant, scenarios: list[Scenario],
                  goldens: dict[str, dict], passed: set[str] | None = None) -> dict:
-    """Run the mutant as a candidate on the scenarios, in order, until one catches it; the
-    names of the scenarios it passed are added to `passed`."""
+    """Run the mutant of `release` as a candidate on the scenarios, in order, until one
+    catches it; the names of the scenarios it passed are added to `passed`."""
     passed = set() if passed is None else passed
-    spec = server.spec(mutant)
-    proc = EngineProcess(spec, handshake_timeout=60.0, run_timeout=MUTANT_RUN_TIMEOUT)
+    spec = launcher.spec(EngineRef.catalog_mutant(release, mutant.id))
+    session = EngineSession(spec, handshake_timeout=60.0, run_timeout=MUTANT_RUN_TIMEOUT)
     try:
-        proc.start()
+        session.start()
     except EngineFailure as failure:
         return {"killed": False, "kind": "not_installed", "message": str(failure)[:500]}
-    try:
+    with session:
         for scenario in scenarios:
-            try:
-                records = proc.run(scenario, scenario.layers,
-                                   ENGINE_RUN_TIMEOUT if scenario.engine is not None else MUTANT_RUN_TIMEOUT)
-                trace = make_trace(spec.label, proc.hello, scenario, records)
-            except EngineFailure as failure:
-                trace = failure_trace(spec, proc.hello, scenario, failure)
+            trace = session.trace(scenario, timeout=ENGINE_RUN_TIMEOUT if scenario.engine is not None else None)
             verdict = judge_trace(trace, goldens[scenario.name], CANDIDATE)
             if verdict.kind not in (PASS, NUMERICS):  # numerics: arithmetic noise, not a catch
                 where = where_of(verdict) or (verdict.message.splitlines() or [""])[0][:300]
                 return {"killed": True, "kind": verdict.kind, "scenario": scenario.name, "where": where}
             passed.add(scenario.name)
         return {"killed": False, "kind": PASS}
-    finally:
-        proc.close()
 
 
 @dataclass
@@ -244,23 +248,20 @@ def run_mutants(release: str, mutants: list[Mutant], scenarios: list[Scenario], 
             todo.append((m, passed))
     if todo:
         kills = {s.name: 0 for s in every}
-        server = MutantServer(release, log)
-        try:
+        with mutant_launcher([m for m, _ in todo], log) as launcher:
             for number, (m, passed) in enumerate(todo, 1):
                 # the scenarios that caught most so far go first: a caught mutant stops there;
                 # scenarios this mutant already passed (cached) are not run again
                 order = sorted((s for s in scenarios if s.name not in passed), key=lambda s: -kills[s.name])
                 if m.id not in equivalent:
                     order += [s for s in engine_tier if s.name not in passed]
-                result = judge_mutant(server, m, order, goldens, passed)
+                result = judge_mutant(launcher, release, m, order, goldens, passed)
                 if result.get("scenario"):
                     kills[result["scenario"]] += 1
                 cache.record(ResultCache.key(release, m), hashes, passed, result)
                 run.results.append((m, result))
                 log(f"[adequacy] mutant {number}/{len(todo)} {m.name}: "
                     f"{'caught by ' + result['scenario'] if result['killed'] else result['kind']}")
-        finally:
-            server.close()
     run.results.sort(key=lambda r: (r[0].file, r[0].start, r[0].replacement))
     run.seconds = time.monotonic() - started
     return run

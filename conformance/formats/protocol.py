@@ -1,4 +1,4 @@
-"""The engine protocol, version 2: JSON lines over an engine process's stdin and stdout.
+"""The engine protocol, version 3: JSON lines over an engine process's stdin and stdout.
 
 Standard library only: the vLLM worker imports this module from inside each pin's own
 environment. engines/PROTOCOL.md is the human-readable description of the same rules.
@@ -10,7 +10,24 @@ import json
 
 from conformance.formats.features import declared_problem
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
+# What an engine still at an older version must add, by the version it says (PROTOCOL.md,
+# "Changes by version"): told with the refusal, so a port knows why and what to do
+OLDER_VERSION = {2: "the steps records' identities (block_ids, cached_tokens, draft_token_ids, "
+                    "resent_token_ids, next_draft_token_ids per request; aborted, emitted, "
+                    "num_common_prefix_blocks, kv_blocks.cached), outputs' stop_reason, prompts "
+                    "from request_prompt and aborts in the driver"}
+
+
+def older_version_hint(version) -> str:
+    """Said after `expected protocol version N, got M` when M is an older version."""
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 < version < PROTOCOL_VERSION:
+        return ""
+    adds = OLDER_VERSION.get(version)
+    return (f": the engine speaks an older version of the protocol; engines/PROTOCOL.md \"Changes by "
+            f"version\" says what version {PROTOCOL_VERSION} adds" + (f" ({adds})" if adds else ""))
+
+
 MAX_LINE_BYTES = 64 * 1024 * 1024  # one record; far above any step record
 # Nesting depth of a message (the message object itself is depth 1). Records are a few levels
 # deep; the limit keeps every later reader (trace writer, comparison, DeepDiff) off Python's

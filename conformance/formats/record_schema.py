@@ -334,8 +334,20 @@ REQUEST = Record("request entry", {
     "output_tokens": Field(COUNT),
     "kv_blocks": Field(COUNT),
 })
-KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT)})
-STEP = Record("steps", {
+# block ids per KV cache group, or null (a running request given no block this step); the
+# protocol's limits on a line and a run bound their size
+BLOCK_IDS = Nullable(ListOf(ListOf(COUNT)))
+# what a `steps` request entry adds: identities (engine_steps records do not carry them)
+STEPS_REQUEST = Record("steps request entry", {
+    "block_ids": Field(BLOCK_IDS),
+    "cached_tokens": Field(COUNT),
+    "draft_token_ids": Field(ListOf(Int(-1))),  # -1: a placeholder draft
+    "resent_token_ids": Field(Flag()),
+    "next_draft_token_ids": Field(ListOf(COUNT)),
+}, base=REQUEST)
+KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT), "cached": Field(COUNT)})
+# the fields of every step record, steps and engine_steps alike
+STEP_BASE = Record("step", {
     "step": Field(COUNT),
     "total_num_scheduled_tokens": Field(COUNT),
     "token_budget": Field(COUNT),
@@ -346,26 +358,37 @@ STEP = Record("steps", {
     "resumed": Field(IDS),
     "preempted": Field(IDS),
     "finished": Field(IDS),
-    "kv_blocks": Field(KV_BLOCKS),
     "waiting": Field(IDS),
     "running": Field(IDS),
 })
+STEP = Record("steps", {
+    "requests": Field(MapOf("request id", STEPS_REQUEST)),
+    "kv_blocks": Field(KV_BLOCKS),
+    "aborted": Field(IDS),
+    "emitted": Field(IDS),
+    "num_common_prefix_blocks": Field(ListOf(COUNT)),
+}, base=STEP_BASE)
 ENGINE_KV_BLOCKS = Record("engine kv blocks", {"free": Field(COUNT, optional=True), "used": Field(COUNT)})
 ENGINE_STEP = Record("engine_steps", {
     "kv_blocks": Field(ENGINE_KV_BLOCKS),
     "target_forward_tokens": Field(ListOf(COUNT)),
     "drafter_forward_tokens": Field(ListOf(COUNT)),
     "max_num_batched_tokens": Field(COUNT),
-}, base=STEP)
+}, base=STEP_BASE)
 
-OUTPUT = Record("outputs", {
+# the fields of every output record, outputs and engine_outputs alike
+OUTPUT_BASE = Record("output", {
     "id": Field(Text()),
     "output_token_ids": Field(ListOf(COUNT)),
-    "finish_reason": Field(Text(("length", "stop"))),
 })
+OUTPUT = Record("outputs", {
+    "finish_reason": Field(Text(("length", "stop", "abort"))),
+    "stop_reason": Field(Nullable(COUNT)),
+}, base=OUTPUT_BASE)
 ENGINE_OUTPUT = Record("engine_outputs", {
+    "finish_reason": Field(Text(("length", "stop"))),
     "logprobs": Field(ListOf(ListOf(Pair(COUNT, Number(maximum=0))))),
-}, base=OUTPUT)
+}, base=OUTPUT_BASE)
 
 REFUSAL_WORDS = Nullable(Text())
 METHOD_ROW = Record("methods row", {
@@ -421,8 +444,8 @@ LAYERS: dict[str, Layer] = {
     "engine_outputs": Layer(ENGINE_OUTPUT, (("refused", REFUSED),)),
 }
 # Every record and object with a table in PROTOCOL.md
-RECORDS = (REFUSAL, CONFIG, REFUSED_CONFIG, REFUSED, STEP, REQUEST, KV_BLOCKS, ENGINE_STEP,
-           ENGINE_KV_BLOCKS, OUTPUT, ENGINE_OUTPUT, METHOD_ROW, METHOD_PROBE)
+RECORDS = (REFUSAL, CONFIG, REFUSED_CONFIG, REFUSED, STEP_BASE, STEP, REQUEST, STEPS_REQUEST, KV_BLOCKS,
+           ENGINE_STEP, ENGINE_KV_BLOCKS, OUTPUT_BASE, OUTPUT, ENGINE_OUTPUT, METHOD_ROW, METHOD_PROBE)
 
 
 def check_record(layer: str, record, strict: bool = False) -> dict:

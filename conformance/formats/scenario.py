@@ -30,8 +30,11 @@ MAX_TOKENS_LIMIT = 1 << 20  # far above any gate configuration; rejects absurd s
 
 
 # Field -> (type, required). The keys are vLLM's own EngineArgs names, as in `vllm serve`.
-# Platform-dependent defaults (block size, prefix caching, chunked prefill, async scheduling)
-# are required, so a CPU run and a GPU run of one scenario resolve the same configuration.
+# Platform-dependent defaults (block size, chunked prefill, async scheduling) are required, so
+# a CPU run and a GPU run of one scenario resolve the same configuration. Prefix caching may be
+# left out: it is then vLLM's own default, true (CacheConfig.enable_prefix_caching), written
+# into engine_args before hashing (DEFAULTS), so every platform resolves the same value and a
+# file that omits it hashes as one that says true.
 ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "model": (str, True),
     "load_format": (str, True),
@@ -39,7 +42,7 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "max_num_batched_tokens": (int, True),
     "max_model_len": (int, True),
     "block_size": (int, True),
-    "enable_prefix_caching": (bool, True),
+    "enable_prefix_caching": (bool, False),
     "enable_chunked_prefill": (bool, True),
     "async_scheduling": (bool, True),
     "dtype": (str, False),
@@ -50,6 +53,7 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "scheduling_policy": (str, False),
     "speculative_config": (dict, False),
 }
+DEFAULTS = {"enable_prefix_caching": True}
 # Keys of --speculative-config.
 SPECULATIVE_CONFIG: dict[str, tuple[type, bool]] = {
     "method": (str, True),
@@ -87,6 +91,9 @@ DEFAULT_ENGINE = {"logprobs": 5, "logprob_decimals": 4}
 # decoded alone, both CPU pins; benchmarks/bench_noise.py, docs/release-gate.md "On every machine"), which
 # leaves 40x. bf16 / fp16 on a GPU: not measured here (no GPU); a few hundredths expected.
 DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
+# Workload keys the engine layers do not run: the engine's outputs are its model's, not the
+# stand-in's a continuation is built from, and its loop has no aborts.
+STEPS_ONLY = ("prefix", "continues", "abort_step", "priority")
 ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE
 
 
@@ -178,7 +185,7 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     args = raw.get("engine_args")
     if not isinstance(args, dict):
         raise ScenarioError(src, "engine_args", f"must be an object, got {_tname(args)}")
-    args = _check_fields(src, "engine_args", args, ENGINE_ARGS)
+    args = {**DEFAULTS, **_check_fields(src, "engine_args", args, ENGINE_ARGS)}
     base = path.resolve().parent
     hashed = dict(args)
     args["model"], hashed["model"] = _model_dir(src, "engine_args.model", args["model"], base)
@@ -253,6 +260,14 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
                                 f"{'(' if typ is float else '['}{low}, {high}], got {value!r}")
     if workload is None:
         raise ScenarioError(src, "workload", "is required with `engine`: the engine generates it")
+    for i, req in enumerate(workload["requests"]):
+        for key in STEPS_ONLY:
+            if key in req:
+                raise ScenarioError(src, f"workload.requests[{i}].{key}", "is not run by the engine layers "
+                                    "(the stand-in's steps layer only): a scenario with `engine` cannot use it")
+    if "prefixes" in workload:
+        raise ScenarioError(src, "workload.prefixes", "is not run by the engine layers (the stand-in's "
+                            "steps layer only): a scenario with `engine` cannot use it")
     engine = {k: raw.get(k, v) for k, v in DEFAULT_ENGINE.items()}
     atol = float(raw.get("logprob_atol", DEFAULT_ATOL.get(args.get("dtype", "float32"), 0.1)))
     noise = raw.get("logprob_noise")

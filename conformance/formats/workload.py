@@ -8,10 +8,19 @@ The workload schema (every key below; no others):
     {"seed": int,            # seeds the stand-in
      "vocab_size": int,      # the stand-in's vocabulary, 2..151936
      "max_steps": int,       # safety cap on scheduler steps, 1..100000
+     "prefixes": [{"name": str,  # optional: named shared prefixes (a system prompt),
+                   "len": int}], #   ^[A-Za-z0-9_-]{1,32}$, unique; len 1..max_model_len
      "requests": [{"id": str,             # ^[A-Za-z0-9_-]{1,32}$, unique
                    "arrival_step": int,   # the step at which it is added, 0..max_steps-1
-                   "prompt_len": int,     # >= 1
-                   "max_tokens": int,     # >= 1; prompt_len + max_tokens <= max_model_len
+                   "prompt_len": int,     # its own new tokens: >= 1, or >= 0 after a
+                                          #   `prefix` or `continues`
+                   "max_tokens": int,     # >= 1; len(prompt) + max_tokens <= max_model_len
+                   "prefix": str,         # optional: its prompt starts with that prefix
+                   "continues": str,      # optional: its prompt starts with an earlier
+                                          #   request's prompt and output (a multi-turn chat);
+                                          #   not with `prefix`; that request may not abort
+                   "abort_step": int,     # optional: aborted at that step (arrival..max_steps-1)
+                   "priority": int,       # optional, default 0 (the priority policy's key)
                    "stop_token_ids": [int],  # optional, default []
                    "acceptance": [int]}]}    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
@@ -27,13 +36,23 @@ next token, so a scheduler can be driven without weights, identically on every m
 - `prompt_tokens(seed, req_id, n, vocab_size)`: token i is blake2b (8-byte digest, person
   b"parity-prompt") over seed (8 bytes LE), i (8 bytes LE), then the id's UTF-8 bytes,
   read as a little-endian unsigned integer, modulo vocab_size.
+- `prefix_tokens(seed, name, n, vocab_size)`: prompt_tokens(seed, "prefix/" + name, n,
+  vocab_size); a request id cannot hold "/", so no request's own tokens are a prefix's.
+- `expected_output(seed, prompt, max_tokens, stop_token_ids, max_model_len, vocab_size)`:
+  what a request outputs under any scheduler: the target's tokens after its prompt, up to the
+  first stop token (kept), max_tokens, or max_model_len tokens in all.
+- `request_prompts(workload, max_model_len)`: every request's prompt: its base (nothing, a
+  prefix's tokens, or the continued request's prompt and expected output), then
+  prompt_tokens(seed, id, prompt_len, vocab_size).
 - `draft(seed, tokens, k, accept, vocab_size)`: the target's next min(accept, k) tokens,
   then wrong tokens ((true + 1) % vocab_size, each continuing from the wrong one) up to k.
 - `verify(seed, tokens, drafts, vocab_size)`: the longest prefix of drafts equal to what
   target_next produces, plus one bonus token (the target's token after that prefix).
 
 Accepted drafts equal the target's own tokens, so a request's output is the same with and
-without speculative decoding, under every scheduler: only the steps differ.
+without speculative decoding, under every scheduler: only the steps differ. Two requests whose
+prompts share their first tokens share them exactly, so an engine's prefix cache sees equal
+blocks where the workload says the prompts agree.
 """
 
 from __future__ import annotations
@@ -50,79 +69,202 @@ MAX_REQUESTS = 4096
 MAX_SEED = (1 << 63) - 1
 MAX_LIST = 1024  # stop_token_ids and acceptance entries per request
 MAX_ACCEPT = 1024  # an acceptance above the drafts scheduled simply accepts them all
+MAX_PREFIXES = 64
+MAX_CHAIN = 16  # continuations of continuations, at most: bounds the work of computing a prompt
+PRIORITY = (-(1 << 31), (1 << 31) - 1)
+NO_MAX_MODEL_LEN = 1 << 20  # the bound on a length when engine_args has no max_model_len
 CONTEXT = 16  # target_next looks at the last CONTEXT tokens (and the length)
 
-TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests"}
-REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance"}
+TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
+TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
+REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
+                "prefix", "continues", "abort_step", "priority"}
+PREFIX_KEYS = {"name", "len"}
 
 
 def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
     """The workload with defaults filled in; raises ScenarioError naming the field."""
-
-    def fail(field: str, problem: str):
-        raise ScenarioError(source, field, problem)
-
-    def integer(where: str, value: object, low: int, high: int) -> int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            fail(where, f"must be an integer, got {_tname(value)}")
-        if not low <= value <= high:
-            fail(where, f"must be between {low} and {high}, got {value}")
-        return value
-
+    check = _Checker(source)
     if not isinstance(raw, dict):
-        fail("workload", f"must be an object, got {_tname(raw)}")
+        check.fail("workload", f"must be an object, got {_tname(raw)}")
     for key in raw:
         if key not in TOP_LEVEL:
-            fail(f"workload.{key}", f"unknown key; allowed: {sorted(TOP_LEVEL)}")
-    for key in sorted(TOP_LEVEL):
+            check.fail(f"workload.{key}", f"unknown key; allowed: {sorted(TOP_LEVEL)}")
+    for key in TOP_REQUIRED:
         if key not in raw:
-            fail(f"workload.{key}", "is required")
-    seed = integer("workload.seed", raw["seed"], 0, MAX_SEED)
-    vocab_size = integer("workload.vocab_size", raw["vocab_size"], 2, MAX_VOCAB_SIZE)
-    max_steps = integer("workload.max_steps", raw["max_steps"], 1, MAX_STEPS)
-    requests = raw["requests"]
-    if not isinstance(requests, list):
-        fail("workload.requests", f"must be an array, got {_tname(requests)}")
-    if not 1 <= len(requests) <= MAX_REQUESTS:
-        fail("workload.requests", f"must hold 1 to {MAX_REQUESTS} requests, got {len(requests)}")
+            check.fail(f"workload.{key}", "is required")
+    seed = check.integer("workload.seed", raw["seed"], 0, MAX_SEED)
+    vocab_size = check.integer("workload.vocab_size", raw["vocab_size"], 2, MAX_VOCAB_SIZE)
+    max_steps = check.integer("workload.max_steps", raw["max_steps"], 1, MAX_STEPS)
     max_model_len = engine_args.get("max_model_len") if isinstance(engine_args, dict) else None
     if not isinstance(max_model_len, int) or isinstance(max_model_len, bool):
         max_model_len = None
-
-    seen: set[str] = set()
-    out = []
+    limit = max_model_len if max_model_len is not None else NO_MAX_MODEL_LEN
+    prefixes = _prefixes(check, raw.get("prefixes", []), limit)
+    requests = raw["requests"]
+    if not isinstance(requests, list):
+        check.fail("workload.requests", f"must be an array, got {_tname(requests)}")
+    if not 1 <= len(requests) <= MAX_REQUESTS:
+        check.fail("workload.requests", f"must hold 1 to {MAX_REQUESTS} requests, got {len(requests)}")
+    out: list[dict] = []
     for i, req in enumerate(requests):
-        where = f"workload.requests[{i}]"
-        if not isinstance(req, dict):
-            fail(where, f"must be an object, got {_tname(req)}")
-        for key in req:
-            if key not in REQUEST_KEYS:
-                fail(f"{where}.{key}", f"unknown key; allowed: {sorted(REQUEST_KEYS)}")
-        for key in ("id", "arrival_step", "prompt_len", "max_tokens"):
-            if key not in req:
-                fail(f"{where}.{key}", "is required")
-        rid = req["id"]
-        if not isinstance(rid, str):
-            fail(f"{where}.id", f"must be a string, got {_tname(rid)}")
-        if not REQUEST_ID.fullmatch(rid):
-            fail(f"{where}.id", f"must be 1-32 characters of A-Z a-z 0-9 _ - , got {rid!r}")
-        if rid in seen:
-            fail(f"{where}.id", f"duplicate request id {rid!r}")
-        seen.add(rid)
-        arrival = integer(f"{where}.arrival_step", req["arrival_step"], 0, max_steps - 1)
-        limit = max_model_len if max_model_len is not None else 1 << 20
-        prompt_len = integer(f"{where}.prompt_len", req["prompt_len"], 1, limit)
-        max_tokens = integer(f"{where}.max_tokens", req["max_tokens"], 1, limit)
-        if max_model_len is not None and prompt_len + max_tokens > max_model_len:
-            fail(f"{where}.max_tokens", f"prompt_len + max_tokens = {prompt_len + max_tokens} "
-                 f"exceeds engine_args.max_model_len = {max_model_len}")
-        stops = _int_list(fail, f"{where}.stop_token_ids", req.get("stop_token_ids", []),
-                          0, vocab_size - 1, allow_empty=True)
-        acceptance = _int_list(fail, f"{where}.acceptance", req.get("acceptance", [0]),
-                               0, MAX_ACCEPT, allow_empty=False)
-        out.append({"id": rid, "arrival_step": arrival, "prompt_len": prompt_len,
-                    "max_tokens": max_tokens, "stop_token_ids": stops, "acceptance": acceptance})
-    return {"seed": seed, "vocab_size": vocab_size, "max_steps": max_steps, "requests": out}
+        out.append(_request(check, f"workload.requests[{i}]", req, out, prefixes, vocab_size, max_steps, limit))
+    workload = {"seed": seed, "vocab_size": vocab_size, "max_steps": max_steps, "requests": out}
+    if "prefixes" in raw:
+        workload["prefixes"] = [{"name": name, "len": n} for name, n in prefixes.items()]
+    _check_lengths(check, workload, max_model_len)
+    return workload
+
+
+class _Checker:
+    """Raises the ScenarioError naming the field; one place for the shared checks."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, field: str, problem: str):
+        raise ScenarioError(self.source, field, problem)
+
+    def integer(self, where: str, value: object, low: int, high: int) -> int:
+        if not isinstance(value, int) or isinstance(value, bool):
+            self.fail(where, f"must be an integer, got {_tname(value)}")
+        if not low <= value <= high:
+            self.fail(where, f"must be between {low} and {high}, got {value}")
+        return value
+
+    def name(self, where: str, value: object, what: str) -> str:
+        if not isinstance(value, str):
+            self.fail(where, f"must be a string, got {_tname(value)}")
+        if not REQUEST_ID.fullmatch(value):
+            self.fail(where, f"must be 1-32 characters of A-Z a-z 0-9 _ - ({what}), got {value[:40]!r}")
+        return value
+
+    def keys(self, where: str, obj: object, allowed: set[str], required: tuple[str, ...]) -> dict:
+        if not isinstance(obj, dict):
+            self.fail(where, f"must be an object, got {_tname(obj)}")
+        for key in obj:
+            if key not in allowed:
+                self.fail(f"{where}.{key}", f"unknown key; allowed: {sorted(allowed)}")
+        for key in required:
+            if key not in obj:
+                self.fail(f"{where}.{key}", "is required")
+        return obj
+
+
+def _prefixes(check: _Checker, raw: object, limit: int) -> dict[str, int]:
+    """Named shared prefixes: name -> length, in the file's order."""
+    if not isinstance(raw, list):
+        check.fail("workload.prefixes", f"must be an array, got {_tname(raw)}")
+    if len(raw) > MAX_PREFIXES:
+        check.fail("workload.prefixes", f"must hold at most {MAX_PREFIXES} prefixes, got {len(raw)}")
+    out: dict[str, int] = {}
+    for i, entry in enumerate(raw):
+        where = f"workload.prefixes[{i}]"
+        check.keys(where, entry, PREFIX_KEYS, ("name", "len"))
+        name = check.name(f"{where}.name", entry["name"], "a prefix's name")
+        if name in out:
+            check.fail(f"{where}.name", f"duplicate prefix name {name!r}")
+        out[name] = check.integer(f"{where}.len", entry["len"], 1, limit)
+    return out
+
+
+def _request(check: _Checker, where: str, req: object, earlier: list[dict], prefixes: dict[str, int],
+             vocab_size: int, max_steps: int, limit: int) -> dict:
+    """One request checked against the requests before it; its optional keys kept only when given."""
+    check.keys(where, req, REQUEST_KEYS, ("id", "arrival_step", "prompt_len", "max_tokens"))
+    rid = check.name(f"{where}.id", req["id"], "a request id")
+    if any(e["id"] == rid for e in earlier):
+        check.fail(f"{where}.id", f"duplicate request id {rid!r}")
+    arrival = check.integer(f"{where}.arrival_step", req["arrival_step"], 0, max_steps - 1)
+    if "prefix" in req and "continues" in req:
+        check.fail(f"{where}.continues", "a request continues another or starts with a prefix, not both")
+    based = "prefix" in req or "continues" in req
+    prompt_len = check.integer(f"{where}.prompt_len", req["prompt_len"], 0 if based else 1, limit)
+    out = {"id": rid, "arrival_step": arrival, "prompt_len": prompt_len,
+           "max_tokens": check.integer(f"{where}.max_tokens", req["max_tokens"], 1, limit),
+           "stop_token_ids": _int_list(check.fail, f"{where}.stop_token_ids", req.get("stop_token_ids", []),
+                                       0, vocab_size - 1, allow_empty=True),
+           "acceptance": _int_list(check.fail, f"{where}.acceptance", req.get("acceptance", [0]),
+                                   0, MAX_ACCEPT, allow_empty=False)}
+    if "prefix" in req:
+        name = check.name(f"{where}.prefix", req["prefix"], "a prefix's name")
+        if name not in prefixes:
+            check.fail(f"{where}.prefix", f"names {name!r}, which workload.prefixes does not; "
+                       f"prefixes: {_some(list(prefixes))}")
+        out["prefix"] = name
+    if "continues" in req:
+        out["continues"] = _continued(check, f"{where}.continues", req["continues"], earlier)
+    if "abort_step" in req:
+        out["abort_step"] = check.integer(f"{where}.abort_step", req["abort_step"], arrival, max_steps - 1)
+    if "priority" in req and check.integer(f"{where}.priority", req["priority"], *PRIORITY) != 0:
+        out["priority"] = req["priority"]
+    return out
+
+
+def _continued(check: _Checker, where: str, value: object, earlier: list[dict]) -> str:
+    name = check.name(where, value, "an earlier request's id")
+    target = next((e for e in earlier if e["id"] == name), None)
+    if target is None:
+        check.fail(where, f"names {name!r}, which is not an earlier request; earlier: "
+                   f"{_some([e['id'] for e in earlier])}")
+    if "abort_step" in target:
+        check.fail(where, f"names {name!r}, which has an abort_step: a continued request's output "
+                   "must follow from the workload alone")
+    depth, at = 1, target
+    while "continues" in at:
+        depth += 1
+        at = next(e for e in earlier if e["id"] == at["continues"])
+    if depth > MAX_CHAIN:
+        check.fail(where, f"makes a chain of {depth} continuations; at most {MAX_CHAIN}")
+    return name
+
+
+def _some(names: list[str], most: int = 10) -> str:
+    shown = ", ".join(repr(n) for n in names[:most])
+    return f"[{shown}{', ...' if len(names) > most else ''}] ({len(names)})" if len(names) > most else f"[{shown}]"
+
+
+def _check_lengths(check: _Checker, workload: dict, max_model_len: int | None) -> None:
+    """len(prompt) + max_tokens <= max_model_len for every request, a continuation's prompt
+    holding the earlier request's prompt and output."""
+    lengths = prompt_lengths(workload, max_model_len)
+    if max_model_len is None:
+        return
+    for i, req in enumerate(workload["requests"]):
+        total = lengths[req["id"]] + req["max_tokens"]
+        if total > max_model_len:
+            parts = f"prompt_len {req['prompt_len']}"
+            if lengths[req["id"]] != req["prompt_len"]:
+                parts = f"a prompt of {lengths[req['id']]} tokens ({_base(req)} + {req['prompt_len']} own)"
+            check.fail(f"workload.requests[{i}].max_tokens",
+                       f"{parts} + max_tokens {req['max_tokens']} = {total} exceeds "
+                       f"engine_args.max_model_len = {max_model_len}")
+
+
+def _base(req: dict) -> str:
+    return f"prefix {req['prefix']!r}" if "prefix" in req else f"request {req['continues']!r}'s prompt and output"
+
+
+def prompt_lengths(workload: dict, max_model_len: int | None) -> dict[str, int]:
+    """Each request's prompt length, without computing prompts where lengths suffice: only a
+    continued request with stop token ids has its tokens computed (its output may stop early)."""
+    prefixes = {p["name"]: p["len"] for p in workload.get("prefixes", [])}
+    by_id = {req["id"]: req for req in workload["requests"]}
+    lengths: dict[str, int] = {}
+    prompts = None
+    for req in workload["requests"]:
+        base = 0
+        if "prefix" in req:
+            base = prefixes[req["prefix"]]
+        elif "continues" in req:
+            earlier = by_id[req["continues"]]
+            if earlier["stop_token_ids"]:
+                prompts = prompts or _Prompts(workload, max_model_len)
+                base = len(prompts.of(earlier["id"])) + len(prompts.output(earlier))
+            else:
+                base = lengths[earlier["id"]] + earlier["max_tokens"]
+        lengths[req["id"]] = base + req["prompt_len"]
+    return lengths
 
 
 def _int_list(fail, where: str, value: object, low: int, high: int, allow_empty: bool) -> list[int]:
@@ -200,6 +342,64 @@ def prompt_tokens(seed: int, req_id: str, n: int, vocab_size: int) -> list[int]:
         h.update(req_id.encode())
         out.append(int.from_bytes(h.digest(), "little") % vocab_size)
     return out
+
+
+def prefix_tokens(seed: int, name: str, n: int, vocab_size: int) -> list[int]:
+    """A named shared prefix's n tokens: a request id cannot contain "/", so they are never
+    a request's own tokens."""
+    return prompt_tokens(seed, "prefix/" + name, n, vocab_size)
+
+
+def expected_output(seed: int, prompt: list[int], max_tokens: int, stop_token_ids: list[int],
+                    max_model_len: int | None, vocab_size: int) -> list[int]:
+    """What a request with this prompt outputs under any scheduler: accepted drafts are the
+    target's own tokens, and stops are checked token by token. Ends after the first stop token
+    (kept), at max_tokens outputs, or when prompt and outputs reach max_model_len."""
+    stops = set(stop_token_ids)
+    context, out = list(prompt), []
+    while True:
+        token = target_next(seed, context, vocab_size)
+        out.append(token)
+        context.append(token)
+        if (token in stops or len(out) >= max_tokens
+                or (max_model_len is not None and len(context) >= max_model_len)):
+            return out
+
+
+def request_prompts(workload: dict, max_model_len: int | None) -> dict[str, list[int]]:
+    """Every request's prompt token ids (engines/PROTOCOL.md, `steps`, the stand-in)."""
+    prompts = _Prompts(workload, max_model_len)
+    return {req["id"]: prompts.of(req["id"]) for req in workload["requests"]}
+
+
+class _Prompts:
+    """Prompts computed once each: a continuation reuses the prompt it continues."""
+
+    def __init__(self, workload: dict, max_model_len: int | None) -> None:
+        self.seed, self.vocab = workload["seed"], workload["vocab_size"]
+        self.max_model_len = max_model_len
+        self.requests = {req["id"]: req for req in workload["requests"]}
+        self.prefixes = {p["name"]: p["len"] for p in workload.get("prefixes", [])}
+        self.memo: dict[str, list[int]] = {}
+
+    def of(self, rid: str) -> list[int]:
+        if rid not in self.memo:
+            req = self.requests[rid]
+            self.memo[rid] = self.base(req) + prompt_tokens(self.seed, rid, req["prompt_len"], self.vocab)
+        return self.memo[rid]
+
+    def base(self, req: dict) -> list[int]:
+        if "prefix" in req:
+            return prefix_tokens(self.seed, req["prefix"], self.prefixes[req["prefix"]], self.vocab)
+        if "continues" in req:
+            earlier = self.requests[req["continues"]]
+            before = self.of(earlier["id"])
+            return before + self.output(earlier)
+        return []
+
+    def output(self, req: dict) -> list[int]:
+        return expected_output(self.seed, self.of(req["id"]), req["max_tokens"], req["stop_token_ids"],
+                               self.max_model_len, self.vocab)
 
 
 def draft(seed: int, tokens, k: int, accept: int, vocab_size: int) -> list[int]:

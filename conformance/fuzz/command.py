@@ -4,9 +4,9 @@ confirmed, and `--replay FILE`.
 A finding is written to --out as a scenario file of the project's schema, named by what
 diverged (fuzz_steps_requests_tokens.json), its model paths relative to that folder. It is then
 loaded back like any scenario, run on both engines again and its signature confirmed; its report
-is the one the gate prints for that verdict (conformance/report.render_verdict). To add it to
-the library: move it into scenarios/ (written there directly with --out scenarios) and write its
-golden with `make goldens -k NAME`.
+is the one the gate prints for that verdict (conformance/report/render_text.py render_verdict).
+To add it to the library: move it into scenarios/ (written there directly with --out scenarios)
+and write its goldens with `make goldens SCENARIOS=NAME`.
 
 A finding is never lost: --out is checked before any engine starts; a file that cannot be
 written after all is printed on standard output instead; and Ctrl-C while a finding is being
@@ -24,7 +24,7 @@ import shlex
 import tempfile
 from pathlib import Path
 
-from conformance.formats.engine_ref import CATALOG, EngineRef
+from conformance.formats.engine_ref import EngineRef
 from conformance.formats.files import write_text_atomic
 from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import load_scenario
@@ -32,7 +32,7 @@ from conformance.fuzz.search import (ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYER
                                      Search, count_of, signature)
 from conformance.judging.verdict import exit_status
 from conformance.process.client import EngineFailure
-from conformance.process.launch import prepare_engine
+from conformance.process.launch import Launcher
 from conformance.process.progress import duration
 from conformance.report.render_text import render_verdict
 
@@ -60,15 +60,20 @@ def fuzz_command(args, log, out=print) -> int:
     if not args.replay:
         check_out(folder)  # before any engine starts: nothing is searched for a folder that refuses it
     candidate_ref = EngineRef.parse(args.candidate, pins)
-    oracle = prepare_engine(oracle_ref, pins, log)
+    # a catalog mutant (TEST DEVICE) is found in `parity adequacy`'s catalogs and forked by the
+    # mutant server, which the launcher ends
+    launcher = Launcher(pins, log, find_mutant=lambda release, mutant_id: catalog_mutant(release, mutant_id, log))
     branches = None
-    if getattr(args, "guide", "behaviours") == "coverage":
-        oracle, branches = guided_oracle(oracle, log)
-    server = None
-    if candidate_ref.kind == CATALOG:  # a generated mutant: served by the fork server
-        server, candidate = catalog_mutant(candidate_ref, pins, log)
-    else:
-        candidate = prepare_engine(candidate_ref, pins, log)
+    try:
+        oracle = launcher.spec(oracle_ref)
+        if getattr(args, "guide", "behaviours") == "coverage":
+            oracle, branches = guided_oracle(oracle, log)
+        candidate = launcher.spec(candidate_ref)
+    except BaseException:
+        launcher.close()
+        if branches is not None:
+            branches.path.unlink(missing_ok=True)
+        raise
     pair = Pair(oracle, candidate, layers)
     try:
         log(f"[fuzz] starting {oracle.label} (oracle) and {candidate.label} (candidate)")
@@ -96,8 +101,7 @@ def fuzz_command(args, log, out=print) -> int:
         return 2
     finally:
         pair.close()
-        if server is not None:
-            server.close()
+        launcher.close()
         if branches is not None:
             branches.path.unlink(missing_ok=True)
     s = search.stats
@@ -206,26 +210,23 @@ def guided_oracle(oracle, log):
     return guided_worker(oracle.release, python, ensure_coverage(python, log=log), branches.path), branches
 
 
-def catalog_mutant(ref: EngineRef, pins, log):
-    """TEST DEVICE: '0.27.1+mutant:catalog:ID', a mutant of `parity adequacy`'s catalogs (the
-    scheduler's, then the engine path's), served
-    as its own engine by engines/vllm/mutant_server.py. (the server, the candidate's spec)"""
+def catalog_mutant(release: str, mutant_id: str, log):
+    """TEST DEVICE: the mutant of '0.27.1+mutant:catalog:ID', found in `parity adequacy`'s
+    catalogs (the scheduler's, then the engine path's)."""
     from conformance.adequacy.measure import catalog
     from conformance.adequacy.scope import load_scope
-    from conformance.process.mutant_server import MutantServer
 
-    release = ref.release
     mutants, _ = catalog(release, load_scope(), log)
-    found = [m for m in mutants if m.id == ref.mutant]
+    found = [m for m in mutants if m.id == mutant_id]
     if not found:  # the engine path's catalog, lines the engine scenarios never run included
         from conformance.adequacy.engine_path import ENGINE_SCOPE_FILE, engine_catalog
 
         run, _, not_run = engine_catalog(release, load_scope(ENGINE_SCOPE_FILE), {}, log)
-        found = [m for m in run + not_run if m.id == ref.mutant]
+        found = [m for m in run + not_run if m.id == mutant_id]
     if not found:
-        raise ValueError(f"--candidate {ref.text!r}: no mutant {ref.mutant!r} in the catalogs of vllm {release}")
-    server = MutantServer(release, log)
-    return server, server.spec(found[0])
+        raise ValueError(f"--candidate {EngineRef.catalog_mutant(release, mutant_id).text!r}: no mutant "
+                         f"{mutant_id!r} in the catalogs of vllm {release}")
+    return found[0]
 
 
 def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: str, against: str,
@@ -268,7 +269,7 @@ def report(finding: Finding, oracle: str, seed: int, candidate: str, against: st
     lines.append(f"   scenario: {finding.path}")
     lines.append(f"   replay:   parity fuzz --replay {shlex.quote(str(finding.path))} "
                  f"--candidate {shlex.quote(candidate)} --against {against}")
-    lines.append(f"   library:  move it into scenarios/, then make goldens -k {finding.path.stem}")
+    lines.append(f"   library:  move it into scenarios/, then make goldens SCENARIOS={finding.path.stem}")
     return "\n".join(lines)
 
 

@@ -45,16 +45,15 @@ from hypothesis.errors import Unsatisfiable
 from conformance.formats.features import declared
 from conformance.formats.pins import REPO_ROOT
 from conformance.formats.scenario import Scenario, ScenarioError, parse_scenario
-from conformance.formats.trace import make_trace
 from conformance.fuzz import strategies as fuzz_strategies
-from conformance.gate.runner import failure_trace
 from conformance.judging.judging import judge_trace
 from conformance.judging.requirement_rows import where_of
 from conformance.judging.verdict import CANDIDATE, NUMERICS, PASS, Verdict
-from conformance.process.client import HANDSHAKE_TIMEOUT, EngineFailure, EngineProcess, timeout_setting
+from conformance.process.client import EngineFailure
 from conformance.process.coverage_run import BranchesReached
 from conformance.process.launch import EngineSpec
 from conformance.process.progress import duration
+from conformance.process.session import EngineSession, OutOfTime
 
 STAND_IN_LAYERS = ("config", "steps", "outputs")  # fast, no model
 # The whole engine on the tiny models (about a second an example): strategies.engine_scenarios
@@ -63,8 +62,6 @@ ROUND = 100  # examples per hypothesis run
 RUN_TIMEOUT = 60.0  # one example on one engine (a candidate's loop may never end)
 SHRINK_LIMIT = 120.0  # seconds hypothesis may spend shrinking one finding
 REPORT_EVERY = 5.0  # seconds between progress lines
-# Restarted after these: the process is gone (an engine_error leaves a healthy, warm engine).
-ENDED = ("crash", "timeout", "protocol")
 SCENARIO_DIR = REPO_ROOT / "scenarios"  # generated model paths are relative to it
 
 
@@ -76,49 +73,50 @@ class Diverged(AssertionError):
     """Raised inside the hypothesis property for an example with the finding's signature."""
 
 
-class OutOfTime(Exception):
-    """A run given a time limit (shrinking's, polishing's) was cut by it: it says nothing
-    about the example."""
-
-
 @dataclass
 class Pair:
-    """The oracle's and the candidate's warm engines, run side by side on each example."""
+    """The oracle's and the candidate's engine sessions (process/session.py: warm, restarted
+    when gone), run side by side on each example. A run given a time limit (shrinking's,
+    polishing's) and cut by it raises OutOfTime: it says nothing about the example."""
 
     oracle: EngineSpec
     candidate: EngineSpec
     layers: list[str]
     run_timeout: float = RUN_TIMEOUT
-    _procs: dict = field(default_factory=dict)
+    _sessions: dict = field(default_factory=dict)
+    _own: bool = True  # closing the pair ends the engines (not a test session's warm ones)
     _pool: ThreadPoolExecutor = field(default_factory=lambda: ThreadPoolExecutor(max_workers=2))
 
+    def __post_init__(self) -> None:
+        for role in ("oracle", "candidate"):
+            self._sessions.setdefault(role, EngineSession(getattr(self, role), run_timeout=self.run_timeout))
+
     @classmethod
-    def warm(cls, oracle: EngineProcess, candidate: EngineProcess, layers: list[str]) -> "Pair":
-        """Over engines already started (a test session's warm workers)."""
-        pair = cls(oracle.spec, candidate.spec, layers)
-        pair._procs.update(oracle=oracle, candidate=candidate)
-        return pair
+    def warm(cls, oracle: EngineSession, candidate: EngineSession, layers: list[str]) -> "Pair":
+        """Over sessions someone else ends (a test session's warm engines)."""
+        return cls(oracle.spec, candidate.spec, layers, _sessions={"oracle": oracle, "candidate": candidate},
+                   _own=False)
 
     def start(self) -> None:
-        list(self._pool.map(self._proc, ("oracle", "candidate")))
+        list(self._pool.map(EngineSession.start, self._sessions.values()))
 
     def candidate_features(self) -> frozenset[str] | None:
         """The features the candidate's hello declares (None: every feature), once it started."""
-        proc = self._procs.get("candidate")
-        return None if proc is None else declared(proc.hello)
+        hello = self._sessions["candidate"].hello
+        return None if hello is None else declared(hello)
 
-    def close(self, engines: bool = True) -> None:
+    def close(self) -> None:
         """End the thread pool, and the engines unless they are someone else's to end."""
-        if engines:
-            list(self._pool.map(EngineProcess.close, self._procs.values()))
-            self._procs.clear()
+        if self._own:
+            list(self._pool.map(EngineSession.close, self._sessions.values()))
         self._pool.shutdown()
 
     def run(self, scenario: Scenario, timeout: float | None = None) -> tuple[dict, dict]:
         """(oracle trace, candidate trace) of one scenario. With a timeout, both sides, an
         engine restart included, end within it, or OutOfTime is raised."""
         until = None if timeout is None else time.monotonic() + timeout
-        sides = [self._pool.submit(self._trace, role, scenario, until) for role in ("oracle", "candidate")]
+        sides = [self._pool.submit(self._trace, self._sessions[role], scenario, until)
+                 for role in ("oracle", "candidate")]
         wait(sides)  # both ended before either's error is raised: never two runs on one engine
         oracle, candidate = (side.result() for side in sides)
         return oracle, candidate
@@ -135,44 +133,9 @@ class Pair:
                             f"({', '.join(self.layers)}): {verdict.message}; choose them with --layers")
         return verdict, oracle
 
-    def _proc(self, role: str, until: float | None = None) -> EngineProcess:
-        """The role's warm engine (one thread per role uses it), started when there is none
-        (its handshake within `until`, a time.monotonic() deadline, when there is one)."""
-        proc = self._procs.get(role)
-        if proc is None:
-            handshake = timeout_setting("VLLM_PARITY_HANDSHAKE_TIMEOUT", HANDSHAKE_TIMEOUT)
-            cut = until is not None and until - time.monotonic() < handshake
-            if cut:
-                handshake = max(until - time.monotonic(), 0.0)
-            proc = EngineProcess(getattr(self, role), run_timeout=self.run_timeout, handshake_timeout=handshake)
-            self._procs[role] = proc
-            try:
-                proc.start()  # an engine that cannot start stops the run (EngineFailure)
-            except EngineFailure as failure:
-                self._procs.pop(role, None)
-                if cut and failure.kind == "timeout":
-                    raise OutOfTime(f"{proc.spec.label}: not started within the time limit") from None
-                raise
-            except BaseException:
-                self._procs.pop(role, None)
-                raise
-        return proc
-
-    def _trace(self, role: str, scenario: Scenario, until: float | None = None) -> dict:
-        spec, proc = getattr(self, role), self._proc(role, until)
-        timeout = proc.run_timeout
-        cut = until is not None and until - time.monotonic() < timeout
-        if cut:
-            timeout = max(until - time.monotonic(), 0.0)
-        try:
-            return make_trace(spec.label, proc.hello, scenario, proc.run(scenario, self.layers, timeout))
-        except EngineFailure as failure:
-            if failure.kind in ENDED:
-                self._procs.pop(role, None)
-                proc.close()
-            if cut and failure.kind == "timeout":
-                raise OutOfTime(f"{spec.label}: the run was cut by the time limit") from None
-            return failure_trace(spec, proc.hello, scenario, failure)
+    def _trace(self, session: EngineSession, scenario: Scenario, until: float | None) -> dict:
+        session.start(until)  # an engine that cannot start (or restart) stops the run: EngineFailure
+        return session.trace(scenario, self.layers, until=until)
 
 
 def signature(verdict: Verdict) -> str | None:
@@ -241,7 +204,7 @@ def _edits(raw: dict):
             out["engine_args"] = args
         if reqs is not None:
             out["workload"]["requests"] = reqs
-            out["workload"]["max_steps"] = fuzz_strategies.max_steps(reqs)
+            out["workload"]["max_steps"] = fuzz_strategies.max_steps(reqs, raw["workload"].get("prefixes", ()))
         return out
 
     reqs, args = raw["workload"]["requests"], raw["engine_args"]
@@ -256,7 +219,7 @@ def _edits(raw: dict):
             if req[key] > low:
                 for value in sorted({low, (req[key] + low) // 2}):
                     yield variant(reqs=reqs[:i] + [dict(req, **{key: value})] + reqs[i + 1:])
-        for key in ("stop_token_ids", "acceptance"):
+        for key in ("stop_token_ids", "acceptance", "abort_step", "prefix", "continues"):
             if key in req:
                 yield variant(reqs=reqs[:i] + [{k: v for k, v in req.items() if k != key}] + reqs[i + 1:])
     renamed = [dict(r, id=f"r{i}") for i, r in enumerate(reqs)]

@@ -11,8 +11,9 @@ What each pin accepts: the arguments below are the EngineArgs fields every pinne
 chunked prefill off, a threshold above max_model_len, ...) are generated on purpose: the
 refusal is a record of the config layer, and refusal parity is part of the contract.
 `max_num_partial_prefills` is not generated: no pinned release has it any more (V0 only).
-Per-request priorities are not in the workload schema; the priority policy is generated and
-orders requests by arrival.
+Per-request priorities are not generated; the priority policy is generated and orders requests
+by arrival. Shared prefixes, continued turns and aborts are drawn last, now and then, each only
+when its feature is allowed.
 
 Sizes stay small (max_model_len <= 512, at most MAX_REQUESTS requests) so one example runs in
 tens of milliseconds on the stand-in layers.
@@ -191,18 +192,75 @@ def scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     vocab_size = draw(VOCAB)
     k = (args.get("speculative_config") or {}).get("num_speculative_tokens", 0)
     reqs = draw(requests(args["max_model_len"], k, vocab_size))
-    workload = {"seed": draw(SEED), "vocab_size": vocab_size,
-                "max_steps": max_steps(reqs), "requests": reqs}
+    workload = {"seed": draw(SEED), "vocab_size": vocab_size, "requests": reqs}
+    # drawn last, so a seed keeps the examples it had before these existed
+    prefixes = draw(sharing(reqs, args["max_model_len"], allowed))
+    if prefixes:
+        workload["prefixes"] = prefixes
+    draw(aborts(reqs, allowed))
+    workload["max_steps"] = max_steps(reqs, prefixes)
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
             "workload": workload}
 
 
-def max_steps(reqs: list[dict]) -> int:
+PREFIX_LEN = st.integers(1, 96)
+PREFIX_USE = st.sampled_from([None, "p0", "p1", "continues"])  # shrinks toward no sharing
+ABORT_AFTER = st.integers(0, 40)
+
+
+@st.composite
+def sharing(draw, reqs: list[dict], max_model_len: int, allowed) -> list[dict]:
+    """Now and then, named shared prefixes used by some requests, or a request that continues
+    an earlier one (a multi-turn chat), so requests hit each other's cached blocks. A request
+    keeps its own tokens only as far as max_model_len leaves room. Edits `reqs`; returns the
+    prefixes used."""
+    if not allows(allowed, "shared_prefixes") or not draw(FLAG):
+        return []
+    lengths = {"p0": draw(PREFIX_LEN), "p1": draw(PREFIX_LEN)}
+    total: dict[str, int] = {}  # request id -> its prompt's length at most, outputs of a turn included
+    used = set()
+    for i, req in enumerate(reqs):
+        use = draw(PREFIX_USE)
+        base = 0
+        if use in lengths:
+            base = lengths[use]
+        elif use == "continues" and i > 0:
+            earlier = reqs[draw(ints(0, i - 1))]
+            base = total[earlier["id"]] + earlier["max_tokens"]
+        room = max_model_len - req["max_tokens"] - base
+        if base and room >= 0:
+            if use in lengths:
+                req["prefix"] = use
+                used.add(use)
+            else:
+                req["continues"] = earlier["id"]
+            req["prompt_len"] = min(req["prompt_len"], room)
+        total[req["id"]] = (base if "prefix" in req or "continues" in req else 0) + req["prompt_len"]
+    return [{"name": name, "len": n} for name, n in lengths.items() if name in used]
+
+
+@st.composite
+def aborts(draw, reqs: list[dict], allowed) -> None:
+    """Now and then, a client abort of a request at a step from its arrival to 40 steps later
+    (waiting, running or preempted by then). A request another continues is never aborted: its
+    output makes the other's prompt. Edits `reqs`."""
+    if not allows(allowed, "aborts") or not draw(FLAG):
+        return
+    continued = {req["continues"] for req in reqs if "continues" in req}
+    for req in reqs:
+        if draw(FLAG) and req["id"] not in continued:
+            req["abort_step"] = req["arrival_step"] + draw(ABORT_AFTER)
+
+
+def max_steps(reqs: list[dict], prefixes: list[dict] = ()) -> int:
     """Room for every request to finish one token per step after the last arrival, with
     preemption's recomputation: a workload that cannot finish (a prompt larger than the KV
-    cache) ends at this cap on both sides instead of running long."""
-    total = sum(r["prompt_len"] + r["max_tokens"] for r in reqs)
-    return min(max(r["arrival_step"] for r in reqs) + 2 * total + 16, 4000)
+    cache) ends at this cap on both sides instead of running long. Above every abort step."""
+    shared = {p["name"]: p["len"] for p in prefixes}
+    total = sum(r["prompt_len"] + r["max_tokens"] + shared.get(r.get("prefix"), 0) for r in reqs)
+    total += sum(r["prompt_len"] + 2 * r["max_tokens"] for r in reqs if "continues" in r)  # a turn's chat so far, roughly
+    last = max(max(r["arrival_step"], r.get("abort_step", 0)) for r in reqs)
+    return min(last + 2 * total + 16, 4000)
 
 
 # -- the engine layers -------------------------------------------------------------------

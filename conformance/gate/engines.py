@@ -1,50 +1,32 @@
-"""The gate's engines: the oracle, each candidate (or the other pins as stand-ins), how the
-report names each, and which cannot serve the engine layers here."""
+"""The gate's engines, each an EngineRef with its role: the oracle, each candidate (or the other
+pins as stand-ins); how the report names each, and which cannot serve the engine layers here."""
 
 from __future__ import annotations
 
 import shlex
-from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.formats.engine_ref import CATALOG, COMMAND, EngineRef
+from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import Pins
 from conformance.gate.shards import Unit
 from conformance.judging.verdict import CANDIDATE, ORACLE, STAND_IN
 from conformance.process.launch import prepare_engine
 
 
-@dataclass(frozen=True)
-class GateEngine:
-    key: str  # names it in the plan, the same on every runner: NAME, the pin's label, or the command
-    role: str
-    engine: str  # what resolves it: a pin, a pin+mutant, or a command line
-    name: str | None = None  # NAME of --candidate NAME=COMMAND
-    command: str | None = None  # a command-line engine's command, shown once in the report
-
-    def ref(self, pins: Pins) -> EngineRef:
-        """What `engine` names, parsed (a manifest's engines are read back as GateEngines)."""
-        return EngineRef.parse(self.engine, pins)
-
-    def to_json(self) -> dict:
-        return {"key": self.key, "role": self.role, "engine": self.engine, "name": self.name,
-                "command": self.command}
-
-
-def gate_engines(pins: Pins, candidates: list[str], log) -> list[GateEngine]:
-    """The oracle, then each candidate (or, with none, the other pins as stand-ins). A command
-    line is checked now (bad input stops the gate before any engine starts); a pin's
-    environment is built only when a runner has work for it."""
-    pinned = [(EngineRef.pin(pins.oracle), ORACLE)]
+def gate_engines(pins: Pins, candidates: list[str], log) -> list[EngineRef]:
+    """The oracle, then each candidate (or, with none, the other pins as stand-ins). An engine
+    that resolves without building anything is resolved now (a command that names no
+    executable, or a catalog mutant, which only `parity fuzz` serves, stops the gate before any
+    engine starts); a pin's environment is built only when a runner has work for it."""
+    engines = [EngineRef.pin(pins.oracle).with_role(ORACLE)]
     if not candidates:
         log("[gate] no candidate configured: the other pins stand in as informational candidates")
-        pinned += [(EngineRef.pin(r), STAND_IN) for r in pins.candidates]
-    engines = [GateEngine(ref.key, role, ref.text) for ref, role in pinned]
+        engines += [EngineRef.pin(r).with_role(STAND_IN) for r in pins.candidates]
     for text in candidates:
-        ref = EngineRef.parse(text, pins, named=True)
-        if ref.kind in (COMMAND, CATALOG):  # a command that names no executable, or a catalog
-            prepare_engine(ref, pins, log)  # mutant (only `parity fuzz` serves one), stops here
-        engines.append(GateEngine(ref.key, CANDIDATE, ref.text, ref.name, ref.command))
+        ref = EngineRef.parse(text, pins, named=True).with_role(CANDIDATE)
+        if ref.kind.resolved_early:
+            prepare_engine(ref, pins, log)
+        engines.append(ref)
     keys = [e.key for e in engines]
     if len(set(keys)) != len(keys):
         raise ValueError(f"--candidate: two engines have the same name ({keys}); "
@@ -52,25 +34,21 @@ def gate_engines(pins: Pins, candidates: list[str], log) -> list[GateEngine]:
     return engines
 
 
-def _refused(engines: list[GateEngine], pins: Pins) -> frozenset:
-    """On CPU a pin without a CPU engine build refuses the engine layers at once (docs/release-gate.md)."""
-    from conformance.formats.settings import device_mode
-
-    if device_mode() != "cpu":
-        return frozenset()
-    return frozenset((e.key, "engine") for e in engines if e.command is None
-                     and not pins.cpu_engine_build(e.ref(pins).release))
+def refused(engines: list[EngineRef], pins: Pins, device: str) -> frozenset:
+    """(engine key, "engine") for each engine that does not serve the engine layers on this
+    device (its kind says: on CPU a pin without a CPU engine build, docs/release-gate.md)."""
+    return frozenset((e.key, "engine") for e in engines if not e.kind.engine_layers_here(e, pins, device))
 
 
-def _labels(engines: list[GateEngine], units: list[Unit], traces: dict) -> dict[GateEngine, str]:
+def report_labels(engines: list[EngineRef], units: list[Unit], traces: dict) -> dict[EngineRef, str]:
     """How the report names each engine: a pin by its label, a named candidate by its NAME, any
     other by what its `hello` said (engine and version), its command line shown once apart.
     Two engines that say the same hello are told apart by their arguments."""
-    labels: dict[GateEngine, str] = {}
+    labels: dict[EngineRef, str] = {}
     for engine in engines:
         label = engine.name or (engine.key if engine.command is None else None)
         if label is None:
-            argv = shlex.split(engine.command)
+            argv = engine.argv
             hello = next((traces[u.key]["engine"] for u in units
                           if u.engine == engine.key and traces[u.key]["engine"].get("name")), None)
             label = f"{hello['name']} {hello['version']}" if hello else Path(argv[0]).name

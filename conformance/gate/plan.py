@@ -10,11 +10,12 @@ import json
 from dataclasses import dataclass
 
 from conformance import __version__
+from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import REPO_ROOT
 from conformance.gate.context import RunContext
-from conformance.gate.engines import GateEngine, _refused
+from conformance.gate.engines import refused
 from conformance.gate.shards import ShardError, Unit, assign, plan
-from conformance.judging.goldens import GOLDENS
+from conformance.judging.goldens import GOLDENS, ORACLE_RUNS
 from conformance.judging.judging import scenario_features
 from conformance.judging.verdict import ORACLE
 
@@ -26,7 +27,7 @@ class RunManifest:
     pins: list[str]
     scenarios: list[dict]  # what the verdicts and reports need of each scenario (scenario_info)
     goldens: str  # goldens_digest()
-    engines: list[GateEngine]
+    engines: list[EngineRef]  # each with its role
     layers: list[str] | None  # the layers asked
     require_layers: list[str] | None
     units: list[Unit]  # the whole plan, in plan order (not only a shard's share)
@@ -51,13 +52,13 @@ class RunManifest:
                 "device": self.device, "count": self.count, "require_features": self.require_features}
 
 
-def plan_run(context: RunContext, scenarios, engines: list[GateEngine]) -> RunManifest:
+def plan_run(context: RunContext, scenarios, engines: list[EngineRef]) -> RunManifest:
     """The run's manifest; a shard count above the number of units is refused here."""
     from conformance.formats.settings import device_mode
 
     pins = context.pins
-    units = plan([(e.key, 2 if e.role == ORACLE else 1) for e in engines], scenarios, context.layers,
-                 _refused(engines, pins))
+    units = plan([(e.key, ORACLE_RUNS if e.role == ORACLE else 1) for e in engines], scenarios, context.layers,
+                 refused(engines, pins, device_mode()))
     index, count = context.shard or (1, 1)
     if count > max(len(units), 1):  # a share would be empty, and balancing them takes count x units^2
         raise ShardError(f"--shard {index}/{count}: this gate has {len(units)} units of work, so at most "

@@ -18,13 +18,13 @@ import os
 import re
 from pathlib import Path
 
+from conformance.formats.engine_ref import EngineRef
 from conformance.formats.features import FEATURES
 from conformance.formats.files import (InputFileError, read_bytes, read_text, remove_stale_temporaries,
                                        write_text_atomic)
 from conformance.formats.pins import Pins
 from conformance.formats.protocol import LAYERS
 from conformance.formats.trace import TraceError, dumps, loads_trace
-from conformance.gate.engines import GateEngine
 from conformance.gate.plan import RunManifest, digest, goldens_digest, tool_identity
 from conformance.gate.shards import GROUPS, ShardError, Unit
 from conformance.judging.verdict import ROLES
@@ -83,8 +83,8 @@ def read_results(folders: list[Path], pins: Pins) -> tuple[RunManifest, dict[str
     if digest(manifest["scenarios"]) != manifest["scenario_set"]:
         raise ValueError("the shards' manifests list other scenarios than their scenario set's digest")
     try:
-        engines = [GateEngine(**e) for e in manifest["engines"]]
-    except TypeError as exc:
+        engines = [EngineRef.from_json(e, pins) for e in manifest["engines"]]
+    except ValueError as exc:
         raise ValueError(f"the shards' manifests list engines in another form: {exc}") from None
     run = RunManifest(tool=manifest["tool"], oracle=manifest["oracle"], pins=manifest["pins"],
                       scenarios=manifest["scenarios"], goldens=manifest["goldens"], engines=engines,
@@ -96,7 +96,7 @@ def read_results(folders: list[Path], pins: Pins) -> tuple[RunManifest, dict[str
     return run, traces
 
 
-def _units(engines: list[GateEngine], manifest: dict) -> list[Unit]:
+def _units(engines: list[EngineRef], manifest: dict) -> list[Unit]:
     """The units in plan order, rebuilt from what the shards ran."""
     order_e = {e.key: i for i, e in enumerate(engines)}
     order_s = {s["name"]: i for i, s in enumerate(manifest["scenarios"])}

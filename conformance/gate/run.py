@@ -15,10 +15,11 @@ from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from conformance.formats.engine_ref import EngineRef
 from conformance.formats.files import claim_folder
 from conformance.formats.trace import checked
 from conformance.gate.context import RunContext
-from conformance.gate.engines import GateEngine, _labels
+from conformance.gate.engines import report_labels
 from conformance.gate.execute import run_share
 from conformance.gate.plan import RunManifest, plan_run, share_of
 from conformance.gate.replay import with_oracle_windows
@@ -36,7 +37,7 @@ from conformance.report.report_files import claimed, write_reports
 from conformance.report.view import gate_view, visible
 
 
-def gate(context: RunContext, scenarios, engines: list[GateEngine]) -> int:
+def gate(context: RunContext, scenarios, engines: list[EngineRef]) -> int:
     """Run the gate, or with `context.shard` one shard of it; the exit status (a shard's is 0:
     the gate's verdict comes from `parity merge`)."""
     if context.shard and context.reports:
@@ -103,7 +104,7 @@ def finish(context: RunContext, manifest: RunManifest, traces: dict[str, dict]) 
         _write_results(context, manifest, units, traces, [
             _unit_summary(u, traces[u.key], by_engine[(u.engine, u.scenario)]) for u in units])
     result = apply_gate(verdicts, {s["name"]: tuple(s["rows"]) for s in scenarios}, context.waivers)
-    commands = {label: e.command for e, label in _labels(engines, units, traces).items() if e.command}
+    commands = {label: e.command for e, label in report_labels(engines, units, traces).items() if e.command}
     view = gate_view(result, pins.oracle, commands, judged, {s["name"]: tuple(s["features"]) for s in scenarios},
                      manifest.require_features or ())
     out(render_gate(view))
@@ -168,10 +169,10 @@ def _shard_report(context: RunContext, share: list[Unit], summaries: list[dict])
     return 0
 
 
-def assemble(engines: list[GateEngine], names: list[str], units: list[Unit],
-             traces: dict[str, dict]) -> list[tuple[GateEngine, dict]]:
+def assemble(engines: list[EngineRef], names: list[str], units: list[Unit],
+             traces: dict[str, dict]) -> list[tuple[EngineRef, dict]]:
     """One trace per engine and scenario, its units' layers together, labelled for the report."""
-    labels = _labels(engines, units, traces)
+    labels = report_labels(engines, units, traces)
     out = []
     for engine in engines:
         for name in names:

@@ -25,7 +25,10 @@ INFORMATIONAL_SUFFIX = "_text"
 # step differs. The first divergence is looked for in the scheduling decisions first; these
 # fields decide it only when nothing else differs. They are still listed at that step.
 CONTEXT_FIELDS = {
-    "steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request"}),
+    # num_common_prefix_blocks follows from the blocks every request holds (and 0.33.0 always
+    # sends []): it decides a divergence only where nothing else differs
+    "steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request",
+                        "num_common_prefix_blocks"}),
     # the engine layers add the worker's capacity and what it ran: consequences, not decisions
     "engine_steps": frozenset({"token_budget", "input_budget", "drafting_slots_per_request",
                                "max_num_batched_tokens", "target_forward_tokens",
@@ -34,9 +37,11 @@ CONTEXT_FIELDS = {
 
 # Recorded after a step's update (engines/PROTOCOL.md, `steps`): compared like every decision,
 # so the first divergence falls on the step where the state first differs. Within that step a
-# differing decision is named first, then these in this order (the drafts accepted, then the
-# state they led to), the budget context last.
-AFTER_UPDATE = ("accepted_draft_tokens", "computed_tokens", "output_tokens", "kv_blocks", "waiting", "running")
+# differing decision (block ids, prefix-cache hits, the drafts scheduled, admissions, aborts) is
+# named first, then these in this order (the drafts accepted, then the state they led to, then
+# the drafts the stand-in made after the step), the budget context last.
+AFTER_UPDATE = ("accepted_draft_tokens", "computed_tokens", "output_tokens", "emitted", "kv_blocks",
+                "waiting", "running", "next_draft_token_ids")
 
 
 @dataclass

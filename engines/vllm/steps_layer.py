@@ -4,16 +4,17 @@ The configuration is resolved exactly as the config layer does (config_layer.res
 the scheduler is the release's own (engines/vllm/recorder.py's RecordingScheduler, which only
 records), and conformance/formats/workload.py's deterministic stand-in plays the model runner and the
 drafter. Each step mirrors the synchronous EngineCore.step() + post_step() of 0.27.1, 0.28.0
-and 0.33.0 (vllm/v1/engine/core.py):
+and 0.33.0 (vllm/v1/engine/core.py), with a client's aborts between steps:
 
     add the requests arriving at this step
+    abort the requests whose abort_step this is, one finish_requests() call each
     scheduler.schedule()
     the stand-in "executes" it -> ModelRunnerOutput
     scheduler.update_from_output(...)   (the recorder reads the state after it)
     if tokens were scheduled and speculation is on: scheduler.update_draft_token_ids(...)
 
 engines/PROTOCOL.md (`steps`) states this loop as the driver contract a port implements:
-verify steps, padding, empty steps, when `finished` is reported, the stand-in's recipe.
+verify steps, padding, empty steps, aborts, when `finished` is reported, the stand-in's recipe.
 
 A step with nothing to schedule is still a step (recorded with 0 tokens), so step n of the
 trace is the step at which requests with arrival_step == n were added.
@@ -24,7 +25,7 @@ from __future__ import annotations
 import inspect
 from collections import deque
 
-from conformance.formats.workload import draft, prompt_tokens, validate_workload, verify
+from conformance.formats.workload import draft, request_prompts, validate_workload, verify
 
 from . import per_run
 
@@ -100,25 +101,25 @@ def iter_steps(scenario_wire: dict, cls=None, config=None, stop_after_step: int 
     k = spec.num_speculative_tokens if spec is not None else 0
     block_hasher = _block_hasher(config)
 
-    arrivals: dict[int, list[dict]] = {}
-    for req in workload["requests"]:
-        arrivals.setdefault(req["arrival_step"], []).append(req)
-
     pending: deque = deque()  # the records of the step just updated, yielded before the next
     if hasattr(scheduler, "parity_sink"):
         scheduler.parity_sink = pending.append
-    for outputs in _drive(scheduler, workload, arrivals, k, block_hasher):
-        while pending:
-            record = pending.popleft()
-            yield record
-            if stop_after_step is not None and record["step"] >= stop_after_step:
-                return None
-        if outputs is not None:
-            return outputs
+    try:
+        for outputs in _drive(scheduler, workload, engine_args["max_model_len"], k, block_hasher):
+            while pending:
+                record = pending.popleft()
+                yield record
+                if stop_after_step is not None and record["step"] >= stop_after_step:
+                    return None
+            if outputs is not None:
+                return outputs
+    except Exception:  # the steps recorded before the failure still go out
+        yield from pending
+        raise
     return None
 
 
-def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
+def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
     """Yields None after each step (its record is then in the scheduler's sink), and the output
     records once every request finished."""
     from vllm import SamplingParams
@@ -126,8 +127,14 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
     from vllm.v1.request import Request
 
     seed, vocab = workload["seed"], workload["vocab_size"]
-    patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
-    verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
+    prompts = request_prompts(workload, max_model_len)
+    arrivals: dict[int, list[dict]] = {}
+    aborts: dict[int, list[str]] = {}
+    for req in workload["requests"]:
+        arrivals.setdefault(req["arrival_step"], []).append(req)
+        if "abort_step" in req:
+            aborts.setdefault(req["abort_step"], []).append(req["id"])
+    drafter = Drafter(workload, k)
     requests: dict = {}  # id -> the scheduler's Request object, kept after it finishes
     total = len(workload["requests"])
     step = 0
@@ -137,13 +144,14 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
                                     stop_token_ids=list(req["stop_token_ids"]), ignore_eos=True)
             kwargs = {"block_hasher": block_hasher} if block_hasher is not None else {}
             request = Request(
-                request_id=req["id"],
-                prompt_token_ids=prompt_tokens(seed, req["id"], req["prompt_len"], vocab),
+                request_id=req["id"], prompt_token_ids=list(prompts[req["id"]]),
                 sampling_params=params, pooling_params=None,
-                arrival_time=ARRIVAL_TIME_BASE + step, **kwargs)
+                arrival_time=ARRIVAL_TIME_BASE + step, priority=req.get("priority", 0), **kwargs)
             requests[req["id"]] = request
             scheduler.add_request(request)
-        if len(requests) == total and all(r.is_finished() for r in requests.values()):
+        aborted = abort_requests(scheduler, aborts.get(step, ()))
+        # the step after an abort is recorded even when nothing is left: it shows the abort
+        if len(requests) == total and all(r.is_finished() for r in requests.values()) and not aborted:
             break
         if step >= workload["max_steps"]:
             unfinished = sorted(rid for rid, r in requests.items() if not r.is_finished())
@@ -163,8 +171,7 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
             if request.num_computed_tokens - len(drafts) < request.num_tokens:
                 sampled.append([])  # a prefill chunk that does not reach the end: no sample
                 continue
-            if counts_as_verify_step(drafts):
-                verified[rid] += 1
+            drafter.sampled(rid, drafts)
             # the stand-in reads a request's length and last tokens only (workload.Context)
             sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
         model_output = ModelRunnerOutput(
@@ -175,22 +182,52 @@ def _drive(scheduler, workload: dict, arrivals: dict, k: int, block_hasher):
         # post_step(): the drafter proposes K tokens for each request of the batch; the
         # scheduler itself drops them for finished requests and prefill chunks.
         if k and output.total_num_scheduled_tokens > 0 and not getattr(output, "skip_drafts", False):
-            drafts_out = []
-            for rid in req_ids:
-                request = requests[rid]
-                pattern = patterns[rid]
-                accept = pattern[verified[rid] % len(pattern)]
-                drafts_out.append(draft(seed, request.all_token_ids, k, accept, vocab))
+            drafts_out = [drafter.propose(rid, requests[rid].all_token_ids) for rid in req_ids]
             scheduler.update_draft_token_ids(DraftTokenIds(req_ids, drafts_out))
         step += 1
         yield None
 
-    outputs = []
-    for rid in sorted(requests):
-        reason = requests[rid].get_finished_reason()
-        outputs.append({"id": rid, "output_token_ids": [int(t) for t in requests[rid].output_token_ids],
-                        "finish_reason": reason.name.lower() if reason is not None else None})
-    yield outputs
+    yield [_output(rid, requests[rid]) for rid in sorted(requests)]
+
+
+def abort_requests(scheduler, ids) -> list:
+    """A client's aborts at one step, in workload order, one finish_requests() call per id:
+    given several ids at once, vLLM walks them as a set, so the order their blocks are freed
+    (and the block ids handed out next) would follow PYTHONHASHSEED. Returns the requests
+    aborted (a request already finished is left alone)."""
+    from vllm.v1.request import RequestStatus
+
+    aborted = []
+    for rid in ids:
+        aborted += scheduler.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
+    return aborted
+
+
+def _output(rid: str, request) -> dict:
+    reason = request.get_finished_reason()
+    stop = request.stop_reason
+    return {"id": rid, "output_token_ids": [int(t) for t in request.output_token_ids],
+            "finish_reason": reason.name.lower() if reason is not None else None,
+            "stop_reason": int(stop) if isinstance(stop, int) else None}
+
+
+class Drafter:
+    """The stand-in drafter of post_step(): each request's drafts follow its acceptance
+    pattern, indexed by its verify steps so far (engines/PROTOCOL.md, `steps`, step 7)."""
+
+    def __init__(self, workload: dict, k: int) -> None:
+        self.seed, self.vocab, self.k = workload["seed"], workload["vocab_size"], k
+        self.patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
+        self.verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
+
+    def sampled(self, rid: str, drafts: list[int]) -> None:
+        """A step sampled the request, with these drafts scheduled for it."""
+        if counts_as_verify_step(drafts):
+            self.verified[rid] += 1
+
+    def propose(self, rid: str, tokens: list[int]) -> list[int]:
+        pattern = self.patterns[rid]
+        return draft(self.seed, tokens, self.k, pattern[self.verified[rid] % len(pattern)], self.vocab)
 
 
 def counts_as_verify_step(drafts: list[int]) -> bool:

@@ -29,6 +29,9 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
     # No default: the harness decides the device once (conformance/formats/settings.device_mode) and passes
     # it to every worker, so a worker can never run on another platform than its environment's.
     parser.add_argument("--device", choices=("cpu", "gpu"), required=True)
+    parser.add_argument("--no-cpu-engine", metavar="REASON",
+                        help="why this pin has no CPU rebuild (the harness's pyproject.toml no-cpu-engine), "
+                             "said where its engine layers are refused on CPU")
     parser.add_argument("--mutant", metavar="NAME",
                         help="TEST DEVICE: inject a known scheduling bug (engines/vllm/mutants.py)")
     args = parser.parse_args(argv)
@@ -44,7 +47,7 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
     try:
         from engines.vllm import per_run, runtime  # runtime imports vllm with the platform forced first
 
-        runtime.boot(args.device)
+        runtime.boot(args.device, args.no_cpu_engine)
         import vllm
     except Exception as exc:  # an import failure is reported, not a traceback on a pipe
         send({"type": "error", "id": None, "kind": "internal",

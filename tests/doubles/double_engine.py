@@ -5,8 +5,9 @@ It answers every `config` run with the record in --record (a JSON file: its fiel
 complete config record of the double's own, CONFIG below, so a record given in part is still
 every field PROTOCOL.md declares), or misbehaves on
 purpose with --fault, so the harness's handling of each failure can be tested with a real
-process: crash, hang, garbage, wrong-version, out-of-order, bad-count, wrong-id, error,
-no-hello, fork-hang (leaves a child process behind while hanging), and:
+process: crash, hang, garbage, wrong-version, old-version, out-of-order, bad-count, wrong-id, error,
+no-hello, fork-hang (leaves a child process behind while hanging), nondeterministic (each run's
+config record says another max_num_seqs), and:
   crash-with-child   forks a child that keeps stdout open, then exits 3 (no EOF arrives)
   crash-orphan       forks a child that closes its stdout and sleeps, then exits 3
   close-stdout       closes its stdout and sleeps without exiting
@@ -53,8 +54,8 @@ CONFIG = {"refused": None, "max_num_batched_tokens": 4096, "max_num_scheduled_to
 def empty_step(i: int) -> dict:
     """Step i with nothing scheduled and nothing held: every field of a steps record."""
     return {"step": i, "total_num_scheduled_tokens": 0, "token_budget": 1, "requests": {}, "new": [],
-            "resumed": [], "preempted": [], "finished": [], "kv_blocks": {"free": 0, "used": 0},
-            "waiting": [], "running": []}
+            "resumed": [], "preempted": [], "finished": [], "kv_blocks": {"free": 0, "used": 0, "cached": 0},
+            "waiting": [], "running": [], "aborted": [], "emitted": [], "num_common_prefix_blocks": [0]}
 
 
 class FaultyWire:
@@ -213,9 +214,13 @@ def main() -> int:
             time.sleep(3600)
         if fault == "error":
             raise serve.RunError("internal", "the double was told to fail")
+        if fault == "nondeterministic":  # each run's config record another: state kept between runs
+            answer = [(layer, [dict(d, max_num_seqs=runs) for d in data] if layer == "config" else data)
+                      for layer, data in answer]
         yield from answer  # garbage, out-of-order, wrong-id, bad-count: the wire breaks it
 
-    return serve.serve({"protocol": 99 if args.fault == "wrong-version" else protocol.PROTOCOL_VERSION,
+    return serve.serve({"protocol": {"wrong-version": 99, "old-version": protocol.PROTOCOL_VERSION - 1}.get(
+                            args.fault, protocol.PROTOCOL_VERSION),
                         "engine": "double", "version": "0.0-test", "capabilities": served}, run, send=wire)
 
 

