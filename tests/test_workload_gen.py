@@ -104,7 +104,8 @@ def test_outputs_clipped_to_the_model_length():
     ({"vocab_size": True}, "generate.vocab_size"),
     ({"groups": []}, "generate.groups"),
     ({"colour": 1}, "generate.colour"),
-    ({"shared_prefixes": {"count": 2, "len": [4, 8], "share": 0.5}}, "generate.shared_prefixes"),
+    ({"shared_prefixes": {"count": 0, "len": [4, 8], "share": 0.5}}, "generate.shared_prefixes.count"),
+    ({"aborts": {"share": 2.0, "after": [1, 5]}}, "generate.aborts.share"),
 ])
 def test_a_bad_top_level_parameter_is_named(change, field):
     with pytest.raises(ScenarioError) as err:
@@ -231,3 +232,24 @@ def test_a_context_refuses_what_it_does_not_hold():
         context[0]
     with pytest.raises(IndexError):
         context[-CONTEXT - 1:]
+
+
+def test_shared_prefixes_and_aborts_write_a_valid_workload():
+    """The workload's prefixes, each chosen request's prefix within max_model_len, and aborts
+    after arrival: what the workload schema accepts and the stand-in drives."""
+    from conformance.formats.workload import validate_workload
+
+    args = dict(ARGS, max_model_len=4096)
+    w = expand(params(shared_prefixes={"count": 3, "len": [64, 512], "share": 0.5},
+                      aborts={"share": 0.2, "after": [1, 50]}), args)
+    validate_workload(w, "x.json", args)
+    lengths = {p["name"]: p["len"] for p in w["prefixes"]}
+    assert sorted(lengths) == ["p0", "p1", "p2"] and all(64 <= n <= 512 for n in lengths.values())
+    shared = [r for r in w["requests"] if "prefix" in r]
+    aborted = [r for r in w["requests"] if "abort_step" in r]
+    assert 0.3 < len(shared) / len(w["requests"]) < 0.7 and 0.1 < len(aborted) / len(w["requests"]) < 0.3
+    assert {r["prefix"] for r in shared} == set(lengths)
+    for r in shared:
+        assert lengths[r["prefix"]] + r["prompt_len"] + r["max_tokens"] <= 4096
+    for r in aborted:
+        assert r["arrival_step"] < r["abort_step"] < w["max_steps"]

@@ -32,8 +32,8 @@ ScenarioError naming the field, e.g. `generate.groups[1].prompt_len.lognormal`):
          "max_tokens": LENGTH,          # clipped so prompt + max_tokens <= max_model_len
          "acceptance": {"length": [lo, hi], "values": [lo, hi]},   # optional (default [0])
          "stop": {"share": float, "ids": [int, ...]}}],            # optional
-     "shared_prefixes": {"count": int, "len": [lo, hi], "share": float},   # optional (issue 25)
-     "aborts": {"share": float, "after": [lo, hi]}}                         # optional (issue 25)
+     "shared_prefixes": {"count": int, "len": [lo, hi], "share": float},   # optional
+     "aborts": {"share": float, "after": [lo, hi]}}                         # optional
 
     arrivals: {"bursts": [[first step, span, count], ...]}   count instants uniform in each span
               {"poisson": {"from": step, "until": step, "count": n}}   n arrivals of a Poisson
@@ -43,8 +43,9 @@ ScenarioError naming the field, e.g. `generate.groups[1].prompt_len.lognormal`):
 
 Requests are listed by arrival step, then group order, then index; `max_steps` is the last
 arrival + 8 x (all tokens / the token budget) + 4 x the longest output + 2000, at most 100,000.
-`shared_prefixes` and `aborts` write the workload's `prefixes`, `prefix` and `abort_step`
-(issue 25): they are refused, naming the field, by a workload schema that has none.
+`shared_prefixes` writes the workload's `prefixes` (named p0, p1, ...) and each chosen request's
+`prefix` (its prompt_len and max_tokens leave the prefix room within max_model_len); `aborts`
+writes `abort_step`, its arrival plus a uniform draw from `after` (engines/PROTOCOL.md, `steps`).
 """
 
 from __future__ import annotations
@@ -215,7 +216,6 @@ def _prefixes(check: "_Checker", draws: Draws, raw: object, max_model_len: int) 
     if raw is None:
         return []
     where = "generate.shared_prefixes"
-    _needs_issue_25(check, where, "prefixes" in workload_schema.TOP_LEVEL)
     spec = check.object(where, raw, {"count": True, "len": True, "share": True})
     count = check.integer(f"{where}.count", spec["count"], 1, 64)
     low, high = check.pair(f"{where}.len", spec["len"], 1, max(1, max_model_len - 2))
@@ -227,16 +227,9 @@ def _aborts(check: "_Checker", raw: object) -> dict | None:
     if raw is None:
         return None
     where = "generate.aborts"
-    _needs_issue_25(check, where, "abort_step" in workload_schema.REQUEST_KEYS)
     spec = check.object(where, raw, {"share": True, "after": True})
     return {"share": check.share(f"{where}.share", spec["share"]),
             "after": check.pair(f"{where}.after", spec["after"], 0, workload_schema.MAX_STEPS - 1)}
-
-
-def _needs_issue_25(check: "_Checker", where: str, supported: bool) -> None:
-    if not supported:
-        check.fail(where, "writes a workload field this version's workload schema does not have "
-                   "(shared prefixes and aborts, engines/PROTOCOL.md); leave it out")
 
 
 class _Checker:
