@@ -23,7 +23,6 @@ import time
 import resource
 from pathlib import Path
 
-from conformance.formats import digest
 from conformance.formats.digest import DigestSink
 from conformance.formats.protocol import decode, encode
 
@@ -94,25 +93,26 @@ def real() -> None:
     from conformance.formats.engine_ref import EngineRef
     from conformance.formats.pins import load_pins
     from conformance.formats.scenario import at_scale, load_scenario
-    from conformance.formats.trace import make_trace
+    from conformance.gate.execute import golden_sinks
     from conformance.gate.replay import oracle_windows
     from conformance.judging.goldens import GOLDENS
     from conformance.judging.judging import judge_trace
-    from conformance.process.client import EngineProcess
     from conformance.process.launch import prepare_engine
+    from conformance.process.session import EngineSession
 
     pins = load_pins()
     scenarios = at_scale([load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json"))], "production")
-    with EngineProcess(prepare_engine(EngineRef.pin(pins.oracle), pins, lambda m: None)) as proc:
+    with EngineSession(prepare_engine(EngineRef.pin(pins.oracle), pins, lambda m: None),
+                       sinks=golden_sinks(pins.oracle)) as session:
+        session.start()  # the cold start is not the scenario's
         for s in scenarios:
             golden = GOLDENS.lookup(s.name, pins.oracle)
             if golden.trace is None:
                 print(f"(n) {s.name}: no golden of vllm-{pins.oracle} (`make goldens`)")
                 continue
             started = time.perf_counter()
-            records = proc.run(s, s.layers, sinks=digest.sinks(s.layers, golden.trace["digests"]))
+            trace = session.trace(s)
             ran = time.perf_counter() - started
-            trace = make_trace(f"vllm-{pins.oracle}", proc.hello, s, records)
             started = time.perf_counter()
             verdict = judge_trace(trace, golden, "candidate")
             judged = time.perf_counter() - started
@@ -125,9 +125,8 @@ def real() -> None:
     if golden.trace is None:
         return
     mutant = EngineRef.test_device(pins.oracle, "budget-minus-one-after-1000")
-    with EngineProcess(prepare_engine(mutant, pins, lambda m: None)) as proc:
-        records = proc.run(s, s.layers, sinks=digest.sinks(s.layers, golden.trace["digests"]))
-    trace = make_trace("mutant", proc.hello, s, records)
+    with EngineSession(prepare_engine(mutant, pins, lambda m: None), sinks=golden_sinks(pins.oracle)) as session:
+        trace = session.trace(s)
     started = time.perf_counter()
     trace = oracle_windows(copy.deepcopy(trace), s, pins, lambda m: None)
     replay = time.perf_counter() - started

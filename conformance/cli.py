@@ -26,7 +26,7 @@ from conformance.formats.settings import device_mode
 from conformance.formats.trace import TraceError, dumps, load_trace
 from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
-from conformance.gate.execute import default_parallel, golden_digests
+from conformance.gate.execute import default_parallel, golden_sinks
 from conformance.gate.replay import oracle_windows
 from conformance.gate.run import gate, merge
 from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
@@ -308,7 +308,7 @@ def cmd_run(args) -> int:
     with Progress(2.0, log) as progress:  # a cold start and one scenario, said while they last
         with EngineSession(spec, progress=EngineProgress(progress, "run", spec.label,
                                                          [(scenario.name, layers, 1.0)], 1.0),
-                           expect=lambda s: golden_digests(s.name, pins.oracle)) as session:
+                           sinks=golden_sinks(pins.oracle)) as session:
             trace = session.trace(scenario, layers)
     remove_dead_writers_temporaries(args.out)  # what an earlier run killed while writing it left
     write_text_atomic(args.out, dumps(trace))

@@ -43,8 +43,9 @@ FORM = "digest/1"
 ALGORITHM = ("blake2b-128 of the canonical JSON of the record as its table declares it, without its "
              "*_text fields and (steps) its context fields")
 LAYERS = ("steps", "outputs")  # the layers a production scenario keeps in this form
-# compare.CONTEXT_FIELDS["steps"]: the budgets a step repeats, compared last
-STEP_CONTEXT = frozenset({"token_budget", "input_budget", "drafting_slots_per_request"})
+# compare.CONTEXT_FIELDS["steps"]: the budgets a step repeats and the common prefix blocks (which
+# follow from the blocks every request holds), compared last
+STEP_CONTEXT = frozenset({"token_budget", "input_budget", "drafting_slots_per_request", "num_common_prefix_blocks"})
 CHECKPOINT_EVERY = 500
 CHECKPOINT_BYTES = 600_000  # checkpoints stop being added past this (deterministic, given the trace)
 WINDOW = 2  # records either side of a difference kept whole (compare.WINDOW)

@@ -9,6 +9,7 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from conformance.formats import digest
 from conformance.formats.engine_ref import EngineRef
 from conformance.gate.context import RunContext
 from conformance.gate.shards import COLD_START, Unit, share_cost
@@ -39,7 +40,7 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
             # a candidate is asked only for the layers its hello declares (judge_layers)
             session = EngineSession(spec, declared_only=engine.role == CANDIDATE, progress=EngineProgress(
                 progress, "gate", engine.key, [(u.scenario, u.layers, u.cost) for u in mine], COLD_START),
-                expect=lambda scenario: golden_digests(scenario.name, context.pins.oracle))
+                sinks=golden_sinks(context.pins.oracle))
             with session:
                 repeat = ORACLE_RUNS if engine.role == ORACLE else 1
                 return [session.trace(by_name[u.scenario], list(u.layers), repeat,
@@ -57,11 +58,13 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
     return traces
 
 
-def golden_digests(scenario: str, oracle: str) -> dict | None:
-    """The oracle's golden digests of a production scenario, which a run's records are checked
-    against as they arrive (the records around the first difference are kept); None without one."""
-    golden = GOLDENS.lookup(scenario, oracle).trace
-    return None if golden is None else golden.get("digests")
+def golden_sinks(oracle: str):
+    """EngineSession's `sinks`: a production run's records checked against the golden digests of
+    the `oracle` pin as they arrive (the records around the first difference are kept)."""
+    def sinks(scenario, layers: list[str]) -> dict:
+        golden = GOLDENS.lookup(scenario.name, oracle).trace
+        return digest.sinks(layers, None if golden is None else golden.get("digests"))
+    return sinks
 
 
 def side_by_side(tasks: list, parallel: int) -> list:

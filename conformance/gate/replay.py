@@ -29,8 +29,8 @@ from conformance.formats.scenario import Scenario
 from conformance.formats.workload import prompt_tokens, target_next
 from conformance.judging.digest_compare import compare_digest_layer
 from conformance.judging.goldens import GOLDENS, GoldenStore
-from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import prepare_engine
+from conformance.process.session import EngineSession
 
 
 def with_oracle_windows(traces: dict[str, dict], scenarios, pins, log, store: GoldenStore = GOLDENS) -> dict[str, dict]:
@@ -88,11 +88,10 @@ def replay_steps(scenario: Scenario, expected: dict, index: int, pins, log) -> d
         f"records around step {index}")
     sink = DigestSink("steps", keep_last=2 * WINDOW + 1)
     spec = prepare_engine(EngineRef.pin(pins.oracle), pins, log)
-    try:
-        with EngineProcess(spec) as proc:
-            proc.run(scenario, ["steps"], sinks={"steps": sink}, stop_after_step=last)
-    except EngineFailure as failure:
-        return _failed(index, started, f"the oracle's replay failed: {failure.kind}: {failure}")
+    with EngineSession(spec, sinks=lambda _scenario, _layers: {"steps": sink}) as session:
+        failure = session.trace(scenario, ["steps"], stop_after_step=last).get("failure")
+    if failure is not None:
+        return _failed(index, started, f"the oracle's replay failed: {failure['kind']}: {failure['message']}")
     golden = [digest_of(e) for e in expected["records"]]
     ran = [digest_of(e) for e in sink.entries]
     wrong = next((i for i, (x, y) in enumerate(zip(golden, ran)) if x != y), None)
