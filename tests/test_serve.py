@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conformance.formats.protocol import decode, encode
+from conformance.formats.protocol import PROTOCOL_VERSION, decode, encode
 from conformance.formats.scenario import ScenarioError
 from conformance.formats.serve import RunError, serve, writer
 
@@ -36,7 +36,7 @@ def answer(scenario, layers):
 
 def test_hello_then_records_numbered_per_layer_then_done():
     out = session(answer, run_line("r1", ["config", "steps"]), encode({"type": "shutdown"}))
-    assert out[0] == {"type": "hello", "protocol": 2, **HELLO}
+    assert out[0] == {"type": "hello", "protocol": PROTOCOL_VERSION, **HELLO}
     assert [(m["type"], m.get("layer"), m.get("seq")) for m in out[1:]] == [
         ("record", "config", 0), ("record", "steps", 0), ("record", "steps", 1), ("done", None, None)]
     assert out[-1] == {"type": "done", "id": "r1", "records": 3}
