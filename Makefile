@@ -23,7 +23,7 @@ GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--la
 	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift) \
 	$(if $(SCALE),--scale '$(SCALE)')
 
-.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump
+.PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump duplicates
 
 # GNU make exits 0 when every command succeeds and 2 when any fails, whatever the command's own
 # status (1 only under `make -q`; the GNU make manual, "How to Run make"). So a gate that
@@ -32,8 +32,8 @@ GATE_OPTIONS = $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--la
 # 1 from 2 calls .venv/bin/parity itself. $(call SAY_STATUS,what ran,its statuses' meanings)
 SAY_STATUS = status=$$?; [ $$status = 0 ] || echo "make $@: $(1) exited with status $$status \
 	($(2)); make exits 2 on any failure, so CI that needs this status calls .venv/bin/$(1)" >&2; exit $$status
-GATE_STATUSES = 1: a gating engine diverged, 2: a gating run could not be compared or bad input
-FUZZ_STATUSES = 1: a confirmed finding, 2: bad input, an engine that cannot start, or a finding that did not repeat
+GATE_STATUSES = 1: a gating engine diverged, 2: a gating run could not be compared or bad input, 3: a bug of the harness (traceback above)
+FUZZ_STATUSES = 1: a confirmed finding, 2: bad input, an engine that cannot start, or a finding that did not repeat, 3: a bug of the harness (traceback above)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,14 @@ gate: envs
 	$(info $(BIN)/parity gate --reports out/gate --waivers waivers.toml $(GATE_OPTIONS))@$(BIN)/parity gate \
 		--reports out/gate --waivers waivers.toml $(GATE_OPTIONS); \
 		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
+
+# No two places in conformance/ share six or more lines of the same shape (the `duplicates`
+# command of the developers' tool library, where installed; its rows marked `boilerplate`, a
+# small class's or table's shape, pass). Fails on any other row.
+duplicates:
+	@command -v duplicates >/dev/null || { echo "make duplicates: the duplicates command is not installed here" >&2; exit 2; }
+	@duplicates --repo conformance --most 40 --seconds 120 | tee /dev/stderr | grep -E '^D[0-9]+ ' | grep -v ' boilerplate' >/dev/null \
+		&& { echo "make duplicates: places above share six or more lines: make one piece of code serve both" >&2; exit 1; } || true
 
 # The HTML report as a reader sees it: installs chromium with apt-get where it is missing (root
 # only), gates the no-draft-reservation mutant (a TEST DEVICE) on engine_dflash_gate, and renders

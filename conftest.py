@@ -12,6 +12,8 @@ import pytest
 REPO = Path(__file__).resolve().parent
 GATE = REPO / "scenarios" / "dflash_27b_gate.json"
 DOUBLE = REPO / "tests" / "doubles" / "double_engine.py"
+# every test driving a real pin is marked `oracle` (tests/oracle_marker.py checks it)
+pytest_plugins = ("tests.oracle_marker",)
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here

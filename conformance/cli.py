@@ -2,8 +2,9 @@
 
 Exit status (every command): 0 success; 1 a divergence (or a golden that would change, in
 --check); 2 a run that could not be compared (engine crash, hang, protocol violation, missing
-or invalid golden) or bad input (malformed scenario, unknown engine); 130 stopped by Ctrl-C,
-143 by SIGTERM (every engine ended, no verdict).
+or invalid golden), bad input (malformed scenario, unknown engine, a bad option or setting) or
+an environment that cannot be built; 3 an internal error, a bug of the harness (its traceback
+is shown); 130 stopped by Ctrl-C, 143 by SIGTERM (every engine ended, no verdict).
 """
 
 from __future__ import annotations
@@ -14,16 +15,20 @@ import re
 import signal
 import sys
 import threading
+import traceback
 from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.errors import InputError
 from conformance.formats.features import parse_required
 from conformance.formats.files import (check_output_file, claim_folder, remove_dead_writers_temporaries,
                                        write_text_atomic)
-from conformance.formats.pins import REPO_ROOT, PinError, load_pins
-from conformance.formats.scenario import Scenario, ScenarioError, at_scale, load_scenario
+from conformance.formats.log import log
+from conformance.formats.pins import REPO_ROOT, load_pins
+from conformance.formats.scenario import Scenario, at_scale, load_scenario
 from conformance.formats.settings import device_mode
-from conformance.formats.trace import TraceError, dumps, load_trace
+from conformance.formats.gpu import GpuError
+from conformance.formats.trace import dumps, load_trace
 from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
 from conformance.gate.execute import default_parallel, golden_sinks
@@ -32,21 +37,33 @@ from conformance.gate.run import gate, merge
 from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
-from conformance.judging.waivers import WaiverError, load_waivers
+from conformance.judging.waivers import load_waivers
+from conformance.process.client import EngineFailure
+from conformance.process.coverage_run import CoverageError
 from conformance.process.envs import EnvError, build_envs, lock_gpu
+from conformance.process.fidelity import FidelityError
 from conformance.process.launch import prepare_engine
+from conformance.process.mutant_server import MutantServerError
 from conformance.process.progress import EngineProgress, Progress
-from conformance.process.reaper import Ended, end_all, ended_words, resume
+from conformance.process.reaper import end_all, ended_words, resume
 from conformance.process.session import EngineSession
 from conformance.report.drift import drift_rows, render_drift
 from conformance.report.methods_table import render_methods_table
 from conformance.report.render_text import render
-from conformance.report.view import visible_lines
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
 # `parity selfcheck` runs each of these on the layers it has that the engine declares: the
 # steps layer both with speculation (DFlash) and without
 SELF_CHECK = ("dflash_27b_gate", "steady_decode", "kv_pressure_no_spec", "method_matrix", "engine_ngram")
+
+
+# Exit 2 with their words and no traceback: bad input (formats/errors.py InputError: a file, an
+# option, a setting, a folder; every named input error is one), an environment or an engine
+# that cannot be had, a golden write refused. Anything else escaping a command is a bug of the
+# harness: its traceback, exit INTERNAL_ERROR (not 1, which says an engine diverged).
+EXPECTED = (InputError, EnvError, GoldenRefused, EngineFailure, FidelityError, CoverageError,
+            MutantServerError, GpuError)
+INTERNAL_ERROR = 3
 
 
 # Bounds of the numbers a command takes (argparse types below): each outside them is refused
@@ -82,16 +99,8 @@ def budget_seconds(text: str) -> float:
     return seconds
 
 
-def log(message: str) -> None:
-    # one write per line: engines and environment builds log from several threads at once,
-    # and print() writes the text and its newline apart, so two lines could run together.
-    # Made visible: a message may quote an engine's stderr, whose ESC or CR must not reach
-    # the terminal (the report escapes the same way, report/render_text.py)
-    sys.stderr.write(f"{visible_lines(message)}\n")
-    sys.stderr.flush()
-
-
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """Every command's arguments; `main` runs the command named."""
     parser = argparse.ArgumentParser(prog="parity", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -224,18 +233,20 @@ def main(argv: list[str] | None = None) -> int:
                    "yet (runs the oracle under coverage.py; progress shows branches reached)")
     p.add_argument("--replay", type=Path, metavar="FILE", help="run one scenario file on both engines "
                    "and print the verdict, as the gate prints it")
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     _printable_anywhere()
     with _stop_on_signals():  # also while the engines are ended below
         try:
             return COMMANDS[args.command](args)
-        except (ScenarioError, TraceError, PinError, EnvError, ValueError,
-                GoldenRefused, WaiverError) as exc:
+        except EXPECTED as exc:
             log(f"parity {args.command}: error: {exc}")
             return 2
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted)
-            strays = getattr(exc, "parity_strays", Ended()) + end_all()
+            strays = end_all()  # with what was ended while it unwound
             resume()
             signum = getattr(exc, "signum", signal.SIGINT)
             how = ("interrupted (Ctrl-C)" if signum == signal.SIGINT
@@ -243,6 +254,14 @@ def main(argv: list[str] | None = None) -> int:
             log(f"parity {args.command}: {how}: "
                 f"{ended_words(strays, 'every engine process and its children')}; no verdict")
             return 128 + signum
+        except Exception:  # noqa: BLE001 - not bad input: a bug of the harness, shown whole
+            log(traceback.format_exc().rstrip())
+            strays = end_all()
+            resume()  # parity may be called again in this process (a test, a script)
+            log(f"parity {args.command}: internal error (a bug of the harness, not of the engine or "
+                f"the input; its traceback is above): "
+                f"{ended_words(strays, 'every engine process and its children')}; exit status {INTERNAL_ERROR}")
+            return INTERNAL_ERROR
 
 
 def _printable_anywhere() -> None:
@@ -345,7 +364,7 @@ def cmd_gate(args) -> int:
     layers = _layers(args.layers)
     required = _layers(args.require_layers, "--require-layers")
     if required and layers and set(required) - set(layers):
-        raise ValueError(f"--require-layers {','.join(required)}: "
+        raise InputError(f"--require-layers {','.join(required)}: "
                          f"{', '.join(sorted(set(required) - set(layers)))} not among --layers {','.join(layers)}")
     features = parse_required(args.require_features) if args.require_features is not None else None
     engines = gate_engines(pins, args.candidate, log)
@@ -461,7 +480,7 @@ def _scenarios(paths: list[Path] | None, scale: str = "all") -> list[Scenario]:
         scenarios = at_scale(scenarios, scale)
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
-        raise ValueError(f"two scenario files share a name: {sorted(names)}")
+        raise InputError(f"two scenario files share a name: {sorted(names)}")
     return scenarios
 
 
@@ -473,7 +492,7 @@ def _layers(text: str | None, option: str = "--layers") -> list[str] | None:
     layers = [x.strip() for x in text.split(",") if x.strip()]
     unknown = [x for x in layers if x not in LAYERS]
     if unknown or not layers:
-        raise ValueError(f"{option}: unknown layer(s) {unknown}; known: {list(LAYERS)}")
+        raise InputError(f"{option}: unknown layer(s) {unknown}; known: {list(LAYERS)}")
     return layers
 
 

@@ -118,3 +118,33 @@ def test_the_gate_runs_the_library_unless_asked_for_another_scale():
     assert [s.name for s in cli._scenarios([GATE.parent / "prod_kv_storm.json"], "library")] == ["prod_kv_storm"]
     with pytest.raises(SystemExit):
         cli.main(["gate", "--scale", "huge"])
+
+
+@pytest.mark.parametrize("bug", [ValueError, KeyError, TypeError])
+def test_a_bug_of_the_harness_is_not_bad_input(tmp_path, monkeypatch, capsys, bug):
+    """A ValueError (or any exception) that is no typed bad input is a bug of the harness: exit
+    3 with its traceback, not exit 2 "bad input" with one line that hides where it came from."""
+    def broken(*_):
+        raise bug("a bug of the harness")
+    monkeypatch.setattr(cli, "judge_trace", broken)
+    trace = tmp_path / "t.json"
+    trace.write_text(json.dumps({"schema": SCHEMA, "engine": {"label": "x"},
+                                 "scenario": {"name": "dflash_27b_gate", "sha256": "0"},
+                                 "layers": {}, "provenance": {}}))
+    assert cli.main(["compare", "--trace", str(trace), "--golden", str(trace)]) == 3
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "in broken" in err
+    assert "internal error (a bug of the harness" in err
+    from conformance.process.reaper import stopping
+    assert not stopping()  # engines may start again in this process
+
+
+def test_typed_bad_input_is_exit_2_without_a_traceback(tmp_path, capsys):
+    from conformance.formats.errors import InputError
+    from conformance.formats.scenario import ScenarioError
+    from conformance.formats.trace import TraceError
+    from conformance.judging.waivers import WaiverError
+    assert all(issubclass(e, InputError) for e in (ScenarioError, TraceError, WaiverError))
+    assert cli.main(["compare", "--trace", str(tmp_path / "none.json"), "--golden", str(GATE)]) == 2
+    err = capsys.readouterr().err
+    assert "none.json: no such file" in err and "Traceback" not in err

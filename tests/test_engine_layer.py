@@ -235,3 +235,20 @@ def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_sessio
     failure = warm_sessions(PINS.oracle).trace(scenario)["failure"]
     assert re.search("engine_args.model: .*qwen3-27b holds no weights", failure["message"]), failure
     assert "bad_request" in failure["message"]
+
+
+@pytest.mark.skipif(device_mode() == "gpu", reason="a GPU runner serves async scheduling's engine layers")
+def test_an_engine_scenario_async_under_the_gpu_rule_is_unsupported_on_cpu(warm_sessions, tmp_path):
+    """vLLM's default turns async scheduling on for DFlash where a GPU runs it; the CPU platform
+    turns it off, so a CPU engine would record a loop the deployment does not run."""
+    raw = json.loads((REPO / "scenarios" / "engine_dflash_gate.json").read_text(encoding="utf-8"))
+    raw["engine_args"]["async_scheduling"] = None
+    for args in (raw["engine_args"], raw["engine_args"]["speculative_config"]):
+        args["model"] = str(REPO / "scenarios" / args["model"])
+    path = tmp_path / "engine_dflash_gate_async.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    scenario = load_scenario(path)
+    failure = warm_sessions(PINS.oracle).trace(scenario)["failure"]
+    assert failure["kind"] == "unsupported", failure
+    assert "CPU platform forces async scheduling off" in failure["message"]
+    assert "vllm/platforms/cpu.py" in failure["message"]

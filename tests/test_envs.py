@@ -47,14 +47,11 @@ def test_the_builds_first_steps_race_without_failing(tmp_path, monkeypatch, caps
         sysconfig._CONFIG_VARS = None  # as in a fresh process: sysconfig not yet initialised
         monkeypatch.setattr(envs, "_TOOLS", None, raising=False)  # resolved again in each round
         first_steps.clear()
-        try:
-            cli.main(["envs"])
-            raised = None
-        except Exception as exc:  # noqa: BLE001 - the first build's failure, FirstStep or not
-            raised = exc
+        status = cli.main(["envs"])  # the first build's failure: not bad input, so its traceback
+        raised = capsys.readouterr().err
         uv = [argv[0] for argv in first_steps]
         assert len(uv) == 3 and all(path.endswith("/uv") for path in uv), \
             f"round {number}: {len(uv)} of 3 builds reached their first step ({uv}); " \
-            f"`parity envs` raised {raised!r}"
-        assert isinstance(raised, FirstStep)
+            f"`parity envs` said {raised[-2000:]}"
+        assert status == 3 and "FirstStep: " in raised, raised[-2000:]  # the double's, shown whole
         assert all(argv[1] == "venv" and argv[-1].endswith(".building") for argv in first_steps)

@@ -313,6 +313,7 @@ def test_a_second_gate_on_a_reports_folder_in_use_is_refused(tmp_path, gate_cli)
 # 6. corrupt real weights are an engine error of the real oracle, not a refused configuration
 # ---------------------------------------------------------------------------------------------
 
+@pytest.mark.oracle
 def test_corrupt_real_weights_are_an_engine_error_not_a_refusal(warm_sessions, tmp_path):
     """A model folder without weights.json holds real weights; here its model.safetensors is
     random bytes (a TEST corrupt checkpoint, 1 MiB) beside the tiny Qwen3's config."""
@@ -377,6 +378,7 @@ def test_more_shards_than_units_is_refused_at_once(tmp_path, capsys, gate_cli):
     assert not gate_cli.starts.exists()
 
 
+@pytest.mark.oracle
 def test_a_wrong_sha256_in_weights_json_is_a_clear_error_of_the_real_oracle(warm_sessions, tmp_path):
     folder = tmp_path / "models" / "tiny-qwen3"
     folder.mkdir(parents=True)

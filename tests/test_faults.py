@@ -16,6 +16,7 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import threading
 import time
@@ -325,6 +326,37 @@ def test_interrupted_run_ends_the_engine(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         bounded(lambda: proc.run(load_scenario(GATE), ["config"], timeout=20), 30, lambda: read_pids(pidfile))
     assert_ended(read_pids(pidfile))
+
+
+def test_what_an_interrupt_ended_is_told_by_end_all_not_carried_by_the_exception(tmp_path, monkeypatch):
+    """An engine ended while Ctrl-C unwound (a child of it that had left its process group
+    killed by pid) is told by the next end_all, as parity's handler calls it; the exception
+    carries no attribute of the harness."""
+    from conformance.process.reaper import end_all, ended_words, resume
+    pidfile = tmp_path / "pids"
+    proc = EngineProcess(double_spec("--fault", "setsid-hang", "--pidfile", str(pidfile)))
+    proc.start()
+    original = proc._lines.get
+
+    def get(timeout=None):  # Ctrl-C arrives once the engine's child has left its group
+        if len(read_pids(pidfile)) > 1:
+            raise KeyboardInterrupt
+        return original(timeout=0.05)
+
+    monkeypatch.setattr(proc._lines, "get", get)
+    try:
+        with pytest.raises(KeyboardInterrupt) as err:
+            bounded(lambda: proc.run(load_scenario(GATE), ["config"], timeout=20), 30, lambda: read_pids(pidfile))
+        told = end_all()
+    finally:
+        resume()
+        for pid in read_pids(pidfile)[1:]:  # never leave the escaped child behind
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+    assert not [name for name in vars(err.value) if name.startswith("parity")], vars(err.value)
+    assert told.killed == read_pids(pidfile)[1:2], ended_words(told)
+    assert end_all().killed == []  # told once
+    resume()
 
 
 # ---------------------------------------------------------------------------------------------

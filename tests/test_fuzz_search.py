@@ -10,12 +10,15 @@ requests, be confirmed on its written scenario file, and replay to the same dive
 from __future__ import annotations
 
 import json
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from conformance.cli import main
+from conformance.cli import build_parser, main
+from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import load_scenario, parse_scenario
 from conformance.formats.trace import make_trace
 from conformance.formats.workload import validate_workload
@@ -142,6 +145,24 @@ def test_a_planted_bug_is_found_shrunk_written_and_confirmed(tmp_path):
     text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
     assert "layer steps: first divergence at step 0, field new" in text
     assert f"parity fuzz --replay {finding.path}" in text
+
+
+def test_the_library_advice_is_a_command_that_writes_that_scenario_s_golden():
+    """The report's last line says how to add the finding to the library: a command that
+    parses and names that scenario only (`make goldens -k NAME` did not: make swallows -k,
+    regenerates every golden, then fails)."""
+    raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
+    finding = Finding("diverged steps.new", raw, 1, 1, path=Path("out/fuzz/fuzz_steps_new.json"))
+    text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
+    [line] = [line for line in text.splitlines() if "library:" in line]
+    argv = shlex.split(line.split(", then ", 1)[1])
+    assert argv[:2] == ["make", "goldens"], line
+    # what make runs for it: parity goldens, on that scenario only
+    ran = subprocess.run(["make", "-n", "-o", "envs", *argv[1:]], cwd=REPO_ROOT, capture_output=True,
+                         text=True, encoding="utf-8").stdout
+    command = next(x for x in ran.splitlines() if x.startswith(".venv/bin/parity goldens"))
+    args = build_parser().parse_args(shlex.split(command.split(";")[0])[1:])
+    assert args.command == "goldens" and args.scenario == [Path("scenarios/fuzz_steps_new.json")], line
 
 
 class SlowPair:
@@ -445,10 +466,9 @@ def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
 
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the
 # example budget that find it here (same seed, same examples).
+@pytest.mark.oracle
 @pytest.mark.parametrize("mutant", ["ignore-max-num-seqs", "draft-plus-one"])
 def test_finds_and_shrinks_a_mutant(mutant, warm_sessions, tmp_path):
-    from conformance.formats.pins import load_pins
-
     oracle = load_pins().oracle
     pair = Pair.warm(warm_sessions(oracle), warm_sessions(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))
     try:
@@ -467,12 +487,13 @@ def test_finds_and_shrinks_a_mutant(mutant, warm_sessions, tmp_path):
 
 
 
+@pytest.mark.oracle
+# in the process that warms this mutant for tests/test_engine_layer.py: one cold start, not two
+@pytest.mark.xdist_group(f"{load_pins().oracle}+mutant:logit-scale-1.10")
 def test_an_engine_bug_is_found_on_the_engine_layers(warm_sessions, tmp_path):
     """The whole engine on the tiny models: a mutant that only the engine layers see (every
     logit times 1.10: the same greedy tokens, other logprobs) is found, shrunk to one request,
     confirmed and replayed, judged within the engine layers' tolerance."""
-    from conformance.formats.pins import load_pins
-
     oracle = load_pins().oracle
     layers = ["engine_steps", "engine_outputs"]
     pair = Pair.warm(warm_sessions(oracle), warm_sessions(f"{oracle}+mutant:logit-scale-1.10"), layers)
@@ -490,10 +511,10 @@ def test_an_engine_bug_is_found_on_the_engine_layers(warm_sessions, tmp_path):
         pair.close()
 
 
+@pytest.mark.oracle
 def test_coverage_guidance_counts_the_oracles_branches(warm_sessions, tmp_path):
     """--guide coverage: the oracle's worker runs under coverage.py and reports after each run
     the branch arcs it reached first; the search counts them and prefers examples with new ones."""
-    from conformance.formats.pins import load_pins
     from conformance.process.coverage_run import BranchesReached, ensure_coverage, guided_worker
     from conformance.process.envs import ensure_env
     from conformance.process.session import EngineSession

@@ -253,6 +253,12 @@ def test_a_gpu_engine_gets_the_memory_budget_and_its_cache_is_emptied(probe):
 
 
 @pytest.mark.oracle
+def test_a_gpu_engine_records_with_the_async_scheduler_where_the_gpu_rule_is_async(probe):
+    assert probe["scheduler_cls_async_True"] == ["engines.vllm.recorder.EngineRecordingAsyncScheduler", True]
+    assert probe["scheduler_cls_async_False"] == ["engines.vllm.recorder.EngineRecordingScheduler", False]
+
+
+@pytest.mark.oracle
 def test_a_v2_model_runner_is_refused_by_the_drafter_counts_not_counted_silently(probe):
     assert "Model Runner V2" in probe["v2_runner_counted"]
     assert "VLLM_USE_V2_MODEL_RUNNER=0" in probe["v2_runner_counted"]

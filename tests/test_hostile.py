@@ -179,7 +179,7 @@ def test_make_says_the_gates_own_status(tmp_path, target, diverges):
         oracle=verdicts_double(tmp_path, "oracle", {"serve": ["config"]}),
         candidate=verdicts_double(tmp_path, "candidate", plan)))
     said = (f"make {target}: parity gate exited with status 1 (1: a gating engine diverged, 2: a gating "
-            "run could not be compared or bad input); make exits 2 on any failure, so CI that needs "
+            "run could not be compared or bad input, 3: a bug of the harness (traceback above)); make exits 2 on any failure, so CI that needs "
             "this status calls .venv/bin/parity gate")
     if diverges:
         assert done.returncode == 2, done.stdout + done.stderr
@@ -197,7 +197,7 @@ def test_make_fuzz_says_the_fuzzers_own_status(tmp_path):
                          "CANDIDATE=./port --parity")
     assert done.returncode == 2, done.stdout + done.stderr
     assert ("make fuzz: parity fuzz exited with status 1 (1: a confirmed finding, 2: bad input, an engine "
-            "that cannot start, or a finding that did not repeat); make exits 2 on any failure, so CI that "
+            "that cannot start, or a finding that did not repeat, 3: a bug of the harness (traceback above)); make exits 2 on any failure, so CI that "
             "needs this status calls .venv/bin/parity fuzz") in done.stderr
 
 

@@ -6,6 +6,7 @@ Engines are the TEST DOUBLE replaying the gate oracle's goldens (tests/doubles/d
 --replay): the oracle double serves every layer, the candidate double only config, steps and
 outputs (a scheduler-only port that agrees with the oracle where it serves)."""
 
+import html
 import shlex
 import subprocess
 import sys
@@ -100,8 +101,14 @@ def test_a_port_first_then_drift_only_when_asked(tmp_path):
     assert head.split()[1:] == ["(candidate)", "(oracle)"]  # the candidate's column first
     assert "drift across pins and per-pin tables left out" in text and "-- drift across pins (from" not in text
     out: list[str] = []
-    gate_run.gate(RunContext(PINS, log=lambda m: None, out=out.append, drift=True), SCENARIOS[:1], ENGINES)
-    assert "-- drift across pins (from the goldens)" in "\n".join(out)
+    reports = tmp_path / "drift-reports"
+    gate_run.gate(RunContext(PINS, log=lambda m: None, out=out.append, drift=True, reports=reports),
+                  SCENARIOS[:1], ENGINES)
+    tables = out[2]  # after the grid and the requirement rows
+    assert tables.startswith("-- drift across pins (from the goldens)")
+    # every report has them, rendered from the one view
+    assert tables in (reports / "summary.md").read_text(encoding="utf-8")
+    assert html.escape(tables) in (reports / "report.html").read_text(encoding="utf-8")
 
 
 def test_require_layers_must_be_among_the_layers_asked(capsys):

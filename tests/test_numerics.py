@@ -2,9 +2,19 @@
 
 import copy
 
-from conformance.judging.numerics import capacity_excess, compare_engine_outputs, compare_engine_steps
+from conformance.judging.comparators import Basis, compare
+from conformance.judging.numerics import capacity_excess
 from conformance.judging.verdict import DIVERGED, NUMERICS, PASS, judge
 from conformance.report.render_text import render_verdict
+
+
+def compare_engine_steps(expected, actual, oracle_outputs=(), atol=0.0):
+    """engine_steps through its registered comparator, the oracle's engine_outputs as evidence."""
+    return compare("engine_steps", expected, actual, Basis(atol, {"engine_outputs": list(oracle_outputs)}))
+
+
+def compare_engine_outputs(expected, actual, atol):
+    return compare("engine_outputs", expected, actual, Basis(atol))
 
 
 def _out(rid, tokens, tops):

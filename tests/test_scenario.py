@@ -54,6 +54,13 @@ def test_the_engine_block_chooses_the_layers_and_its_tolerance_stays_out_of_the_
         other.unlink()
 
 
+def test_async_scheduling_may_be_left_to_vllm_and_hashes_apart(scenario_dir):
+    """null is vLLM's default, which each platform resolves by its own rule: a scenario of its own."""
+    unset = load_scenario(write(scenario_dir, lambda d: d["engine_args"].update(async_scheduling=None)))
+    assert unset.engine_args["async_scheduling"] is None
+    assert unset.sha256 != load_scenario(GATE).sha256
+
+
 def test_hash_depends_on_content_not_location(scenario_dir):
     moved = load_scenario(write(scenario_dir, lambda d: None))
     assert moved.sha256 == load_scenario(GATE).sha256
@@ -69,6 +76,9 @@ def test_hash_depends_on_content_not_location(scenario_dir):
     (lambda d: d["engine_args"].update(max_num_batched_tokens=-1), "engine_args.max_num_batched_tokens", "between"),
     (lambda d: d["engine_args"].update(max_model_len=10**9), "engine_args.max_model_len", "between"),
     (lambda d: d["engine_args"].pop("block_size"), "engine_args.block_size", "required"),
+    (lambda d: d["engine_args"].pop("async_scheduling"), "engine_args.async_scheduling", "required"),
+    (lambda d: d["engine_args"].update(async_scheduling="auto"), "engine_args.async_scheduling",
+     "must be bool or null, got str"),
     (lambda d: d["engine_args"]["speculative_config"].pop("model"),
      "engine_args.speculative_config.model", "needs a draft model"),
     (lambda d: d["engine_args"]["speculative_config"].update(model="nowhere"),

@@ -46,7 +46,7 @@ def test_golden_state_is_consistent(scenario, release):
         pytest.skip(f"{scenario.name}: no steps golden for {release}")
     outputs, finished = {}, set()
     tables: dict[str, list[int]] = {}  # each request's block table, from the block ids it was given
-    for s in steps:
+    for n, s in enumerate(steps):
         for rid in s["aborted"]:
             tables.pop(rid, None)
         for rid, r in s["requests"].items():
@@ -68,11 +68,16 @@ def test_golden_state_is_consistent(scenario, release):
         finished |= set(s["finished"])
         assert not set(s["waiting"]) & set(s["running"]), s["step"]
         assert not (set(s["waiting"]) | set(s["running"])) & finished, s["step"]
-        assert set(s["preempted"]) <= set(s["waiting"]), s["step"]
+        # under async scheduling the state is read after the next schedule(), which may resume it
+        # and hand out blocks the next record names: the pool's counts are checked in step only
+        asynchronous = "iteration" in s
+        resumed_next = steps[n + 1]["resumed"] if asynchronous and n + 1 < len(steps) else []
+        assert set(s["preempted"]) <= set(s["waiting"]) | set(resumed_next), s["step"]
         held = [b for table in tables.values() for b in table]
         assert 0 not in held, s["step"]  # the null block is never handed out
-        # requests that share a prefix share its blocks: the pool's `used` counts each block once
-        assert len(set(held)) == s["kv_blocks"]["used"], s["step"]
+        if not asynchronous:
+            # requests that share a prefix share its blocks: the pool's `used` counts each block once
+            assert len(set(held)) == s["kv_blocks"]["used"], s["step"]
         assert s["kv_blocks"]["cached"] <= s["kv_blocks"]["free"] + s["kv_blocks"]["used"], s["step"]
     assert not steps[-1]["waiting"] and not steps[-1]["running"]
     assert steps[-1]["kv_blocks"]["used"] == 0  # every block back in the pool at the end

@@ -13,6 +13,7 @@ from conformance.adequacy.measure import (ENGINE_TIER, ResultCache, catalog, mea
                                           sample)
 from conformance.adequacy.report import render_coverage, render_goals, render_mutants
 from conformance.adequacy.scope import load_scope
+from conformance.formats.errors import InputError
 from conformance.formats.pins import load_pins
 from conformance.process.coverage_run import CoverageError
 from conformance.process.mutant_server import MutantServerError
@@ -24,7 +25,7 @@ def adequacy(args, scenarios, log) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     for flag, value in (("--sample", args.sample), ("--engine-sample", args.engine_sample)):
         if value is not None and value <= 0:
-            raise ValueError(f"{flag} {value}: expected a positive number of mutants")
+            raise InputError(f"{flag} {value}: expected a positive number of mutants")
     try:
         return _adequacy(args, scenarios, log)
     except (CoverageError, MutantServerError) as exc:

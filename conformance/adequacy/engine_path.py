@@ -23,6 +23,7 @@ from pathlib import Path
 from conformance.adequacy.measure import measured
 from conformance.adequacy.mutation import generate, hand_edit, run_lines
 from conformance.adequacy.scope import Scope
+from conformance.formats.log import log
 from conformance.formats.mutant import Mutant
 from conformance.formats.pins import REPO_ROOT
 from conformance.formats.scenario import Scenario
@@ -52,7 +53,7 @@ def engine_files(scope: Scope) -> list[str]:
     return sorted({suffix for suffix, _ in scope.measure} | {e.file for e in scope.edits})
 
 
-def executed_lines(release: str, scenarios: list[Scenario], scope: Scope, log=print) -> dict[str, set[int]]:
+def executed_lines(release: str, scenarios: list[Scenario], scope: Scope, log=log) -> dict[str, set[int]]:
     """file (relative to site-packages) -> the lines the scenarios ran, measured by coverage.py
     in the pin's worker, cached by pin, files and scenarios."""
     files = engine_files(scope)
@@ -85,7 +86,7 @@ def executed_lines(release: str, scenarios: list[Scenario], scope: Scope, log=pr
 
 
 def engine_catalog(release: str, scope: Scope, executed: dict[str, set[int]],
-                   log=print) -> tuple[list[Mutant], dict[str, str], list[Mutant]]:
+                   log=log) -> tuple[list[Mutant], dict[str, str], list[Mutant]]:
     """(the mutants on lines the engine scenarios run, the sources, the mutants on lines they
     never run). Hand-written edits are kept whatever line they are on: each names code that
     builds or runs the model, and one that never runs would be a finding, not a skip."""

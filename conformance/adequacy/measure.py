@@ -28,6 +28,7 @@ from pathlib import Path
 from conformance.adequacy.mutation import generate
 from conformance.adequacy.scope import FunctionScope, Scope, function_scopes
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.log import log
 from conformance.formats.mutant import Mutant
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import Scenario
@@ -82,7 +83,7 @@ class PinCoverage:
                 sum(len(f.covered_branches) for f in fs), sum(len(f.branches) for f in fs))
 
 
-def measure_coverage(release: str, scenarios: list[Scenario], scope: Scope, log=print) -> PinCoverage:
+def measure_coverage(release: str, scenarios: list[Scenario], scope: Scope, log=log) -> PinCoverage:
     python = ensure_env(release, log=log)
     coverage_dir = ensure_coverage(python, log=log)
     started = time.monotonic()
@@ -110,7 +111,7 @@ def measured(trace: dict) -> None:
 
 # -- mutants --------------------------------------------------------------------------------
 
-def catalog(release: str, scope: Scope, log=print) -> tuple[list[Mutant], dict[str, str]]:
+def catalog(release: str, scope: Scope, log=log) -> tuple[list[Mutant], dict[str, str]]:
     """Every mutant of the pin's counted code, and the sources they were made from."""
     site = site_packages(ensure_env(release, log=log))
     mutants, sources = [], {}
@@ -182,7 +183,7 @@ class ResultCache:
         os.replace(tmp, self.path)
 
 
-def mutant_launcher(mutants: list[Mutant], log=print) -> Launcher:
+def mutant_launcher(mutants: list[Mutant], log=log) -> Launcher:
     """What starts each of `mutants` as an engine of its own: the mutant server of its release
     forks it (ended with the launcher)."""
     by_id = {m.id: m for m in mutants}
@@ -224,7 +225,7 @@ class MutantRun:
 
 
 def run_mutants(release: str, mutants: list[Mutant], scenarios: list[Scenario], generated: int,
-                cache: ResultCache, log=print, engine_tier: list[Scenario] = (),
+                cache: ResultCache, log=log, engine_tier: list[Scenario] = (),
                 equivalent: dict[str, str] | None = None, what: str = "scheduler") -> MutantRun:
     """`scenarios` (the stand-in ones) first; a mutant none of them caught runs `engine_tier`
     unless it is listed as equivalent. The engine path's catalog passes its engine scenarios

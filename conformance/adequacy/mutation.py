@@ -33,7 +33,7 @@ import fnmatch
 import hashlib
 import re
 
-from conformance.adequacy.scope import Edit, Scope, out_of_scope_lines
+from conformance.adequacy.scope import Edit, Scope, ScopeError, out_of_scope_lines
 from conformance.formats.mutant import Mutant
 
 OPERATORS = ("ror", "cmp-off", "arith-off", "aor", "minmax", "pop", "const", "negate", "remove")
@@ -137,7 +137,7 @@ def hand_edit(source: str, relpath: str, edit: Edit) -> Mutant:
     must occur exactly once in the function, so the edit cannot land elsewhere unnoticed."""
     fn = _function_node(ast.parse(source), edit.function)
     if fn is None:
-        raise ValueError(f"edit in {relpath}: no function {edit.function}")
+        raise ScopeError(f"edit in {relpath}: no function {edit.function}")
     data = source.encode()
     starts = [0]
     for line in data.splitlines(keepends=True):
@@ -146,7 +146,7 @@ def hand_edit(source: str, relpath: str, edit: Edit) -> Mutant:
     b = starts[fn.end_lineno - 1] + fn.end_col_offset
     body, needle = data[a:b], edit.original.encode()
     if body.count(needle) != 1:
-        raise ValueError(f"edit in {relpath} {edit.function}: {edit.original!r} occurs "
+        raise ScopeError(f"edit in {relpath} {edit.function}: {edit.original!r} occurs "
                          f"{body.count(needle)} times, expected once")
     start = a + body.index(needle)
     end = start + len(needle)

@@ -28,12 +28,13 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.formats.errors import InputError
 from conformance.formats.pins import REPO_ROOT
 
 SCOPE_FILE = REPO_ROOT / "adequacy_scope.toml"
 
 
-class ScopeError(ValueError):
+class ScopeError(InputError):
     """The scope file is malformed; the message names the entry and the field."""
 
 

@@ -28,6 +28,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Protocol
 
+from conformance.formats.errors import InputError
+
 MUTANT_MARK, CATALOG_MARK = "+mutant:", "catalog:"
 NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.+:-]{0,63})=(\S.*)$")  # --candidate NAME=COMMAND
 
@@ -92,10 +94,10 @@ class EngineRef:
     def parse(cls, text: str, releases, named: bool = False) -> "EngineRef":
         """`releases`: the configured pins (a Pins or its releases); `named`: NAME=COMMAND is
         allowed (a text that is a pin or a pin's mutant is never read as one). Bad input is a
-        ValueError naming the text."""
+        InputError naming the text."""
         releases = tuple(getattr(releases, "releases", releases))
         if not isinstance(text, str) or not text.strip():
-            raise ValueError(f"engine {text!r}: empty engine command")
+            raise InputError(f"engine {text!r}: empty engine command")
         ref = _pin_form(text, releases)
         if ref is not None:
             return ref
@@ -105,9 +107,9 @@ class EngineRef:
         try:
             argv = tuple(shlex.split(text))  # split into an argv list; never handed to a shell
         except ValueError as exc:
-            raise ValueError(f"engine {text!r}: not a command line ({exc})") from None
+            raise InputError(f"engine {text!r}: not a command line ({exc})") from None
         if not argv:
-            raise ValueError(f"engine {text!r}: empty engine command")
+            raise InputError(f"engine {text!r}: empty engine command")
         return EngineRef(COMMAND, text, argv=argv)
 
     @classmethod
@@ -162,7 +164,7 @@ class EngineRef:
         text = data["engine"] if data["name"] is None else f"{data['name']}={data['engine']}"
         ref = cls.parse(text, releases, named=data["name"] is not None).with_role(data["role"])
         if ref.to_json() != data:
-            raise ValueError(f"engine {data['key']!r}: expected the fields of what {data['engine']!r} "
+            raise InputError(f"engine {data['key']!r}: expected the fields of what {data['engine']!r} "
                              f"names ({ref.to_json()}), got {data}")
         return ref
 
@@ -184,8 +186,8 @@ def _pin_form(text: str, releases: tuple[str, ...]) -> EngineRef | None:
     if mutant.startswith(CATALOG_MARK):
         mutant_id = mutant[len(CATALOG_MARK):]
         if not mutant_id:
-            raise ValueError(f"engine {text!r}: no mutant id after {MUTANT_MARK}{CATALOG_MARK}")
+            raise InputError(f"engine {text!r}: no mutant id after {MUTANT_MARK}{CATALOG_MARK}")
         return EngineRef(CATALOG, text, release, mutant_id)
     if not mutant:
-        raise ValueError(f"engine {text!r}: no mutant name after {MUTANT_MARK}")
+        raise InputError(f"engine {text!r}: no mutant name after {MUTANT_MARK}")
     return EngineRef(MUTANT, text, release, mutant)

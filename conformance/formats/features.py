@@ -11,6 +11,7 @@ Standard library only: the worker and the test doubles import it beside the prot
 
 from __future__ import annotations
 
+from conformance.formats.errors import InputError
 from conformance.formats.fields import METHODS
 
 SPEC = "spec:"  # spec:<method>, one feature per speculative method
@@ -118,7 +119,7 @@ def parse_required(text: str, option: str = "--require-features") -> list[str]:
         return list(FEATURES)
     unknown = [x for x in names if x not in FEATURES]
     if unknown or not names:
-        raise ValueError(f"{option}: expected `all` or feature names, got unknown {unknown or [text]}; "
+        raise InputError(f"{option}: expected `all` or feature names, got unknown {unknown or [text]}; "
                          f"known: {', '.join(FEATURES)}")
     return [name for name in FEATURES if name in names]
 

@@ -11,13 +11,14 @@ import hashlib
 import json
 from pathlib import Path
 
+from conformance.formats.errors import InputError
 from conformance.formats.files import InputFileError, read_bytes
 
 METHODS_WITH_DRAFT_MODEL = {"eagle", "eagle3", "dflash", "dspark", "draft_model", "mtp", "medusa"}
 METHODS = METHODS_WITH_DRAFT_MODEL | {"ngram", "suffix"}
 
 
-class ScenarioError(ValueError):
+class ScenarioError(InputError):
     """A scenario file is malformed. The message names the file and the field."""
 
     def __init__(self, source: str, field: str, problem: str):

@@ -21,6 +21,8 @@ import re
 import stat
 from pathlib import Path
 
+from conformance.formats.errors import InputError
+
 MiB = 1024 * 1024
 # Largest file of each kind the harness reads, in bytes. Each is far above what a valid file of
 # its kind holds (a scenario at the schema's limits, 4096 requests with 1024-entry lists, is
@@ -32,12 +34,12 @@ LIMITS = {"scenario": 64 * MiB, "trace": 1024 * MiB, "manifest": 16 * MiB, "waiv
 DEV_NULL = os.makedev(1, 3)  # Linux's /dev/null: read as an empty file, the one device allowed
 
 
-class InputFileError(ValueError):
+class InputFileError(InputError):
     """An input path that is not a regular file, is over its kind's size limit, or cannot be
     read as UTF-8 text. The message names the path, what was expected and what is there."""
 
 
-class FolderError(ValueError):
+class FolderError(InputError):
     """An output folder that cannot be used: a file is in the way, it cannot be written, or
     another run holds it."""
 

@@ -7,11 +7,30 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from conformance.formats.errors import InputError
+
+
+def _checkout(start: Path, upward: bool = True) -> Path | None:
+    """The folder at (or above) `start` whose pyproject.toml holds [tool.vllm-parity]."""
+    for folder in (start, *start.parents) if upward else (start,):
+        try:
+            text = (folder / "pyproject.toml").read_text(encoding="utf-8")
+        except OSError:
+            continue
+        if "[tool.vllm-parity]" in text:
+            return folder
+    return None
+
+
+# The checkout the harness works in (its pins, scenarios, goldens, engines): the one this code
+# sits in (an editable install), else, installed from a wheel, the one holding the working
+# directory (else the working directory, whose missing pyproject.toml the errors then name).
+REPO_ROOT = (_checkout(Path(__file__).resolve().parents[2], upward=False) or
+             _checkout(Path.cwd().resolve()) or Path.cwd().resolve())
 _VERSION = re.compile(r"^\d+\.\d+\.\d+([a-z0-9.+-]*)?$")
 
 
-class PinError(ValueError):
+class PinError(InputError):
     """pyproject.toml's [tool.vllm-parity] table is missing or malformed."""
 
 

@@ -147,25 +147,27 @@ class Text:
 
 
 @dataclass(frozen=True)
-class Flag:
+class Exactly:
+    """A value of exactly one class (JSON's true/false, or null)."""
+
+    name: str
+    kind: type
+
     def describe(self) -> str:
-        return "bool"
+        return self.name
 
     def check(self, value, strict: bool = False):
-        if value.__class__ is not bool:
+        if value.__class__ is not self.kind:
             raise RecordError(self.describe(), value)
         return value
 
 
-@dataclass(frozen=True)
-class Null:
-    def describe(self) -> str:
-        return "null"
+def Flag() -> Exactly:  # noqa: N802 - a kind of field, named as the other kinds are
+    return Exactly("bool", bool)
 
-    def check(self, value, strict: bool = False):
-        if value is not None:
-            raise RecordError(self.describe(), value)
-        return value
+
+def Null() -> Exactly:  # noqa: N802
+    return Exactly("null", type(None))
 
 
 @dataclass(frozen=True)
@@ -196,13 +198,7 @@ class ListOf:
     def check(self, value, strict: bool = False):
         if value.__class__ is not list:
             raise RecordError(self.describe(), value)
-        check, out = self.of.check, []
-        for i, item in enumerate(value):
-            try:
-                out.append(check(item, strict))
-            except RecordError as exc:
-                raise exc.within(i) from None
-        return out
+        return _each(self.of.check, enumerate(value), strict)
 
 
 @dataclass(frozen=True)
@@ -216,13 +212,7 @@ class Pair:
     def check(self, value, strict: bool = False):
         if value.__class__ is not list or len(value) != 2:
             raise RecordError(self.describe(), value)
-        out = []
-        for i, kind in enumerate((self.first, self.second)):
-            try:
-                out.append(kind.check(value[i], strict))
-            except RecordError as exc:
-                raise exc.within(i) from None
-        return out
+        return [_each(kind.check, [(i, value[i])], strict)[0] for i, kind in enumerate((self.first, self.second))]
 
 
 @dataclass(frozen=True)
@@ -238,13 +228,18 @@ class MapOf:
     def check(self, value, strict: bool = False):
         if value.__class__ is not dict:
             raise RecordError(self.describe(), value)
-        check, out = self.of.check, {}
-        for key, item in value.items():
-            try:
-                out[key] = check(item, strict)
-            except RecordError as exc:
-                raise exc.within(key) from None
-        return out
+        return dict(zip(value, _each(self.of.check, value.items(), strict)))
+
+
+def _each(check, items, strict: bool) -> list:
+    """`check` of each (position, value) of a list or an object; an error names the position."""
+    out = []
+    for at, item in items:
+        try:
+            out.append(check(item, strict))
+        except RecordError as exc:
+            raise exc.within(at) from None
+    return out
 
 
 @dataclass(frozen=True)
@@ -302,6 +297,20 @@ COUNT = Int(0)
 IDS = ListOf(Text())
 REFUSAL = Record("refusal", {"type": Field(Text()), "message": Field(Text())})
 
+# Async scheduling (protocol 3; engines/PROTOCOL.md "Async scheduling: the batch-queue loop"):
+# the config record says how each platform resolves it; step records carry the loop's fields
+# only where the GPU rule turns it on
+ASYNC_LOG_LINES = Field(ListOf(Text()))
+ASYNC_CONFIG = {
+    "async_scheduling_gpu": Field(Flag()),
+    "async_scheduling_cpu": Field(Flag()),
+    "batch_queue_size": Field(Int(1)),
+    "async_log_lines": ASYNC_LOG_LINES,
+}
+ASYNC_STEP = {"iteration": Field(COUNT, optional=True), "update_iteration": Field(COUNT, optional=True)}
+ASYNC_REQUEST = {"output_placeholders": Field(COUNT, optional=True),
+                 "delivery": Field(Text(("applied", "stale", "dropped")), optional=True)}
+
 CONFIG = Record("config", {
     "refused": Field(Null()),
     "max_num_batched_tokens": Field(COUNT),
@@ -318,10 +327,12 @@ CONFIG = Record("config", {
     "enable_chunked_prefill": Field(Flag()),
     "scheduler_class": Field(Text()),
     "budget_log_lines": Field(ListOf(Text())),
+    **ASYNC_CONFIG,
 })
 REFUSED_CONFIG = Record("refused config", {
     "refused": Field(REFUSAL),
     "budget_log_lines": Field(ListOf(Text())),
+    "async_log_lines": ASYNC_LOG_LINES,
 })
 # steps, outputs and the engine layers of a refused configuration: one record each
 REFUSED = Record("refused", {"refused": Field(REFUSAL)})
@@ -333,6 +344,7 @@ REQUEST = Record("request entry", {
     "computed_tokens": Field(COUNT),
     "output_tokens": Field(COUNT),
     "kv_blocks": Field(COUNT),
+    **ASYNC_REQUEST,
 })
 # block ids per KV cache group, or null (a running request given no block this step); the
 # protocol's limits on a line and a run bound their size
@@ -360,6 +372,7 @@ STEP_BASE = Record("step", {
     "finished": Field(IDS),
     "waiting": Field(IDS),
     "running": Field(IDS),
+    **ASYNC_STEP,
 })
 STEP = Record("steps", {
     "requests": Field(MapOf("request id", STEPS_REQUEST)),

@@ -44,7 +44,9 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "block_size": (int, True),
     "enable_prefix_caching": (bool, False),
     "enable_chunked_prefill": (bool, True),
-    "async_scheduling": (bool, True),
+    # null: vLLM's default, which each platform resolves by its own rule (the config record
+    # carries both); the one platform-dependent field that may be left to vLLM
+    "async_scheduling": ((bool, type(None)), True),
     "dtype": (str, False),
     "seed": (int, False),
     "max_num_scheduled_tokens": (int, False),
@@ -107,7 +109,7 @@ class Scenario:
     sha256: str
     method_matrix: dict | None = None
     rows: tuple[str, ...] = ("ENG-SCHED-CORE",)  # engine-matrix rows its verdicts belong to
-    engine: dict | None = None  # the engine block (without the JUDGING_OPTIONS), or None
+    engine: dict | None = None  # the engine block as the engine gets it (DEFAULT_ENGINE's keys), or None
     logprob_atol: float | None = None  # engine layers' logprob tolerance
     # the largest cross-machine noise measured on this scenario's logprobs
     # (benchmarks/bench_noise.py), from which logprob_atol is calibrated; None if not measured
@@ -274,7 +276,7 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
     return engine, atol, None if noise is None else float(noise)
 
 
-def _check_fields(src: str, where: str, obj: dict, schema: dict[str, tuple[type, bool]]) -> dict:
+def _check_fields(src: str, where: str, obj: dict, schema: dict[str, tuple]) -> dict:
     _no_unknown(src, where + ".", obj, set(schema))
     for key, (typ, required) in schema.items():
         if key not in obj:
@@ -285,8 +287,13 @@ def _check_fields(src: str, where: str, obj: dict, schema: dict[str, tuple[type,
         # bool is a subclass of int in Python; a size given as `true` is still a type error.
         ok = isinstance(value, typ) and not (typ is int and isinstance(value, bool))
         if not ok:
-            raise ScenarioError(src, f"{where}.{key}", f"must be {typ.__name__}, got {_tname(value)}")
+            raise ScenarioError(src, f"{where}.{key}", f"must be {_type_words(typ)}, got {_tname(value)}")
     return dict(obj)
+
+
+def _type_words(typ) -> str:
+    kinds = typ if isinstance(typ, tuple) else (typ,)
+    return " or ".join("null" if kind is type(None) else kind.__name__ for kind in kinds)
 
 
 def _check_sizes(src: str, args: dict) -> None:

@@ -13,8 +13,10 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from conformance.formats.errors import InputError
 
-class SettingError(ValueError):
+
+class SettingError(InputError):
     """A setting read from the environment holds a value the harness cannot use."""
 
 

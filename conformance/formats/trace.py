@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 
 from conformance import __version__
+from conformance.formats.errors import InputError
 from conformance.formats.files import InputFileError, read_text
 from conformance.formats.digest import LAYERS as DIGEST_LAYERS, DigestSink, check_form
 from conformance.formats.protocol import PROTOCOL_VERSION, loads
@@ -36,7 +37,7 @@ from conformance.formats.record_schema import check_layers
 SCHEMA = "vllm-parity/trace/1"
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """A trace or golden file is missing, truncated, not JSON or of another schema."""
 
 

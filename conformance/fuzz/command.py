@@ -25,6 +25,7 @@ import tempfile
 from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.errors import InputError
 from conformance.formats.files import write_text_atomic
 from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import load_scenario
@@ -48,11 +49,11 @@ def fuzz_command(args, log, out=print) -> int:
     except ValueError:
         oracle_ref = None
     if oracle_ref is None or not oracle_ref.is_pin:
-        raise ValueError(f"--against: {against!r} is not a pinned release "
+        raise InputError(f"--against: {against!r} is not a pinned release "
                          f"({', '.join(pins.releases)}); only a pin is an oracle")
     layers = parse_layers(args.layers)
     if args.budget is not None and args.examples is not None:
-        raise ValueError("--budget and --examples: give one of them")
+        raise InputError("--budget and --examples: give one of them")
     budget = args.budget  # seconds (cli.budget_seconds)
     if budget is None and args.examples is None and not args.replay:
         budget = DEFAULT_BUDGET
@@ -128,7 +129,7 @@ def check_out(folder: Path) -> None:
             pass
     except OSError as exc:
         where = f"{exc.filename}: " if exc.filename and str(exc.filename) != str(folder) else ""
-        raise ValueError(f"--out {folder}: expected a folder findings can be written to; "
+        raise InputError(f"--out {folder}: expected a folder findings can be written to; "
                          f"{where}{exc.strerror or exc}") from None
 
 
@@ -191,7 +192,7 @@ def parse_layers(text: str | None) -> list[str]:
     layers = [x for x in (text or ",".join(STAND_IN_LAYERS)).split(",") if x]
     if layers and (set(layers) <= set(STAND_IN_LAYERS) or set(layers) <= set(ENGINE_LAYERS)):
         return layers
-    raise ValueError(f"--layers: the fuzzer runs some of the stand-in layers {list(STAND_IN_LAYERS)} "
+    raise InputError(f"--layers: the fuzzer runs some of the stand-in layers {list(STAND_IN_LAYERS)} "
                      f"or some of the engine layers {list(ENGINE_LAYERS)}, not both at once; got {layers}")
 
 
@@ -224,7 +225,7 @@ def catalog_mutant(release: str, mutant_id: str, log):
         run, _, not_run = engine_catalog(release, load_scope(ENGINE_SCOPE_FILE), {}, log)
         found = [m for m in run + not_run if m.id == mutant_id]
     if not found:
-        raise ValueError(f"--candidate {EngineRef.catalog_mutant(release, mutant_id).text!r}: no mutant "
+        raise InputError(f"--candidate {EngineRef.catalog_mutant(release, mutant_id).text!r}: no mutant "
                          f"{mutant_id!r} in the catalogs of vllm {release}")
     return found[0]
 

@@ -42,6 +42,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, event, given, reject, sett
 from hypothesis import seed as seeded
 from hypothesis.errors import Unsatisfiable
 
+from conformance.formats.errors import InputError
 from conformance.formats.features import declared
 from conformance.formats.pins import REPO_ROOT
 from conformance.formats.scenario import Scenario, ScenarioError, parse_scenario
@@ -65,7 +66,7 @@ REPORT_EVERY = 5.0  # seconds between progress lines
 SCENARIO_DIR = REPO_ROOT / "scenarios"  # generated model paths are relative to it
 
 
-class FuzzError(ValueError):
+class FuzzError(InputError):
     """The fuzz run cannot go on (a candidate that serves none of the layers, say)."""
 
 

@@ -114,26 +114,31 @@ def _allowed_methods(allowed, methods) -> tuple[str, ...] | None:
     return tuple(m for m in methods if allows(allowed, SPEC_FEATURE + m))
 
 
+def _batched(draw, near: bool, max_model_len: int, small) -> int:
+    """max_num_batched_tokens: around max_model_len (or 2048) when `near`, else drawn from `small`."""
+    if near:
+        offset = draw(BUDGET_NEAR)
+        return offset if offset == 2048 else max_model_len + offset
+    return draw(small)
+
+
+def _scheduler_args(draw, allowed, batched: int, max_model_len: int, chunked: bool) -> dict:
+    """The budget and cache arguments of both generators (drawn in the order they always were,
+    so a seed finds what it found). Never async scheduling: the steps layer mirrors the
+    synchronous EngineCore.step(), and the engine layers refuse it."""
+    return {"max_num_batched_tokens": batched, "max_model_len": max_model_len, "block_size": 16,
+            "enable_prefix_caching": draw(FLAG) if allows(allowed, "prefix_caching") else False,
+            "enable_chunked_prefill": chunked, "async_scheduling": False}
+
+
 @st.composite
 def engine_args(draw, allowed=None) -> dict:
     max_model_len = draw(MAX_MODEL_LEN)
     chunked = draw(ON_FIRST) if allows(allowed, "chunked_prefill_off") else True
-    if draw(FLAG if chunked else ON_FIRST):  # without chunking, mostly a budget that admits
-        near = draw(BUDGET_NEAR)
-        batched = near if near == 2048 else max_model_len + near
-    else:
-        batched = draw(SMALL_BUDGET)
-    args = {
-        "model": TARGET,
-        "load_format": "dummy",
-        "max_num_seqs": draw(ints(1, 8)),
-        "max_num_batched_tokens": batched,
-        "max_model_len": max_model_len,
-        "block_size": 16,
-        "enable_prefix_caching": draw(FLAG) if allows(allowed, "prefix_caching") else False,
-        "enable_chunked_prefill": chunked,
-        "async_scheduling": False,  # the steps layer mirrors the synchronous EngineCore.step()
-    }
+    # without chunking, mostly a budget that admits
+    batched = _batched(draw, draw(FLAG if chunked else ON_FIRST), max_model_len, SMALL_BUDGET)
+    args = {"model": TARGET, "load_format": "dummy", "max_num_seqs": draw(ints(1, 8)),
+            **_scheduler_args(draw, allowed, batched, max_model_len, chunked)}
     threshold = draw(THRESHOLD) if allows(allowed, "long_prefill_threshold") else None
     if isinstance(threshold, str):
         threshold = max_model_len + (threshold == "max+1")
@@ -303,21 +308,9 @@ def engine_args_for_engine(draw, allowed=None) -> dict:
     target, spec = ENGINE_SPECS[setup] if setup else (ENGINE_TARGET, None)
     max_model_len = draw(ENGINE_MAX_MODEL_LEN)
     chunked = draw(ON_FIRST) if allows(allowed, "chunked_prefill_off") else True
-    if draw(ON_FIRST):  # a budget around max_model_len, or a large one
-        near = draw(BUDGET_NEAR)
-        batched = near if near == 2048 else max_model_len + near
-    else:
-        batched = draw(ints(8, 64))
-    args = {
-        "model": target, "load_format": "dummy", "dtype": "float32", "seed": 0,
-        "max_num_seqs": draw(ints(1, 4)),
-        "max_num_batched_tokens": batched,
-        "max_model_len": max_model_len,
-        "block_size": 16,
-        "enable_prefix_caching": draw(FLAG) if allows(allowed, "prefix_caching") else False,
-        "enable_chunked_prefill": chunked,
-        "async_scheduling": False,  # the engine layers refuse async scheduling
-    }
+    batched = _batched(draw, draw(ON_FIRST), max_model_len, ints(8, 64))  # around max_model_len, or small
+    args = {"model": target, "load_format": "dummy", "dtype": "float32", "seed": 0,
+            "max_num_seqs": draw(ints(1, 4)), **_scheduler_args(draw, allowed, batched, max_model_len, chunked)}
     if spec is not None:
         spec = dict(spec, num_speculative_tokens=draw(ints(1, 4)))
         if spec["method"] == "ngram":

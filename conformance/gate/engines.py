@@ -7,6 +7,7 @@ import shlex
 from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.errors import InputError
 from conformance.formats.pins import Pins
 from conformance.gate.shards import Unit
 from conformance.judging.verdict import CANDIDATE, ORACLE, STAND_IN
@@ -29,7 +30,7 @@ def gate_engines(pins: Pins, candidates: list[str], log) -> list[EngineRef]:
         engines.append(ref)
     keys = [e.key for e in engines]
     if len(set(keys)) != len(keys):
-        raise ValueError(f"--candidate: two engines have the same name ({keys}); "
+        raise InputError(f"--candidate: two engines have the same name ({keys}); "
                          "name them with NAME=COMMAND")
     return engines
 

@@ -17,7 +17,7 @@ from conformance.judging.goldens import GOLDENS, ORACLE_RUNS
 from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.process.launch import prepare_engine
 from conformance.process.progress import EngineProgress, Progress, duration
-from conformance.process.reaper import end_all, resume
+from conformance.process.reaper import end_all, ended_unwinding, resume
 from conformance.process.session import EngineSession
 
 
@@ -79,7 +79,7 @@ def side_by_side(tasks: list, parallel: int) -> list:
         futures = [pool.submit(task) for task in tasks]
         return [f.result() for f in futures]
     except BaseException as exc:
-        exc.parity_strays = end_all()  # the caller says what was ended, by pid where it had to be
+        ended_unwinding(end_all())  # the handler's end_all says what was ended, by pid where it had to be
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)

@@ -77,22 +77,22 @@ def read_results(folders: list[Path], pins: Pins) -> tuple[RunManifest, dict[str
             "goldens": goldens_digest([s["name"] for s in manifest["scenarios"]], pins.releases)}
     for key, value in here.items():
         if manifest[key] != value:
-            raise ValueError(f"the shards were made with another {key} than this checkout's "
+            raise ShardError(f"the shards were made with another {key} than this checkout's "
                              f"({json.dumps(manifest[key])} vs {json.dumps(value)}): merge them "
                              "in a checkout of the commit that made them")
     if digest(manifest["scenarios"]) != manifest["scenario_set"]:
-        raise ValueError("the shards' manifests list other scenarios than their scenario set's digest")
+        raise ShardError("the shards' manifests list other scenarios than their scenario set's digest")
     try:
         engines = [EngineRef.from_json(e, pins) for e in manifest["engines"]]
     except ValueError as exc:
-        raise ValueError(f"the shards' manifests list engines in another form: {exc}") from None
+        raise ShardError(f"the shards' manifests list engines in another form: {exc}") from None
     run = RunManifest(tool=manifest["tool"], oracle=manifest["oracle"], pins=manifest["pins"],
                       scenarios=manifest["scenarios"], goldens=manifest["goldens"], engines=engines,
                       layers=manifest["layers"], require_layers=manifest["require_layers"],
                       units=_units(engines, manifest), device=manifest["device"], count=manifest["count"],
                       require_features=manifest["require_features"])
     if run.plan != manifest["plan"]:
-        raise ValueError("the shards' units do not make up the plan their manifests name")
+        raise ShardError("the shards' units do not make up the plan their manifests name")
     return run, traces
 
 
@@ -106,7 +106,7 @@ def _units(engines: list[EngineRef], manifest: dict) -> list[Unit]:
                        for e in manifest["units"]),
                       key=lambda u: (order_e[u.engine], order_s[u.scenario], order_g[u.group]))
     except (KeyError, TypeError) as exc:
-        raise ValueError(f"the shards' manifests name a unit outside their plan ({exc})") from None
+        raise ShardError(f"the shards' manifests name a unit outside their plan ({exc})") from None
 
 
 def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:

@@ -30,9 +30,9 @@ from conformance.judging.requirement_rows import apply_gate, where_of
 from conformance.judging.verdict import CANDIDATE, PASS, Verdict
 from conformance.process.progress import duration
 from conformance.report.ci import check_summary_target, ci_summaries
-from conformance.report.drift import drift_rows, render_drift
-from conformance.report.methods_table import render_methods_table
-from conformance.report.render_text import render_gate, render_requirement_rows
+from conformance.report.drift import drift_rows
+from conformance.report.methods_table import table_rows
+from conformance.report.render_text import render_gate, render_pin_tables, render_requirement_rows
 from conformance.report.report_files import claimed, write_reports
 from conformance.report.view import gate_view, visible
 
@@ -105,16 +105,14 @@ def finish(context: RunContext, manifest: RunManifest, traces: dict[str, dict]) 
             _unit_summary(u, traces[u.key], by_engine[(u.engine, u.scenario)]) for u in units])
     result = apply_gate(verdicts, {s["name"]: tuple(s["rows"]) for s in scenarios}, context.waivers)
     commands = {label: e.command for e, label in report_labels(engines, units, traces).items() if e.command}
+    drift = drift_rows(names, pins.releases) if context.drift or not candidates else None
+    methods = ((pins.releases, *table_rows(pins.releases))
+               if drift is not None and any(s["method_matrix"] for s in scenarios) else None)
     view = gate_view(result, pins.oracle, commands, judged, {s["name"]: tuple(s["features"]) for s in scenarios},
-                     manifest.require_features or ())
+                     manifest.require_features or (), drift, methods)
     out(render_gate(view))
     out(render_requirement_rows(view))
-    if context.drift or not candidates:
-        out(render_drift(drift_rows(names, pins.releases)))
-        if any(s["method_matrix"] for s in scenarios):
-            out(render_methods_table(pins.releases))
-    else:
-        out("-- drift across pins and per-pin tables left out (the oracle pin's concern): --drift shows them")
+    out(render_pin_tables(view))
     try:
         if context.reports:
             for path in write_reports(context.reports, view):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from conformance.formats.errors import InputError
 from conformance.formats.protocol import ENGINE_LAYERS
 
 # Layers computed together by one run of an engine (engines/vllm/per_run.py).
@@ -29,7 +30,7 @@ REFUSED = 0.1  # a group the engine refuses at once (a pin without a CPU engine,
 STEP_TOKENS_PER_SECOND = 40_000  # the stand-in drive: scheduled tokens per second
 
 
-class ShardError(ValueError):
+class ShardError(InputError):
     """A bad --shard value, or a set of results folders that are not one gate run's shards."""
 
 

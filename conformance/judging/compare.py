@@ -39,9 +39,12 @@ CONTEXT_FIELDS = {
 # so the first divergence falls on the step where the state first differs. Within that step a
 # differing decision (block ids, prefix-cache hits, the drafts scheduled, admissions, aborts) is
 # named first, then these in this order (the drafts accepted, then the state they led to, then
-# the drafts the stand-in made after the step), the budget context last.
-AFTER_UPDATE = ("accepted_draft_tokens", "computed_tokens", "output_tokens", "emitted", "kv_blocks",
-                "waiting", "running", "next_draft_token_ids")
+# the drafts the stand-in made after the step), the budget context last. Under async scheduling
+# an update also says what became of each request's output (`delivery`: applied, stale,
+# dropped) and leaves its output placeholders: named after the drafts accepted, before the
+# state they led to (`iteration` and `update_iteration` rank as decisions).
+AFTER_UPDATE = ("accepted_draft_tokens", "delivery", "output_placeholders", "computed_tokens",
+                "output_tokens", "emitted", "kv_blocks", "waiting", "running", "next_draft_token_ids")
 
 
 @dataclass
@@ -122,6 +125,8 @@ def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
     _walk(expected, actual, path, out)
     rank = {name: i for i, name in enumerate(PRIMARY_FIELDS)}
     return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
+
+
 
 
 def _rank(path: str, context: frozenset) -> int:

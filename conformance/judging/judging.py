@@ -12,8 +12,8 @@ from conformance.formats.pins import Pins
 from conformance.formats.protocol import LAYERS
 from conformance.formats.trace import TraceError, checked
 from conformance.judging.goldens import GOLDENS, Golden, GoldenStore, checked_golden
-from conformance.judging.verdict import (INVALID_GOLDEN, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE,
-                                         PASS, UNSUPPORTED, Verdict, judge)
+from conformance.judging.verdict import (INVALID_GOLDEN, MISSING, MISSING_GOLDEN, NOT_ASKED, NOT_SERVED,
+                                         NUMERICS, ORACLE, PASS, UNSUPPORTED, Verdict, judge)
 
 
 def served_layers(engines, units: list, traces: dict[str, dict]) -> dict[str, list[str]]:
@@ -93,6 +93,9 @@ def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=Non
             return Verdict(trace["engine"]["label"], trace["scenario"]["name"], golden.kind, role,
                            message=golden.message)
         golden = golden.trace
+    if golden is None and "failure" not in trace:  # a failed run is judged by its failure alone
+        return Verdict(trace["engine"]["label"], trace["scenario"]["name"], MISSING_GOLDEN, role,
+                       message="no golden to judge this run against")
     if golden is not None and layers is not None:
         golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers},
                       digests={k: v for k, v in golden.get("digests", {}).items() if k in layers})

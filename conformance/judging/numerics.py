@@ -44,8 +44,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from conformance.judging.compare import (AFTER_UPDATE, CONTEXT_FIELDS, FieldDiff, LayerComparison,
-                                         compare_layer)
+from conformance.judging.compare import AFTER_UPDATE, CONTEXT_FIELDS, FieldDiff, LayerComparison
 
 NUMERICS_CAUSES = frozenset({"numerics"})  # differences arithmetic explains, with evidence
 STEP_CONTEXT = CONTEXT_FIELDS["engine_steps"]
@@ -55,20 +54,10 @@ MODEL_FIELDS = ("accepted_draft_tokens", "finished")  # decided by the model's o
 STATE_FIELDS = tuple(f for f in AFTER_UPDATE if f not in MODEL_FIELDS)
 
 
-def compare_by_layer(layer: str, expected: list[dict], actual: list[dict], atol: float,
-                     oracle_outputs: list[dict] | None = None) -> LayerComparison:
-    """The comparison each layer gets: the engine layers' knows numerics, the rest is exact.
-    `oracle_outputs` (the golden's engine_outputs) is the evidence for an acceptance difference."""
-    if layer == "engine_steps":
-        return compare_engine_steps(expected, actual, oracle_outputs or [], atol)
-    if layer == "engine_outputs":
-        return compare_engine_outputs(expected, actual, atol)
-    return compare_layer(layer, expected, actual)
-
-
-def compare_engine_steps(expected: list[dict], actual: list[dict], oracle_outputs: list[dict] = (),
-                         atol: float = 0.0) -> LayerComparison:
-    c = compare_layer("engine_steps", expected, actual)
+def step_cause(c: LayerComparison, expected: list[dict], oracle_outputs: list[dict] = (),
+               atol: float = 0.0) -> LayerComparison:
+    """The cause of an engine_steps difference, on the layer's exact comparison `c` (its first
+    divergent step found as in every layer: judging/compare.py), with its evidence."""
     if not c.equal:
         decided = [f.path for f in c.fields if _top_field(f.path) not in STEP_CONTEXT]
         model = [p for p in decided if _leaf(p) in MODEL_FIELDS or _top_field(p) in MODEL_FIELDS]
@@ -144,13 +133,11 @@ def _margin(logprobs: list, position: int | None) -> float | None:
 
 
 def compare_engine_outputs(expected: list[dict], actual: list[dict], atol: float) -> LayerComparison:
+    """The outputs of a configuration both sides served (a refused one is compared exactly:
+    judging/comparators.py), request by request, as the module doc says."""
     c = LayerComparison("engine_outputs", expected == actual, expected_count=len(expected),
                         actual_count=len(actual))
     if c.equal:
-        return c
-    if any("refused" in r for r in expected + actual):  # a refused configuration: exact
-        c = compare_layer("engine_outputs", expected, actual)
-        c.cause = "mismatch"
         return c
     near_ties: list[tuple[int, RequestDiff]] = []
     e_by, a_by = {r.get("id"): r for r in expected}, {r.get("id"): r for r in actual}

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from conformance.judging.comparators import DIGEST, RECORDS, Basis, compare
 from conformance.judging.compare import LayerComparison
-from conformance.judging.digest_compare import compare_digest_layer, truncated
+from conformance.judging.digest_compare import truncated
+from conformance.judging.numerics import NUMERICS_CAUSES, capacity_excess
 
 PASS = "pass"
 DIVERGED = "diverged"
@@ -15,9 +17,10 @@ DIVERGED = "diverged"
 # as vLLM's own check_logprobs_close passes such sequences.
 NUMERICS = "numerics"
 # Kinds for runs that could not be compared at all; each is its own line in the report.
-PROTOCOL, INVALID_GOLDEN, UNSUPPORTED = "protocol", "invalid_golden", "unsupported"
+PROTOCOL, INVALID_GOLDEN, MISSING_GOLDEN = "protocol", "invalid_golden", "missing_golden"
+UNSUPPORTED = "unsupported"
 FAILURE_KINDS = ("crash", "timeout", PROTOCOL, "engine_error", "nondeterministic",
-                 "missing_golden", INVALID_GOLDEN, UNSUPPORTED)
+                 MISSING_GOLDEN, INVALID_GOLDEN, UNSUPPORTED)
 KINDS = (PASS, NUMERICS, DIVERGED) + FAILURE_KINDS
 # The oracle is judged against its own golden (it must reproduce it); candidates gate; stand-ins
 # (the other pins, when no port is configured) are shown but never set the exit status.
@@ -105,7 +108,6 @@ def exit_status(verdicts: list[Verdict], waived: frozenset[tuple[str, str]] = fr
 
 def judge(trace: dict, golden: dict, role: str) -> Verdict:
     """Compare one trace with the oracle's golden for the same scenario."""
-    from conformance.judging.numerics import NUMERICS_CAUSES, capacity_excess, compare_by_layer
 
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     if "failure" in trace:
@@ -129,23 +131,14 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
             "whose records have another shape; regenerate it with `make goldens`"))
     from conformance.formats.protocol import LAYERS
 
-    comparisons = []
-    digests = golden.get("digests", {})
-    order = sorted([*golden["layers"], *digests], key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
-    for layer in order:
-        if layer in digests:  # a production scenario's layer, kept in the digest form
-            theirs = trace.get("digests", {}).get(layer)
-            if theirs is None:
-                return Verdict(engine, scenario, "unsupported", role,
-                               message=f"the engine produced no {layer!r} layer")
-            comparisons.append(compare_digests(layer, digests[layer], theirs))
-            continue
-        expected = golden["layers"][layer]
-        if layer not in trace["layers"]:
-            return Verdict(engine, scenario, "unsupported", role,
-                           message=f"the engine produced no {layer!r} layer")
-        comparisons.append(compare_by_layer(layer, expected, trace["layers"][layer], logprob_atol(golden),
-                                            golden["layers"].get("engine_outputs")))
+    digests = golden.get("digests", {})  # a production scenario's steps and outputs, in the digest form
+    order = sorted(golden["layers"], key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
+    missing = next((layer for layer in order if layer not in trace["layers"]), None) or next(
+        (layer for layer in digests if layer not in trace.get("digests", {})), None)
+    if missing is not None:
+        return Verdict(engine, scenario, "unsupported", role, message=f"the engine produced no {missing!r} layer")
+    comparisons = compared(golden, {layer: trace["layers"][layer] for layer in order},
+                           {layer: trace["digests"][layer] for layer in digests})
     differing = [c for c in comparisons if not c.equal]
     kind = (PASS if not differing else
             NUMERICS if all(c.cause in NUMERICS_CAUSES for c in differing) else DIVERGED)
@@ -169,8 +162,6 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     """A run that did not finish. Its partial records are compared with the golden's first
     records; a difference there is the verdict (DIVERGED, naming the failure that followed),
     otherwise the failure is, with how far the engine agreed before it."""
-    from conformance.judging.numerics import NUMERICS_CAUSES, compare_by_layer
-
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     failure = trace["failure"]
     kind = failure["kind"] if failure["kind"] in FAILURE_KINDS else "engine_error"
@@ -180,12 +171,9 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     if (kind not in PARTIAL_KINDS or not golden or not (sent or sent_digests)
             or trace["scenario"]["sha256"] != golden["scenario"]["sha256"]):
         return verdict
-    comparisons = [compare_by_layer(layer, golden["layers"][layer][:len(records)], records,
-                                    logprob_atol(golden), golden["layers"].get("engine_outputs"))
-                   for layer, records in sent.items() if layer in golden["layers"]]
-    for layer, form in trace.get("digests", {}).items():  # a production layer: its first records
-        if form["count"] and layer in golden.get("digests", {}):
-            comparisons.append(compare_digests(layer, truncated(golden["digests"][layer], form["count"]), form))
+    comparisons = compared(golden, {layer: records for layer, records in sent.items() if layer in golden["layers"]},
+                           {layer: form for layer, form in trace.get("digests", {}).items()
+                            if form["count"] and layer in golden.get("digests", {})}, partial=True)
     differing = [c for c in comparisons if not c.equal]
     if differing and not all(c.cause in NUMERICS_CAUSES for c in differing):
         return replace(verdict, kind=DIVERGED, failure=kind, comparisons=comparisons, message=(
@@ -196,13 +184,20 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
                                      f"sent agreed with the golden ({agreed or 'none comparable'})"))
 
 
-def compare_digests(layer: str, golden_form: dict, form: dict) -> LayerComparison:
-    """A layer in the digest form (judging/digest_compare.py); the oracle's records replayed
-    live for the run's window travel with the run's form and are checked against the golden's
-    digests there."""
-    if "oracle_window" in form:
-        golden_form = dict(golden_form, oracle_window=form["oracle_window"])
-    return compare_digest_layer(layer, golden_form, form)
+def compared(golden: dict, layers: dict[str, list], digests: dict[str, dict] | None = None,
+             partial: bool = False) -> list[LayerComparison]:
+    """Each of `layers` (a run's records) and of `digests` (a run's layers in the digest form)
+    compared with the golden's by the layer's comparator (judging/comparators.py), in layer
+    order; `partial`: a failed run's records against as many of the golden's first records."""
+    from conformance.formats.protocol import LAYERS
+
+    basis = Basis(logprob_atol(golden), golden["layers"])
+    sides = [(layer, golden["layers"][layer][:len(records)] if partial else golden["layers"][layer], records, RECORDS)
+             for layer, records in layers.items()]
+    sides += [(layer, truncated(golden["digests"][layer], form["count"]) if partial else golden["digests"][layer],
+               form, DIGEST) for layer, form in (digests or {}).items()]
+    sides.sort(key=lambda side: LAYERS.index(side[0]) if side[0] in LAYERS else len(LAYERS))
+    return [compare(layer, expected, actual, basis, how) for layer, expected, actual, how in sides]
 
 
 def logprob_atol(golden: dict) -> float:

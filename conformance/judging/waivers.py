@@ -23,13 +23,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.errors import InputError
 from conformance.formats.files import InputFileError, read_text
 
 WAIVER_KEYS = {"row": str, "scenario": str, "field": str, "reason": str, "owner": str, "expires": dt.date}
 OPTIONAL_KEYS = {"engine": str}
 
 
-class WaiverError(ValueError):
+class WaiverError(InputError):
     """The waivers file is malformed; the message names the waiver and the field."""
 
 

@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 
 from conformance.formats import digest, protocol
 from conformance.formats.scenario import Scenario
+from conformance.formats.settings import SettingError
 from conformance.process.launch import EngineSpec
-from conformance.process.reaper import Ended, ended_words, kill_group, start_kept, stopping, track
+from conformance.process.reaper import Ended, ended_unwinding, ended_words, kill_group, start_kept, stopping, track
 
 # Defaults, in seconds; $VLLM_PARITY_HANDSHAKE_TIMEOUT / $VLLM_PARITY_RUN_TIMEOUT override them,
 # read when an engine starts (timeout_setting).
@@ -265,7 +266,7 @@ class EngineProcess:
             raise
         except BaseException as exc:
             proc, self._proc = self._proc, None
-            exc.parity_strays = getattr(exc, "parity_strays", Ended()) + kill_group(proc)  # said by the caller
+            ended_unwinding(kill_group(proc))  # said by the handler's end_all
             raise
 
     def _send(self, message: dict, partial: dict, deadline: float, where: str) -> None:
@@ -367,7 +368,7 @@ def timeout_setting(name: str, default: float) -> float:
     except ValueError:
         value = math.nan
     if not (math.isfinite(value) and value > 0):
-        raise ValueError(f"{name}={text!r}: expected a positive number of seconds")
+        raise SettingError(f"{name}={text!r}: expected a positive number of seconds")
     return value
 
 
@@ -378,7 +379,7 @@ def limit_setting(name: str, default: int) -> int:
     if not text:
         return default
     if not (text.isascii() and text.isdigit() and int(text) >= 1):
-        raise ValueError(f"{name}={text!r}: expected a positive whole number")
+        raise SettingError(f"{name}={text!r}: expected a positive whole number")
     return int(text)
 
 

@@ -21,6 +21,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from conformance.formats.log import log
 from conformance.formats.settings import cache_root
 from conformance.process.envs import WORKER, device_args
 from conformance.process.launch import EngineSpec
@@ -37,7 +38,7 @@ class CoverageError(RuntimeError):
     """coverage.py could not be installed or could not report; the message says which step."""
 
 
-def ensure_coverage(python: Path, log=print) -> Path:
+def ensure_coverage(python: Path, log=log) -> Path:
     """The folder holding coverage.py for this pin python, installed on first use."""
     version = subprocess.run([str(python), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
                              capture_output=True, check=True, encoding="utf-8", errors="replace").stdout.strip()

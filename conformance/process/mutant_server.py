@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from conformance.formats.log import log
 from conformance.formats.mutant import Mutant
 from conformance.formats.pins import REPO_ROOT
 from conformance.process.envs import device_args, ensure_env
@@ -29,7 +30,7 @@ class MutantServerError(RuntimeError):
 class MutantServer:
     """engines/vllm/mutant_server.py for one pin: one import of vLLM, one fork per mutant."""
 
-    def __init__(self, release: str, log=print):
+    def __init__(self, release: str, log=log):
         self.release, self.log = release, log
         self.python = ensure_env(release, log=log)
         self._tmp = tempfile.TemporaryDirectory(prefix="parity-mutants-")

@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +26,9 @@ _LIVE: set = set()
 _LIVE_LOCK = threading.Lock()
 # Set while a run is being stopped: no engine starts again, no wait for an engine goes on.
 _STOPPING = threading.Event()
+# Each engine is ended once, though a stop (end_all) and its own thread may both end it.
+_ENDING: "weakref.WeakKeyDictionary[subprocess.Popen, threading.Lock]" = weakref.WeakKeyDictionary()
+_ENDED: "weakref.WeakSet[subprocess.Popen]" = weakref.WeakSet()
 # Every engine's environment carries its own mark, inherited by its children: a child that
 # left the engine's process group (setsid) is still found by it, even once reparented, should
 # its keeper be gone.
@@ -50,6 +54,18 @@ class Ended:
     def __add__(self, other: "Ended") -> "Ended":
         return Ended(self.killed + other.killed, self.not_found + other.not_found,
                      self.left + other.left, self.unkept + other.unkept)
+
+
+# What was ended while an error or an interrupt unwound the stack (an engine's own thread, the
+# side-by-side run), kept until the next end_all tells it: the handler that says what was ended
+# (parity's main) is far up the stack, and an exception is no place to carry it.
+_UNWOUND: list[Ended] = []
+
+
+def ended_unwinding(ended: Ended) -> None:
+    """Keep what was ended while an exception unwinds, for the next end_all to tell."""
+    with _LIVE_LOCK:
+        _UNWOUND.append(ended)
 
 
 def start_kept(argv: list[str], **popen) -> subprocess.Popen:
@@ -170,7 +186,8 @@ def _keeper_ended(proc: subprocess.Popen) -> Ended:
 
 def end_all() -> Ended:
     """Stop the run: no engine starts again (until `resume`), and every engine process still
-    running is ended with its children. Returns what was ended by pid."""
+    running is ended with its children. Returns what was ended by pid, with what was ended
+    while the stop's exception unwound (ended_unwinding)."""
     with _LIVE_LOCK:
         _STOPPING.set()
         procs = list(_LIVE)
@@ -180,7 +197,9 @@ def end_all() -> Ended:
     ended = Ended()
     for proc in procs:
         ended += kill_group(proc)
-    return ended
+    with _LIVE_LOCK:
+        unwound, _UNWOUND[:] = list(_UNWOUND), []
+    return sum(unwound, Ended()) + ended
 
 
 def resume() -> None:
@@ -215,11 +234,11 @@ def kill_group(proc: subprocess.Popen | None) -> Ended:
         return Ended()
     with _LIVE_LOCK:
         _LIVE.discard(proc)
-        lock = proc.__dict__.setdefault("parity_ending", threading.Lock())
+        lock = _ENDING.setdefault(proc, threading.Lock())
     with lock:  # a stop (end_all) and the engine's own thread may both end it: once, the other waits
-        if getattr(proc, "parity_ended", False):
+        if proc in _ENDED:
             return Ended()
-        proc.parity_ended = True
+        _ENDED.add(proc)
         return _end(proc)
 
 

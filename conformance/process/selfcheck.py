@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from conformance.formats import protocol
 from conformance.formats.features import declared, not_declared
+from conformance.formats.log import log
 from conformance.formats.record_schema import LAYERS as DECLARED, check_layers
 from conformance.formats.scenario import Scenario
 from conformance.process.client import SHUTDOWN_GRACE, EngineFailure, EngineProcess
@@ -27,7 +28,7 @@ ANSWER_TIMEOUT = 30.0  # seconds an engine has to answer bad input
 
 
 def exercise(declared: list, scenarios: list[Scenario], features: frozenset[str] | None = None,
-             log=print) -> list[tuple[Scenario, list[str]]]:
+             log=log) -> list[tuple[Scenario, list[str]]]:
     """Every scenario with the declared layers it has, in order (a scenario with none of them
     is left out, and so is one needing a feature not among `features`, the hello's, saying so)."""
     plan = []
@@ -58,7 +59,7 @@ def refusals_only(answers: list[tuple[Scenario, dict]]) -> list[str]:
     return out
 
 
-def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=print) -> list[str]:
+def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=log) -> list[str]:
     problems: list[str] = []
     session = EngineSession(spec)
     try:

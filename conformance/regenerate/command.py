@@ -5,6 +5,7 @@ only checked (--check), through the golden front door (regenerate/lifecycle.py).
 from __future__ import annotations
 
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.errors import InputError
 from conformance.formats.pins import load_pins
 from conformance.formats.protocol import LAYERS
 from conformance.judging.goldens import GOLDENS, GoldenRefused
@@ -40,5 +41,5 @@ def goldens_layers(text: str | None) -> tuple[str, ...]:
     words = tuple((text or "").replace(",", " ").split())
     unknown = [w for w in words if w != "engine" and w not in LAYERS]
     if unknown:
-        raise ValueError(f"--layers: unknown layer(s) {unknown}; known: engine (the engine layers), {list(LAYERS)}")
+        raise InputError(f"--layers: unknown layer(s) {unknown}; known: engine (the engine layers), {list(LAYERS)}")
     return words

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.errors import InputError
 from conformance.formats.gpu import selected_for_goldens
 from conformance.formats.pins import REPO_ROOT, Pins
 from conformance.formats.scenario import Scenario
@@ -84,7 +85,7 @@ def results_runs(folders: list[Path], selection: Selection, pins: Pins, log,
     The other pins ran once, as stand-ins: their goldens come from `parity goldens --engine`."""
     manifest, traces = read_results(folders, pins)
     if manifest.layers is not None:
-        raise ValueError(f"--from-results: the gate ran only --layers {','.join(manifest.layers)}; a golden "
+        raise InputError(f"--from-results: the gate ran only --layers {','.join(manifest.layers)}; a golden "
                          "holds every layer of its scenario: run the gate without --layers")
     oracle = next(e for e in manifest.engines if e.role == ORACLE)
     for release in selection.releases:

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+from conformance.formats.settings import SettingError
 from conformance.report.render_ci import markdown
 from conformance.report.report_files import write_text
 from conformance.report.view import GateView
@@ -21,11 +22,11 @@ def check_summary_target() -> None:
         return
     path = Path(summary)
     if path.is_dir():
-        raise ValueError(f"$GITHUB_STEP_SUMMARY={summary}: is a folder, not a file")
+        raise SettingError(f"$GITHUB_STEP_SUMMARY={summary}: is a folder, not a file")
     if not path.parent.is_dir():
-        raise ValueError(f"$GITHUB_STEP_SUMMARY={summary}: its folder {path.parent} does not exist")
+        raise SettingError(f"$GITHUB_STEP_SUMMARY={summary}: its folder {path.parent} does not exist")
     if not os.access(path if path.exists() else path.parent, os.W_OK):
-        raise ValueError(f"$GITHUB_STEP_SUMMARY={summary}: cannot be written")
+        raise SettingError(f"$GITHUB_STEP_SUMMARY={summary}: cannot be written")
 
 
 def ci_summaries(view: GateView, reports: Path | None, log) -> None:

@@ -15,9 +15,8 @@ from dataclasses import dataclass
 from packaging.version import Version
 
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
-from conformance.judging.digest_compare import compare_digest_layer
 from conformance.judging.goldens import GOLDENS, GoldenStore
-from conformance.judging.numerics import compare_by_layer
+from conformance.judging.comparators import DIGEST, Basis, compare
 from conformance.judging.verdict import logprob_atol
 
 SAME, DEPARTS = "same", "departs"
@@ -70,7 +69,7 @@ def compare_pins(name: str, older: str, newer: str, store: GoldenStore = GOLDENS
     layers = []
     for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
         # engine layers within the scenario's logprob tolerance are the same
-        c = compare_by_layer(layer, a.get(layer, []), b.get(layer, []), logprob_atol(old), a.get("engine_outputs"))
+        c = compare(layer, a.get(layer, []), b.get(layer, []), Basis(logprob_atol(old), a))
         if c.equal:
             layers.append((layer, None))
             continue
@@ -78,7 +77,7 @@ def compare_pins(name: str, older: str, newer: str, store: GoldenStore = GOLDENS
         at = where.get("row") or (f"step {where['step']}" if "step" in where else f"record {c.index}")
         layers.append((layer, LayerDrift(at, c.first.path, c.first.expected, c.first.actual)))
     for layer, form in old.get("digests", {}).items():  # production: where, by digest
-        c = compare_digest_layer(layer, form, new.get("digests", {}).get(layer) or {"records": []})
+        c = compare(layer, form, new.get("digests", {}).get(layer) or {"records": []}, form=DIGEST)
         layers.append((layer, None if c.equal else
                        LayerDrift(f"record {c.index}", c.first.path, c.first.expected, c.first.actual)))
     status = DEPARTS if any(d for _, d in layers) else SAME

@@ -37,7 +37,11 @@ def table_rows(releases: tuple[str, ...], scenario: str = SCENARIO) -> tuple[lis
 
 
 def render_methods_table(releases: tuple[str, ...]) -> str:
-    labels, slots, refusals = table_rows(releases)
+    return render_methods_rows(releases, *table_rows(releases))
+
+
+def render_methods_rows(releases: tuple[str, ...], labels: list[str], slots: dict, refusals: dict) -> str:
+    """The tables of `table_rows`' rows (a gate's view holds them)."""
     if not labels:
         return f"-- drafting-slot table: no {SCENARIO} goldens"
     lines = ["-- drafting slots per request, per pin (* = changed from the previous pin)"]

@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from conformance import floors
+from conformance.formats.errors import InputError
 from conformance.formats.features import CORE, FEATURES
 from conformance.formats.pins import load_pins
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
@@ -74,7 +75,7 @@ def render(text: str, scenarios: list[Scenario], names=tuple(TABLES), where: str
     found = {m["name"] for m in BLOCK.finditer(text)}
     missing = sorted(set(names) - found)
     if missing:
-        raise ValueError(f"{where} has no generated block {missing}: add its two markers "
+        raise InputError(f"{where} has no generated block {missing}: add its two markers "
                          f"(<!-- generated: NAME (parity docs) --> ... <!-- end generated: NAME -->)")
     return BLOCK.sub(lambda m: _block(m["name"], scenarios), text)
 
@@ -88,7 +89,7 @@ def stale(path: Path, scenarios: list[Scenario], names=tuple(TABLES)) -> list[st
 
 def _block(name: str, scenarios: list[Scenario]) -> str:
     if name not in TABLES:
-        raise ValueError(f"a doc names an unknown generated block {name!r}; known: {sorted(TABLES)}")
+        raise InputError(f"a doc names an unknown generated block {name!r}; known: {sorted(TABLES)}")
     return f"<!-- generated: {name} (parity docs) -->\n{TABLES[name](scenarios)}\n<!-- end generated: {name} -->"
 
 

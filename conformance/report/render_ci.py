@@ -15,7 +15,7 @@ from collections import Counter
 from xml.etree import ElementTree as ET
 
 from conformance.judging.verdict import KINDS, MISSING, ORACLE, PASS
-from conformance.report.render_text import render_verdict
+from conformance.report.render_text import render_pin_tables, render_verdict
 from conformance.report.view import FEATURES_HEAD, REASONS, FirstLine, GateView, visible, visible_lines
 
 
@@ -126,6 +126,10 @@ def markdown(view: GateView) -> str:
                      f"(owner {_text(w.owner)}, expired {w.expires}): renew or remove it")
     for w in view.unused:
         lines.append(f"- unused waiver {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} (owner {_text(w.owner)})")
+    if view.drift is not None:  # as the terminal shows them, in a fence longer than any backtick run in them
+        text = visible_lines(render_pin_tables(view))
+        fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+        lines += ["", "### Drift across pins and per-pin tables", "", fence + "text", text, fence]
     return "\n".join(lines) + "\n"
 
 

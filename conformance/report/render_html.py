@@ -22,7 +22,7 @@ import html
 import re
 
 from conformance.judging.verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
-from conformance.report.render_text import render_verdict
+from conformance.report.render_text import render_pin_tables, render_verdict
 from conformance.report.view import FEATURES_HEAD, REASONS, Cell, GateView, visible, visible_lines
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
@@ -58,6 +58,9 @@ def html_report(view: GateView) -> str:
     body += _features_table(view)
     for s in view.scenarios:
         body += _scenario_section(view, s, [c for e in view.engines if (c := view.cell(s, e))])
+    if view.drift is not None:
+        body.append("<details class='pins'><summary>Drift across pins and per-pin tables (from the goldens)"
+                    f"</summary><pre>{_h(render_pin_tables(view), lines=True)}</pre></details>")
     style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;text-align:left}"
              "table{border-collapse:collapse}table.matrix td,table.matrix th,table.features td,table.features th"
              "{border:1px solid #ddd}"

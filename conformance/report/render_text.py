@@ -13,6 +13,8 @@ import textwrap
 from collections import Counter
 
 from conformance.judging.verdict import KINDS, PASS, Verdict
+from conformance.report.drift import render_drift
+from conformance.report.methods_table import render_methods_rows
 from conformance.report.view import FEATURES_HEAD, GateView, visible
 
 MAX_EXPLAINED = 20
@@ -385,6 +387,17 @@ def _show(value) -> str:
         value = visible(value)
         return value if len(value) <= 60 else value[:57] + "..."
     return visible(json.dumps(value, sort_keys=True))[:60]
+
+
+def render_pin_tables(view: GateView) -> str:
+    """The drift across pins and the per-pin method tables the view holds (every report shows
+    them), or the line saying they were left out."""
+    if view.drift is None:
+        return "-- drift across pins and per-pin tables left out (the oracle pin's concern): --drift shows them"
+    parts = [render_drift(view.drift)]
+    if view.methods is not None:
+        parts.append(render_methods_rows(*view.methods))
+    return "\n".join(parts)
 
 
 def render_requirement_rows(view: GateView) -> str:

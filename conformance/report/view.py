@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from conformance.formats.features import CORE, FEATURES
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
+from conformance.formats.visible import SHORT_ESCAPES, visible, visible_lines  # noqa: F401 - the reports' escape
 from conformance.judging.requirement_rows import GateResult, where_of
 from conformance.judging.verdict import DIVERGED, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, Verdict
 from conformance.judging.waivers import Waiver
@@ -32,31 +33,6 @@ REASONS = {NOT_ASKED: "not asked (--layers, LAYERS=)",
            NOT_SERVED: "the engine does not serve them (its hello does not declare them)",
            MISSING: "required, but the engine does not serve them (its hello does not declare them)"}
 CELL_WIDTH = 40  # a grid cell: the verdict and the first divergent field, cut to fit
-# How a character that is not printable is shown in every report: its escape, never itself.
-SHORT_ESCAPES = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
-
-
-def visible(text: str) -> str:
-    """`text` with every character that is not printable (str.isprintable: control and format
-    characters, ESC and BEL, NUL, bidi overrides, line and paragraph separators, unassigned code
-    points like U+FFFE, lone surrogates) spelled as its escape: `\\x1b`, `\\u202e`, `\\n`. A
-    candidate's text cannot then move a terminal's cursor, set its title, reorder what a reader
-    sees or break an XML file. Backslashes are left as they are, so the function is idempotent."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else SHORT_ESCAPES.get(c) or _escape(c) for c in text)
-
-
-def visible_lines(text: str) -> str:
-    """visible(), line by line: the newlines of a block of text kept, everything else escaped."""
-    return "\n".join(visible(line) for line in text.split("\n"))
-
-
-def _escape(c: str) -> str:
-    code = ord(c)
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
-
-
 @dataclass(frozen=True)
 class FirstLine:
     """A verdict in a line, its parts raw (each report escapes them its own way): its first
@@ -138,6 +114,11 @@ class GateView:
     expired: list[Waiver]
     unused: list[Waiver]
     features: list[FeatureRow] = field(default_factory=list)  # the per-feature table, `core` first
+    # for whoever bumps the oracle pin, from the goldens: the drift across pins (report/drift.py
+    # rows) and the per-pin method tables (methods_table.table_rows with its releases), or None
+    # when left out (a candidate's run without --drift; no method_matrix scenario)
+    drift: list | None = None
+    methods: tuple | None = None
 
     @property
     def word(self) -> str:
@@ -162,7 +143,7 @@ class GateView:
 
 def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None = None,
               traces: dict | None = None, features: dict[str, tuple] | None = None,
-              required=()) -> GateView:
+              required=(), drift: list | None = None, methods: tuple | None = None) -> GateView:
     """traces: verdict key (engine, scenario) -> (the trace judged, its golden or None);
     features: scenario -> the features it needs (the per-feature table; none without it);
     required: the features the gate requires."""
@@ -186,7 +167,8 @@ def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None =
         counts=Counter(c.status for c in grid.values()), layers=layers_headline(result.verdicts),
         judged_groups=judged_groups(result.verdicts), commands=dict(commands or {}),
         expired=list(result.expired), unused=list(result.unused),
-        features=feature_rows(grid, engines, features, required) if features is not None else [])
+        features=feature_rows(grid, engines, features, required) if features is not None else [],
+        drift=drift, methods=methods)
 
 
 def feature_rows(grid: dict[tuple[str, str], Cell], engines: list[str], features: dict[str, tuple],

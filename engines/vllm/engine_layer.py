@@ -84,15 +84,17 @@ def _model_path(folder: str, source: str, field: str) -> str:
         raise ScenarioError(source, field, f"{folder}/weights.json: {exc}") from None
 
 
-def llm_kwargs(scenario: dict) -> dict:
-    """vllm.LLM's arguments: the scenario's engine_args, real weights, eager, recorded."""
-    from conformance.formats.scenario import ScenarioError
+CPU_FORCES_SYNC = ("the CPU platform forces async scheduling off (vllm/platforms/cpu.py, "
+                   "CpuPlatform.check_and_update_config), where vLLM's generic rule resolves it on for "
+                   "this configuration; a GPU runner (VLLM_PARITY_DEVICE=gpu) serves its engine layers")
 
+
+def llm_kwargs(scenario: dict, async_gpu: bool = False) -> dict:
+    """vllm.LLM's arguments: the scenario's engine_args, real weights, eager, recorded.
+    `async_gpu`: vLLM's generic rule resolves async scheduling on (config_layer.AsyncRule), so
+    the engine records with the AsyncScheduler twin of the recorder (vLLM uses a custom
+    scheduler class as given)."""
     args = dict(scenario["engine_args"])
-    if args.get("async_scheduling"):
-        raise ScenarioError(scenario.get("name", "<scenario>"), "engine_args.async_scheduling",
-                            "must be false for the engine layers: a step is one schedule() "
-                            "followed by its update_from_output()")
     source = scenario.get("name", "<scenario>")
     args["model"] = _model_path(args["model"], source, "engine_args.model")
     args["load_format"] = "auto"  # tiny weights made here, or a GPU runner's real checkpoint
@@ -122,7 +124,8 @@ def llm_kwargs(scenario: dict) -> dict:
         enforce_eager=True,  # no CUDA graphs: every forward is counted, CPU and GPU alike
         skip_tokenizer_init=True,
         disable_log_stats=True,
-        scheduler_cls="engines.vllm.recorder.EngineRecordingScheduler",
+        scheduler_cls="engines.vllm.recorder." + ("EngineRecordingAsyncScheduler" if async_gpu
+                                                  else "EngineRecordingScheduler"),
     )
     return args
 
@@ -147,7 +150,16 @@ def run_engine(scenario: dict):
     os.environ["VLLM_DISABLE_REQUEST_ID_RANDOMIZATION"] = "1"
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # the engine core runs in this process
 
-    kwargs = llm_kwargs(scenario)
+    from conformance.formats.serve import RunError
+
+    from .config_layer import async_lines, resolve_with_rule
+
+    from vllm.platforms import current_platform
+
+    rule = resolve_with_rule(scenario)[3]
+    if rule.gpu and current_platform.is_cpu():
+        raise RunError("unsupported", CPU_FORCES_SYNC)
+    kwargs = llm_kwargs(scenario, async_gpu=bool(rule.gpu))
 
     def clean(text: str) -> str:  # this machine's paths (materialized models, scenario folders) out
         return _scrub(_scrub(text, kwargs), engine_args)
@@ -167,11 +179,13 @@ def run_engine(scenario: dict):
             # recorded by its meaning, as the config layer records it (conformance/formats/refusal.py)
             refusal = meaning({"type": type(exc).__name__, "message": clean(str(exc))})
             lines = [clean(x) for x in captured if _budget_line(x)]
-            return ([{"refused": refusal, "budget_log_lines": lines}], [{"refused": refusal}],
-                    [{"refused": refusal}])
+            return ([{"refused": refusal, "budget_log_lines": lines,
+                      "async_log_lines": [clean(x) for x in async_lines(captured, {})]}],
+                    [{"refused": refusal}], [{"refused": refusal}])
     lines = [clean(x) for x in captured if _budget_line(x)]
+    rule.lines = [clean(x) for x in async_lines(captured, {})]
     try:
-        return _generate(llm, workload, lines, num_logprobs, decimals)
+        return _generate(llm, workload, lines, num_logprobs, decimals, rule)
     finally:
         with _collections_deferred():
             llm.llm_engine.engine_core.shutdown()
@@ -190,14 +204,14 @@ def _is_refusal(exc: Exception) -> bool:
     return isinstance(exc, (ValueError, NotImplementedError)) and not loading
 
 
-def _generate(llm, workload: dict, lines: list[str], num_logprobs: int, decimals: int):
+def _generate(llm, workload: dict, lines: list[str], num_logprobs: int, decimals: int, rule=None):
     """Add the workload's requests at their arrival steps and step the engine until done."""
     from . import worker_counts
     from .config_layer import budget_record
 
     engine = llm.llm_engine
     scheduler = engine.engine_core.engine_core.scheduler  # InprocClient -> EngineCore
-    config = budget_record(engine.vllm_config, lines, scheduler)
+    config = budget_record(engine.vllm_config, lines, scheduler, rule=rule)
     hooked = llm.collective_rpc(worker_counts.install)
     print(f"[engine] counting tokens through {hooked}", flush=True)
 
@@ -234,6 +248,8 @@ def _drive(engine, workload: dict, arrivals: dict, num_logprobs: int, decimals: 
             break
         if step >= workload["max_steps"]:
             raise RuntimeError(f"the workload did not finish within max_steps={workload['max_steps']}")
+        # the recorder stamps each step's iteration under async scheduling (AsyncRecording)
+        engine.engine_core.engine_core.scheduler.parity_iteration = step
         for out in engine.step():
             if out.finished:
                 finished[out.request_id] = out

@@ -20,6 +20,11 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     budget-minus-one-after-1000  from its 1001st schedule() call on, the scheduler's token
                           budget is one token less: a divergence deep in a production-scale run,
                           at the first step after step 1000 whose budget binds.
+    sync-loop-under-async the engine loop processes each batch's output before it schedules
+                          the next, with AsyncScheduler and its placeholders still on: a port
+                          that keeps its synchronous loop under the async flag.
+    keep-placeholders-at-preemption  a preempted request keeps its output placeholders (vLLM
+                          zeroes them: its tokens in flight become stale).
 """
 
 from __future__ import annotations
@@ -131,6 +136,29 @@ def _budget_minus_one_after(calls: int):
     return apply
 
 
+def _sync_loop_under_async() -> None:
+    """EngineCore picks step() over step_with_batch_queue when max_concurrent_batches is 1
+    (vllm/v1/engine/core.py EngineCore.__init__): the scheduler stays AsyncScheduler."""
+    from vllm.config import VllmConfig
+
+    VllmConfig.max_concurrent_batches = property(lambda self: 1)
+
+
+def _keep_placeholders_at_preemption() -> None:
+    """Scheduler._preempt_request sets num_output_placeholders to 0; this one puts them back."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    original = Scheduler._preempt_request
+
+    def _preempt_request(self, request, *args, **kwargs):
+        kept = request.num_output_placeholders
+        result = original(self, request, *args, **kwargs)
+        request.num_output_placeholders = kept
+        return result
+
+    Scheduler._preempt_request = _preempt_request
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -140,6 +168,8 @@ MUTANTS = {
     "logit-scale-1.10": _logit_scale,
     "drop-bonus-token": _drop_bonus_token,
     "budget-minus-one-after-1000": _budget_minus_one_after(1000),
+    "sync-loop-under-async": _sync_loop_under_async,
+    "keep-placeholders-at-preemption": _keep_placeholders_at_preemption,
 }
 
 

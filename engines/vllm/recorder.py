@@ -131,6 +131,7 @@ class RecordingScheduler(Scheduler):
         record.update(seen)
         record.update(self._parity_state())
         self._parity_identities_after(record, result)
+        self._parity_after_update(record)
         self._parity_last = record  # its next_draft_token_ids come after, in update_draft_token_ids()
         self.parity_sink(record)
         path = os.environ.get(RECORD_PATH_ENV)
@@ -208,6 +209,9 @@ class RecordingScheduler(Scheduler):
         from the model runner's output before update_from_output() consumes it: that trims
         tokens past a stop in place."""
         return {}
+
+    def _parity_after_update(self, record: dict) -> None:
+        """Fields a subclass completes once the update ran, before the record is kept."""
 
     def _parity_record(self, output) -> dict:
         step = self._parity_next_step
@@ -303,3 +307,80 @@ def _accepted_drafts(scheduler_output, model_runner_output) -> dict:
         tokens = sampled[i] if sampled is not None and i is not None and i < len(sampled) else []
         accepted[rid] = max(len(tokens) - 1, 0) if len(spec_tokens.get(rid, ())) else 0
     return accepted
+
+
+class AsyncRecording:
+    """What a step record adds under async scheduling (engines/PROTOCOL.md, "Async scheduling:
+    the batch-queue loop"), mixed in before a recording scheduler over vLLM's AsyncScheduler.
+
+    A step is still one schedule() call, completed by the update_from_output() of the same
+    output; under a batch queue that update runs after the next schedule(). The driver sets
+    `parity_iteration` before each of its iterations; the record gains the iteration of its
+    schedule() and of its update, and per request the output placeholders after the update and
+    what the update did with its output (`delivery`, read before the update as vLLM reads it,
+    vllm/v1/core/sched/scheduler.py update_from_output):
+
+        applied   the tokens were appended, computed tokens and placeholders adjusted
+        stale     the request was preempted after this step was scheduled: its tokens are
+                  appended, its computed tokens and placeholders untouched
+        dropped   the request finished (or was aborted) before this update: ignored
+
+    A dropped entry records the request's final values, `accepted_draft_tokens` 0 (vLLM counts
+    nothing for it) and placeholders 0, as for any request that finished.
+    """
+
+    parity_iteration = 0
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # request id -> its Request, kept from schedule(): a finished one leaves self.requests
+        self._parity_held: dict = {}
+
+    def schedule(self, *args, **kwargs):
+        output = super().schedule(*args, **kwargs)
+        self._parity_open[-1][1]["iteration"] = int(self.parity_iteration)
+        for rid in output.num_scheduled_tokens:
+            self._parity_held[rid] = self.requests[rid]
+        return output
+
+    def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
+        seen = super()._parity_observe(scheduler_output, model_runner_output)
+        entries = seen.setdefault("requests", {})
+        for rid in scheduler_output.num_scheduled_tokens:
+            entries.setdefault(str(rid), {})["delivery"] = self._parity_delivery(rid)
+        return seen
+
+    def _parity_delivery(self, rid) -> str:
+        request = self.requests.get(rid)
+        if request is None or request.is_finished():
+            return "dropped"
+        if request.num_stale_output_tokens > 0:
+            return "dropped" if request.drop_stale_output else "stale"
+        return "applied"
+
+    def _parity_after_update(self, record: dict) -> None:
+        super()._parity_after_update(record)
+        record["update_iteration"] = int(self.parity_iteration)
+        for rid, entry in record["requests"].items():
+            request = self._parity_held[rid]
+            if entry["delivery"] == "dropped":
+                entry["accepted_draft_tokens"] = 0
+            entry["computed_tokens"] = int(request.num_computed_tokens)
+            entry["output_tokens"] = int(request.num_output_tokens)
+            entry["output_placeholders"] = 0 if request.is_finished() else int(request.num_output_placeholders)
+
+
+def _async_scheduler():
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    return AsyncScheduler
+
+
+class RecordingAsyncScheduler(AsyncRecording, RecordingScheduler, _async_scheduler()):
+    """vLLM's AsyncScheduler, unchanged, recording each step with the async fields (the steps
+    layer under async scheduling, engines/vllm/async_loop.py)."""
+
+
+class EngineRecordingAsyncScheduler(AsyncRecording, EngineRecordingScheduler, _async_scheduler()):
+    """EngineRecordingScheduler over vLLM's AsyncScheduler: the engine layers on a GPU runner
+    when the configuration resolves async scheduling on (engines/vllm/engine_layer.py)."""

@@ -28,6 +28,23 @@ def charges_drafting_per_step() -> bool:
         return tuple(int(x) for x in vllm.__version__.split(".")[:2] if x.isdigit()) >= (0, 28)
 
 
+@functools.cache
+def cpu_forces_sync() -> bool:
+    """True where the CPU platform turns async scheduling off whatever the generic rule
+    resolved: `scheduler_config.async_scheduling = False` in CpuPlatform.check_and_update_config
+    (vllm/platforms/cpu.py: 0.27.1 line 144, 0.28.0 line 173, 0.33.0 line 348). Read from the
+    release's own source, so a GPU host records the CPU rule too."""
+    import inspect
+
+    from vllm.platforms.cpu import CpuPlatform
+
+    try:
+        source = inspect.getsource(CpuPlatform.check_and_update_config)
+    except (OSError, TypeError):  # no source shipped: every pinned release forces it
+        return True
+    return "scheduler_config.async_scheduling = False" in source
+
+
 def build_scheduler(vllm_config, num_blocks: int | None = None, cls=None):
     """The release's real Scheduler over one full-attention KV group, as vLLM's own tests do.
 

@@ -18,6 +18,9 @@ verify steps, padding, empty steps, aborts, when `finished` is reported, the sta
 
 A step with nothing to schedule is still a step (recorded with 0 tokens), so step n of the
 trace is the step at which requests with arrival_step == n were added.
+
+A configuration that resolves async scheduling on under the GPU rule is driven by vLLM's own
+batch-queue loop instead (engines/vllm/async_loop.py); this synchronous driver is unchanged.
 """
 
 from __future__ import annotations
@@ -91,14 +94,24 @@ def iter_steps(scenario_wire: dict, cls=None, config=None, stop_after_step: int 
     if config is None:  # the release refused the configuration: that is the result
         yield {"refused": refusal}
         return [{"refused": refusal}]
-    if config.scheduler_config.async_scheduling:
-        raise ScenarioError(source, "engine_args.async_scheduling", "must be false for the steps "
-                            "layer, which mirrors the synchronous EngineCore.step()")
+    spec = config.speculative_config
+    k = spec.num_speculative_tokens if spec is not None else 0
+    if config.scheduler_config.async_scheduling:  # under the GPU rule (config_layer.py)
+        from .async_loop import run_async
+
+        try:  # the batch-queue loop holds its records: they go out when it ends
+            records, outputs = run_async(config, workload, k, _block_hasher(config))
+        except Exception as exc:  # the steps recorded before the failure still go out
+            yield from getattr(exc, "parity_partial", {}).get("steps", ())
+            raise
+        for record in records:
+            yield record
+            if stop_after_step is not None and record["step"] >= stop_after_step:
+                return None
+        return outputs
 
     scheduler = build_scheduler(config, engine_args.get("num_gpu_blocks_override"),
                                 cls=cls or RecordingScheduler)
-    spec = config.speculative_config
-    k = spec.num_speculative_tokens if spec is not None else 0
     block_hasher = _block_hasher(config)
 
     pending: deque = deque()  # the records of the step just updated, yielded before the next
@@ -122,9 +135,7 @@ def iter_steps(scenario_wire: dict, cls=None, config=None, stop_after_step: int 
 def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
     """Yields None after each step (its record is then in the scheduler's sink), and the output
     records once every request finished."""
-    from vllm import SamplingParams
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
-    from vllm.v1.request import Request
 
     seed, vocab = workload["seed"], workload["vocab_size"]
     prompts = request_prompts(workload, max_model_len)
@@ -140,15 +151,8 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
     step = 0
     while True:
         for req in arrivals.get(step, ()):
-            params = SamplingParams(max_tokens=req["max_tokens"],
-                                    stop_token_ids=list(req["stop_token_ids"]), ignore_eos=True)
-            kwargs = {"block_hasher": block_hasher} if block_hasher is not None else {}
-            request = Request(
-                request_id=req["id"], prompt_token_ids=list(prompts[req["id"]]),
-                sampling_params=params, pooling_params=None,
-                arrival_time=ARRIVAL_TIME_BASE + step, priority=req.get("priority", 0), **kwargs)
-            requests[req["id"]] = request
-            scheduler.add_request(request)
+            requests[req["id"]] = new_request(req, prompts[req["id"]], step, block_hasher)
+            scheduler.add_request(requests[req["id"]])
         aborted = abort_requests(scheduler, aborts.get(step, ()))
         # the step after an abort is recorded even when nothing is left: it shows the abort
         if len(requests) == total and all(r.is_finished() for r in requests.values()) and not aborted:
@@ -187,7 +191,21 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         step += 1
         yield None
 
-    yield [_output(rid, requests[rid]) for rid in sorted(requests)]
+    yield [output_record(rid, requests[rid]) for rid in sorted(requests)]
+
+
+def new_request(req: dict, prompt, arrival: int, block_hasher):
+    """The Request a workload entry becomes when it arrives at driver step `arrival` (the
+    synchronous driver's and the batch-queue loop's one way to make it)."""
+    from vllm import SamplingParams
+    from vllm.v1.request import Request
+
+    params = SamplingParams(max_tokens=req["max_tokens"], stop_token_ids=list(req["stop_token_ids"]),
+                            ignore_eos=True)
+    kwargs = {"block_hasher": block_hasher} if block_hasher is not None else {}
+    return Request(request_id=req["id"], prompt_token_ids=list(prompt), sampling_params=params,
+                   pooling_params=None, arrival_time=ARRIVAL_TIME_BASE + arrival,
+                   priority=req.get("priority", 0), **kwargs)
 
 
 def abort_requests(scheduler, ids) -> list:
@@ -203,7 +221,7 @@ def abort_requests(scheduler, ids) -> list:
     return aborted
 
 
-def _output(rid: str, request) -> dict:
+def output_record(rid: str, request) -> dict:
     reason = request.get_finished_reason()
     stop = request.stop_reason
     return {"id": rid, "output_token_ids": [int(t) for t in request.output_token_ids],

@@ -52,6 +52,17 @@ def main(tiny: str, real: str) -> dict:
                 if k in ("gpu_memory_utilization", "kv_cache_memory_bytes", "enforce_eager")}
 
     found["tiny_engine"] = kwargs(tiny)
+    # async scheduling under the GPU rule: vLLM runs the scheduler class it is given as given
+    import importlib
+
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+
+    for rule in (False, True):
+        name = engine_layer.llm_kwargs({"name": "probe", "engine_args": {"model": tiny, "max_model_len": 64}},
+                                       async_gpu=rule)["scheduler_cls"]
+        module, _, cls = name.rpartition(".")
+        found[f"scheduler_cls_async_{rule}"] = [name, issubclass(getattr(importlib.import_module(module), cls),
+                                                                 AsyncScheduler)]
     found["real_weights_engine"] = kwargs(real)
     engine_layer._release_memory()
     found["cuda_cache_emptied"] = len(emptied)

@@ -1,0 +1,11 @@
+"""Bad input: the base of every error that says something a user gave the harness (a file, an
+argument, an environment setting, a folder) is not what was expected. Its message says what was
+expected, what arrived and where. `parity` (conformance/cli.py) exits 2 on it with its words
+and no traceback; an exception it does not name is a bug of the harness: exit 3, its traceback
+shown. Standard library only."""
+
+from __future__ import annotations
+
+
+class InputError(ValueError):
+    """Bad input (a ValueError, as every bad input was before it had a name of its own)."""

@@ -1,0 +1,199 @@
+"""The steps and outputs layers under async scheduling: vLLM's own engine loop,
+`EngineCore.step_with_batch_queue`, driving vLLM's own AsyncScheduler, with the stand-in
+playing the GPU model runner.
+
+Used by steps_layer.py when the configuration resolves async scheduling on under the GPU rule
+(config_layer.py: a CUDA host runs AsyncScheduler where the CPU platform forces it off). The
+loop is not a copy: the layer builds a *shell* EngineCore (`shell_core`, vLLM's class with only
+the attributes its step functions read, its executor the stand-in) and calls
+`step_fn()` + `post_step()` once per driver iteration, as vLLM's InprocClient.get_output does
+(vllm/v1/engine/core_client.py). With a batch queue of 2 (vLLM's max_concurrent_batches
+under async scheduling, V1 model runner, no pipeline parallelism) each iteration schedules the
+next batch before it updates the scheduler from the oldest batch's output; the scheduler
+schedules output placeholders for the tokens in flight, and zeroes them when it preempts.
+
+engines/PROTOCOL.md ("Async scheduling: the batch-queue loop") states this loop and the
+stand-in model runner as the driver contract a port implements, with a worked example.
+"""
+
+from __future__ import annotations
+
+import queue
+from collections import deque
+from concurrent.futures import Future
+
+from conformance.formats.fields import ScenarioError
+from conformance.formats.workload import draft, request_prompts, verify
+
+from .steps_layer import new_request, output_record
+
+# The attributes EngineCore.step, step_with_batch_queue and post_step read, per release
+# (vllm/v1/engine/core.py EngineCore.__init__): 0.27.1 and 0.28.0 read `is_ec_consumer`
+# where 0.33.0 reads `is_mm_encoder_only` (the `model_executed` line), and 0.33.0 also reads
+# `_weight_version` (_attach_weight_version). Every pin's EngineCore gets all of them.
+SHELL_ATTRIBUTES = ("vllm_config", "log_stats", "scheduler", "model_executor", "batch_queue_size",
+                    "batch_queue", "is_ec_consumer", "is_mm_encoder_only", "is_pooling_model",
+                    "async_scheduling", "check_for_draft_tokens", "aborts_queue", "_weight_version",
+                    "step_fn")
+
+
+class ShellError(RuntimeError):
+    """vLLM's loop read an attribute the shell EngineCore does not set: a release whose loop
+    reads more than SHELL_ATTRIBUTES names."""
+
+
+def shell_core(config, scheduler, executor):
+    """vLLM's EngineCore without its constructor: the scheduler and executor given, and the
+    attributes its loop reads set as EngineCore.__init__ sets them for this configuration."""
+    from vllm.v1.engine.core import EngineCore
+
+    core = EngineCore.__new__(EngineCore)
+    core.vllm_config = config
+    core.log_stats = False
+    core.scheduler = scheduler
+    core.model_executor = executor
+    core.batch_queue_size = config.max_concurrent_batches
+    core.batch_queue = deque(maxlen=core.batch_queue_size) if core.batch_queue_size > 1 else None
+    core.is_ec_consumer = True  # no EC transfer config
+    core.is_mm_encoder_only = False
+    core.is_pooling_model = False
+    core.async_scheduling = config.scheduler_config.async_scheduling
+    core.check_for_draft_tokens = config.speculative_config is not None
+    core.aborts_queue = queue.Queue()
+    core._weight_version = "default"
+    core.step_fn = core.step if core.batch_queue is None else core.step_with_batch_queue
+    return core
+
+
+def _done(value) -> Future:
+    future: Future = Future()
+    future.set_result(value)
+    return future
+
+
+class StandInExecutor:
+    """The stand-in model runner as vLLM's V1 GPU model runner behaves under async scheduling
+    (vllm/v1/worker/gpu_model_runner.py): it keeps each request's tokens and the drafts it
+    proposed itself, and puts its drafts in place of the scheduler's `-1` placeholders for the
+    requests that sampled in the previous batch that had tokens; any other request verifies
+    the `-1`s, so none of its drafts are accepted.
+
+    vLLM's loop calls execute_model() right after schedule(), then sample_tokens() for a
+    batch with tokens, before any other schedule(): the batch is computed then, from the
+    scheduler's state at that moment, as the GPU computes it while the scheduler runs ahead."""
+
+    def __init__(self, scheduler, workload: dict, k: int):
+        self.scheduler, self.k = scheduler, k
+        self.seed, self.vocab = workload["seed"], workload["vocab_size"]
+        self.patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
+        self.verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
+        self.tokens: dict[str, list[int]] = {}  # the runner's own copy of each request's tokens
+        self.drafts: dict[str, list[int]] = {}  # what it proposed after the request's last sample
+        self.previous: set = set()  # requests that sampled in the last batch with tokens
+        self.batch = None  # (scheduler output, which requests sample) between the two calls
+
+    def execute_model(self, output, non_block: bool = False):
+        from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
+
+        for rid in (*(output.finished_req_ids or ()), *(getattr(output, "preempted_req_ids", None) or ())):
+            self.tokens.pop(rid, None)
+            self.drafts.pop(rid, None)
+        if output.total_num_scheduled_tokens == 0:  # returns before the batch: `previous` stays
+            return _done(EMPTY_MODEL_RUNNER_OUTPUT) if non_block else EMPTY_MODEL_RUNNER_OUTPUT
+        # A request samples when its computed tokens after scheduling reach its tokens and
+        # placeholders: vLLM's own `is_prefill_chunk`, set by schedule() just now.
+        samples = {rid: not self.scheduler.requests[rid].is_prefill_chunk for rid in output.num_scheduled_tokens}
+        self.batch = (output, samples)
+        return _done(None) if non_block else None
+
+    def sample_tokens(self, grammar_output, non_block: bool = False):
+        from vllm.v1.outputs import ModelRunnerOutput
+
+        output, samples = self.batch
+        self.batch = None
+        cached = output.scheduled_cached_reqs
+        resumed = set(getattr(cached, "resumed_req_ids", None) or ())
+        new = {data.req_id for data in output.scheduled_new_reqs}
+        req_ids = list(output.num_scheduled_tokens)
+        sampled: list[list[int]] = []
+        for rid in req_ids:
+            if rid in new or rid in resumed or rid not in self.tokens:
+                self.tokens[rid] = list(self.scheduler.requests[rid].all_token_ids)
+            if not samples[rid]:
+                sampled.append([])  # a prefill chunk that does not reach the end: no sample
+                continue
+            slots = len(output.scheduled_spec_decode_tokens.get(rid, ()))
+            drafts = self.drafts[rid][:slots] if slots and rid in self.previous else [-1] * slots
+            if drafts:
+                self.verified[rid] += 1
+            tokens = verify(self.seed, self.tokens[rid], drafts, self.vocab)
+            self.tokens[rid] += tokens  # not cut at a stop: the scheduler drops the rest
+            sampled.append(tokens)
+            if self.k:
+                pattern = self.patterns[rid]
+                self.drafts[rid] = draft(self.seed, self.tokens[rid], self.k,
+                                         pattern[self.verified[rid] % len(pattern)], self.vocab)
+        self.previous = {rid for rid, tokens in zip(req_ids, sampled) if tokens}
+        result = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
+                                   sampled_token_ids=sampled)
+        return _done(result) if non_block else result
+
+    def take_draft_token_ids(self):
+        """Called by vLLM only without async scheduling, or for structured output; no
+        workload has structured output."""
+        raise RuntimeError("the async stand-in proposes its drafts itself (no structured output)")
+
+
+def run_async(config, workload: dict, k: int, block_hasher) -> tuple[list[dict], list[dict]]:
+    """(step records, one output record per request sorted by id): the workload driven through
+    vLLM's batch-queue loop. Driver iteration i adds the requests whose arrival_step is i, then
+    runs one step_fn() + post_step(), until every request has arrived, the scheduler has no
+    requests (none unfinished, no finished one left to report) and the queue is empty."""
+    from . import per_run
+    from .recorder import RecordingAsyncScheduler
+    from .release import build_scheduler
+
+    scheduler = build_scheduler(config, config.cache_config.num_gpu_blocks_override,
+                                cls=RecordingAsyncScheduler)
+    core = shell_core(config, scheduler, StandInExecutor(scheduler, workload, k))
+    try:
+        requests = _drive(core, scheduler, workload, config.model_config.max_model_len, block_hasher)
+    except AttributeError as exc:  # vLLM's loop read what the shell does not set
+        per_run.keep_partial(exc, steps=scheduler.parity_steps)
+        raise ShellError(f"vLLM's EngineCore loop read an attribute the shell does not set "
+                         f"(engines/vllm/async_loop.py SHELL_ATTRIBUTES): {exc}") from exc
+    except Exception as exc:  # the steps recorded before the failure still go out
+        per_run.keep_partial(exc, steps=scheduler.parity_steps)
+        raise
+    return scheduler.parity_steps, [output_record(rid, requests[rid]) for rid in sorted(requests)]
+
+
+def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher) -> dict:
+    if any("abort_step" in req for req in workload["requests"]):
+        # an abort lands between two iterations, while a batch may be in flight: not driven yet
+        raise ScenarioError("<workload>", "requests[].abort_step",
+                            "aborts are not driven under async scheduling yet; give a scenario "
+                            "that aborts engine_args.async_scheduling false")
+    prompts = request_prompts(workload, max_model_len)
+    arrivals: dict[int, list[dict]] = {}
+    for req in workload["requests"]:
+        arrivals.setdefault(req["arrival_step"], []).append(req)
+    requests: dict = {}  # id -> the scheduler's Request, kept after it finishes
+    total = len(workload["requests"])
+    iteration = 0
+    while True:
+        scheduler.parity_iteration = iteration
+        for req in arrivals.get(iteration, ()):
+            requests[req["id"]] = new_request(req, prompts[req["id"]], iteration, block_hasher)
+            scheduler.add_request(requests[req["id"]])
+        if len(requests) == total and not scheduler.has_requests() and not core.batch_queue:
+            return requests
+        if iteration >= workload["max_steps"]:
+            unfinished = sorted(rid for rid, r in requests.items() if not r.is_finished())
+            raise RuntimeError(
+                f"the workload did not finish within max_steps={workload['max_steps']} driver "
+                f"iterations: unfinished {unfinished}, not yet arrived {total - len(requests)}, "
+                f"{len(core.batch_queue or ())} batches in flight")
+        _outputs_of_step, executed = core.step_fn()
+        core.post_step(executed)
+        iteration += 1
