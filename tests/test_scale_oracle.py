@@ -5,13 +5,15 @@ they arrived, the oracle's replayed live from step 0 and checked against the gol
 
 import pytest
 
-from conformance.formats import digest
+from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
-from conformance.formats.trace import make_trace
+from conformance.gate.execute import golden_sinks
 from conformance.gate.replay import oracle_windows
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.judging import judge_trace
+from conformance.process.launch import prepare_engine
+from conformance.process.session import EngineSession
 from conformance.report.render_text import render
 from conftest import REPO
 
@@ -20,13 +22,13 @@ PINS = load_pins()
 MIDSIZE = load_scenario(REPO / "scenarios" / "prod_deep_midsize.json")
 
 
-def test_a_deep_divergence_is_reported_at_its_first_step_in_full(warm_workers):
+def test_a_deep_divergence_is_reported_at_its_first_step_in_full():
     golden = GOLDENS.lookup(MIDSIZE.name, PINS.oracle)
-    assert golden.trace is not None, f"no golden for {MIDSIZE.name}: `make goldens`"
-    expected = golden.trace["digests"]
-    proc = warm_workers(f"{PINS.oracle}+mutant:budget-minus-one-after-1000")
-    records = proc.run(MIDSIZE, MIDSIZE.layers, sinks=digest.sinks(MIDSIZE.layers, expected))
-    trace = make_trace("mutant", proc.hello, MIDSIZE, records)
+    assert golden.trace is not None, f"no golden for {MIDSIZE.name}: `parity goldens --scale production`"
+    mutant = prepare_engine(EngineRef.test_device(PINS.oracle, "budget-minus-one-after-1000"), PINS, lambda m: None)
+    with EngineSession(mutant, sinks=golden_sinks(PINS.oracle)) as session:  # checked as the gate does
+        trace = session.trace(MIDSIZE)
+    assert "failure" not in trace, trace.get("failure")
     assert "window" in trace["digests"]["steps"] and "steps" not in trace["layers"]
     replayed = oracle_windows(trace, MIDSIZE, PINS, log=lambda message: None)
     window = replayed["digests"]["steps"]["oracle_window"]
