@@ -37,10 +37,10 @@ from conformance.gate.run import gate, merge
 from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
-from conformance.judging.waivers import load_waivers
+from conformance.judging.waivers import WaiverError, load_waivers
 from conformance.process.client import EngineFailure
 from conformance.process.coverage_run import CoverageError
-from conformance.process.envs import EnvError, build_envs, lock_gpu
+from conformance.process.envs import EnvError, build_envs, env_cache_key, lock_gpu
 from conformance.process.fidelity import FidelityError
 from conformance.process.launch import prepare_engine
 from conformance.process.mutant_server import MutantServerError
@@ -52,6 +52,7 @@ from conformance.report.methods_table import render_methods_table
 from conformance.report.render_text import render
 
 SCENARIO_DIR = REPO_ROOT / "scenarios"
+DEFAULT_WAIVERS = REPO_ROOT / "waivers.toml"  # the one --waivers file that may be absent
 # `parity selfcheck` runs each of these on the layers it has that the engine declares: the
 # steps layer both with speculation (DFlash) and without
 SELF_CHECK = ("dflash_27b_gate", "steady_decode", "kv_pressure_no_spec", "method_matrix", "engine_ngram")
@@ -110,6 +111,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--lock-gpu", action="store_true",
                    help="write each pin's locked GPU requirements (engines/vllm/requirements-gpu-X.txt) "
                         "with uv from package metadata, and build nothing")
+    p.add_argument("--key", action="store_true", help="print the cache key of the environments these "
+                   "options select (one line, from each one's env key: a CI cache step's key), and build nothing")
+    # the gate's plan options: with any of them, only the pins that plan's share runs are selected
+    p.add_argument("--shard", metavar="I/N", help="only the pins shard I of N of the gate runs (with the "
+                   "same --candidate, --scenario and --layers as its `parity gate --shard`)")
+    p.add_argument("--candidate", action="append", default=[], help="as `parity gate --candidate`")
+    p.add_argument("--scenario", action="append", type=Path, help="as `parity gate --scenario`")
+    p.add_argument("--layers", help="as `parity gate --layers`")
 
     p = sub.add_parser("run", help="run one engine on one scenario and write its trace")
     p.add_argument("--engine", required=True, help="a pin (0.28.0, vllm==0.28.0) or an engine command line")
@@ -141,8 +150,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "is `unsupported` and not run, failing the gate only when the feature is required")
     p.add_argument("--drift", action="store_true", help="with a candidate, also print the drift across "
                    "pins and the per-pin tables (always printed without a candidate)")
-    p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
-                   help="waived divergences (default: waivers.toml)")
+    p.add_argument("--waivers", type=Path, help="waived divergences (default: waivers.toml, "
+                   "which may be absent; any other path must exist)")
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
     p.add_argument("--shard", metavar="I/N", help="run only shard I of N of the work (a CI matrix); "
                    "its verdicts and traces go to --results, the gate's verdict comes from `parity merge`")
@@ -153,8 +162,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("merge", help="combine the results folders of every shard into the gate's verdict")
     p.add_argument("results", nargs="+", type=Path, metavar="RESULTS", help="one folder per shard")
-    p.add_argument("--waivers", type=Path, default=REPO_ROOT / "waivers.toml",
-                   help="waived divergences (default: waivers.toml)")
+    p.add_argument("--waivers", type=Path, help="waived divergences (default: waivers.toml, "
+                   "which may be absent; any other path must exist)")
     p.add_argument("--reports", type=Path, help="write junit.xml, summary.md, report.html and annotation.md here")
     p.add_argument("--drift", action="store_true", help="also print the drift across pins and the per-pin tables")
 
@@ -307,15 +316,38 @@ def _stop_on_signals():
 
 
 def cmd_envs(args) -> int:
-    """Build the pins' environments side by side (envs.build_envs)."""
+    """Build the pins' environments side by side (envs.build_envs): every pin's, --pin's, or,
+    given the gate's plan options, only those the plan's share runs; --key prints their cache key."""
     pins = load_pins()
-    releases = args.pin or list(pins.releases)
+    planned = args.shard or args.candidate or args.scenario or args.layers
+    if planned and args.pin:
+        raise InputError("--pin: give either --pin or the gate's plan options (--shard, --candidate, "
+                         "--scenario, --layers), not both")
+    releases = _share_pins(args, pins) if planned else args.pin or list(pins.releases)
+    if args.key:
+        print(env_cache_key(releases, pins))
+        return 0
+    if planned:
+        log(f"[envs] the plan's share runs {', '.join(releases) or 'no pin'}: building only "
+            f"{'those' if releases else 'nothing'}")
     if args.lock_gpu:
         for release in releases:
             lock_gpu(release, pins, log)
         return 0
     build_envs(releases, pins, log)
     return 0
+
+
+def _share_pins(args, pins) -> list[str]:
+    """The pins the gate's plan, from the same options as `parity gate`, runs in this share."""
+    from conformance.gate.plan import pins_needed, plan_run, share_of
+    from conformance.gate.shards import parse_shard
+
+    shard = parse_shard(args.shard) if args.shard else None
+    engines = gate_engines(pins, args.candidate, lambda m: None)
+    context = RunContext(pins, log, shard=shard, layers=_layers(args.layers))
+    manifest = plan_run(context, _scenarios(args.scenario), engines)
+    return pins_needed(manifest, share_of(manifest, shard), pins)
 
 
 def cmd_run(args) -> int:
@@ -360,7 +392,7 @@ def cmd_gate(args) -> int:
     pins = load_pins()
     shard = parse_shard(args.shard) if args.shard else None
     scenarios = _scenarios(args.scenario, args.scale)
-    waivers = load_waivers(args.waivers)  # a malformed waivers file stops the gate before any run
+    waivers = _waivers(args.waivers)  # a missing or malformed waivers file stops the gate before any run
     layers = _layers(args.layers)
     required = _layers(args.require_layers, "--require-layers")
     if required and layers and set(required) - set(layers):
@@ -378,7 +410,7 @@ def cmd_gate(args) -> int:
 
 
 def cmd_merge(args) -> int:
-    context = RunContext(load_pins(), log, waivers=load_waivers(args.waivers), reports=args.reports,
+    context = RunContext(load_pins(), log, waivers=_waivers(args.waivers), reports=args.reports,
                          drift=args.drift)
     return merge(context, args.results)
 
@@ -482,6 +514,17 @@ def _scenarios(paths: list[Path] | None, scale: str = "all") -> list[Scenario]:
     if len(set(names)) != len(names):
         raise InputError(f"two scenario files share a name: {sorted(names)}")
     return scenarios
+
+
+def _waivers(path: Path | None) -> list:
+    """--waivers: the default file may be absent (no waivers); a path given that does not
+    exist is an error, so a typo never silently waives nothing."""
+    path = path or DEFAULT_WAIVERS
+    if path == DEFAULT_WAIVERS and not path.exists():
+        return []
+    if not path.exists():
+        raise WaiverError(f"--waivers {path}: no such file")
+    return load_waivers(path)
 
 
 def _layers(text: str | None, option: str = "--layers") -> list[str] | None:

@@ -58,7 +58,7 @@ def test_cpp_stand_in_reproduces_the_python_vectors(kit, tmp_path):
     summary = done.stdout.strip().splitlines()[-1]
     cases = int(summary.split()[0])
     assert cases >= 5000 and summary.endswith(", 0 mismatches"), summary
-    for fn in ("target_next", "prompt_tokens", "draft", "verify"):
+    for fn in ("target_next", "prompt_tokens", "prefix_tokens", "expected_output", "draft", "verify"):
         assert fn in summary
 
 
@@ -222,7 +222,59 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             # the orthogonal library: core behaviours without speculation or priority
             "core_admission", "core_chunk_first", "core_chunk_second", "core_fcfs_full_batch",
             "core_kv_admission_blocked", "core_long_prefill_threshold", "core_max_model_len",
-            "core_resume_chunked", "core_stop_ids")
+            "core_resume_chunked", "core_stop_ids",
+            # protocol 3: the block pool (ids, hits, eviction), shared prefixes, multi-turn prompts, aborts
+            "prefix_caching_resume", "kv_pressure_no_spec_cached", "eagle_kv_pressure_cached",
+            "priority_kv_pressure_cached", "block_pool_contract", "prefix_shared_hits", "prefix_full_hit",
+            "prefix_eviction", "prefix_duplicate_blocks", "prefix_multi_turn", "prefix_dflash", "prefix_draft_model",
+            "prefix_eagle3", "prefix_mtp", "prefix_ngram", "prefix_pard", "abort_states", "abort_mid_prefill")
+
+
+def test_agreeing_is_every_steps_scenario_of_the_kit_release_it_is_sent(kit):
+    """AGREEING names every scenario with a steps golden of the kit's release whose features the
+    reference engine declares: a new one is either shown to agree or found here. The others need
+    async scheduling, which it declares missing: the gate does not send them (`unsupported`), and
+    the engine itself answers them `unsupported` rather than diverge."""
+    from conformance.formats import features
+
+    engine = Engine()
+    try:
+        have = frozenset(engine.hello["features"])
+        sent, unsupported = set(), set()
+        for path in (REPO / "goldens").glob(f"*/vllm-{KIT_RELEASE}.json"):
+            layers = json.loads(path.read_text(encoding="utf-8"))["layers"]
+            if "steps" not in layers:
+                continue
+            wire = _wire(path.parent.name)
+            needs = features.needed(wire["engine_args"], wire.get("workload"), wire.get("method_matrix"),
+                                    layers["config"][0])
+            missing = features.not_declared(needs, have)
+            assert missing in ((), ("async_scheduling",)), (path.parent.name, missing)
+            (unsupported if missing else sent).add(path.parent.name)
+        assert sent == set(AGREEING), (sorted(sent - set(AGREEING)), sorted(set(AGREEING) - sent))
+        assert len(unsupported) >= 10  # the async library
+        for name in sorted(unsupported):
+            [answer] = engine.run(f"r-{name}", _wire(name), ["steps", "outputs"])
+            assert (answer["type"], answer["kind"]) == ("error", "unsupported"), (name, answer)
+            assert "async" in answer["message"]
+        assert engine.close() == 0
+    finally:
+        engine.proc.kill()
+
+
+def test_hello_declares_every_feature_but_async_scheduling(kit):
+    """It runs vLLM's synchronous loop: async scheduling is declared missing (its scenarios are
+    `unsupported`, never diverged); every other feature it has, and every name is a known one."""
+    from conformance.formats import features
+
+    engine = Engine()
+    try:
+        declared = engine.hello["features"]
+        assert features.declared_problem(declared) is None
+        assert set(features.FEATURES) - set(declared) == {"async_scheduling"}
+        assert engine.close() == 0
+    finally:
+        engine.proc.kill()
 
 
 def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):
@@ -279,47 +331,6 @@ def test_reference_engine_config_equals_the_oracles_golden_on_every_scenario(kit
         assert engine.close() == 0
     finally:
         engine.proc.kill()
-
-
-# A known difference, kept on purpose: the reference engine has no prefix caching. `parity fuzz`
-# found it (docs/porting.md, fuzzing); this pins the first divergence so a change to either side
-# shows up here.
-def test_known_difference_no_prefix_caching(kit):
-    from conformance.judging.compare import compare_layer
-
-    golden = kit_golden("prefix_caching_resume")["layers"]
-    engine = Engine()
-    try:
-        got = _layers(engine, "prefix_caching_resume", ["steps", "outputs"])
-        assert engine.close() == 0
-    finally:
-        engine.proc.kill()
-    assert compare_layer("outputs", golden["outputs"], got["outputs"]).equal
-    c = compare_layer("steps", golden["steps"], got["steps"])
-    assert not c.equal and c.index == 50
-    assert (c.first.path, c.first.expected, c.first.actual) == ("requests.r1.computed_tokens", 298, 10)
-    # before it, the same schedule: the resumption waits until the whole prompt fits, on both
-    assert golden["steps"][:50] == got["steps"][:50]
-
-
-def test_known_difference_no_prefix_caching_on_resumption(kit):
-    """kv_pressure_no_spec with prefix caching on: the same preemptions, then at step 120 vLLM
-    resumes r1 from the 144 tokens the cache kept where the reference engine recomputes all 177."""
-    from conformance.judging.compare import compare_layer
-
-    golden = json.loads((REPO / "goldens" / "kv_pressure_no_spec_cached" / "vllm-0.27.1.json")
-                        .read_text(encoding="utf-8"))["layers"]
-    engine = Engine()
-    try:
-        got = _layers(engine, "kv_pressure_no_spec_cached", ["steps", "outputs"])
-        assert engine.close() == 0
-    finally:
-        engine.proc.kill()
-    assert compare_layer("outputs", golden["outputs"], got["outputs"]).equal
-    c = compare_layer("steps", golden["steps"], got["steps"])
-    assert not c.equal and c.index == 120
-    assert (c.first.path, c.first.expected, c.first.actual) == ("requests.r1.tokens", 33, 177)
-    assert golden["steps"][:120] == got["steps"][:120]
 
 
 # --- 3. the gate: the reference engine passes, the bugged one diverges -----------------------

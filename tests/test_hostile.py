@@ -416,7 +416,7 @@ class SinksElements(_sinks_html_parser.HTMLParser):
 
 SINKS_HTML_TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "table", "tr", "th",
                    "td", "code", "br", "a", "section", "svg", "line", "text", "polyline", "circle",
-                   "clippath", "rect", "g", "details", "summary", "pre", "caption", "i", "script"}
+                   "clippath", "rect", "g", "details", "summary", "pre", "caption", "i", "script", "ul", "li", "div"}
 
 
 def sinks_html_read(page: str) -> SinksElements:

@@ -217,3 +217,24 @@ def test_every_text_read_and_write_names_its_encoding():
     found = [f"{p.relative_to(REPO)}:{line}" for root in roots for p in sorted(root.rglob("*.py"))
              for line in unnamed(p.read_text(encoding="utf-8"))]
     assert found == [], "text read or written in the locale's encoding:\n" + "\n".join(found)
+
+
+def test_no_worker_module_shadows_a_module_of_a_pin_environment():
+    """The worker runs as a script from engines/vllm/, so that folder comes first on its
+    sys.path: a module there named like one vLLM imports (requests.py) would hide it, and no
+    pin could start. Checked against every built pin environment's top-level names."""
+    import glob
+
+    from conformance.formats.settings import cache_root
+
+    ours = {p.stem for p in (REPO / "engines" / "vllm").glob("*.py")}
+    folders = glob.glob(str(cache_root() / "envs" / "vllm-*" / "lib" / "python3*" / "site-packages"))
+    if not folders:
+        import pytest
+
+        pytest.skip("no pin environment built here")
+    for folder in folders:
+        theirs = {Path(p).name.split(".")[0] for p in glob.glob(f"{folder}/*")
+                  if p.endswith(".py") or Path(p).is_dir() or ".cpython-" in p}
+        theirs |= set(sys.stdlib_module_names)
+        assert not ours & theirs, f"engines/vllm/ modules named like modules of {folder}: {sorted(ours & theirs)}"

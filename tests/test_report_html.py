@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.requirement_rows import apply_gate
 from conformance.judging.verdict import CANDIDATE, ORACLE, judge
@@ -53,11 +54,16 @@ class Elements(HTMLParser):
                 if g == tag and (cls is None or cls in a.get("class", "").split())]
 
 
+SCREEN = (1366, 768)  # a laptop's screen: what a reviewer sees before scrolling
+
+
 def render(page: Path) -> tuple[Elements, list[str]]:
-    """The page's DOM after Chromium loaded it and ran its script, and its console errors."""
+    """The page's DOM after Chromium loaded it in a SCREEN-sized window and ran its script
+    (which marks what the first screen shows), and its console errors."""
     done = subprocess.run(
         [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--enable-logging=stderr", "--v=0",
-         "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=120)
+         f"--window-size={SCREEN[0]},{SCREEN[1]}", "--hide-scrollbars", "--dump-dom", page.resolve().as_uri()],
+        capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     errors = [line for line in done.stderr.splitlines() if "CONSOLE" in line and
               ("Uncaught" in line or "Error" in line)]
@@ -81,7 +87,39 @@ def check_page(page: Path, budgets: tuple[int, int]) -> Elements:
     assert len(dom.having("polyline", "budget")) >= 2 and dom.having("polyline", "difference")
     assert dom.having("table", "per-request") and dom.having("tr", "differs")
     assert dom.having("table", "capacity")
+    assert all(a.get("data-fits") == "1" for a, _ in dom.having("div", "scroll"))  # the zoom's table scrolls in its box
+    values = [(float(a["y"]), text) for a, text in dom.having("text", "budget-value")]
+    assert all(abs(y1 - y2) >= 12 for i, (y1, _) in enumerate(values) for y2, _ in values[i + 1:i + 2]), values
     return dom
+
+
+def check_first_screen(dom: Elements) -> list[str]:
+    """The first screen shows what failed: every row of the verdicts that did not pass, before
+    the grid (folded), before the layers table. The rows' scenario names."""
+    rows = [(a, text) for tag, a, text in ((g, a, "".join(t)) for g, a, t in dom.found)
+            if tag == "tr" and a.get("data-failing")]
+    assert rows, "no verdict that did not pass is listed"
+    assert all(a.get("data-seen") == "1" for a, _ in rows), [a for a, _ in rows if a.get("data-seen") != "1"]
+    order = [(g, a.get("class")) for g, a, _ in dom.found if g == "table"]
+    assert order.index(("table", "not-passing")) < order.index(("table", "matrix"))
+    if ("table", "layers") in order:
+        assert order.index(("table", "matrix")) < order.index(("table", "layers"))
+    # every status of a failing grid cell (`diverged+crash` too) has its row in the first table
+    grid = within(dom, "matrix")
+    statuses = {grid[i + 1][2].split()[0] for i, (tag, a, _) in enumerate(grid) if tag == "td" and a.get("data-failing")}
+    assert statuses <= {text for tag, _, text in within(dom, "not-passing") if tag == "td"}, statuses
+    return [text for _, text in dom.having("a") if text]
+
+
+def within(dom: Elements, cls: str) -> list[tuple[str, dict, str]]:
+    """The elements of the page's table of class `cls`, in order, each with its own text."""
+    out, inside = [], False
+    for tag, attrs, text in dom.found:
+        if tag == "table":
+            inside = cls in attrs.get("class", "").split()
+        elif inside:
+            out.append((tag, attrs, "".join(text)))
+    return out
 
 
 def test_the_report_renders_with_budgets_difference_zoom_and_tables(tmp_path):
@@ -96,11 +134,36 @@ def test_the_report_renders_with_budgets_difference_zoom_and_tables(tmp_path):
     page = write_reports(tmp_path, gate_view(result, PINS.oracle, traces=traces))[2]
     dom = check_page(page, tuple(t["layers"]["engine_steps"][0]["token_budget"] for t in (oracle, candidate)))
     assert any("first divergence: step 0" in text for _, text in dom.having("text", "divergence"))
+    assert any("4096 and 4036 are 3 px apart" in text for _, text in dom.having("text", "budget-note"))
+
+
+def test_the_first_screen_of_a_40_scenario_gate_shows_what_failed(tmp_path):
+    """Every scenario's golden of 0.28.0 judged as a candidate against the oracle's: the rows
+    that did not pass come first, on the first screen of a 1366x768 window."""
+    names = sorted(load_scenario(p).name for p in (Path(__file__).resolve().parents[1] / "scenarios").glob("*.json"))
+    verdicts, traces = [], {}
+    for name in names:
+        oracle = GOLDENS.load(name, PINS.oracle)
+        candidate = GOLDENS.load(name, "0.28.0")
+        candidate["engine"]["label"] = "vllm-0.28.0"
+        for trace, role in ((candidate, CANDIDATE), (oracle, ORACLE)):
+            verdicts.append(judge(trace, oracle, role))
+            traces[verdicts[-1].key] = (trace, oracle)
+    assert len(names) >= 40
+    result = apply_gate(verdicts, {}, [], dt.date(2026, 11, 30))
+    view = gate_view(result, PINS.oracle, traces=traces)
+    failing = {c.verdict.scenario for c in view.failing()}
+    assert failing and len(view.folded()) < len(names)  # the grid folds
+    page = write_reports(tmp_path, view)[2]
+    dom, errors = render(page)
+    assert errors == []
+    assert failing <= set(check_first_screen(dom))
 
 
 @pytest.mark.skipif(not os.environ.get("VLLM_PARITY_REPORT"),
                     reason="VLLM_PARITY_REPORT is not set (`make report-check` sets it)")
 def test_the_report_of_a_run_against_the_no_draft_reservation_mutant():
     dom = check_page(Path(os.environ["VLLM_PARITY_REPORT"]), (4036, 4096))
+    check_first_screen(dom)
     assert any("no-draft-reservation" in text for _, text in dom.having("code"))
     assert any(text == "4147" for _, text in dom.having("td"))  # the drafter's pass over capacity

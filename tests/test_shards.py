@@ -247,9 +247,3 @@ def test_progress_goes_to_stderr_only(tmp_path, engines, capsys):
     out, err = capsys.readouterr()
     assert "[gate]" not in out and out.startswith("== vllm-parity gate")
     assert "[gate] engine 1/2: TEST-DOUBLE-oracle (oracle)" in err and "left]" in err and status == 1
-
-
-def test_the_ci_examples_use_shards_and_merge():
-    for name in ("github-actions.yml", "buildkite.yml"):
-        text = (REPO / "ci-examples" / name).read_text()
-        assert "parity gate" in text and "--shard" in text and "parity merge" in text, name

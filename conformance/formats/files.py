@@ -19,6 +19,7 @@ import fcntl
 import os
 import re
 import stat
+import tomllib
 from pathlib import Path
 
 from conformance.formats.errors import InputError
@@ -85,6 +86,17 @@ def read_text(path: Path, kind: str) -> str:
     except UnicodeDecodeError as exc:
         raise InputFileError(f"{path}: expected UTF-8 text in the {kind} file, got byte "
                              f"{data[exc.start]:#04x} at offset {exc.start}") from None
+
+
+def read_toml(path: Path, failed) -> dict:
+    """A reviewed TOML file of the checkout as its table, {} where it is missing. `failed(exc)`
+    makes the caller's named error from what went wrong (unreadable, not UTF-8, not TOML)."""
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise failed(exc) from None
 
 
 def _file_type(mode: int) -> str:

@@ -24,7 +24,9 @@ DEVICES = ("cpu", "gpu")
 
 
 def cache_root() -> Path:
-    return Path(os.environ.get("VLLM_PARITY_CACHE", Path.home() / ".cache" / "vllm-parity"))
+    # absolute: a relative $VLLM_PARITY_CACHE (a CI cache step's folder in the checkout) names
+    # the same folder for every engine process, whatever its working directory
+    return Path(os.environ.get("VLLM_PARITY_CACHE", Path.home() / ".cache" / "vllm-parity")).absolute()
 
 
 def device_mode() -> str:

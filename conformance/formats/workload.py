@@ -85,14 +85,7 @@ PREFIX_KEYS = {"name", "len"}
 def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
     """The workload with defaults filled in; raises ScenarioError naming the field."""
     check = _Checker(source)
-    if not isinstance(raw, dict):
-        check.fail("workload", f"must be an object, got {_tname(raw)}")
-    for key in raw:
-        if key not in TOP_LEVEL:
-            check.fail(f"workload.{key}", f"unknown key; allowed: {sorted(TOP_LEVEL)}")
-    for key in TOP_REQUIRED:
-        if key not in raw:
-            check.fail(f"workload.{key}", "is required")
+    check.keys("workload", raw, TOP_LEVEL, TOP_REQUIRED)
     seed = check.integer("workload.seed", raw["seed"], 0, MAX_SEED)
     vocab_size = check.integer("workload.vocab_size", raw["vocab_size"], 2, MAX_VOCAB_SIZE)
     max_steps = check.integer("workload.max_steps", raw["max_steps"], 1, MAX_STEPS)

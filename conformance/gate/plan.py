@@ -78,6 +78,14 @@ def share_of(manifest: RunManifest, shard: tuple[int, int] | None) -> list[Unit]
     return assign(manifest.units, manifest.count)[shard[0] - 1]
 
 
+def pins_needed(manifest: RunManifest, share: list[Unit], pins) -> list[str]:
+    """The pinned releases whose environments the share's engines run in (a pin, or a pin's
+    TEST DEVICE mutant), in pin order: what a shard's runner builds, and nothing more."""
+    running = {u.engine for u in share}
+    needed = {e.release for e in manifest.engines if e.key in running and e.release}  # a command has none
+    return [r for r in pins.releases if r in needed]
+
+
 def scenario_info(scenarios, oracle: str) -> list[dict]:
     """What the verdicts and reports need of each scenario, kept in the manifest: its features
     as the oracle resolves them (judging.scenario_features), so every shard skips alike."""

@@ -77,6 +77,17 @@ class LayerComparison:
     def first(self) -> FieldDiff | None:
         return self.fields[0] if self.fields else None
 
+    @property
+    def where(self) -> str:
+        """Where the layer first differs, as a reader names it: a methods row like dflash/K=8, a
+        step number, or the record's number (the oracle's record, else the candidate's)."""
+        record = next((r for r in (self.record, self.actual_record) if isinstance(r, dict)), {})
+        if "row" in record:
+            return f"row {record['row']}"
+        if "step" in record:
+            return f"step {record['step']}"
+        return f"record {self.index}"
+
 
 def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> LayerComparison:
     # a refused configuration is compared by its meaning (conformance/formats/refusal.py): the

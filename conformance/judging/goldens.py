@@ -109,7 +109,7 @@ class GoldenUpdate:
             detail = f": {verdict.message}" if verdict is not None and verdict.message else ""
             return f"{shown} does not hold{rule}: {self.reason}{detail}"
         lines = [f"{shown} does not hold{rule}: {self.reason}"]
-        lines += [f"  {c.layer} {_where(c)}, {said(c.first.path, c.first.expected, c.first.actual, shown)}"
+        lines += [f"  {c.layer} {c.where}, {said(c.first.path, c.first.expected, c.first.actual, shown)}"
                   + (f" ({len(c.fields)} fields differ there)" if len(c.fields) > 1 else "")
                   + (f"; {c.evidence}" if c.evidence else "") for c in differing]
         return "\n".join(lines)
@@ -462,7 +462,7 @@ def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
             c = compare_layer(layer, old.get("layers", {}).get(layer, []), records)
             if not c.equal:
                 f = c.first
-                parts.append(f"{layer} {_where(c)}, {said(f.path, f.expected, f.actual)}"
+                parts.append(f"{layer} {c.where}, {said(f.path, f.expected, f.actual)}"
                              f" ({len(c.fields)} field(s))")
         return f"[goldens] changed: {rel}: " + ("; ".join(parts) or "metadata only (engine or provenance)")
     except (ValueError, AttributeError, TypeError, KeyError):
@@ -492,16 +492,6 @@ def shown_path(path: Path) -> str:
     """A golden's path as a reader finds it: from the repository root."""
     path = Path(path)
     return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
-
-
-def _where(c) -> str:
-    """Where a layer first differs: its step, its methods row, or its record number."""
-    record = c.record or c.actual_record or {}
-    if "step" in record:
-        return f"step {record['step']}"
-    if "row" in record:
-        return f"row {record['row']}"
-    return f"record {c.index}"
 
 
 def _value(value) -> str:

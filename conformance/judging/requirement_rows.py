@@ -7,6 +7,7 @@ judges each of those rows at once, so a divergence fails each, and a pass counts
 from __future__ import annotations
 
 import datetime as dt
+import fnmatch
 from dataclasses import dataclass, field
 
 from conformance.judging.verdict import CANDIDATE, DIVERGED, Verdict, exit_status
@@ -24,6 +25,7 @@ class GateResult:
     waived: dict[tuple[str, str], Waiver] = field(default_factory=dict)  # verdict key -> the waiver used
     expired: list[Waiver] = field(default_factory=list)
     unused: list[Waiver] = field(default_factory=list)
+    why_unused: dict[Waiver, str] = field(default_factory=dict)  # an unused waiver -> why it covered nothing
 
     def rows_of(self, v: Verdict) -> tuple[str, ...]:
         return self.filed_under[v.key]
@@ -78,4 +80,34 @@ def apply_gate(verdicts: list[Verdict], rows: dict[str, tuple[str, ...]], waiver
                 used.add(i)
                 break
     result.unused = [w for i, w in enumerate(waivers) if i not in used and w.expires >= today]
+    result.why_unused = {w: why_unused(w, result) for w in result.unused}
     return result
+
+
+def why_unused(w: Waiver, result: GateResult) -> str:
+    """Why a waiver covered no verdict of this gate, from the first thing it did not match: the
+    scenario, the engine, a divergence, a run that then failed, the row, the field, or an
+    earlier waiver that took the divergence."""
+    ran = [v for v in result.verdicts if v.scenario == w.scenario and v.role == CANDIDATE]
+    if not ran:
+        return f"no candidate ran scenario {w.scenario} in this gate"
+    mine = [v for v in ran if w.covers(v.engine)]
+    if not mine:
+        return f"engine {w.engine} matches no candidate on {w.scenario}"
+    diverged = [v for v in mine if v.kind == DIVERGED]
+    if not diverged:
+        return f"no candidate diverged on {w.scenario} (" + ", ".join(f"{v.engine}: {v.kind}" for v in mine) + ")"
+    waivable = [v for v in diverged if not v.failure]
+    if not waivable:
+        v = diverged[0]
+        return f"{v.engine} diverged on {w.scenario}, then its run failed ({v.failure}): a failure is never waived"
+    v = waivable[0]
+    if not any(w.row in result.rows_of(v) for v in waivable):
+        return f"{w.scenario}'s verdicts are filed under {', '.join(result.rows_of(v))}, not {w.row}"
+    if not any(fnmatch.fnmatchcase(where_of(v), w.field) for v in waivable):
+        return f"{v.engine} first diverges on {w.scenario} at {where_of(v)}, which {w.field} does not match"
+    v = next((v for v in waivable if v.key in result.waived), v)
+    other = result.waived.get(v.key)
+    if other is None:
+        return f"it matches {v.engine} on {w.scenario} only in parts (row, field, engine) no one verdict has"
+    return f"an earlier waiver ({other.name}) covers {v.engine} on {w.scenario}"

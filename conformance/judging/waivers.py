@@ -48,12 +48,25 @@ class Waiver:
         """`rows`: the requirement rows the verdict is filed under (the waiver names one of
         them); `engine`: the verdict's engine label. The caller never asks for the oracle."""
         return (self.row in rows and self.scenario == scenario and fnmatch.fnmatchcase(where, self.field)
-                and (self.engine is None or fnmatch.fnmatchcase(engine, self.engine)))
+                and self.covers(engine))
+
+    def covers(self, engine: str) -> bool:
+        """Does `engine` (a candidate's label) fall under this waiver's `engine` pattern?"""
+        return self.engine is None or fnmatch.fnmatchcase(engine, self.engine)
+
+    @property
+    def name(self) -> str:
+        """row / scenario / field: how every report names the waiver."""
+        return f"{self.row} / {self.scenario} / {self.field}"
 
 
 def load_waivers(path: Path | None) -> list[Waiver]:
-    if path is None or not path.exists():
+    """The waivers in `path` (None: none). A path that does not exist is an error: a typo
+    must not silently waive nothing (the command line lets only its default file be absent)."""
+    if path is None:
         return []
+    if not path.exists():
+        raise WaiverError(f"{path}: no such file")
     try:
         data = tomllib.loads(read_text(path, "waivers"))
     except InputFileError as exc:

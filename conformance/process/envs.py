@@ -92,6 +92,12 @@ def env_dir(release: str, mode: str | None = None, pins: Pins | None = None) -> 
     return cache_root() / "envs" / f"vllm-{release}-{mode}-{env_key(release, mode, pins)}"
 
 
+def env_cache_key(releases: list[str], pins: Pins, mode: str | None = None) -> str:
+    """A CI cache step's key for these pins' environments: each one's folder name (release,
+    device mode and env key), joined; `no-envs` when none is needed."""
+    return "+".join(env_dir(r, mode, pins).name for r in releases) or "no-envs"
+
+
 def env_python(path: Path) -> Path:
     return path / "bin" / "python"
 

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import difflib
 import hashlib
-import tomllib
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.formats.files import read_toml
 from conformance.formats.pins import REPO_ROOT
 
 # GPU-only kernels vendored into the official wheel (FlashAttention's CuTe DSL, DeepGEMM,
@@ -56,12 +56,7 @@ class Allowance:
 
 def load_allowlist(path: Path = ALLOWLIST) -> tuple[Allowance, ...]:
     """The reviewed allowlist; FidelityError naming the file and the entry when malformed."""
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return ()
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise FidelityError(f"{_shown(path)}: cannot read the fidelity allowlist: {exc}") from None
+    table = read_toml(path, lambda exc: FidelityError(f"{_shown(path)}: cannot read the fidelity allowlist: {exc}"))
     entries = table.get("allow", [])
     if set(table) - {"allow"} or not isinstance(entries, list):
         raise FidelityError(f"{_shown(path)}: expected only [[allow]] entries, got {sorted(table)}")

@@ -9,12 +9,12 @@ scenarios counted, not listed. Every value is escaped as render_ci escapes the g
 from __future__ import annotations
 
 import fnmatch
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from conformance.formats.files import read_toml
 from conformance.formats.pins import REPO_ROOT
 from conformance.report.drift import DEPARTS, SAME, Drift, short
 from conformance.report.render_ci import _code, _text
@@ -47,12 +47,7 @@ class Note:
 
 
 def load_notes(path: Path = NOTES) -> tuple[Note, ...]:
-    try:
-        table = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return ()
-    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise NotesError(f"{path.name}: cannot read: {exc}") from None
+    table = read_toml(path, lambda exc: NotesError(f"{path.name}: cannot read: {exc}"))
     notes = []
     for number, entry in enumerate(table.get("change", []), 1):
         where = f"{path.name}: [[change]] {number}"

@@ -16,7 +16,8 @@ from xml.etree import ElementTree as ET
 
 from conformance.judging.verdict import KINDS, MISSING, ORACLE, PASS
 from conformance.report.render_text import render_pin_tables, render_verdict
-from conformance.report.view import FEATURES_HEAD, REASONS, FirstLine, GateView, visible, visible_lines
+from conformance.report.view import (FEATURES_HEAD, REASONS, FirstLine, GateView, visible, visible_lines,
+                                     waiver_words)
 
 
 def junit(view: GateView) -> str:
@@ -50,7 +51,7 @@ def junit(view: GateView) -> str:
                     continue
                 if status == "waived" or not v.gating or v.declined:
                     counts["skipped"] += 1
-                    reason = (f"waived: {cell.waiver.reason}" if status == "waived" else
+                    reason = (f"waived by {cell.waiver.name} {waiver_words(cell.waiver)}" if status == "waived" else
                               v.message if v.declined else f"informational stand-in: {v.kind}")
                     ET.SubElement(case, "skipped", message=reason).text = text
                 elif c is not None:
@@ -124,8 +125,13 @@ def markdown(view: GateView) -> str:
     for w in view.expired:
         lines.append(f"- **expired waiver** {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} "
                      f"(owner {_text(w.owner)}, expired {w.expires}): renew or remove it")
+    for w, cells in view.applied():
+        lines.append(f"- waiver applied: {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} to "
+                     f"{', '.join(_code(c.verdict.engine) for c in cells)} (owner {_text(w.owner)}, expires "
+                     f"{w.expires}): {_text(w.reason)}")
     for w in view.unused:
-        lines.append(f"- unused waiver {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} (owner {_text(w.owner)})")
+        lines.append(f"- unused waiver {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} (owner {_text(w.owner)}): "
+                     f"{_text(view.why_unused.get(w, ''))}")
     if view.drift is not None:  # as the terminal shows them, in a fence longer than any backtick run in them
         text = visible_lines(render_pin_tables(view))
         fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))

@@ -23,16 +23,23 @@ import re
 
 from conformance.judging.verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
 from conformance.report.render_text import render_pin_tables, render_verdict
-from conformance.report.view import FEATURES_HEAD, REASONS, Cell, GateView, visible, visible_lines
+from conformance.report.view import FEATURES_HEAD, REASONS, Cell, GateView, visible, visible_lines, waiver_words
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 ZOOM = 6  # steps either side of a first divergence in its zoom panel
 
 
 def html_report(view: GateView) -> str:
+    """The page. Its first screen is what failed: the title and counts, the verdicts that did
+    not pass, the waivers, then the grid folded as the terminal folds it; the tables of layers
+    judged and features, and each scenario's section, below."""
     body = [f"<h1>vllm-parity gate: {_h(view.word)} (exit status {view.status})</h1>",
-            f"<p>Oracle: vLLM {_h(view.oracle)}. {len(view.scenarios)} scenarios x {len(view.engines)} engines.</p>",
-            f"<p class='layers'>Layers: {_h(view.layers)}.</p>"]
+            f"<p class='counts'>Oracle: vLLM {_h(view.oracle)}. {len(view.scenarios)} scenarios x "
+            f"{len(view.engines)} engines. {_h(view.count_line())}.</p>"]
+    body += _not_passing(view)
+    body += _waivers(view)
+    body += _matrix(view)
+    body.append(f"<p class='layers'>Layers: {_h(view.layers)}.</p>")
     if view.judged_groups:
         body.append("<table class='layers'><tr><th>engine</th><th>layers judged and not judged</th>"
                     "<th>scenarios</th></tr>")
@@ -42,19 +49,6 @@ def html_report(view: GateView) -> str:
         body.append("</table>")
     body += [f"<p><code>{_h(label)}</code>: command <code>{_h(command)}</code></p>"
              for label, command in view.commands.items()]
-    body.append("<table class='matrix'><tr><th>scenario</th>" + "".join(
-        f"<th><code>{_h(e)}</code><br>({_h(view.roles[e])})</th>" for e in view.engines) + "</tr>")
-    for s in view.scenarios:
-        row = [f"<th><a href='#{_anchor(s)}'>{_h(s)}</a></th>"]
-        for e in view.engines:
-            c = view.cell(s, e)
-            if c is None:
-                row.append("<td>-</td>")
-                continue
-            target = _anchor(s, e) if c.verdict.kind != PASS else _anchor(s)
-            row.append(f"<td class='{_h(c.status)}'><a href='#{target}'>{_h(c.text)}</a></td>")
-        body.append("<tr>" + "".join(row) + "</tr>")
-    body.append("</table>")
     body += _features_table(view)
     for s in view.scenarios:
         body += _scenario_section(view, s, [c for e in view.engines if (c := view.cell(s, e))])
@@ -62,20 +56,118 @@ def html_report(view: GateView) -> str:
         body.append("<details class='pins'><summary>Drift across pins and per-pin tables (from the goldens)"
                     f"</summary><pre>{_h(render_pin_tables(view), lines=True)}</pre></details>")
     style = ("body{font-family:sans-serif;max-width:1100px;margin:auto}td,th{padding:2px 8px;text-align:left}"
-             "table{border-collapse:collapse}table.matrix td,table.matrix th,table.features td,table.features th"
-             "{border:1px solid #ddd}"
+             "h1{margin:8px 0 4px}p{margin:4px 0}"
+             "table{border-collapse:collapse}table.matrix td,table.matrix th,table.features td,table.features th,"
+             "table.not-passing td,table.not-passing th{border:1px solid #ddd}"
+             "table.not-passing td,table.matrix td,table.matrix th{font-size:13px;padding:1px 6px}"
+             "table.not-passing td code{white-space:nowrap}caption{text-align:left;font-weight:bold}p.folded{font-size:13px}"
+             "div.scroll{max-width:100%;overflow-x:auto}"
              ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
              "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
              "tr.differs td{background:#fde8e8}td.diff{font-weight:bold;color:#c22}"
              "pre{background:#f6f6f6;padding:8px;white-space:pre-wrap}"
              "svg text{font-family:sans-serif}")
-    # Opens the collapsed details a grid link points at; marks the page as scripted-ready.
+    # Opens the collapsed details a grid link points at; marks each row of the verdicts that did
+    # not pass and each failing grid cell on the first screen (`data-seen`: what a reader sees
+    # before scrolling) and whether each scrolling box fits the window's width (`data-fits`),
+    # which `make report-check` reads; marks the page as scripted-ready.
     script = ("function openTarget(){var t=location.hash&&document.getElementById(location.hash.slice(1));"
               "if(t&&t.tagName==='DETAILS'){t.open=true;}}"
               "window.addEventListener('hashchange',openTarget);openTarget();"
+              "document.querySelectorAll('[data-failing]').forEach(function(e){var r=e.getBoundingClientRect();"
+              "e.setAttribute('data-seen',r.bottom<=window.innerHeight&&r.right<=window.innerWidth?'1':'0');});"
+              "document.querySelectorAll('div.scroll').forEach(function(e){"
+              "e.setAttribute('data-fits',e.getBoundingClientRect().right<=window.innerWidth?'1':'0');});"
               "document.body.setAttribute('data-ready','1');")
     return ("<!doctype html><html><head><meta charset='utf-8'><title>vllm-parity gate</title>"
             f"<style>{style}</style></head><body>{''.join(body)}<script>{script}</script></body></html>\n")
+
+
+def _not_passing(view: GateView) -> list[str]:
+    """The verdicts that did not pass: the page's first table. Verdicts alike (one engine, one
+    status, the same first divergent field) share a row naming their scenarios, each linked to
+    its details, so a gate with dozens of them still shows every one on the first screen. (A
+    scenario not run for a feature not declared, not required, is said by its cell.)"""
+    groups: dict[tuple, list[Cell]] = {}
+    for c in view.failing():
+        if not c.verdict.declined:
+            status = f"{c.status}+{c.verdict.failure}" if c.verdict.failure else c.status  # diverged, then crashed
+            groups.setdefault((c.verdict.engine, c.verdict.role, status, c.where or c.first_line.message), []).append(c)
+    if not groups:
+        return ["<p class='not-passing'>Every verdict passed.</p>"]
+    count = sum(len(cells) for cells in groups.values())
+    body = [f"<table class='not-passing'><caption>the {count} verdicts that did not pass</caption>"
+            "<tr><th>engine</th><th>verdict</th><th>first divergence</th><th>scenarios</th></tr>"]
+    for (engine, role, status, where), cells in groups.items():
+        said = _first(cells[0]) if len(cells) == 1 else where
+        links = ", ".join(f"<a href='#{_anchor(c.verdict.scenario, engine)}'>{_h(c.verdict.scenario)}</a>" for c in cells)
+        body.append(f"<tr data-failing='1'><td><code>{_h(engine)}</code> ({_h(role)})</td>"
+                    f"<td class='{_h(status.split('+')[0])}'>{_h(status)}</td><td>{_h(said)}</td>"
+                    f"<td>{len(cells)}: {links}</td></tr>")
+    body.append("</table>")
+    return body
+
+
+def _first(cell: Cell) -> str:
+    """`steps #0 total_num_scheduled_tokens: oracle 4036, candidate 4096` (values cut), else
+    the first line of the verdict's message (cut)."""
+    f = cell.first_line
+    if not f.layer:
+        return _cut(f.message, 2 * VALUE_CUT)
+    return (f"{f.layer}.{f.path} (record {f.index}): oracle {_cut(repr(f.expected), VALUE_CUT)}, "
+            f"candidate {_cut(repr(f.actual), VALUE_CUT)}")
+
+
+VALUE_CUT = 60  # characters of a value the first table shows (the details show it whole)
+
+
+def _cut(text: str, most: int) -> str:
+    return text if len(text) <= most else text[:most - 3] + "..."
+
+
+def _waivers(view: GateView) -> list[str]:
+    """Each waiver applied (to which engines, its owner, expiry and reason), each expired one
+    and each unused one with why it covered nothing."""
+    items = [f"<li>waiver applied: {_h(w.name)} to {_h(', '.join(c.verdict.engine for c in cells))} "
+             f"{_h(waiver_words(w))}</li>" for w, cells in view.applied()]
+    items += [f"<li class='expired'>EXPIRED waiver: {_h(w.name)} (owner {_h(w.owner)}, expired "
+              f"{_h(w.expires)}): renew or remove it</li>" for w in view.expired]
+    items += [f"<li>unused waiver: {_h(w.name)} (owner {_h(w.owner)}): {_h(view.why_unused.get(w, ''))}</li>"
+              for w in view.unused]
+    if not items:
+        return []
+    return [f"<ul class='waivers'><li class='head'>waivers applied, expired and unused in this gate:</li>"
+            f"{''.join(items)}</ul>"]
+
+
+def _matrix(view: GateView) -> list[str]:
+    """The grid, scenarios down and engines across, folded as the terminal folds it: past
+    MAX_ROWS scenarios, rows of identical cells are one row (`name +N`), every scenario still
+    named below it."""
+    folded = view.folded()
+    body = ["<table class='matrix'><tr><th>scenario</th>" + "".join(
+        f"<th><code>{_h(e)}</code><br>({_h(view.roles[e])})</th>" for e in view.engines) + "</tr>"]
+    for names in folded:
+        s = names[0]
+        label = _h(s) if len(names) == 1 else f"{_h(s)} +{len(names) - 1}"
+        row = [f"<th><a href='#{_anchor(s)}'>{label}</a></th>"]
+        for e in view.engines:
+            c = view.cell(s, e)
+            if c is None:
+                row.append("<td>-</td>")
+                continue
+            failing = c.verdict.kind != PASS and not c.verdict.declined
+            target = _anchor(s, e) if c.verdict.kind != PASS else _anchor(s)
+            mark = " data-failing='1'" if failing else ""
+            row.append(f"<td class='{_h(c.status)}'{mark}>"
+                       f"<a href='#{target}'>{_h(c.text)}</a></td>")
+        body.append("<tr>" + "".join(row) + "</tr>")
+    body.append("</table>")
+    for names in folded:
+        if len(names) > 1:
+            body.append(f"<p class='folded'>{_h(names[0])} +{len(names) - 1}: " + ", ".join(
+                f"<a href='#{_anchor(n)}'>{_h(n)}</a>" for n in names[1:]) + "</p>")
+    return body
 
 
 def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[str]:
@@ -113,6 +205,8 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
         opened = "" if v.declined else " open"  # not run for a feature not declared: no failure
         body.append(f"<details id='{_anchor(scenario, v.engine)}'{opened}><summary>{_h(v.engine)}: "
                     f"{_h(cell.status)} {_h(cell.where)}</summary>")
+        if cell.waiver is not None:
+            body.append(f"<p class='waiver'>waived by {_h(cell.waiver.name)} {_h(waiver_words(cell.waiver))}</p>")
         steps_c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
         own = next((s for label, s, _ in series if label == v.engine), None)
         if steps_c is not None and oracle_steps and own:
@@ -123,7 +217,7 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
                               focus=steps_c.index, clip=_anchor(scenario, v.engine) + "-zoom"))
         for c in v.comparisons:
             if not c.equal and isinstance((_record(c.record) or _record(c.actual_record)).get("requests"), dict):
-                body.append(_request_table(c))
+                body.append(f"<div class='scroll'>{_request_table(c)}</div>")  # scrolls in its box
                 break
         body.append(_capacity_table(v))
         body.append(f"<pre>{_h(render_verdict(v, view.oracle), lines=True)}</pre></details>")
@@ -253,12 +347,7 @@ def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str
                          f"{_h(tokens[focus])} scheduled</text>")
     if clip:
         parts.append("</g>")
-    last = None
-    for at, value, color in sorted(ends):  # top to bottom, never on top of each other
-        at = max(at, last + 13) if last is not None else at
-        parts.append(f"<text class='budget-value' x='{w - pad + 4}' y='{at + 4:.1f}' font-size='11' "
-                     f"fill='{color}'>{value}</text>")
-        last = at
+    parts += _budget_values(sorted(ends), w - pad, pad)
     for i, (label, steps, first) in enumerate(series):
         color = COLORS[i % len(COLORS)]
         shown = sorted({b for b in _budgets(steps)[lo:hi] if b is not None})
@@ -276,6 +365,31 @@ def _plot(series: list[tuple[str, list[dict], int | None]], title: str, cls: str
                              f"font-size='12' fill='#c22'>first divergence: step {_h(first)} ({_h(label)})</text>")
     parts.append("</svg>")
     return "".join(parts)
+
+
+LABEL_GAP = 13  # px between two budget values at the right of a plot: one line of 11 px text
+
+
+def _budget_values(ends: list[tuple[float, int, str]], right: float, pad: int) -> list[str]:
+    """Each budget line's value at the right end of its line, top to bottom. Lines closer than
+    a label's height (4036 and 4096 are 3 px apart on a 0..4096 axis) get their values moved
+    apart, each tied to its line by a short leader, and the plot says how close they are."""
+    parts, last, close = [], None, []
+    for at, value, color in ends:
+        placed = at if last is None else max(at, last + LABEL_GAP)
+        if placed != at:
+            parts.append(f"<line class='budget-leader' x1='{right:.1f}' y1='{at:.1f}' x2='{right + 3:.1f}' "
+                         f"y2='{placed:.1f}' stroke='{color}'/>")
+        parts.append(f"<text class='budget-value' x='{right + 4}' y='{placed + 4:.1f}' font-size='11' "
+                     f"fill='{color}'>{_h(value)}</text>")
+        last = placed
+    for (a, low, _), (b, high, _) in zip(ends, ends[1:]):
+        if b - a < LABEL_GAP and low != high:
+            close.append(f"{_h(low)} and {_h(high)} are {b - a:.0f} px apart")
+    if close:
+        parts.append(f"<text class='budget-note' x='{pad}' y='{pad - 8}' font-size='11' fill='#555'>budget lines "
+                     f"{'; '.join(close)}: their values are labelled apart at the right</text>")
+    return parts
 
 
 def _diff_plot(series: list[tuple[str, list[dict], int | None]]) -> str:

@@ -15,7 +15,7 @@ from collections import Counter
 from conformance.judging.verdict import KINDS, PASS, Verdict
 from conformance.report.drift import render_drift
 from conformance.report.methods_table import render_methods_rows
-from conformance.report.view import FEATURES_HEAD, GateView, visible
+from conformance.report.view import FEATURES_HEAD, MAX_ROWS, GateView, visible, waiver_words  # noqa: F401
 
 MAX_EXPLAINED = 20
 
@@ -46,7 +46,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
             continue
         first = c.first
         cause = f" ({CAUSES.get(c.cause, c.cause)})" if c.cause else ""
-        lines.append(f"   layer {c.layer}: first divergence at {_where(c)}, field {first.path}: "
+        lines.append(f"   layer {c.layer}: first divergence at {c.where}, field {first.path}: "
                      f"oracle {_show(first.expected)}, candidate {_show(first.actual)}{cause}")
         if c.evidence:
             lines.append(f"   evidence: {c.evidence}")
@@ -126,7 +126,7 @@ def render_gate(view: GateView) -> str:
              f"{len(scenarios)} scenarios x {len(engines)} engines; {view.layers}"]
     # measured as shown: a candidate's escaped text keeps the columns aligned
     texts = {s: tuple(visible(c.text) if (c := view.cell(s, e)) else "-" for e in engines) for s in scenarios}
-    folded = _fold(texts)
+    folded = view.folded()
     first = max([len("scenario")] + [len(_label(names)) for names in folded])
     widths = [max([len(visible(e)), len(view.roles[e]) + 2] + [len(row[i]) for row in texts.values()])
               for i, e in enumerate(engines)]
@@ -155,7 +155,7 @@ def render_gate(view: GateView) -> str:
             lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=GRID_WIDTH,
                                    initial_indent="   ", subsequent_indent="     ")
     lines += _features(view, [column[e] for e in engines], wide)
-    lines.append(render_summary(view.verdicts))
+    lines.append(f"-- {view.count_line()}")
     # a scenario not run for a feature the engine does not declare is said by its cell and the
     # per-feature table; unless the feature is required it is no failure to detail
     failing = [c.verdict for c in view.failing() if not c.verdict.declined]
@@ -166,6 +166,10 @@ def render_gate(view: GateView) -> str:
     for v in failing:
         text = render_verdict(v, view.oracle, blocks)
         head, _, body = text.partition("\n")
+        waiver = view.grid[v.key].waiver
+        if waiver is not None:  # said first, under the verdict's head
+            body = f"   waived by {waiver.name} {waiver_words(waiver)}" + (f"\n{body}" if body else "")
+            text = f"{head}\n{body}"
         said = body.replace(visible(v.scenario), "<scenario>")  # the same failure on another scenario
         if body and not v.comparisons and said in messages:  # said once, then referred to
             text = f"{head}\n   as {messages[said]} above"
@@ -175,10 +179,6 @@ def render_gate(view: GateView) -> str:
     return _join(lines)
 
 
-# Past this many scenarios, rows whose cells are all the same fold into one, so the grid
-# still fits a screen: "steady_decode +20" reads as steady_decode and 20 more scenarios with the
-# same verdicts, named just below the grid.
-MAX_ROWS = 24
 GRID_WIDTH = 117
 
 
@@ -234,16 +234,6 @@ def _grids(folded: list[list[str]], texts: dict[str, tuple], first: int, codes: 
             row = texts[names[0]]
             lines.append(" ".join([_label(names).ljust(first)] + [row[i].ljust(widths[i]) for i in columns]).rstrip())
     return lines
-
-
-def _fold(rows: dict[str, tuple]) -> list[list[str]]:
-    """Scenario names grouped by identical rows (each scenario alone when there are few)."""
-    if len(rows) <= MAX_ROWS:
-        return [[name] for name in rows]
-    groups: dict[tuple, list[str]] = {}
-    for name, row in rows.items():
-        groups.setdefault(row, []).append(name)
-    return list(groups.values())
 
 
 def _count(names: list) -> str:
@@ -372,16 +362,6 @@ def _state(value) -> str:
     return str(value)
 
 
-def _where(c) -> str:
-    """Records name themselves where they can: a step number, or a table row like dflash/K=8."""
-    record = _record(c.record)
-    if "row" in record:
-        return f"row {record['row']}"
-    if "step" in record:
-        return f"step {record['step']}"
-    return f"record {c.index}"
-
-
 def _show(value) -> str:
     if isinstance(value, str):
         value = visible(value)
@@ -412,6 +392,8 @@ def render_requirement_rows(view: GateView) -> str:
         lines.append(f"   {row:<18} {text}")
     for w in view.expired:
         lines.append(f"   EXPIRED waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner}, expired {w.expires})")
+    for w, cells in view.applied():
+        lines.append(f"   waiver applied: {w.name} to {', '.join(c.verdict.engine for c in cells)} {waiver_words(w)}")
     for w in view.unused:
-        lines.append(f"   unused waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner})")
+        lines.append(f"   unused waiver: {w.name} (owner {w.owner}): {view.why_unused.get(w, '')}")
     return _join(lines)

@@ -13,7 +13,7 @@ from conformance.formats.features import CORE, FEATURES
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.formats.visible import SHORT_ESCAPES, visible, visible_lines  # noqa: F401 - the reports' escape
 from conformance.judging.requirement_rows import GateResult, where_of
-from conformance.judging.verdict import DIVERGED, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, Verdict
+from conformance.judging.verdict import DIVERGED, KINDS, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, Verdict
 from conformance.judging.waivers import Waiver
 
 # The exit status: its word in a report's title, the title's explanation (markdown), and what
@@ -32,6 +32,12 @@ FEATURES_HEAD = ("by feature: per engine, the scenarios needing it that passed /
 REASONS = {NOT_ASKED: "not asked (--layers, LAYERS=)",
            NOT_SERVED: "the engine does not serve them (its hello does not declare them)",
            MISSING: "required, but the engine does not serve them (its hello does not declare them)"}
+# Every status a cell can show, in the order the count lines give them.
+STATUSES = (PASS, NUMERICS, DIVERGED, "waived") + tuple(k for k in KINDS if k not in (PASS, NUMERICS, DIVERGED))
+# Past this many scenarios, rows whose cells are all the same fold into one, so the grid
+# still fits a screen: "steady_decode +20" reads as steady_decode and 20 more scenarios with the
+# same verdicts, named just below the grid (the terminal, and the page's first screen).
+MAX_ROWS = 24
 CELL_WIDTH = 40  # a grid cell: the verdict and the first divergent field, cut to fit
 @dataclass(frozen=True)
 class FirstLine:
@@ -114,6 +120,7 @@ class GateView:
     expired: list[Waiver]
     unused: list[Waiver]
     features: list[FeatureRow] = field(default_factory=list)  # the per-feature table, `core` first
+    why_unused: dict[Waiver, str] = field(default_factory=dict)  # an unused waiver -> why it covered nothing
     # for whoever bumps the oracle pin, from the goldens: the drift across pins (report/drift.py
     # rows) and the per-pin method tables (methods_table.table_rows with its releases), or None
     # when left out (a candidate's run without --drift; no method_matrix scenario)
@@ -134,6 +141,32 @@ class GateView:
 
     def cell(self, scenario: str, engine: str) -> Cell | None:
         return self.grid.get((engine, scenario))
+
+    def folded(self) -> list[list[str]]:
+        """The grid's rows, scenario names grouped by identical cells, in the order they ran
+        (each scenario alone when there are at most MAX_ROWS)."""
+        if len(self.scenarios) <= MAX_ROWS:
+            return [[s] for s in self.scenarios]
+        groups: dict[tuple, list[str]] = {}
+        for s in self.scenarios:
+            row = tuple(c.text if (c := self.cell(s, e)) else "-" for e in self.engines)
+            groups.setdefault(row, []).append(s)
+        return list(groups.values())
+
+    def applied(self) -> list[tuple[Waiver, list[Cell]]]:
+        """Each waiver applied in this gate and the cells it waived, in grid order."""
+        by: dict[Waiver, list[Cell]] = {}
+        for s in self.scenarios:
+            for e in self.engines:
+                if (c := self.cell(s, e)) is not None and c.status == "waived" and c.waiver is not None:
+                    by.setdefault(c.waiver, []).append(c)
+        return list(by.items())
+
+    def count_line(self) -> str:
+        """`80 verdicts: 79 pass, 1 waived; gating: 79 pass, 1 waived`: the verdicts by the
+        status the reports show (a waived divergence counts as waived, never as diverged)."""
+        gating = Counter(c.status for c in self.grid.values() if c.verdict.gating)
+        return f"{len(self.grid)} verdicts: {_counted(self.counts)}; gating: {_counted(gating)}"
 
     def failing(self) -> list[Cell]:
         """The cells that did not pass, in grid order (scenario by scenario)."""
@@ -166,9 +199,18 @@ def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None =
                           for row, verdicts in result.by_requirement_row().items()},
         counts=Counter(c.status for c in grid.values()), layers=layers_headline(result.verdicts),
         judged_groups=judged_groups(result.verdicts), commands=dict(commands or {}),
-        expired=list(result.expired), unused=list(result.unused),
+        expired=list(result.expired), unused=list(result.unused), why_unused=dict(result.why_unused),
         features=feature_rows(grid, engines, features, required) if features is not None else [],
         drift=drift, methods=methods)
+
+
+def _counted(counts: Counter) -> str:
+    return ", ".join(f"{counts[k]} {k}" for k in STATUSES if counts[k]) or "none"
+
+
+def waiver_words(w: Waiver) -> str:
+    """`(owner kit-team, expires 2027-12-31): reason`: what every report says of an applied waiver."""
+    return f"(owner {w.owner}, expires {w.expires}): {w.reason}"
 
 
 def feature_rows(grid: dict[tuple[str, str], Cell], engines: list[str], features: dict[str, tuple],

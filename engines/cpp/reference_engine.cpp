@@ -9,16 +9,18 @@
 //      drafting-slot reservation, as VllmConfig._set_max_num_scheduled_tokens does.
 //   2. SimpleScheduler: a scheduler behind the kit's PortScheduler interface (the `steps` and
 //      `outputs` layers). Chunked prefill under a token budget, a running cap, K drafts per
-//      decoding request, a block-counting KV cache with FCFS or priority preemption (all
-//      requests at priority 0). A port replaces it with an adapter around its own scheduler;
-//      nothing else in this file has to change.
+//      decoding request, FCFS or priority preemption (request priorities), aborts, and
+//      BlockPool: vLLM 0.27.1's block pool (free-queue order, the null block, eviction, the
+//      hash chain and prefix-cache hits). A port replaces them with an adapter around its own
+//      scheduler; nothing else in this file has to change. It runs the synchronous loop only:
+//      its hello lists every feature but `async_scheduling`.
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
 // for them are answered with the protocol's `unsupported` error.
 //
 // Usage: reference_engine [--no-draft-reservation]
-//   Speaks protocol v2 on stdin/stdout, logs to stderr.
+//   Speaks protocol v3 on stdin/stdout, logs to stderr.
 //   --no-draft-reservation: the seed's bug, on purpose: no drafting-slot reservation, so the
 //   scheduler plans the whole max_num_batched_tokens (4096 instead of 4036 on the DFlash gate
 //   configuration). A demonstration of what the gate reports for a port that diverges.
@@ -26,8 +28,10 @@
 #include <cstdio>
 #include <deque>
 #include <iostream>
+#include <list>
 #include <memory>
 #include <set>
+#include <tuple>
 
 #include "parity/protocol.hpp"
 #include "parity/records.hpp"
@@ -46,6 +50,13 @@ using parity::Tokens;
 const char* kEngineName = "parity-cpp-reference";
 const char* kEngineVersion = "0.1.0";
 const std::vector<std::string> kServed = {"config", "steps", "outputs"};
+// The features it has (engines/PROTOCOL.md "Features"): the gate sends it no scenario needing
+// another, and gives that scenario an `unsupported` verdict naming the feature. Left out:
+// `async_scheduling` (it runs vLLM's synchronous loop).
+const std::vector<std::string> kFeatures = {
+    "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
+    "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
+    "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 
 void log_line(const char* level, const std::string& text) {
@@ -59,8 +70,9 @@ struct Settings {
     std::int64_t max_num_scheduled_tokens = 0, max_num_seqs = 0, max_model_len = 0, block_size = 16;
     std::int64_t num_speculative_tokens = 0, num_lookahead_tokens = 0, long_prefill_token_threshold = 0;
     std::int64_t num_gpu_blocks = 0;
-    bool enable_chunked_prefill = true;
+    bool enable_chunked_prefill = true, enable_prefix_caching = false;
     bool priority_policy = false;  // scheduling_policy "priority" (the default is "fcfs")
+    bool eagle_family = false;     // eagle, eagle3, mtp, dflash, dspark: a prefix-cache hit drops its last block
 };
 
 // Resolves engine_args the way vLLM 0.27.1 does for the fields the config layer records.
@@ -113,6 +125,28 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
         lookahead = k;
     if (method == "dflash") lookahead = k + 1;  // a query for the last sampled token, plus K
 
+    // VllmConfig.__post_init__: async scheduling under vLLM's generic rule. An explicit value is
+    // taken as is (on with a method it cannot run is refused); left to vLLM (null), it is on
+    // without speculation and for EAGLE-family methods, ngram_gpu and dspark, else off, saying so.
+    const bool async_methods = !spec || method == "eagle" || method == "eagle3" || method == "mtp" ||
+                               method == "dflash" || method == "dspark" || method == "ngram_gpu";
+    bool async_gpu = false;
+    if (args.async_scheduling) {
+        async_gpu = *args.async_scheduling;
+        if (async_gpu && !async_methods && method != "draft_model")
+            return refuse("Currently, async scheduling is only supported with EAGLE/MTP/Draft Model/NGram GPU/DSpark "
+                          "kind of speculative decoding");
+    } else if (!async_methods) {
+        rec.async_log_lines.push_back("Async scheduling not supported with " + method +
+                                      "-based speculative decoding and will be disabled.");
+        log_line("WARNING", rec.async_log_lines.back());
+    } else {
+        async_gpu = true;
+    }
+    rec.async_scheduling_gpu = async_gpu;
+    rec.async_scheduling_cpu = false;  // vllm/platforms/cpu.py forces it off
+    rec.batch_queue_size = async_gpu ? 2 : 1;  // max_concurrent_batches (V1 runner, no pipeline parallelism)
+
     // VllmConfig._set_max_num_scheduled_tokens (0.27.1): the drafting reservation is
     // subtracted once, from the whole budget, for max_num_seqs requests.
     std::int64_t scheduled = args.max_num_scheduled_tokens.value_or(args.max_num_batched_tokens);
@@ -146,9 +180,10 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     rec.block_size = args.block_size;
     rec.enable_prefix_caching = args.enable_prefix_caching;
     rec.enable_chunked_prefill = args.enable_chunked_prefill;
-    // The protocol compares the class name: report the vLLM class your scheduler ports
-    // (vLLM's v1 default is "Scheduler").
-    rec.scheduler_class = "Scheduler";
+    // The protocol compares the class name: the one the steps layer drives under the GPU rule.
+    // This engine runs the synchronous loop only, so it declares no `async_scheduling` feature
+    // and is sent no scenario whose GPU rule is on; its config record still says what vLLM resolves.
+    rec.scheduler_class = async_gpu ? "AsyncScheduler" : "Scheduler";
 
     settings.max_num_scheduled_tokens = scheduled;
     settings.max_num_seqs = args.max_num_seqs;
@@ -158,6 +193,9 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     settings.num_lookahead_tokens = lookahead;
     settings.long_prefill_token_threshold = args.long_prefill_token_threshold.value_or(0);
     settings.enable_chunked_prefill = args.enable_chunked_prefill;
+    settings.enable_prefix_caching = args.enable_prefix_caching;
+    settings.eagle_family = method == "eagle" || method == "eagle3" || method == "mtp" || method == "dflash" ||
+                            method == "dspark";
     settings.priority_policy = args.scheduling_policy.value_or("fcfs") == "priority";
     // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/runtime.py).
     const std::int64_t blocks_per_seq = (args.max_model_len + args.block_size - 1) / args.block_size;
@@ -166,16 +204,101 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
 }
 
 // ---- 2. the scheduler ----------------------------------------------------------------------
-// Replace this class with an adapter around your own scheduler.
+// Replace these classes with an adapter around your own scheduler.
+
+// The KV cache's block pool, as engines/PROTOCOL.md "The KV cache and its block pool" states
+// vLLM 0.27.1's (vllm/v1/core/block_pool.py): block 0 is the null block; the free queue starts
+// 1 .. N-1 and blocks are taken from its head; a taken block that holds a hash loses it
+// (eviction); freed blocks go back last block first.
+class BlockPool {
+  public:
+    using Block = std::int64_t;
+    BlockPool(std::int64_t num_blocks, bool caching)
+        : ref_(num_blocks, 0), hash_(num_blocks, -1), where_(num_blocks), caching_(caching) {
+        for (Block b = 1; b < num_blocks; ++b) where_[b] = queue_.insert(queue_.end(), b);
+    }
+    std::int64_t num_free() const { return static_cast<std::int64_t>(queue_.size()); }
+    std::int64_t num_cached() const { return cached_; }
+    std::int64_t ref(Block b) const { return ref_[b]; }
+
+    // n blocks from the head of the free queue, each held once; their hashes are evicted.
+    std::vector<Block> take(std::int64_t n) {
+        std::vector<Block> out;
+        for (std::int64_t i = 0; i < n; ++i) {
+            const Block b = queue_.front();
+            queue_.pop_front();
+            evict(b);
+            ref_[b] = 1;
+            out.push_back(b);
+        }
+        return out;
+    }
+    // A prefix-cache hit: held once more, and out of the free queue if no request held it.
+    void touch(Block b) {
+        if (ref_[b]++ == 0) queue_.erase(where_[b]);
+    }
+    // A request's blocks, visited from its last to its first. With prefix caching, blocks
+    // without a hash go to the head as a group in visiting order, hashed ones to the tail;
+    // without, every block to the tail.
+    void free(const std::vector<Block>& blocks) {
+        std::vector<Block> head;
+        for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
+            if (--ref_[*it] > 0) continue;
+            if (caching_ && hash_[*it] < 0) head.push_back(*it);
+            else where_[*it] = queue_.insert(queue_.end(), *it);
+        }
+        const auto first = queue_.begin();
+        for (Block b : head) where_[b] = queue_.insert(first, b);
+    }
+    // The first block still holding `hash`, or -1.
+    Block lookup(std::int64_t hash) const {
+        const auto it = by_hash_.find(hash);
+        return it == by_hash_.end() ? -1 : it->second.front();
+    }
+    void cache(Block b, std::int64_t hash) {
+        hash_[b] = hash;
+        by_hash_[hash].push_back(b);
+        ++cached_;
+    }
+
+  private:
+    void evict(Block b) {
+        if (hash_[b] < 0) return;
+        auto& holders = by_hash_[hash_[b]];
+        holders.erase(std::find(holders.begin(), holders.end(), b));
+        if (holders.empty()) by_hash_.erase(hash_[b]);
+        hash_[b] = -1;
+        --cached_;
+    }
+    std::vector<std::int64_t> ref_, hash_;
+    std::vector<std::list<Block>::iterator> where_;
+    std::list<Block> queue_;
+    std::map<std::int64_t, std::vector<Block>> by_hash_;  // hash -> blocks holding it, first cached first
+    std::int64_t cached_ = 0;
+    bool caching_;
+};
+
+// Block hashes: block i's is a function of block i-1's and its tokens. Interned exactly (no
+// collisions): equal hashes mean equal tokens from the prompt's start.
+class BlockHashes {
+  public:
+    std::int64_t of(std::int64_t parent, const Tokens& tokens) {
+        return ids_.emplace(std::make_pair(parent, tokens), static_cast<std::int64_t>(ids_.size())).first->second;
+    }
+
+  private:
+    std::map<std::pair<std::int64_t, Tokens>, std::int64_t> ids_;
+};
 
 class SimpleScheduler : public parity::PortScheduler {
   public:
-    explicit SimpleScheduler(const Settings& s) : s_(s), free_blocks_(s.num_gpu_blocks - 1) {}  // one null block
+    explicit SimpleScheduler(const Settings& s) : s_(s), pool_(s.num_gpu_blocks, s.enable_prefix_caching) {}
 
     void add_request(const parity::RequestSpec& spec, Tokens prompt) override {
         auto r = std::make_unique<Request>();
         r->id = spec.id;
         r->arrival_step = spec.arrival_step;
+        r->priority = spec.priority;
         r->num_prompt_tokens = static_cast<std::int64_t>(prompt.size());
         r->tokens = std::move(prompt);
         r->max_tokens = spec.max_tokens;
@@ -211,7 +334,8 @@ class SimpleScheduler : public parity::PortScheduler {
                 ++i;
                 continue;
             }
-            bool ok = allocate(*r, n);
+            std::vector<BlockPool::Block> added;
+            bool ok = allocate(*r, n, &added);
             while (!ok) {  // no room: preempt a running request, maybe this one
                 Request* victim = pick_victim();
                 const auto at = std::find(running_.begin(), running_.end(), victim);
@@ -228,10 +352,12 @@ class SimpleScheduler : public parity::PortScheduler {
                 preempt(*victim);
                 out.preempted.push_back(victim->id);
                 if (victim == r) break;
-                ok = allocate(*r, n);
+                ok = allocate(*r, n, &added);
             }
             if (!ok) break;
+            if (!added.empty()) out.block_ids[r->id] = added;  // at a running step: its new blocks
             take(r, n);
+            if (!prev_scheduled_.count(r->id)) out.resent_token_ids.push_back(r->id);  // skipped before
             prefill_scheduled |= r->is_prefill_chunk;
             ++i;
             if (!r->spec.empty()) {  // schedule as many drafts as the budget left room for
@@ -250,7 +376,10 @@ class SimpleScheduler : public parity::PortScheduler {
         while (out.preempted.empty() && !waiting_.empty() && budget > 0) {
             if (static_cast<std::int64_t>(running_.size()) >= s_.max_num_seqs) break;
             Request* r = waiting_.front();
-            std::int64_t n = r->num_tokens() - r->num_computed;
+            // Prefix-cache hits (a waiting request has 0 computed tokens, new or preempted).
+            const std::vector<BlockPool::Block> hits = lookup(*r);
+            const std::int64_t hit_tokens = static_cast<std::int64_t>(hits.size()) * s_.block_size;
+            std::int64_t n = r->num_tokens() - hit_tokens;
             bool pad = false;
             // vLLM admits a one-token prompt straight into decode, padded with K placeholder
             // drafts, when the running queue's requests scheduled this step are all decoding
@@ -265,9 +394,24 @@ class SimpleScheduler : public parity::PortScheduler {
             if (!s_.enable_chunked_prefill && n > budget) break;
             n = std::min(n, budget);
             // SchedulerConfig.scheduler_reserve_full_isl (on by default): a waiting request is
-            // admitted only when its whole sequence fits in the free blocks, not its first chunk alone.
-            if (blocks_for(std::min(r->num_tokens(), s_.max_model_len)) > free_blocks_) break;
-            if (!allocate(*r, n)) break;
+            // admitted only when its whole sequence fits in the free blocks, not its first chunk
+            // alone. Hit blocks count toward its blocks; those in the free queue also against the
+            // free blocks, since taking them removes them from the queue.
+            std::int64_t hits_free = 0;
+            for (auto b : hits) hits_free += pool_.ref(b) == 0;
+            const auto fits = [&](std::int64_t tokens) {
+                return blocks_for(std::min(tokens, s_.max_model_len)) - static_cast<std::int64_t>(hits.size()) +
+                           hits_free <= pool_.num_free();
+            };
+            if (!fits(r->num_tokens()) || !fits(hit_tokens + n + s_.num_lookahead_tokens)) break;
+            for (auto b : hits) pool_.touch(b);
+            r->block_ids = hits;
+            r->num_cached_blocks = static_cast<std::int64_t>(hits.size());
+            r->num_computed = hit_tokens;
+            allocate(*r, n);
+            out.block_ids[r->id] = r->block_ids;  // at admission: the whole table
+            out.cached_tokens[r->id] = hit_tokens;
+            if (r->num_preemptions > 0) out.resent_token_ids.push_back(r->id);
             waiting_.pop_front();
             running_.push_back(r);
             (r->num_preemptions > 0 ? out.resumed : out.new_).push_back(r->id);
@@ -275,6 +419,16 @@ class SimpleScheduler : public parity::PortScheduler {
             take(r, n);
             if (pad) out.spec_tokens[r->id] = Tokens(s_.num_speculative_tokens, -1);
         }
+
+        // The common prefix: the leading blocks of the running queue's first request held by
+        // every request that holds blocks (vLLM's get_num_common_prefix_blocks).
+        if (s_.enable_prefix_caching && !running_.empty())
+            for (auto b : running_.front()->block_ids) {
+                if (pool_.ref(b) != static_cast<std::int64_t>(with_blocks_.size())) break;
+                ++out.num_common_prefix_blocks;
+            }
+        prev_scheduled_.clear();
+        for (Request* r : scheduled) prev_scheduled_.insert(r->id);
 
         // The model runs on what was scheduled: computed tokens advance now (drafts included).
         for (Request* r : scheduled) {
@@ -303,18 +457,29 @@ class SimpleScheduler : public parity::PortScheduler {
                 r.tokens.push_back(t);
                 if (r.stop_token_ids.count(t)) {
                     r.finish_reason = "stop";
+                    r.stop_reason = t;
                 } else if (r.num_tokens() >= s_.max_model_len || r.num_output_tokens() >= r.max_tokens) {
                     r.finish_reason = "length";
                 }
                 if (r.finish_reason) break;
             }
             if (r.finish_reason) {
-                free_blocks_ += r.blocks;
-                r.blocks = 0;
+                release(r);
                 r.running = false;
                 running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
             }
         }
+    }
+
+    void abort(const std::string& id) override {
+        Request& r = get(id);
+        if (r.finish_reason) return;
+        running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
+        waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
+        release(r);
+        r.spec.clear();
+        r.running = false;
+        r.finish_reason = "abort";
     }
 
     void update_draft_token_ids(const std::vector<std::pair<std::string, Tokens>>& drafts) override {
@@ -335,9 +500,15 @@ class SimpleScheduler : public parity::PortScheduler {
         return Tokens(r.tokens.begin() + r.num_prompt_tokens, r.tokens.end());
     }
     std::optional<std::string> finish_reason(const std::string& id) const override { return get(id).finish_reason; }
+    std::optional<Token> stop_reason(const std::string& id) const override { return get(id).stop_reason; }
+    Tokens draft_token_ids(const std::string& id) const override { return get(id).spec; }
 
-    std::int64_t num_kv_blocks(const std::string& id) const override { return get(id).blocks; }
-    parity::KvBlocks kv_blocks() const override { return {free_blocks_, s_.num_gpu_blocks - 1 - free_blocks_}; }
+    std::int64_t num_kv_blocks(const std::string& id) const override {
+        return static_cast<std::int64_t>(get(id).block_ids.size());
+    }
+    parity::KvBlocks kv_blocks() const override {
+        return {pool_.num_free(), s_.num_gpu_blocks - 1 - pool_.num_free(), pool_.num_cached()};
+    }
     std::vector<std::string> waiting() const override { return ids(waiting_); }
     std::vector<std::string> running() const override { return ids(running_); }
 
@@ -345,9 +516,12 @@ class SimpleScheduler : public parity::PortScheduler {
     struct Request {
         std::string id;
         Tokens tokens;  // prompt + outputs
-        std::int64_t arrival_step = 0, num_prompt_tokens = 0, max_tokens = 0, num_computed = 0, blocks = 0,
-                     num_preemptions = 0;
+        std::int64_t arrival_step = 0, priority = 0, num_prompt_tokens = 0, max_tokens = 0, num_computed = 0, num_preemptions = 0;
+        std::vector<BlockPool::Block> block_ids;  // its block table
+        std::int64_t num_cached_blocks = 0;       // its leading blocks holding their hash
+        std::vector<std::int64_t> hashes;         // its full blocks' hashes, computed once
         std::set<Token> stop_token_ids;
+        std::optional<Token> stop_reason;
         Tokens spec;  // drafts proposed for the next step
         bool running = false, is_prefill_chunk = false;
         std::optional<std::string> finish_reason;
@@ -366,25 +540,68 @@ class SimpleScheduler : public parity::PortScheduler {
 
     std::int64_t blocks_for(std::int64_t tokens) const { return (tokens + s_.block_size - 1) / s_.block_size; }
 
-    // KV blocks for computed + new tokens plus the lookahead slots of the drafts to come.
-    bool allocate(Request& r, std::int64_t n) {
+    // KV blocks for computed + new tokens plus the lookahead slots of the drafts to come, taken
+    // from the free queue's head (appended to `added`); then the blocks the scheduled tokens
+    // fill are cached, drafts and lookahead slots never (KVCacheManager.allocate_slots).
+    bool allocate(Request& r, std::int64_t n, std::vector<BlockPool::Block>* added = nullptr) {
         const std::int64_t needed = blocks_for(std::min(r.num_computed + n + s_.num_lookahead_tokens, s_.max_model_len));
-        const std::int64_t more = std::max<std::int64_t>(0, needed - r.blocks);
-        if (more > free_blocks_) return false;
-        free_blocks_ -= more;
-        r.blocks += more;
+        const std::int64_t more = std::max<std::int64_t>(0, needed - static_cast<std::int64_t>(r.block_ids.size()));
+        if (more > pool_.num_free()) return false;
+        with_blocks_.insert(r.id);  // vLLM's req_to_blocks entry, made by an allocation
+        for (auto b : pool_.take(more)) {
+            r.block_ids.push_back(b);
+            if (added) added->push_back(b);
+        }
+        if (s_.enable_prefix_caching) {
+            const std::int64_t full = std::min(r.num_computed + n, r.num_tokens()) / s_.block_size;
+            for (; r.num_cached_blocks < full; ++r.num_cached_blocks)
+                pool_.cache(r.block_ids[r.num_cached_blocks], hash(r, r.num_cached_blocks));
+        }
         return true;
     }
 
-    // FCFS preempts the last running request. The priority policy preempts the lowest priority,
-    // then the latest arrival: max() over the running queue by (priority, arrival time), which
-    // keeps the first of equals. Every request here has priority 0 (the workload has none), and
-    // the oracle's arrival time is the arrival step.
+    // Block i's hash (a full block of its tokens).
+    std::int64_t hash(Request& r, std::int64_t i) {
+        while (static_cast<std::int64_t>(r.hashes.size()) <= i) {
+            const std::int64_t j = static_cast<std::int64_t>(r.hashes.size());
+            const Tokens block(r.tokens.begin() + j * s_.block_size, r.tokens.begin() + (j + 1) * s_.block_size);
+            r.hashes.push_back(hashes_.of(j == 0 ? -1 : r.hashes.back(), block));
+        }
+        return r.hashes[i];
+    }
+
+    // The cached blocks a request admitted now hits: its block hashes from the first, at most
+    // floor((tokens - 1) / block_size), to the first not cached; an EAGLE-family method drops
+    // the last hit block.
+    std::vector<BlockPool::Block> lookup(Request& r) {
+        std::vector<BlockPool::Block> hits;
+        if (!s_.enable_prefix_caching) return hits;
+        for (std::int64_t i = 0; i < (r.num_tokens() - 1) / s_.block_size; ++i) {
+            const BlockPool::Block b = pool_.lookup(hash(r, i));
+            if (b < 0) break;
+            hits.push_back(b);
+        }
+        if (s_.eagle_family && !hits.empty()) hits.pop_back();
+        return hits;
+    }
+
+    // A finished or preempted request gives its blocks back (last block first).
+    void release(Request& r) {
+        pool_.free(r.block_ids);
+        r.block_ids.clear();
+        r.num_cached_blocks = 0;
+        with_blocks_.erase(r.id);
+    }
+
+    // FCFS preempts the last running request. The priority policy preempts the lowest priority
+    // (the largest value), then the latest arrival: max() over the running queue by (priority,
+    // arrival time), which keeps the first of equals. The oracle's arrival time is the arrival step.
     Request* pick_victim() const {
         if (!s_.priority_policy) return running_.back();
         Request* victim = running_.front();
         for (Request* r : running_)
-            if (r->arrival_step > victim->arrival_step) victim = r;
+            if (std::make_pair(r->priority, r->arrival_step) > std::make_pair(victim->priority, victim->arrival_step))
+                victim = r;
         return victim;
     }
 
@@ -397,15 +614,14 @@ class SimpleScheduler : public parity::PortScheduler {
             return;
         }
         auto later = [&](const Request* w) {
-            return std::make_pair(w->arrival_step, w->id) > std::make_pair(r.arrival_step, r.id);
+            return std::make_tuple(w->priority, w->arrival_step, w->id) > std::make_tuple(r.priority, r.arrival_step, r.id);
         };
         waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), later), &r);
     }
 
     // Back to the waiting queue (FCFS: at its front); everything is recomputed on resumption.
     void preempt(Request& r) {
-        free_blocks_ += r.blocks;
-        r.blocks = 0;
+        release(r);
         r.num_computed = 0;
         r.spec.clear();
         r.running = false;
@@ -414,7 +630,10 @@ class SimpleScheduler : public parity::PortScheduler {
     }
 
     Settings s_;
-    std::int64_t free_blocks_;
+    BlockPool pool_;
+    BlockHashes hashes_;
+    std::set<std::string> with_blocks_;    // requests with a block table entry (vLLM's req_to_blocks)
+    std::set<std::string> prev_scheduled_;  // scheduled at the step before
     std::map<std::string, std::unique_ptr<Request>> requests_;
     std::vector<Request*> running_;
     std::deque<Request*> waiting_;
@@ -443,8 +662,10 @@ void handle_run(parity::Session& session, const json& message) {
         if (!result) {
             if (!scenario.workload)
                 throw RunError(ErrorKind::bad_request, "the steps and outputs layers need a workload; this scenario has none");
-            if (scenario.engine_args.async_scheduling)
-                throw RunError(ErrorKind::bad_request, "engine_args.async_scheduling must be false for the steps layer");
+            if (config.async_scheduling_gpu)  // the batch-queue loop: not implemented here
+                throw RunError(ErrorKind::unsupported,
+                               "async scheduling resolves on (async_scheduling_gpu): the reference engine runs the "
+                               "synchronous loop only, and its hello lists no async_scheduling feature");
             SimpleScheduler scheduler(settings);
             result = parity::run_workload(*scenario.workload, settings.num_speculative_tokens, scheduler);
         }
@@ -476,6 +697,6 @@ int main(int argc, char** argv) {
         }
     }
     parity::Session session(stdout);
-    session.hello(kEngineName, kEngineVersion, kServed);
+    session.hello(kEngineName, kEngineVersion, kServed, nullptr, kFeatures);
     return parity::serve(session, stdin, handle_run);
 }

@@ -25,7 +25,7 @@ from concurrent.futures import Future
 from conformance.formats.fields import ScenarioError
 from conformance.formats.workload import draft, request_prompts, verify
 
-from .steps_layer import new_request, output_record
+from .new_requests import new_request, output_record
 
 # The attributes EngineCore.step, step_with_batch_queue and post_step read, per release
 # (vllm/v1/engine/core.py EngineCore.__init__): 0.27.1 and 0.28.0 read `is_ec_consumer`

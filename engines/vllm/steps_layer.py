@@ -31,9 +31,9 @@ from collections import deque
 from conformance.formats.workload import draft, request_prompts, validate_workload, verify
 
 from . import per_run
+from .new_requests import abort_requests, new_request, output_record
 
 
-ARRIVAL_TIME_BASE = 1_000_000.0  # fixed arrival times: nothing depends on the clock
 
 
 def steps(scenario: dict, stop_after_step: int | None = None):
@@ -192,41 +192,6 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         yield None
 
     yield [output_record(rid, requests[rid]) for rid in sorted(requests)]
-
-
-def new_request(req: dict, prompt, arrival: int, block_hasher):
-    """The Request a workload entry becomes when it arrives at driver step `arrival` (the
-    synchronous driver's and the batch-queue loop's one way to make it)."""
-    from vllm import SamplingParams
-    from vllm.v1.request import Request
-
-    params = SamplingParams(max_tokens=req["max_tokens"], stop_token_ids=list(req["stop_token_ids"]),
-                            ignore_eos=True)
-    kwargs = {"block_hasher": block_hasher} if block_hasher is not None else {}
-    return Request(request_id=req["id"], prompt_token_ids=list(prompt), sampling_params=params,
-                   pooling_params=None, arrival_time=ARRIVAL_TIME_BASE + arrival,
-                   priority=req.get("priority", 0), **kwargs)
-
-
-def abort_requests(scheduler, ids) -> list:
-    """A client's aborts at one step, in workload order, one finish_requests() call per id:
-    given several ids at once, vLLM walks them as a set, so the order their blocks are freed
-    (and the block ids handed out next) would follow PYTHONHASHSEED. Returns the requests
-    aborted (a request already finished is left alone)."""
-    from vllm.v1.request import RequestStatus
-
-    aborted = []
-    for rid in ids:
-        aborted += scheduler.finish_requests(rid, RequestStatus.FINISHED_ABORTED)
-    return aborted
-
-
-def output_record(rid: str, request) -> dict:
-    reason = request.get_finished_reason()
-    stop = request.stop_reason
-    return {"id": rid, "output_token_ids": [int(t) for t in request.output_token_ids],
-            "finish_reason": reason.name.lower() if reason is not None else None,
-            "stop_reason": int(stop) if isinstance(stop, int) else None}
 
 
 class Drafter:

@@ -6,14 +6,39 @@
 
 namespace parity {
 
+std::map<std::string, Tokens> request_prompts(const Workload& workload) {
+    std::map<std::string, Tokens> prompts;
+    for (const auto& r : workload.requests) {  // a continued request comes earlier in the workload
+        Tokens prompt;
+        if (r.prefix) {
+            const auto& p = *std::find_if(workload.prefixes.begin(), workload.prefixes.end(),
+                                          [&](const Prefix& x) { return x.name == *r.prefix; });
+            prompt = standin::prefix_tokens(workload.seed, p.name, p.len, workload.vocab_size);
+        } else if (r.continues) {
+            const auto& e = *std::find_if(workload.requests.begin(), workload.requests.end(),
+                                          [&](const RequestSpec& x) { return x.id == *r.continues; });
+            prompt = prompts.at(e.id);
+            const Tokens answer = standin::expected_output(workload.seed, prompt, e.max_tokens, e.stop_token_ids,
+                                                           workload.max_model_len, workload.vocab_size);
+            prompt.insert(prompt.end(), answer.begin(), answer.end());
+        }
+        const Tokens own = standin::prompt_tokens(workload.seed, r.id, r.prompt_len, workload.vocab_size);
+        prompt.insert(prompt.end(), own.begin(), own.end());
+        prompts[r.id] = std::move(prompt);
+    }
+    return prompts;
+}
+
 WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortScheduler& scheduler) {
-    std::map<std::int64_t, std::vector<const RequestSpec*>> arrivals;
+    std::map<std::int64_t, std::vector<const RequestSpec*>> arrivals, aborts;
+    std::map<std::string, Tokens> prompts = request_prompts(workload);
     std::map<std::string, const RequestSpec*> specs;
     std::map<std::string, std::int64_t> verified;  // verify steps so far, per request
     for (const auto& r : workload.requests) {
         arrivals[r.arrival_step].push_back(&r);
         specs[r.id] = &r;
         verified[r.id] = 0;
+        if (r.abort_step) aborts[*r.abort_step].push_back(&r);
     }
     std::set<std::string> added;
     WorkloadResult result;
@@ -23,12 +48,19 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
     for (std::int64_t step = 0;; ++step) {
         if (auto it = arrivals.find(step); it != arrivals.end())
             for (const RequestSpec* r : it->second) {
-                scheduler.add_request(*r, standin::prompt_tokens(seed, r->id, r->prompt_len, vocab));
+                scheduler.add_request(*r, prompts.at(r->id));
                 added.insert(r->id);
             }
+        std::vector<std::string> aborted;
+        if (auto it = aborts.find(step); it != aborts.end())
+            for (const RequestSpec* r : it->second)
+                if (!scheduler.is_finished(r->id)) {  // one id per call, in workload order
+                    scheduler.abort(r->id);
+                    aborted.push_back(r->id);
+                }
         bool all_done = added.size() == specs.size();
         for (const auto& id : added) all_done = all_done && scheduler.is_finished(id);
-        if (all_done) break;
+        if (all_done && aborted.empty()) break;  // the step after an abort is always recorded
         if (step >= workload.max_steps)
             throw RunError(ErrorKind::internal, "the workload did not finish within max_steps=" +
                                                     std::to_string(workload.max_steps));
@@ -41,6 +73,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
 
         StepRecord rec;
         rec.step = step;
+        rec.aborted = aborted;
         rec.token_budget = out.token_budget;
         for (const auto& id : out.order) {
             auto drafts = out.spec_tokens.find(id);
@@ -48,12 +81,18 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
             parity::StepRequest entry;
             entry.tokens = n;
             entry.draft_tokens = drafts == out.spec_tokens.end() ? 0 : static_cast<std::int64_t>(drafts->second.size());
+            if (drafts != out.spec_tokens.end()) entry.draft_token_ids = drafts->second;
+            if (auto b = out.block_ids.find(id); b != out.block_ids.end()) entry.block_ids = b->second;
+            if (auto c = out.cached_tokens.find(id); c != out.cached_tokens.end()) entry.cached_tokens = c->second;
+            entry.resent_token_ids = std::find(out.resent_token_ids.begin(), out.resent_token_ids.end(), id) !=
+                                     out.resent_token_ids.end();
             rec.requests[id] = entry;
             rec.total_num_scheduled_tokens += n;
         }
         rec.new_ = out.new_;
         rec.resumed = out.resumed;
         rec.preempted = out.preempted;
+        rec.num_common_prefix_blocks = out.num_common_prefix_blocks;
 
         // The stand-in model runner.
         std::map<std::string, Tokens> sampled;
@@ -83,10 +122,12 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
             entry.computed_tokens = scheduler.num_computed_tokens(id);
             entry.output_tokens = static_cast<std::int64_t>(scheduler.output_token_ids(id).size());
             entry.kv_blocks = scheduler.num_kv_blocks(id);
+            if (!tokens.empty()) rec.emitted.push_back(id);  // a client output: it sampled
         }
         const KvBlocks blocks = scheduler.kv_blocks();
         rec.kv_free = blocks.free;
         rec.kv_used = blocks.used;
+        rec.kv_cached = blocks.cached;
         rec.waiting = scheduler.waiting();
         rec.running = scheduler.running();
 
@@ -101,6 +142,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
             }
             scheduler.update_draft_token_ids(drafts);
         }
+        for (auto& [id, entry] : rec.requests) entry.next_draft_token_ids = scheduler.draft_token_ids(id);
         result.steps.push_back(std::move(rec));
     }
     for (const auto& [id, spec] : specs) {  // std::map: sorted by id
@@ -108,6 +150,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
         o.id = id;
         o.output_token_ids = scheduler.output_token_ids(id);
         o.finish_reason = scheduler.finish_reason(id);
+        o.stop_reason = scheduler.stop_reason(id);
         result.outputs.push_back(std::move(o));
     }
     return result;

@@ -1,4 +1,4 @@
-// Protocol v2 framing and messages: see include/parity/protocol.hpp and engines/PROTOCOL.md.
+// Protocol v3 framing and messages: see include/parity/protocol.hpp and engines/PROTOCOL.md.
 #include "parity/protocol.hpp"
 
 #include <cmath>
@@ -185,10 +185,12 @@ void Session::send(const json& message, bool strict) {
 }
 
 void Session::hello(const std::string& engine, const std::string& version,
-                    const std::vector<std::string>& capabilities, const json& environment) {
+                    const std::vector<std::string>& capabilities, const json& environment,
+                    const std::optional<std::vector<std::string>>& features) {
     json message = {{"type", "hello"},   {"protocol", kProtocolVersion},   {"engine", engine},
                     {"version", version}, {"capabilities", capabilities}};
     if (!environment.is_null()) message["environment"] = environment;
+    if (features) message["features"] = *features;
     send(message);
 }
 

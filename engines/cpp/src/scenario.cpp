@@ -1,6 +1,7 @@
 // Typed scenario reader: see include/parity/scenario.hpp.
 #include "parity/scenario.hpp"
 
+#include <algorithm>
 #include <set>
 
 namespace parity {
@@ -102,6 +103,22 @@ Workload read_workload(const json& raw, std::int64_t max_model_len) {
     w.seed = static_cast<std::uint64_t>(integer(require(raw, "workload.", "seed"), "workload.seed", 0, INT64_MAX));
     w.vocab_size = integer(require(raw, "workload.", "vocab_size"), "workload.vocab_size", 2, kMaxVocabSize);
     w.max_steps = integer(require(raw, "workload.", "max_steps"), "workload.max_steps", 1, kMaxSteps);
+    w.max_model_len = max_model_len;
+    if (const json* v = find(raw, "prefixes")) {
+        if (!v->is_array() || v->size() > kMaxPrefixes)
+            fail("workload.prefixes", "must be an array of at most " + std::to_string(kMaxPrefixes) + " prefixes");
+        for (std::size_t i = 0; i < v->size(); ++i) {
+            const std::string where = "workload.prefixes[" + std::to_string(i) + "]";
+            const json& p = object((*v)[i], where);
+            Prefix prefix;
+            prefix.name = string(require(p, where + ".", "name"), where + ".name");
+            if (!valid_id(prefix.name)) fail(where + ".name", "must be 1-32 characters of A-Z a-z 0-9 _ -");
+            for (const auto& other : w.prefixes)
+                if (other.name == prefix.name) fail(where + ".name", "duplicate prefix name " + prefix.name);
+            prefix.len = integer(require(p, where + ".", "len"), where + ".len", 1, max_model_len);
+            w.prefixes.push_back(std::move(prefix));
+        }
+    }
     const json& reqs = require(raw, "workload.", "requests");
     if (!reqs.is_array() || reqs.empty() || reqs.size() > kMaxRequests)
         fail("workload.requests", "must be an array of 1 to " + std::to_string(kMaxRequests) + " requests");
@@ -114,12 +131,26 @@ Workload read_workload(const json& raw, std::int64_t max_model_len) {
         if (!valid_id(q.id)) fail(where + ".id", "must be 1-32 characters of A-Z a-z 0-9 _ -");
         if (!seen.insert(q.id).second) fail(where + ".id", "duplicate request id " + q.id);
         q.arrival_step = integer(require(r, where + ".", "arrival_step"), where + ".arrival_step", 0, w.max_steps - 1);
-        q.prompt_len = integer(require(r, where + ".", "prompt_len"), where + ".prompt_len", 1, max_model_len);
+        q.prefix = opt_string(r, where + ".", "prefix");
+        q.continues = opt_string(r, where + ".", "continues");
+        if (q.prefix && q.continues) fail(where + ".continues", "a request continues another or starts with a prefix, not both");
+        if (q.prefix && std::none_of(w.prefixes.begin(), w.prefixes.end(), [&](const Prefix& p) { return p.name == *q.prefix; }))
+            fail(where + ".prefix", "names " + *q.prefix + ", which workload.prefixes does not");
+        if (q.continues) {
+            auto earlier = std::find_if(w.requests.begin(), w.requests.end(),
+                                        [&](const RequestSpec& e) { return e.id == *q.continues; });
+            if (earlier == w.requests.end()) fail(where + ".continues", "must name an earlier request");
+            if (earlier->abort_step) fail(where + ".continues", "names a request with an abort_step");
+        }
+        const bool based = q.prefix || q.continues;
+        q.prompt_len = integer(require(r, where + ".", "prompt_len"), where + ".prompt_len", based ? 0 : 1, max_model_len);
         q.max_tokens = integer(require(r, where + ".", "max_tokens"), where + ".max_tokens", 1, max_model_len);
         if (q.prompt_len + q.max_tokens > max_model_len)
             fail(where + ".max_tokens", "prompt_len + max_tokens exceeds engine_args.max_model_len");
         if (const json* v = find(r, "stop_token_ids"))
             q.stop_token_ids = int_list(*v, where + ".stop_token_ids", 0, w.vocab_size - 1, true);
+        q.abort_step = opt_int(r, where + ".", "abort_step", q.arrival_step, w.max_steps - 1);
+        q.priority = opt_int(r, where + ".", "priority", kMinPriority, kMaxPriority).value_or(0);
         if (const json* v = find(r, "acceptance"))
             q.acceptance = int_list(*v, where + ".acceptance", 0, kMaxAccept, false);
         w.requests.push_back(std::move(q));
@@ -147,7 +178,8 @@ Scenario read_scenario(const json& raw) {
     e.block_size = integer(require(a, w, "block_size"), w + "block_size", 1, kMaxTokensLimit);
     e.enable_prefix_caching = boolean(require(a, w, "enable_prefix_caching"), w + "enable_prefix_caching");
     e.enable_chunked_prefill = boolean(require(a, w, "enable_chunked_prefill"), w + "enable_chunked_prefill");
-    e.async_scheduling = boolean(require(a, w, "async_scheduling"), w + "async_scheduling");
+    if (const json* v = find(a, "async_scheduling"); v && !v->is_null())
+        e.async_scheduling = boolean(*v, w + "async_scheduling");
     e.dtype = opt_string(a, w, "dtype");
     e.scheduling_policy = opt_string(a, w, "scheduling_policy");
     e.seed = opt_int(a, w, "seed", 0, INT64_MAX);

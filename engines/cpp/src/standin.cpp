@@ -3,6 +3,7 @@
 
 #include <blake2.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 
@@ -81,6 +82,25 @@ Tokens prompt_tokens(std::uint64_t seed, const std::string& req_id, std::int64_t
         out.push_back(static_cast<Token>(modulo(h.digest(), vocab_size)));
     }
     return out;
+}
+
+Tokens prefix_tokens(std::uint64_t seed, const std::string& name, std::int64_t n, std::int64_t vocab_size) {
+    return prompt_tokens(seed, "prefix/" + name, n, vocab_size);
+}
+
+Tokens expected_output(std::uint64_t seed, const Tokens& prompt, std::int64_t max_tokens,
+                       const std::vector<std::int64_t>& stop_token_ids, std::int64_t max_model_len,
+                       std::int64_t vocab_size) {
+    Tokens context = prompt, out;
+    for (;;) {
+        const Token token = target_next(seed, context, vocab_size);
+        out.push_back(token);
+        context.push_back(token);
+        const bool stop = std::find(stop_token_ids.begin(), stop_token_ids.end(), token) != stop_token_ids.end();
+        if (stop || static_cast<std::int64_t>(out.size()) >= max_tokens ||
+            (max_model_len > 0 && static_cast<std::int64_t>(context.size()) >= max_model_len))
+            return out;
+    }
 }
 
 Tokens draft(std::uint64_t seed, const Tokens& tokens, std::int64_t k, std::int64_t accept, std::int64_t vocab_size) {

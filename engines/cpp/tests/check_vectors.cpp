@@ -46,6 +46,12 @@ int main(int argc, char** argv) {
             got = st::target_next(seed, c.at("tokens").get<st::Tokens>(), vocab);
         } else if (fn == "prompt_tokens") {
             got = st::prompt_tokens(seed, c.at("id").get<std::string>(), c.at("n").get<std::int64_t>(), vocab);
+        } else if (fn == "prefix_tokens") {
+            got = st::prefix_tokens(seed, c.at("name").get<std::string>(), c.at("n").get<std::int64_t>(), vocab);
+        } else if (fn == "expected_output") {
+            got = st::expected_output(seed, c.at("tokens").get<st::Tokens>(), c.at("max_tokens").get<std::int64_t>(),
+                                      c.at("stop_token_ids").get<std::vector<std::int64_t>>(),
+                                      c.at("max_model_len").get<std::int64_t>(), vocab);
         } else if (fn == "draft") {
             got = st::draft(seed, c.at("tokens").get<st::Tokens>(), c.at("k").get<std::int64_t>(),
                             c.at("accept").get<std::int64_t>(), vocab);

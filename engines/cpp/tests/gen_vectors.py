@@ -4,6 +4,9 @@
 Writes JSON lines to the path given (default: stdout), one case per line:
     {"fn": "target_next", "seed", "tokens", "vocab", "expect": int}
     {"fn": "prompt_tokens", "seed", "id", "n", "vocab", "expect": [int]}
+    {"fn": "prefix_tokens", "seed", "name", "n", "vocab", "expect": [int]}
+    {"fn": "expected_output", "seed", "tokens", "max_tokens", "stop_token_ids", "max_model_len", "vocab",
+     "expect": [int]}  (max_model_len 0: none)
     {"fn": "draft", "seed", "tokens", "k", "accept", "vocab", "expect": [int]}
     {"fn": "verify", "seed", "tokens", "drafts", "vocab", "expect": [int]}
 engines/cpp/tests/check_vectors.cpp reproduces every case and counts mismatches.
@@ -23,7 +26,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from conformance.formats.workload import (  # noqa: E402
-    CONTEXT, MAX_SEED, MAX_VOCAB_SIZE, draft, prompt_tokens, target_next, verify)
+    CONTEXT, MAX_SEED, MAX_VOCAB_SIZE, draft, expected_output, prefix_tokens, prompt_tokens, target_next, verify)
 
 ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 
@@ -52,6 +55,23 @@ def cases(rng: random.Random):
         n = rng.choice([0, 1, 2, 17, rng.randrange(0, 200)])
         yield {"fn": "prompt_tokens", "seed": s, "id": rid, "n": n, "vocab": v,
                "expect": prompt_tokens(s, rid, n, v)}
+    for _ in range(300):
+        v, s = vocab(), seed()
+        name = "".join(rng.choice(ID_CHARS) for _ in range(rng.choice([1, 3, 32])))
+        n = rng.choice([1, 2, 16, rng.randrange(1, 100)])
+        yield {"fn": "prefix_tokens", "seed": s, "name": name, "n": n, "vocab": v,
+               "expect": prefix_tokens(s, name, n, v)}
+    for _ in range(300):
+        v, s = vocab(), seed()
+        t = tokens(v, longest=40)
+        max_tokens = rng.choice([1, 2, 5, rng.randrange(1, 60)])
+        # stop tokens the output meets (taken from what it would say) or random ones
+        free_run = expected_output(s, t, max_tokens, [], None, v)
+        stops = rng.choice([[], [rng.choice(free_run)], [rng.randrange(0, v) for _ in range(3)]])
+        limit = rng.choice([0, len(t) + rng.randrange(1, max_tokens + 1)])
+        yield {"fn": "expected_output", "seed": s, "tokens": t, "max_tokens": max_tokens, "stop_token_ids": stops,
+               "max_model_len": limit, "vocab": v,
+               "expect": expected_output(s, t, max_tokens, stops, limit or None, v)}
     for _ in range(1500):
         v, s = vocab(), seed()
         t = tokens(v, longest=20)  # K larger than the tokens so far is common here

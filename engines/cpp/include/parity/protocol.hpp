@@ -1,4 +1,4 @@
-// vllm-parity engine protocol, version 2, for C++ engines (see engines/PROTOCOL.md).
+// vllm-parity engine protocol, version 3, for C++ engines (see engines/PROTOCOL.md).
 //
 // JSON lines over stdin/stdout. This header gives a port everything the framing needs:
 //   - LineReader: reads one '\n'-terminated line with a hard size limit (64 MiB), never more;
@@ -23,7 +23,7 @@ namespace parity {
 
 using json = nlohmann::json;
 
-constexpr int kProtocolVersion = 2;
+constexpr int kProtocolVersion = 3;
 constexpr std::size_t kMaxLineBytes = 64u * 1024u * 1024u;  // one message, as PROTOCOL.md
 constexpr int kMaxDepth = 64;  // the message object itself is depth 1
 
@@ -74,8 +74,12 @@ class Session {
     explicit Session(std::FILE* out = stdout) : out_(out) {}
 
     // First line: hello. `environment` is optional provenance (an object, or null).
+    // `features`: the features the engine has (engines/PROTOCOL.md "Features"; names from
+    // conformance/formats/features.py). Left out (nullopt): every feature. A scenario needing
+    // one not listed is not sent to the engine; its verdict is `unsupported`.
     void hello(const std::string& engine, const std::string& version,
-               const std::vector<std::string>& capabilities, const json& environment = nullptr);
+               const std::vector<std::string>& capabilities, const json& environment = nullptr,
+               const std::optional<std::vector<std::string>>& features = std::nullopt);
 
     // Starts answering run `id`: resets the per-layer seq counters and the record count.
     void begin_run(const std::string& id);

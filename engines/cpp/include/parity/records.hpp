@@ -39,9 +39,18 @@ struct ConfigRecord {
     bool enable_prefix_caching = false, enable_chunked_prefill = false;
     std::string scheduler_class;
     std::vector<std::string> budget_log_lines;  // verbatim, in order (see BudgetLog)
+    // Async scheduling: as vLLM's generic rule resolves it (what a GPU host runs), after the CPU
+    // platform's rule (always off), the batch queue's size under the GPU rule, and the log
+    // lines the resolution printed about it (kept on a refusal too).
+    bool async_scheduling_gpu = false, async_scheduling_cpu = false;
+    std::int64_t batch_queue_size = 1;
+    std::vector<std::string> async_log_lines;
 
     json to_json() const {
-        if (refused) return {{"refused", refused->to_json()}, {"budget_log_lines", budget_log_lines}};
+        if (refused)
+            return {{"refused", refused->to_json()},
+                    {"budget_log_lines", budget_log_lines},
+                    {"async_log_lines", async_log_lines}};
         auto opt = [](const auto& o) { return o ? json(*o) : json(nullptr); };
         return {{"refused", nullptr},
                 {"max_num_batched_tokens", max_num_batched_tokens},
@@ -57,7 +66,11 @@ struct ConfigRecord {
                 {"enable_prefix_caching", enable_prefix_caching},
                 {"enable_chunked_prefill", enable_chunked_prefill},
                 {"scheduler_class", scheduler_class},
-                {"budget_log_lines", budget_log_lines}};
+                {"budget_log_lines", budget_log_lines},
+                {"async_scheduling_gpu", async_scheduling_gpu},
+                {"async_scheduling_cpu", async_scheduling_cpu},
+                {"batch_queue_size", batch_queue_size},
+                {"async_log_lines", async_log_lines}};
     }
 };
 
@@ -90,6 +103,13 @@ struct StepRequest {  // a request scheduled this step
     std::int64_t computed_tokens = 0;           // after the update (rejected drafts given back)
     std::int64_t output_tokens = 0;             // after the update (cut at a stop token)
     std::int64_t kv_blocks = 0;                 // KV blocks it holds after the update (0 once finished)
+    // Its identities (`steps` only, engines/PROTOCOL.md "steps request entry"), from the
+    // scheduler's own output and state, never recomputed:
+    std::optional<std::vector<std::int64_t>> block_ids;  // one KV cache group; nullopt: null (no new block)
+    std::int64_t cached_tokens = 0;              // the prefix-cache hit of its admission; 0 at a running step
+    std::vector<std::int64_t> draft_token_ids;   // the drafts scheduled (-1: a padded admission's placeholder)
+    bool resent_token_ids = false;               // the output carries all its token ids (resumed, or skipped before)
+    std::vector<std::int64_t> next_draft_token_ids;  // its drafts kept after this step's drafting
 };
 
 struct StepRecord {
@@ -100,8 +120,13 @@ struct StepRecord {
     std::vector<std::string> new_, resumed, preempted, finished;  // written sorted
     // After the update: the KV cache's free blocks and the blocks requests hold (vLLM's null
     // block in neither), and the queues in their own order (written as given, not sorted).
-    std::int64_t kv_free = 0, kv_used = 0;
+    std::int64_t kv_free = 0, kv_used = 0, kv_cached = 0;  // kv_cached: blocks holding a hash
     std::vector<std::string> waiting, running;
+    // `steps` only: aborted before this step's schedule, given a client output by its update
+    // (written sorted), and the common prefix blocks of the one KV cache group.
+    std::vector<std::string> aborted, emitted;
+    std::int64_t num_common_prefix_blocks = 0;
+    bool identities = true;  // false for engine_steps: no identities, no aborted/emitted, no cached
     // engine_steps only:
     std::optional<std::vector<std::int64_t>> target_forward_tokens, drafter_forward_tokens;
     std::optional<std::int64_t> max_num_batched_tokens;
@@ -112,13 +137,21 @@ struct StepRecord {
             return v;
         };
         json reqs = json::object();
-        for (const auto& [id, r] : requests)
+        for (const auto& [id, r] : requests) {
             reqs[id] = {{"tokens", r.tokens},
                         {"draft_tokens", r.draft_tokens},
                         {"accepted_draft_tokens", r.accepted_draft_tokens},
                         {"computed_tokens", r.computed_tokens},
                         {"output_tokens", r.output_tokens},
                         {"kv_blocks", r.kv_blocks}};
+            if (!identities) continue;
+            json& e = reqs[id];
+            e["block_ids"] = r.block_ids ? json::array({*r.block_ids}) : json(nullptr);
+            e["cached_tokens"] = r.cached_tokens;
+            e["draft_token_ids"] = r.draft_token_ids;
+            e["resent_token_ids"] = r.resent_token_ids;
+            e["next_draft_token_ids"] = r.next_draft_token_ids;
+        }
         json out = {{"step", step},
                     {"total_num_scheduled_tokens", total_num_scheduled_tokens},
                     {"token_budget", token_budget},
@@ -130,6 +163,12 @@ struct StepRecord {
                     {"kv_blocks", {{"free", kv_free}, {"used", kv_used}}},
                     {"waiting", waiting},
                     {"running", running}};
+        if (identities) {
+            out["kv_blocks"]["cached"] = kv_cached;
+            out["aborted"] = sorted(aborted);
+            out["emitted"] = sorted(emitted);
+            out["num_common_prefix_blocks"] = json::array({num_common_prefix_blocks});
+        }
         if (input_budget) out["input_budget"] = *input_budget;
         if (drafting_slots_per_request) out["drafting_slots_per_request"] = *drafting_slots_per_request;
         if (target_forward_tokens) out["target_forward_tokens"] = *target_forward_tokens;
@@ -143,7 +182,9 @@ struct StepRecord {
 struct OutputRecord {
     std::string id;
     std::vector<std::int64_t> output_token_ids;
-    std::optional<std::string> finish_reason;  // "length" or "stop"
+    std::optional<std::string> finish_reason;  // "length", "stop" or "abort" (`outputs`)
+    std::optional<std::int64_t> stop_reason;   // the stop token it stopped on (`outputs` only)
+    bool with_stop_reason = true;              // false for engine_outputs, which has no such field
     // engine_outputs only: per position [[token id, logprob], ...] best first, rounded.
     std::optional<std::vector<std::vector<std::pair<std::int64_t, double>>>> logprobs;
     std::optional<double> top1_margin_at_least;
@@ -152,6 +193,7 @@ struct OutputRecord {
         json out = {{"id", id},
                     {"output_token_ids", output_token_ids},
                     {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
+        if (with_stop_reason) out["stop_reason"] = stop_reason ? json(*stop_reason) : json(nullptr);
         if (logprobs) {
             json positions = json::array();
             for (const auto& pos : *logprobs) {

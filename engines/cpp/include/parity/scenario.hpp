@@ -21,6 +21,8 @@ constexpr std::int64_t kMaxSteps = 100000;
 constexpr std::size_t kMaxRequests = 4096;
 constexpr std::size_t kMaxList = 1024;  // stop_token_ids, acceptance
 constexpr std::int64_t kMaxAccept = 1024;
+constexpr std::size_t kMaxPrefixes = 64;
+constexpr std::int64_t kMinPriority = -(std::int64_t{1} << 31), kMaxPriority = (std::int64_t{1} << 31) - 1;
 
 struct SpeculativeConfig {
     std::string method;                       // eagle, eagle3, dflash, dspark, mtp, ngram, draft_model, ...
@@ -35,7 +37,8 @@ struct EngineArgs {
     std::string model;  // absolute path of a folder with config.json
     std::string load_format;
     std::int64_t max_num_seqs = 0, max_num_batched_tokens = 0, max_model_len = 0, block_size = 0;
-    bool enable_prefix_caching = false, enable_chunked_prefill = true, async_scheduling = false;
+    bool enable_prefix_caching = false, enable_chunked_prefill = true;
+    std::optional<bool> async_scheduling;  // null: vLLM's default (which differs by release)
     std::optional<std::string> dtype, scheduling_policy;
     std::optional<std::int64_t> seed, max_num_scheduled_tokens, long_prefill_token_threshold,
         num_gpu_blocks_override;
@@ -47,11 +50,22 @@ struct RequestSpec {
     std::int64_t arrival_step = 0, prompt_len = 0, max_tokens = 0;
     std::vector<std::int64_t> stop_token_ids;
     std::vector<std::int64_t> acceptance{0};  // drafts accepted at each verify step, cycled
+    std::optional<std::string> prefix;     // its prompt starts with that named shared prefix
+    std::optional<std::string> continues;  // its prompt starts with that earlier request's prompt and output
+    std::optional<std::int64_t> abort_step;  // aborted before the schedule() of that step
+    std::int64_t priority = 0;             // the priority policy's key (lower first)
+};
+
+struct Prefix {
+    std::string name;
+    std::int64_t len = 0;
 };
 
 struct Workload {
     std::uint64_t seed = 0;
     std::int64_t vocab_size = 0, max_steps = 0;
+    std::int64_t max_model_len = 0;  // engine_args.max_model_len: where an expected output ends
+    std::vector<Prefix> prefixes;
     std::vector<RequestSpec> requests;
 };
 

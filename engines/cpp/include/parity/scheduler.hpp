@@ -28,10 +28,16 @@ struct ScheduledStep {
     std::map<std::string, Tokens> spec_tokens;         // id -> draft tokens scheduled for verification
     std::vector<std::string> new_, resumed, preempted;  // first scheduled / resumed / preempted this step
     std::int64_t token_budget = 0;                      // the step's budget (max_num_scheduled_tokens)
+    // The identities the scheduler output hands out (engines/PROTOCOL.md "steps request entry"):
+    std::map<std::string, std::vector<std::int64_t>> block_ids;  // id -> its block table at admission,
+                                                     // its new blocks at a running step; absent: none (null)
+    std::map<std::string, std::int64_t> cached_tokens;  // id -> prefix-cache hit tokens of its admission
+    std::vector<std::string> resent_token_ids;          // ids whose whole token ids the output carries
+    std::int64_t num_common_prefix_blocks = 0;          // after this step's admissions
 };
 
 struct KvBlocks {
-    std::int64_t free = 0, used = 0;
+    std::int64_t free = 0, used = 0, cached = 0;  // cached: blocks holding a prefix-cache hash
 };
 
 class PortScheduler {
@@ -40,6 +46,10 @@ class PortScheduler {
     // A request arrives (before the schedule() of its arrival step). `prompt` holds its
     // stand-in prompt tokens; greedy sampling, EOS ignored, stop_token_ids and max_tokens apply.
     virtual void add_request(const RequestSpec& spec, Tokens prompt) = 0;
+    // Aborts an unfinished request (vLLM's finish_requests(id, FINISHED_ABORTED), one id per
+    // call), waiting, running or preempted: it leaves its queue and frees its blocks at once
+    // (last block first); its finish reason is "abort".
+    virtual void abort(const std::string& id) = 0;
     // Decide this step. Advances each scheduled request's computed tokens by its scheduled
     // tokens (drafts included), as vLLM does before the model runs.
     virtual ScheduledStep schedule() = 0;
@@ -55,11 +65,17 @@ class PortScheduler {
     virtual void update_draft_token_ids(const std::vector<std::pair<std::string, Tokens>>& drafts) = 0;
     virtual bool is_finished(const std::string& id) const = 0;
     virtual Tokens output_token_ids(const std::string& id) const = 0;
-    virtual std::optional<std::string> finish_reason(const std::string& id) const = 0;  // "length"/"stop"
+    virtual std::optional<std::string> finish_reason(const std::string& id) const = 0;  // "length"/"stop"/"abort"
+    // The stop token a request stopped on (finish reason "stop"), else nullopt.
+    virtual std::optional<Token> stop_reason(const std::string& id) const = 0;
+    // The drafts it holds for its next step, as update_draft_token_ids() kept them
+    // (`next_draft_token_ids`: empty for a finished or prefilling request, and without speculation).
+    virtual Tokens draft_token_ids(const std::string& id) const = 0;
     // The state each step record carries, read after update_from_output():
     // KV blocks the request holds (0 once finished, its blocks freed),
     virtual std::int64_t num_kv_blocks(const std::string& id) const = 0;
-    // the KV cache's free blocks and the blocks requests hold (neither counts vLLM's null block),
+    // the KV cache's free blocks, the blocks requests hold (neither counts vLLM's null block) and
+    // the blocks holding a prefix-cache hash,
     virtual KvBlocks kv_blocks() const = 0;
     // the waiting queue in the order the scheduler takes from it (a preempted request goes
     // back to its front under FCFS), and the running queue in its own order (newly admitted
@@ -68,13 +84,18 @@ class PortScheduler {
     virtual std::vector<std::string> running() const = 0;
 };
 
+// Every request's prompt: request_prompt(workload, id) of conformance/formats/workload.py
+// (a shared prefix's tokens, or the continued request's prompt and expected output, then its own).
+std::map<std::string, Tokens> request_prompts(const Workload& workload);
+
 struct WorkloadResult {
     std::vector<StepRecord> steps;
     std::vector<OutputRecord> outputs;  // sorted by id
 };
 
 // Drives `scheduler` over the workload exactly as engines/vllm/steps_layer.py drives vLLM's:
-//   add the requests arriving at step n; stop when every request has finished;
+//   add the requests arriving at step n; abort those whose abort_step is n (one id per call,
+//   in workload order); stop when every request has finished, unless one was aborted at n;
 //   schedule(); the stand-in samples (verify() of the scheduled drafts); update_from_output();
 //   record the state (computed and output tokens, KV blocks, queues);
 //   if K > 0 and tokens were scheduled: draft() K tokens per scheduled request with the

@@ -8,6 +8,9 @@
 //                  digest as little-endian uint64, modulo vocab_size.
 //   prompt_tokens: token i = blake2b(8-byte digest, person "parity-prompt") over seed (8 LE),
 //                  i (8 LE), the id's UTF-8 bytes; little-endian uint64 modulo vocab_size.
+//   prefix_tokens: prompt_tokens(seed, "prefix/" + name, n, vocab_size): a shared prefix's tokens.
+//   expected_output: what a request outputs under any scheduler (target_next token by token,
+//                  ending after a stop token, at max_tokens, or at max_model_len).
 //   draft:         the target's next min(accept, k) tokens, then wrong ones ((true+1) % vocab).
 //   verify:        the longest prefix of drafts the target agrees with, plus a bonus token.
 // BLAKE2b is libb2's (Debian: libb2-dev), with its parameter block for the personalization.
@@ -30,6 +33,14 @@ constexpr std::size_t kContext = 16;  // target_next looks at the last 16 tokens
 Token target_next(std::uint64_t seed, const Tokens& tokens, std::int64_t vocab_size);
 // The request's n prompt tokens.
 Tokens prompt_tokens(std::uint64_t seed, const std::string& req_id, std::int64_t n, std::int64_t vocab_size);
+// A named shared prefix's n tokens (a request id cannot hold '/', so never a request's own).
+Tokens prefix_tokens(std::uint64_t seed, const std::string& name, std::int64_t n, std::int64_t vocab_size);
+// What a request with this prompt outputs: t_k = target_next(prompt + t_0 .. t_(k-1)), ending after
+// the first t_k in stop_token_ids (kept), at max_tokens outputs, or when prompt and outputs
+// reach max_model_len (0: no such limit).
+Tokens expected_output(std::uint64_t seed, const Tokens& prompt, std::int64_t max_tokens,
+                       const std::vector<std::int64_t>& stop_token_ids, std::int64_t max_model_len,
+                       std::int64_t vocab_size);
 // k draft tokens for the request whose tokens so far are `tokens`, `accept` of them right.
 Tokens draft(std::uint64_t seed, const Tokens& tokens, std::int64_t k, std::int64_t accept, std::int64_t vocab_size);
 // What the target samples given the scheduled drafts: accepted prefix plus one bonus token.
