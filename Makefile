@@ -15,9 +15,13 @@ LAYERS ?=
 REQUIRE_LAYERS ?=
 REQUIRE_FEATURES ?=
 DRIFT ?=
+# The scenarios' scale: library (default), production (the generated production-scale
+# scenarios, minutes of oracle time each) or all. `make goldens` writes every scale's goldens.
+SCALE ?=
 GATE_OPTIONS = $(strip $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--layers '$(LAYERS)') \
 	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
-	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift))
+	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift) \
+	$(if $(SCALE),--scale '$(SCALE)'))
 
 .PHONY: setup envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump duplicates
 
@@ -97,7 +101,8 @@ test: envs cpp
 # Ratios measured in one run: (a) first divergence vs DeepDiff, (b) driver overhead,
 # (c) cold starts per `make parity` run, (d) the engine layers' cost per pin, (h) parity fuzz's
 # examples per second, (i) its time to find and shrink a planted divergence, (l) the branches
-# it reaches with and without --guide coverage and (m) its time on the engine layers; then the
+# it reaches with and without --guide coverage, (m) its time on the engine layers and (n) the
+# production-scale scenarios: receive and judge per 10k steps, golden bytes, a deep divergence; then the
 # times: (e) make test, (f) make test on a fresh machine, (g) make parity without and with the
 # engine layers, (j) make parity on a fresh machine and its cold gate against the warm one
 # (BENCH_FRESH=0 leaves (f) and (j) out); (k) the engine layers' logprob noise across ISA
@@ -107,6 +112,7 @@ bench: envs
 	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
 	@$(BIN)/parity gate 2>&1 >/dev/null | grep 'cold starts' | sed 's/^\[gate\]/(c) make parity:/'
 	@$(BIN)/python benchmarks/bench_engine.py 2>/dev/null
+	@$(BIN)/python benchmarks/bench_scale.py --real 2>/dev/null
 	@$(BIN)/python benchmarks/bench_fuzz.py 2>/dev/null
 	@$(BIN)/python benchmarks/bench_times.py
 	@$(BIN)/python benchmarks/bench_noise.py 2>/dev/null
@@ -114,7 +120,8 @@ bench: envs
 # Goldens are written only by the pinned oracles, through `parity goldens` (conformance/regenerate/):
 # a summary of each change is printed before the file is replaced atomically. PINS= (releases),
 # LAYERS= (the scenarios with any of these layers; `engine`: the engine layers) and SCENARIOS=
-# (scenario names) narrow it, each comma-separated; RESULTS=DIR takes the oracle's traces from a
+# (scenario names) narrow it, each comma-separated; SCALE= (library, production; default all)
+# narrows it to one scale's scenarios; RESULTS=DIR takes the oracle's traces from a
 # gate's results folder (`parity gate --results DIR`) instead of running it again. On a GPU
 # runner the only form allowed is the one for the engine goldens no CPU can write:
 # `make goldens PINS=0.33.0 LAYERS=engine` (README, GPU runners).
@@ -124,7 +131,7 @@ RESULTS ?=
 comma := ,
 GOLDEN_OPTIONS = $(foreach pin,$(subst $(comma), ,$(PINS)),--engine '$(pin)') $(if $(LAYERS),--layers '$(LAYERS)') \
 	$(foreach name,$(subst $(comma), ,$(SCENARIOS)),--scenario 'scenarios/$(name).json') \
-	$(if $(RESULTS),--from-results '$(RESULTS)')
+	$(if $(RESULTS),--from-results '$(RESULTS)') $(if $(SCALE),--scale '$(SCALE)')
 GOLDEN_STATUSES = 1: an orphan in goldens/, 2: a run failed or bad input
 goldens: envs
 	$(info $(BIN)/parity goldens $(strip $(GOLDEN_OPTIONS)))@$(BIN)/parity goldens $(GOLDEN_OPTIONS); \
@@ -142,8 +149,10 @@ bump: setup
 
 # The goldens suite (parity/test_goldens.py, syrupy): every pin on every scenario through the same
 # front door, in memory; fails if any golden would change or has no scenario or pin behind it.
+# The library's; SCALE=production (or all) checks the production-scale goldens too.
 goldens-check: envs
 	$(BIN)/python -m pytest -q parity
+	$(if $(filter production all,$(SCALE)),$(BIN)/parity goldens --check --scale production)
 
 # The suite's power: coverage of vLLM's scheduling code by the scenarios (every pin) and the
 # generated mutant catalog judged against the gate oracle's goldens (results cached). A cold

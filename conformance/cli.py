@@ -25,14 +25,15 @@ from conformance.formats.files import (check_output_file, claim_folder, remove_d
                                        write_text_atomic)
 from conformance.formats.log import log
 from conformance.formats.pins import REPO_ROOT, load_pins
-from conformance.formats.scenario import Scenario, load_scenario
+from conformance.formats.scenario import Scenario, at_scale, load_scenario
 from conformance.formats.settings import device_mode
 from conformance.formats.gpu import GpuError
 from conformance.formats.trace import dumps, load_trace
 from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
+from conformance.gate.execute import default_parallel, golden_sinks
+from conformance.gate.replay import oracle_windows
 from conformance.gate.run import gate, merge
-from conformance.gate.execute import default_parallel
 from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
@@ -128,12 +129,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("compare", help="compare a trace with a golden and explain the difference")
     p.add_argument("--trace", required=True, type=Path)
     p.add_argument("--golden", type=Path, help="default: the gate oracle's golden for the trace's scenario")
+    p.add_argument("--replay", type=Path, metavar="SCENARIO",
+                   help="a production-scale scenario's file: replay the gate oracle live up to the trace's "
+                        "first difference from its golden, to show both sides' records there")
 
     p = sub.add_parser("gate", help="run every configured engine on the scenarios, judge against the oracle")
     p.add_argument("--candidate", action="append", default=[],
                    help="a candidate engine (pin or command line); repeatable. Default: the other "
                         "pins, as informational stand-ins")
-    p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
+    p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json of --scale")
+    p.add_argument("--scale", choices=("library", "production", "all"), default="library",
+                   help="which scenarios/*.json run by default: the library (default), the production-scale "
+                        "scenarios (minutes of oracle time each, judged in the digest form), or all")
     p.add_argument("--layers", help="comma-separated layers to judge (default: every layer the scenario "
                    "has); a candidate is judged on those its hello declares, the reports say which were not")
     p.add_argument("--require-layers", help="comma-separated layers a candidate must serve to pass "
@@ -170,6 +177,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--from-results", action="append", type=Path, metavar="DIR",
                    help="the oracle's traces from a gate's results folder (`parity gate --results DIR`; "
                    "repeat for every shard's) instead of running it again")
+    p.add_argument("--scale", choices=("library", "production", "all"), default="all",
+                   help="without --scenario, the goldens of which scenarios/*.json: the library, the "
+                        "production-scale scenarios (minutes of oracle time each), or all (default)")
 
     p = sub.add_parser("bump", help="make a release the gate oracle: check its CPU rebuild and dependencies, "
                        "edit [tool.vllm-parity], lock its GPU set, build it, write its goldens and the "
@@ -348,7 +358,8 @@ def cmd_run(args) -> int:
     layers = _layers(args.layers) or scenario.layers
     with Progress(2.0, log) as progress:  # a cold start and one scenario, said while they last
         with EngineSession(spec, progress=EngineProgress(progress, "run", spec.label,
-                                                         [(scenario.name, layers, 1.0)], 1.0)) as session:
+                                                         [(scenario.name, layers, 1.0)], 1.0),
+                           sinks=golden_sinks(pins.oracle)) as session:
             trace = session.trace(scenario, layers)
     remove_dead_writers_temporaries(args.out)  # what an earlier run killed while writing it left
     write_text_atomic(args.out, dumps(trace))
@@ -363,6 +374,12 @@ def cmd_run(args) -> int:
 def cmd_compare(args) -> int:
     pins = load_pins()
     trace = load_trace(args.trace)
+    if args.replay:
+        scenario = load_scenario(args.replay)
+        if scenario.name != trace["scenario"]["name"]:
+            raise ValueError(f"--replay {args.replay}: scenario {scenario.name!r}, the trace's is "
+                             f"{trace['scenario']['name']!r}")
+        trace = oracle_windows(trace, scenario, pins, log)
     golden = lookup(args.golden) if args.golden else GOLDENS.lookup(trace["scenario"]["name"], pins.oracle)
     verdict = judge_trace(trace, golden, CANDIDATE)
     print(render([verdict], pins.oracle))
@@ -374,7 +391,7 @@ def cmd_gate(args) -> int:
 
     pins = load_pins()
     shard = parse_shard(args.shard) if args.shard else None
-    scenarios = _scenarios(args.scenario)
+    scenarios = _scenarios(args.scenario, args.scale)
     waivers = _waivers(args.waivers)  # a missing or malformed waivers file stops the gate before any run
     layers = _layers(args.layers)
     required = _layers(args.require_layers, "--require-layers")
@@ -401,7 +418,7 @@ def cmd_merge(args) -> int:
 def cmd_goldens(args) -> int:
     from conformance.regenerate.command import goldens_command
 
-    return goldens_command(args, _scenarios(args.scenario), _scenarios(None), log)
+    return goldens_command(args, _scenarios(args.scenario, args.scale), _scenarios(None), log)
 
 
 def cmd_selfcheck(args) -> int:
@@ -439,7 +456,7 @@ def cmd_comparable(args) -> int:
 
 def cmd_drift(args) -> int:
     pins = load_pins()
-    print(render_drift(drift_rows([s.name for s in _scenarios(args.scenario)], pins.releases)))
+    print(render_drift(drift_rows([s.name for s in _scenarios(args.scenario, "library")], pins.releases)))
     print(render_methods_table(pins.releases))
     return 0
 
@@ -479,7 +496,7 @@ def cmd_fuzz(args) -> int:
 def cmd_adequacy(args) -> int:
     from conformance.adequacy.command import adequacy
 
-    return adequacy(args, _scenarios(None), log)
+    return adequacy(args, _scenarios(None, "library"), log)
 
 
 COMMANDS = {"bump": cmd_bump, "comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
@@ -487,9 +504,12 @@ COMMANDS = {"bump": cmd_bump, "comparable": cmd_comparable, "drift": cmd_drift, 
             "adequacy": cmd_adequacy, "docs": cmd_docs, "fuzz": cmd_fuzz}
 
 
-def _scenarios(paths: list[Path] | None) -> list[Scenario]:
-    paths = paths or sorted(SCENARIO_DIR.glob("*.json"))
-    scenarios = [load_scenario(p) for p in paths]  # all validated before any engine starts
+def _scenarios(paths: list[Path] | None, scale: str = "all") -> list[Scenario]:
+    """The scenarios given, else every scenarios/*.json of `scale` (each file is read and
+    checked whatever its scale)."""
+    scenarios = [load_scenario(p) for p in paths or sorted(SCENARIO_DIR.glob("*.json"))]  # before any engine starts
+    if not paths:
+        scenarios = at_scale(scenarios, scale)
     names = [s.name for s in scenarios]
     if len(set(names)) != len(names):
         raise InputError(f"two scenario files share a name: {sorted(names)}")

@@ -8,7 +8,7 @@ hold (or is unreadable), and only such a one; `make goldens` is the usual way.""
 import pytest
 
 from conformance.formats.pins import load_pins
-from conformance.formats.scenario import load_scenario
+from conformance.formats.scenario import at_scale, load_scenario
 from conformance.judging.goldens import GOLDENS, NEW
 from conformance.regenerate.lifecycle import golden_trace
 from conftest import REPO
@@ -16,7 +16,10 @@ from parity.golden_extension import GoldenExtension
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
-SCENARIOS = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
+LIBRARY = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
+# The library only: production-scale scenarios take minutes of oracle time each, so their goldens
+# go through the same front door by `parity goldens --scale production` (--check to check them).
+SCENARIOS = at_scale(LIBRARY, "library")
 
 
 @pytest.mark.parametrize("release", PINS.releases)
@@ -43,6 +46,6 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_sessions, scenario
 
 
 def test_every_golden_has_a_scenario_and_a_pin():
-    stray = GOLDENS.orphans({s.name for s in SCENARIOS}, PINS.releases)
+    stray = GOLDENS.orphans({s.name for s in LIBRARY}, PINS.releases)
     assert not stray, (f"files in goldens/ that are not the golden of a scenario and a pin (a golden of "
                        f"neither, or a killed write's temporary file): {[str(p) for p in stray]}")

@@ -108,6 +108,18 @@ def test_selfcheck_fails_a_broken_engine(record_file, capsys, fault):
     assert "FAIL" in capsys.readouterr().out
 
 
+def test_the_gate_runs_the_library_unless_asked_for_another_scale():
+    library = {s.name for s in cli._scenarios(None, "library")}
+    production = {s.name for s in cli._scenarios(None, "production")}
+    assert {"prod_kv_storm", "prod_dflash_k16", "prod_prefix_cache"} <= production
+    assert "steady_decode" in library and not library & production
+    assert {s.name for s in cli._scenarios(None, "all")} == library | production
+    # a scenario named on the command line runs whatever its scale
+    assert [s.name for s in cli._scenarios([GATE.parent / "prod_kv_storm.json"], "library")] == ["prod_kv_storm"]
+    with pytest.raises(SystemExit):
+        cli.main(["gate", "--scale", "huge"])
+
+
 @pytest.mark.parametrize("bug", [ValueError, KeyError, TypeError])
 def test_a_bug_of_the_harness_is_not_bad_input(tmp_path, monkeypatch, capsys, bug):
     """A ValueError (or any exception) that is no typed bad input is a bug of the harness: exit

@@ -200,3 +200,26 @@ while True:
     for k in range(5):
         data = json.loads((tmp_path / f"g{k}.json").read_text())  # parses: whole, never half
         assert len(data["steps"]) == 20000
+
+
+MAX_GOLDEN_BYTES = 2_000_000  # issue 26: a golden, production-scale ones included, in git
+COMPRESSED = (b"\x1f\x8b", b"\x28\xb5\x2f\xfd", b"\xfd7zXZ", b"BZh")  # gzip, zstd, xz, bzip2
+
+
+def test_every_golden_is_at_most_2_mb_in_git_and_not_compressed():
+    """The bytes git stores for each golden (the blob at HEAD, or the working file not yet
+    committed): a production scenario's golden is its digest form, never a compressed trace."""
+    import subprocess
+
+    root = GOLDENS.root
+    listed = subprocess.run(["git", "ls-tree", "-r", "-l", "HEAD", "--", str(root)], cwd=root,
+                            capture_output=True, text=True, encoding="utf-8", check=True).stdout
+    in_git = {line.split("\t")[1]: int(line.split()[3]) for line in listed.splitlines()}
+    top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
+                         encoding="utf-8", check=True).stdout.strip()
+    files = sorted(p for p in root.rglob("*") if p.is_file())
+    assert files
+    for path in files:
+        size = in_git.get(path.relative_to(top).as_posix(), path.stat().st_size)
+        assert size <= MAX_GOLDEN_BYTES, f"{path}: {size} bytes in git, more than {MAX_GOLDEN_BYTES}"
+        assert path.suffix in (".json",) and not path.read_bytes().startswith(COMPRESSED), f"{path}: compressed"

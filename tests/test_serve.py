@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from conformance.formats.protocol import decode, encode
+from conformance.formats.protocol import PROTOCOL_VERSION, decode, encode
 from conformance.formats.scenario import ScenarioError
 from conformance.formats.serve import RunError, serve, writer
 
@@ -36,7 +36,7 @@ def answer(scenario, layers):
 
 def test_hello_then_records_numbered_per_layer_then_done():
     out = session(answer, run_line("r1", ["config", "steps"]), encode({"type": "shutdown"}))
-    assert out[0] == {"type": "hello", "protocol": 2, **HELLO}
+    assert out[0] == {"type": "hello", "protocol": PROTOCOL_VERSION, **HELLO}
     assert [(m["type"], m.get("layer"), m.get("seq")) for m in out[1:]] == [
         ("record", "config", 0), ("record", "steps", 0), ("record", "steps", 1), ("done", None, None)]
     assert out[-1] == {"type": "done", "id": "r1", "records": 3}
@@ -98,3 +98,18 @@ def test_each_message_is_one_flushed_protocol_line():
     writer(out)({"type": "done", "id": "r", "records": 0})
     assert out.lines == [b'{"id":"r","records":0,"type":"done"}\n'] and out.flushed == 1
     assert json.loads(out.lines[0]) == {"id": "r", "records": 0, "type": "done"}
+
+
+def test_a_runs_optional_field_reaches_only_a_run_that_names_it():
+    seen = []
+
+    def stops(scenario, layers, stop_after_step=None):
+        seen.append(stop_after_step)
+        yield "steps", [{"step": n} for n in range(5 if stop_after_step is None else stop_after_step + 1)]
+
+    line = encode({"type": "run", "id": "r1", "scenario": {"name": "s"}, "layers": ["steps"], "stop_after_step": 1})
+    out = session(stops, line, run_line("r2", ["steps"]))
+    assert seen == [1, None]
+    assert [m["records"] for m in out if m["type"] == "done"] == [2, 5]
+    # an engine whose run names no such field is never given it: it sends everything
+    assert [m["type"] for m in session(answer, line)].count("record") == 2

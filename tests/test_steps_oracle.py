@@ -13,7 +13,8 @@ from conftest import REPO, records_of
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
 SCENARIOS = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
-WORKLOADS = [s for s in SCENARIOS if s.workload is not None and s.engine is None]  # stand-in driven
+# stand-in driven, the library (production scenarios: tests/test_scale_oracle.py)
+WORKLOADS = [s for s in SCENARIOS if s.workload is not None and s.engine is None and s.scale == "library"]
 IDS = [s.name for s in WORKLOADS]
 
 

@@ -41,6 +41,19 @@ MAX_DEPTH = 64
 # needs more.
 MAX_RUN_BYTES = 32 * 1024 * 1024
 MAX_RUN_RECORDS = 200_000
+# A production-scale scenario's run is received in the digest form (formats/digest.py): each
+# record is judged, digested and dropped as it arrives, so the harness holds a bounded form,
+# whatever the bytes. Its limits are its own declared scale: at most one `steps` record per step
+# up to the workload's max_steps, one `outputs` record per request and one `config` record, and
+# at most this many bytes of record lines (a 128-sequence record is about 26 KB; the three
+# production scenarios send 20-250 MB).
+MAX_PRODUCTION_RUN_BYTES = 1024 * 1024 * 1024
+
+
+def production_run_records(workload: dict) -> int:
+    """The records a production scenario's run may send: steps up to max_steps, one output per
+    request, the config record."""
+    return workload["max_steps"] + len(workload["requests"]) + 1
 # The hello's texts land in every report (junit.xml repeats the engine's name in each test case).
 HELLO_TEXT = {"engine": 200, "version": 200}  # characters
 MAX_CAPABILITIES = 32  # entries of hello.capabilities, each a layer name of at most...
@@ -67,6 +80,8 @@ MESSAGES: dict[str, dict[str, tuple[type, ...]]] = {
 OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     "hello": {"environment": (dict,),  # provenance: python/torch/vllm versions, the build, ...
               "features": (list,)},  # the features it has (formats/features.py); absent: every one
+    # the engine may stop sending `steps` records after this step (a window replayed live)
+    "run": {"stop_after_step": (int,)},
 }
 ERROR_KINDS = ("unsupported", "bad_request", "internal")
 ENGINE_LAYERS = ("engine_config", "engine_steps", "engine_outputs")  # the whole engine's

@@ -22,6 +22,7 @@ from conformance.formats.files import InputFileError, read_text
 from conformance.formats.method_matrix import validate_method_matrix
 from conformance.formats.protocol import ENGINE_LAYERS
 from conformance.formats.workload import validate_workload
+from conformance.formats.workload_gen import expand as expand_workload
 
 SCHEMA = "vllm-parity/scenario/1"
 NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
@@ -71,7 +72,12 @@ SIZE_FIELDS = (
 )
 # Other integers and their allowed ranges (inclusive).
 RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
-TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix", "rows", "engine"}
+TOP_LEVEL = {"schema", "name", "description", "engine_args", "workload", "method_matrix", "rows", "engine",
+             "generate", "scale"}
+# `scale`: "library" (the default) runs everywhere; "production" marks a generated scenario at
+# production shapes, left out of `make test` and the default gate (`--scale`), judged in the
+# digest form (conformance/formats/digest.py). Like `rows`, not part of the hash.
+SCALES = ("library", "production")
 # The `engine` block: this scenario runs the whole engine (the engine layers) on its workload.
 # key -> (type, low, high). logprob_atol (the comparison's tolerance) and logprob_noise (the
 # noise it was calibrated on, measured by benchmarks/bench_noise.py) say how runs are judged,
@@ -108,6 +114,7 @@ class Scenario:
     # the largest cross-machine noise measured on this scenario's logprobs
     # (benchmarks/bench_noise.py), from which logprob_atol is calibrated; None if not measured
     logprob_noise: float | None = None
+    scale: str = "library"  # SCALES
 
     @property
     def layers(self) -> list[str]:
@@ -203,10 +210,16 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
                 src, "engine_args.speculative_config.model", spec["model"], base)
         args["speculative_config"], hashed["speculative_config"] = spec, hashed_spec
     _check_sizes(src, args)
-    workload = raw.get("workload")
+    workload, generated = raw.get("workload"), raw.get("generate")
+    if generated is not None:  # parameters, expanded here (conformance/formats/workload_gen.py)
+        if workload is not None:
+            raise ScenarioError(src, "generate", "a scenario holds a `workload` or `generate`, not both")
+        workload = expand_workload(generated, src, args)
     if workload is not None:
         workload = validate_workload(workload, src, args)
     identity = {"schema": SCHEMA, "name": name, "engine_args": hashed, "workload": workload}
+    if generated is not None:  # the hash covers the expansion and the generator that made it
+        identity["generator"] = generated["generator"]
     matrix = raw.get("method_matrix")
     if matrix is not None:
         matrix, identity["method_matrix"] = validate_method_matrix(matrix, src, base)
@@ -218,9 +231,19 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     if not isinstance(rows, list) or not rows or not all(isinstance(r, str) and ROW.fullmatch(r) for r in rows):
         raise ScenarioError(src, "rows", f"must be a non-empty list of engine-matrix row names "
                             f"like 'ENG-SCHED-CORE', got {rows!r}")
+    scale = raw.get("scale", "library")
+    if scale not in SCALES:
+        raise ScenarioError(src, "scale", f"must be one of {list(SCALES)}, got {scale!r}")
     # rows are how verdicts are grouped, not what an engine runs: they are not in the hash
     return Scenario(name, description, args, workload, path, digest, matrix, tuple(rows), engine, atol,
-                    noise)
+                    noise, scale=scale)
+
+
+def at_scale(scenarios: list, scale: str) -> list:
+    """The scenarios of `scale` ("library", "production", or "all")."""
+    if scale not in (*SCALES, "all"):
+        raise ValueError(f"expected a scale among {[*SCALES, 'all']}, got {scale!r}")
+    return [s for s in scenarios if scale in ("all", s.scale)]
 
 
 def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, float | None, float | None]:

@@ -7,6 +7,7 @@ Standard library only: the vLLM worker imports this module in each pin's own env
 
 from __future__ import annotations
 
+import inspect
 import sys
 import traceback
 from typing import BinaryIO, Callable, Iterable
@@ -44,8 +45,10 @@ def serve(hello: dict, run: Callable[[dict, list], Answer], *, bad_request: tupl
     """Sends the `hello` (its fields; `protocol` is this version unless given), then answers
     every `run` until `shutdown` or the end of input, and returns the exit status (0).
 
-    `run(scenario, layers)` answers one run (see Answer). Each record is sent as it is yielded,
-    numbered from 0 within its layer, then `done` with the count. A RunError ends the run with
+    `run(scenario, layers)` answers one run (see Answer); the run message's optional fields
+    (protocol.OPTIONAL["run"]) that `run` names as keyword arguments are passed when the message
+    has them. Each record is sent as it is yielded, numbered from 0 within its layer, then
+    `done` with the count. A RunError ends the run with
     an `error` of its kind, an exception of a `bad_request` type (a malformed scenario) with one
     of kind bad_request; any other exception is the engine's own failure: its traceback goes to
     stderr and the run ends with an `error` of kind internal. Records already sent stay sent.
@@ -56,6 +59,9 @@ def serve(hello: dict, run: Callable[[dict, list], Answer], *, bad_request: tupl
     stdin). A TEST DOUBLE that must break the protocol on purpose passes its own `send`.
     """
     send = send or writer(sys.stdout.buffer)
+    # the run message's optional fields this engine reads (run's keyword arguments); it ignores
+    # the others, as the protocol lets it
+    accepted = set(inspect.signature(run).parameters) & set(protocol.OPTIONAL["run"])
     send({"type": "hello", "protocol": protocol.PROTOCOL_VERSION, **hello})
     for line in sys.stdin.buffer if lines is None else lines:
         try:
@@ -68,7 +74,8 @@ def serve(hello: dict, run: Callable[[dict, list], Answer], *, bad_request: tupl
         run_id = message["id"]
         try:
             count = 0
-            for layer, records in run(message["scenario"], message["layers"]):
+            options = {key: message[key] for key in accepted if key in message}
+            for layer, records in run(message["scenario"], message["layers"], **options):
                 for seq, data in enumerate(records):
                     send({"type": "record", "id": run_id, "layer": layer, "seq": seq, "data": data})
                     count += 1

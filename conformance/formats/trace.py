@@ -7,6 +7,9 @@ Schema (version 1):
   scenario    {name, sha256}
   provenance  {harness, environment}   environment is what the engine reported (python/torch/vllm)
   layers      {layer name: [record, ...]}   records in the order the engine sent them
+  digests     present only for a production-scale scenario: {layer name: its digest form}
+              (conformance/formats/digest.py) for `steps` and `outputs`, which are then not in
+              `layers`
   failure     present only when the run did not finish: {kind, message}; layers then hold
               the partial records, kept for debugging
   not_served  present only when the engine was not asked for some of the scenario's layers
@@ -27,6 +30,7 @@ from pathlib import Path
 from conformance import __version__
 from conformance.formats.errors import InputError
 from conformance.formats.files import InputFileError, read_text
+from conformance.formats.digest import LAYERS as DIGEST_LAYERS, DigestSink, check_form
 from conformance.formats.protocol import PROTOCOL_VERSION, loads
 from conformance.formats.record_schema import check_layers
 
@@ -45,8 +49,11 @@ def make_trace(label: str, hello: dict, scenario, layers: dict, failure: dict | 
                    "protocol": hello.get("protocol")},
         "scenario": _scenario_block(scenario),
         "provenance": {"harness": __version__, "environment": hello.get("environment", {})},
-        "layers": layers,
+        "layers": {name: records for name, records in layers.items() if not isinstance(records, DigestSink)},
     }
+    digests = {name: sink.to_json() for name, sink in layers.items() if isinstance(sink, DigestSink)}
+    if digests:
+        trace["digests"] = digests
     if failure is not None:
         trace["failure"] = failure
     if not_served:
@@ -116,6 +123,14 @@ def loads_trace(text: str, path) -> dict:
     for layer, records in trace["layers"].items():
         if not isinstance(records, list) or not all(isinstance(r, dict) for r in records):
             raise TraceError(f"{path}: layers.{layer} must be a list of objects")
+    digests = trace.get("digests", {})
+    if not isinstance(digests, dict):
+        raise TraceError(f"{path}: field 'digests' must be an object")
+    for layer, form in digests.items():
+        problem = f"digests.{layer}: not a layer kept in the digest form {DIGEST_LAYERS}" \
+            if layer not in DIGEST_LAYERS or layer in trace["layers"] else check_form(layer, form)
+        if problem:
+            raise TraceError(f"{path}: {problem}")
     served = trace.get("not_served", [])
     if not isinstance(served, list) or not all(isinstance(x, str) for x in served):
         raise TraceError(f"{path}: not_served must be a list of layer names")
@@ -136,6 +151,9 @@ def checked(trace: dict) -> dict:
     then had is named after it)."""
     layers, problem = check_layers(trace["layers"])
     out = dict(trace, layers=layers)
+    if problem is None:  # a digest layer judged each record as it arrived
+        problem = next((f"layer {layer}, {form['problem']}" for layer, form in trace.get("digests", {}).items()
+                        if "problem" in form), None)
     if problem is None:
         return out
     message = (f"{trace['engine']['label']} on {trace['scenario']['name']}: a record that is not what "

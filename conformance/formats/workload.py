@@ -281,8 +281,42 @@ def _le(value: int) -> bytes:
     return value.to_bytes(8, "little", signed=True)
 
 
-def target_next(seed: int, tokens: list[int], vocab_size: int) -> int:
-    """The stand-in target's next token after `tokens`: a pure function, in [0, vocab_size)."""
+class Context:
+    """A request's tokens as the stand-in reads them: how many there are and the last CONTEXT.
+    Every stand-in function reads a token list only through `len(tokens)` and
+    `tokens[-CONTEXT:]`, so a Context gives the same answers as the whole list, bit for bit,
+    at O(CONTEXT) cost: a 16k-token prompt is never copied per step (tests/test_workload_gen.py
+    checks it against the list form)."""
+
+    __slots__ = ("n", "tail")
+
+    def __init__(self, n: int, tail: list[int]):
+        self.n, self.tail = n, list(tail[-CONTEXT:])
+
+    @classmethod
+    def of(cls, tokens) -> "Context":
+        """From anything with a length and slices: a list, vLLM's ConstantList, a Context."""
+        return cls(len(tokens), tokens[-CONTEXT:])
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, item: slice) -> list[int]:
+        if not (isinstance(item, slice) and item.step is None and item.stop is None
+                and item.start is not None and -CONTEXT <= item.start < 0):
+            raise IndexError("a Context holds only its last tokens: tokens[-k:] with k <= CONTEXT")
+        return self.tail[item]
+
+    def append(self, token: int) -> None:
+        self.n += 1
+        self.tail.append(token)
+        if len(self.tail) > CONTEXT:
+            del self.tail[0]
+
+
+def target_next(seed: int, tokens, vocab_size: int) -> int:
+    """The stand-in target's next token after `tokens` (a list or a Context): a pure function,
+    in [0, vocab_size)."""
     h = hashlib.blake2b(digest_size=8, person=b"parity-target")
     h.update(_le(seed))
     h.update(_le(len(tokens)))
@@ -361,9 +395,9 @@ class _Prompts:
                                self.max_model_len, self.vocab)
 
 
-def draft(seed: int, tokens: list[int], k: int, accept: int, vocab_size: int) -> list[int]:
+def draft(seed: int, tokens, k: int, accept: int, vocab_size: int) -> list[int]:
     """k draft tokens: the target's next min(accept, k) tokens, then wrong ones."""
-    context = list(tokens)
+    context = Context.of(tokens)
     out = []
     for i in range(k):
         true = target_next(seed, context, vocab_size)
@@ -373,9 +407,9 @@ def draft(seed: int, tokens: list[int], k: int, accept: int, vocab_size: int) ->
     return out
 
 
-def verify(seed: int, tokens: list[int], drafts: list[int], vocab_size: int) -> list[int]:
+def verify(seed: int, tokens, drafts: list[int], vocab_size: int) -> list[int]:
     """The accepted prefix of `drafts` plus the bonus token: what the target samples."""
-    context = list(tokens)
+    context = Context.of(tokens)
     out = []
     for proposed in drafts:
         true = target_next(seed, context, vocab_size)

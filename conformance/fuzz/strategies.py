@@ -347,6 +347,59 @@ def engine_scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
             "workload": workload, "engine": {"logprobs": 5}}
 
 
+# -- production shapes (issue 26) -------------------------------------------------------
+
+PRODUCTION_DRAFTERS = {"dflash": DRAFTERS["dflash"], "eagle3": DRAFTERS["eagle3"],
+                       "draft_model": DRAFTERS["draft_model"]}
+PRODUCTION_SPEC = optional(st.sampled_from(list(PRODUCTION_DRAFTERS)))
+PRODUCTION_K = st.sampled_from([4, 8, 16])
+PRODUCTION_BUDGET = st.sampled_from([8192, 10112, 16384])
+PRODUCTION_SEQS = st.sampled_from([32, 64, 128, 256])
+PRODUCTION_MAX_MODEL_LEN = 20480  # 16k prompts plus their outputs
+LONG_PROMPT = (8192, 16384)
+
+
+@st.composite
+def production_scenarios(draw, name: str = "fuzz") -> dict:
+    """A raw scenario at production shapes, its workload expanded by the library's own generator
+    (conformance/formats/workload_gen.py) from drawn parameters: a budget of 8192 tokens or
+    more, 64 to 256 requests arriving in bursts, log-normal prompts and short outputs (an example
+    stays seconds of stand-in work a side), and, when `long_prompt` is drawn, one request whose
+    prompt is 8k to 16k tokens. It is a full-form scenario (a `workload`, not `generate`): a fuzz
+    example's traces are held and judged whole."""
+    from conformance.formats.workload_gen import VERSION, expand
+
+    seqs, budget = draw(PRODUCTION_SEQS), draw(PRODUCTION_BUDGET)
+    args = {"model": TARGET, "load_format": "dummy", "max_num_seqs": seqs, "max_num_batched_tokens": budget,
+            "max_model_len": PRODUCTION_MAX_MODEL_LEN, "block_size": 16,
+            "enable_prefix_caching": draw(FLAG), "enable_chunked_prefill": True, "async_scheduling": False}
+    method = draw(PRODUCTION_SPEC)
+    k = draw(PRODUCTION_K) if method else 0
+    if method:
+        args["speculative_config"] = {"method": method, "num_speculative_tokens": k,
+                                      "model": PRODUCTION_DRAFTERS[method]}
+    count = draw(ints(64, 256))
+    bursts = draw(st.lists(st.tuples(ints(0, 200), ints(1, 40)), min_size=1, max_size=3))
+    per, rest = divmod(count, len(bursts))
+    group = {"name": "r",
+             "arrivals": {"bursts": [[first, span, per + (i < rest)] for i, (first, span) in enumerate(bursts)]},
+             "prompt_len": {"lognormal": [draw(ints(300, 2000)), 1.0], "min": 1, "max": 6000},
+             "max_tokens": {"lognormal": [draw(ints(16, 64)), 0.5], "min": 1, "max": 256}}
+    if k:
+        group["acceptance"] = {"length": [1, 3], "values": [0, k]}
+    groups = [group]
+    if draw(FLAG):  # long_prompt: one prompt of 8k-16k tokens, chunked across several steps
+        groups.append({"name": "l", "arrivals": {"every": {"first": draw(ints(0, 200)), "period": 1, "count": 1}},
+                       "prompt_len": {"uniform": list(LONG_PROMPT)},
+                       "max_tokens": {"lognormal": [32, 0.5], "min": 1, "max": 256}})
+    if draw(FLAG):  # a KV cache tighter than the demand: preemptions
+        demand = count * 2000 // 16
+        args["num_gpu_blocks_override"] = max(LONG_PROMPT[1] // 16 + 64, demand * draw(ints(3, 8)) // 10)
+    params = {"generator": VERSION, "seed": draw(SEED), "vocab_size": draw(VOCAB), "groups": groups}
+    workload = expand(params, f"{name}.json", args)
+    return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args, "workload": workload}
+
+
 def for_layers(layers, allowed=None) -> st.SearchStrategy:
     """The scenarios fuzzed for these layers: the engine space for the engine layers; with
     `allowed` (a candidate's declared features), only scenarios needing no other feature."""

@@ -9,10 +9,11 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
+from conformance.formats import digest
 from conformance.formats.engine_ref import EngineRef
 from conformance.gate.context import RunContext
 from conformance.gate.shards import COLD_START, Unit, share_cost
-from conformance.judging.goldens import ORACLE_RUNS
+from conformance.judging.goldens import GOLDENS, ORACLE_RUNS
 from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.process.launch import prepare_engine
 from conformance.process.progress import EngineProgress, Progress, duration
@@ -38,7 +39,8 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
             spec = replace(prepare_engine(engine, context.pins, log), label=engine.key)
             # a candidate is asked only for the layers its hello declares (judge_layers)
             session = EngineSession(spec, declared_only=engine.role == CANDIDATE, progress=EngineProgress(
-                progress, "gate", engine.key, [(u.scenario, u.layers, u.cost) for u in mine], COLD_START))
+                progress, "gate", engine.key, [(u.scenario, u.layers, u.cost) for u in mine], COLD_START),
+                sinks=golden_sinks(context.pins.oracle))
             with session:
                 repeat = ORACLE_RUNS if engine.role == ORACLE else 1
                 return [session.trace(by_name[u.scenario], list(u.layers), repeat,
@@ -54,6 +56,15 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
             f"({min(parallel, max(len(shares), 1))} side by side); {len(units)} units in "
             f"{duration(progress.elapsed())}")
     return traces
+
+
+def golden_sinks(oracle: str):
+    """EngineSession's `sinks`: a production run's records checked against the golden digests of
+    the `oracle` pin as they arrive (the records around the first difference are kept)."""
+    def sinks(scenario, layers: list[str]) -> dict:
+        golden = GOLDENS.lookup(scenario.name, oracle).trace
+        return digest.sinks(layers, None if golden is None else golden.get("digests"))
+    return sinks
 
 
 def side_by_side(tasks: list, parallel: int) -> list:

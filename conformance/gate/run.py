@@ -22,6 +22,7 @@ from conformance.gate.context import RunContext
 from conformance.gate.engines import report_labels
 from conformance.gate.execute import run_share
 from conformance.gate.plan import RunManifest, plan_run, share_of
+from conformance.gate.replay import with_oracle_windows
 from conformance.gate.results import read_results, write_results
 from conformance.gate.shards import Unit, share_cost
 from conformance.judging.judging import judge_layers, judge_unit, served_layers
@@ -56,6 +57,8 @@ def gate(context: RunContext, scenarios, engines: list[EngineRef]) -> int:
                         f"{', '.join(sorted({u.engine for u in share})) or 'none'})")
         traces = run_share(context, engines, scenarios, share,
                            {s["name"]: tuple(s["features"]) for s in manifest.scenarios})
+        # a production run that differs: the oracle's records there, replayed live
+        traces = with_oracle_windows(traces, scenarios, context.pins, context.log)
         if not context.shard:
             return finish(context, manifest, traces)
         roles = {e.key: e.role for e in engines}

@@ -33,6 +33,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.digest import check_form
 from conformance.formats.files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
 from conformance.formats.gpu import golden_written_here
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
@@ -66,7 +67,8 @@ class Golden:
         """The golden restricted to `layers` (all of it with None)."""
         if self.trace is None or layers is None:
             return self.trace
-        return dict(self.trace, layers={k: v for k, v in self.trace["layers"].items() if k in layers})
+        return dict(self.trace, layers={k: v for k, v in self.trace["layers"].items() if k in layers},
+                    digests={k: v for k, v in self.trace.get("digests", {}).items() if k in layers})
 
 
 @dataclass(frozen=True)
@@ -176,6 +178,11 @@ class GoldenStore:
         layers, problem = check_layers(golden["layers"], strict=True)
         if problem is not None:
             raise TraceError(f"{path}: {problem}")
+        for layer, form in golden.get("digests", {}).items():  # checkpoints strict, no run's windows
+            problem = check_form(layer, form, strict=True) or next(
+                (f"digests.{layer}.{key}: a golden holds no run's window" for key in WINDOWS if key in form), None)
+            if problem is not None:
+                raise TraceError(f"{path}: {problem}")
         return dict(golden, layers=layers)
 
     def digest(self, names: list[str], releases: tuple[str, ...]) -> str:
@@ -204,6 +211,7 @@ class GoldenStore:
         trace) is refused. `old_text`: the golden's current text when the caller has read it."""
         path = self.path(trace["scenario"]["name"], release) if release else None
         refuse_writer(path, trace, release)
+        trace = without_windows(trace)  # the records a run kept around a difference are its own
         text = dumps(trace)
         if old_text is None and path.exists():
             try:
@@ -265,6 +273,15 @@ class GoldenStore:
 
 
 GOLDENS = GoldenStore()
+WINDOWS = ("window", "context_window", "oracle_window")  # a run's, never a golden's
+
+
+def without_windows(trace: dict) -> dict:
+    """The trace without the records a run kept around its difference from a golden."""
+    if "digests" not in trace:
+        return trace
+    return dict(trace, digests={layer: {k: v for k, v in form.items() if k not in WINDOWS}
+                                for layer, form in trace["digests"].items()})
 
 
 def _content_digest(path: Path) -> bytes:
@@ -350,7 +367,8 @@ def check_provenance(golden: dict, release: str, pins: Pins) -> None:
     """A golden of pin `release`: every part as GOLDEN declares it, written by that release
     (engine and environment.vllm) and by its pin's build (Pins.golden_build): the build decides
     which rule a golden holds by, so it may name no other. RecordError otherwise."""
-    GOLDEN.check({k: v for k, v in golden.items() if k != "layers"}, strict=True)
+    # the layers are checked by their tables, a production golden's digests by digest.check_form
+    GOLDEN.check({k: v for k, v in golden.items() if k not in ("layers", "digests")}, strict=True)
     for path, value, expected in (("engine.version", golden["engine"]["version"], release),
                                   ("engine.label", golden["engine"]["label"], f"vllm-{release}"),
                                   ("provenance.environment.vllm", golden["provenance"]["environment"]["vllm"], release),
@@ -426,6 +444,7 @@ def write_text_atomic(path: Path, text: str) -> bool:
 def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
     """One line saying what regenerating `path` changes, shown before it is written."""
     from conformance.judging.compare import compare_layer
+    from conformance.judging.digest_compare import compare_digest_layer
 
     rel = shown_path(path)
     if old_text is None:
@@ -434,6 +453,11 @@ def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
     try:
         old = json.loads(old_text)
         parts = []
+        for layer, form in trace.get("digests", {}).items():
+            c = compare_digest_layer(layer, old.get("digests", {}).get(layer) or {"records": []}, form)
+            if not c.equal:
+                parts.append(f"{layer} record {c.index} (by its digest; {c.expected_count} -> {c.actual_count} "
+                             f"records{_checkpoint_change(layer, old.get('digests', {}).get(layer) or {}, form)})")
         for layer, records in trace["layers"].items():
             c = compare_layer(layer, old.get("layers", {}).get(layer, []), records)
             if not c.equal:
@@ -441,8 +465,20 @@ def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
                 parts.append(f"{layer} {c.where}, {said(f.path, f.expected, f.actual)}"
                              f" ({len(c.fields)} field(s))")
         return f"[goldens] changed: {rel}: " + ("; ".join(parts) or "metadata only (engine or provenance)")
-    except (ValueError, AttributeError, TypeError):
+    except (ValueError, AttributeError, TypeError, KeyError):
         return f"[goldens] changed: {rel} (the old file was unreadable)"
+
+
+def _checkpoint_change(layer: str, old: dict, new: dict) -> str:
+    """The first checkpoint kept in both forms that changed, and its first field."""
+    from conformance.judging.compare import field_diffs
+
+    old_points, new_points = old.get("checkpoints", {}), new.get("checkpoints", {})
+    for key in sorted(set(old_points) & set(new_points), key=int):
+        diffs = field_diffs(old_points[key], new_points[key])
+        if diffs:
+            return f"; checkpoint {key}: {diffs[0].path}: {diffs[0].expected!r} -> {diffs[0].actual!r}"
+    return ""
 
 
 def said(field_path: str, golden, run, shown: str = "") -> str:

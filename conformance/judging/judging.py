@@ -97,7 +97,8 @@ def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=Non
         return Verdict(trace["engine"]["label"], trace["scenario"]["name"], MISSING_GOLDEN, role,
                        message="no golden to judge this run against")
     if golden is not None and layers is not None:
-        golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers})
+        golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers},
+                      digests={k: v for k, v in golden.get("digests", {}).items() if k in layers})
     return judge(trace, golden, role)
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from conformance.judging.comparators import Basis, compare
+from conformance.judging.comparators import DIGEST, RECORDS, Basis, compare
 from conformance.judging.compare import LayerComparison
+from conformance.judging.digest_compare import truncated
 from conformance.judging.numerics import NUMERICS_CAUSES, capacity_excess
 
 PASS = "pass"
@@ -130,11 +131,14 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
             "whose records have another shape; regenerate it with `make goldens`"))
     from conformance.formats.protocol import LAYERS
 
+    digests = golden.get("digests", {})  # a production scenario's steps and outputs, in the digest form
     order = sorted(golden["layers"], key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
-    missing = next((layer for layer in order if layer not in trace["layers"]), None)
+    missing = next((layer for layer in order if layer not in trace["layers"]), None) or next(
+        (layer for layer in digests if layer not in trace.get("digests", {})), None)
     if missing is not None:
         return Verdict(engine, scenario, "unsupported", role, message=f"the engine produced no {missing!r} layer")
-    comparisons = compared(golden, {layer: trace["layers"][layer] for layer in order})
+    comparisons = compared(golden, {layer: trace["layers"][layer] for layer in order},
+                           {layer: trace["digests"][layer] for layer in digests})
     differing = [c for c in comparisons if not c.equal]
     kind = (PASS if not differing else
             NUMERICS if all(c.cause in NUMERICS_CAUSES for c in differing) else DIVERGED)
@@ -163,11 +167,13 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     kind = failure["kind"] if failure["kind"] in FAILURE_KINDS else "engine_error"
     verdict = Verdict(engine, scenario, kind, role, message=failure["message"])
     sent = {layer: records for layer, records in trace["layers"].items() if records}
-    if (kind not in PARTIAL_KINDS or not golden or not sent
+    sent_digests = any(form["count"] for form in trace.get("digests", {}).values())
+    if (kind not in PARTIAL_KINDS or not golden or not (sent or sent_digests)
             or trace["scenario"]["sha256"] != golden["scenario"]["sha256"]):
         return verdict
     comparisons = compared(golden, {layer: records for layer, records in sent.items() if layer in golden["layers"]},
-                           partial=True)
+                           {layer: form for layer, form in trace.get("digests", {}).items()
+                            if form["count"] and layer in golden.get("digests", {})}, partial=True)
     differing = [c for c in comparisons if not c.equal]
     if differing and not all(c.cause in NUMERICS_CAUSES for c in differing):
         return replace(verdict, kind=DIVERGED, failure=kind, comparisons=comparisons, message=(
@@ -178,13 +184,20 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
                                      f"sent agreed with the golden ({agreed or 'none comparable'})"))
 
 
-def compared(golden: dict, layers: dict[str, list], partial: bool = False) -> list[LayerComparison]:
-    """Each of `layers` (a run's records) compared with the golden's by the layer's comparator
-    (judging/comparators.py), in the order given; `partial`: a failed run's records against as
-    many of the golden's first records."""
+def compared(golden: dict, layers: dict[str, list], digests: dict[str, dict] | None = None,
+             partial: bool = False) -> list[LayerComparison]:
+    """Each of `layers` (a run's records) and of `digests` (a run's layers in the digest form)
+    compared with the golden's by the layer's comparator (judging/comparators.py), in layer
+    order; `partial`: a failed run's records against as many of the golden's first records."""
+    from conformance.formats.protocol import LAYERS
+
     basis = Basis(logprob_atol(golden), golden["layers"])
-    return [compare(layer, golden["layers"][layer][:len(records)] if partial else golden["layers"][layer],
-                    records, basis) for layer, records in layers.items()]
+    sides = [(layer, golden["layers"][layer][:len(records)] if partial else golden["layers"][layer], records, RECORDS)
+             for layer, records in layers.items()]
+    sides += [(layer, truncated(golden["digests"][layer], form["count"]) if partial else golden["digests"][layer],
+               form, DIGEST) for layer, form in (digests or {}).items()]
+    sides.sort(key=lambda side: LAYERS.index(side[0]) if side[0] in LAYERS else len(LAYERS))
+    return [compare(layer, expected, actual, basis, how) for layer, expected, actual, how in sides]
 
 
 def logprob_atol(golden: dict) -> float:

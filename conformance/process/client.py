@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from conformance.formats import protocol
+from conformance.formats import digest, protocol
 from conformance.formats.scenario import Scenario
 from conformance.formats.settings import SettingError
 from conformance.process.launch import EngineSpec
@@ -60,6 +60,7 @@ class EngineProcess:
     max_run_bytes: int | None = None
     max_run_records: int | None = None
     _budget: int | None = None  # bytes a run in progress may still send
+    _limits: tuple[int, int] = (0, 0)  # the run in progress's limits: bytes, records
     _stderr_mark: int = 0  # where the run in progress began in the engine's stderr
 
     def __enter__(self) -> "EngineProcess":
@@ -106,20 +107,40 @@ class EngineProcess:
                                     f"{protocol.older_version_hint(message['protocol'])}")
             self.hello = message
 
-    def run(self, scenario: Scenario, layers: list[str], timeout: float | None = None) -> dict[str, list]:
+    def run(self, scenario: Scenario, layers: list[str], timeout: float | None = None,
+            sinks: dict | None = None, stop_after_step: int | None = None) -> dict[str, list]:
         """Run one scenario; return the records of each requested layer, in order. The timeout
-        bounds the whole run (sending it, and every record), not each line."""
+        bounds the whole run (sending it, and every record), not each line.
+
+        A production-scale scenario's `steps` and `outputs` come back in the digest form
+        (formats/digest.py DigestSink), never held whole: `sinks` gives them (digest.sinks,
+        told the golden's digests to keep the records around the first difference from them),
+        else they are made here. `stop_after_step` asks the engine to stop its steps after that
+        step (a window replayed live)."""
         if timeout is None:
             timeout = self.run_timeout if self.run_timeout is not None else \
                 timeout_setting("VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT)
         with self._ended_on_interrupt():
-            self._budget = self.max_run_bytes if self.max_run_bytes is not None else protocol.MAX_RUN_BYTES
+            self._limits = self.limits(scenario)
+            self._budget = self._limits[0]
             try:
-                return self._run(scenario, layers, time.monotonic() + timeout)
+                return self._run(scenario, layers, time.monotonic() + timeout, sinks, stop_after_step)
             finally:
                 self._budget = None
 
-    def _run(self, scenario: Scenario, layers: list[str], deadline: float) -> dict[str, list]:
+    def limits(self, scenario: Scenario) -> tuple[int, int]:
+        """(bytes, records) one run of `scenario` may send (engines/PROTOCOL.md "Limits"): the
+        full form's, or a production scenario's own declared scale (protocol.py), whichever is
+        more."""
+        most_bytes = self.max_run_bytes if self.max_run_bytes is not None else protocol.MAX_RUN_BYTES
+        most_records = self.max_run_records if self.max_run_records is not None else protocol.MAX_RUN_RECORDS
+        if getattr(scenario, "scale", "library") == "production" and scenario.workload is not None:
+            return (max(most_bytes, protocol.MAX_PRODUCTION_RUN_BYTES),
+                    max(most_records, protocol.production_run_records(scenario.workload)))
+        return most_bytes, most_records
+
+    def _run(self, scenario: Scenario, layers: list[str], deadline: float, sinks: dict | None = None,
+             stop_after_step: int | None = None) -> dict[str, list]:
         self._runs += 1
         # a failure shows the stderr lines of this run, not those earlier runs of this warm engine
         # left (the first run's include what the engine wrote while starting)
@@ -127,10 +148,14 @@ class EngineProcess:
             self._stderr_mark = os.fstat(self._stderr.fileno()).st_size
         run_id = f"run-{self._runs}"
         records: dict[str, list] = {layer: [] for layer in layers}
+        if getattr(scenario, "scale", "library") == "production":  # never held whole
+            records.update(sinks if sinks is not None else digest.sinks(layers))
         last: tuple | None = None
         where = _progress(scenario.name, records, last)
-        self._send({"type": "run", "id": run_id, "scenario": scenario.to_wire(), "layers": layers},
-                   records, deadline, where)
+        message = {"type": "run", "id": run_id, "scenario": scenario.to_wire(), "layers": layers}
+        if stop_after_step is not None:
+            message["stop_after_step"] = stop_after_step
+        self._send(message, records, deadline, where)
         while True:
             where = _progress(scenario.name, records, last)
             message = self._next(deadline, ("record", "done", "error"), where, records)
@@ -160,7 +185,7 @@ class EngineProcess:
                            f"expected seq {len(records[layer])}, got {message['seq']}", records)
             records[layer].append(message["data"])
             last = (layer, message["seq"], message["data"])
-            most = self.max_run_records if self.max_run_records is not None else protocol.MAX_RUN_RECORDS
+            most = self._limits[1]
             if sum(len(v) for v in records.values()) > most:
                 self._fail("protocol", f"{_progress(scenario.name, records, last)}: more than {most} records "
                            "in one run, the limit (engines/PROTOCOL.md \"Limits\"; "
@@ -278,7 +303,7 @@ class EngineProcess:
                 self._budget -= len(line)
                 if self._budget < 0:
                     self._fail("protocol", f"{self.spec.label} during {where}: its records exceed "
-                               f"{self.max_run_bytes} bytes in one run, the limit (engines/PROTOCOL.md "
+                               f"{self._limits[0]} bytes in one run, the limit (engines/PROTOCOL.md "
                                "\"Limits\"; $VLLM_PARITY_MAX_RUN_BYTES raises it)", partial)
             try:
                 return protocol.decode(line, expect)

@@ -16,12 +16,18 @@ candidate under the gate), the layers its hello does not declare, in `not_served
 layers it declared in `capabilities`, and a scenario needing a feature the hello does not
 declare (hello.features) not sent at all, those features in `unsupported_features`. Only a run cut by a deadline its caller set (`until`) is
 no trace: OutOfTime, since it says nothing about the engine.
+
+A production-scale scenario's `steps` and `outputs` are received in the digest form (formats/
+digest.py DigestSink), never held whole: `sinks(scenario, layers)`, when the session is given it,
+makes each run's sinks (those expecting the golden's digests keep the records around the first
+difference from it); else plain ones are made.
 """
 
 from __future__ import annotations
 
 import time
 
+from conformance.formats import digest
 from conformance.formats.features import declared, not_declared
 from conformance.formats.scenario import Scenario
 from conformance.formats.trace import make_trace
@@ -45,11 +51,13 @@ class EngineSession:
     declared_only: ask only for the layers the hello declares (the rest in `not_served`);
     handshake_timeout, run_timeout: as EngineProcess's (None: the environment's or defaults);
     progress: told of each cold start (`starting()`), each unit's run (`item()`) and its
-    trace (`end()`), as process/progress.py EngineProgress is."""
+    trace (`end()`), as process/progress.py EngineProgress is; sinks: (a production-scale
+    scenario, its layers) -> each run's digest sinks (see the module)."""
 
     def __init__(self, spec: EngineSpec, declared_only: bool = False, handshake_timeout: float | None = None,
-                 run_timeout: float | None = None, progress=None):
+                 run_timeout: float | None = None, progress=None, sinks=None):
         self.spec, self.declared_only, self.progress = spec, declared_only, progress
+        self.sinks = sinks
         self.handshake_timeout, self.run_timeout = handshake_timeout, run_timeout
         self.cold_starts = 0
         self._proc: EngineProcess | None = None
@@ -88,14 +96,16 @@ class EngineSession:
         return proc
 
     def trace(self, scenario: Scenario, layers: list[str] | None = None, repeat: int = 1,
-              until: float | None = None, timeout: float | None = None, needs=None) -> dict:
+              until: float | None = None, timeout: float | None = None, needs=None,
+              stop_after_step: int | None = None) -> dict:
         """The trace of one unit: `scenario` on `layers` (default: the scenario's own), run
         `repeat` times in the warm engine (records that differ make a `nondeterministic`
         failure, never a golden). `timeout` bounds each run (default: the session's);
         `until`, a time.monotonic() deadline, bounds the unit, a restart included. `needs`: the
-        features the scenario needs (default: Scenario.features; a gate's, as its manifest says)."""
+        features the scenario needs (default: Scenario.features; a gate's, as its manifest says).
+        `stop_after_step`: the run message's (engines/PROTOCOL.md), for a window replayed live."""
         trace = self._outcome(scenario, list(scenario.layers if layers is None else layers), repeat, until,
-                              timeout, scenario.features if needs is None else needs)
+                              timeout, scenario.features if needs is None else needs, stop_after_step)
         if self.progress is not None:
             self.progress.end()
         return trace
@@ -107,7 +117,7 @@ class EngineSession:
         return proc.close() if proc is not None else False
 
     def _outcome(self, scenario: Scenario, layers: list[str], repeat: int, until: float | None,
-                 timeout: float | None, needs) -> dict:
+                 timeout: float | None, needs, stop_after_step: int | None = None) -> dict:
         try:
             proc = self.start(until)
         except EngineFailure as failure:
@@ -121,18 +131,20 @@ class EngineSession:
         if not asked:
             return self._made(scenario, proc, {}, not_served=missing)
         try:
-            records = self._runs(proc, scenario, asked, repeat, until, timeout)
+            records = self._runs(proc, scenario, asked, repeat, until, timeout, stop_after_step)
         except EngineFailure as failure:
             return self._made(scenario, proc, failure.partial, failure, missing)
         return self._made(scenario, proc, records, not_served=missing)
 
     def _runs(self, proc: EngineProcess, scenario: Scenario, layers: list[str], repeat: int,
-              until: float | None, timeout: float | None) -> dict[str, list]:
+              until: float | None, timeout: float | None, stop_after_step: int | None) -> dict[str, list]:
         records = None
+        made = self.sinks is not None and scenario.scale == "production"
         for _ in range(repeat):
             seconds, cut = self._within(timeout or self.run_timeout, "VLLM_PARITY_RUN_TIMEOUT", RUN_TIMEOUT, until)
             try:
-                again = proc.run(scenario, layers, seconds)
+                again = proc.run(scenario, layers, seconds, sinks=self.sinks(scenario, layers) if made else None,
+                                 stop_after_step=stop_after_step)
             except EngineFailure as failure:
                 if cut and failure.kind == "timeout":
                     raise OutOfTime(f"{self.spec.label}: the run was cut by the time limit") from None
@@ -169,6 +181,11 @@ def _nondeterminism(scenario: Scenario, first: dict, second: dict) -> str:
         again = second.get(layer, [])
         if records == again:
             continue
+        if isinstance(records, digest.DigestSink):  # the first record whose digest differs
+            a, b = records.entries, getattr(again, "entries", [])
+            at = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+            return (f"scenario {scenario.name}: two runs of the same engine differ in layer {layer} "
+                    f"at record {at} (by its digest; {len(a)} then {len(b)} records)")
         index = next((i for i, (a, b) in enumerate(zip(records, again)) if a != b), None)
         if index is None:
             return (f"scenario {scenario.name}: two runs of the same engine differ in layer {layer}: "

@@ -13,7 +13,7 @@ from conformance.regenerate.lifecycle import Selection, oracle_runs, regenerate,
 
 
 def goldens_command(args, scenarios, library, log) -> int:
-    """`scenarios`: those asked for (--scenario, or the library); `library`: every scenario
+    """`scenarios`: those asked for (--scenario, or the library's at --scale); `library`: every scenario
     file, whose goldens the orphans are checked against unless --scenario narrows the run."""
     pins = load_pins()
     refs = [EngineRef.parse(text, pins) for text in args.engine or pins.releases]
@@ -22,7 +22,8 @@ def goldens_command(args, scenarios, library, log) -> int:
             raise GoldenRefused(
                 f"refusing to regenerate goldens from {ref.text!r}: only a pinned vLLM oracle "
                 f"({', '.join(pins.releases)}) writes goldens")
-    names = frozenset(s.name for s in scenarios) if args.scenario else None
+    narrowed = args.scenario or getattr(args, "scale", "all") != "all"  # --scenario, or one scale's
+    names = frozenset(s.name for s in scenarios) if narrowed else None
     selection = Selection(tuple(ref.release for ref in refs), goldens_layers(args.layers), names)
     write = not args.check
     if args.from_results:

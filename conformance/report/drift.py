@@ -16,7 +16,7 @@ from packaging.version import Version
 
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.judging.goldens import GOLDENS, GoldenStore
-from conformance.judging.comparators import Basis, compare
+from conformance.judging.comparators import DIGEST, Basis, compare
 from conformance.judging.verdict import logprob_atol
 
 SAME, DEPARTS = "same", "departs"
@@ -76,6 +76,10 @@ def compare_pins(name: str, older: str, newer: str, store: GoldenStore = GOLDENS
         where = c.record or c.actual_record or {}
         at = where.get("row") or (f"step {where['step']}" if "step" in where else f"record {c.index}")
         layers.append((layer, LayerDrift(at, c.first.path, c.first.expected, c.first.actual)))
+    for layer, form in old.get("digests", {}).items():  # production: where, by digest
+        c = compare(layer, form, new.get("digests", {}).get(layer) or {"records": []}, form=DIGEST)
+        layers.append((layer, None if c.equal else
+                       LayerDrift(f"record {c.index}", c.first.path, c.first.expected, c.first.actual)))
     status = DEPARTS if any(d for _, d in layers) else SAME
     return Drift(name, older, newer, status, tuple(layers))
 

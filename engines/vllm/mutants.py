@@ -17,6 +17,9 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           is the same, every other logprob of the top-k moves (engine_outputs).
     drop-bonus-token      the rejection sampler drops the bonus token whenever every draft is
                           accepted: lossless (the same tokens, fewer per step; engine_steps).
+    budget-minus-one-after-1000  from its 1001st schedule() call on, the scheduler's token
+                          budget is one token less: a divergence deep in a production-scale run,
+                          at the first step after step 1000 whose budget binds.
     sync-loop-under-async the engine loop processes each batch's output before it schedules
                           the next, with AsyncScheduler and its placeholders still on: a port
                           that keeps its synchronous loop under the async flag.
@@ -116,6 +119,23 @@ def _drop_bonus_token() -> None:
     rs.RejectionSampler.forward = forward
 
 
+def _budget_minus_one_after(calls: int):
+    def apply() -> None:
+        from vllm.v1.core.sched.scheduler import Scheduler
+
+        original = Scheduler.schedule
+
+        def schedule(self, *args, **kwargs):
+            self._parity_calls = getattr(self, "_parity_calls", 0) + 1
+            if self._parity_calls == calls + 1:  # schedule() call `calls` (0-based) and every one after
+                self.max_num_scheduled_tokens -= 1
+            return original(self, *args, **kwargs)
+
+        Scheduler.schedule = schedule
+
+    return apply
+
+
 def _sync_loop_under_async() -> None:
     """EngineCore picks step() over step_with_batch_queue when max_concurrent_batches is 1
     (vllm/v1/engine/core.py EngineCore.__init__): the scheduler stays AsyncScheduler."""
@@ -147,6 +167,7 @@ MUTANTS = {
     "crash-after-divergence": _crash_after_divergence,
     "logit-scale-1.10": _logit_scale,
     "drop-bonus-token": _drop_bonus_token,
+    "budget-minus-one-after-1000": _budget_minus_one_after(1000),
     "sync-loop-under-async": _sync_loop_under_async,
     "keep-placeholders-at-preemption": _keep_placeholders_at_preemption,
 }

@@ -75,6 +75,10 @@ class RecordingScheduler(Scheduler):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.parity_steps: list[dict] = []
+        # where each finished record goes: kept in parity_steps, unless a driver streams them
+        # (steps_layer.iter_steps sends each one on and keeps none)
+        self.parity_sink = self.parity_steps.append
+        self._parity_last: dict | None = None  # the record last finished, wherever it went
         self._parity_next_step = 0
         # (scheduler_output, open record) in schedule() order; update_from_output() calls
         # come back in the same order, also under a batch queue.
@@ -95,8 +99,8 @@ class RecordingScheduler(Scheduler):
 
     def update_draft_token_ids(self, draft_token_ids) -> None:
         super().update_draft_token_ids(draft_token_ids)
-        if self.parity_steps:
-            self._parity_next_drafts(self.parity_steps[-1])
+        if self._parity_last is not None:
+            self._parity_next_drafts(self._parity_last)
 
     def update_from_output(self, scheduler_output, model_runner_output):
         unfinished = [rid for rid, req in self.requests.items() if not req.is_finished()]
@@ -128,7 +132,8 @@ class RecordingScheduler(Scheduler):
         record.update(self._parity_state())
         self._parity_identities_after(record, result)
         self._parity_after_update(record)
-        self.parity_steps.append(record)
+        self._parity_last = record  # its next_draft_token_ids come after, in update_draft_token_ids()
+        self.parity_sink(record)
         path = os.environ.get(RECORD_PATH_ENV)
         if path:
             line = dict(record, requests={rid: {k: v for k, v in entry.items() if k != "next_draft_token_ids"}

@@ -26,6 +26,7 @@ batch-queue loop instead (engines/vllm/async_loop.py); this synchronous driver i
 from __future__ import annotations
 
 import inspect
+from collections import deque
 
 from conformance.formats.workload import draft, request_prompts, validate_workload, verify
 
@@ -35,24 +36,46 @@ from .new_requests import abort_requests, new_request, output_record
 
 
 
-def steps(scenario: dict):
-    yield from per_run.sent("steps", lambda: _run(scenario)[0])
+def steps(scenario: dict, stop_after_step: int | None = None):
+    """The step records, each sent as its step's update completes (a production scenario's
+    thousands of records are never held); the outputs are kept for the outputs layer. With
+    `stop_after_step` (the run message's, engines/PROTOCOL.md) the drive stops after that step."""
+    outputs = yield from iter_steps(scenario, stop_after_step=stop_after_step)
+    per_run.keep("outputs", scenario, outputs)
 
 
 def outputs(scenario: dict):
-    yield from _run(scenario)[1]
-
-
-def _run(scenario: dict) -> tuple[list[dict], list[dict]]:
-    return per_run.once("steps", scenario, run_steps)
+    kept = per_run.kept("outputs", scenario)
+    if kept is None:  # a run that asks for outputs alone: drive, the records discarded
+        drive = iter_steps(scenario)
+        while True:
+            try:
+                next(drive)
+            except StopIteration as done:
+                kept = done.value
+                break
+    yield from kept
 
 
 def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], list[dict]]:
-    """(step records, one output record per request sorted by id) for the scenario.
+    """(step records, one output record per request sorted by id) for the scenario, held.
 
     `cls` and `config` exist for the driver-overhead benchmark: a plain Scheduler (no
     records) over a configuration resolved beforehand is the bare schedule/update loop.
     """
+    drive = iter_steps(scenario_wire, cls, config)
+    records = []
+    while True:
+        try:
+            records.append(next(drive))
+        except StopIteration as done:
+            return records, done.value
+
+
+def iter_steps(scenario_wire: dict, cls=None, config=None, stop_after_step: int | None = None):
+    """A generator of the scenario's step records, each yielded as its step's update completes;
+    it returns the output records (None when it stopped after `stop_after_step`). A refused
+    configuration yields the one refused record and returns it as the outputs' record."""
     from .config_layer import resolve_config
     from .release import build_scheduler
     from .recorder import RecordingScheduler
@@ -69,26 +92,49 @@ def run_steps(scenario_wire: dict, cls=None, config=None) -> tuple[list[dict], l
     if config is None:
         config, _lines, refusal = resolve_config(scenario_wire)
     if config is None:  # the release refused the configuration: that is the result
-        return [{"refused": refusal}], [{"refused": refusal}]
+        yield {"refused": refusal}
+        return [{"refused": refusal}]
     spec = config.speculative_config
     k = spec.num_speculative_tokens if spec is not None else 0
     if config.scheduler_config.async_scheduling:  # under the GPU rule (config_layer.py)
         from .async_loop import run_async
 
-        return run_async(config, workload, k, _block_hasher(config))
+        try:  # the batch-queue loop holds its records: they go out when it ends
+            records, outputs = run_async(config, workload, k, _block_hasher(config))
+        except Exception as exc:  # the steps recorded before the failure still go out
+            yield from getattr(exc, "parity_partial", {}).get("steps", ())
+            raise
+        for record in records:
+            yield record
+            if stop_after_step is not None and record["step"] >= stop_after_step:
+                return None
+        return outputs
 
     scheduler = build_scheduler(config, engine_args.get("num_gpu_blocks_override"),
                                 cls=cls or RecordingScheduler)
     block_hasher = _block_hasher(config)
 
+    pending: deque = deque()  # the records of the step just updated, yielded before the next
+    if hasattr(scheduler, "parity_sink"):
+        scheduler.parity_sink = pending.append
     try:
-        return _drive(scheduler, workload, engine_args["max_model_len"], k, block_hasher)
-    except Exception as exc:  # the steps recorded before the failure still go out
-        per_run.keep_partial(exc, steps=getattr(scheduler, "parity_steps", []))
+        for outputs in _drive(scheduler, workload, engine_args["max_model_len"], k, block_hasher):
+            while pending:
+                record = pending.popleft()
+                yield record
+                if stop_after_step is not None and record["step"] >= stop_after_step:
+                    return None
+            if outputs is not None:
+                return outputs
+    except Exception:  # the steps recorded before the failure still go out
+        yield from pending
         raise
+    return None
 
 
 def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
+    """Yields None after each step (its record is then in the scheduler's sink), and the output
+    records once every request finished."""
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
     seed, vocab = workload["seed"], workload["vocab_size"]
@@ -130,7 +176,8 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
                 sampled.append([])  # a prefill chunk that does not reach the end: no sample
                 continue
             drafter.sampled(rid, drafts)
-            sampled.append(verify(seed, list(request.all_token_ids), drafts, vocab))
+            # the stand-in reads a request's length and last tokens only (workload.Context)
+            sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
         model_output = ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=sampled)
@@ -139,11 +186,12 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         # post_step(): the drafter proposes K tokens for each request of the batch; the
         # scheduler itself drops them for finished requests and prefill chunks.
         if k and output.total_num_scheduled_tokens > 0 and not getattr(output, "skip_drafts", False):
-            drafts_out = [drafter.propose(rid, list(requests[rid].all_token_ids)) for rid in req_ids]
+            drafts_out = [drafter.propose(rid, requests[rid].all_token_ids) for rid in req_ids]
             scheduler.update_draft_token_ids(DraftTokenIds(req_ids, drafts_out))
         step += 1
+        yield None
 
-    return getattr(scheduler, "parity_steps", []), [output_record(rid, requests[rid]) for rid in sorted(requests)]
+    yield [output_record(rid, requests[rid]) for rid in sorted(requests)]
 
 
 class Drafter:

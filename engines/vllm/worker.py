@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
     if engine is None:
         engine = f"vllm+mutant:{args.mutant}" if args.mutant else "vllm"
 
-    def answer(scenario: dict, layers: list) -> serve.Answer:
+    def answer(scenario: dict, layers: list, stop_after_step: int | None = None) -> serve.Answer:
         unsupported = [layer for layer in layers if layer not in runtime.LAYERS]
         if unsupported:
             reasons = sorted({runtime.UNSERVED[layer] for layer in unsupported if layer in runtime.UNSERVED})
@@ -86,7 +86,10 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
                                  f"layers {unsupported} are not served; this worker serves {sorted(runtime.LAYERS)}")
         per_run.forget()  # layers share one computation within a run, never across runs
         for layer in layers:
-            yield layer, runtime.LAYERS[layer](scenario)
+            if layer == "steps" and stop_after_step is not None:  # a window replayed live
+                yield layer, runtime.LAYERS[layer](scenario, stop_after_step=stop_after_step)
+            else:
+                yield layer, runtime.LAYERS[layer](scenario)
 
     hello = {"engine": engine, "version": vllm.__version__, "capabilities": sorted(runtime.LAYERS),
              "environment": runtime.environment()}

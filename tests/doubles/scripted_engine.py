@@ -4,7 +4,7 @@
 Usage: scripted_engine.py SCRIPT_FILE
 
 SCRIPT_FILE is JSON: {"lines": [hex, ...], "end": "exit" | "silent", "status": int}.
-The double sends a valid protocol-2 hello, waits for the first line on stdin (the harness's
+The double sends a valid protocol-3 hello, waits for the first line on stdin (the harness's
 `run`), then writes each of `lines` (hex-encoded raw bytes) followed by a newline, exactly as
 given, garbage included. Then, with end "exit", it exits with `status`; with end "silent",
 it answers nothing more, reads stdin until `shutdown` or end of input, and exits 0.
@@ -21,7 +21,7 @@ import sys
 def main() -> int:
     script = json.load(open(sys.argv[1], encoding="utf-8"))
     out = sys.stdout.buffer
-    out.write(b'{"type":"hello","protocol":2,"engine":"scripted","version":"0.0-test",'
+    out.write(b'{"type":"hello","protocol":3,"engine":"scripted","version":"0.0-test",'
               b'"capabilities":["config","steps"]}\n')
     out.flush()
     if not sys.stdin.buffer.readline():

@@ -1,0 +1,134 @@
+"""The oracle's records at a production-scale run's first difference, fetched live.
+
+A production scenario's golden holds the oracle's records as digests (conformance/formats/
+digest.py): enough to say, exactly, at which step a run first differs, not which field. The
+report needs both sides' records there. The run's own were kept as they arrived; the oracle's
+are fetched here, after the runs and before judging, so judging stays apart from running:
+
+- `steps`: the pinned oracle is run again from step 0 with `stop_after_step` (engines/
+  PROTOCOL.md) at the window's last step, its records digested as they arrive and checked
+  against the golden's digests; the last records, the window, travel with the run's trace
+  (`digests.steps.oracle_window`). A step cannot be restarted from a checkpoint: a record is
+  not the scheduler's state (its block pool, prefix cache, Request objects, the drafts).
+  Where the oracle no longer reproduces its golden, the window says so instead.
+- `outputs`: no engine is needed. An output is the stand-in target's own chain from the
+  request's prompt (conformance/formats/workload.py), regenerated and kept only where its digest
+  is the golden's, so the tokens shown are the oracle's.
+
+The comparator (judging/digest_compare.py) checks every record again against the golden's
+digest at its place before it shows one.
+"""
+
+from __future__ import annotations
+
+import time
+
+from conformance.formats.digest import WINDOW, DigestSink, digest, digest_of
+from conformance.formats.engine_ref import EngineRef
+from conformance.formats.scenario import Scenario
+from conformance.formats.workload import prompt_tokens, target_next
+from conformance.judging.digest_compare import compare_digest_layer
+from conformance.judging.goldens import GOLDENS, GoldenStore
+from conformance.process.launch import prepare_engine
+from conformance.process.session import EngineSession
+
+
+def with_oracle_windows(traces: dict[str, dict], scenarios, pins, log, store: GoldenStore = GOLDENS) -> dict[str, dict]:
+    """Every trace of a production scenario that differs from the oracle's golden, with the
+    oracle's records at its first difference (one replay per scenario and step)."""
+    by_name = {s.name: s for s in scenarios}
+    replays: dict[tuple[str, int], dict] = {}
+    out = {}
+    for key, trace in traces.items():
+        scenario = by_name.get(trace["scenario"]["name"])
+        if scenario is not None and scenario.scale == "production" and "digests" in trace:
+            trace = oracle_windows(trace, scenario, pins, log, store, replays)
+        out[key] = trace
+    return out
+
+
+def oracle_windows(trace: dict, scenario: Scenario, pins, log, store: GoldenStore = GOLDENS,
+                   replays: dict | None = None) -> dict:
+    """The trace with `oracle_window` in each digest layer that differs from the golden."""
+    golden = store.lookup(scenario.name, pins.oracle).trace
+    if golden is None or golden["scenario"]["sha256"] != trace["scenario"]["sha256"]:
+        return trace  # judged as missing or invalid: nothing to show
+    replays = {} if replays is None else replays
+    digests = dict(trace["digests"])
+    for layer, form in trace["digests"].items():
+        expected = golden.get("digests", {}).get(layer)
+        if expected is None or "problem" in form:
+            continue
+        c = compare_digest_layer(layer, expected, form)
+        if c.equal or c.index >= min(expected["count"], form["count"]) or _shown(expected, c.index):
+            continue  # equal, one side ended, or the golden's checkpoints already show the window
+        if layer == "outputs":
+            window = _regenerated_output(scenario, expected, c.index)
+        else:
+            if (scenario.name, c.index) not in replays:
+                replays[(scenario.name, c.index)] = replay_steps(scenario, expected, c.index, pins, log)
+            window = replays[(scenario.name, c.index)]
+        if window is not None:
+            digests[layer] = dict(form, oracle_window=window)
+    return dict(trace, digests=digests)
+
+
+def _shown(expected: dict, index: int) -> bool:
+    """Whether the golden's checkpoints hold the oracle's records of the window up to `index`
+    (a checkpoint at the differing step alone shows no step before it)."""
+    return all(str(i) in expected.get("checkpoints", {}) for i in range(max(0, index - WINDOW), index + 1))
+
+
+def replay_steps(scenario: Scenario, expected: dict, index: int, pins, log) -> dict:
+    """The oracle's steps records index-WINDOW .. index+WINDOW, replayed live from step 0 and
+    checked against the golden's digests (`expected`) on the way."""
+    started = time.monotonic()
+    last = min(index + WINDOW, expected["count"] - 1)
+    log(f"[replay] {scenario.name}: the oracle vllm-{pins.oracle} replayed to step {last} for the "
+        f"records around step {index}")
+    sink = DigestSink("steps", keep_last=2 * WINDOW + 1)
+    spec = prepare_engine(EngineRef.pin(pins.oracle), pins, log)
+    with EngineSession(spec, sinks=lambda _scenario, _layers: {"steps": sink}) as session:
+        failure = session.trace(scenario, ["steps"], stop_after_step=last).get("failure")
+    if failure is not None:
+        return _failed(index, started, f"the oracle's replay failed: {failure['kind']}: {failure['message']}")
+    golden = [digest_of(e) for e in expected["records"]]
+    ran = [digest_of(e) for e in sink.entries]
+    wrong = next((i for i, (x, y) in enumerate(zip(golden, ran)) if x != y), None)
+    if wrong is not None:
+        return _failed(index, started, f"the oracle vllm-{pins.oracle} no longer reproduces its golden at "
+                                       f"record {wrong}: regenerate it with `make goldens`")
+    if len(ran) <= min(index, last):
+        return _failed(index, started, f"the oracle's replay sent {len(ran)} records, fewer than the "
+                                       f"golden's {index + 1}")
+    first, records = sink.last()
+    keep = [(first + i, r) for i, r in enumerate(records) if first + i >= index - WINDOW]
+    return {"from": keep[0][0], "at": index, "records": [r for _, r in keep],
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def _failed(index: int, started: float, problem: str) -> dict:
+    return {"from": index, "at": index, "records": [], "problem": problem,
+            "seconds": round(time.monotonic() - started, 1)}
+
+
+def _regenerated_output(scenario: Scenario, expected: dict, index: int) -> dict | None:
+    """The oracle's output record at `index`: the target's chain from the request's prompt, as
+    long as the golden says, kept only if its digest is the golden's."""
+    entry = expected["records"][index]
+    if not isinstance(entry, dict) or "id" not in entry or scenario.workload is None:
+        return None
+    workload = scenario.workload
+    request = next((r for r in workload["requests"] if r["id"] == entry["id"]), None)
+    if request is None:
+        return None
+    seed, vocab = workload["seed"], workload["vocab_size"]
+    tokens = prompt_tokens(seed, request["id"], request["prompt_len"], vocab)
+    out = []
+    for _ in range(entry["output_len"]):
+        out.append(target_next(seed, tokens, vocab))
+        tokens.append(out[-1])
+    record = {"id": entry["id"], "output_token_ids": out, "finish_reason": entry["finish_reason"]}
+    if digest("outputs", record) != entry["digest"]:
+        return None  # not the oracle's: the report says a replay is needed
+    return {"from": index, "at": index, "records": [record]}
