@@ -56,8 +56,10 @@ def test_the_worked_example_is_protocol_md_s():
     assert steps[3]["preempted"] == ["r1"] and steps[3]["requests"] == {"r0": (3, 2, 0, 21, 6, 0, "dropped")}
     assert [s["total_num_scheduled_tokens"] for s in steps[7:]] == [0, 0]  # the guard, then the report
     assert layers("async_worked_example")["outputs"] == [
-        {"id": "r0", "output_token_ids": [41, 892, 385, 30, 464, 301], "finish_reason": "length"},
-        {"id": "r1", "output_token_ids": [792, 229, 265, 954, 903, 387], "finish_reason": "length"}]
+        {"id": "r0", "output_token_ids": [41, 892, 385, 30, 464, 301], "finish_reason": "length",
+         "stop_reason": None},
+        {"id": "r1", "output_token_ids": [792, 229, 265, 954, 903, 387], "finish_reason": "length",
+         "stop_reason": None}]
 
 
 @pytest.mark.parametrize("release", PINS.releases)

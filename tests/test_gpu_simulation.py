@@ -331,8 +331,10 @@ def test_parity_goldens_on_a_gpu_refuses_to_rewrite_cpu_goldens_before_any_engin
     monkeypatch.setattr(lifecycle, "prepare_engine", lambda ref, pins, log: started.append(ref) or 1 / 0)
     assert cli.main(["goldens"]) == 2
     assert "make goldens PINS=0.33.0 LAYERS=engine" in capsys.readouterr().err and started == []
-    with pytest.raises(ZeroDivisionError):  # the engine goldens of 0.33.0 are the GPU's to write
-        cli.main(["goldens", "--engine", "0.33.0", "--layers", "engine"])
+    # the engine goldens of 0.33.0 are the GPU's to write: its engine is prepared (and this
+    # stand-in's ZeroDivisionError is a harness bug to the CLI: exit 3, with its traceback)
+    assert cli.main(["goldens", "--engine", "0.33.0", "--layers", "engine"]) == 3
+    assert "ZeroDivisionError" in capsys.readouterr().err
     assert started == [EngineRef.pin("0.33.0")]
 
 

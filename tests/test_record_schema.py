@@ -144,7 +144,7 @@ def test_optional_fields_and_variants():
         check_record("engine_steps", steps)  # engine_steps has fields of its own
     refusal = {"type": "ValueError", "message": "no"}
     assert check_record("steps", {"refused": refusal}) == {"refused": refusal}
-    assert check_record("config", {"refused": refusal, "budget_log_lines": []})
+    assert check_record("config", {"refused": refusal, "budget_log_lines": [], "async_log_lines": []})
     with pytest.raises(RecordError, match="field refused.message: expected str"):
         check_record("outputs", {"refused": {"type": "ValueError"}})
     aborted = {"id": "w", "output_token_ids": [], "finish_reason": "abort", "stop_reason": None}

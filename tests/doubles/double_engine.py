@@ -48,7 +48,8 @@ CONFIG = {"refused": None, "max_num_batched_tokens": 4096, "max_num_scheduled_to
           "num_speculative_tokens": 0, "speculative_method": None, "parallel_drafting": False,
           "drafting_slots_per_request": 0, "drafting_reservation": None, "num_lookahead_tokens": 0,
           "block_size": 16, "enable_prefix_caching": False, "enable_chunked_prefill": True,
-          "scheduler_class": "Scheduler", "budget_log_lines": []}
+          "scheduler_class": "Scheduler", "budget_log_lines": [], "async_scheduling_gpu": False,
+          "async_scheduling_cpu": False, "batch_queue_size": 1, "async_log_lines": []}
 
 
 def empty_step(i: int) -> dict:
