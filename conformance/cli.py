@@ -377,7 +377,7 @@ def cmd_compare(args) -> int:
     if args.replay:
         scenario = load_scenario(args.replay)
         if scenario.name != trace["scenario"]["name"]:
-            raise ValueError(f"--replay {args.replay}: scenario {scenario.name!r}, the trace's is "
+            raise InputError(f"--replay {args.replay}: scenario {scenario.name!r}, the trace's is "
                              f"{trace['scenario']['name']!r}")
         trace = oracle_windows(trace, scenario, pins, log)
     golden = lookup(args.golden) if args.golden else GOLDENS.lookup(trace["scenario"]["name"], pins.oracle)

@@ -15,6 +15,7 @@ INTERNAL = {
     ("conformance/formats/protocol.py", "_no_constants"), ("conformance/formats/scenario.py", "_reject_constant"),
     ("conformance/formats/serve.py", "__init__"), ("conformance/formats/mutant.py", "apply"),
     ("conformance/judging/comparators.py", "register"), ("conformance/judging/comparators.py", "add"),
+    ("conformance/formats/scenario.py", "at_scale"),  # its scale comes from argparse choices
 }
 
 

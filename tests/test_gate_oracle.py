@@ -62,7 +62,7 @@ def test_gate_with_a_waiver_passes_and_writes_three_reports(gated):
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"max_num_scheduled_tokens: oracle {BUDGET}, candidate {BUGGED}" in result.stdout
     junit = ET.parse(folder / "out" / "junit.xml").getroot()
-    assert junit.find(".//skipped").get("message").startswith("waived:")
+    assert junit.find(".//skipped").get("message").startswith("waived by ")
     assert "waived" in (folder / "out" / "summary.md").read_text()
     assert "<svg" not in (folder / "out" / "report.html").read_text()  # config layer only: no steps
     assert "cold starts: 2 for 2 engines" in result.stderr

@@ -1035,7 +1035,8 @@ def test_schema_selfcheck_runs_a_scenario_without_speculation_by_default(tmp_pat
     refusal = {"type": "ValueError", "message": "speculative decoding is not supported"}
     refuse = [{"scenario": name, "layer": layer, "records": [{"refused": refusal}]}
               for name in ("dflash_27b_gate", "steady_decode") for layer in ("steps", "outputs")]
-    refuse += [{"scenario": name, "layer": "config", "records": [{"refused": refusal, "budget_log_lines": []}]}
+    refuse += [{"scenario": name, "layer": "config", "records": [{"refused": refusal, "budget_log_lines": [],
+                                                                 "async_log_lines": []}]}
                for name in ("dflash_27b_gate", "steady_decode")]
     status, out = schema_selfcheck(tmp_path, capsys, {"serve": SCHEMA_SCHEDULER, "edits": refuse})
     assert status == 0 and "kv_pressure_no_spec: layers ['config', 'steps', 'outputs']" in out, out
