@@ -477,3 +477,96 @@ def test_parity_adequacy_offers_the_kv_catalog_and_refuses_a_bad_kv_sample(capsy
     with pytest.raises(SystemExit):
         main(["adequacy", "--catalog", "both"])  # the old name: scheduler, kv, engine or all
     assert "invalid choice: 'both'" in capsys.readouterr().err
+
+
+# -- the project's scope: prefix caching and aborts in, what only other families reach out ------
+
+def _function_rule(s: Scope, qualname: str):
+    import fnmatch
+
+    return next((r for r in s.rules if r.function and fnmatch.fnmatchcase(qualname, r.function)), None)
+
+
+@pytest.mark.parametrize("qualname", [
+    "BlockPool.get_cached_block", "BlockPool.cache_full_blocks", "BlockPool.touch",
+    "BlockPool._maybe_evict_cached_block", "BlockPool._insert_block_hash", "BlockPool._remove_cached_block_hashes",
+    "BlockHashToBlockMap.insert", "BlockHashToBlockMap.pop", "FullAttentionManager.find_longest_cache_hit",
+    "UnitaryKVCacheCoordinator.find_longest_cache_hit", "KVCacheCoordinator.allocate_new_computed_blocks",
+    "SingleTypeKVCacheManager.add_local_computed_blocks", "SingleTypeKVCacheManager.cache_blocks",
+    "KVCacheCoordinator.cache_blocks", "Scheduler.finish_requests", "FCFSRequestQueue.remove_requests",
+    "PriorityRequestQueue.remove_requests", "FreeKVCacheBlockQueue.popleft_n", "KVCacheBlock.reset_hash",
+])
+def test_prefix_caching_and_aborts_are_in_scope(qualname):
+    assert _function_rule(load_scope(SCOPE_FILE), qualname) is None
+
+
+@pytest.mark.parametrize("qualname, because", [
+    ("BlockPool.cache_partial_block", "fine-grained prefix hashing"),
+    ("BlockPool._get_partial_block_hash", "fine-grained prefix hashing"),
+    ("BlockPool.move_block_hashes", "fine-grained prefix hashing"),
+    ("FullAttentionManager._cache_partial_tail_block", "fine-grained prefix hashing"),
+    ("SingleTypeKVCacheManager._apply_cow", "partial prefix-cache hits"),
+    ("SingleTypeKVCacheManager._remove_blocks_in_range", "full attention frees no block"),
+    ("SingleTypeKVCacheManager.remove_skipped_blocks", "full attention skips no token"),
+    ("KVCacheManager.estimate_cached_tokens", "metrics"),
+    ("KVCacheManager.cache_blocks", "KV connectors"),
+    ("FCFSRequestQueue.remove_request", "through remove_requests"),
+    ("FreeKVCacheBlockQueue.iter_blocks_after", "KV connectors"),
+    ("MambaManager.find_longest_cache_hit", "mamba"),
+])
+def test_what_only_other_families_reach_stays_out_of_scope_with_its_reason(qualname, because):
+    rule = _function_rule(load_scope(SCOPE_FILE), qualname)
+    assert rule is not None and because in rule.reason, rule
+
+
+def test_no_rule_says_prefix_caching_is_off_or_that_nothing_aborts():
+    reasons = [r.reason for r in load_scope(SCOPE_FILE).rules] + list(load_scope(SCOPE_FILE).equivalent.values())
+    assert not [r for r in reasons if "enable_prefix_caching false" in r or "prefix caching off" in r]
+    assert not [r for r in reasons if "has no aborts" in r or "never aborts" in r]
+
+
+def test_the_kv_cache_utils_functions_of_the_block_pool_are_measured_as_callees():
+    s = load_scope(SCOPE_FILE)
+    utils = "vllm/v1/core/kv_cache_utils.py"
+    assert s.callee(utils)
+    for qualname in ("FreeKVCacheBlockQueue.popleft_n", "KVCacheBlock.reset_hash", "hash_block_tokens",
+                     "get_request_block_hasher.request_block_hasher"):
+        assert s.measured(utils, qualname), qualname
+    assert not s.measured(utils, "get_kv_cache_configs")  # start-up sizing: not the block pool
+
+
+KV_SOURCE = textwrap.dedent('''\
+    class FullAttentionManager:
+        def find_longest_cache_hit(cls, block_hashes, fine_grained, drop_eagle_block, hit_length):
+            if fine_grained:
+                hit_length = 1
+            if drop_eagle_block and hit_length > 0:
+                hit_length -= 16
+            return hit_length
+
+    class BlockPool:
+        def get_new_blocks(self, num_blocks):
+            if num_blocks > self.get_num_free_blocks():
+                raise ValueError(num_blocks)
+            if self.metrics_collector:
+                self.metrics_collector.on_block_allocated()
+            return num_blocks
+
+    class Scheduler:
+        def finish_requests(self, request_ids):
+            if isinstance(request_ids, str):
+                request_ids = (request_ids,)
+            elif request_ids is not None:
+                request_ids = set(request_ids)
+            return request_ids
+    ''')
+
+
+def test_the_new_branch_rules_take_only_the_direction_other_families_reach():
+    out = out_of_scope_lines(KV_SOURCE, load_scope(SCOPE_FILE))
+    assert 4 in out and "fine-grained" in out[4].reason  # the fine-grained hit
+    assert 5 not in out and 6 not in out  # EAGLE's dropped block: in scope with prefix caching on
+    assert 12 in out and "defensive" in out[12].reason  # the pool is asked only for blocks that fit
+    assert 14 in out and "metrics" in out[14].reason
+    assert 19 not in out and 20 not in out  # one id per finish_requests call: in scope
+    assert {21, 22} <= set(out) and "one request each" in out[21].reason  # a collection of ids: out
