@@ -147,6 +147,8 @@ def test_all_measured_figures_are_given_per_file_and_ignore_the_rules(tmp_path):
     assert text[total + 1].split()[-4:] == ["2/4", "50.0%", "2/4", "50.0%"]
     assert text[total + 2].split() == ["v1/core/block_pool.py", "2/3", "66.7%", "2/3", "66.7%"]
     assert text[total + 3].split() == ["v1/core/kv_cache_utils.py", "0/1", "0.0%", "0/1", "0.0%"]
+    # the out-of-scope gaps say which part they are in
+    assert "uncovered branches out of scope: 1 (the scheduler 0, what it calls 1), by rule" in "\n".join(text)
 
 
 def mutants_by_operator(tmp_path):

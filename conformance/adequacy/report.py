@@ -41,15 +41,20 @@ def render_coverage(cov: PinCoverage) -> str:
         src = cov.sources[f.file][a - 1].strip() if 0 < a <= len(cov.sources[f.file]) else ""
         to = f"line {b}" if b > 0 else "exit"
         lines.append(f"     {f.file.rsplit('/', 1)[-1]}:{a} -> {to:9s} [{f.qualname}]  {src[:90]}")
-    by_rule = defaultdict(list)
-    for f in cov.functions:
-        for (a, b), rule in f.missing_out_branches.items():
-            by_rule[rule].append(f"{f.file.rsplit('/', 1)[-1]}:{a}")
+    by_rule, called = defaultdict(list), defaultdict(int)
+    for callees in (False, True):
+        for f in cov.part(callees):
+            for (a, b), rule in f.missing_out_branches.items():
+                by_rule[rule].append(f"{f.file.rsplit('/', 1)[-1]}:{a}")
+                called[rule] += callees
     total_out = sum(len(v) for v in by_rule.values())
-    lines.append(f"   uncovered branches out of scope: {total_out}, by rule (adequacy_scope.toml):")
+    split = f" (the scheduler {total_out - sum(called.values())}, what it calls {sum(called.values())})" \
+        if cov.part(callees=True) else ""
+    lines.append(f"   uncovered branches out of scope: {total_out}{split}, by rule (adequacy_scope.toml):")
     for rule, where in sorted(by_rule.items(), key=lambda kv: -len(kv[1])):
         shown = ", ".join(sorted(set(where), key=lambda w: (w.split(':')[0], int(w.split(':')[1]))))
-        lines.append(f"     {len(where):3d}  {rule.label}: {rule.reason}\n          at {shown}")
+        part = f" [{called[rule]} in what it calls]" if 0 < called[rule] < len(where) else ""
+        lines.append(f"     {len(where):3d}  {rule.label}: {rule.reason}{part}\n          at {shown}")
     return "\n".join(lines)
 
 
