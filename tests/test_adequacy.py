@@ -572,3 +572,43 @@ def test_the_new_branch_rules_take_only_the_direction_other_families_reach():
     assert 14 in out and "metrics" in out[14].reason
     assert 19 not in out and 20 not in out  # one id per finish_requests call: in scope
     assert {21, 22} <= set(out) and "one request each" in out[21].reason  # a collection of ids: out
+
+
+def test_a_mutant_that_removes_the_only_super_call_is_installed(tmp_path, monkeypatch):
+    """Removing `super().__init__(...)` drops the code's `__class__` cell, so its code object
+    cannot go into the existing method (a ValueError: closure of length 1, not 0): the mutant
+    was never installed, counted as a survivor. It replaces the method on its class instead."""
+    import sys
+
+    from engines.vllm import mutant_catalog
+
+    source = textwrap.dedent('''\
+        class Base:
+            def __init__(self):
+                self.pool = "blocks"
+
+        class Coordinator(Base):
+            def __init__(self):
+                super().__init__()
+                self.ready = True
+        ''')
+    package = tmp_path / "parity_test_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "coordinator.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(mutant_catalog, "INSTALLED", None)
+    import parity_test_pkg.coordinator as module
+
+    a = source.index("super().__init__()")
+    mutant = Mutant("m0000000001", "parity_test_pkg/coordinator.py", "Coordinator.__init__", "remove", 7,
+                    a, a + len("super().__init__()"), "super().__init__()", "pass")
+    try:
+        assert module.Coordinator().pool == "blocks"
+        mutant_catalog.install(mutant)
+        made = module.Coordinator()
+        assert made.ready and not hasattr(made, "pool")  # the edit is in, the rest of the method too
+        assert mutant_catalog.INSTALLED == mutant.id
+    finally:
+        sys.modules.pop("parity_test_pkg.coordinator", None)
+        sys.modules.pop("parity_test_pkg", None)
