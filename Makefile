@@ -35,13 +35,9 @@ SAY_STATUS = status=$$?; [ $$status = 0 ] || echo "make $@: $(1) exited with sta
 GATE_STATUSES = 1: a gating engine diverged, 2: a gating run could not be compared or bad input, 3: a bug of the harness (traceback above)
 FUZZ_STATUSES = 1: a confirmed finding, 2: bad input, an engine that cannot start, or a finding that did not repeat, 3: a bug of the harness (traceback above)
 
-# The harness's editable install builds with the venv's own setuptools (Python 3.11's venv has
-# one; installed first where it lacks one): an isolated build environment would fetch and
-# install setuptools again. No bytecode compiled at install: Python writes what it imports.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -c 'import setuptools' 2>/dev/null || $(BIN)/python -m pip install -q --disable-pip-version-check 'setuptools>=64'
-	$(BIN)/python -m pip install -q --disable-pip-version-check --no-compile --no-build-isolation -e '.[test]'
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[test]'
 	rm -f $(VENV)/.installed-* && touch $@
 
 setup: $(STAMP)
