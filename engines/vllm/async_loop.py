@@ -22,10 +22,9 @@ import queue
 from collections import deque
 from concurrent.futures import Future
 
-from conformance.formats.fields import ScenarioError
 from conformance.formats.workload import draft, request_prompts, verify
 
-from .new_requests import new_request, output_record
+from .new_requests import abort_requests, new_request, output_record
 
 # The attributes EngineCore.step, step_with_batch_queue and post_step read, per release
 # (vllm/v1/engine/core.py EngineCore.__init__): 0.27.1 and 0.28.0 read `is_ec_consumer`
@@ -146,8 +145,8 @@ class StandInExecutor:
 
 def run_async(config, workload: dict, k: int, block_hasher) -> tuple[list[dict], list[dict]]:
     """(step records, one output record per request sorted by id): the workload driven through
-    vLLM's batch-queue loop. Driver iteration i adds the requests whose arrival_step is i, then
-    runs one step_fn() + post_step(), until every request has arrived, the scheduler has no
+    vLLM's batch-queue loop. Driver iteration i adds the requests whose arrival_step is i,
+    aborts those whose abort_step is i, then runs one step_fn() + post_step(), until every request has arrived, the scheduler has no
     requests (none unfinished, no finished one left to report) and the queue is empty."""
     from . import per_run
     from .recorder import RecordingAsyncScheduler
@@ -169,15 +168,13 @@ def run_async(config, workload: dict, k: int, block_hasher) -> tuple[list[dict],
 
 
 def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher) -> dict:
-    if any("abort_step" in req for req in workload["requests"]):
-        # an abort lands between two iterations, while a batch may be in flight: not driven yet
-        raise ScenarioError("<workload>", "requests[].abort_step",
-                            "aborts are not driven under async scheduling yet; give a scenario "
-                            "that aborts engine_args.async_scheduling false")
     prompts = request_prompts(workload, max_model_len)
     arrivals: dict[int, list[dict]] = {}
+    aborts: dict[int, list[str]] = {}
     for req in workload["requests"]:
         arrivals.setdefault(req["arrival_step"], []).append(req)
+        if "abort_step" in req:
+            aborts.setdefault(req["abort_step"], []).append(req["id"])
     requests: dict = {}  # id -> the scheduler's Request, kept after it finishes
     total = len(workload["requests"])
     iteration = 0
@@ -186,6 +183,11 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher) ->
         for req in arrivals.get(iteration, ()):
             requests[req["id"]] = new_request(req, prompts[req["id"]], iteration, block_hasher)
             scheduler.add_request(requests[req["id"]])
+        # A client's aborts land between two iterations, as vLLM's busy loop takes them from its
+        # input queue before the next step (EngineCore.abort_requests), while the batch of the
+        # iteration before may still be in flight: its output for them is dropped. A finished
+        # request the next schedule() reports keeps has_requests() true, so it is recorded.
+        abort_requests(scheduler, aborts.get(iteration, ()))
         if len(requests) == total and not scheduler.has_requests() and not core.batch_queue:
             return requests
         if iteration >= workload["max_steps"]:
