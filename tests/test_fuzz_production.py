@@ -30,3 +30,49 @@ def test_the_long_prompt_is_drawn_and_shrinks_away():
     assert max(r["prompt_len"] for r in with_long["workload"]["requests"]) >= LONG
     plain = find(strategies.production_scenarios(), lambda raw: True)
     assert max(r["prompt_len"] for r in plain["workload"]["requests"]) < LONG  # shrinks toward no long prompt
+
+
+def test_the_production_part_reaches_the_three_thresholds_in_a_tenth_of_its_examples():
+    """Counted over the examples the strategy draws with a fixed seed: a prompt of 8k tokens or
+    more, a budget of 8192 or more and 64 requests or more, all three in one example, in at least
+    10% of them (half by design: the long prompt is a coin toss)."""
+    from hypothesis import seed
+
+    drawn = []
+
+    @seed(26)
+    @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(raw=strategies.production_scenarios())
+    def draw(raw):
+        reqs = raw["workload"]["requests"]
+        drawn.append(max(r["prompt_len"] for r in reqs) >= 8192
+                     and raw["engine_args"]["max_num_batched_tokens"] >= 8192 and len(reqs) >= 64)
+
+    draw()
+    assert len(drawn) >= 50 and sum(drawn) >= len(drawn) / 10, (sum(drawn), len(drawn))
+
+
+def test_production_scenarios_keep_to_the_declared_features():
+    """A candidate that declares no speculative method, no prefix caching, no async scheduling,
+    no shared prefixes and no aborts gets production examples needing none of them."""
+    from conformance.formats.features import needed
+
+    @settings(max_examples=15, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(raw=strategies.production_scenarios(allowed=frozenset()))
+    def plain(raw):
+        assert needed(raw["engine_args"], raw["workload"]) == ()
+        assert raw["engine_args"]["async_scheduling"] is False
+
+    plain()
+
+
+def test_async_scheduling_is_drawn_on_off_and_left_to_vllm():
+    seen = set()
+
+    @settings(max_examples=80, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(raw=strategies.scenarios())
+    def small(raw):
+        seen.add(raw["engine_args"]["async_scheduling"])
+
+    small()
+    assert seen == {False, True, None}
