@@ -102,6 +102,9 @@ class DoublePair:
     def candidate_features(self):
         return None  # its hello says nothing of features: every feature
 
+    def candidate_layers(self):
+        return None  # nor of the layers it serves
+
     def judge(self, scenario, timeout=None):
         self.seen.append(json.dumps(scenario.workload, sort_keys=True))
         args = scenario.engine_args
