@@ -1,6 +1,7 @@
 """parity fuzz's production-shape space (conformance/fuzz/strategies.py production_scenarios):
 drawn through the library's own generator, every example at production shapes and valid."""
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from conformance.formats.scenario import parse_scenario
@@ -76,3 +77,40 @@ def test_async_scheduling_is_drawn_on_off_and_left_to_vllm():
 
     small()
     assert seen == {False, True, None}
+
+
+def test_each_part_s_examples_are_counted_and_said():
+    """The progress lines and the summary give each part's examples and rate (TEST DOUBLE pair)."""
+    from test_fuzz_search import DoublePair
+
+    from conformance.fuzz.search import PRODUCTION, SMALL, Search
+
+    said: list[str] = []
+    search = Search(DoublePair(bug=False), 3, said.append, examples=106, production_every=2)
+    assert search.run() == []
+    parts = search.stats.parts
+    assert (parts[SMALL].examples, parts[PRODUCTION].examples) == (100, 6)  # rounds: small, production
+    assert said[-1].startswith("[fuzz] small 100 examples (") and ", production 6 (" in said[-1], said[-1]
+
+
+@pytest.mark.oracle
+@pytest.mark.parametrize("mutant", ["ignore-max-num-seqs"])  # warm in test_fuzz_search's group too
+def test_a_production_finding_is_shrunk_to_a_small_scenario(mutant, warm_sessions, tmp_path):
+    """A built-in TEST DEVICE mutant (admission past max_num_seqs) found at production shapes is
+    shrunk (hypothesis, then fuzz/reduce.py, then the polish) to a few requests, confirmed, and
+    its report shows the shape it was found at and the one it was shrunk to."""
+    from conformance.formats.pins import load_pins
+    from conformance.fuzz import command as fuzz_cli
+    from conformance.fuzz.search import PRODUCTION, Pair, Search
+
+    oracle = load_pins().oracle
+    pair = Pair.warm(warm_sessions(oracle), warm_sessions(f"{oracle}+mutant:{mutant}"), ["steps", "outputs"])
+    try:
+        [finding] = Search(pair, 1, lambda m: None, examples=6, shrink_limit=60.0, production_every=1).run()
+        fuzz_cli.confirm(pair, finding, tmp_path, 1, mutant, oracle, lambda m: None)
+    finally:
+        pair.close()
+    assert finding.part == PRODUCTION and finding.confirmed, finding.signature
+    assert finding.first_requests >= 64 and len(finding.raw["workload"]["requests"]) <= 3
+    text = fuzz_cli.report(finding, oracle, 1, mutant, oracle)
+    assert f"shape:    production part; found at {finding.first_shape}; shrunk to {len(finding.raw['workload']['requests'])} request" in text, text
