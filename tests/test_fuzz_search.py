@@ -483,8 +483,9 @@ def test_finds_and_shrinks_a_mutant(mutant, warm_sessions, tmp_path):
         lines: list[str] = []
         assert fuzz_cli.replay(pair, finding.path, oracle, out=lines.append) == 1
         assert lines == [render_verdict(finding.verdict, oracle)]  # the gate's own report
-        replayed, _ = pair.judge(load_scenario(finding.path))
-        assert signature(replayed) == finding.signature
+        written = load_scenario(finding.path)
+        replayed, oracle_trace = pair.judge(written)
+        assert signature(replayed, written, oracle_trace) == finding.signature  # the cause included
     finally:
         pair.close()
 
