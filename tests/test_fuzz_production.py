@@ -91,6 +91,9 @@ def test_each_part_s_examples_are_counted_and_said():
     parts = search.stats.parts
     assert (parts[SMALL].examples, parts[PRODUCTION].examples) == (100, 6)  # rounds: small, production
     assert said[-1].startswith("[fuzz] small 100 examples (") and ", production 6 (" in said[-1], said[-1]
+    engine = DoublePair(bug=False)
+    engine.layers = ["engine_steps", "engine_outputs"]  # no production part on the engine layers
+    assert Search(engine, 3, said.append, examples=1).stats.parts_text() == "small 0 examples (0.0/s)"
 
 
 @pytest.mark.oracle

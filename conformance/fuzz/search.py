@@ -325,10 +325,11 @@ class Stats:
     parts: dict = field(default_factory=lambda: {SMALL: Part(), PRODUCTION: Part()})
 
     def parts_text(self) -> str:
-        """`small 1412 examples (8.9/s), production 41 (0.31/s)`."""
-        small, production = self.parts[SMALL], self.parts[PRODUCTION]
-        return (f"small {count_of(small.examples, 'example')} ({small.rate():.1f}/s), "
-                f"production {production.examples} ({production.rate():.2f}/s)")
+        """`small 1412 examples (8.9/s), production 41 (0.31/s)`; the small part alone on the
+        engine layers, which have no production part."""
+        small, production = self.parts[SMALL], self.parts.get(PRODUCTION)
+        return (f"small {count_of(small.examples, 'example')} ({small.rate():.1f}/s)"
+                + (f", production {production.examples} ({production.rate():.2f}/s)" if production else ""))
 
 
 class Search:
@@ -349,6 +350,9 @@ class Search:
         self.production_every = production_every  # 1: every round a production one (tests, bench)
         self.budget, self.limit, self.wanted = budget, examples, findings
         self.stats = Stats()
+        self.production = not any(layer in ENGINE_LAYERS for layer in pair.layers)
+        if not self.production:
+            del self.stats.parts[PRODUCTION]
         self.findings: list[Finding] = []
         self.start = clock()
         self._said = self.start
@@ -363,10 +367,9 @@ class Search:
 
     def run(self) -> list[Finding]:
         number = 0
-        production = not any(layer in ENGINE_LAYERS for layer in self.pair.layers)
         while not self._done():
             number += 1
-            part = PRODUCTION if production and number % self.production_every == 0 else SMALL
+            part = PRODUCTION if self.production and number % self.production_every == 0 else SMALL
             size = PRODUCTION_ROUND if part == PRODUCTION else ROUND
             if self.limit is not None:
                 size = min(size, self.limit - self.stats.examples)
