@@ -67,20 +67,20 @@ def test_production_scenarios_keep_to_the_declared_features():
     plain()
 
 
-def test_async_scheduling_is_drawn_on_off_and_left_to_vllm_never_with_aborts():
-    """Aborts are not driven under async scheduling (the oracle refuses the workload: a wasted
-    example), so a workload that aborts is drawn with async scheduling off, in both parts."""
-    seen = set()
+def test_async_scheduling_is_drawn_on_off_and_left_to_vllm_with_aborts_too():
+    """Both parts draw async scheduling off, on and left to vLLM's default, a workload that
+    aborts a request included (the async loop drives aborts between iterations)."""
+    seen, with_aborts = set(), set()
 
     def check(raw):
-        aborts = any("abort_step" in r for r in raw["workload"]["requests"])
-        assert not aborts or raw["engine_args"]["async_scheduling"] is False, raw["engine_args"]
         seen.add(raw["engine_args"]["async_scheduling"])
+        if any("abort_step" in r for r in raw["workload"]["requests"]):
+            with_aborts.add(raw["engine_args"]["async_scheduling"])
 
     for space, examples in ((strategies.scenarios(), 150), (strategies.production_scenarios(), 30)):
         settings(max_examples=examples, deadline=None, database=None,
                  suppress_health_check=list(HealthCheck))(given(raw=space)(lambda raw: check(raw)))()
-    assert seen == {False, True, None}
+    assert seen == {False, True, None} and True in with_aborts, (seen, with_aborts)
 
 
 def test_each_part_s_examples_are_counted_and_said():

@@ -205,15 +205,12 @@ def scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     draw(aborts(reqs, allowed))
     workload["max_steps"] = max_steps(reqs, prefixes)
     args["async_scheduling"] = draw(_async(allowed))  # drawn last too: a seed keeps its examples
-    if any("abort_step" in req for req in reqs):
-        args["async_scheduling"] = False  # aborts are not driven under async scheduling
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
             "workload": workload}
 
 
 # async scheduling: off (shrinking goes there), on, or vLLM's default for the configuration (the
-# GPU rule the steps layer runs: on for EAGLE-type drafters, off for some others, per release);
-# off where the workload aborts a request (the steps layer drives no abort under async yet)
+# GPU rule the steps layer runs: on for EAGLE-type drafters, off for some others, per release)
 ASYNC = st.sampled_from([False, True, None])
 
 
@@ -421,7 +418,6 @@ def production_scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
                                      "share": draw(st.sampled_from([0.3, 0.7]))}
     if allows(allowed, "aborts") and draw(FLAG):
         params["aborts"] = {"share": draw(st.sampled_from([0.03, 0.1])), "after": [1, draw(ints(1, 200))]}
-        args["async_scheduling"] = False  # aborts are not driven under async scheduling
     workload = expand(params, f"{name}.json", args)
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args, "workload": workload}
 
