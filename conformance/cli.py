@@ -231,8 +231,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", type=whole_number(1, MAX_EXAMPLES, "examples to run"),
                    help="examples to run, instead of a time budget")
     p.add_argument("--seed", type=int, help="the same seed gives the same examples (default: random, printed)")
-    p.add_argument("--layers", help="comma-separated layers: stand-in ones (default: config,steps,outputs) or "
-                   "engine ones (engine_steps,engine_outputs: the whole engine on the tiny models)")
+    p.add_argument("--layers", help="comma-separated layers: stand-in ones (default: steps,outputs, those the "
+                   "candidate serves; config,steps,outputs judges config too) or engine ones "
+                   "(engine_steps,engine_outputs: the whole engine on the tiny models)")
     p.add_argument("--out", type=Path, help="where findings are written (default: out/fuzz)")
     p.add_argument("--findings", type=whole_number(1, MAX_FINDINGS, "findings"), default=1,
                    help="stop after this many distinct findings (default 1)")
