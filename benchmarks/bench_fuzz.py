@@ -2,7 +2,8 @@
 
 (h) examples per second on the stand-in layers: the gate oracle against a second copy of itself
     (nothing to find, so every example is generated, run on both and judged), without guidance
-    and with --guide coverage (the oracle's worker under coverage.py);
+    and with --guide coverage (the oracle's worker under coverage.py); for each part of a run:
+    the small part, and the production part (production shapes: seconds an example);
 (i) the time to find, shrink and confirm a planted divergence (the TEST DEVICE mutant
     ignore-max-num-seqs, seed 1);
 (l) what coverage guidance buys: distinct branches of the scheduling code (adequacy_scope.toml's
@@ -31,6 +32,7 @@ from conformance.process.launch import prepare_engine  # noqa: E402
 
 QUIET = lambda message: None  # noqa: E731
 EXAMPLES = 200
+PRODUCTION_EXAMPLES = 12  # two production rounds
 GUIDED_EXAMPLES = 150
 GUIDED_SEEDS = (7, 8)
 
@@ -66,6 +68,8 @@ def main() -> None:
     coverage_dir = ensure_coverage(python, log=QUIET)
 
     search, seconds, _ = timed_search(Pair(spec, copy, list(STAND_IN_LAYERS)), 7, EXAMPLES)
+    production, production_seconds, _ = timed_search(Pair(spec, copy, list(STAND_IN_LAYERS)), 7,
+                                                     PRODUCTION_EXAMPLES, production_every=1)
     guided = {}
     for seed in GUIDED_SEEDS:
         for guide in (False, True):
@@ -79,7 +83,9 @@ def main() -> None:
     print(f"(h) parity fuzz, stand-in layers: {EXAMPLES / seconds:.1f} examples/s "
           f"({EXAMPLES} examples of vllm-{oracle} against itself in {seconds:.1f} s; "
           f"{search.stats.refused} refused, {search.stats.skipped} skipped); "
-          f"with --guide coverage {rate:.1f} examples/s")
+          f"with --guide coverage {rate:.1f} examples/s; per part: small {EXAMPLES / seconds:.1f}/s, "
+          f"production {PRODUCTION_EXAMPLES / production_seconds:.2f}/s ({PRODUCTION_EXAMPLES} examples in "
+          f"{production_seconds:.1f} s; {production.stats.skipped} skipped)")
 
     finding, seconds = find_and_confirm(
         Pair(spec, prepare_engine(EngineRef.test_device(oracle, "ignore-max-num-seqs"), log=QUIET), list(STAND_IN_LAYERS)),

@@ -235,8 +235,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--examples", type=whole_number(1, MAX_EXAMPLES, "examples to run"),
                    help="examples to run, instead of a time budget")
     p.add_argument("--seed", type=int, help="the same seed gives the same examples (default: random, printed)")
-    p.add_argument("--layers", help="comma-separated layers: stand-in ones (default: config,steps,outputs) or "
-                   "engine ones (engine_steps,engine_outputs: the whole engine on the tiny models)")
+    p.add_argument("--layers", help="comma-separated layers: stand-in ones (default: steps,outputs, those the "
+                   "candidate serves; config,steps,outputs judges config too) or engine ones "
+                   "(engine_steps,engine_outputs: the whole engine on the tiny models)")
     p.add_argument("--out", type=Path, help="where findings are written (default: out/fuzz)")
     p.add_argument("--findings", type=whole_number(1, MAX_FINDINGS, "findings"), default=1,
                    help="stop after this many distinct findings (default 1)")
@@ -435,7 +436,9 @@ def cmd_selfcheck(args) -> int:
     scenarios = [load_scenario(p) for p in args.scenario or [SCENARIO_DIR / f"{n}.json" for n in SELF_CHECK]]
     pins = load_pins()
     spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
-    problems = selfcheck(spec, scenarios, log=log)
+    from conformance.judging.judging import scenario_features
+
+    problems = selfcheck(spec, scenarios, log=log, needs=lambda s: scenario_features(s, pins.oracle))
     for problem in problems:
         print(f"FAIL {problem}")
     print("protocol self-check: " + ("passed" if not problems else f"{len(problems)} problem(s)"))

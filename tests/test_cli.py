@@ -114,7 +114,7 @@ def test_selfcheck_fails_a_broken_engine(record_file, capsys, fault):
 def test_the_gate_runs_the_library_unless_asked_for_another_scale():
     library = {s.name for s in cli._scenarios(None, "library")}
     production = {s.name for s in cli._scenarios(None, "production")}
-    assert {"prod_kv_storm", "prod_dflash_k16", "prod_prefix_cache"} <= production
+    assert {"prod_kv_storm", "prod_dflash_k16", "prod_dflash_k16_async", "prod_prefix_cache"} <= production
     assert "steady_decode" in library and not library & production
     assert {s.name for s in cli._scenarios(None, "all")} == library | production
     # a scenario named on the command line runs whatever its scale

@@ -12,6 +12,7 @@ import pytest
 from conformance.formats import digest
 from conformance.formats.digest import DigestSink, check_form, sinks
 from conformance.formats.protocol import encode
+from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.judging.compare import CONTEXT_FIELDS, compare_layer
 from conformance.judging.digest_compare import compare_digest_layer, truncated
@@ -21,6 +22,7 @@ from conformance.process.launch import EngineSpec
 from conftest import GATE
 
 # real records of the oracle, from a library golden (124 steps, 4 outputs)
+PINS = load_pins()
 GOLDEN = GOLDENS.load("kv_pressure", "0.27.1")
 STEPS = GOLDEN["layers"]["steps"]
 OUTPUTS = GOLDEN["layers"]["outputs"]
@@ -213,7 +215,7 @@ def test_a_golden_in_the_digest_form_is_written_and_read_back(tmp_path):
     assert store.lookup("s", "0.27.1").kind == "invalid_golden"
 
 
-PRODUCTION_NAMES = ("prod_dflash_k16", "prod_prefix_cache", "prod_kv_storm")
+PRODUCTION_NAMES = ("prod_dflash_k16", "prod_dflash_k16_async", "prod_prefix_cache", "prod_kv_storm")
 
 
 @pytest.mark.parametrize("name", PRODUCTION_NAMES)
@@ -233,3 +235,28 @@ def test_the_storm_is_a_storm():
     summary = GOLDENS.load("prod_kv_storm", "0.27.1")["digests"]["steps"]["summary"]
     assert summary["preemptions"] >= 300 and summary["steps_with_3plus_preemptions"] >= 20
     assert summary["max_preempted_in_one_step"] >= 8 and summary["requeued_ahead_of_waiting"] > 0
+
+
+def test_the_prefix_cache_scenario_shares_prefixes_across_requests():
+    """prod_prefix_cache: requests start with shared system prompts, so admissions hit blocks
+    that other requests cached (not only a preempted request's own)."""
+    s = load_scenario(Path(__file__).parents[1] / "scenarios" / "prod_prefix_cache.json")
+    prefixes = {p["name"]: p["len"] for p in s.workload["prefixes"]}
+    users = [r["prefix"] for r in s.workload["requests"] if "prefix" in r]
+    assert s.engine_args["enable_prefix_caching"] is True and s.engine_args.get("speculative_config") is None
+    assert len(prefixes) >= 5 and len(users) >= len(s.workload["requests"]) // 3
+    assert all(users.count(name) >= 2 for name in prefixes) and max(prefixes.values()) >= 2048
+
+
+def test_the_gate_config_at_production_scale_runs_async_as_deployed_and_generates_what_sync_does():
+    """prod_dflash_k16_async leaves async scheduling to vLLM's default: the oracle resolves it on
+    under the GPU rule and drives its AsyncScheduler through the batch-queue loop; the tokens
+    generated are the synchronous twin's, request by request (equal output digests)."""
+    for release in PINS.releases:
+        golden = GOLDENS.load("prod_dflash_k16_async", release)
+        config = golden["layers"]["config"][0]
+        assert (config["async_scheduling_gpu"], config["scheduler_class"], config["batch_queue_size"]) == \
+            (True, "AsyncScheduler", 2), release
+        sync = GOLDENS.load("prod_dflash_k16", release)
+        assert golden["digests"]["outputs"]["records"] == sync["digests"]["outputs"]["records"], release
+        assert golden["digests"]["steps"]["records"] != sync["digests"]["steps"]["records"], release

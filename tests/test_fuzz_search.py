@@ -102,6 +102,9 @@ class DoublePair:
     def candidate_features(self):
         return None  # its hello says nothing of features: every feature
 
+    def candidate_layers(self):
+        return None  # nor of the layers it serves
+
     def judge(self, scenario, timeout=None):
         self.seen.append(json.dumps(scenario.workload, sort_keys=True))
         args = scenario.engine_args
@@ -480,8 +483,9 @@ def test_finds_and_shrinks_a_mutant(mutant, warm_sessions, tmp_path):
         lines: list[str] = []
         assert fuzz_cli.replay(pair, finding.path, oracle, out=lines.append) == 1
         assert lines == [render_verdict(finding.verdict, oracle)]  # the gate's own report
-        replayed, _ = pair.judge(load_scenario(finding.path))
-        assert signature(replayed) == finding.signature
+        written = load_scenario(finding.path)
+        replayed, oracle_trace = pair.judge(written)
+        assert signature(replayed, written, oracle_trace) == finding.signature  # the cause included
     finally:
         pair.close()
 
@@ -558,3 +562,17 @@ def test_the_advice_for_a_finding_is_a_make_command_that_works(tmp_path):
     dry = subprocess.run(["make", "-n", *command.split()[1:]], cwd=REPO, capture_output=True, text=True,
                          encoding="utf-8", stdin=subprocess.DEVNULL)
     assert "parity goldens --scenario 'scenarios/fuzz_config_max_num_seqs.json'" in dry.stdout, dry.stdout + dry.stderr
+
+
+def test_the_default_layers_are_steps_and_outputs_among_those_served():
+    """Without --layers: steps and outputs (config left out, so a scheduler-only candidate's
+    config record does not end the search at once), narrowed to what the candidate serves."""
+    from conformance.fuzz.search import FuzzError
+
+    assert fuzz_cli.parse_layers(None) == ["steps", "outputs"]
+    assert fuzz_cli.parse_layers("config,steps,outputs") == ["config", "steps", "outputs"]
+    assert fuzz_cli.served_defaults(None, "port") == ["steps", "outputs"]
+    assert fuzz_cli.served_defaults(["config", "steps", "outputs", "methods"], "port") == ["steps", "outputs"]
+    assert fuzz_cli.served_defaults(["config", "steps"], "port") == ["steps"]
+    with pytest.raises(FuzzError, match=r"port serves neither of the default layers .*--layers"):
+        fuzz_cli.served_defaults(["config"], "port")

@@ -31,6 +31,7 @@ from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.fuzz.search import (ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Finding, FuzzError, Pair,
                                      Search, count_of, signature)
+from conformance.fuzz.reduce import shape
 from conformance.judging.verdict import exit_status
 from conformance.process.client import EngineFailure
 from conformance.process.launch import Launcher
@@ -39,6 +40,11 @@ from conformance.report.render_text import render_verdict
 
 DEFAULT_OUT = REPO_ROOT / "out" / "fuzz"
 DEFAULT_BUDGET = 600.0  # seconds, without --budget or --examples
+# Without --layers: the stand-in layers the candidate serves, config left out. A scheduler-only
+# candidate whose config record differs in what it cannot help (a log line's wording) would
+# otherwise be found on config.* at once, and the run end without ever exploring steps and
+# outputs; a refused configuration is still judged, as the first record of both.
+DEFAULT_LAYERS = ("steps", "outputs")
 
 
 def fuzz_command(args, log, out=print) -> int:
@@ -81,8 +87,12 @@ def fuzz_command(args, log, out=print) -> int:
         pair.start()
         if args.replay:
             return replay(pair, args.replay, oracle_ref.release, out)
+        if args.layers is None:
+            pair.layers = layers = served_defaults(pair.candidate_layers(), candidate.label)
         seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
-        log(f"[fuzz] seed {seed}; layers {', '.join(layers)}; "
+        log(f"[fuzz] seed {seed}; layers {', '.join(layers)}"
+            + (" (config left out by default; --layers config,steps,outputs judges it too)"
+               if args.layers is None else "") + "; "
             + (f"budget {duration(budget)}" if budget else f"{args.examples} examples"))
         features = pair.candidate_features()
         if features is not None:
@@ -108,7 +118,7 @@ def fuzz_command(args, log, out=print) -> int:
     s = search.stats
     elapsed = search.clock() - search.start
     out(f"-- parity fuzz: seed {seed}, {s.examples} examples in {duration(elapsed)} "
-        f"({s.examples / max(elapsed, 1e-9):.1f}/s), {s.shrink_runs} shrink runs, "
+        f"({s.examples / max(elapsed, 1e-9):.1f}/s: {s.parts_text()}), {s.shrink_runs} shrink runs, "
         f"{len(s.behaviours)} scheduler behaviours"
         + (f", {len(branches.arcs)} branches of the scheduling code" if branches is not None else "")
         + f"; {len(findings)} finding"
@@ -186,10 +196,20 @@ def keep_unfinished(findings: list[Finding], folder: Path, seed: int, candidate:
             f"({state}, {count_of(len(finding.raw['workload']['requests']), 'request')}) is in {path}")
 
 
+def served_defaults(served: list[str] | None, label: str) -> list[str]:
+    """DEFAULT_LAYERS among those the candidate's hello serves (None: it did not say)."""
+    layers = [x for x in DEFAULT_LAYERS if served is None or x in served]
+    if not layers:
+        raise FuzzError(f"{label} serves neither of the default layers {list(DEFAULT_LAYERS)} "
+                        f"(its hello's capabilities: {served}); choose the layers with --layers")
+    return layers
+
+
 def parse_layers(text: str | None) -> list[str]:
     """The layers fuzzed: some of the stand-in layers, or some of the engine layers (another
-    space of scenarios: the tiny models, conformance/fuzz/strategies.engine_scenarios)."""
-    layers = [x for x in (text or ",".join(STAND_IN_LAYERS)).split(",") if x]
+    space of scenarios: the tiny models, conformance/fuzz/strategies.engine_scenarios);
+    without --layers, DEFAULT_LAYERS (narrowed to what the candidate serves once it started)."""
+    layers = [x for x in (text or ",".join(DEFAULT_LAYERS)).split(",") if x]
     if layers and (set(layers) <= set(STAND_IN_LAYERS) or set(layers) <= set(ENGINE_LAYERS)):
         return layers
     raise InputError(f"--layers: the fuzzer runs some of the stand-in layers {list(STAND_IN_LAYERS)} "
@@ -239,14 +259,16 @@ def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: st
     name = scenario_name(finding.signature, folder)
     for raw in reversed(finding.failing[-3:] or [finding.raw]):
         path = write_scenario(raw, name, folder, describe(finding, raw, seed, candidate, against))
-        verdict, _ = pair.judge(load_scenario(path))
+        scenario = load_scenario(path)
+        verdict, oracle = pair.judge(scenario)
         finding.raw, finding.path, finding.verdict = raw, path, verdict
-        if verdict is not None and signature(verdict) == finding.signature:
+        got = signature(verdict, scenario, oracle) if verdict is not None else None
+        if got == finding.signature:
             finding.confirmed = True
             log(f"[fuzz] confirmed {finding.signature!r} on {path}")
             return
         log(f"[fuzz] {path} did not repeat {finding.signature!r} "
-            f"(got {signature(verdict) if verdict else 'no oracle trace'})")
+            f"(got {got or 'no oracle trace'})")
 
 
 def replay(pair: Pair, path: Path, oracle: str, out=print) -> int:
@@ -267,6 +289,9 @@ def report(finding: Finding, oracle: str, seed: int, candidate: str, against: st
                  f"({duration(finding.seconds)} from the start of the search) "
                  f"to {count_of(requests, 'request')}; "
                  f"{'confirmed' if finding.confirmed else 'NOT confirmed'} on a rerun")
+    if finding.first_shape:
+        lines.append(f"   shape:    {finding.part} part; found at {finding.first_shape}; "
+                     f"shrunk to {shape(finding.raw)}")
     lines.append(f"   scenario: {finding.path}")
     lines.append(f"   replay:   parity fuzz --replay {shlex.quote(str(finding.path))} "
                  f"--candidate {shlex.quote(candidate)} --against {against}")

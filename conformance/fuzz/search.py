@@ -26,6 +26,16 @@ the branches of the scheduling code each example reached first.
 
 Same seed, same examples: the examples come in rounds of ROUND hypothesis runs, each seeded
 from the seed and the round's number, and a time budget only decides how many rounds run.
+
+Two parts in every run on the stand-in layers: every PRODUCTION_EVERY-th round is a production
+round of PRODUCTION_ROUND examples at production shapes (strategies.production_scenarios: a
+budget of 8192 tokens or more, 64 to 256 requests, half of them with a prompt of 8k to 16k
+tokens, seconds of work an example); the others are small rounds (strategies.scenarios, tens of
+milliseconds an example). Split by round number, not by time, so a seed keeps its examples; idle,
+the production part takes about half of the time. Each example and finding says which part made
+it, and the progress lines and the summary give each part's examples per second. A production
+finding is shrunk by hypothesis (for a quarter of the shrinking time: its examples are slow), then
+reduced to a small scenario (conformance/fuzz/reduce.py), then polished like any other.
 """
 
 from __future__ import annotations
@@ -47,6 +57,8 @@ from conformance.formats.features import declared
 from conformance.formats.pins import REPO_ROOT
 from conformance.formats.scenario import Scenario, ScenarioError, parse_scenario
 from conformance.fuzz import strategies as fuzz_strategies
+from conformance.fuzz.cause import cause
+from conformance.fuzz.reduce import reduce_production, shape
 from conformance.judging.judging import judge_trace
 from conformance.judging.requirement_rows import where_of
 from conformance.judging.verdict import CANDIDATE, NUMERICS, PASS, Verdict
@@ -60,6 +72,9 @@ STAND_IN_LAYERS = ("config", "steps", "outputs")  # fast, no model
 # The whole engine on the tiny models (about a second an example): strategies.engine_scenarios
 ENGINE_LAYERS = ("engine_config", "engine_steps", "engine_outputs")
 ROUND = 100  # examples per hypothesis run
+PRODUCTION_EVERY = 3  # every third round is a production round (stand-in layers only)
+PRODUCTION_ROUND = 6  # examples of a production round (seconds each)
+SMALL, PRODUCTION = "small", "production"  # the parts of a run
 RUN_TIMEOUT = 60.0  # one example on one engine (a candidate's loop may never end)
 SHRINK_LIMIT = 120.0  # seconds hypothesis may spend shrinking one finding
 REPORT_EVERY = 5.0  # seconds between progress lines
@@ -68,6 +83,11 @@ SCENARIO_DIR = REPO_ROOT / "scenarios"  # generated model paths are relative to 
 
 class FuzzError(InputError):
     """The fuzz run cannot go on (a candidate that serves none of the layers, say)."""
+
+
+class ShrinkTimeUp(BaseException):
+    """Ends hypothesis' shrinking of a production finding when its time is up (hypothesis lets
+    a BaseException through, as it lets Ctrl-C)."""
 
 
 class Diverged(AssertionError):
@@ -106,6 +126,12 @@ class Pair:
         hello = self._sessions["candidate"].hello
         return None if hello is None else declared(hello)
 
+    def candidate_layers(self) -> list[str] | None:
+        """The layers the candidate's hello serves (None: it did not say)."""
+        hello = self._sessions["candidate"].hello
+        served = None if hello is None else hello.get("capabilities")
+        return None if not isinstance(served, list) else [x for x in served if isinstance(x, str)]
+
     def close(self) -> None:
         """End the thread pool, and the engines unless they are someone else's to end."""
         if self._own:
@@ -139,15 +165,37 @@ class Pair:
         return session.trace(scenario, self.layers, until=until)
 
 
-def signature(verdict: Verdict) -> str | None:
-    """What a failing verdict is, for shrinking: `diverged steps.requests.*.tokens`,
-    `crash`, ...; None when it passes."""
+def signature(verdict: Verdict, scenario: Scenario | None = None, oracle: dict | None = None) -> str | None:
+    """What a failing verdict is, for shrinking and for telling findings apart:
+    `diverged steps.requests.*.tokens @ prefill-continuation+budget-bound`, `crash`, ...; None
+    when it passes. The cause after `@` (conformance/fuzz/cause.py) is read from the oracle's
+    trace, when given, and the scenario."""
     if verdict.kind in (PASS, NUMERICS):
         return None
     where = re.sub(r"\br\d+\b", "*", where_of(verdict))  # request ids: renumbered by shrinking
     where = re.sub(r"\[(token )?\d+\]", lambda m: f"[{m[1] or ''}*]", where)  # positions, token ids
     text = f"{verdict.kind} {where}".strip()
+    if oracle is not None and "layers" in oracle:
+        why = cause(verdict, scenario.workload if scenario is not None else None,
+                    oracle["layers"].get("steps") or [])
+        text = f"{text} @ {why}" if why else text
     return f"{text} then {verdict.failure}" if verdict.failure else text
+
+
+def divergent_iteration(verdict: Verdict) -> int | None:
+    """The last driver iteration the first divergent step depends on, read from the oracle's
+    record there: its step, or under async scheduling its update's iteration (a step's state is
+    read after the next schedule). None when the first difference is not in a step."""
+    for c in verdict.comparisons:
+        if c.equal or c.first is None:
+            continue
+        if c.layer != "steps":
+            return None
+        record = c.record or {}
+        marks = [record.get(key) for key in ("step", "iteration", "update_iteration")]
+        marks = [m for m in marks if isinstance(m, int) and not isinstance(m, bool)]
+        return max(marks) if marks else c.index
+    return None
 
 
 def behaviours(scenario: Scenario, layers: dict) -> set[str]:
@@ -251,6 +299,19 @@ class Finding:
     confirmed: bool = False
     failing: list = field(default_factory=list)  # every example with its signature, last = minimal
     shrunk: bool = False  # shrinking and polishing ran to their end (not stopped by Ctrl-C)
+    part: str = SMALL  # the part of the run whose example it was
+    first_shape: str = ""  # the first failing example's shape (reduce.shape)
+
+
+@dataclass
+class Part:
+    """One part of a run: its examples and the seconds they took (generation to verdict)."""
+
+    examples: int = 0
+    seconds: float = 0.0
+
+    def rate(self) -> float:
+        return self.examples / self.seconds if self.seconds > 0 else 0.0
 
 
 @dataclass
@@ -261,6 +322,14 @@ class Stats:
     refused: int = 0  # the oracle refused the configuration (compared all the same)
     shrink_runs: int = 0
     behaviours: set = field(default_factory=set)
+    parts: dict = field(default_factory=lambda: {SMALL: Part(), PRODUCTION: Part()})
+
+    def parts_text(self) -> str:
+        """`small 1412 examples (8.9/s), production 41 (0.31/s)`; the small part alone on the
+        engine layers, which have no production part."""
+        small, production = self.parts[SMALL], self.parts.get(PRODUCTION)
+        return (f"small {count_of(small.examples, 'example')} ({small.rate():.1f}/s)"
+                + (f", production {production.examples} ({production.rate():.2f}/s)" if production else ""))
 
 
 class Search:
@@ -270,15 +339,20 @@ class Search:
     def __init__(self, pair: Pair, seed: int, log, budget: float | None = None,
                  examples: int | None = None, findings: int = 1, clock=time.monotonic,
                  shrink_limit: float = SHRINK_LIMIT, branches: BranchesReached | None = None,
-                 guide: bool = False, features: frozenset[str] | None = None):
+                 guide: bool = False, features: frozenset[str] | None = None,
+                 production_every: int = PRODUCTION_EVERY):
         self.pair, self.seed, self.log, self.clock = pair, seed, log, clock
         self.features = features  # the candidate's declared features: examples need no other
         # the oracle's branch arcs, when it runs under coverage.py (--guide coverage); with
         # guide, examples that reach new ones are preferred (hypothesis.target)
         self.branches, self.guide = branches, guide
         self.shrink_limit = shrink_limit
+        self.production_every = production_every  # 1: every round a production one (tests, bench)
         self.budget, self.limit, self.wanted = budget, examples, findings
         self.stats = Stats()
+        self.production = not any(layer in ENGINE_LAYERS for layer in pair.layers)
+        if not self.production:
+            del self.stats.parts[PRODUCTION]
         self.findings: list[Finding] = []
         self.start = clock()
         self._said = self.start
@@ -286,6 +360,7 @@ class Search:
         self._failing: list[dict] = []  # examples with the target's signature, in the order seen
         self._failing_keys: set[str] = set()
         self._shrink_start = 0.0
+        self._part = SMALL  # the part of the round being run
         self._fatal: EngineFailure | None = None  # an engine that could not be restarted
 
     # -- the run -------------------------------------------------------------------------
@@ -294,10 +369,19 @@ class Search:
         number = 0
         while not self._done():
             number += 1
-            size = ROUND if self.limit is None else min(ROUND, self.limit - self.stats.examples)
-            self._round(self.seed * 1_000_003 + number, size)
+            part = PRODUCTION if self.production and number % self.production_every == 0 else SMALL
+            size = PRODUCTION_ROUND if part == PRODUCTION else ROUND
+            if self.limit is not None:
+                size = min(size, self.limit - self.stats.examples)
+            self._round(self.seed * 1_000_003 + number, size, part)
         self._say(final=True)
         return self.findings
+
+    @property
+    def _shrink_limit(self) -> float:
+        """Hypothesis' shrinking time for this round's finding: a quarter of it for a production
+        one, whose examples take seconds; reduce_production then makes it small."""
+        return self.shrink_limit / 4 if self._part == PRODUCTION else self.shrink_limit
 
     def left(self) -> float | None:
         return None if self.budget is None else max(self.budget - (self.clock() - self.start), 0.0)
@@ -309,20 +393,22 @@ class Search:
             return True
         return self.budget is not None and self.left() <= 0
 
-    def _round(self, round_seed: int, size: int) -> None:
+    def _round(self, round_seed: int, size: int, part: str = SMALL) -> None:
         @seeded(round_seed)
         @settings(max_examples=max(size, 1), database=None, deadline=None, derandomize=False,
                   phases=(Phase.generate, Phase.target, Phase.shrink), print_blob=False,
                   suppress_health_check=list(HealthCheck), verbosity=Verbosity.quiet,
                   report_multiple_bugs=False)
-        @given(fuzz_strategies.for_layers(self.pair.layers, self.features))
+        @given(fuzz_strategies.for_layers(self.pair.layers, self.features, production=part == PRODUCTION))
         def check(raw: dict) -> None:
             self._check(raw)
 
-        self._target, self._failing, self._failing_keys = None, [], set()
+        self._target, self._failing, self._failing_keys, self._part = None, [], set(), part
         try:
             check()
         except Unsatisfiable:  # every example of the round skipped (the budget ran out)
+            pass
+        except ShrinkTimeUp:
             pass
         except Exception:
             if self._fatal is not None:
@@ -333,15 +419,35 @@ class Search:
             finding = self.findings[-1]
             # hypothesis replays its minimal example last; minimal by its own measure (the
             # choices it drew), so the one with the fewest requests and tokens (finding.raw,
-            # kept as they come) is polished
+            # kept as they come) is polished; a production one is reduced to a small one first
+            if finding.part == PRODUCTION:
+                self._reduce(finding)
             self._polish(finding)
             finding.failing = list(self._failing) + [finding.raw]
             finding.shrunk = True
             finding.seconds = self.clock() - self.start
             finding.shrink_runs = self.stats.shrink_runs - finding.shrink_runs
-            self.log(f"[fuzz] shrunk {finding.signature!r} in {finding.shrink_runs} runs: "
-                     f"{count_of(finding.first_requests, 'request')} -> "
-                     f"{count_of(len(finding.raw['workload']['requests']), 'request')}")
+            self.log(f"[fuzz] shrunk {finding.signature!r} ({finding.part} part) in {finding.shrink_runs} "
+                     f"runs: {finding.first_shape} -> {shape(finding.raw)}")
+
+    def _reduce(self, finding: Finding) -> None:
+        """reduce_production on the finding, within SHRINK_LIMIT seconds by the clock."""
+        until = self.clock() + self.shrink_limit
+
+        def fails(raw: dict) -> bool:
+            left = until - self.clock()
+            if left <= 0:
+                raise OutOfTime("before the run")
+            return self._fails_as(raw, finding.signature, left)
+
+        try:
+            verdict, _ = self.pair.judge(self._parsed(finding.raw), timeout=max(until - self.clock(), 1.0))
+        except (OutOfTime, ScenarioError):
+            return
+        self.stats.shrink_runs += 1
+        iteration = divergent_iteration(verdict) if verdict is not None else None
+        finding.raw, runs = reduce_production(finding.raw, fails, iteration, self.log)
+        self.log(f"[fuzz] reduced the production finding in {count_of(runs, 'run')}: {shape(finding.raw)}")
 
     def _polish(self, finding: Finding) -> None:
         """Edits hypothesis may not have tried, each kept (as finding.raw) when the example
@@ -368,29 +474,38 @@ class Search:
                              f"after {count_of(tries, 'run')}")
                     return
 
+    @staticmethod
+    def _parsed(raw: dict) -> Scenario:
+        return parse_scenario(raw, SCENARIO_DIR / f"{raw['name']}.json")
+
     def _fails_as(self, raw: dict, sig: str, timeout: float) -> bool:
         try:
-            scenario = parse_scenario(raw, SCENARIO_DIR / f"{raw['name']}.json")
+            scenario = self._parsed(raw)
         except ScenarioError:
             return False
-        verdict, _ = self.pair.judge(scenario, timeout=timeout)
+        verdict, oracle = self.pair.judge(scenario, timeout=timeout)
         self.stats.shrink_runs += 1
         self._say()
-        return verdict is not None and signature(verdict) == sig
+        return verdict is not None and signature(verdict, scenario, oracle) == sig
 
     def _check(self, raw: dict) -> None:
         shrinking = self._target is not None
         if not shrinking and self._done():
             return  # the budget is spent: the rest of this round's examples pass unrun
         key = json.dumps(raw, sort_keys=True)
-        left = self._shrink_start + self.shrink_limit - self.clock() if shrinking else None
+        left = self._shrink_start + self._shrink_limit - self.clock() if shrinking else None
         if left is not None and left <= 0:
             if key in self._failing_keys:
                 raise Diverged(self._target)
+            if self._part == PRODUCTION:
+                # hypothesis would go on generating production workloads (milliseconds each, by
+                # the thousand) that pass unrun: end its shrinking; finding.raw is the smallest
+                raise ShrinkTimeUp
             return  # shrinking's time is up: nothing new counts as failing
         if self._fatal is not None:  # hypothesis is trying its remaining examples: end fast
             raise self._fatal
-        scenario = parse_scenario(raw, SCENARIO_DIR / f"{raw['name']}.json")
+        began = self.clock()
+        scenario = self._parsed(raw)
         try:
             verdict, oracle = self.pair.judge(scenario, timeout=left)  # shrinking: within its time
         except OutOfTime:
@@ -402,6 +517,9 @@ class Search:
             self.stats.shrink_runs += 1
         else:
             self.stats.examples += 1
+            part = self.stats.parts[self._part]
+            part.examples += 1
+            part.seconds += self.clock() - began
         self._say()
         if verdict is None:
             if self.branches is not None:
@@ -420,15 +538,15 @@ class Search:
             if self.guide:  # examples that take more of the scheduler's branches, and new ones
                 target(float(self.branches.reached), label="branches reached")
                 target(float(new_branches), label="new branches")
-        sig = signature(verdict)
+        sig = signature(verdict, scenario, oracle)
         if sig is None or any(f.signature == sig for f in self.findings[:-1 if shrinking else None]):
             return
         if self._target is None:
             self._target, self._shrink_start = sig, self.clock()
-            self.findings.append(Finding(sig, raw, self.stats.examples,
-                                         len(raw["workload"]["requests"]), self.stats.shrink_runs))
-            self.log(f"[fuzz] finding after {count_of(self.stats.examples, 'example')}: {sig} "
-                     f"({count_of(len(raw['workload']['requests']), 'request')}); shrinking")
+            self.findings.append(Finding(sig, raw, self.stats.examples, len(raw["workload"]["requests"]),
+                                         self.stats.shrink_runs, part=self._part, first_shape=shape(raw)))
+            self.log(f"[fuzz] finding after {count_of(self.stats.examples, 'example')} in the {self._part} "
+                     f"part: {sig} ({shape(raw)}); shrinking")
         if sig == self._target:
             self._failing.append(raw)
             self._failing_keys.add(key)
@@ -447,7 +565,7 @@ class Search:
         s, elapsed = self.stats, now - self.start
         left = self.left()
         shrinking = f"shrinking ({s.shrink_runs} runs), " if self._target and not final else ""
-        self.log(f"[fuzz] {shrinking}{s.examples} examples ({s.examples / max(elapsed, 1e-9):.1f}/s), "
+        self.log(f"[fuzz] {shrinking}{s.parts_text()}, "
                  f"{len(self.findings)} finding{'s' if len(self.findings) != 1 else ''}, "
                  f"{s.refused} refused by the oracle, {s.skipped} skipped, {len(s.behaviours)} "
                  f"scheduler behaviours"

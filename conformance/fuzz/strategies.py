@@ -124,8 +124,8 @@ def _batched(draw, near: bool, max_model_len: int, small) -> int:
 
 def _scheduler_args(draw, allowed, batched: int, max_model_len: int, chunked: bool) -> dict:
     """The budget and cache arguments of both generators (drawn in the order they always were,
-    so a seed finds what it found). Never async scheduling: the steps layer mirrors the
-    synchronous EngineCore.step(), and the engine layers refuse it."""
+    so a seed finds what it found). Async scheduling off: scenarios() draws it last for the
+    stand-in layers, and the engine layers on CPU cannot run it."""
     return {"max_num_batched_tokens": batched, "max_model_len": max_model_len, "block_size": 16,
             "enable_prefix_caching": draw(FLAG) if allows(allowed, "prefix_caching") else False,
             "enable_chunked_prefill": chunked, "async_scheduling": False}
@@ -204,8 +204,21 @@ def scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
         workload["prefixes"] = prefixes
     draw(aborts(reqs, allowed))
     workload["max_steps"] = max_steps(reqs, prefixes)
+    args["async_scheduling"] = draw(_async(allowed))  # drawn last too: a seed keeps its examples
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
             "workload": workload}
+
+
+# async scheduling: off (shrinking goes there), on, or vLLM's default for the configuration (the
+# GPU rule the steps layer runs: on for EAGLE-type drafters, off for some others, per release)
+ASYNC = st.sampled_from([False, True, None])
+
+
+def _async(allowed):
+    """ASYNC, or always False for a candidate that does not declare async scheduling (a null one
+    resolves on for some configurations, which the candidate's features cannot be checked against
+    before the oracle's config record exists)."""
+    return ASYNC if allows(allowed, "async_scheduling") else st.just(False)
 
 
 PREFIX_LEN = st.integers(1, 96)
@@ -360,20 +373,22 @@ LONG_PROMPT = (8192, 16384)
 
 
 @st.composite
-def production_scenarios(draw, name: str = "fuzz") -> dict:
+def production_scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     """A raw scenario at production shapes, its workload expanded by the library's own generator
     (conformance/formats/workload_gen.py) from drawn parameters: a budget of 8192 tokens or
     more, 64 to 256 requests arriving in bursts, log-normal prompts and short outputs (an example
     stays seconds of stand-in work a side), and, when `long_prompt` is drawn, one request whose
-    prompt is 8k to 16k tokens. It is a full-form scenario (a `workload`, not `generate`): a fuzz
-    example's traces are held and judged whole."""
+    prompt is 8k to 16k tokens; async scheduling off, on or vLLM's default, and now and then
+    shared prefixes and aborts. Needing only `allowed` features (None: any). It is a full-form
+    scenario (a `workload`, not `generate`): a fuzz example's traces are held and judged whole."""
     from conformance.formats.workload_gen import VERSION, expand
 
     seqs, budget = draw(PRODUCTION_SEQS), draw(PRODUCTION_BUDGET)
     args = {"model": TARGET, "load_format": "dummy", "max_num_seqs": seqs, "max_num_batched_tokens": budget,
             "max_model_len": PRODUCTION_MAX_MODEL_LEN, "block_size": 16,
-            "enable_prefix_caching": draw(FLAG), "enable_chunked_prefill": True, "async_scheduling": False}
-    method = draw(PRODUCTION_SPEC)
+            "enable_prefix_caching": draw(FLAG) if allows(allowed, "prefix_caching") else False,
+            "enable_chunked_prefill": True, "async_scheduling": False}
+    method = draw(_production_spec(_allowed_methods(allowed, PRODUCTION_DRAFTERS)))
     k = draw(PRODUCTION_K) if method else 0
     if method:
         args["speculative_config"] = {"method": method, "num_speculative_tokens": k,
@@ -396,14 +411,31 @@ def production_scenarios(draw, name: str = "fuzz") -> dict:
         demand = count * 2000 // 16
         args["num_gpu_blocks_override"] = max(LONG_PROMPT[1] // 16 + 64, demand * draw(ints(3, 8)) // 10)
     params = {"generator": VERSION, "seed": draw(SEED), "vocab_size": draw(VOCAB), "groups": groups}
+    # drawn last, so a seed keeps the shapes it had before these existed
+    args["async_scheduling"] = draw(_async(allowed))
+    if allows(allowed, "shared_prefixes") and draw(FLAG):
+        params["shared_prefixes"] = {"count": draw(ints(1, 4)), "len": [512, draw(ints(512, 4096))],
+                                     "share": draw(st.sampled_from([0.3, 0.7]))}
+    if allows(allowed, "aborts") and draw(FLAG):
+        params["aborts"] = {"share": draw(st.sampled_from([0.03, 0.1])), "after": [1, draw(ints(1, 200))]}
     workload = expand(params, f"{name}.json", args)
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args, "workload": workload}
 
 
-def for_layers(layers, allowed=None) -> st.SearchStrategy:
-    """The scenarios fuzzed for these layers: the engine space for the engine layers; with
-    `allowed` (a candidate's declared features), only scenarios needing no other feature."""
-    space = engine_scenarios if any(x.startswith("engine_") for x in layers) else scenarios
+@functools.lru_cache(maxsize=None)
+def _production_spec(methods: tuple[str, ...] | None):
+    """PRODUCTION_SPEC, with only `methods` (None: all)."""
+    if methods is None:
+        return PRODUCTION_SPEC
+    return optional(st.sampled_from(methods)) if methods else st.none()
+
+
+def for_layers(layers, allowed=None, production: bool = False) -> st.SearchStrategy:
+    """The scenarios fuzzed for these layers: the engine space for the engine layers, the
+    production-shape space when `production` (stand-in layers only); with `allowed` (a
+    candidate's declared features), only scenarios needing no other feature."""
+    engine = any(x.startswith("engine_") for x in layers)
+    space = engine_scenarios if engine else production_scenarios if production else scenarios
     if allowed is None:
         return space()
     return space(allowed=frozenset(allowed)).filter(lambda raw: within(raw, allowed))
