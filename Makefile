@@ -155,15 +155,17 @@ goldens-check: envs
 	$(if $(filter production all,$(SCALE)),$(BIN)/parity goldens --check --scale production)
 
 # The suite's power: coverage of vLLM's scheduling code by the scenarios (every pin) and the
-# generated mutant catalog judged against the gate oracle's goldens (results cached). A cold
-# run of the whole catalog takes over 15 min here, so a deterministic sample by default;
-# `make adequacy ADEQUACY_SAMPLE=` runs all of it. The engine path's catalog (sampler, drafters,
-# model runner, numerics) starts a whole engine per mutant and scenario: a sample of it too,
-# `ENGINE_SAMPLE=` for all of it.
+# generated mutant catalogs (the scheduler's; the KV cache manager's and block pool's) judged
+# against the gate oracle's goldens (results cached). A cold run of a whole catalog takes over
+# 15 min here, so a deterministic sample by default; `make adequacy ADEQUACY_SAMPLE= KV_SAMPLE=`
+# runs all of both. The engine path's catalog (sampler, drafters, model runner, numerics)
+# starts a whole engine per mutant and scenario: a sample of it too, `ENGINE_SAMPLE=` for all.
 ADEQUACY_SAMPLE ?= 250
+KV_SAMPLE ?= 150
 ENGINE_SAMPLE ?= 40
 adequacy: envs
-	$(BIN)/parity adequacy $(if $(ADEQUACY_SAMPLE),--sample $(ADEQUACY_SAMPLE) --seed 13) \
+	$(BIN)/parity adequacy $(if $(ADEQUACY_SAMPLE),--sample $(ADEQUACY_SAMPLE)) \
+		$(if $(KV_SAMPLE),--kv-sample $(KV_SAMPLE)) --seed 13 \
 		$(if $(ENGINE_SAMPLE),--engine-sample $(ENGINE_SAMPLE))
 
 # Differential fuzzing: scenarios generated until CANDIDATE first differs from the gate oracle

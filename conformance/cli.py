@@ -212,7 +212,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("adequacy", help="coverage of vLLM's scheduler by the scenarios, and the "
                        "mutants of the scheduler and the engine path the gate catches (make adequacy)")
     p.add_argument("--pin", action="append", help="coverage of these pins only (default: all pins)")
-    p.add_argument("--sample", type=int, help="run a deterministic sample of this many mutants")
+    p.add_argument("--sample", type=int, help="run a deterministic sample of this many of the scheduler's mutants")
+    p.add_argument("--kv-sample", type=int, help="run a deterministic sample of this many of the KV cache "
+                   "manager's and block pool's mutants (default: all)")
     p.add_argument("--seed", type=int, default=13, help="the sample's seed (default 13)")
     p.add_argument("--no-mutants", action="store_true", help="coverage only")
     p.add_argument("--no-coverage", action="store_true", help="mutants only")
@@ -222,9 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mutants run the stand-in scenarios only, not the two engine-layer ones after them")
     p.add_argument("--engine-sample", type=int,
                    help="run a deterministic sample of this many engine-path mutants (default: all)")
-    p.add_argument("--catalog", choices=("scheduler", "engine", "both"), default="both",
-                   help="which mutant catalog to run: the scheduler's, the engine path's (sampler, "
-                   "drafters, model runner, numerics), or both (default)")
+    p.add_argument("--catalog", choices=("scheduler", "kv", "engine", "all"), default="all",
+                   help="which mutant catalog to run: the scheduler's, the KV cache manager's and block "
+                   "pool's, the engine path's (sampler, drafters, model runner, numerics), or all (default)")
 
     p = sub.add_parser("fuzz", help="search for a scenario on which a candidate differs from the "
                        "oracle, shrink it, write it as a scenario file (make fuzz)")

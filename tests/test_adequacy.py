@@ -100,7 +100,7 @@ def test_function_scopes_count_in_scope_code_and_list_the_rest_by_rule(tmp_path)
     assert not stats.statements and 15 in stats.out_lines  # a whole function, still listed
 
 
-def test_code_the_scheduler_calls_is_measured_and_reported_apart_without_mutants(tmp_path):
+def test_code_the_scheduler_calls_is_measured_and_reported_apart_with_its_own_goal(tmp_path):
     from conformance.adequacy.measure import PinCoverage
     from conformance.adequacy.report import render_coverage, render_goals
     from conformance.adequacy.scope import FunctionScope
@@ -116,10 +116,39 @@ def test_code_the_scheduler_calls_is_measured_and_reported_apart_without_mutants
     cov = PinCoverage("0.27.1", [own, called], {FILE: ["a"] * 9, called.file: ["b"] * 9}, 1.0, s.callees)
     assert cov.totals() == (2, 2, 1, 1) and cov.totals(callees=True) == (1, 2, 0, 2)
     text = render_coverage(cov)
-    assert "TOTAL the scheduler (in scope)" in text and "TOTAL what it calls (in scope, no goal)" in text
+    assert "TOTAL the scheduler (in scope)" in text and "TOTAL what it calls (in scope)" in text
     assert "block_pool.py:5 -> line 6" in text  # the callee's gaps are listed too
-    goals, ok = render_goals([cov], None, {})
-    assert ok and "100.0%" in goals  # the goal is on the scheduler's own code
+    goals, ok = render_goals([cov], [], {})
+    # each part has its goal: the scheduler's code meets it, what it calls (0 of 2) misses it
+    assert "met  branch coverage in scope >= 90% on vllm 0.27.1: 1/1 = 100.0%" in goals
+    assert "MISS branch coverage in scope of what the scheduler calls >= 90% on vllm 0.27.1: 0/2 = 0.0%" in goals
+    assert not ok
+    called.covered_branches = {(5, 6), (5, 7)}
+    assert render_goals([cov], [], {})[1]
+
+
+def test_all_measured_figures_are_given_per_file_and_ignore_the_rules(tmp_path):
+    from conformance.adequacy.measure import PinCoverage
+    from conformance.adequacy.report import render_coverage
+    from conformance.adequacy.scope import FunctionScope
+
+    rule = load_scope(SCOPE_FILE).rules[0]
+    pool = FunctionScope("vllm/v1/core/block_pool.py", "BlockPool.touch", {5, 6}, {5}, {(5, 6)}, {(5, 6)},
+                         out_lines={7: rule}, out_branches={(6, 7): rule, (6, 8): rule},
+                         missing_out_branches={(6, 8): rule}, executed_out={7})
+    queue = FunctionScope("vllm/v1/core/kv_cache_utils.py", "FreeKVCacheBlockQueue.popleft", {3}, set(),
+                          {(3, 4)}, set())
+    cov = PinCoverage("0.27.1", [pool, queue], {pool.file: ["b"] * 9, queue.file: ["q"] * 9}, 1.0,
+                      ("vllm/v1/core/block_pool.py", "vllm/v1/core/kv_cache_utils.py"))
+    text = render_coverage(cov).splitlines()
+    total = next(i for i, line in enumerate(text) if "TOTAL what it calls (in scope)" in line)
+    assert text[total].split()[-4:] == ["1/3", "33.3%", "1/2", "50.0%"]  # in scope
+    # out of scope included: line 7 ran, arc 6->7 was taken, 6->8 was not; then each file
+    assert text[total + 1].split()[-4:] == ["2/4", "50.0%", "2/4", "50.0%"]
+    assert text[total + 2].split() == ["v1/core/block_pool.py", "2/3", "66.7%", "2/3", "66.7%"]
+    assert text[total + 3].split() == ["v1/core/kv_cache_utils.py", "0/1", "0.0%", "0/1", "0.0%"]
+    # the out-of-scope gaps say which part they are in
+    assert "uncovered branches out of scope: 1 (the scheduler 0, what it calls 1), by rule" in "\n".join(text)
 
 
 def mutants_by_operator(tmp_path):
@@ -342,9 +371,9 @@ def test_the_engine_path_goal_is_its_own_line_and_can_be_missed(tmp_path):
     ms = generate(SOURCE, FILE, scope(tmp_path))[:10]
     run = MutantRun("0.27.1", 10, [(m, {"killed": i < 8, "kind": "diverged" if i < 8 else "pass"})
                                    for i, m in enumerate(ms)], what="engine path")
-    text, ok = render_goals([], None, {}, run, {})
+    text, ok = render_goals([], [], {}, run, {})
     assert not ok and "MISS non-equivalent engine-path mutants" in text and "8/10 = 80.0%" in text
-    text, ok = render_goals([], None, {}, run, {ms[8].id: "r", ms[9].id: "r"})
+    text, ok = render_goals([], [], {}, run, {ms[8].id: "r", ms[9].id: "r"})
     assert ok and "8/8 = 100.0%" in text
 
 
@@ -383,3 +412,203 @@ def test_a_fixed_sample_of_engine_path_mutants_is_caught():
             scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
             result = judge_mutant(launcher, pins.oracle, chosen[0], [scenario], {name: GOLDENS.load(name, pins.oracle)})
             assert result["killed"], f"{chosen[0].name} survived {name}: {result}"
+
+
+# -- the catalogs: the scheduler's, and the KV cache manager's and block pool's -----------------
+
+POOL_SOURCE = textwrap.dedent('''\
+    class BlockPool:
+        def get_new_blocks(self, n):
+            if n > self.free:
+                raise ValueError(n)
+            return self.queue.popleft_n(n)
+    ''')
+
+
+def test_the_catalogs_split_the_measured_files_between_the_scheduler_and_what_it_calls(tmp_path, monkeypatch):
+    from conformance.adequacy import measure
+
+    site = tmp_path / "site"
+    for rel, text in ((FILE, SOURCE), ("vllm/v1/core/block_pool.py", POOL_SOURCE)):
+        (site / rel).parent.mkdir(parents=True, exist_ok=True)
+        (site / rel).write_text(text, encoding="utf-8")
+    monkeypatch.setattr(measure, "ensure_env", lambda release, log=None: tmp_path / "python")
+    monkeypatch.setattr(measure, "site_packages", lambda python: site)
+    monkeypatch.setattr(measure, "MEASURED", ("*/vllm/v1/core/sched/*.py", "*/vllm/v1/core/block_pool.py"))
+    s = scope(tmp_path, RULES + '[[measure]]\nfile = "vllm/v1/core/block_pool.py"\nfunctions = ["*"]\ncallee = true\n')
+    own, own_sources = measure.catalog("0.27.1", s, lambda m: None, "scheduler")
+    kv, kv_sources = measure.catalog("0.27.1", s, lambda m: None, "kv")
+    assert {m.file for m in own} == set(own_sources) == {FILE}
+    assert {m.file for m in kv} == set(kv_sources) == {"vllm/v1/core/block_pool.py"}
+    assert {m.function for m in kv} == {"BlockPool.get_new_blocks"}
+    assert not {m.id for m in own} & {m.id for m in kv}
+    with pytest.raises(ValueError, match="expected one of scheduler, kv"):
+        measure.catalog("0.27.1", s, lambda m: None, "both")
+
+
+def test_each_catalog_is_reported_in_its_own_block_with_its_own_goal(tmp_path):
+    from conformance.adequacy.measure import GOAL_KILLED
+    from conformance.adequacy.report import render_goals, render_mutants
+
+    assert GOAL_KILLED == 97.0
+    ms = generate(SOURCE, FILE, scope(tmp_path))
+    assert len(ms) == 18
+    own = MutantRun("0.27.1", 18, [(m, {"killed": True, "kind": "diverged"}) for m in ms], scenarios=3, tier=2)
+    kv = MutantRun("0.27.1", 18, [(m, {"killed": i > 0, "kind": "diverged" if i else "pass"})
+                                  for i, m in enumerate(ms)], scenarios=3, what="kv")
+    sources = {FILE: SOURCE}
+    assert render_mutants(own, sources, {}).startswith("== generated mutants of the scheduler: vllm 0.27.1")
+    assert "then for a survivor the engine-layer tier" in render_mutants(own, sources, {})
+    kv_text = render_mutants(kv, sources, {})
+    assert kv_text.startswith("== generated mutants of the KV cache manager and the block pool: vllm 0.27.1")
+    assert "engine-layer tier" not in kv_text and f"SURVIVED {ms[0].name}" in kv_text
+    text, ok = render_goals([], [own, kv], {})
+    assert "met  non-equivalent mutants of the scheduler caught >= 97% on vllm 0.27.1: 18/18 = 100.0%" in text
+    assert "MISS non-equivalent mutants of the KV cache manager and the block pool caught >= 97% on " \
+           "vllm 0.27.1: 17/18 = 94.4%" in text and not ok
+    text, ok = render_goals([], [own, kv], {ms[0].id: "equivalent, with its reason"})
+    assert "met  non-equivalent mutants of the KV cache manager and the block pool caught >= 97% on " \
+           "vllm 0.27.1: 17/17 = 100.0%" in text and ok
+
+
+def test_parity_adequacy_offers_the_kv_catalog_and_refuses_a_bad_kv_sample(capsys):
+    from conformance.cli import main
+
+    assert main(["adequacy", "--kv-sample", "0", "--catalog", "kv"]) == 2
+    assert "--kv-sample 0: expected a positive number of mutants" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["adequacy", "--catalog", "both"])  # the old name: scheduler, kv, engine or all
+    assert "invalid choice: 'both'" in capsys.readouterr().err
+
+
+# -- the project's scope: prefix caching and aborts in, what only other families reach out ------
+
+def _function_rule(s: Scope, qualname: str):
+    import fnmatch
+
+    return next((r for r in s.rules if r.function and fnmatch.fnmatchcase(qualname, r.function)), None)
+
+
+@pytest.mark.parametrize("qualname", [
+    "BlockPool.get_cached_block", "BlockPool.cache_full_blocks", "BlockPool.touch",
+    "BlockPool._maybe_evict_cached_block", "BlockPool._insert_block_hash", "BlockPool._remove_cached_block_hashes",
+    "BlockHashToBlockMap.insert", "BlockHashToBlockMap.pop", "FullAttentionManager.find_longest_cache_hit",
+    "UnitaryKVCacheCoordinator.find_longest_cache_hit", "KVCacheCoordinator.allocate_new_computed_blocks",
+    "SingleTypeKVCacheManager.add_local_computed_blocks", "SingleTypeKVCacheManager.cache_blocks",
+    "KVCacheCoordinator.cache_blocks", "Scheduler.finish_requests", "FCFSRequestQueue.remove_requests",
+    "PriorityRequestQueue.remove_requests", "FreeKVCacheBlockQueue.popleft_n", "KVCacheBlock.reset_hash",
+])
+def test_prefix_caching_and_aborts_are_in_scope(qualname):
+    assert _function_rule(load_scope(SCOPE_FILE), qualname) is None
+
+
+@pytest.mark.parametrize("qualname, because", [
+    ("BlockPool.cache_partial_block", "fine-grained prefix hashing"),
+    ("BlockPool._get_partial_block_hash", "fine-grained prefix hashing"),
+    ("BlockPool.move_block_hashes", "fine-grained prefix hashing"),
+    ("FullAttentionManager._cache_partial_tail_block", "fine-grained prefix hashing"),
+    ("SingleTypeKVCacheManager._apply_cow", "partial prefix-cache hits"),
+    ("SingleTypeKVCacheManager._remove_blocks_in_range", "full attention frees no block"),
+    ("SingleTypeKVCacheManager.remove_skipped_blocks", "full attention skips no token"),
+    ("KVCacheManager.estimate_cached_tokens", "metrics"),
+    ("KVCacheManager.cache_blocks", "KV connectors"),
+    ("FCFSRequestQueue.remove_request", "through remove_requests"),
+    ("FreeKVCacheBlockQueue.iter_blocks_after", "KV connectors"),
+    ("MambaManager.find_longest_cache_hit", "mamba"),
+])
+def test_what_only_other_families_reach_stays_out_of_scope_with_its_reason(qualname, because):
+    rule = _function_rule(load_scope(SCOPE_FILE), qualname)
+    assert rule is not None and because in rule.reason, rule
+
+
+def test_no_rule_says_prefix_caching_is_off_or_that_nothing_aborts():
+    reasons = [r.reason for r in load_scope(SCOPE_FILE).rules] + list(load_scope(SCOPE_FILE).equivalent.values())
+    assert not [r for r in reasons if "enable_prefix_caching false" in r or "prefix caching off" in r]
+    assert not [r for r in reasons if "has no aborts" in r or "never aborts" in r]
+
+
+def test_the_kv_cache_utils_functions_of_the_block_pool_are_measured_as_callees():
+    s = load_scope(SCOPE_FILE)
+    utils = "vllm/v1/core/kv_cache_utils.py"
+    assert s.callee(utils)
+    for qualname in ("FreeKVCacheBlockQueue.popleft_n", "KVCacheBlock.reset_hash", "hash_block_tokens",
+                     "get_request_block_hasher.request_block_hasher"):
+        assert s.measured(utils, qualname), qualname
+    assert not s.measured(utils, "get_kv_cache_configs")  # start-up sizing: not the block pool
+
+
+KV_SOURCE = textwrap.dedent('''\
+    class FullAttentionManager:
+        def find_longest_cache_hit(cls, block_hashes, fine_grained, drop_eagle_block, hit_length):
+            if fine_grained:
+                hit_length = 1
+            if drop_eagle_block and hit_length > 0:
+                hit_length -= 16
+            return hit_length
+
+    class BlockPool:
+        def get_new_blocks(self, num_blocks):
+            if num_blocks > self.get_num_free_blocks():
+                raise ValueError(num_blocks)
+            if self.metrics_collector:
+                self.metrics_collector.on_block_allocated()
+            return num_blocks
+
+    class Scheduler:
+        def finish_requests(self, request_ids):
+            if isinstance(request_ids, str):
+                request_ids = (request_ids,)
+            elif request_ids is not None:
+                request_ids = set(request_ids)
+            return request_ids
+    ''')
+
+
+def test_the_new_branch_rules_take_only_the_direction_other_families_reach():
+    out = out_of_scope_lines(KV_SOURCE, load_scope(SCOPE_FILE))
+    assert 4 in out and "fine-grained" in out[4].reason  # the fine-grained hit
+    assert 5 not in out and 6 not in out  # EAGLE's dropped block: in scope with prefix caching on
+    assert 12 in out and "defensive" in out[12].reason  # the pool is asked only for blocks that fit
+    assert 14 in out and "metrics" in out[14].reason
+    assert 19 not in out and 20 not in out  # one id per finish_requests call: in scope
+    assert {21, 22} <= set(out) and "one request each" in out[21].reason  # a collection of ids: out
+
+
+def test_a_mutant_that_removes_the_only_super_call_is_installed(tmp_path, monkeypatch):
+    """Removing `super().__init__(...)` drops the code's `__class__` cell, so its code object
+    cannot go into the existing method (a ValueError: closure of length 1, not 0): the mutant
+    was never installed, counted as a survivor. It replaces the method on its class instead."""
+    import sys
+
+    from engines.vllm import mutant_catalog
+
+    source = textwrap.dedent('''\
+        class Base:
+            def __init__(self):
+                self.pool = "blocks"
+
+        class Coordinator(Base):
+            def __init__(self):
+                super().__init__()
+                self.ready = True
+        ''')
+    package = tmp_path / "parity_test_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("", encoding="utf-8")
+    (package / "coordinator.py").write_text(source, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(mutant_catalog, "INSTALLED", None)
+    import parity_test_pkg.coordinator as module
+
+    a = source.index("super().__init__()")
+    mutant = Mutant("m0000000001", "parity_test_pkg/coordinator.py", "Coordinator.__init__", "remove", 7,
+                    a, a + len("super().__init__()"), "super().__init__()", "pass")
+    try:
+        assert module.Coordinator().pool == "blocks"
+        mutant_catalog.install(mutant)
+        made = module.Coordinator()
+        assert made.ready and not hasattr(made, "pool")  # the edit is in, the rest of the method too
+        assert mutant_catalog.INSTALLED == mutant.id
+    finally:
+        sys.modules.pop("parity_test_pkg.coordinator", None)
+        sys.modules.pop("parity_test_pkg", None)

@@ -227,7 +227,9 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "prefix_caching_resume", "kv_pressure_no_spec_cached", "eagle_kv_pressure_cached",
             "priority_kv_pressure_cached", "block_pool_contract", "prefix_shared_hits", "prefix_full_hit",
             "prefix_eviction", "prefix_duplicate_blocks", "prefix_multi_turn", "prefix_dflash", "prefix_draft_model",
-            "prefix_eagle3", "prefix_mtp", "prefix_ngram", "prefix_pard", "abort_states", "abort_mid_prefill")
+            "prefix_eagle3", "prefix_mtp", "prefix_ngram", "prefix_pard", "abort_states", "abort_mid_prefill",
+            "abort_waiting_queue", "abort_waiting_queue_priority", "prefix_duplicate_evicted",
+            "prefix_hit_after_prepend")
 
 
 def test_agreeing_is_every_steps_scenario_of_the_kit_release_it_is_sent(kit):

@@ -1,6 +1,7 @@
-"""`parity adequacy`: the coverage pass over every pin, then the scheduler's mutant catalog and
-the engine path's (conformance/adequacy/engine_path.py) on the gate oracle; prints
-conformance/adequacy/report.py's report. Exit 0 when every goal is met, 1 when one is missed."""
+"""`parity adequacy`: the coverage pass over every pin, then the generated mutant catalogs (the
+scheduler's, the KV cache manager's and block pool's) and the engine path's
+(conformance/adequacy/engine_path.py) on the gate oracle; prints conformance/adequacy/report.py's
+report, each catalog in a block of its own. Exit 0 when every goal is met, 1 when one is missed."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ import sys
 
 from conformance.adequacy.engine_path import (ENGINE_SCOPE_FILE, engine_catalog, engine_scenarios,
                                               executed_lines)
-from conformance.adequacy.measure import (ENGINE_TIER, ResultCache, catalog, measure_coverage, run_mutants,
-                                          sample)
+from conformance.adequacy.measure import (CATALOGS, ENGINE_TIER, ResultCache, catalog, measure_coverage,
+                                          run_mutants, sample)
 from conformance.adequacy.report import render_coverage, render_goals, render_mutants
 from conformance.adequacy.scope import load_scope
 from conformance.formats.errors import InputError
@@ -23,7 +24,8 @@ def adequacy(args, scenarios, log) -> int:
     # A run can be long: on SIGTERM, unwind (SystemExit) so the mutant server and its forks
     # are ended by their `finally`, and the results cached so far are kept.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    for flag, value in (("--sample", args.sample), ("--engine-sample", args.engine_sample)):
+    for flag, value in (("--sample", args.sample), ("--kv-sample", args.kv_sample),
+                        ("--engine-sample", args.engine_sample)):
         if value is not None and value <= 0:
             raise InputError(f"{flag} {value}: expected a positive number of mutants")
     try:
@@ -45,18 +47,24 @@ def _adequacy(args, scenarios, log) -> int:
             cov = measure_coverage(release, library, scope, log)
             coverages.append(cov)
             print(render_coverage(cov), flush=True)
-    run = None
-    if not args.no_mutants and args.catalog != "engine":
-        mutants, sources = catalog(pins.oracle, scope, log)
-        chosen = sample(mutants, args.sample, args.seed)
-        log(f"[adequacy] {len(mutants)} mutants generated from vllm {pins.oracle}; running {len(chosen)}")
+    runs = []
+    sizes = {"scheduler": args.sample, "kv": args.kv_sample}
+    for name in CATALOGS:
+        if args.no_mutants or args.catalog not in (name, "all"):
+            continue
+        mutants, sources = catalog(pins.oracle, scope, log, name)
+        chosen = sample(mutants, sizes[name], args.seed)
+        log(f"[adequacy] {len(mutants)} {name} mutants generated from vllm {pins.oracle}; running {len(chosen)}")
         stand_in = [s for s in scenarios if s.engine is None]
-        tier = [] if args.no_engine_tier else [s for s in scenarios if s.name in ENGINE_TIER]
+        # the engine tier runs with prefix caching off: it can tell the scheduler's survivors
+        # apart (the model runner reads its output), not the block pool's
+        tier = [] if args.no_engine_tier or name != "scheduler" else [s for s in scenarios if s.name in ENGINE_TIER]
         run = run_mutants(pins.oracle, chosen, stand_in, len(mutants), ResultCache(), log,
-                          engine_tier=tier, equivalent=scope.equivalent)
+                          engine_tier=tier, equivalent=scope.equivalent, what=name)
+        runs.append(run)
         print(render_mutants(run, sources, scope.equivalent), flush=True)
     engine_run, engine_scope = None, None
-    if not args.no_mutants and args.catalog != "scheduler":
+    if not args.no_mutants and args.catalog in ("engine", "all"):
         engine_scope = load_scope(ENGINE_SCOPE_FILE)
         tier = engine_scenarios(scenarios)
         executed = executed_lines(pins.oracle, tier, engine_scope, log)
@@ -69,7 +77,7 @@ def _adequacy(args, scenarios, log) -> int:
         engine_run = run_mutants(pins.oracle, chosen, tier, len(mutants), ResultCache(), log,
                                  equivalent=engine_scope.equivalent, what="engine path")
         print(render_mutants(engine_run, sources, engine_scope.equivalent, not_run), flush=True)
-    text, ok = render_goals(coverages, run, scope.equivalent, engine_run,
+    text, ok = render_goals(coverages, runs, scope.equivalent, engine_run,
                             engine_scope.equivalent if engine_scope else {})
     print(text)
     return 0 if ok else 1

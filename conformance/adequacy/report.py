@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from conformance.adequacy.engine_path import GOAL_ENGINE_KILLED
-from conformance.adequacy.measure import GOAL_BRANCHES, GOAL_KILLED, MutantRun, PinCoverage
+from conformance.adequacy.measure import CATALOG_TITLES, GOAL_BRANCHES, GOAL_KILLED, MutantRun, PinCoverage
 
 
 def pct(a: int, b: int) -> str:
@@ -24,34 +24,47 @@ def render_coverage(cov: PinCoverage) -> str:
                      f"{len(f.covered):4d}/{len(f.statements):<4d}{pct(len(f.covered), len(f.statements))} "
                      f"{len(f.covered_branches):4d}/{len(f.branches):<4d}{pct(len(f.covered_branches), len(f.branches))}")
     parts = [("TOTAL (in scope)", False)]
-    if cov.part(callees=True):  # the code the scheduler calls, reported on its own (no goal)
-        parts = [("TOTAL the scheduler (in scope)", False), ("TOTAL what it calls (in scope, no goal)", True)]
+    if cov.part(callees=True):  # the code the scheduler calls, reported on its own line
+        parts = [("TOTAL the scheduler (in scope)", False), ("TOTAL what it calls (in scope)", True)]
     for title, callees in parts:
         fs = cov.part(callees)
         cl, nl, cb, nb = cov.totals(callees)
         lines.append(f"   {title:58s} {cl:4d}/{nl:<4d}{pct(cl, nl)} {cb:4d}/{nb:<4d}{pct(cb, nb)}")
-        al = nl + sum(len(f.out_lines) for f in fs)
-        ab = nb + sum(len(f.out_branches) for f in fs)
-        acl = cl + sum(1 for f in fs for n in f.out_lines if n in f.executed_out)
-        acb = cb + sum(len(f.out_branches) - len(f.missing_out_branches) for f in fs)
-        lines.append(f"   {'  all measured code, out of scope included':58s} {acl:4d}/{al:<4d}{pct(acl, al)} "
-                     f"{acb:4d}/{ab:<4d}{pct(acb, ab)}")
+        lines.append(_all_measured("  all measured code, out of scope included", fs))
+        files = sorted({f.file for f in fs})
+        if len(files) > 1:  # per file: the figures stay comparable when a file joins the measure
+            lines.extend(_all_measured(f"    {name.removeprefix('vllm/')}", [f for f in fs if f.file == name])
+                         for name in files)
     missing = [(f, arc) for f in cov.part() + cov.part(callees=True) for arc in f.missing_branches]
     lines.append(f"   uncovered branches in scope: {len(missing)}")
     for f, (a, b) in missing:
         src = cov.sources[f.file][a - 1].strip() if 0 < a <= len(cov.sources[f.file]) else ""
         to = f"line {b}" if b > 0 else "exit"
         lines.append(f"     {f.file.rsplit('/', 1)[-1]}:{a} -> {to:9s} [{f.qualname}]  {src[:90]}")
-    by_rule = defaultdict(list)
-    for f in cov.functions:
-        for (a, b), rule in f.missing_out_branches.items():
-            by_rule[rule].append(f"{f.file.rsplit('/', 1)[-1]}:{a}")
+    by_rule, called = defaultdict(list), defaultdict(int)
+    for callees in (False, True):
+        for f in cov.part(callees):
+            for (a, b), rule in f.missing_out_branches.items():
+                by_rule[rule].append(f"{f.file.rsplit('/', 1)[-1]}:{a}")
+                called[rule] += callees
     total_out = sum(len(v) for v in by_rule.values())
-    lines.append(f"   uncovered branches out of scope: {total_out}, by rule (adequacy_scope.toml):")
+    split = f" (the scheduler {total_out - sum(called.values())}, what it calls {sum(called.values())})" \
+        if cov.part(callees=True) else ""
+    lines.append(f"   uncovered branches out of scope: {total_out}{split}, by rule (adequacy_scope.toml):")
     for rule, where in sorted(by_rule.items(), key=lambda kv: -len(kv[1])):
         shown = ", ".join(sorted(set(where), key=lambda w: (w.split(':')[0], int(w.split(':')[1]))))
-        lines.append(f"     {len(where):3d}  {rule.label}: {rule.reason}\n          at {shown}")
+        part = f" [{called[rule]} in what it calls]" if 0 < called[rule] < len(where) else ""
+        lines.append(f"     {len(where):3d}  {rule.label}: {rule.reason}{part}\n          at {shown}")
     return "\n".join(lines)
+
+
+def _all_measured(title: str, fs: list) -> str:
+    """Lines and branches of `fs`, in scope or not: a figure no scope rule changes."""
+    nl = sum(len(f.statements) + len(f.out_lines) for f in fs)
+    nb = sum(len(f.branches) + len(f.out_branches) for f in fs)
+    cl = sum(len(f.covered) + len(f.executed_out) for f in fs)
+    cb = sum(len(f.covered_branches) + len(f.out_branches) - len(f.missing_out_branches) for f in fs)
+    return f"   {title:58s} {cl:4d}/{nl:<4d}{pct(cl, nl)} {cb:4d}/{nb:<4d}{pct(cb, nb)}"
 
 
 def kill_figures(run: MutantRun, equivalent: dict[str, str]) -> tuple[int, int, int, list]:
@@ -70,15 +83,17 @@ def render_mutants(run: MutantRun, sources: dict[str, str], equivalent: dict[str
     for _m, r in run.results:
         if r["killed"]:
             kinds[r["kind"]] += 1
-    engine = run.what != "scheduler"
+    engine = run.what == "engine path"
     by_function = defaultdict(int)
     for m in not_run:
         by_function[f"{m.file.rsplit('/', 1)[-1]}:{m.function}"] += 1
-    lines = [f"== {'engine-path' if engine else 'generated'} mutants of vllm {run.release} judged against "
-             f"its goldens ({run.seconds:.0f} s, {run.cached} from the cache)",
+    title = "engine-path mutants" if engine else f"generated mutants of {CATALOG_TITLES.get(run.what, run.what)}"
+    lines = [f"== {title}: vllm {run.release}, judged against its goldens ({run.seconds:.0f} s, "
+             f"{run.cached} from the cache)",
              f"   on {run.scenarios} scenarios ("
              + ("the engine-layer ones, in order, judged on engine_config, engine_steps, engine_outputs"
-                if engine else "the stand-in ones, then for a survivor the engine-layer tier")
+                if engine else "the stand-in ones" + (", then for a survivor the engine-layer tier"
+                                                      if run.tier else ""))
              + f"), scenario-set hash {run.set_hash}",
              f"   generated {run.generated}, run {len(run.results)}"
              + (" (a deterministic seeded sample)" if len(run.results) < run.generated else "")
@@ -98,22 +113,27 @@ def render_mutants(run: MutantRun, sources: dict[str, str], equivalent: dict[str
     return "\n".join(lines)
 
 
-def render_goals(coverages: list[PinCoverage], run: MutantRun | None, equivalent: dict[str, str],
+def render_goals(coverages: list[PinCoverage], runs: list[MutantRun], equivalent: dict[str, str],
                  engine_run: MutantRun | None = None, engine_equivalent: dict[str, str] | None = None
                  ) -> tuple[str, bool]:
+    """One line per goal: in-scope branches of the scheduler and of what it calls, per pin;
+    each generated catalog's kill rate (`runs`); the engine path's."""
     lines, ok = ["== goals"], True
     for cov in coverages:
-        _cl, _nl, cb, nb = cov.totals()
-        met = nb and 100.0 * cb / nb >= GOAL_BRANCHES
-        ok &= bool(met)
-        lines.append(f"   {'met ' if met else 'MISS'} branch coverage in scope >= {GOAL_BRANCHES:.0f}% "
-                     f"on vllm {cov.release}: {pct(cb, nb).strip()}")
-    if run is not None:
+        parts = [("", False)] + ([(" of what the scheduler calls", True)] if cov.part(callees=True) else [])
+        for what, callees in parts:
+            _cl, _nl, cb, nb = cov.totals(callees)
+            met = nb and 100.0 * cb / nb >= GOAL_BRANCHES
+            ok &= bool(met)
+            lines.append(f"   {'met ' if met else 'MISS'} branch coverage in scope{what} >= {GOAL_BRANCHES:.0f}% "
+                         f"on vllm {cov.release}: {cb}/{nb} = {pct(cb, nb).strip()}")
+    for run in runs:
         killed, counted, _eq, _s = kill_figures(run, equivalent)
         met = counted and 100.0 * killed / counted >= GOAL_KILLED
         ok &= bool(met)
-        lines.append(f"   {'met ' if met else 'MISS'} non-equivalent mutants caught >= {GOAL_KILLED:.0f}% "
-                     f"on vllm {run.release}: {pct(killed, counted).strip()}")
+        lines.append(f"   {'met ' if met else 'MISS'} non-equivalent mutants of {CATALOG_TITLES[run.what]} "
+                     f"caught >= {GOAL_KILLED:.0f}% on vllm {run.release}: {killed}/{counted} = "
+                     f"{pct(killed, counted).strip()}")
     if engine_run is not None:
         killed, counted, _eq, _s = kill_figures(engine_run, engine_equivalent or {})
         met = counted and 100.0 * killed / counted >= GOAL_ENGINE_KILLED

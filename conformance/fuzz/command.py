@@ -233,12 +233,12 @@ def guided_oracle(oracle, log):
 
 def catalog_mutant(release: str, mutant_id: str, log):
     """TEST DEVICE: the mutant of '0.27.1+mutant:catalog:ID', found in `parity adequacy`'s
-    catalogs (the scheduler's, then the engine path's)."""
-    from conformance.adequacy.measure import catalog
+    catalogs (the scheduler's, the KV cache manager's and block pool's, then the engine path's)."""
+    from conformance.adequacy.measure import CATALOGS, catalog
     from conformance.adequacy.scope import load_scope
 
-    mutants, _ = catalog(release, load_scope(), log)
-    found = [m for m in mutants if m.id == mutant_id]
+    scope = load_scope()
+    found = [m for name in CATALOGS for m in catalog(release, scope, log, name)[0] if m.id == mutant_id]
     if not found:  # the engine path's catalog, lines the engine scenarios never run included
         from conformance.adequacy.engine_path import ENGINE_SCOPE_FILE, engine_catalog
 

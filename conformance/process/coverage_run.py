@@ -8,7 +8,8 @@ process is the worker itself, serving the protocol as it always does.
 
 The measured files are the scheduling code a port mirrors (vllm/v1/core/sched/), the budget
 resolution in vllm/config/ (scheduler.py, speculative.py, vllm.py) and what the scheduler calls
-to decide (the KV cache manager, its coordinator, the single-type managers, the block pool);
+to decide (the KV cache manager, its coordinator, the single-type managers, the block pool
+and its free queue);
 which functions of them count is decided by conformance/adequacy/scope.py.
 """
 
@@ -31,7 +32,10 @@ MEASURED = ("*/vllm/v1/core/sched/*.py", "*/vllm/config/scheduler.py",
             "*/vllm/config/speculative.py", "*/vllm/config/vllm.py",
             # what the scheduler calls to decide: KV cache allocation and the block pool
             "*/vllm/v1/core/kv_cache_manager.py", "*/vllm/v1/core/block_pool.py",
-            "*/vllm/v1/core/kv_cache_coordinator.py", "*/vllm/v1/core/single_type_kv_cache_manager.py")
+            "*/vllm/v1/core/kv_cache_coordinator.py", "*/vllm/v1/core/single_type_kv_cache_manager.py",
+            # the block pool's free queue, the block itself and the prefix hashes
+            # (adequacy_scope.toml names the functions that count)
+            "*/vllm/v1/core/kv_cache_utils.py")
 
 
 class CoverageError(RuntimeError):
