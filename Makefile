@@ -16,7 +16,7 @@ REQUIRE_LAYERS ?=
 REQUIRE_FEATURES ?=
 DRIFT ?=
 # The scenarios' scale: library (default), production (the generated production-scale
-# scenarios, minutes of oracle time each) or all. `make goldens` writes every scale's goldens.
+# scenarios, minutes of oracle time each) or all; `make goldens` too (the library's by default).
 SCALE ?=
 GATE_OPTIONS = $(strip $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--layers '$(LAYERS)') \
 	$(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
@@ -120,8 +120,8 @@ bench: envs
 # Goldens are written only by the pinned oracles, through `parity goldens` (conformance/regenerate/):
 # a summary of each change is printed before the file is replaced atomically. PINS= (releases),
 # LAYERS= (the scenarios with any of these layers; `engine`: the engine layers) and SCENARIOS=
-# (scenario names) narrow it, each comma-separated; SCALE= (library, production; default all)
-# narrows it to one scale's scenarios; RESULTS=DIR takes the oracle's traces from a
+# (scenario names) narrow it, each comma-separated; SCALE= (library, production, all; default
+# library: a production scenario costs minutes of oracle CPU per pin) picks the scale's scenarios; RESULTS=DIR takes the oracle's traces from a
 # gate's results folder (`parity gate --results DIR`) instead of running it again. On a GPU
 # runner the only form allowed is the one for the engine goldens no CPU can write:
 # `make goldens PINS=0.33.0 LAYERS=engine` (README, GPU runners).
@@ -131,7 +131,7 @@ RESULTS ?=
 comma := ,
 GOLDEN_OPTIONS = $(foreach pin,$(subst $(comma), ,$(PINS)),--engine '$(pin)') $(if $(LAYERS),--layers '$(LAYERS)') \
 	$(foreach name,$(subst $(comma), ,$(SCENARIOS)),--scenario 'scenarios/$(name).json') \
-	$(if $(RESULTS),--from-results '$(RESULTS)') $(if $(SCALE),--scale '$(SCALE)')
+	$(if $(RESULTS),--from-results '$(RESULTS)') --scale '$(or $(SCALE),library)'
 GOLDEN_STATUSES = 1: an orphan in goldens/, 2: a run failed or bad input
 goldens: envs
 	$(info $(BIN)/parity goldens $(strip $(GOLDEN_OPTIONS)))@$(BIN)/parity goldens $(GOLDEN_OPTIONS); \

@@ -100,6 +100,20 @@ def budget_seconds(text: str) -> float:
     return seconds
 
 
+def plan_options(p: argparse.ArgumentParser) -> None:
+    """The options the gate's plan is made of (plan_inputs), given alike to `parity gate` and to
+    `parity envs`, so a CI shard's envs step selects the pins its gate step runs."""
+    p.add_argument("--candidate", action="append", default=[],
+                   help="a candidate engine (pin or command line); repeatable. Default: the other "
+                        "pins, as informational stand-ins")
+    p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json of --scale")
+    p.add_argument("--scale", choices=("library", "production", "all"), default="library",
+                   help="which scenarios/*.json run by default: the library (default), the production-scale "
+                        "scenarios (minutes of oracle time each, judged in the digest form), or all")
+    p.add_argument("--layers", help="comma-separated layers to judge (default: every layer the scenario "
+                   "has); a candidate is judged on those its hello declares, the reports say which were not")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """Every command's arguments; `main` runs the command named."""
     parser = argparse.ArgumentParser(prog="parity", description=__doc__,
@@ -115,10 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "options select (one line, from each one's env key: a CI cache step's key), and build nothing")
     # the gate's plan options: with any of them, only the pins that plan's share runs are selected
     p.add_argument("--shard", metavar="I/N", help="only the pins shard I of N of the gate runs (with the "
-                   "same --candidate, --scenario and --layers as its `parity gate --shard`)")
-    p.add_argument("--candidate", action="append", default=[], help="as `parity gate --candidate`")
-    p.add_argument("--scenario", action="append", type=Path, help="as `parity gate --scenario`")
-    p.add_argument("--layers", help="as `parity gate --layers`")
+                   "same --candidate, --scenario, --scale and --layers as its `parity gate --shard`)")
+    plan_options(p)
 
     p = sub.add_parser("run", help="run one engine on one scenario and write its trace")
     p.add_argument("--engine", required=True, help="a pin (0.28.0, vllm==0.28.0) or an engine command line")
@@ -134,15 +146,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "first difference from its golden, to show both sides' records there")
 
     p = sub.add_parser("gate", help="run every configured engine on the scenarios, judge against the oracle")
-    p.add_argument("--candidate", action="append", default=[],
-                   help="a candidate engine (pin or command line); repeatable. Default: the other "
-                        "pins, as informational stand-ins")
-    p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json of --scale")
-    p.add_argument("--scale", choices=("library", "production", "all"), default="library",
-                   help="which scenarios/*.json run by default: the library (default), the production-scale "
-                        "scenarios (minutes of oracle time each, judged in the digest form), or all")
-    p.add_argument("--layers", help="comma-separated layers to judge (default: every layer the scenario "
-                   "has); a candidate is judged on those its hello declares, the reports say which were not")
+    plan_options(p)
     p.add_argument("--require-layers", help="comma-separated layers a candidate must serve to pass "
                    "(default: the layers asked); a required layer it does not serve fails the gate")
     p.add_argument("--require-features", help="comma-separated features a candidate must declare to pass, "
@@ -322,10 +326,10 @@ def cmd_envs(args) -> int:
     """Build the pins' environments side by side (envs.build_envs): every pin's, --pin's, or,
     given the gate's plan options, only those the plan's share runs; --key prints their cache key."""
     pins = load_pins()
-    planned = args.shard or args.candidate or args.scenario or args.layers
+    planned = args.shard or args.candidate or args.scenario or args.layers or args.scale != "library"
     if planned and args.pin:
         raise InputError("--pin: give either --pin or the gate's plan options (--shard, --candidate, "
-                         "--scenario, --layers), not both")
+                         "--scenario, --scale, --layers), not both")
     releases = _share_pins(args, pins) if planned else args.pin or list(pins.releases)
     if args.key:
         print(env_cache_key(releases, pins))
@@ -342,15 +346,24 @@ def cmd_envs(args) -> int:
 
 
 def _share_pins(args, pins) -> list[str]:
-    """The pins the gate's plan, from the same options as `parity gate`, runs in this share."""
-    from conformance.gate.plan import pins_needed, plan_run, share_of
+    """The pins this share of the gate's plan runs: the plan `parity gate` makes of the same
+    options (plan_inputs), cut by the same function (plan.shard_plan)."""
+    from conformance.gate.plan import pins_needed, shard_plan
+
+    shard, scenarios, layers, engines = plan_inputs(args, pins, lambda m: None)
+    manifest, share = shard_plan(RunContext(pins, log, shard=shard, layers=layers), scenarios, engines)
+    return pins_needed(manifest, share, pins)
+
+
+def plan_inputs(args, pins, log) -> tuple:
+    """What the gate's plan is made of, read from the plan options (plan_options) alike by
+    `parity gate` and `parity envs`: (shard, scenarios, layers, engines)."""
     from conformance.gate.shards import parse_shard
 
     shard = parse_shard(args.shard) if args.shard else None
-    engines = gate_engines(pins, args.candidate, lambda m: None)
-    context = RunContext(pins, log, shard=shard, layers=_layers(args.layers))
-    manifest = plan_run(context, _scenarios(args.scenario), engines)
-    return pins_needed(manifest, share_of(manifest, shard), pins)
+    scenarios = _scenarios(args.scenario, args.scale)
+    layers = _layers(args.layers)
+    return shard, scenarios, layers, gate_engines(pins, args.candidate, log)
 
 
 def cmd_run(args) -> int:
@@ -390,19 +403,14 @@ def cmd_compare(args) -> int:
 
 
 def cmd_gate(args) -> int:
-    from conformance.gate.shards import parse_shard
-
     pins = load_pins()
-    shard = parse_shard(args.shard) if args.shard else None
-    scenarios = _scenarios(args.scenario, args.scale)
     waivers = _waivers(args.waivers)  # a missing or malformed waivers file stops the gate before any run
-    layers = _layers(args.layers)
     required = _layers(args.require_layers, "--require-layers")
+    features = parse_required(args.require_features) if args.require_features is not None else None
+    shard, scenarios, layers, engines = plan_inputs(args, pins, log)
     if required and layers and set(required) - set(layers):
         raise InputError(f"--require-layers {','.join(required)}: "
                          f"{', '.join(sorted(set(required) - set(layers)))} not among --layers {','.join(layers)}")
-    features = parse_required(args.require_features) if args.require_features is not None else None
-    engines = gate_engines(pins, args.candidate, log)
     results = args.results
     if shard and results is None:
         results = REPO_ROOT / "out" / "results" / f"shard-{shard[0]}-of-{shard[1]}"

@@ -132,8 +132,20 @@ def github_if(condition: str, context: dict) -> bool:
     return (context[match[1]] == match[3]) == (match[2] == "==")
 
 
+def ported_release_is_the_oracle() -> None:
+    """The examples gate the C++ reference engine, a port of vLLM 0.27.1 (test_cpp_kit.py
+    KIT_RELEASE): green only while that release is the gate oracle."""
+    from tests.test_cpp_kit import KIT_RELEASE
+
+    oracle = load_pins().oracle
+    if oracle != KIT_RELEASE:
+        pytest.skip(f"needs the oracle pin {KIT_RELEASE}: the reference engine ports vLLM {KIT_RELEASE}, "
+                    f"so against the oracle {oracle} it diverges (the drafting reservation) and the merge exits 1")
+
+
 @pytest.mark.oracle
 def test_the_github_actions_example_goes_green_shard_by_shard(tmp_path, kit):
+    ported_release_is_the_oracle()
     doc = load("github-actions.yml")
     store = tmp_path / "artifacts"
     shards = [github_job(doc, "shard", tmp_path / f"shard-{i}", store, {"shard": i})
@@ -145,7 +157,7 @@ def test_the_github_actions_example_goes_green_shard_by_shard(tmp_path, kit):
         key = shard.context["steps.envs.outputs.key"]  # the plan's env key names the cache entry
         assert re.fullmatch(r"\+".join(f"vllm-{re.escape(p)}-cpu-[0-9a-f]{{12}}" for p in pins) or "no-envs", key), key
         assert shard.cache_keys == ([f"vllm-parity-{key}"] if pins else []), shard.cache_keys
-    assert any(shares)  # each share built what its plan needs (check_builds_only_its_share)
+    assert [] in shares and any(shares)  # a share of the port's work only builds nothing
 
 
 # --- Buildkite -------------------------------------------------------------------------------
@@ -177,6 +189,7 @@ def buildkite_job(doc: dict, step: dict, folder: Path, store: Path, matrix: str 
 
 @pytest.mark.oracle
 def test_the_buildkite_example_goes_green_shard_by_shard(tmp_path, kit):
+    ported_release_is_the_oracle()
     doc = load("buildkite.yml")
     store = tmp_path / "artifacts"
     shard_step = next(s for s in doc["steps"] if "matrix" in s)
@@ -185,7 +198,7 @@ def test_the_buildkite_example_goes_green_shard_by_shard(tmp_path, kit):
     merge = buildkite_job(doc, merge_step, tmp_path / "merge", store, None)
     check_green(merge.logs[-1][1].stdout, (tmp_path / "merge" / "out" / "gate" / "annotation.md").read_text(encoding="utf-8"))
     shares = [check_builds_only_its_share(shard) for shard in shards]
-    assert any(shares)  # each share built what its plan needs (check_builds_only_its_share)
+    assert [] in shares and any(shares)  # a share of the port's work only builds nothing
 
 
 def check_green(report: str, summary: str) -> None:
@@ -208,17 +221,13 @@ def load_waivers() -> list[dict]:
 
 
 def check_builds_only_its_share(shard: Job) -> list[str]:
-    """The pins `parity envs` built: every pin the shard's gate ran, and beyond them only the oracle's."""
+    """The pins `parity envs` built are those of the engines the shard's gate ran, no more."""
     log = shard.stderr()
     built = ENVS_LINE.search(log)[1]
     engines = SHARD_LINE.search(log)[1].split(", ")
     pins = [e.removeprefix("vllm-") for e in engines if e.startswith("vllm-")]
-    built = built.split(", ") if built != "no pin" else []
-    # every pin the share ran was built; beyond them at most the oracle's: `parity envs --shard`
-    # plans the units of scenarios the gate then leaves out for a feature the port does not
-    # declare, so a share of the port's work can hold oracle units the gate never runs
-    assert set(pins) <= set(built) <= set(pins) | {load_pins().oracle}, (built, engines)
-    return built
+    assert (built.split(", ") if built != "no pin" else []) == pins, (built, engines)
+    return pins
 
 
 # --- what the examples say, read as YAML -----------------------------------------------------
@@ -251,11 +260,11 @@ def test_parity_envs_selects_the_pins_of_a_share_and_prints_their_cache_key(caps
 
     plan = ["--candidate", f"port={ENGINE}", "--layers", "config,steps,outputs"]
     keys = []
-    for shard in ("1/4", "2/4", "3/4", "4/4"):
+    for shard in ("1/3", "2/3", "3/3"):
         assert main(["envs", "--key", "--shard", shard, *plan]) == 0
         keys.append(capsys.readouterr().out.strip())
     assert keys[-1] == "no-envs"  # the last share holds only the port's work
     pins = load_pins()
-    assert keys[:-1] == [env_cache_key([pins.oracle], pins)] * 3, keys  # the oracle's work: its env only
+    assert keys[:-1] == [env_cache_key([pins.oracle], pins)] * 2, keys  # the oracle's work: its env only
     assert main(["envs", "--key", "--pin", pins.oracle, "--shard", "1/3", *plan]) == 2
     assert "give either --pin or the gate's plan options" in capsys.readouterr().err

@@ -14,8 +14,10 @@ from conformance.judging.goldens import GOLDENS
 from conftest import DOUBLE, GATE
 
 # the gate's config record as the oracle wrote it: every field PROTOCOL.md declares
-RECORD = {**GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0],
-          "budget_log_lines": ["max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."]}
+ORACLE_CONFIG = GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0]
+BUDGET = ORACLE_CONFIG["max_num_scheduled_tokens"]  # 4036 on 0.27.1, 4096 on 0.28.0
+RECORD = {**ORACLE_CONFIG, "budget_log_lines": [
+    f"max_num_scheduled_tokens is set to {BUDGET} based on the speculative decoding settings."]}
 
 
 def double_cmd(*options) -> str:
@@ -52,8 +54,9 @@ def test_run_then_compare(tmp_path, record_file, capsys):
     trace = json.loads(golden_trace.read_text())
     assert trace["schema"] == SCHEMA and trace["layers"]["config"] == [RECORD]
 
-    port = dict(RECORD, max_num_scheduled_tokens=4096,
-                budget_log_lines=["max_num_scheduled_tokens is set to 4096 based on the speculative decoding settings."])
+    other = BUDGET + 60  # a port's budget that is not the oracle's
+    port = dict(RECORD, max_num_scheduled_tokens=other,
+                budget_log_lines=[f"max_num_scheduled_tokens is set to {other} based on the speculative decoding settings."])
     port_trace = tmp_path / "port.json"
     assert cli.main(["run", "--engine", double_cmd("--record", record_file(port)),
                      "--scenario", str(GATE), "--out", str(port_trace)]) == 0
@@ -61,9 +64,9 @@ def test_run_then_compare(tmp_path, record_file, capsys):
     assert cli.main(["compare", "--trace", str(port_trace), "--golden", str(golden_trace)]) == 1
     out = capsys.readouterr().out
     assert "DIVERGED" in out
-    assert "field max_num_scheduled_tokens: oracle 4036, candidate 4096" in out
-    assert "! oracle   : max_num_scheduled_tokens is set to 4036" in out
-    assert "! candidate: max_num_scheduled_tokens is set to 4096" in out
+    assert f"field max_num_scheduled_tokens: oracle {BUDGET}, candidate {other}" in out
+    assert f"! oracle   : max_num_scheduled_tokens is set to {BUDGET}" in out
+    assert f"! candidate: max_num_scheduled_tokens is set to {other}" in out
     assert cli.main(["compare", "--trace", str(golden_trace), "--golden", str(golden_trace)]) == 0
 
 

@@ -93,6 +93,10 @@ def test_a_budget_only_difference_is_found_by_the_context_runs():
     assert theirs["records"] == golden["records"] and "context_window" in theirs
     c = compare_digest_layer("steps", golden, theirs)
     assert c.index == 30
+    # the digests agree, so the field named is the budget, with both values, never two equal digests
+    budget = STEPS[30]["token_budget"]
+    assert (c.first.path, c.first.expected, c.first.actual) == ("token_budget", budget, budget - 1), c.first
+    assert "differs in a budget it repeats" in c.explanation
 
 
 def test_a_shorter_run_differs_where_it_ends():

@@ -113,8 +113,18 @@ def test_make_goldens_calls_parity_goldens_with_its_narrowing_options():
     assert done.returncode == 0, done.stderr
     assert (".venv/bin/parity goldens --engine '0.27.1' --engine '0.28.0' --layers 'engine' "
             "--scenario 'scenarios/steady_decode.json' --scenario 'scenarios/kv_pressure.json' "
-            "--from-results 'out/results'") in done.stdout
+            "--from-results 'out/results' --scale 'library'") in done.stdout
     assert "pytest" not in done.stdout.split("goldens:")[-1]
+
+
+@pytest.mark.parametrize("scale, given", [(None, "library"), ("all", "all"), ("production", "production")])
+def test_make_goldens_writes_the_librarys_goldens_unless_a_scale_is_asked(scale, given):
+    """A production scenario costs minutes of oracle CPU per pin, so `make goldens` (the bump's
+    next step) leaves them out, as `make parity` and `make goldens-check` do, unless SCALE= asks."""
+    done = subprocess.run(["make", "-n", "goldens", *([f"SCALE={scale}"] if scale else [])], cwd=REPO,
+                          capture_output=True, text=True, encoding="utf-8", stdin=subprocess.DEVNULL)
+    assert done.returncode == 0, done.stderr
+    assert f".venv/bin/parity goldens --scale '{given}'" in " ".join(done.stdout.split()), done.stdout
 
 
 def test_a_pin_that_cannot_serve_the_layers_here_is_not_a_failure(monkeypatch, capsys):

@@ -109,6 +109,37 @@ def test_three_shards_merged_give_what_one_run_gives(tmp_path, engines, monkeypa
     assert whole_out.count("budget log lines [") == 3
 
 
+class Planned(BaseException):
+    """Raised where the gate would start its share's engines: the plan is all this test needs."""
+
+
+def test_envs_selects_the_pins_its_gate_share_runs_and_a_port_only_share_none(tmp_path, monkeypatch, capsys):
+    """`parity envs --shard` and `parity gate --shard`, given the same options, cut one plan
+    (plan.shard_plan): each shard's envs select exactly the pins of the engines its gate share
+    runs. The port's share (the TEST DOUBLE lacking speculation and priorities, so the gate
+    leaves its units on those scenarios out) builds no pin's environment."""
+    from conformance.process.envs import env_cache_key
+
+    ran = []
+
+    def planned(context, engines, scenarios, units, features=None):
+        ran.append(sorted({u.engine for u in units}))
+        raise Planned
+
+    monkeypatch.setattr(gate_run, "run_share", planned)
+    port = "port=" + shlex.join([sys.executable, str(REPO / "tests" / "doubles" / "declared_engine.py")])
+    options = ["--candidate", port, "--layers", "config,steps,outputs"]
+    keys = []
+    for i in (1, 2, 3):
+        assert cli.main(["envs", "--key", "--shard", f"{i}/3", *options]) == 0
+        keys.append(capsys.readouterr().out.strip())
+        with pytest.raises(Planned):
+            cli.main(["gate", "--shard", f"{i}/3", "--results", str(tmp_path / f"s{i}"), *options])
+    oracle = f"vllm-{PINS.oracle}"
+    assert ran == [[oracle], [oracle], ["port"]], ran
+    assert keys == [env_cache_key([PINS.oracle], PINS)] * 2 + ["no-envs"], keys
+
+
 def test_a_block_of_budget_log_lines_prints_once():
     from conformance.judging.compare import compare_layer
     from conformance.judging.requirement_rows import apply_gate

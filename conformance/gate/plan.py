@@ -71,6 +71,13 @@ def plan_run(context: RunContext, scenarios, engines: list[EngineRef]) -> RunMan
                        require_features=context.require_features)
 
 
+def shard_plan(context: RunContext, scenarios, engines: list[EngineRef]) -> tuple[RunManifest, list[Unit]]:
+    """The run's manifest and the units `context.shard` runs: what `parity gate` runs and what
+    `parity envs --shard` builds the environments for, one computation for both."""
+    manifest = plan_run(context, scenarios, engines)
+    return manifest, share_of(manifest, context.shard)
+
+
 def share_of(manifest: RunManifest, shard: tuple[int, int] | None) -> list[Unit]:
     """The units shard (I, N) runs: all of them without a shard."""
     if shard is None:

@@ -21,7 +21,7 @@ from conformance.formats.trace import checked
 from conformance.gate.context import RunContext
 from conformance.gate.engines import report_labels
 from conformance.gate.execute import run_share
-from conformance.gate.plan import RunManifest, plan_run, share_of
+from conformance.gate.plan import RunManifest, shard_plan
 from conformance.gate.replay import with_oracle_windows
 from conformance.gate.results import read_results, write_results
 from conformance.gate.shards import Unit, share_cost
@@ -48,8 +48,7 @@ def gate(context: RunContext, scenarios, engines: list[EngineRef]) -> int:
         check_summary_target()
     # both folders checked and locked before any engine runs, held until written
     with claimed(context.reports), claim_folder(context.results, "--results", "results"):
-        manifest = plan_run(context, scenarios, engines)
-        share = share_of(manifest, context.shard)
+        manifest, share = shard_plan(context, scenarios, engines)
         if context.shard:
             index, count = context.shard
             context.log(f"[gate] shard {index}/{count}: {len(share)} of {len(manifest.units)} units, "

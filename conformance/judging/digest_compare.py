@@ -34,11 +34,12 @@ def compare_digest_layer(layer: str, expected: dict, actual: dict) -> LayerCompa
     index = next((i for i, (x, y) in enumerate(zip(e, a)) if x != y), None)
     if index is None and len(e) != len(a):
         index = min(len(e), len(a))
-    window_name = "window"
+    window_name, context = "window", None
     if index is None:  # every record equal but its context, perhaps
         ec, ac = (expand_context(f.get("context", []), len(e)) for f in (expected, actual))
         index = next((i for i, (x, y) in enumerate(zip(ec, ac)) if x != y), None)
         window_name = "context_window"
+        context = None if index is None else (ec[index], ac[index])
     if index is None:
         result.equal = True
         return result
@@ -60,12 +61,17 @@ def compare_digest_layer(layer: str, expected: dict, actual: dict) -> LayerCompa
                                f"{replayed['from'] + len(replayed['records']) - 1} in {replayed['seconds']} s, "
                                "each checked against the golden's digest")
         return result
-    result.fields = [_digest_difference(expected, actual, index)]
     near = [int(k) for k in expected.get("checkpoints", {}) if int(k) <= index]
     nearest = f"; nearest checkpoint of the golden: record {max(near)}" if near else ""
     own = "" if index in mine else "; the run's own records there were not kept (it ran without the golden's digests)"
     why = replayed.get("problem") or REPLAY
-    result.explanation = f"record {index} differs by its digest, its fields unknown here: {why}{nearest}{own}"
+    if context:  # the digests agree: a budget the step repeats, kept in the clear, differs
+        result.fields = [_context_difference(*context)]
+        result.explanation = (f"record {index} differs in a budget it repeats, its other fields equal by "
+                              f"digest; its whole record: {why}{nearest}{own}")
+    else:
+        result.fields = [_digest_difference(expected, actual, index)]
+        result.explanation = f"record {index} differs by its digest, its fields unknown here: {why}{nearest}{own}"
     result.evidence = result.explanation
     return result
 
@@ -80,6 +86,12 @@ def _digest_difference(expected: dict, actual: dict, index: int) -> FieldDiff:
                 return FieldDiff(key, e.get(key), a.get(key))
         return FieldDiff("output_token_ids", f"digest {e['digest']}", f"digest {a['digest']}")
     return FieldDiff("<digest>", digest_of(e), digest_of(a))
+
+
+def _context_difference(expected: dict, actual: dict) -> FieldDiff:
+    """The first context field (a budget the step repeats) whose values differ, both values."""
+    key = next(k for k in sorted(set(expected) | set(actual)) if expected.get(k) != actual.get(k))
+    return FieldDiff(key, expected.get(key, "<absent>"), actual.get(key, "<absent>"))
 
 
 def _oracle_records(layer: str, expected: dict, digests: list[str]) -> dict[int, dict]:

@@ -16,7 +16,7 @@ from packaging.version import InvalidVersion, Version
 
 from conformance.formats.files import read_toml
 from conformance.formats.pins import REPO_ROOT
-from conformance.report.drift import DEPARTS, SAME, Drift, short
+from conformance.report.drift import DEPARTS, SAME, Drift, shown_apart
 from conformance.report.render_ci import _code, _text
 
 NOTES = REPO_ROOT / "upstream-changes.toml"
@@ -92,9 +92,10 @@ def _drift_section(old: str, new: str, drifts: list[Drift], notes: tuple[Note, .
                 why = [n for n in notes if n.explains(old, new, layer, change.field)]
                 used += [n for n in why if n not in used]
                 refs = ", ".join(f"[{used.index(n) + 1}]" for n in why) or "not known"
+                was, now = shown_apart(change.old, change.new, 60)
                 lines.append(f"| {_text(d.scenario)} | {_text(layer)} | {_text(change.at)} "
-                             f"{_code(change.field, table=True)} | {_code(short(change.old, 60), table=True)} "
-                             f"| {_code(short(change.new, 60), table=True)} | {refs} |")
+                             f"{_code(change.field, table=True)} | {_code(was, table=True)} "
+                             f"| {_code(now, table=True)} | {refs} |")
         lines.append("")
     if other:
         lines += ["Not compared:", ""] + [f"- {_text(d.scenario)}: {_text(d.status)}" for d in other] + [""]

@@ -111,7 +111,7 @@ def render_drift(rows: list[Drift]) -> str:
             continue
         lines.append(head.rstrip())
         for layer, d in r.layers:
-            text = "same" if d is None else f"{d.at}, {d.field}: {short(d.old)} -> {short(d.new)}"
+            text = "same" if d is None else "{}, {}: {} -> {}".format(d.at, d.field, *shown_apart(d.old, d.new))
             lines.append(f"     {layer:<14} {text}")
     pairs: dict[tuple[str, str], list[str]] = {}
     for r in rows:
@@ -123,6 +123,14 @@ def render_drift(rows: list[Drift]) -> str:
     return "\n".join(lines)
 
 
-def short(value, width: int = 50) -> str:
-    text = json.dumps(value, sort_keys=True)
-    return text if len(text) <= width else text[:width - 3] + "..."
+def shown_apart(old, new, width: int = 50) -> tuple[str, str]:
+    """Both values shortened to `width`, from a little before where their texts first differ:
+    two long values with a common start (two releases' log lines) would otherwise read alike."""
+    a, b = json.dumps(old, sort_keys=True), json.dumps(new, sort_keys=True)
+    if len(a) <= width and len(b) <= width:
+        return a, b
+    first = next((i for i, (x, y) in enumerate(zip(a, b)) if x != y), min(len(a), len(b)))
+    start = max(0, first - width // 4)
+    if start:
+        a, b = "..." + a[start:], "..." + b[start:]
+    return tuple(t if len(t) <= width else t[:width - 3] + "..." for t in (a, b))
