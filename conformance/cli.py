@@ -427,7 +427,9 @@ def cmd_selfcheck(args) -> int:
     scenarios = [load_scenario(p) for p in args.scenario or [SCENARIO_DIR / f"{n}.json" for n in SELF_CHECK]]
     pins = load_pins()
     spec = prepare_engine(EngineRef.parse(args.engine, pins), pins, log)
-    problems = selfcheck(spec, scenarios, log=log)
+    from conformance.judging.judging import scenario_features
+
+    problems = selfcheck(spec, scenarios, log=log, needs=lambda s: scenario_features(s, pins.oracle))
     for problem in problems:
         print(f"FAIL {problem}")
     print("protocol self-check: " + ("passed" if not problems else f"{len(problems)} problem(s)"))

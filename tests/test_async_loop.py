@@ -93,8 +93,32 @@ def test_vllm_s_default_for_a_draft_model_changes_between_pins():
 @pytest.mark.parametrize("release", PINS.releases)
 @pytest.mark.parametrize("name", TWINS)
 def test_an_async_twin_generates_what_its_sync_twin_does(name, release):
-    """The loop changes when the scheduler learns of each output, never what is generated."""
-    assert layers(name, release)["outputs"] == sync_layers(name.removesuffix("_async"), release)["outputs"]
+    """The loop changes when the scheduler learns of each output, never what is generated; but a
+    request aborted with a batch in flight loses that batch's output: it keeps a prefix of what
+    its sync twin had, and finishes the same way."""
+    aborted = {r["id"] for r in SCENARIOS[name].workload["requests"] if "abort_step" in r}
+    outputs = {o["id"]: o for o in layers(name, release)["outputs"]}
+    sync = {o["id"]: o for o in sync_layers(name.removesuffix("_async"), release)["outputs"]}
+    assert outputs.keys() == sync.keys()
+    for rid, output in outputs.items():
+        if rid not in aborted:
+            assert output == sync[rid], rid
+        else:
+            tokens, twin = output["output_token_ids"], sync[rid]["output_token_ids"]
+            assert tokens == twin[:len(tokens)] and output["finish_reason"] == sync[rid]["finish_reason"], rid
+
+
+def test_an_abort_with_a_batch_in_flight_drops_that_batch_s_output():
+    """abort_states_async: r4 is aborted at iteration 39 while its step-38 batch is in flight;
+    the update of that batch (in iteration 39, after the abort) drops its output, so r4 keeps
+    one token fewer than under the synchronous loop, where no batch is in flight at an abort."""
+    steps = layers("abort_states_async")["steps"]
+    dropped = [(s["step"], s["update_iteration"]) for s in steps if s["requests"].get("r4", {}).get("delivery") == "dropped"]
+    assert dropped == [(38, 39)]
+    assert next(s for s in steps if "r4" in s["aborted"])["iteration"] == 39
+    outputs = {o["id"]: o for o in layers("abort_states_async")["outputs"]}
+    sync = {o["id"]: o for o in sync_layers("abort_states")["outputs"]}
+    assert len(outputs["r4"]["output_token_ids"]) == len(sync["r4"]["output_token_ids"]) - 1
 
 
 @pytest.mark.parametrize("release", PINS.releases)
@@ -103,10 +127,13 @@ def test_the_async_fields_obey_the_loop(name, release):
     """What a port can check its own async records against: updates a step behind, stale output
     only for a request the next step preempts, nothing delivered after a request finished."""
     steps = layers(name, release)["steps"]
+    aborts = {r["id"]: r["abort_step"] for r in SCENARIOS[name].workload["requests"] if "abort_step" in r}
     finished: set = set()
     for n, s in enumerate(steps):
         assert s["update_iteration"] - s["iteration"] in (0, 1), n
         assert n == 0 or s["iteration"] > steps[n - 1]["iteration"]
+        # an abort lands before its iteration's step: finished for an update in that iteration
+        finished |= {rid for rid, at in aborts.items() if at <= s["update_iteration"]}
         for rid, r in s["requests"].items():
             if r["delivery"] == "stale":
                 assert rid in steps[n + 1]["preempted"] and r["output_placeholders"] == r["computed_tokens"] == 0

@@ -33,6 +33,8 @@ def test_the_builds_first_steps_race_without_failing(tmp_path, monkeypatch, caps
     def run(argv, *args, **kwargs):  # TEST DOUBLE of subprocess.run inside process/envs.py
         if argv[1:4] == ["-m", "pip", "config"]:  # the find-links lookup: nothing configured
             return subprocess.CompletedProcess(argv, 0, stdout="", stderr="")
+        if argv[1:4] == ["-m", "pip", "download"]:  # the fidelity wheel, fetched beside the build
+            return subprocess.CompletedProcess(argv, 1, stdout="", stderr="TEST DOUBLE: no index")
         first_steps.append(list(argv))
         raise FirstStep(argv[0])
 

@@ -353,6 +353,24 @@ def test_selfcheck_leaves_out_the_scenarios_needing_features_the_engine_does_not
     assert "protocol self-check: passed" in out
 
 
+def test_selfcheck_leaves_out_a_scenario_whose_oracle_resolved_async_on_for_an_engine_without_it(capsys):
+    """kv_pressure_no_spec_async leaves async scheduling to vLLM's default: the scenario alone
+    needs nothing, but the oracle's config record resolves it on (on GPU), so the gate judges it
+    as needing async_scheduling; selfcheck must decide it the same way, not send it."""
+    from conformance import cli
+
+    without_async = ",".join(name for name in FEATURES if not name.startswith(SPEC)
+                             and name not in LACKS and name != "async_scheduling")
+    scenarios = [str(REPO / "scenarios" / f"{name}.json") for name in ("kv_pressure_no_spec_async", "core_admission")]
+    status = cli.main(["selfcheck", "--engine", double("--features", without_async, "--serve", "config,steps,outputs"),
+                       *[arg for path in scenarios for arg in ("--scenario", path)]])
+    out, err = capsys.readouterr()
+    assert status == 0, out + err
+    assert ("[selfcheck] kv_pressure_no_spec_async: left out, it needs async_scheduling, which the hello "
+            "does not declare") in err
+    assert "protocol self-check: passed" in out
+
+
 def test_selfcheck_names_an_unknown_feature_at_the_handshake(capsys):
     from conformance import cli
 

@@ -4,8 +4,9 @@ Two vLLM releases cannot share a process, so each pin gets its own venv, kept ou
 clone (so a fresh clone does not pay again) under a key made of everything that decides its
 contents: the release, the device mode, the Python version, the torch pin and the
 requirements file (on a GPU, the pin's locked requirements). A build goes into a temporary
-folder and is renamed into place once its import check passes, then warmed there; only then
-is it marked READY, so an interrupted build never leaves a half environment in use.
+folder and is renamed into place once installed, then checked (vLLM imports, at the pin's
+version) and warmed there; only then is it marked READY, so an interrupted or failed build
+never leaves a half environment in use.
 
 Packages are installed by uv (a pinned dependency of the harness) from one cache under the
 cache root, hard-linked into each environment: torch is unpacked once for all pins. uv does
@@ -31,7 +32,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -135,7 +136,7 @@ def install_steps(release: str, mode: str, pins: Pins) -> list[list[str]]:
     """`uv pip install` argument lists (after the uv binary and `--python ENV`), in order.
     Each is an argv list: nothing here goes through a shell."""
     # No --compile-bytecode: it compiles every module of torch, vLLM and the rest (measured at
-    # 57 CPU-s per environment); the import check and the warm run compile and keep only the
+    # 57 CPU-s per environment); the import check and warm run compiles and keeps only the
     # modules a worker imports (about 30 CPU-s), see _build.
     install = ["pip", "install", "--no-progress"]
     if mode == "gpu":  # from the index only: a machine's find-links folder may hold a CPU torch
@@ -205,7 +206,7 @@ def uv_environ() -> dict[str, str]:
 
 def build_environ() -> dict[str, str]:
     """uv's environment, where Python also writes the bytecode of what it imports: the import
-    check and the warm run leave every module a worker imports compiled, even on machines that
+    check and warm run leaves every module a worker imports compiled, even on machines that
     set PYTHONDONTWRITEBYTECODE (where each worker start would otherwise compile them again)."""
     environ = uv_environ()
     environ.pop("PYTHONDONTWRITEBYTECODE", None)
@@ -282,9 +283,10 @@ def download_wheel(requirement: str, log=log) -> Path | None:
                    f"{result.stdout[-1500:]}{result.stderr[-1500:]}")
 
 
-def check_fidelity(release: str, python: Path, rebuild: str, log=log):
-    """Compare the rebuild installed for `python` with the official wheel of the release."""
-    wheel = download_wheel(f"vllm=={release}", log)
+def check_fidelity(release: str, python: Path, rebuild: str, log=log, wheel: Path | None = None):
+    """Compare the rebuild installed for `python` with the official wheel of the release
+    (`wheel`, when the caller downloaded it already; else downloaded here)."""
+    wheel = wheel or download_wheel(f"vllm=={release}", log)
     if wheel is None:
         raise EnvError(f"the fidelity check of {rebuild} needs the official wheel vllm=={release}, "
                        "which the package index does not have")
@@ -378,12 +380,17 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
     steps = [[uv, "venv", "--seed", "--python", sys.executable, str(tmp)]]
     steps += [[uv, step[0], step[1], "--python", str(env_python(tmp)), *step[2:]]
               for step in install_steps(release, mode, pins)]
-    steps.append([str(env_python(tmp)), str(WORKER), "--import-check", release, "--device", mode])
-    # Last, in the environment's final place (compiled kernels are cached by path): vLLM's
+    # Last, in the environment's final place (compiled kernels are cached by path): the import
+    # check (the worker imports vLLM and refuses another version than the pin's), then vLLM's
     # per-architecture inspection, the tiny models and one engine run, once here, not in a gate.
+    # One process for both: importing vLLM costs about 12 CPU-s, paid once per build. A build
+    # that fails here leaves its folder without READY, and the next build makes it again.
     warm = [str(env_python(final)), str(WORKER), "--warm", release, "--device", mode]
     rebuild = _engine_build(release, mode, pins)
     phases = len(steps) + bool(rebuild) + 1
+    # The official wheel the fidelity check reads is downloaded while the packages install:
+    # mostly waiting on the index, off the build's critical path.
+    wheel = _in_background(download_wheel, f"vllm=={release}", log) if rebuild else None
 
     def run(number: int, argv: list[str], out) -> None:
         out.write(f"$ {argv}\n")
@@ -397,7 +404,7 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
             text = build_log.read_text(encoding="utf-8")
             # a module the CPU path imports and the recipe left out: named with its requirement
             site = next(Path(argv[0]).parent.parent.glob("lib/python*/site-packages"), None)
-            ran_vllm = site is not None and ("--import-check" in argv or "--warm" in argv)
+            ran_vllm = site is not None and "--warm" in argv
             advice = missing_module(text[-20000:], site) if ran_vllm else ""
             raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{text[-3000:]}"
                            + (f"\n{advice}" if advice else ""))
@@ -408,28 +415,41 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
         if rebuild:
             with heartbeat(log, f"[envs] vllm {release}: phase {len(steps) + 1}/{phases}: fidelity check "
                                 f"of {rebuild} against the official wheel"):
-                fidelity = check_fidelity(release, env_python(tmp), rebuild, log)
+                fidelity = check_fidelity(release, env_python(tmp), rebuild, log, wheel.result())
             fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n",
                                           encoding="utf-8")
         if final.exists():  # a build interrupted while warming: not READY, made again
             shutil.rmtree(final)
         os.rename(tmp, final)
         run(phases, warm, out)
-    freeze = subprocess.run(
-        [str(env_python(final)), "-m", "pip", "freeze", "--disable-pip-version-check"],
+    freeze = subprocess.run(  # uv's freeze: pip's costs a second of CPU to start
+        [uv, "pip", "freeze", "--python", str(env_python(final))], env=uv_environ(),
         capture_output=True, check=True, encoding="utf-8", errors="replace").stdout
     (final / "READY").write_text(freeze, encoding="utf-8")  # last: only a whole, warmed environment is used
     log(f"[envs] vllm {release} ready, built in {duration(time.monotonic() - started)}")
 
 
+def _in_background(call, *args) -> Future:
+    """`call(*args)` on a thread of its own; its result (or its exception) from `.result()`."""
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(call(*args))
+        except BaseException as exc:  # raised where the result is asked for
+            future.set_exception(exc)
+
+    threading.Thread(target=run, daemon=True).start()
+    return future
+
+
 def _phase(argv: list[str]) -> str:
-    """A build step in a few words: `pip install torch==2.13.0`, `import check`."""
+    """A build step in a few words: `pip install torch==2.13.0`, `import check and warm`."""
     if "venv" in argv[1:3]:
         return "create the virtual environment"
-    if "--import-check" in argv:
-        return "import check"
     if "--warm" in argv:
-        return "warm: vLLM's model inspection, the tiny models, one engine run (engines/vllm/warm.py)"
+        return ("import check and warm: vLLM's model inspection, the tiny models, one engine run "
+                "(engines/vllm/warm.py)")
     if "install" in argv:
         rest = argv[argv.index("install") + 1:]
         words, skip = [], False

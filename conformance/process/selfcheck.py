@@ -15,6 +15,8 @@ engine keeps no state between runs); shutdown honoured.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from conformance.formats import protocol
 from conformance.formats.features import declared, not_declared
 from conformance.formats.log import log
@@ -28,12 +30,15 @@ ANSWER_TIMEOUT = 30.0  # seconds an engine has to answer bad input
 
 
 def exercise(declared: list, scenarios: list[Scenario], features: frozenset[str] | None = None,
-             log=log) -> list[tuple[Scenario, list[str]]]:
+             log=log, needs: Callable[[Scenario], tuple[str, ...]] | None = None) -> list[tuple[Scenario, list[str]]]:
     """Every scenario with the declared layers it has, in order (a scenario with none of them
-    is left out, and so is one needing a feature not among `features`, the hello's, saying so)."""
+    is left out, and so is one needing a feature not among `features`, the hello's, saying so).
+    `needs`: a scenario's features as the gate decides them (the caller's: async scheduling left
+    to vLLM's default is decided by the oracle's golden, which this floor does not read);
+    default, what the scenario alone says."""
     plan = []
     for scenario in scenarios:
-        lacking = not_declared(scenario.features, features)
+        lacking = not_declared(needs(scenario) if needs else scenario.features, features)
         if lacking:
             log(f"[selfcheck] {scenario.name}: left out, it needs {', '.join(lacking)}, "
                 "which the hello does not declare (hello.features)")
@@ -59,7 +64,9 @@ def refusals_only(answers: list[tuple[Scenario, dict]]) -> list[str]:
     return out
 
 
-def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=log) -> list[str]:
+def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=log,
+              needs: Callable[[Scenario], tuple[str, ...]] | None = None) -> list[str]:
+    """The protocol's rules an engine breaks (the module docstring); `needs` as in `exercise`."""
     problems: list[str] = []
     session = EngineSession(spec)
     try:
@@ -74,7 +81,7 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=log) -> list[str]
     features = declared(hello)
     log(f"[selfcheck] {spec.label}: features "
         + (", ".join(sorted(features)) or "none" if features is not None else "every one (hello.features absent)"))
-    plan = exercise(caps, scenarios, features, log) or [(scenarios[0], ["config"])]
+    plan = exercise(caps, scenarios, features, log, needs) or [(scenarios[0], ["config"])]
     covered = {layer for _, layers in plan for layer in layers}
     unexercised = [layer for layer in protocol.LAYERS if layer in caps and layer not in covered]
     if unexercised:

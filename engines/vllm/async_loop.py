@@ -22,10 +22,9 @@ import queue
 from collections import deque
 from concurrent.futures import Future
 
-from conformance.formats.fields import ScenarioError
 from conformance.formats.workload import draft, request_prompts, verify
 
-from .new_requests import new_request, output_record
+from .new_requests import abort_requests, new_request, output_record
 
 # The attributes EngineCore.step, step_with_batch_queue and post_step read, per release
 # (vllm/v1/engine/core.py EngineCore.__init__): 0.27.1 and 0.28.0 read `is_ec_consumer`
@@ -144,40 +143,53 @@ class StandInExecutor:
         raise RuntimeError("the async stand-in proposes its drafts itself (no structured output)")
 
 
-def run_async(config, workload: dict, k: int, block_hasher) -> tuple[list[dict], list[dict]]:
-    """(step records, one output record per request sorted by id): the workload driven through
-    vLLM's batch-queue loop. Driver iteration i adds the requests whose arrival_step is i, then
-    runs one step_fn() + post_step(), until every request has arrived, the scheduler has no
-    requests (none unfinished, no finished one left to report) and the queue is empty."""
-    from . import per_run
+def iter_async(config, workload: dict, k: int, block_hasher):
+    """A generator of the step records, each yielded once its update is done (in update order,
+    which is step order), returning one output record per request sorted by id: the workload
+    driven through vLLM's batch-queue loop. Driver iteration i adds the requests whose
+    arrival_step is i, aborts those whose abort_step is i, then runs one step_fn() +
+    post_step(), until every request has arrived, the scheduler has no requests (none
+    unfinished, no finished one left to report) and the queue is empty. Nothing is held: a
+    production-scale run streams as the synchronous driver does."""
+    from collections import deque
+
     from .recorder import RecordingAsyncScheduler
     from .release import build_scheduler
 
     scheduler = build_scheduler(config, config.cache_config.num_gpu_blocks_override,
                                 cls=RecordingAsyncScheduler)
+    pending: deque = deque()  # the records finished by the last iteration's update
+    scheduler.parity_sink = pending.append
     core = shell_core(config, scheduler, StandInExecutor(scheduler, workload, k))
+    drive = _drive(core, scheduler, workload, config.model_config.max_model_len, block_hasher)
     try:
-        requests = _drive(core, scheduler, workload, config.model_config.max_model_len, block_hasher)
+        while True:
+            try:
+                next(drive)
+            except StopIteration as done:
+                yield from pending
+                return [output_record(rid, done.value[rid]) for rid in sorted(done.value)]
+            while pending:
+                yield pending.popleft()
     except AttributeError as exc:  # vLLM's loop read what the shell does not set
-        per_run.keep_partial(exc, steps=scheduler.parity_steps)
+        yield from pending  # the steps recorded before the failure still go out
         raise ShellError(f"vLLM's EngineCore loop read an attribute the shell does not set "
                          f"(engines/vllm/async_loop.py SHELL_ATTRIBUTES): {exc}") from exc
-    except Exception as exc:  # the steps recorded before the failure still go out
-        per_run.keep_partial(exc, steps=scheduler.parity_steps)
+    except Exception:
+        yield from pending
         raise
-    return scheduler.parity_steps, [output_record(rid, requests[rid]) for rid in sorted(requests)]
 
 
-def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher) -> dict:
-    if any("abort_step" in req for req in workload["requests"]):
-        # an abort lands between two iterations, while a batch may be in flight: not driven yet
-        raise ScenarioError("<workload>", "requests[].abort_step",
-                            "aborts are not driven under async scheduling yet; give a scenario "
-                            "that aborts engine_args.async_scheduling false")
+def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher):
+    """Yields after each iteration (its finished records are in the scheduler's sink); returns
+    the scheduler's Request of each id, kept after it finished."""
     prompts = request_prompts(workload, max_model_len)
     arrivals: dict[int, list[dict]] = {}
+    aborts: dict[int, list[str]] = {}
     for req in workload["requests"]:
         arrivals.setdefault(req["arrival_step"], []).append(req)
+        if "abort_step" in req:
+            aborts.setdefault(req["abort_step"], []).append(req["id"])
     requests: dict = {}  # id -> the scheduler's Request, kept after it finishes
     total = len(workload["requests"])
     iteration = 0
@@ -186,6 +198,11 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher) ->
         for req in arrivals.get(iteration, ()):
             requests[req["id"]] = new_request(req, prompts[req["id"]], iteration, block_hasher)
             scheduler.add_request(requests[req["id"]])
+        # A client's aborts land between two iterations, as vLLM's busy loop takes them from its
+        # input queue before the next step (EngineCore.abort_requests), while the batch of the
+        # iteration before may still be in flight: its output for them is dropped. A finished
+        # request the next schedule() reports keeps has_requests() true, so it is recorded.
+        abort_requests(scheduler, aborts.get(iteration, ()))
         if len(requests) == total and not scheduler.has_requests() and not core.batch_queue:
             return requests
         if iteration >= workload["max_steps"]:
@@ -197,3 +214,4 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher) ->
         _outputs_of_step, executed = core.step_fn()
         core.post_step(executed)
         iteration += 1
+        yield

@@ -97,18 +97,17 @@ def iter_steps(scenario_wire: dict, cls=None, config=None, stop_after_step: int 
     spec = config.speculative_config
     k = spec.num_speculative_tokens if spec is not None else 0
     if config.scheduler_config.async_scheduling:  # under the GPU rule (config_layer.py)
-        from .async_loop import run_async
+        from .async_loop import iter_async
 
-        try:  # the batch-queue loop holds its records: they go out when it ends
-            records, outputs = run_async(config, workload, k, _block_hasher(config))
-        except Exception as exc:  # the steps recorded before the failure still go out
-            yield from getattr(exc, "parity_partial", {}).get("steps", ())
-            raise
-        for record in records:
+        drive = iter_async(config, workload, k, _block_hasher(config))
+        while True:
+            try:
+                record = next(drive)
+            except StopIteration as done:
+                return done.value
             yield record
             if stop_after_step is not None and record["step"] >= stop_after_step:
                 return None
-        return outputs
 
     scheduler = build_scheduler(config, engine_args.get("num_gpu_blocks_override"),
                                 cls=cls or RecordingScheduler)

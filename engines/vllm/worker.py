@@ -24,8 +24,8 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
     "vllm+mutant:NAME"); a TEST DOUBLE built on this worker passes its own."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--release", help="the vllm release this environment must hold")
-    parser.add_argument("--import-check", metavar="RELEASE", help="import vllm, check its version, exit")
-    parser.add_argument("--warm", metavar="RELEASE", help="warm a new environment's caches (warm.py), exit")
+    parser.add_argument("--warm", metavar="RELEASE",
+                        help="a new environment's import check (vllm imports, at RELEASE), then warm its caches (warm.py), exit")
     # No default: the harness decides the device once (conformance/formats/settings.device_mode) and passes
     # it to every worker, so a worker can never run on another platform than its environment's.
     parser.add_argument("--device", choices=("cpu", "gpu"), required=True)
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
 
     send = serve.writer(wire)
 
-    release = args.import_check or args.warm or args.release
+    release = args.warm or args.release
     try:
         from engines.vllm import per_run, runtime  # runtime imports vllm with the platform forced first
 
@@ -66,10 +66,8 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
         send({"type": "error", "id": None, "kind": "internal",
               "message": f"expected vllm {release} in this environment, found {vllm.__version__}"})
         return 1
-    if args.import_check:
-        print(f"vllm {vllm.__version__} imports on {args.device}", file=sys.stderr)
-        return 0
     if args.warm:
+        print(f"vllm {vllm.__version__} imports on {args.device}", file=sys.stderr)
         from engines.vllm import warm
 
         warm.warm(lambda text: print(text, file=sys.stderr))

@@ -27,7 +27,7 @@ import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", ".."))
 from conformance.formats import serve  # noqa: E402
-from conformance.formats.features import FEATURES, SPEC, needed  # noqa: E402
+from conformance.formats.features import FEATURES, SPEC, decided_by_config, needed  # noqa: E402
 
 LACKS = ("parallel_drafting", "priority_policy", "request_priorities")
 DEFAULT = [name for name in FEATURES if not name.startswith(SPEC) and name not in LACKS]
@@ -51,14 +51,17 @@ def main() -> int:
     served = LAYERS if args.serve is None else args.serve.split(",")
 
     def run(scenario: dict, layers: list) -> serve.Answer:
-        needs = needed(scenario.get("engine_args"), scenario.get("workload"), scenario.get("method_matrix"))
+        golden = GOLDENS.load(scenario["name"], release)["layers"]
+        # the features as the gate decides them: async scheduling left to vLLM's default is
+        # what the oracle's config record resolved (its golden's)
+        config = (golden.get("config") or [None])[0] if decided_by_config(scenario.get("engine_args")) else None
+        needs = needed(scenario.get("engine_args"), scenario.get("workload"), scenario.get("method_matrix"), config)
         lacking = [name for name in needs if name not in declared]
         if not args.no_features and lacking:
             raise serve.RunError("internal", f"TEST DOUBLE declared-double was sent {scenario['name']}, which "
                                  f"needs {', '.join(lacking)}: features its hello does not declare")
         if any(layer not in served for layer in layers):
             raise serve.RunError("unsupported", f"only {served}, not {layers}")
-        golden = GOLDENS.load(scenario["name"], release)["layers"]
         return [(layer, golden.get(layer, [])) for layer in layers]
 
     hello = {"engine": args.engine, "version": "0.0-test", "capabilities": served}
