@@ -23,7 +23,7 @@ engine logs) is kept as `stderr.txt` and never compared. --quick runs every case
 QUICK_SCENARIOS only (for iterating; a real check runs them all).
 
 `compare` masks only what differs between two captures of unchanged code: timestamps, pids
-(the reports folder's lock file holds the pid that claimed it), the checkout's and the capture's
+(a reports or results folder's lock file holds the pid that claimed it), the checkout's and the capture's
 own paths, a results folder's `created` time and the digest of the harness's sources
 (`tool.sources`, which any change of the code changes); then lists every file that differs,
 with the first lines where it does. Exit 0 when none does, 1 otherwise.
@@ -53,7 +53,9 @@ MASKS = [  # (pattern, replacement): only what two captures of unchanged code di
     (re.compile(r"(\(EngineCore[^ )]* pid=)\d+"), r"\1<pid>"),
 ]
 JSON_MASKS = {"created": "<time>", "sources": "<sources digest>"}  # keys masked in a results folder's JSON
-PID_FILES = {".parity-reports.lock"}  # a file that holds a pid and nothing else
+# a folder's claim file (formats/files.py, `.parity-<purpose>.lock`: reports, results): it holds
+# the pid that claimed the folder and nothing else
+PID_FILE = re.compile(r"\.parity-[a-z]+\.lock")
 
 
 def run(argv: list[str], repo: Path, folder: Path, name: str = "") -> int:
@@ -107,7 +109,7 @@ def capture(out: Path, repo: Path, quick: bool) -> None:
 
 def masked(path: Path, root: str, out: str) -> str:
     text = path.read_text(encoding="utf-8", errors="replace")
-    if path.name in PID_FILES:
+    if PID_FILE.fullmatch(path.name):
         return re.sub(r"\d+", "<pid>", text)
     if path.suffix == ".json":
         try:
