@@ -16,6 +16,7 @@ INTERNAL = {
     ("conformance/formats/serve.py", "__init__"), ("conformance/formats/mutant.py", "apply"),
     ("conformance/judging/comparators.py", "register"), ("conformance/judging/comparators.py", "add"),
     ("conformance/formats/scenario.py", "at_scale"),  # its scale comes from argparse choices
+    ("conformance/adequacy/measure.py", "catalog"),  # its name comes from argparse choices (CATALOGS)
 }
 
 

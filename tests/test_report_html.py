@@ -138,9 +138,11 @@ def test_the_report_renders_with_budgets_difference_zoom_and_tables(tmp_path):
 
 
 def test_the_first_screen_of_a_40_scenario_gate_shows_what_failed(tmp_path):
-    """Every scenario's golden of 0.28.0 judged as a candidate against the oracle's: the rows
-    that did not pass come first, on the first screen of a 1366x768 window."""
-    names = sorted(load_scenario(p).name for p in (Path(__file__).resolve().parents[1] / "scenarios").glob("*.json"))
+    """Every library scenario's golden of 0.28.0 judged as a candidate against the oracle's (the
+    default gate: the production scale runs only when asked): the rows that did not pass come
+    first, on the first screen of a 1366x768 window."""
+    scenarios = [load_scenario(p) for p in (Path(__file__).resolve().parents[1] / "scenarios").glob("*.json")]
+    names = sorted(s.name for s in scenarios if s.scale != "production")
     verdicts, traces = [], {}
     for name in names:
         oracle = GOLDENS.load(name, PINS.oracle)
