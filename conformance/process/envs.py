@@ -32,7 +32,7 @@ import sysconfig
 import tempfile
 import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -390,7 +390,11 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
     phases = len(steps) + bool(rebuild) + 1
     # The official wheel the fidelity check reads is downloaded while the packages install:
     # mostly waiting on the index, off the build's critical path.
-    wheel = _in_background(download_wheel, f"vllm=={release}", log) if rebuild else None
+    wheel = None
+    if rebuild:
+        downloads = ThreadPoolExecutor(max_workers=1)
+        wheel = downloads.submit(download_wheel, f"vllm=={release}", log)
+        downloads.shutdown(wait=False)  # the download goes on; its result is asked for below
 
     def run(number: int, argv: list[str], out) -> None:
         out.write(f"$ {argv}\n")
@@ -427,20 +431,6 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
         capture_output=True, check=True, encoding="utf-8", errors="replace").stdout
     (final / "READY").write_text(freeze, encoding="utf-8")  # last: only a whole, warmed environment is used
     log(f"[envs] vllm {release} ready, built in {duration(time.monotonic() - started)}")
-
-
-def _in_background(call, *args) -> Future:
-    """`call(*args)` on a thread of its own; its result (or its exception) from `.result()`."""
-    future: Future = Future()
-
-    def run() -> None:
-        try:
-            future.set_result(call(*args))
-        except BaseException as exc:  # raised where the result is asked for
-            future.set_exception(exc)
-
-    threading.Thread(target=run, daemon=True).start()
-    return future
 
 
 def _phase(argv: list[str]) -> str:

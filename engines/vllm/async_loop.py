@@ -171,12 +171,11 @@ def iter_async(config, workload: dict, k: int, block_hasher):
                 return [output_record(rid, done.value[rid]) for rid in sorted(done.value)]
             while pending:
                 yield pending.popleft()
-    except AttributeError as exc:  # vLLM's loop read what the shell does not set
+    except Exception as exc:
         yield from pending  # the steps recorded before the failure still go out
-        raise ShellError(f"vLLM's EngineCore loop read an attribute the shell does not set "
-                         f"(engines/vllm/async_loop.py SHELL_ATTRIBUTES): {exc}") from exc
-    except Exception:
-        yield from pending
+        if isinstance(exc, AttributeError):  # vLLM's loop read what the shell does not set
+            raise ShellError(f"vLLM's EngineCore loop read an attribute the shell does not set "
+                             f"(engines/vllm/async_loop.py SHELL_ATTRIBUTES): {exc}") from exc
         raise
 
 
