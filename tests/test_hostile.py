@@ -201,9 +201,25 @@ def test_make_fuzz_says_the_fuzzers_own_status(tmp_path):
             "needs this status calls .venv/bin/parity fuzz") in done.stderr
 
 
+@pytest.mark.parametrize("target", ["parity", "gate"])
+def test_make_builds_only_the_environments_its_gate_runs(tmp_path, target):
+    """`make parity CANDIDATE=...` builds the pins the gate's plan runs (the oracle's alone for
+    a port), not every pin: `parity envs` is given the plan's options, the gate the same ones."""
+    said = tmp_path / "argv.jsonl"
+    shim = (f"#!{sys.executable}\nimport json, sys\n"
+            f"open({str(said)!r}, 'a', encoding='utf-8').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    done = verdicts_make(tmp_path, target, shim, "CANDIDATE=./port --parity", "LAYERS=config,steps", "DRIFT=1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    envs, gate = [json.loads(line) for line in said.read_text(encoding="utf-8").splitlines()]
+    plan = ["--candidate", "./port --parity", "--layers", "config,steps"]
+    assert envs == ["envs", *plan]
+    assert gate[0] == "gate" and gate[-len(plan) - 1:] == [*plan, "--drift"]
+
+
 def verdicts_make(tmp_path, target: str, shim: str, *variables: str):
     """`make TARGET` with the project's Makefile, run in tmp_path (its reports land there), with
-    BIN= a folder holding `shim` as `parity`; -o envs: the pins' environments are not built."""
+    BIN= a folder holding `shim` as `parity`; -o setup, -o envs: nothing is installed or built
+    (plan-envs runs the shim's `parity envs`)."""
     import os
     import shutil
     import subprocess
@@ -214,7 +230,7 @@ def verdicts_make(tmp_path, target: str, shim: str, *variables: str):
     (bin_dir / "parity").write_text(shim, encoding="utf-8")
     (bin_dir / "parity").chmod(0o755)
     env = {k: v for k, v in os.environ.items() if k not in ("GITHUB_STEP_SUMMARY", "MAKEFLAGS", "MAKELEVEL")}
-    return subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "-o", "envs", target, f"BIN={bin_dir}",
+    return subprocess.run(["make", "-s", "-f", str(REPO / "Makefile"), "-o", "setup", "-o", "envs", target, f"BIN={bin_dir}",
                            *variables], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
