@@ -63,7 +63,6 @@ class LayerComparison:
     expected_count: int = 0
     actual_count: int = 0
     window: tuple[int, int] = (0, 0)
-    explanation: str = ""
     record: dict | None = None  # the oracle's record at the divergence (names its step or row)
     actual_record: dict | None = None  # the candidate's record there
     # engine layers only (conformance/judging/numerics.py): why the runs differ, e.g. "scheduling",
@@ -72,6 +71,25 @@ class LayerComparison:
     # engine layers: the evidence behind the cause, in one sentence (an acceptance difference
     # names its step, request, draft position and the oracle's top-1 margin there)
     evidence: str = ""
+
+    # What the window says in DeepDiff's words, made when first read: DeepDiff costs tens of
+    # milliseconds a window, and most reports never show it (a stand-in's, a config layer's, drift's).
+    _explanation: str = field(default="", repr=False, compare=False)
+    _windows: tuple | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def explanation(self) -> str:
+        if self._windows is not None:
+            self._explanation, self._windows = explain(*self._windows), None
+        return self._explanation
+
+    @explanation.setter
+    def explanation(self, text: str) -> None:
+        self._explanation, self._windows = text, None
+
+    def explain_later(self, expected: list, actual: list, offset: int) -> None:
+        """The explanation of these windows, made by DeepDiff when it is first read."""
+        self._windows = (expected, actual, offset)
 
     @property
     def first(self) -> FieldDiff | None:
@@ -120,7 +138,7 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     lo, hi = max(0, index - WINDOW), index + WINDOW + 1
     result.window = (lo, hi)
     if not result.explanation:
-        result.explanation = explain(expected[lo:hi], actual[lo:hi], lo)
+        result.explain_later(expected[lo:hi], actual[lo:hi], lo)
     return result
 
 

@@ -19,7 +19,7 @@ record and says what it takes to see its fields.
 from __future__ import annotations
 
 from conformance.formats.digest import WINDOW, digest, digest_of, expand_context
-from conformance.judging.compare import FieldDiff, LayerComparison, compare_layer, explain
+from conformance.judging.compare import FieldDiff, LayerComparison, compare_layer
 
 REPLAY = ("the oracle's records there need a live replay of the pinned oracle up to that step "
           "(`parity compare --replay`, on a machine with the oracle's environment; the gate replays "
@@ -130,7 +130,7 @@ def _fields(layer: str, result: LayerComparison, oracle: dict, mine: dict, index
     window = compare_layer(layer, expected, actual)
     result.fields = window.fields
     result.window = (lo, lo + max(len(expected), len(actual)))
-    result.explanation = explain(expected, actual, lo)  # numbered as the layer's records
+    result.explain_later(expected, actual, lo)  # numbered as the layer's records
     if window.index is None or lo + window.index != index:  # cannot be, unless a digest collides
         result.evidence = (f"the digests differ first at record {index}, the records kept there at "
                            f"{'none' if window.index is None else lo + window.index}")
