@@ -29,6 +29,10 @@ GPU_MODEL_RUNNER = {"VLLM_USE_V2_MODEL_RUNNER": "0"}
 def boot(device: str, no_cpu_engine: str | None = None) -> None:
     """Import vLLM with the platform decided before vllm.engine.arg_utils is imported.
     `no_cpu_engine`: why the pin has no CPU rebuild, said where its engine layers are refused."""
+    # The environment is the harness's own cache: a module no warm-up imported (numba's, for
+    # the first ngram run) is compiled once and kept, even where PYTHONDONTWRITEBYTECODE is set
+    # (measured: numba's modules cost a worker about 3 s to compile on each start).
+    sys.dont_write_bytecode = False
     os.environ.setdefault("HF_HUB_OFFLINE", "1")  # nothing is ever fetched from a hub
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
@@ -50,6 +54,8 @@ def boot(device: str, no_cpu_engine: str | None = None) -> None:
         # records. A fixed count also keeps the order of each reduction the same on any machine.
         os.environ.setdefault("OMP_NUM_THREADS", "1")
         os.environ.setdefault("NUMBA_NUM_THREADS", "1")  # the ngram proposer's numba kernels
+        # where numba keeps the machine code of those kernels (engine_layer.cache_numba_kernels), per environment
+        os.environ.setdefault("NUMBA_CACHE_DIR", os.path.join(sys.prefix, "numba-cache"))
         os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
         # 0.33.0 honours VLLM_TARGET_DEVICE; 0.27.1 and 0.28.0 need the platform object set.
         os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")
