@@ -324,6 +324,38 @@ class InterruptedPair(DoublePair):
         return verdict, golden
 
 
+class FailingWhileShrinkingPair(DoublePair):
+    """TEST DOUBLE: DoublePair whose oracle fails (no verdict) on every other run once an
+    example has failed, while hypothesis shrinks, and on every example of two requests before."""
+
+    def __init__(self):
+        super().__init__()
+        self.runs, self.found = 0, False
+
+    def judge(self, scenario, timeout=None):
+        self.runs += 1
+        reqs = len(scenario.workload["requests"])
+        if (self.found and self.runs % 2) or (not self.found and reqs == 2):
+            why = "crashed while shrinking" if self.found else "crashed on two requests"
+            return None, {"failure": {"kind": "internal", "message": f"x: engine reported {why}"}, "layers": {}}
+        verdict, golden = super().judge(scenario)
+        self.found = self.found or signature(verdict) is not None
+        return verdict, golden
+
+
+def test_only_the_examples_the_search_ran_are_counted_skipped():
+    """The final line per cause counts the examples the oracle could not run; the runs it could
+    not make while shrinking are shrink runs, not skipped examples (before: a 'skipped 0' line
+    per cause met only while shrinking)."""
+    said: list[str] = []
+    search = Search(FailingWhileShrinkingPair(), 1, said.append, examples=300)
+    [finding] = search.run()
+    assert finding.signature == "diverged steps.new" and search.stats.shrink_runs > 0
+    skipped = [line for line in said if line.startswith("[fuzz] skipped")]
+    assert skipped == [f"[fuzz] skipped {search.stats.skipped}: the oracle failed: internal: crashed on two requests"]
+    assert search.stats.skipped > 0 and not any("crashed while shrinking" in line for line in said)
+
+
 def size_of(workload: dict) -> tuple[int, int]:
     """Requests, then their prompt and output tokens: what 'smallest' means first."""
     reqs = workload["requests"]

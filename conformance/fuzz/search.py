@@ -524,8 +524,9 @@ class Search:
         if verdict is None:
             if self.branches is not None:
                 self.branches.new()
-            self.stats.skipped += not shrinking
-            self.stats.why_skipped[_why(oracle["failure"])] += not shrinking
+            if not shrinking:  # a shrink run is counted apart (shrink_runs), its causes not kept
+                self.stats.skipped += 1
+                self.stats.why_skipped[_why(oracle["failure"])] += 1
             event("the oracle could not run it")
             reject()
         refused = any(r.get("refused") for records in oracle["layers"].values() for r in records[:1])
