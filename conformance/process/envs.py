@@ -382,7 +382,7 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
               for step in install_steps(release, mode, pins)]
     # Last, in the environment's final place (compiled kernels are cached by path): the import
     # check (the worker imports vLLM and refuses another version than the pin's), then vLLM's
-    # per-architecture inspection, the tiny models and two engine runs, once here, not in a gate.
+    # per-architecture inspection, the tiny models and one engine run, once here, not in a gate.
     # One process for both: importing vLLM costs about 12 CPU-s, paid once per build. A build
     # that fails here leaves its folder without READY, and the next build makes it again.
     warm = [str(env_python(final)), str(WORKER), "--warm", release, "--device", mode]
@@ -438,7 +438,7 @@ def _phase(argv: list[str]) -> str:
     if "venv" in argv[1:3]:
         return "create the virtual environment"
     if "--warm" in argv:
-        return ("import check and warm: vLLM's model inspection, the tiny models, two engine runs "
+        return ("import check and warm: vLLM's model inspection, the tiny models, one engine run "
                 "(engines/vllm/warm.py)")
     if "install" in argv:
         rest = argv[argv.index("install") + 1:]

@@ -11,10 +11,9 @@ Run by conformance/process/envs.py as the last build step (`worker.py --warm REL
   keeps CUDA out of a long-lived engine process; this one exits right after): the same
   function on the same class, so the same answer, without a cold import per architecture.
 - The project's tiny models (tiny_models.py), made once into the shared cache.
-- Where the environment runs the whole engine, two engine runs, so the kernels torch compiles
-  for it (cached in the environment: runtime.boot sets TORCHINDUCTOR_CACHE_DIR), the C++
-  headers it precompiles and the ngram proposer's numba kernels (NUMBA_CACHE_DIR,
-  engine_layer.cache_numba_kernels) are made here, not in the first engine scenario of each worker.
+- Where the environment runs the whole engine, one engine run, so the kernels torch compiles
+  for it (cached in the environment: runtime.boot sets TORCHINDUCTOR_CACHE_DIR) and the C++
+  headers it precompiles are made here, not in the first engine scenario of a gate.
 
 Which architectures: those every committed scenario resolves, found by resolving each one's
 config (and its method matrix) through the config and methods layers.
@@ -28,8 +27,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-# a target and a drafter (both engine halves), then the ngram proposer (its numba kernels)
-ENGINE_SCENARIOS = ("engine_draft_model_self", "engine_ngram")
+ENGINE_SCENARIO = "engine_draft_model_self"  # a target and a drafter: both engine halves
 
 
 def warm(log) -> None:
@@ -57,13 +55,13 @@ def warm(log) -> None:
     log(f"[warm] {len(tiny)} tiny models ready")
     from . import per_run, runtime
 
-    if "engine_steps" in runtime.LAYERS:  # the kernels torch and numba compile for the engine, once
+    if "engine_steps" in runtime.LAYERS:  # the kernels torch compiles for the engine, once
+        engine = next(s for s in scenarios if s.name == ENGINE_SCENARIO).to_wire()
+        per_run.forget()
         from . import engine_layer
 
-        for name in ENGINE_SCENARIOS:
-            per_run.forget()
-            engine_layer.run_engine(next(s for s in scenarios if s.name == name).to_wire())
-        log(f"[warm] engine runs: {', '.join(ENGINE_SCENARIOS)}")
+        engine_layer.run_engine(engine)
+        log(f"[warm] one engine run ({ENGINE_SCENARIO})")
     log(f"[warm] warmed in {time.monotonic() - started:.1f} s")
 
 
