@@ -229,7 +229,7 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "prefix_eviction", "prefix_duplicate_blocks", "prefix_multi_turn", "prefix_dflash", "prefix_draft_model",
             "prefix_eagle3", "prefix_mtp", "prefix_ngram", "prefix_pard", "abort_states", "abort_mid_prefill",
             "abort_waiting_queue", "abort_waiting_queue_priority", "prefix_duplicate_evicted",
-            "prefix_hit_after_prepend")
+            "prefix_hit_after_prepend", "abort_priority_heap")
 
 
 def test_agreeing_is_every_steps_scenario_of_the_kit_release_it_is_sent(kit):
