@@ -43,13 +43,13 @@ def test_generated_scenarios_satisfy_the_schema(raw):
 
 
 def test_generated_scenarios_share_prefixes_continue_turns_and_abort_only_where_allowed():
-    """Shared prefixes, continued turns and aborts are drawn now and then, every one valid (the
-    whole prompt and max_tokens within max_model_len, a continued request never aborted), and
-    never for a candidate that does not declare the feature."""
+    """Shared prefixes, continued turns, aborts and priorities (under the priority policy) are
+    drawn now and then, every one valid (the whole prompt and max_tokens within max_model_len, a
+    continued request never aborted), and never for a candidate that does not declare the feature."""
     from conformance.formats.features import FEATURES
     from conformance.formats.workload import prompt_lengths
 
-    seen = {"prefix": 0, "continues": 0, "abort_step": 0}
+    seen = {"prefix": 0, "continues": 0, "abort_step": 0, "priority": 0}
 
     @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(scenarios())
@@ -61,19 +61,21 @@ def test_generated_scenarios_share_prefixes_continue_turns_and_abort_only_where_
         for req in scenario.workload["requests"]:
             assert lengths[req["id"]] + req["max_tokens"] <= mml
             assert not (req["id"] in continued and "abort_step" in req)
+            assert "priority" not in req or raw["engine_args"].get("scheduling_policy") == "priority"
             for key in seen:
                 seen[key] += key in req
 
     every()
     assert all(n > 0 for n in seen.values()), seen
 
-    allowed = tuple(f for f in FEATURES if f not in ("shared_prefixes", "aborts"))
+    allowed = tuple(f for f in FEATURES if f not in ("shared_prefixes", "aborts", "request_priorities"))
 
     @settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
     @given(scenarios(allowed=allowed))
     def none(raw):
         assert not raw["workload"].get("prefixes")
-        assert not any(k in r for r in raw["workload"]["requests"] for k in ("prefix", "continues", "abort_step"))
+        assert not any(k in r for r in raw["workload"]["requests"]
+                       for k in ("prefix", "continues", "abort_step", "priority"))
 
     none()
 

@@ -11,9 +11,8 @@ What each pin accepts: the arguments below are the EngineArgs fields every pinne
 chunked prefill off, a threshold above max_model_len, ...) are generated on purpose: the
 refusal is a record of the config layer, and refusal parity is part of the contract.
 `max_num_partial_prefills` is not generated: no pinned release has it any more (V0 only).
-Per-request priorities are not generated; the priority policy is generated and orders requests
-by arrival. Shared prefixes, continued turns and aborts are drawn last, now and then, each only
-when its feature is allowed.
+Shared prefixes, continued turns, aborts and, under the priority policy, per-request
+priorities are drawn last, now and then, each only when its feature is allowed.
 
 Sizes stay small (max_model_len <= 512, at most MAX_REQUESTS requests) so one example runs in
 tens of milliseconds on the stand-in layers.
@@ -205,6 +204,7 @@ def scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     draw(aborts(reqs, allowed))
     workload["max_steps"] = max_steps(reqs, prefixes)
     args["async_scheduling"] = draw(_async(allowed))  # drawn last too: a seed keeps its examples
+    draw(priorities(reqs, args, allowed))
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
             "workload": workload}
 
@@ -268,6 +268,22 @@ def aborts(draw, reqs: list[dict], allowed) -> None:
     for req in reqs:
         if draw(FLAG) and req["id"] not in continued:
             req["abort_step"] = req["arrival_step"] + draw(ABORT_AFTER)
+
+
+PRIORITY = st.integers(0, 7)  # vLLM schedules the lowest first; shrinks toward 0, no priority
+
+
+@st.composite
+def priorities(draw, reqs: list[dict], args: dict, allowed) -> None:
+    """Now and then, under the priority policy, a priority for each request, so the waiting
+    queue is a heap that arrival order does not sort (an abort then removes from its middle).
+    Edits `reqs`."""
+    if args.get("scheduling_policy") != "priority" or not allows(allowed, "request_priorities") or not draw(FLAG):
+        return
+    for req in reqs:
+        priority = draw(PRIORITY)
+        if priority:
+            req["priority"] = priority
 
 
 def max_steps(reqs: list[dict], prefixes: list[dict] = ()) -> int:
