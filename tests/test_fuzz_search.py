@@ -358,6 +358,35 @@ def test_only_the_examples_the_search_ran_are_counted_skipped():
     assert search.stats.skipped > 0 and not any("crashed while shrinking" in line for line in said)
 
 
+def test_closing_a_pair_ends_a_run_still_in_flight(tmp_path):
+    """What an interrupt leaves: both engines busy in a run (TEST DOUBLEs that hang in it).
+    Closing the pair ends them, and so the run, at once; before, the close waited in the pool
+    behind the run until the run's own time limit (here 10 minutes)."""
+    import sys
+    import threading
+
+    from conformance.process.launch import EngineSpec
+
+    double = (sys.executable, str(REPO_ROOT / "tests" / "doubles" / "double_engine.py"), "--fault", "hang")
+    pair = Pair(EngineSpec("oracle", double), EngineSpec("candidate", double), ["config"], run_timeout=600.0)
+    pair.start()
+    pids = [session._proc._proc.pid for session in pair._sessions.values()]
+    ran: list = []
+    run = threading.Thread(target=lambda: ran.append(pair.run(load_scenario(SCENARIO_DIR / "dflash_27b_gate.json"))),
+                           daemon=True)
+    run.start()
+    run.join(2.0)  # the run has started: both doubles hang in it
+    assert run.is_alive()
+    closing = threading.Thread(target=pair.close, daemon=True)
+    closing.start()
+    closing.join(120.0)  # bounded: not a timing assertion
+    assert not closing.is_alive(), "the close waited behind the run"
+    run.join(30.0)
+    assert not run.is_alive() and all("failure" in trace for trace in ran[0])
+    for pid in pids:
+        assert not Path(f"/proc/{pid}").exists() or open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+
+
 def size_of(workload: dict) -> tuple[int, int]:
     """Requests, then their prompt and output tokens: what 'smallest' means first."""
     reqs = workload["requests"]

@@ -133,10 +133,14 @@ class Pair:
         return None if not isinstance(served, list) else [x for x in served if isinstance(x, str)]
 
     def close(self) -> None:
-        """End the thread pool, and the engines unless they are someone else's to end."""
+        """End the engines unless they are someone else's to end, then the thread pool. The
+        engines are ended from here, not through the pool: after an interrupt (Ctrl-C, SIGTERM)
+        a run may still hold a pool thread, waiting on its engine's records, and a close queued
+        behind it would wait for that run's own time limit. An engine ended under a run ends it."""
         if self._own:
-            list(self._pool.map(EngineSession.close, self._sessions.values()))
-        self._pool.shutdown()
+            with ThreadPoolExecutor(max_workers=len(self._sessions)) as closing:  # the exits overlap
+                list(closing.map(EngineSession.close, self._sessions.values()))
+        self._pool.shutdown(cancel_futures=True)
 
     def run(self, scenario: Scenario, timeout: float | None = None) -> tuple[dict, dict]:
         """(oracle trace, candidate trace) of one scenario. With a timeout, both sides, an
