@@ -61,3 +61,16 @@ def test_bad_input_names_the_text(text, words):
 
 def test_a_release_that_is_not_pinned_is_not_a_pin():
     assert EngineRef.parse("vllm==0.20.0", RELEASES).kind == COMMAND  # prepare_engine then says so
+
+
+def test_a_catalog_mutant_named_as_a_built_in_one_is_told_how_to_name_it():
+    """`0.27.1+mutant:m08ee4ef403` (the catalog's id without `catalog:`) is refused with the
+    name that works; another unknown name only lists the built-in mutants."""
+    from engines.vllm import mutants
+
+    with pytest.raises(ValueError) as caught:
+        mutants.apply("m08ee4ef403")
+    assert str(caught.value).endswith("(RELEASE+mutant:catalog:m08ee4ef403)")
+    with pytest.raises(ValueError) as caught:
+        mutants.apply("m08ee4ef40")
+    assert "catalog" not in str(caught.value) and "no-draft-reservation" in str(caught.value)

@@ -29,6 +29,7 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
 
 from __future__ import annotations
 
+import re
 import sys
 
 BANNER = "TEST DEVICE: vLLM with a deliberately injected scheduling bug (mutant {name}); not a real engine"
@@ -182,6 +183,8 @@ def apply(name: str) -> None:
             raise ValueError(f"generated mutant {name!r} is served by engines/vllm/mutant_server.py only")
         return
     if name not in MUTANTS:
-        raise ValueError(f"unknown mutant {name!r}; known: {sorted(MUTANTS)}")
+        catalog = (f"; a mutant of `parity adequacy`'s catalog is named with catalog: "
+                   f"(RELEASE+mutant:catalog:{name})" if re.fullmatch(r"m[0-9a-f]{10}", name) else "")
+        raise ValueError(f"unknown mutant {name!r}; known: {sorted(MUTANTS)}{catalog}")
     MUTANTS[name]()
     print(BANNER.format(name=name), file=sys.stderr)
