@@ -90,6 +90,10 @@ def test_a_bump_makes_the_release_the_oracle_and_writes_the_pull_request(tmp_pat
     assert len(before) == len(after) and "oracle" in changed, changed  # the rest of the file as it was
     assert set(changed) <= {"oracle", "cpu-engine-builds", "no-cpu-engine"}, changed
     assert changed["oracle"][1].partition("#")[2] == changed["oracle"][0].partition("#")[2]  # its comment kept
+    # the docs' generated tables name the features each scenario needs on the new oracle
+    docs = subprocess.run([sys.executable, "-m", "conformance.cli", "docs", "--check"], cwd=copy, text=True,
+                          env={**os.environ, "PYTHONPATH": str(copy)}, capture_output=True, encoding="utf-8")
+    assert docs.returncode == 0, docs.stderr
 
     text = text_path.read_text(encoding="utf-8")
     assert text.startswith(f"# Bump the gate oracle: vLLM {old} -> {new}\n")

@@ -138,3 +138,30 @@ def test_the_real_pins_metadata_meets_the_recipe():
             checked += 1
     if not checked:
         pytest.skip("no pin environment built here")
+
+
+def test_values_with_backticks_are_one_code_span_each_in_the_pull_request_text():
+    """The pull request's text read by a CommonMark (GFM tables) reader: a release, a field or a
+    value holding backticks (a run of them, at either end) is one code span with its exact text,
+    never a span closed early; the scenario's name and the row read back as text."""
+    from markdown_it import MarkdownIt
+
+    from conformance.report.bump_text import pull_request_text
+    from conformance.report.drift import Drift, LayerDrift
+
+    old, new = "0.27.1`", "``0.28.0"
+    field, was, now = "requests.r`1``.tokens", "`a|b", {"k": "c```"}
+    row = Drift("s`x``", old, new, DEPARTS, (("config", LayerDrift("row `r` 1", field, was, now)),))
+    text = pull_request_text(old, new, [row], (), [("What `changed`", ["a line with `code` in it"])])
+    tokens = MarkdownIt("commonmark").enable("table").parse(text)
+    inline = [t for t in tokens if t.type == "inline"]
+    made_by = next(t for t in inline if t.content.startswith("Made by"))
+    assert [c.content for c in made_by.children if c.type == "code_inline"] == [
+        f"parity bump {new}", f"make bump PIN={new}"], made_by.content
+    cells = [t for t in inline if t.map and t.map[0] == next(u.map[0] for u in inline if "r`1" in u.content)]
+    parts = [[(c.type, c.content) for c in cell.children] for cell in cells]
+    assert parts[0] == [("text", "s`x``")] and parts[1] == [("text", "config")], parts
+    assert parts[2] == [("text", "row `r` 1 "), ("code_inline", field)], parts
+    assert parts[3] == [("code_inline", json.dumps(was))] and parts[4] == [("code_inline", json.dumps(now))], parts
+    headings = ["".join(c.content for c in t.children) for t in inline if t.map and "#" in text.splitlines()[t.map[0]][:3]]
+    assert headings[0] == f"Bump the gate oracle: vLLM {old} -> {new}" and "What `changed`" in headings, headings

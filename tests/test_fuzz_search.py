@@ -51,7 +51,7 @@ def test_generated_scenarios_share_prefixes_continue_turns_and_abort_only_where_
 
     seen = {"prefix": 0, "continues": 0, "abort_step": 0, "priority": 0}
 
-    @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(scenarios())
     def every(raw):
         scenario = parse_scenario(raw, SCENARIO_DIR / "fuzz.json")

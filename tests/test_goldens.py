@@ -59,10 +59,10 @@ def test_one_lifecycle_new_kept_rewritten(tmp_path):
 
 def test_an_unreadable_golden_is_rewritten(tmp_path):
     store = GoldenStore(tmp_path)
-    path = store.path("s", "0.27.1")
+    path = store.path("s", ORACLE)
     path.parent.mkdir()
     path.write_bytes(b"\xff\xfe not UTF-8")
-    outcome = store.regenerate(TRACE, "0.27.1", write=True)
+    outcome = store.regenerate(TRACE, ORACLE, write=True)
     assert outcome.update.action == REWRITE and outcome.update.reason.startswith("unreadable:")
     assert outcome.written and path.read_text() == dumps(TRACE)
 

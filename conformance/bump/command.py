@@ -6,7 +6,7 @@
    (file by file with the diff, package by package), exit 2, the checkout untouched.
 2. X's environment is built (or found in the cache) as the edited pins describe it.
 3. The edits: [tool.vllm-parity] (oracle, pins in release order, cpu-engine-builds,
-   no-cpu-engine) and X's GPU lock where it had none.
+   no-cpu-engine), X's GPU lock where it had none, and the docs' generated tables (`parity docs`).
 4. The goldens X lacks, written by `parity goldens --engine X` (a real oracle run).
 5. The pull request's text: old oracle -> new oracle per scenario and layer, from the goldens,
    with the upstream change behind each difference where upstream-changes.toml knows it.
@@ -27,6 +27,7 @@ from conformance.judging.goldens import GoldenStore
 from conformance.process.envs import ensure_env, gpu_lock
 from conformance.report.bump_text import load_notes, pull_request_text
 from conformance.report.drift import compare_pins
+from conformance.report.readme_tables import FILES as DOC_FILES
 
 DEFAULT_TEXT = REPO_ROOT / "out" / "bump" / "pull-request.md"
 
@@ -62,6 +63,10 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
         write_text_atomic(gpu_lock(release), checked.gpu_lock)
         changed.append(f"{_shown(gpu_lock(release))}: new")
     log(f"[bump] pyproject.toml edited: vLLM {release} is the gate oracle")
+    docs = _rewrite_docs()
+    if docs:
+        changed.append(f"{', '.join(docs)}: generated tables rewritten (`parity docs`: the features each "
+                       "scenario needs on the new oracle)")
 
     store = GoldenStore(pins=new_pins)
     names = [s.name for s in scenarios]
@@ -95,6 +100,15 @@ def _write_goldens(release: str, scenarios: list[Scenario], log) -> int:
         argv += ["--scenario", str(scenario.source)]
     log(f"[bump] writing the goldens of {release} on {len(scenarios)} scenario(s): parity goldens --engine {release}")
     return subprocess.run(argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL).returncode
+
+
+def _rewrite_docs() -> list[str]:
+    """`parity docs` in a process of its own that reads the edited pins (the scenario library
+    names the features each scenario needs on the oracle); the files it changed."""
+    before = {name: (REPO_ROOT / name).read_bytes() for name in DOC_FILES}
+    subprocess.run([sys.executable, "-m", "conformance.cli", "docs"], cwd=REPO_ROOT, stdin=subprocess.DEVNULL,
+                   check=True)
+    return [name for name in DOC_FILES if (REPO_ROOT / name).read_bytes() != before[name]]
 
 
 def _shown(path: Path) -> str:

@@ -3,7 +3,8 @@
 Old oracle -> new oracle, per scenario and layer: the first differing field with both values,
 and the upstream change that explains it where upstream-changes.toml knows one; unchanged
 scenarios counted, not listed. Every value is escaped as render_ci escapes the gate's summary
-(the goldens and the facts are shown, never obeyed).
+(the goldens and the facts are shown, never obeyed): _text for text, _code inside a code span
+(a backslash escapes nothing there, so a backtick in a _text value would close the span).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def pull_request_text(old: str, new: str, drifts: list[Drift], notes: tuple[Note
     """`drifts`: each scenario's goldens of `old` against `new`; `sections`: what the bump did
     and checked, as (heading, lines) in the order shown."""
     lines = [f"# Bump the gate oracle: vLLM {_text(old)} -> {_text(new)}", "",
-             f"Made by `parity bump {_text(new)}` (`make bump PIN={_text(new)}`).", ""]
+             f"Made by {_code(f'parity bump {new}')} ({_code(f'make bump PIN={new}')}).", ""]
     for heading, body in sections:
         lines += [f"## {_text(heading)}", "", *[f"- {_text(line, cut=2000)}" for line in body], ""]
     lines += _drift_section(old, new, drifts, notes)
