@@ -265,8 +265,9 @@ def exit_status(argv: list[str]) -> int:
                            "got '-1'"),
     (["--examples", "many"], "argument --examples: expected a whole number"),
 ])
-def test_bad_input_is_refused_before_any_engine_starts(argv, error, capsys):
-    assert exit_status(["fuzz", "--candidate", "/nonexistent/engine", *argv]) == 2
+def test_bad_input_is_refused_before_any_engine_starts(argv, error, capsys, tmp_path):
+    # its own --out: the default folder may be held by a fuzz search another test worker runs
+    assert exit_status(["fuzz", "--candidate", "/nonexistent/engine", "--out", str(tmp_path), *argv]) == 2
     assert error in capsys.readouterr().err
 
 

@@ -1192,7 +1192,8 @@ def test_limits_a_fifo_or_dev_zero_as_any_input_is_refused_at_once(tmp_path, wha
         argv = ["gate", "--scenario", str(LIMITS_GATE), "--layers", "config",
                 "--waivers", str(_limits_special(tmp_path, how, "w.toml"))]
     elif what == "replay":
-        argv = ["fuzz", "--candidate", limits_double(), "--replay", str(_limits_special(tmp_path, how, "f.json"))]
+        argv = ["fuzz", "--candidate", limits_double(), "--replay", str(_limits_special(tmp_path, how, "f.json")),
+                "--out", str(tmp_path / "findings")]  # not the default folder another test may hold
     elif what in ("trace", "golden"):
         good = tmp_path / "good.json"
         made = limits_parity("run", "--engine", limits_double(), "--scenario", str(LIMITS_GATE), "--out", str(good),
