@@ -204,15 +204,6 @@ def uv_environ() -> dict[str, str]:
             "UV_NO_PROGRESS": "1"}
 
 
-def build_environ() -> dict[str, str]:
-    """uv's environment, where Python also writes the bytecode of what it imports: the import
-    check and warm run leaves every module a worker imports compiled, even on machines that
-    set PYTHONDONTWRITEBYTECODE (where each worker start would otherwise compile them again)."""
-    environ = uv_environ()
-    environ.pop("PYTHONDONTWRITEBYTECODE", None)
-    return environ
-
-
 def _find_links() -> tuple[str, ...]:
     """`--find-links` for each folder pip is configured with ($PIP_FIND_LINKS, pip.conf)."""
     folders = os.environ.get("PIP_FIND_LINKS", "").split()
@@ -402,7 +393,7 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
         # each phase says what it does, repeats itself while it lasts, and times itself
         with heartbeat(log, f"[envs] vllm {release}: phase {number}/{phases}: {_phase(argv)}"):
             result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=build_environ())
+                                    env=uv_environ())  # the warm-up writes bytecode itself (runtime.boot)
         if result.returncode != 0:
             out.flush()
             text = build_log.read_text(encoding="utf-8")
