@@ -301,7 +301,8 @@ def test_a_finding_that_cannot_be_written_is_printed_whole(tmp_path):
                             said.append, printed.append) == 1
     assert not finding.confirmed and finding.path is None
     [text] = printed
-    scenario = parse_scenario(json.loads(text), tmp_path / "fuzz_steps_new.json")  # a whole scenario file
+    # a whole scenario file, its model paths relative to where it would have been written
+    scenario = parse_scenario(json.loads(text), tmp_path / "out" / "fuzz_steps_new.json")
     assert scenario.name == "fuzz_steps_new" and len(scenario.workload["requests"]) == 2
     assert any(f"{tmp_path / 'out' / 'fuzz_steps_new.json'} could not be written" in line and
                "it follows on standard output" in line for line in said), said
