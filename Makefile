@@ -15,13 +15,17 @@ LAYERS ?=
 REQUIRE_LAYERS ?=
 REQUIRE_FEATURES ?=
 DRIFT ?=
+# With no CANDIDATE, the other pins stand in as informational candidates, read from their
+# committed goldens (STAND_INS=goldens, the default: the first run builds the oracle's
+# environment alone) or run live (STAND_INS=live).
+STAND_INS ?=
 # The scenarios' scale: library (default), production (the generated production-scale
 # scenarios, minutes of oracle time each) or all; `make goldens` too (the library's by default).
 SCALE ?=
 # The options the gate's plan is made of: `parity envs` given them builds only the pins that
-# plan runs (with a CANDIDATE, the oracle's alone), so a port's first run waits for one build.
-PLAN_OPTIONS = $(strip $(if $(CANDIDATE),--candidate '$(CANDIDATE)') $(if $(LAYERS),--layers '$(LAYERS)') \
-	$(if $(SCALE),--scale '$(SCALE)'))
+# plan runs (the oracle's alone, unless STAND_INS=live), so a first run waits for one build.
+PLAN_OPTIONS = $(strip $(if $(CANDIDATE),--candidate '$(CANDIDATE)',--stand-ins '$(or $(STAND_INS),goldens)') \
+	$(if $(LAYERS),--layers '$(LAYERS)') $(if $(SCALE),--scale '$(SCALE)'))
 GATE_OPTIONS = $(strip $(PLAN_OPTIONS) $(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
 	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift))
 

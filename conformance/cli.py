@@ -106,6 +106,9 @@ def plan_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--candidate", action="append", default=[],
                    help="a candidate engine (pin or command line); repeatable. Default: the other "
                         "pins, as informational stand-ins")
+    p.add_argument("--stand-ins", choices=("goldens", "live"),
+                   help="with no --candidate, the other pins stand in as informational candidates: read from "
+                        "their committed goldens (the default: no environment or process for them), or run live")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json of --scale")
     p.add_argument("--scale", choices=("library", "production", "all"), default="library",
                    help="which scenarios/*.json run by default: the library (default), the production-scale "
@@ -326,7 +329,8 @@ def cmd_envs(args) -> int:
     """Build the pins' environments side by side (envs.build_envs): every pin's, --pin's, or,
     given the gate's plan options, only those the plan's share runs; --key prints their cache key."""
     pins = load_pins()
-    planned = args.shard or args.candidate or args.scenario or args.layers or args.scale != "library"
+    planned = (args.shard or args.candidate or args.scenario or args.layers or args.scale != "library"
+               or args.stand_ins is not None)
     if planned and args.pin:
         raise InputError("--pin: give either --pin or the gate's plan options (--shard, --candidate, "
                          "--scenario, --scale, --layers), not both")
@@ -363,7 +367,7 @@ def plan_inputs(args, pins, log) -> tuple:
     shard = parse_shard(args.shard) if args.shard else None
     scenarios = _scenarios(args.scenario, args.scale)
     layers = _layers(args.layers)
-    return shard, scenarios, layers, gate_engines(pins, args.candidate, log)
+    return shard, scenarios, layers, gate_engines(pins, args.candidate, log, args.stand_ins or "goldens")
 
 
 def cmd_run(args) -> int:

@@ -71,7 +71,7 @@ sys.path[:0] = [sys.argv[1]]
 from conformance import cli
 from conformance.formats.engine_ref import EngineRef
 oracle, candidate = sys.argv[2], sys.argv[3]
-cli.gate_engines = lambda pins, candidates, log: [
+cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse(oracle, pins).with_role("oracle"),
     EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[4:]))
@@ -261,7 +261,7 @@ def gate_cli(tmp_path, monkeypatch, capsys):
 
     starts = tmp_path / "starts"
     engines = gate_engines_of(tmp_path, "--steps", "1", "--startfile", str(starts))
-    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: engines)
+    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def run(*argv: str) -> tuple[int, str, str]:

@@ -198,7 +198,7 @@ def features_gate(monkeypatch, capsys):
         oracle, candidate = double("--no-features", "--engine", "oracle-double"), double(*options)
         engines = [gate_engine("TEST-DOUBLE-oracle=" + oracle, ORACLE),
                    gate_engine("TEST-DOUBLE-port=" + candidate, CANDIDATE)]
-        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: engines)
+        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         capsys.readouterr()
         status = cli.main([command, "--waivers", "/dev/null", *argv] if command == "gate" else [command, *argv])
         out, err = capsys.readouterr()

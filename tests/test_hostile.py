@@ -42,7 +42,7 @@ def verdicts_gate(tmp_path, monkeypatch, capsys):
         candidate = verdicts_double(tmp_path, "candidate", plan)
         engines = [gate_engine("TEST-DOUBLE-oracle=" + oracle, "oracle"),
                    gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")]
-        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: engines)
+        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         capsys.readouterr()
         status = cli.main(["gate", "--scenario", str(REPO / "scenarios" / f"{scenario}.json"),
                            "--jobs", "1", *argv])
@@ -170,7 +170,7 @@ from conformance.formats.engine_ref import EngineRef
 if sys.argv[1] != "gate":
     sys.exit(0)  # `parity envs`: nothing to build for TEST DOUBLEs
 oracle, candidate = {oracle!r}, {candidate!r}
-cli.gate_engines = lambda pins, candidates, log: [
+cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse("TEST-DOUBLE-oracle=" + oracle, pins, named=True).with_role("oracle"),
     EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[1:] + ["--scenario", {scenario!r}, "--layers", "config", "--jobs", "1",
@@ -224,6 +224,21 @@ def test_make_builds_only_the_environments_its_gate_runs(tmp_path, target):
     plan = ["--candidate", "./port --parity", "--layers", "config,steps"]
     assert envs == ["envs", *plan]
     assert gate[0] == "gate" and gate[-len(plan) - 1:] == [*plan, "--drift"]
+
+
+@pytest.mark.parametrize("variables, plan", [((), ["--stand-ins", "goldens"]),
+                                             (("STAND_INS=live",), ["--stand-ins", "live"])])
+def test_make_parity_without_a_candidate_builds_what_its_stand_ins_need(tmp_path, variables, plan):
+    """With no CANDIDATE the stand-ins are read from their goldens, so `parity envs` is given
+    the plan that builds the oracle's environment alone (tests/test_recorded.py); STAND_INS=live
+    gives the plan that builds every pin's."""
+    said = tmp_path / "argv.jsonl"
+    shim = (f"#!{sys.executable}\nimport json, sys\n"
+            f"open({str(said)!r}, 'a', encoding='utf-8').write(json.dumps(sys.argv[1:]) + '\\n')\n")
+    done = verdicts_make(tmp_path, "parity", shim, *variables)
+    assert done.returncode == 0, done.stdout + done.stderr
+    envs, gate = [json.loads(line) for line in said.read_text(encoding="utf-8").splitlines()]
+    assert envs == ["envs", *plan] and gate == ["gate", *plan]
 
 
 def verdicts_make(tmp_path, target: str, shim: str, *variables: str):
@@ -627,7 +642,7 @@ import sys
 from conformance import cli
 from conformance.formats.engine_ref import EngineRef
 oracle, candidate = sys.argv[1], sys.argv[2]
-cli.gate_engines = lambda pins, candidates, log: [
+cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse(oracle, pins).with_role("oracle"),
     EngineRef.parse(candidate, pins).with_role("candidate")]
 sys.exit(cli.main(sys.argv[3:]))
@@ -870,7 +885,7 @@ def schema_gate(tmp_path_factory):
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         patch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-        patch.setattr(cli, "gate_engines", lambda pins, candidates, log: engines)
+        patch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         status = cli.main(argv)
     verdicts = folder / "results" / "verdicts.json"
     kinds = ({(v["engine"], v["scenario"]): v["kind"] for v in json.loads(verdicts.read_text(encoding="utf-8"))}
@@ -1230,14 +1245,14 @@ def limits_gate(tmp_path, monkeypatch, capsys):
     starts = tmp_path / "starts"
     oracle, candidate = (limits_double("--steps", "3", "--startfile", str(starts)),
                          limits_double("--startfile", str(starts)))
-    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: [
+    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
         gate_engine(oracle, "oracle"),
         gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")])
 
     def gate(*argv: str, candidate: str | None = None) -> tuple[int, str, str]:
         """`candidate`: another command line for the candidate (a hostile double, say)."""
         if candidate is not None:
-            monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log: [
+            monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
                 gate_engine(oracle, "oracle"),
                 gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")])
         capsys.readouterr()
@@ -1658,7 +1673,7 @@ sys.path[:0] = [sys.argv[1]]
 from conformance import cli
 from conformance.formats.engine_ref import EngineRef
 oracle, candidate = sys.argv[2], sys.argv[3]
-cli.gate_engines = lambda pins, candidates, log: [
+cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse(oracle, pins).with_role("oracle"),
     EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[4:]))

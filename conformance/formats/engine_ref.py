@@ -7,6 +7,8 @@ argument list, its role in a run (when it has one) and how the report names it.
   0.28.0, vllm==0.28.0, vllm-0.28.0   a pin (a pinned vLLM release)
   0.27.1+mutant:NAME                  a pin's TEST DEVICE mutant (engines/vllm/mutants.py)
   0.27.1+mutant:catalog:ID            a TEST DEVICE mutant of `parity adequacy`'s catalog
+  0.28.0+goldens                      a pin as its committed goldens recorded it: no process runs
+                                      (the gate's stand-ins by default, gate/recorded.py)
   NAME=COMMAND                        a named candidate (only where names are allowed: --candidate)
   anything else                       a command line, split like a shell would, never run by one
 
@@ -30,7 +32,7 @@ from typing import Callable, Protocol
 
 from conformance.formats.errors import InputError
 
-MUTANT_MARK, CATALOG_MARK = "+mutant:", "catalog:"
+MUTANT_MARK, CATALOG_MARK, RECORDED_MARK = "+mutant:", "catalog:", "+goldens"
 NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.+:-]{0,63})=(\S.*)$")  # --candidate NAME=COMMAND
 
 
@@ -42,6 +44,8 @@ class Launcher(Protocol):
     def catalog_mutant(self, ref: "EngineRef") -> tuple[str, ...]: ...
 
     def command(self, ref: "EngineRef") -> tuple[str, ...]: ...
+
+    def recorded(self, ref: "EngineRef") -> tuple[str, ...]: ...
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class EngineKind:
     engine_layers_here: Callable[["EngineRef", object, str], bool]
     writes_goldens: bool  # a pinned release itself: the only kind that is an oracle or writes a golden
     resolved_early: bool  # resolving it builds nothing: done before any engine starts (bad input first)
+    runs: bool = True  # a process runs it (False: its traces are read from its goldens)
 
     def __str__(self) -> str:
         return self.name
@@ -77,7 +82,11 @@ CATALOG = EngineKind("catalog mutant", MUTANT_MARK + CATALOG_MARK, lambda ref, s
                      _pinned_engine_layers, writes_goldens=False, resolved_early=True)
 COMMAND = EngineKind("command", None, lambda ref, start: start.command(ref), _own_engine_layers,
                      writes_goldens=False, resolved_early=True)
-KINDS = (PIN, MUTANT, CATALOG, COMMAND)
+# A pin's goldens replayed: what the pin said when its goldens were written (each golden's
+# provenance names the run), read instead of run. What it serves is what its goldens hold.
+RECORDED = EngineKind("recorded pin", RECORDED_MARK, lambda ref, start: start.recorded(ref), _pinned_engine_layers,
+                      writes_goldens=False, resolved_early=False, runs=False)
+KINDS = (PIN, MUTANT, CATALOG, COMMAND, RECORDED)
 
 
 @dataclass(frozen=True)
@@ -124,6 +133,11 @@ class EngineRef:
     @classmethod
     def catalog_mutant(cls, release: str, mutant_id: str) -> "EngineRef":
         return EngineRef(CATALOG, f"{release}{CATALOG.mark}{mutant_id}", release, mutant_id)
+
+    @classmethod
+    def recorded(cls, release: str) -> "EngineRef":
+        """A pin as its committed goldens recorded it (gate/recorded.py): never an oracle."""
+        return EngineRef(RECORDED, f"{release}{RECORDED.mark}", release)
 
     def with_role(self, role: str) -> "EngineRef":
         return replace(self, role=role)
@@ -177,6 +191,8 @@ def release_of(text: str, releases) -> str | None:
 
 def _pin_form(text: str, releases: tuple[str, ...]) -> EngineRef | None:
     """A pin or a pin's mutant; None for anything else (a command line, a NAME=COMMAND)."""
+    if text.endswith(RECORDED_MARK) and release_of(text[:-len(RECORDED_MARK)], releases):
+        return EngineRef(RECORDED, text, release_of(text[:-len(RECORDED_MARK)], releases))
     pin, mark, mutant = text.partition(MUTANT_MARK)
     release = release_of(pin, releases)
     if release is None:

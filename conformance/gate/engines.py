@@ -14,15 +14,19 @@ from conformance.judging.verdict import CANDIDATE, ORACLE, STAND_IN
 from conformance.process.launch import prepare_engine
 
 
-def gate_engines(pins: Pins, candidates: list[str], log) -> list[EngineRef]:
-    """The oracle, then each candidate (or, with none, the other pins as stand-ins). An engine
+def gate_engines(pins: Pins, candidates: list[str], log, stand_ins: str = "goldens") -> list[EngineRef]:
+    """The oracle, then each candidate (or, with none, the other pins as stand-ins: read from
+    their goldens, gate/recorded.py, or with `stand_ins` "live" run as the oracle is). An engine
     that resolves without building anything is resolved now (a command that names no
     executable, or a catalog mutant, which only `parity fuzz` serves, stops the gate before any
     engine starts); a pin's environment is built only when a runner has work for it."""
     engines = [EngineRef.pin(pins.oracle).with_role(ORACLE)]
     if not candidates:
-        log("[gate] no candidate configured: the other pins stand in as informational candidates")
-        engines += [EngineRef.pin(r).with_role(STAND_IN) for r in pins.candidates]
+        read = stand_ins != "live"
+        log("[gate] no candidate configured: the other pins stand in as informational candidates"
+            + (", read from their goldens (--stand-ins live runs them)" if read else ", run live"))
+        engines += [(EngineRef.recorded(r) if read else EngineRef.pin(r)).with_role(STAND_IN)
+                    for r in pins.candidates]
     for text in candidates:
         ref = EngineRef.parse(text, pins, named=True).with_role(CANDIDATE)
         if ref.kind.resolved_early:

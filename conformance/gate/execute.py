@@ -11,7 +11,9 @@ from dataclasses import replace
 
 from conformance.formats import digest
 from conformance.formats.engine_ref import EngineRef
+from conformance.formats.settings import device_mode
 from conformance.gate.context import RunContext
+from conformance.gate.recorded import RecordedSession
 from conformance.gate.shards import COLD_START, Unit, share_cost
 from conformance.judging.goldens import GOLDENS, ORACLE_RUNS
 from conformance.judging.verdict import CANDIDATE, ORACLE
@@ -33,7 +35,11 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
     with Progress(share_cost(units), log) as progress:
         def run_engine(number: int, engine: EngineRef, mine: list[Unit]) -> tuple[list[dict], int]:
             progress.say(f"[gate] engine {number}/{len(engines)}: {engine.key} ({engine.role}), "
-                         f"{len(mine)} unit{'s' if len(mine) != 1 else ''}")
+                         f"{len(mine)} unit{'s' if len(mine) != 1 else ''}"
+                         + ("" if engine.kind.runs else ", read from its goldens"))
+            if not engine.kind.runs:  # a pin's goldens (gate/recorded.py): no process
+                with RecordedSession(engine, device_mode()) as recorded:
+                    return [recorded.trace(by_name[u.scenario], list(u.layers)) for u in mine], 0
             # named by its key while it runs (a command line can be long); the report names it
             # by its NAME or its hello
             spec = replace(prepare_engine(engine, context.pins, log), label=engine.key)

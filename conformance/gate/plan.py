@@ -57,7 +57,9 @@ def plan_run(context: RunContext, scenarios, engines: list[EngineRef]) -> RunMan
     from conformance.formats.settings import device_mode
 
     pins = context.pins
-    units = plan([(e.key, ORACLE_RUNS if e.role == ORACLE else 1) for e in engines], scenarios, context.layers,
+    # a run's cost per unit: the oracle runs each unit twice; an engine read from its goldens, none
+    units = plan([(e.key, 0 if not e.kind.runs else ORACLE_RUNS if e.role == ORACLE else 1) for e in engines],
+                 scenarios, context.layers,
                  refused(engines, pins, device_mode()))
     index, count = context.shard or (1, 1)
     if count > max(len(units), 1):  # a share would be empty, and balancing them takes count x units^2
@@ -87,9 +89,10 @@ def share_of(manifest: RunManifest, shard: tuple[int, int] | None) -> list[Unit]
 
 def pins_needed(manifest: RunManifest, share: list[Unit], pins) -> list[str]:
     """The pinned releases whose environments the share's engines run in (a pin, or a pin's
-    TEST DEVICE mutant), in pin order: what a shard's runner builds, and nothing more."""
+    TEST DEVICE mutant; not a pin read from its goldens), in pin order: what a shard's runner builds, and nothing more."""
     running = {u.engine for u in share}
-    needed = {e.release for e in manifest.engines if e.key in running and e.release}  # a command has none
+    needed = {e.release for e in manifest.engines  # a command has none; a pin's goldens need no environment
+              if e.key in running and e.release and e.kind.runs}
     return [r for r in pins.releases if r in needed]
 
 

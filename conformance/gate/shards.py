@@ -83,7 +83,7 @@ def unit_cost(group: str, scenario, repeat: int) -> float:
 
 def plan(engines: list[tuple[str, int]], scenarios: list, layers: list[str] | None,
          refused: frozenset = frozenset()) -> list[Unit]:
-    """engines: (key, repeat) in run order; `refused`: (key, group) pairs the engine is known
+    """engines: (key, repeat) in run order (repeat 0: the engine is read, not run); `refused`: (key, group) pairs the engine is known
     to refuse at once. Units in plan order: engine, scenario, group."""
     units = []
     for key, repeat in engines:
@@ -91,7 +91,7 @@ def plan(engines: list[tuple[str, int]], scenarios: list, layers: list[str] | No
             # --layers is a filter: each scenario's own layers among those named
             own = [x for x in scenario.layers if layers is None or x in layers]
             for group, held in layer_groups(own):
-                cost = REFUSED if (key, group) in refused else unit_cost(group, scenario, repeat)
+                cost = REFUSED * bool(repeat) if (key, group) in refused else unit_cost(group, scenario, repeat)
                 units.append(Unit(key, scenario.name, group, held, cost))
     return units
 
@@ -132,4 +132,5 @@ def assign(units: list[Unit], count: int, cold_start: float = COLD_START) -> lis
 
 
 def share_cost(units: list[Unit], cold_start: float = COLD_START) -> float:
-    return sum(u.cost for u in units) + cold_start * len({u.engine for u in units})
+    # an engine whose units cost nothing (a pin read from its goldens) starts no process
+    return sum(u.cost for u in units) + cold_start * len({u.engine for u in units if u.cost})

@@ -66,6 +66,10 @@ class Launcher:
                              f"({', '.join(self.pins.releases)}) nor an executable")
         return ref.argv
 
+    def recorded(self, ref: EngineRef) -> tuple[str, ...]:
+        raise InputError(f"engine {ref.text!r}: a pin's goldens are read by `parity gate` (its stand-ins), "
+                         f"not started as an engine; give {ref.release} to run the pin itself")
+
     def close(self) -> None:
         """End every mutant server started (and the mutants it forked)."""
         while self._servers:
