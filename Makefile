@@ -17,14 +17,15 @@ REQUIRE_FEATURES ?=
 DRIFT ?=
 # With no CANDIDATE, the other pins stand in as informational candidates, read from their
 # committed goldens (STAND_INS=goldens, the default: the first run builds the oracle's
-# environment alone) or run live (STAND_INS=live).
+# environment alone) or run live (STAND_INS=live; the default with SCALE=production or all,
+# whose goldens hold digests, not the records a report shows at a first difference).
 STAND_INS ?=
 # The scenarios' scale: library (default), production (the generated production-scale
 # scenarios, minutes of oracle time each) or all; `make goldens` too (the library's by default).
 SCALE ?=
 # The options the gate's plan is made of: `parity envs` given them builds only the pins that
 # plan runs (the oracle's alone, unless STAND_INS=live), so a first run waits for one build.
-PLAN_OPTIONS = $(strip $(if $(CANDIDATE),--candidate '$(CANDIDATE)',--stand-ins '$(or $(STAND_INS),goldens)') \
+PLAN_OPTIONS = $(strip $(if $(CANDIDATE),--candidate '$(CANDIDATE)',--stand-ins '$(or $(STAND_INS),$(if $(filter-out library,$(SCALE)),live,goldens))') \
 	$(if $(LAYERS),--layers '$(LAYERS)') $(if $(SCALE),--scale '$(SCALE)'))
 GATE_OPTIONS = $(strip $(PLAN_OPTIONS) $(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
 	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift))

@@ -108,7 +108,8 @@ def plan_options(p: argparse.ArgumentParser) -> None:
                         "pins, as informational stand-ins")
     p.add_argument("--stand-ins", choices=("goldens", "live"),
                    help="with no --candidate, the other pins stand in as informational candidates: read from "
-                        "their committed goldens (the default: no environment or process for them), or run live")
+                        "their committed goldens (no environment or process for them; the default with --scale "
+                        "library), or run live (the default with --scale production or all)")
     p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json of --scale")
     p.add_argument("--scale", choices=("library", "production", "all"), default="library",
                    help="which scenarios/*.json run by default: the library (default), the production-scale "
@@ -359,6 +360,12 @@ def _share_pins(args, pins) -> list[str]:
     return pins_needed(manifest, share, pins)
 
 
+def default_stand_ins(scale: str) -> str:
+    """The library's stand-ins are read from their goldens; a production scenario's golden holds
+    digests, not the records a report shows at a first difference, so there they run live."""
+    return "goldens" if scale == "library" else "live"
+
+
 def plan_inputs(args, pins, log) -> tuple:
     """What the gate's plan is made of, read from the plan options (plan_options) alike by
     `parity gate` and `parity envs`: (shard, scenarios, layers, engines)."""
@@ -367,7 +374,7 @@ def plan_inputs(args, pins, log) -> tuple:
     shard = parse_shard(args.shard) if args.shard else None
     scenarios = _scenarios(args.scenario, args.scale)
     layers = _layers(args.layers)
-    return shard, scenarios, layers, gate_engines(pins, args.candidate, log, args.stand_ins or "goldens")
+    return shard, scenarios, layers, gate_engines(pins, args.candidate, log, args.stand_ins or default_stand_ins(args.scale))
 
 
 def cmd_run(args) -> int:

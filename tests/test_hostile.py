@@ -227,7 +227,8 @@ def test_make_builds_only_the_environments_its_gate_runs(tmp_path, target):
 
 
 @pytest.mark.parametrize("variables, plan", [((), ["--stand-ins", "goldens"]),
-                                             (("STAND_INS=live",), ["--stand-ins", "live"])])
+                                             (("STAND_INS=live",), ["--stand-ins", "live"]),
+                                             (("SCALE=production",), ["--stand-ins", "live", "--scale", "production"])])
 def test_make_parity_without_a_candidate_builds_what_its_stand_ins_need(tmp_path, variables, plan):
     """With no CANDIDATE the stand-ins are read from their goldens, so `parity envs` is given
     the plan that builds the oracle's environment alone (tests/test_recorded.py); STAND_INS=live

@@ -49,6 +49,17 @@ def test_a_gate_without_a_candidate_builds_the_environments_it_runs(stand_ins, b
     assert (stand_ins == "goldens") == bool(read) and all(u.cost == 0 for u in read)
 
 
+@pytest.mark.parametrize("scale, default", [("library", "goldens"), ("production", "live"), ("all", "live")])
+def test_the_stand_ins_run_live_by_default_where_goldens_hold_digests(scale, default):
+    """A production scenario's golden holds digests, not the records a report shows at a first
+    difference: with --scale production or all the stand-ins run live unless told otherwise."""
+    args = cli.build_parser().parse_args(["gate", "--scale", scale])
+    engines = cli.plan_inputs(args, PINS, lambda m: None)[3]
+    assert {e.kind.runs for e in engines[1:]} == {default == "live"}
+    args = cli.build_parser().parse_args(["gate", "--scale", scale, "--stand-ins", "goldens"])
+    assert not any(e.kind.runs for e in cli.plan_inputs(args, PINS, lambda m: None)[3][1:])
+
+
 def test_parity_envs_with_the_default_stand_ins_builds_the_oracles_environment_alone(capsys):
     assert cli.main(["envs", "--stand-ins", "goldens", "--key"]) == 0
     oracle_only = capsys.readouterr().out
