@@ -126,13 +126,24 @@ def warm_gate(warm_sessions, monkeypatch):
             return proc
 
         def close(self) -> bool:
+            with lock:
+                lent.discard(id(self.warm))
             return False
+
+    # the warm sessions lent now: a gate may run two sessions of one pin side by side
+    # (execute.side_by_side_pieces), and one engine serves one of them at a time
+    lent: set[int] = set()
+    lock = threading.Lock()
 
     def session(spec, **options) -> EngineSession:
         if spec.release is None:  # not a pinned release itself
             return EngineSession(spec, **options)
         warm = warm_sessions(spec.release)
         assert warm.spec.argv == spec.argv, (warm.spec, spec)  # the same worker, the same device
+        with lock:
+            if id(warm) in lent:  # its engine serves the other session: this one starts its own
+                return EngineSession(spec, **options)
+            lent.add(id(warm))
         return Lent(warm, spec, **options)
 
     monkeypatch.setattr(execute, "EngineSession", session)

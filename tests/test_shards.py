@@ -17,7 +17,7 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.gate import engines as gate_engines_mod, run as gate_run
 from conformance.gate.context import RunContext
-from conformance.gate.shards import COLD_START, ShardError, assign, parse_shard, plan, share_cost
+from conformance.gate.shards import COLD_START, ShardError, Unit, assign, parse_shard, plan, share_cost
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.report import ci
@@ -281,3 +281,37 @@ def test_progress_goes_to_stderr_only(tmp_path, engines, capsys):
     out, err = capsys.readouterr()
     assert "[gate]" not in out and out.startswith("== vllm-parity gate")
     assert "[gate] engine 1/2: TEST-DOUBLE-oracle (oracle)" in err and "left]" in err and status == 1
+
+
+# ---- a run's units side by side (gate/execute.py side_by_side_pieces) ----
+
+def _units(engine: str, count: int, cost: float) -> list[Unit]:
+    return [Unit(engine, f"s{i}", "steps", ("steps", "outputs"), cost) for i in range(count)]
+
+
+def test_an_engine_holding_one_core_while_the_other_waits_is_split_in_two():
+    """The oracle runs each unit twice: beside a candidate, or alone with the stand-ins read
+    from their goldens, it is cut with the plan's balanced cut, one more cold start."""
+    from conformance.gate.execute import segments, side_by_side_pieces
+
+    oracle, candidate = _units("vllm-0.27.1", 90, 2.0), _units("port", 90, 1.0)
+    pieces = side_by_side_pieces(oracle + candidate, 2)
+    assert [[key for key, _ in segments(p)] for p in pieces] == [["vllm-0.27.1"], ["vllm-0.27.1", "port"]]
+    assert [u for p in pieces for u in p] == oracle + candidate  # plan order, every unit once
+    assert max(map(share_cost, pieces)) < share_cost(oracle) - COLD_START
+    recorded = _units("vllm-0.28.0+goldens", 90, 0.0)  # read from goldens: no process, no core
+    pieces = side_by_side_pieces(oracle + recorded, 2)
+    assert len(pieces) == 2 and [key for key, _ in segments(pieces[0])] == ["vllm-0.27.1"]
+
+
+@pytest.mark.parametrize("plan", [
+    [("vllm-0.27.1", 3, 2.0), ("port", 3, 1.0)],  # a cut would not pay for its cold start
+    [("vllm-0.27.1", 90, 2.0), ("vllm-0.28.0", 90, 1.0), ("vllm-0.33.0", 90, 1.0)],  # more engines than cores
+])
+def test_engines_stay_whole_where_a_cut_does_not_pay(plan):
+    from conformance.gate.execute import side_by_side_pieces
+
+    units = [u for engine, count, cost in plan for u in _units(engine, count, cost)]
+    pieces = side_by_side_pieces(units, 2)
+    assert [{u.engine for u in p} for p in pieces] == [{engine} for engine, _, _ in plan]
+    assert side_by_side_pieces(units, 1) == pieces  # one at a time: by engine too

@@ -1,10 +1,12 @@
 """Running a gate's units: one engine session per engine (process/session.py: warm, restarted when
-it is gone, every outcome a trace), engines side by side. What runs is decided by the plan
+it is gone, every outcome a trace), engines side by side, an engine that would hold one core
+while the other waits split in two (side_by_side_pieces). What runs is decided by the plan
 (gate/plan.py); what the traces mean, by the judging that follows (gate/run.py `finish`)."""
 
 from __future__ import annotations
 
 import functools
+import itertools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
@@ -14,7 +16,7 @@ from conformance.formats.engine_ref import EngineRef
 from conformance.formats.settings import device_mode
 from conformance.gate.context import RunContext
 from conformance.gate.recorded import RecordedSession
-from conformance.gate.shards import COLD_START, Unit, share_cost
+from conformance.gate.shards import COLD_START, Unit, assign, share_cost
 from conformance.judging.goldens import GOLDENS, ORACLE_RUNS
 from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.process.launch import prepare_engine
@@ -25,8 +27,8 @@ from conformance.process.session import EngineSession
 
 def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: list[Unit],
               features: dict | None = None) -> dict[str, dict]:
-    """Run `units` (in plan order), one warm session per engine, up to `context.parallel`
-    engines side by side; unit key -> its trace. `features`: scenario name -> the features it
+    """Run `units` (in plan order), one warm session per engine (two where a balanced cut
+    splits one, side_by_side_pieces), up to `context.parallel` side by side; unit key -> its trace. `features`: scenario name -> the features it
     needs (the manifest's); a candidate is not sent a scenario needing one its hello does not
     declare."""
     log, parallel = context.log, context.parallel
@@ -52,16 +54,46 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
                 return [session.trace(by_name[u.scenario], list(u.layers), repeat,
                                       needs=(features or {}).get(u.scenario)) for u in mine], session.cold_starts
 
-        shares = [(number, engine, [u for u in units if u.engine == engine.key])
-                  for number, engine in enumerate(engines, 1)]
-        shares = [share for share in shares if share[2]]
-        runs = side_by_side([functools.partial(run_engine, *share) for share in shares], parallel)
-        for (_, _, mine), (done, _) in zip(shares, runs):
-            traces.update((u.key, t) for u, t in zip(mine, done))
-        log(f"[gate] cold starts: {sum(starts for _, starts in runs)} for {len(shares)} engines "
-            f"({min(parallel, max(len(shares), 1))} side by side); {len(units)} units in "
-            f"{duration(progress.elapsed())}")
+        numbers = {engine.key: (number, engine) for number, engine in enumerate(engines, 1)}
+        pieces = side_by_side_pieces(units, parallel)
+
+        def run_piece(piece: list[Unit]) -> tuple[list[dict], int]:
+            done, starts = [], 0
+            for key, mine in segments(piece):
+                traced, started = run_engine(*numbers[key], mine)
+                done += traced
+                starts += started
+            return done, starts
+
+        runs = side_by_side([functools.partial(run_piece, piece) for piece in pieces], parallel)
+        for piece, (done, _) in zip(pieces, runs):
+            traces.update((u.key, t) for u, t in zip(piece, done))
+        sessions = sum(len(segments(piece)) for piece in pieces)
+        log(f"[gate] cold starts: {sum(starts for _, starts in runs)} for {len({u.engine for u in units})} engines "
+            f"in {sessions} session{'s' if sessions != 1 else ''} ({max(len(pieces), 1)} side by side); "
+            f"{len(units)} units in {duration(progress.elapsed())}")
     return traces
+
+
+def side_by_side_pieces(units: list[Unit], parallel: int) -> list[list[Unit]]:
+    """The units (in plan order) cut into at most `parallel` pieces run side by side, each by
+    one thread, its engines one after another. By engine (each engine's units one piece, run
+    up to `parallel` at a time) unless cutting the plan into balanced consecutive pieces
+    (shards.assign, as a CI matrix's shards are cut) saves more than the cold start of the
+    engine it splits: the oracle runs each unit twice, so beside a candidate, or alone (the
+    stand-ins read from their goldens), it would hold one core while the other waits."""
+    by_engine = [list(group) for _, group in itertools.groupby(units, key=lambda u: u.engine)]
+    if parallel <= 1 or sum(1 for group in by_engine if share_cost(group)) > parallel:
+        return by_engine  # (a pin read from its goldens costs nothing: it starts no process)
+    balanced = [piece for piece in assign(units, parallel) if piece]
+    if max(map(share_cost, balanced)) + COLD_START < max(map(share_cost, by_engine)):
+        return balanced
+    return by_engine
+
+
+def segments(piece: list[Unit]) -> list[tuple[str, list[Unit]]]:
+    """A piece's consecutive runs of one engine: (engine key, its units), in order."""
+    return [(key, list(group)) for key, group in itertools.groupby(piece, key=lambda u: u.engine)]
 
 
 def golden_sinks(oracle: str):
