@@ -427,3 +427,23 @@ def test_gate_reference_engine_against_the_oracle(kit, capsys, warm_gate):
     assert row.split()[1:] == ["pass", "diverged", "config.max_num_scheduled_tokens", "pass"], out
     assert f"first divergence at record 0, field max_num_scheduled_tokens: oracle {budget}, candidate 4096" in out
 
+
+@pytest.mark.oracle
+def test_gate_reference_engine_async_loop_against_the_oracle(kit, capsys, warm_gate):
+    """The gate on async scenarios (their steps driven by the kit's batch-queue loop): the
+    reference engine passes, and the TEST DEVICE `--sync-loop` is diverged at its first record,
+    where the update of step 0 comes in the iteration that scheduled it."""
+    from conformance.cli import main
+    from conformance.formats.pins import load_pins
+
+    names = ("async_worked_example", "abort_states_async", "prefix_caching_resume_async")
+    status = main(["gate", "--candidate", str(ENGINE), "--candidate", f"{ENGINE} --sync-loop",
+                   *(arg for name in names for arg in ("--scenario", str(REPO / "scenarios" / f"{name}.json")))])
+    out = capsys.readouterr().out
+    assert "parity-cpp-reference 0.1.0 (--sync-loop) [candidate]" in out
+    assert status == 1, out  # a gating candidate diverged
+    if load_pins().oracle != KIT_RELEASE:  # the goldens the reference engine follows are 0.27.1's
+        return
+    for name in names:  # the reference engine, the device (named by its first difference), the oracle
+        row = next(line for line in out.splitlines() if line.startswith(f"{name} "))
+        assert row.split()[1:] == ["pass", "diverged", "steps.update_iteration", "pass"], out
