@@ -3,6 +3,7 @@
 // (vllm/v1/engine/core.py) with the stand-in as its executor, and of the fields its
 // recorder adds under async scheduling (engines/vllm/recorder.py AsyncRecording).
 // engines/PROTOCOL.md "Async scheduling: the batch-queue loop" states the contract.
+#include <algorithm>
 #include <deque>
 #include <set>
 

@@ -1,4 +1,5 @@
-// The stand-in driver: see include/parity/scheduler.hpp and engines/vllm/steps_layer.py.
+// The stand-in driver of the synchronous loop: see include/parity/scheduler.hpp and
+// engines/vllm/steps_layer.py (the batch-queue loop is src/async_loop.cpp).
 #include <algorithm>
 #include <set>
 
@@ -29,10 +30,8 @@ std::map<std::string, Tokens> request_prompts(const Workload& workload) {
     return prompts;
 }
 
-namespace detail {
+namespace detail {  // declared, and said what each does, in driver_parts.hpp
 
-// A step record's decisions and identities, read from what schedule() returned (the state
-// fields are filled after the update).
 StepRecord open_record(const ScheduledStep& out, std::int64_t step, const std::vector<std::string>& aborted) {
     StepRecord rec;
     rec.step = step;
@@ -59,7 +58,6 @@ StepRecord open_record(const ScheduledStep& out, std::int64_t step, const std::v
     return rec;
 }
 
-// The scheduler's state after an update: the KV cache and the two queues.
 void read_state(StepRecord& rec, const PortScheduler& scheduler) {
     const KvBlocks blocks = scheduler.kv_blocks();
     rec.kv_free = blocks.free;
@@ -69,7 +67,6 @@ void read_state(StepRecord& rec, const PortScheduler& scheduler) {
     rec.running = scheduler.running();
 }
 
-// One output record per request, sorted by id (`specs` is a std::map).
 std::vector<OutputRecord> output_records(const std::map<std::string, const RequestSpec*>& specs,
                                          const PortScheduler& scheduler) {
     std::vector<OutputRecord> outputs;
