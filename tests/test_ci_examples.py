@@ -206,7 +206,7 @@ def check_green(report: str, summary: str) -> None:
     assert report.startswith("== vllm-parity gate: PASS (exit status 0)"), report[:500]
     waivers = load_waivers()
     counts = next(line for line in report.splitlines() if re.match(r"-- \d+ verdicts: ", line))
-    # what the reference engine lacks it declares (async scheduling): unsupported, not diverged
+    # what a port lacks it declares: unsupported, not diverged (the reference engine lacks nothing)
     waived = f", {len(waivers)} waived" if waivers else ""
     assert re.search(rf"; gating: \d+ pass{waived}(, \d+ unsupported)?$", counts), counts
     for waiver in waivers:

@@ -230,19 +230,36 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "prefix_eagle3", "prefix_mtp", "prefix_ngram", "prefix_pard", "abort_states", "abort_mid_prefill",
             "abort_waiting_queue", "abort_waiting_queue_priority", "prefix_duplicate_evicted",
             "prefix_hit_after_prepend", "abort_priority_heap")
+# The scenarios whose GPU rule turns async scheduling on: the reference engine drives its
+# AsyncScheduler through the kit's batch-queue loop (run_workload_async, a port of
+# engines/vllm/async_loop.py), and agrees with 0.27.1 on each of them.
+ASYNC_AGREEING = ("async_worked_example", "abort_states_async", "async_draft_model", "async_mtp", "async_pard",
+                  "async_peagle", "chunk_one_short_async", "drafts_cut_by_budget_async", "eagle_kv_pressure_async",
+                  "kv_pressure_async", "kv_pressure_no_spec_async", "long_prefill_threshold_async",
+                  "max_model_len_edge_async", "prefix_caching_resume_async", "priority_kv_pressure_async",
+                  "staggered_arrivals_async", "steady_decode_async", "stop_conditions_async")
 
 
-def test_agreeing_is_every_steps_scenario_of_the_kit_release_it_is_sent(kit):
-    """AGREEING names every scenario with a steps golden of the kit's release whose features the
-    reference engine declares: a new one is either shown to agree or found here. The others need
-    async scheduling, which it declares missing: the gate does not send them (`unsupported`), and
-    the engine itself answers them `unsupported` rather than diverge."""
+def _async_goldens() -> set[str]:
+    """The scenarios with a steps golden of the kit's release whose GPU rule is async."""
+    names = set()
+    for path in (REPO / "goldens").glob(f"*/vllm-{KIT_RELEASE}.json"):
+        layers = json.loads(path.read_text(encoding="utf-8"))["layers"]
+        if "steps" in layers and layers["config"][0].get("async_scheduling_gpu"):
+            names.add(path.parent.name)
+    return names
+
+
+def test_agreeing_is_every_steps_scenario_of_the_kit_release(kit):
+    """AGREEING and ASYNC_AGREEING name every scenario with a steps golden of the kit's release:
+    the reference engine declares every feature, so the gate sends it each one, and a new one is
+    either shown to agree or found here."""
     from conformance.formats import features
 
     engine = Engine()
     try:
         have = frozenset(engine.hello["features"])
-        sent, unsupported = set(), set()
+        sent = set()
         for path in (REPO / "goldens").glob(f"*/vllm-{KIT_RELEASE}.json"):
             layers = json.loads(path.read_text(encoding="utf-8"))["layers"]
             if "steps" not in layers:
@@ -250,33 +267,39 @@ def test_agreeing_is_every_steps_scenario_of_the_kit_release_it_is_sent(kit):
             wire = _wire(path.parent.name)
             needs = features.needed(wire["engine_args"], wire.get("workload"), wire.get("method_matrix"),
                                     layers["config"][0])
-            missing = features.not_declared(needs, have)
-            assert missing in ((), ("async_scheduling",)), (path.parent.name, missing)
-            (unsupported if missing else sent).add(path.parent.name)
-        assert sent == set(AGREEING), (sorted(sent - set(AGREEING)), sorted(set(AGREEING) - sent))
-        assert len(unsupported) >= 10  # the async library
-        for name in sorted(unsupported):
-            [answer] = engine.run(f"r-{name}", _wire(name), ["steps", "outputs"])
-            assert (answer["type"], answer["kind"]) == ("error", "unsupported"), (name, answer)
-            assert "async" in answer["message"]
+            assert features.not_declared(needs, have) == (), path.parent.name
+            sent.add(path.parent.name)
+        agreeing = set(AGREEING) | set(ASYNC_AGREEING)
+        assert sent == agreeing, (sorted(sent - agreeing), sorted(agreeing - sent))
+        assert _async_goldens() == set(ASYNC_AGREEING)
+        assert len(ASYNC_AGREEING) >= 10  # the async library
         assert engine.close() == 0
     finally:
         engine.proc.kill()
 
 
-def test_hello_declares_every_feature_but_async_scheduling(kit):
-    """It runs vLLM's synchronous loop: async scheduling is declared missing (its scenarios are
-    `unsupported`, never diverged); every other feature it has, and every name is a known one."""
+def test_hello_declares_every_feature(kit):
+    """It has every feature, async scheduling included (the kit's batch-queue loop), and every
+    name is a known one."""
     from conformance.formats import features
 
     engine = Engine()
     try:
         declared = engine.hello["features"]
         assert features.declared_problem(declared) is None
-        assert set(features.FEATURES) - set(declared) == {"async_scheduling"}
+        assert set(features.FEATURES) == set(declared)
         assert engine.close() == 0
     finally:
         engine.proc.kill()
+
+
+def _steps_and_outputs(engine: "Engine", name: str) -> dict[str, list]:
+    answers = engine.run(f"r-{name}", _wire(name), ["steps", "outputs"])
+    assert answers[-1]["type"] == "done", (name, answers[-1])
+    layers = {"steps": [], "outputs": []}
+    for answer in answers[:-1]:
+        layers[answer["layer"]].append(answer["data"])
+    return layers
 
 
 def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):
@@ -286,11 +309,7 @@ def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):
     try:
         for name in AGREEING:
             golden = kit_golden(name)["layers"]
-            answers = engine.run(f"r-{name}", _wire(name), ["steps", "outputs"])
-            assert answers[-1]["type"] == "done", answers[-1]
-            layers = {"steps": [], "outputs": []}
-            for answer in answers[:-1]:
-                layers[answer["layer"]].append(answer["data"])
+            layers = _steps_and_outputs(engine, name)
             for layer in ("steps", "outputs"):
                 c = compare_layer(layer, golden[layer], layers[layer])
                 assert c.equal, (name, layer, c.index, c.first)
@@ -298,9 +317,52 @@ def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):
             assert all({"kv_blocks", "waiting", "running"} <= set(s) for s in steps), name
             assert all({"computed_tokens", "output_tokens", "kv_blocks", "accepted_draft_tokens"} <= set(r)
                        for s in steps for r in s["requests"].values()), name
+            assert not any("iteration" in s for s in steps), name  # the synchronous loop
         assert engine.close() == 0
     finally:
         engine.proc.kill()
+
+
+def test_reference_engine_async_steps_equal_the_oracles_golden(kit):
+    """The kit's batch-queue loop (run_workload_async) over the reference engine's AsyncScheduler
+    gives 0.27.1's records on every async scenario: the iteration of each schedule() and update,
+    each request's output placeholders and delivery (applied, stale after a preemption,
+    dropped after a finish or an abort), and the state read after the next schedule()."""
+    from conformance.judging.compare import compare_layer
+
+    engine = Engine()
+    try:
+        deliveries = set()
+        for name in ASYNC_AGREEING:
+            golden = kit_golden(name)["layers"]
+            layers = _steps_and_outputs(engine, name)
+            for layer in ("steps", "outputs"):
+                c = compare_layer(layer, golden[layer], layers[layer])
+                assert c.equal, (name, layer, c.index, c.first)
+            steps = layers["steps"]
+            assert all({"iteration", "update_iteration"} <= set(s) for s in steps), name
+            assert any(s["update_iteration"] > s["iteration"] for s in steps), name  # scheduled ahead
+            deliveries |= {r["delivery"] for s in steps for r in s["requests"].values()}
+        assert deliveries == {"applied", "stale", "dropped"}  # every kind is exercised and agrees
+        assert engine.close() == 0
+    finally:
+        engine.proc.kill()
+
+
+def test_sync_loop_device_diverges_on_every_async_scenario(kit):
+    """The TEST DEVICE `--sync-loop` (each batch's output processed before the next schedule():
+    the synchronous order under async scheduling) differs from 0.27.1's goldens on every async
+    scenario: the records hold the loop's order, not only the scheduler's decisions."""
+    from conformance.judging.compare import compare_layer
+
+    bugged = Engine("--sync-loop")
+    try:
+        for name in ASYNC_AGREEING:
+            c = compare_layer("steps", kit_golden(name)["layers"]["steps"], _steps_and_outputs(bugged, name)["steps"])
+            assert not c.equal, name
+        assert bugged.close() == 0
+    finally:
+        bugged.proc.kill()
 
 
 def _layers(engine: Engine, name: str, layers: list[str]) -> dict[str, list]:
@@ -364,3 +426,24 @@ def test_gate_reference_engine_against_the_oracle(kit, capsys, warm_gate):
     budget = kit_golden("dflash_27b_gate")["layers"]["config"][0]["max_num_scheduled_tokens"]
     assert row.split()[1:] == ["pass", "diverged", "config.max_num_scheduled_tokens", "pass"], out
     assert f"first divergence at record 0, field max_num_scheduled_tokens: oracle {budget}, candidate 4096" in out
+
+
+@pytest.mark.oracle
+def test_gate_reference_engine_async_loop_against_the_oracle(kit, capsys, warm_gate):
+    """The gate on async scenarios (their steps driven by the kit's batch-queue loop): the
+    reference engine passes, and the TEST DEVICE `--sync-loop` is diverged at its first record,
+    where the update of step 0 comes in the iteration that scheduled it."""
+    from conformance.cli import main
+    from conformance.formats.pins import load_pins
+
+    names = ("async_worked_example", "abort_states_async", "prefix_caching_resume_async")
+    status = main(["gate", "--candidate", str(ENGINE), "--candidate", f"{ENGINE} --sync-loop",
+                   *(arg for name in names for arg in ("--scenario", str(REPO / "scenarios" / f"{name}.json")))])
+    out = capsys.readouterr().out
+    assert "parity-cpp-reference 0.1.0 (--sync-loop) [candidate]" in out
+    assert status == 1, out  # a gating candidate diverged
+    if load_pins().oracle != KIT_RELEASE:  # the goldens the reference engine follows are 0.27.1's
+        return
+    for name in names:  # the reference engine, the device (named by its first difference), the oracle
+        row = next(line for line in out.splitlines() if line.startswith(f"{name} "))
+        assert row.split()[1:] == ["pass", "diverged", "steps.update_iteration", "pass"], out

@@ -12,18 +12,24 @@
 //      decoding request, FCFS or priority preemption (request priorities), aborts, and
 //      BlockPool: vLLM 0.27.1's block pool (free-queue order, the null block, eviction, the
 //      hash chain and prefix-cache hits). A port replaces them with an adapter around its own
-//      scheduler; nothing else in this file has to change. It runs the synchronous loop only:
-//      its hello lists every feature but `async_scheduling`.
+//      scheduler; nothing else in this file has to change. Where async scheduling resolves on
+//      it behaves as vLLM's AsyncScheduler (output placeholders, stale output after a
+//      preemption), driven by the kit's batch-queue loop, run_workload_async(): its hello lists
+//      every feature.
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
 // for them are answered with the protocol's `unsupported` error.
 //
-// Usage: reference_engine [--no-draft-reservation]
+// Usage: reference_engine [--no-draft-reservation] [--sync-loop]
 //   Speaks protocol v3 on stdin/stdout, logs to stderr.
 //   --no-draft-reservation: the seed's bug, on purpose: no drafting-slot reservation, so the
 //   scheduler plans the whole max_num_batched_tokens (4096 instead of 4036 on the DFlash gate
 //   configuration). A demonstration of what the gate reports for a port that diverges.
+//   --sync-loop: a TEST DEVICE, a bug on purpose: where async scheduling resolves on, it runs
+//   the async scheduler with a batch queue of 1, so each batch's output is processed before
+//   the next is scheduled (the synchronous loop's order, not vLLM's). The gate must report it
+//   as diverged on every async scenario (tests/test_cpp_kit.py).
 #include <algorithm>
 #include <cstdio>
 #include <deque>
@@ -51,13 +57,15 @@ const char* kEngineName = "parity-cpp-reference";
 const char* kEngineVersion = "0.1.0";
 const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // The features it has (engines/PROTOCOL.md "Features"): the gate sends it no scenario needing
-// another, and gives that scenario an `unsupported` verdict naming the feature. Left out:
-// `async_scheduling` (it runs vLLM's synchronous loop).
+// another, and gives that scenario an `unsupported` verdict naming the feature. A port lists
+// only those it has; this engine has every one.
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
-    "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes"};
+    "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes",
+    "async_scheduling"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
+bool g_sync_loop = false;             // --sync-loop: a TEST DEVICE (see the usage above)
 
 void log_line(const char* level, const std::string& text) {
     std::fprintf(stderr, "%s [reference_engine] %s\n", level, text.c_str());
@@ -73,6 +81,7 @@ struct Settings {
     bool enable_chunked_prefill = true, enable_prefix_caching = false;
     bool priority_policy = false;  // scheduling_policy "priority" (the default is "fcfs")
     bool eagle_family = false;     // eagle, eagle3, mtp, dflash, dspark: a prefix-cache hit drops its last block
+    bool async_scheduling = false;  // async_scheduling_gpu: vLLM's AsyncScheduler over its Scheduler
 };
 
 // Resolves engine_args the way vLLM 0.27.1 does for the fields the config layer records.
@@ -181,8 +190,6 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     rec.enable_prefix_caching = args.enable_prefix_caching;
     rec.enable_chunked_prefill = args.enable_chunked_prefill;
     // The protocol compares the class name: the one the steps layer drives under the GPU rule.
-    // This engine runs the synchronous loop only, so it declares no `async_scheduling` feature
-    // and is sent no scenario whose GPU rule is on; its config record still says what vLLM resolves.
     rec.scheduler_class = async_gpu ? "AsyncScheduler" : "Scheduler";
 
     settings.max_num_scheduled_tokens = scheduled;
@@ -197,6 +204,7 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     settings.eagle_family = method == "eagle" || method == "eagle3" || method == "mtp" || method == "dflash" ||
                             method == "dspark";
     settings.priority_policy = args.scheduling_policy.value_or("fcfs") == "priority";
+    settings.async_scheduling = async_gpu;
     // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/runtime.py).
     const std::int64_t blocks_per_seq = (args.max_model_len + args.block_size - 1) / args.block_size;
     settings.num_gpu_blocks = args.num_gpu_blocks_override.value_or(args.max_num_seqs * blocks_per_seq + 1);
@@ -325,7 +333,14 @@ class SimpleScheduler : public parity::PortScheduler {
         // First the running requests, in order: each catches up with its tokens plus drafts.
         for (std::size_t i = 0; i < running_.size() && budget > 0;) {
             Request* r = running_[i];
-            std::int64_t n = r->num_tokens() + static_cast<std::int64_t>(r->spec.size()) - r->num_computed;
+            // Async scheduling: no extra step once the steps in flight surely reach max_tokens,
+            // even if all their drafts are rejected: (computed + 1) - (placeholders - 1).
+            if (r->placeholders > 0 && r->num_computed + 2 - r->placeholders >= r->num_prompt_tokens + r->max_tokens) {
+                ++i;
+                continue;
+            }
+            // Output placeholders count as tokens: the steps in flight will have sampled them.
+            std::int64_t n = r->num_tokens() + static_cast<std::int64_t>(r->spec.size()) + r->placeholders - r->num_computed;
             if (0 < s_.long_prefill_token_threshold && s_.long_prefill_token_threshold < n)
                 n = s_.long_prefill_token_threshold;
             n = std::min(n, budget);
@@ -361,7 +376,7 @@ class SimpleScheduler : public parity::PortScheduler {
             prefill_scheduled |= r->is_prefill_chunk;
             ++i;
             if (!r->spec.empty()) {  // schedule as many drafts as the budget left room for
-                std::int64_t n_spec = n + r->num_computed - r->num_tokens();
+                std::int64_t n_spec = n + r->num_computed - r->num_tokens() - r->placeholders;
                 if (n_spec > 0) {
                     Tokens drafts = r->spec;
                     if (static_cast<std::int64_t>(drafts.size()) > n_spec) drafts.resize(n_spec);
@@ -376,6 +391,13 @@ class SimpleScheduler : public parity::PortScheduler {
         while (out.preempted.empty() && !waiting_.empty() && budget > 0) {
             if (static_cast<std::int64_t>(running_.size()) >= s_.max_num_seqs) break;
             Request* r = waiting_.front();
+            // vLLM moves a request whose stale output is still in flight to a side queue
+            // (skipped_waiting) and resumes it later. With a batch queue of 2 its output always
+            // arrives before the next schedule() (engines/PROTOCOL.md), so that queue stays empty
+            // and this engine has none: reaching it is a bug here, not a divergence to report.
+            if (r->stale > 0)
+                throw RunError(ErrorKind::internal, "request " + r->id + " would be resumed with stale output in "
+                               "flight: the reference engine keeps no skipped_waiting queue");
             // Prefix-cache hits (a waiting request has 0 computed tokens, new or preempted).
             const std::vector<BlockPool::Block> hits = lookup(*r);
             const std::int64_t hit_tokens = static_cast<std::int64_t>(hits.size()) * s_.block_size;
@@ -430,11 +452,23 @@ class SimpleScheduler : public parity::PortScheduler {
         prev_scheduled_.clear();
         for (Request* r : scheduled) prev_scheduled_.insert(r->id);
 
-        // The model runs on what was scheduled: computed tokens advance now (drafts included).
+        // The model runs on what was scheduled: computed tokens advance now (drafts included)
+        // (Scheduler._update_after_schedule).
         for (Request* r : scheduled) {
             r->num_computed += out.num_scheduled_tokens[r->id];
-            r->is_prefill_chunk = r->num_computed < r->num_tokens();
+            r->in_flight += out.num_scheduled_tokens[r->id];
+            r->is_prefill_chunk = r->num_computed < r->num_tokens() + r->placeholders;
         }
+        // AsyncScheduler._update_after_schedule: a request that samples in this step gains a
+        // placeholder for its bonus token and one per scheduled draft, and K placeholder drafts
+        // (-1) for its next step; the model runner fills in the real drafts itself.
+        if (s_.async_scheduling)
+            for (Request* r : scheduled) {
+                if (r->is_prefill_chunk) continue;
+                const auto drafts = out.spec_tokens.find(r->id);
+                r->placeholders += 1 + (drafts == out.spec_tokens.end() ? 0 : static_cast<std::int64_t>(drafts->second.size()));
+                r->spec = Tokens(s_.num_speculative_tokens, -1);
+            }
         return out;
     }
 
@@ -444,17 +478,27 @@ class SimpleScheduler : public parity::PortScheduler {
     void update_from_output(const parity::ScheduledStep& step, const std::map<std::string, Tokens>& sampled) override {
         for (const auto& id : step.order) {
             Request& r = get(id);
-            if (r.finish_reason) continue;
+            r.in_flight -= step.num_scheduled_tokens.at(id);
+            // The output of a step scheduled before the request's preemption: still appended,
+            // but its computed tokens and placeholders were reset by the preemption.
+            const bool stale = r.stale > 0;
+            if (stale) r.stale -= step.num_scheduled_tokens.at(id);
+            if (r.finish_reason) continue;  // finished (or aborted) while in flight: dropped
             const Tokens& new_tokens = sampled.at(id);
             auto drafts = step.spec_tokens.find(id);
-            if (drafts != step.spec_tokens.end() && !new_tokens.empty()) {
-                // accepted = sampled - 1 (the bonus token); rejected drafts were not computed
+            if (drafts != step.spec_tokens.end() && !new_tokens.empty() && !stale) {
+                // accepted = sampled - 1 (the bonus token); rejected drafts were not computed,
+                // nor will they be output (placeholders)
                 std::int64_t rejected =
                     static_cast<std::int64_t>(drafts->second.size()) - (static_cast<std::int64_t>(new_tokens.size()) - 1);
                 if (r.num_computed > 0) r.num_computed -= rejected;
+                if (r.placeholders > 0) r.placeholders -= rejected;
             }
+            const bool was_running = r.running;
+            std::int64_t appended = 0;
             for (Token t : new_tokens) {  // append one by one; a stop drops the rest
                 r.tokens.push_back(t);
+                ++appended;
                 if (r.stop_token_ids.count(t)) {
                     r.finish_reason = "stop";
                     r.stop_reason = t;
@@ -463,10 +507,16 @@ class SimpleScheduler : public parity::PortScheduler {
                 }
                 if (r.finish_reason) break;
             }
+            if (s_.async_scheduling) {  // AsyncScheduler._update_request_with_output
+                if (!stale) r.placeholders -= appended;
+                // the blocks its known computed tokens fill are cached now, before any free
+                if (was_running) cache_blocks(r, r.num_computed - r.placeholders);
+            }
             if (r.finish_reason) {
                 release(r);
                 r.running = false;
                 running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
+                waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());  // a stale output
             }
         }
     }
@@ -511,6 +561,9 @@ class SimpleScheduler : public parity::PortScheduler {
     }
     std::vector<std::string> waiting() const override { return ids(waiting_); }
     std::vector<std::string> running() const override { return ids(running_); }
+    std::int64_t num_output_placeholders(const std::string& id) const override { return get(id).placeholders; }
+    std::int64_t num_stale_output_tokens(const std::string& id) const override { return get(id).stale; }
+    bool is_prefill_chunk(const std::string& id) const override { return get(id).is_prefill_chunk; }
 
   private:
     struct Request {
@@ -522,8 +575,12 @@ class SimpleScheduler : public parity::PortScheduler {
         std::vector<std::int64_t> hashes;         // its full blocks' hashes, computed once
         std::set<Token> stop_token_ids;
         std::optional<Token> stop_reason;
-        Tokens spec;  // drafts proposed for the next step
+        Tokens spec;  // drafts proposed for the next step (under async scheduling: K placeholders, -1)
         bool running = false, is_prefill_chunk = false;
+        // Async scheduling (vLLM's Request): num_output_placeholders, the tokens scheduled and
+        // not yet updated (num_in_flight_tokens), and those of them scheduled before its
+        // preemption (num_stale_output_tokens).
+        std::int64_t placeholders = 0, in_flight = 0, stale = 0;
         std::optional<std::string> finish_reason;
         std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
         std::int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
@@ -552,12 +609,17 @@ class SimpleScheduler : public parity::PortScheduler {
             r.block_ids.push_back(b);
             if (added) added->push_back(b);
         }
-        if (s_.enable_prefix_caching) {
-            const std::int64_t full = std::min(r.num_computed + n, r.num_tokens()) / s_.block_size;
-            for (; r.num_cached_blocks < full; ++r.num_cached_blocks)
-                pool_.cache(r.block_ids[r.num_cached_blocks], hash(r, r.num_cached_blocks));
-        }
+        cache_blocks(r, r.num_computed + n);
         return true;
+    }
+
+    // Caches the request's blocks fully covered by `tokens` (at most its known tokens) that do
+    // not yet hold their hash (KVCacheManager.cache_blocks).
+    void cache_blocks(Request& r, std::int64_t tokens) {
+        if (!s_.enable_prefix_caching) return;
+        const std::int64_t full = std::min(tokens, r.num_tokens()) / s_.block_size;
+        for (; r.num_cached_blocks < full; ++r.num_cached_blocks)
+            pool_.cache(r.block_ids[r.num_cached_blocks], hash(r, r.num_cached_blocks));
     }
 
     // Block i's hash (a full block of its tokens).
@@ -625,6 +687,9 @@ class SimpleScheduler : public parity::PortScheduler {
         r.num_computed = 0;
         r.spec.clear();
         r.running = false;
+        // Async scheduling: its output in flight becomes stale, its placeholders are dropped.
+        r.stale = r.in_flight;
+        r.placeholders = 0;
         ++r.num_preemptions;
         enqueue_waiting(r, /*front=*/true);
     }
@@ -662,12 +727,14 @@ void handle_run(parity::Session& session, const json& message) {
         if (!result) {
             if (!scenario.workload)
                 throw RunError(ErrorKind::bad_request, "the steps and outputs layers need a workload; this scenario has none");
-            if (config.async_scheduling_gpu)  // the batch-queue loop: not implemented here
-                throw RunError(ErrorKind::unsupported,
-                               "async scheduling resolves on (async_scheduling_gpu): the reference engine runs the "
-                               "synchronous loop only, and its hello lists no async_scheduling feature");
             SimpleScheduler scheduler(settings);
-            result = parity::run_workload(*scenario.workload, settings.num_speculative_tokens, scheduler);
+            // The loop vLLM runs for this configuration on a GPU host: the batch queue where async
+            // scheduling resolves on (config.batch_queue_size batches), else the synchronous one.
+            if (config.async_scheduling_gpu)
+                result = parity::run_workload_async(*scenario.workload, settings.num_speculative_tokens, scheduler,
+                                                    g_sync_loop ? 1 : config.batch_queue_size);
+            else
+                result = parity::run_workload(*scenario.workload, settings.num_speculative_tokens, scheduler);
         }
         return *result;
     };
@@ -691,8 +758,10 @@ int main(int argc, char** argv) {
         const std::string arg = argv[i];
         if (arg == "--no-draft-reservation") {
             g_no_draft_reservation = true;
+        } else if (arg == "--sync-loop") {
+            g_sync_loop = true;
         } else {
-            std::fprintf(stderr, "usage: reference_engine [--no-draft-reservation]\n");
+            std::fprintf(stderr, "usage: reference_engine [--no-draft-reservation] [--sync-loop]\n");
             return 2;
         }
     }

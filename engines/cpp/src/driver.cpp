@@ -1,8 +1,9 @@
-// The stand-in driver: see include/parity/scheduler.hpp and engines/vllm/steps_layer.py.
+// The stand-in driver of the synchronous loop: see include/parity/scheduler.hpp and
+// engines/vllm/steps_layer.py (the batch-queue loop is src/async_loop.cpp).
 #include <algorithm>
 #include <set>
 
-#include "parity/scheduler.hpp"
+#include "driver_parts.hpp"
 
 namespace parity {
 
@@ -28,6 +29,63 @@ std::map<std::string, Tokens> request_prompts(const Workload& workload) {
     }
     return prompts;
 }
+
+namespace detail {  // declared, and said what each does, in driver_parts.hpp
+
+StepRecord open_record(const ScheduledStep& out, std::int64_t step, const std::vector<std::string>& aborted) {
+    StepRecord rec;
+    rec.step = step;
+    rec.aborted = aborted;
+    rec.token_budget = out.token_budget;
+    for (const auto& id : out.order) {
+        auto drafts = out.spec_tokens.find(id);
+        std::int64_t n = out.num_scheduled_tokens.at(id);
+        parity::StepRequest entry;
+        entry.tokens = n;
+        entry.draft_tokens = drafts == out.spec_tokens.end() ? 0 : static_cast<std::int64_t>(drafts->second.size());
+        if (drafts != out.spec_tokens.end()) entry.draft_token_ids = drafts->second;
+        if (auto b = out.block_ids.find(id); b != out.block_ids.end()) entry.block_ids = b->second;
+        if (auto c = out.cached_tokens.find(id); c != out.cached_tokens.end()) entry.cached_tokens = c->second;
+        entry.resent_token_ids = std::find(out.resent_token_ids.begin(), out.resent_token_ids.end(), id) !=
+                                 out.resent_token_ids.end();
+        rec.requests[id] = entry;
+        rec.total_num_scheduled_tokens += n;
+    }
+    rec.new_ = out.new_;
+    rec.resumed = out.resumed;
+    rec.preempted = out.preempted;
+    rec.num_common_prefix_blocks = out.num_common_prefix_blocks;
+    return rec;
+}
+
+void read_state(StepRecord& rec, const PortScheduler& scheduler) {
+    const KvBlocks blocks = scheduler.kv_blocks();
+    rec.kv_free = blocks.free;
+    rec.kv_used = blocks.used;
+    rec.kv_cached = blocks.cached;
+    rec.waiting = scheduler.waiting();
+    rec.running = scheduler.running();
+}
+
+std::vector<OutputRecord> output_records(const std::map<std::string, const RequestSpec*>& specs,
+                                         const PortScheduler& scheduler) {
+    std::vector<OutputRecord> outputs;
+    for (const auto& [id, spec] : specs) {
+        OutputRecord o;
+        o.id = id;
+        o.output_token_ids = scheduler.output_token_ids(id);
+        o.finish_reason = scheduler.finish_reason(id);
+        o.stop_reason = scheduler.stop_reason(id);
+        outputs.push_back(std::move(o));
+    }
+    return outputs;
+}
+
+}  // namespace detail
+
+using detail::open_record;
+using detail::output_records;
+using detail::read_state;
 
 WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortScheduler& scheduler) {
     std::map<std::int64_t, std::vector<const RequestSpec*>> arrivals, aborts;
@@ -71,28 +129,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
 
         ScheduledStep out = scheduler.schedule();
 
-        StepRecord rec;
-        rec.step = step;
-        rec.aborted = aborted;
-        rec.token_budget = out.token_budget;
-        for (const auto& id : out.order) {
-            auto drafts = out.spec_tokens.find(id);
-            std::int64_t n = out.num_scheduled_tokens.at(id);
-            parity::StepRequest entry;
-            entry.tokens = n;
-            entry.draft_tokens = drafts == out.spec_tokens.end() ? 0 : static_cast<std::int64_t>(drafts->second.size());
-            if (drafts != out.spec_tokens.end()) entry.draft_token_ids = drafts->second;
-            if (auto b = out.block_ids.find(id); b != out.block_ids.end()) entry.block_ids = b->second;
-            if (auto c = out.cached_tokens.find(id); c != out.cached_tokens.end()) entry.cached_tokens = c->second;
-            entry.resent_token_ids = std::find(out.resent_token_ids.begin(), out.resent_token_ids.end(), id) !=
-                                     out.resent_token_ids.end();
-            rec.requests[id] = entry;
-            rec.total_num_scheduled_tokens += n;
-        }
-        rec.new_ = out.new_;
-        rec.resumed = out.resumed;
-        rec.preempted = out.preempted;
-        rec.num_common_prefix_blocks = out.num_common_prefix_blocks;
+        StepRecord rec = open_record(out, step, aborted);
 
         // The stand-in model runner.
         std::map<std::string, Tokens> sampled;
@@ -124,12 +161,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
             entry.kv_blocks = scheduler.num_kv_blocks(id);
             if (!tokens.empty()) rec.emitted.push_back(id);  // a client output: it sampled
         }
-        const KvBlocks blocks = scheduler.kv_blocks();
-        rec.kv_free = blocks.free;
-        rec.kv_used = blocks.used;
-        rec.kv_cached = blocks.cached;
-        rec.waiting = scheduler.waiting();
-        rec.running = scheduler.running();
+        read_state(rec, scheduler);
 
         // The stand-in drafter (post_step).
         if (k > 0 && rec.total_num_scheduled_tokens > 0) {
@@ -145,14 +177,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
         for (auto& [id, entry] : rec.requests) entry.next_draft_token_ids = scheduler.draft_token_ids(id);
         result.steps.push_back(std::move(rec));
     }
-    for (const auto& [id, spec] : specs) {  // std::map: sorted by id
-        OutputRecord o;
-        o.id = id;
-        o.output_token_ids = scheduler.output_token_ids(id);
-        o.finish_reason = scheduler.finish_reason(id);
-        o.stop_reason = scheduler.stop_reason(id);
-        result.outputs.push_back(std::move(o));
-    }
+    result.outputs = output_records(specs, scheduler);
     return result;
 }
 

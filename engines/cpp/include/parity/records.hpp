@@ -110,6 +110,11 @@ struct StepRequest {  // a request scheduled this step
     std::vector<std::int64_t> draft_token_ids;   // the drafts scheduled (-1: a padded admission's placeholder)
     bool resent_token_ids = false;               // the output carries all its token ids (resumed, or skipped before)
     std::vector<std::int64_t> next_draft_token_ids;  // its drafts kept after this step's drafting
+    // Async scheduling only (run_workload_async): its output placeholders after the update
+    // (0 once finished or preempted) and what the update did with its output: "applied",
+    // "stale" (preempted after this step was scheduled) or "dropped" (finished before it).
+    std::optional<std::int64_t> output_placeholders;
+    std::optional<std::string> delivery;
 };
 
 struct StepRecord {
@@ -126,6 +131,9 @@ struct StepRecord {
     // (written sorted), and the common prefix blocks of the one KV cache group.
     std::vector<std::string> aborted, emitted;
     std::int64_t num_common_prefix_blocks = 0;
+    // Async scheduling only: the driver iteration whose schedule() made this step, and the
+    // one whose update_from_output() processed it.
+    std::optional<std::int64_t> iteration, update_iteration;
     bool identities = true;  // false for engine_steps: no identities, no aborted/emitted, no cached
     // engine_steps only:
     std::optional<std::vector<std::int64_t>> target_forward_tokens, drafter_forward_tokens;
@@ -144,8 +152,10 @@ struct StepRecord {
                         {"computed_tokens", r.computed_tokens},
                         {"output_tokens", r.output_tokens},
                         {"kv_blocks", r.kv_blocks}};
-            if (!identities) continue;
             json& e = reqs[id];
+            if (r.output_placeholders) e["output_placeholders"] = *r.output_placeholders;
+            if (r.delivery) e["delivery"] = *r.delivery;
+            if (!identities) continue;
             e["block_ids"] = r.block_ids ? json::array({*r.block_ids}) : json(nullptr);
             e["cached_tokens"] = r.cached_tokens;
             e["draft_token_ids"] = r.draft_token_ids;
@@ -169,6 +179,8 @@ struct StepRecord {
             out["emitted"] = sorted(emitted);
             out["num_common_prefix_blocks"] = json::array({num_common_prefix_blocks});
         }
+        if (iteration) out["iteration"] = *iteration;
+        if (update_iteration) out["update_iteration"] = *update_iteration;
         if (input_budget) out["input_budget"] = *input_budget;
         if (drafting_slots_per_request) out["drafting_slots_per_request"] = *drafting_slots_per_request;
         if (target_forward_tokens) out["target_forward_tokens"] = *target_forward_tokens;

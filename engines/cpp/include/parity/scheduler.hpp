@@ -82,6 +82,27 @@ class PortScheduler {
     // requests at its end; under FCFS the last one is the next preemption victim).
     virtual std::vector<std::string> waiting() const = 0;
     virtual std::vector<std::string> running() const = 0;
+
+    // Async scheduling: what run_workload_async() reads of a scheduler that behaves as vLLM's
+    // AsyncScheduler (engines/PROTOCOL.md "Async scheduling: the batch-queue loop"). A port
+    // running only the synchronous loop leaves them as they are (and its hello leaves the
+    // feature `async_scheduling` out).
+    //
+    // Its output placeholders (vLLM's num_output_placeholders): tokens scheduled for it whose
+    // output has not been applied yet; 0 once preempted.
+    virtual std::int64_t num_output_placeholders(const std::string& /*id*/) const { return 0; }
+    // The tokens of steps in flight when it was preempted, not yet come back (vLLM's
+    // num_stale_output_tokens): their output is still appended, but changes neither its
+    // computed tokens nor its placeholders.
+    virtual std::int64_t num_stale_output_tokens(const std::string& /*id*/) const { return 0; }
+    // Read right after schedule(): whether its computed tokens stay below its tokens plus the
+    // placeholders it had before this schedule() (vLLM's Request.is_prefill_chunk, set by
+    // _update_after_schedule before the AsyncScheduler adds this step's placeholders). The
+    // stand-in model runner samples a request only when it is false.
+    virtual bool is_prefill_chunk(const std::string& /*id*/) const {
+        throw RunError(ErrorKind::internal,
+                       "run_workload_async() needs PortScheduler::is_prefill_chunk(); this port does not implement it");
+    }
 };
 
 // Every request's prompt: request_prompt(workload, id) of conformance/formats/workload.py
@@ -106,5 +127,28 @@ struct WorkloadResult {
 // none is not one (engines/PROTOCOL.md, `steps`, states the whole contract).
 // Throws RunError(internal) when the workload does not finish within max_steps.
 WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortScheduler& scheduler);
+
+// Drives `scheduler` (vLLM's AsyncScheduler behaviour, above) over the workload exactly as
+// engines/vllm/async_loop.py drives vLLM's own EngineCore.step_with_batch_queue, for a
+// configuration whose `config` record says async_scheduling_gpu (its batch_queue_size is the
+// queue's size, 2). Driver iteration i:
+//   add the requests arriving at i; abort those whose abort_step is i (one id per call, in
+//   workload order), while the batch of the iteration before may still be in flight;
+//   stop when every request has arrived, the scheduler has no requests (none unfinished, no
+//   finished one a schedule() has not yet reported) and the queue is empty;
+//   if the scheduler has requests: schedule() -> batch b (step record number s), which the
+//   stand-in model runner executes at once (it keeps each request's tokens and drafts itself:
+//   the scheduler's -1 drafts are replaced by its own for the requests that sampled in the
+//   last batch with tokens); b joins the queue; if the queue has room and b scheduled tokens or
+//   the scheduler still has requests, the iteration ends here;
+//   update_from_output() from the oldest batch in the queue, whose record is read then.
+// There is no drafting step (update_draft_token_ids() is never called): each record's
+// next_draft_token_ids stay empty. Records come in update order (step order), each with
+// `iteration` / `update_iteration`, and per request `output_placeholders` and `delivery`.
+// `batch_queue_size` 1 gives the synchronous order (each batch updated before the next is
+// scheduled): not vLLM's loop under async scheduling, which the gate reports as a divergence.
+// Throws RunError(internal) when the workload does not finish within max_steps iterations.
+WorkloadResult run_workload_async(const Workload& workload, std::int64_t k, PortScheduler& scheduler,
+                                  std::int64_t batch_queue_size = 2);
 
 }  // namespace parity

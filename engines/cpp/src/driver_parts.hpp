@@ -1,0 +1,23 @@
+// What the kit's two loops share (src/driver.cpp: the synchronous one, src/async_loop.cpp:
+// the batch-queue one): the parts of a step record read from schedule() and from the state
+// after an update, and the output records.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "parity/scheduler.hpp"
+
+namespace parity::detail {
+
+// A step record's decisions and identities, read from what schedule() returned (the state
+// fields are filled after the update).
+StepRecord open_record(const ScheduledStep& out, std::int64_t step, const std::vector<std::string>& aborted);
+// The scheduler's state after an update: the KV cache and the two queues.
+void read_state(StepRecord& rec, const PortScheduler& scheduler);
+// One output record per request, sorted by id (`specs` is a std::map).
+std::vector<OutputRecord> output_records(const std::map<std::string, const RequestSpec*>& specs,
+                                         const PortScheduler& scheduler);
+
+}  // namespace parity::detail
