@@ -17,7 +17,7 @@ from conformance.formats.scenario import load_scenario
 from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
 from conformance.gate.plan import pins_needed, shard_plan
-from conformance.gate.recorded import RecordedSession
+from conformance.gate.recorded import recorded_session
 from conformance.judging.goldens import GoldenStore
 from conformance.process.launch import prepare_engine
 
@@ -72,7 +72,7 @@ def test_parity_envs_with_the_default_stand_ins_builds_the_oracles_environment_a
 def test_a_stand_in_without_its_golden_is_missing_golden_naming_it(tmp_path):
     store = GoldenStore(tmp_path, PINS)  # no golden at all
     release = PINS.candidates[0]
-    session = RecordedSession(EngineRef.recorded(release), "cpu", store)
+    session = recorded_session(EngineRef.recorded(release), "cpu", store)
     trace = session.trace(load_scenario(GATE), ["config"])
     assert trace["failure"]["kind"] == "missing_golden"
     assert str(tmp_path / "dflash_27b_gate" / f"vllm-{release}.json") in trace["failure"]["message"]
@@ -81,14 +81,14 @@ def test_a_stand_in_without_its_golden_is_missing_golden_naming_it(tmp_path):
 
 def test_a_stand_ins_golden_of_another_version_of_the_scenario_is_not_read():
     other = replace(load_scenario(GATE), sha256="0" * 64)  # the scenario edited since its goldens
-    trace = RecordedSession(EngineRef.recorded(PINS.candidates[0]), "cpu").trace(other, ["config"])
+    trace = recorded_session(EngineRef.recorded(PINS.candidates[0]), "cpu").trace(other, ["config"])
     assert trace["failure"]["kind"] == "missing_golden" and "another version of scenario" in trace["failure"]["message"]
     assert trace["layers"] == {}
 
 
 def test_a_stand_ins_trace_is_its_golden_under_its_recorded_hello():
     release = PINS.candidates[0]
-    trace = RecordedSession(EngineRef.recorded(release), "cpu").trace(load_scenario(GATE), ["config"])
+    trace = recorded_session(EngineRef.recorded(release), "cpu").trace(load_scenario(GATE), ["config"])
     golden = GoldenStore(REPO / "goldens", PINS).load("dflash_27b_gate", release)
     assert "failure" not in trace
     assert trace["layers"] == {"config": golden["layers"]["config"]}

@@ -15,7 +15,7 @@ from conformance.formats import digest
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.settings import device_mode
 from conformance.gate.context import RunContext
-from conformance.gate.recorded import RecordedSession
+from conformance.gate.recorded import recorded_session
 from conformance.gate.shards import COLD_START, Unit, assign, share_cost
 from conformance.judging.goldens import GOLDENS, ORACLE_RUNS
 from conformance.judging.verdict import CANDIDATE, ORACLE
@@ -40,7 +40,7 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
                          f"{len(mine)} unit{'s' if len(mine) != 1 else ''}"
                          + ("" if engine.kind.runs else ", read from its goldens"))
             if not engine.kind.runs:  # a pin's goldens (gate/recorded.py): no process
-                with RecordedSession(engine, device_mode()) as recorded:
+                with recorded_session(engine, device_mode()) as recorded:
                     return [recorded.trace(by_name[u.scenario], list(u.layers)) for u in mine], 0
             # named by its key while it runs (a command line can be long); the report names it
             # by its NAME or its hello

@@ -204,3 +204,35 @@ def _first_field(a, b, path: str) -> tuple[str, object, object]:
         index = next(i for i, (x, y) in enumerate(zip(a, b)) if x != y)
         return _first_field(a[index], b[index], f"{path}[{index}]")
     return path, a, b
+
+
+class RecordedSession:
+    """An engine read from its records instead of run (a pin's goldens: gate/recorded.py): what
+    a gate asks of an EngineSession, with no process. `recorded(scenario, layers)` gives
+    (the recorded trace, None), or (None, a trace's failure saying why there is none)."""
+
+    cold_starts = 0
+
+    def __init__(self, label: str, recorded):
+        self.label, self.recorded = label, recorded
+
+    def __enter__(self) -> "RecordedSession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def trace(self, scenario: Scenario, layers: list[str], repeat: int = 1, needs=None) -> dict:
+        """The unit's records as recorded, under the hello the record holds (`repeat` and
+        `needs` are a run's: nothing runs here)."""
+        recorded, failure = self.recorded(scenario, layers)
+        if failure is not None:
+            return make_trace(self.label, {}, scenario, {}, failure=failure)
+        hello = {"engine": recorded["engine"]["name"], "version": recorded["engine"]["version"],
+                 "protocol": recorded["engine"]["protocol"], "environment": recorded["provenance"]["environment"]}
+        trace = make_trace(self.label, hello, scenario, {layer: recorded["layers"][layer] for layer in layers
+                                                        if layer in recorded["layers"]})
+        digests = {layer: form for layer, form in recorded.get("digests", {}).items() if layer in layers}
+        if digests:
+            trace["digests"] = digests
+        return trace
