@@ -334,7 +334,7 @@ def cmd_envs(args) -> int:
                or args.stand_ins is not None)
     if planned and args.pin:
         raise InputError("--pin: give either --pin or the gate's plan options (--shard, --candidate, "
-                         "--scenario, --scale, --layers), not both")
+                         "--stand-ins, --scenario, --scale, --layers), not both")
     releases = _share_pins(args, pins) if planned else args.pin or list(pins.releases)
     if args.key:
         print(env_cache_key(releases, pins))
@@ -374,7 +374,8 @@ def plan_inputs(args, pins, log) -> tuple:
     shard = parse_shard(args.shard) if args.shard else None
     scenarios = _scenarios(args.scenario, args.scale)
     layers = _layers(args.layers)
-    return shard, scenarios, layers, gate_engines(pins, args.candidate, log, args.stand_ins or default_stand_ins(args.scale))
+    stand_ins = args.stand_ins or default_stand_ins(args.scale)
+    return shard, scenarios, layers, gate_engines(pins, args.candidate, log, stand_ins)
 
 
 def cmd_run(args) -> int:

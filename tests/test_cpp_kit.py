@@ -302,18 +302,24 @@ def _steps_and_outputs(engine: "Engine", name: str) -> dict[str, list]:
     return layers
 
 
-def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):
+def _agreeing_steps(engine, name: str) -> list[dict]:
+    """The engine's steps on scenario `name`, its steps and outputs checked equal to the kit
+    release's golden."""
     from conformance.judging.compare import compare_layer
 
+    golden = kit_golden(name)["layers"]
+    layers = _steps_and_outputs(engine, name)
+    for layer in ("steps", "outputs"):
+        c = compare_layer(layer, golden[layer], layers[layer])
+        assert c.equal, (name, layer, c.index, c.first)
+    return layers["steps"]
+
+
+def test_reference_engine_steps_equal_the_oracles_golden_state_included(kit):
     engine = Engine()
     try:
         for name in AGREEING:
-            golden = kit_golden(name)["layers"]
-            layers = _steps_and_outputs(engine, name)
-            for layer in ("steps", "outputs"):
-                c = compare_layer(layer, golden[layer], layers[layer])
-                assert c.equal, (name, layer, c.index, c.first)
-            steps = layers["steps"]
+            steps = _agreeing_steps(engine, name)
             assert all({"kv_blocks", "waiting", "running"} <= set(s) for s in steps), name
             assert all({"computed_tokens", "output_tokens", "kv_blocks", "accepted_draft_tokens"} <= set(r)
                        for s in steps for r in s["requests"].values()), name
@@ -328,18 +334,11 @@ def test_reference_engine_async_steps_equal_the_oracles_golden(kit):
     gives 0.27.1's records on every async scenario: the iteration of each schedule() and update,
     each request's output placeholders and delivery (applied, stale after a preemption,
     dropped after a finish or an abort), and the state read after the next schedule()."""
-    from conformance.judging.compare import compare_layer
-
     engine = Engine()
     try:
         deliveries = set()
         for name in ASYNC_AGREEING:
-            golden = kit_golden(name)["layers"]
-            layers = _steps_and_outputs(engine, name)
-            for layer in ("steps", "outputs"):
-                c = compare_layer(layer, golden[layer], layers[layer])
-                assert c.equal, (name, layer, c.index, c.first)
-            steps = layers["steps"]
+            steps = _agreeing_steps(engine, name)
             assert all({"iteration", "update_iteration"} <= set(s) for s in steps), name
             assert any(s["update_iteration"] > s["iteration"] for s in steps), name  # scheduled ahead
             deliveries |= {r["delivery"] for s in steps for r in s["requests"].values()}

@@ -191,8 +191,9 @@ def release_of(text: str, releases) -> str | None:
 
 def _pin_form(text: str, releases: tuple[str, ...]) -> EngineRef | None:
     """A pin or a pin's mutant; None for anything else (a command line, a NAME=COMMAND)."""
-    if text.endswith(RECORDED_MARK) and release_of(text[:-len(RECORDED_MARK)], releases):
-        return EngineRef(RECORDED, text, release_of(text[:-len(RECORDED_MARK)], releases))
+    recorded = release_of(text.removesuffix(RECORDED_MARK), releases) if text.endswith(RECORDED_MARK) else None
+    if recorded is not None:
+        return EngineRef(RECORDED, text, recorded)
     pin, mark, mutant = text.partition(MUTANT_MARK)
     release = release_of(pin, releases)
     if release is None:

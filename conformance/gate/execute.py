@@ -28,9 +28,9 @@ from conformance.process.session import EngineSession
 def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: list[Unit],
               features: dict | None = None) -> dict[str, dict]:
     """Run `units` (in plan order), one warm session per engine (two where a balanced cut
-    splits one, side_by_side_pieces), up to `context.parallel` side by side; unit key -> its trace. `features`: scenario name -> the features it
-    needs (the manifest's); a candidate is not sent a scenario needing one its hello does not
-    declare."""
+    splits one, side_by_side_pieces), up to `context.parallel` side by side; unit key -> its
+    trace. `features`: scenario name -> the features it needs (the manifest's); a candidate is
+    not sent a scenario needing one its hello does not declare."""
     log, parallel = context.log, context.parallel
     by_name = {s.name: s for s in scenarios}
     traces: dict[str, dict] = {}

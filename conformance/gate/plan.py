@@ -89,7 +89,8 @@ def share_of(manifest: RunManifest, shard: tuple[int, int] | None) -> list[Unit]
 
 def pins_needed(manifest: RunManifest, share: list[Unit], pins) -> list[str]:
     """The pinned releases whose environments the share's engines run in (a pin, or a pin's
-    TEST DEVICE mutant; not a pin read from its goldens), in pin order: what a shard's runner builds, and nothing more."""
+    TEST DEVICE mutant; not a pin read from its goldens), in pin order: what a shard's runner
+    builds, and nothing more."""
     running = {u.engine for u in share}
     needed = {e.release for e in manifest.engines  # a command has none; a pin's goldens need no environment
               if e.key in running and e.release and e.kind.runs}

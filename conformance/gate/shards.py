@@ -83,8 +83,9 @@ def unit_cost(group: str, scenario, repeat: int) -> float:
 
 def plan(engines: list[tuple[str, int]], scenarios: list, layers: list[str] | None,
          refused: frozenset = frozenset()) -> list[Unit]:
-    """engines: (key, repeat) in run order (repeat 0: the engine is read, not run); `refused`: (key, group) pairs the engine is known
-    to refuse at once. Units in plan order: engine, scenario, group."""
+    """engines: (key, repeat) in run order (repeat 0: the engine is read, not run); `refused`:
+    (key, group) pairs the engine is known to refuse at once. Units in plan order: engine,
+    scenario, group."""
     units = []
     for key, repeat in engines:
         for scenario in scenarios:
