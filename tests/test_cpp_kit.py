@@ -229,7 +229,10 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "prefix_eviction", "prefix_duplicate_blocks", "prefix_multi_turn", "prefix_dflash", "prefix_draft_model",
             "prefix_eagle3", "prefix_mtp", "prefix_ngram", "prefix_pard", "abort_states", "abort_mid_prefill",
             "abort_waiting_queue", "abort_waiting_queue_priority", "prefix_duplicate_evicted",
-            "prefix_hit_after_prepend", "abort_priority_heap")
+            "prefix_hit_after_prepend", "abort_priority_heap",
+            # duplicated blocks evicted first copy first, a prefix one token short of a block,
+            # one-token blocks with EAGLE-3
+            "prefix_duplicate_first_evicted", "prefix_block_one_short", "prefix_one_token_blocks")
 # The scenarios whose GPU rule turns async scheduling on: the reference engine drives its
 # AsyncScheduler through the kit's batch-queue loop (run_workload_async, a port of
 # engines/vllm/async_loop.py), and agrees with 0.27.1 on each of them.
