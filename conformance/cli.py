@@ -225,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine-layers", action="store_true",
                    help="measure coverage on the engine-layer scenarios too (about 100 s per pin)")
     p.add_argument("--no-engine-tier", action="store_true",
-                   help="mutants run the stand-in scenarios only, not the two engine-layer ones after them")
+                   help="mutants run the stand-in scenarios only, not the engine-layer tier after them")
     p.add_argument("--engine-sample", type=int,
                    help="run a deterministic sample of this many engine-path mutants (default: all)")
     p.add_argument("--catalog", choices=("scheduler", "kv", "engine", "all"), default="all",

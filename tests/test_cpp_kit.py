@@ -232,7 +232,9 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "prefix_hit_after_prepend", "abort_priority_heap",
             # duplicated blocks evicted first copy first, a prefix one token short of a block,
             # one-token blocks with EAGLE-3
-            "prefix_duplicate_first_evicted", "prefix_block_one_short", "prefix_one_token_blocks")
+            "prefix_duplicate_first_evicted", "prefix_block_one_short", "prefix_one_token_blocks",
+            # the priority policy's victim scheduled earlier in the same step, with requests after
+            "priority_victim_scheduled_before")
 # The scenarios whose GPU rule turns async scheduling on: the reference engine drives its
 # AsyncScheduler through the kit's batch-queue loop (run_workload_async, a port of
 # engines/vllm/async_loop.py), and agrees with 0.27.1 on each of them.

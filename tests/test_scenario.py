@@ -117,7 +117,7 @@ def test_prefix_caching_left_out_is_vllms_default_written_in_before_hashing(scen
     assert off.engine_args["enable_prefix_caching"] is False
 
 
-@pytest.mark.parametrize("key, value", [("prefix", "sys"), ("continues", "r0"), ("abort_step", 1), ("priority", 2)])
+@pytest.mark.parametrize("key, value", [("prefix", "sys"), ("continues", "r0"), ("abort_step", 1)])
 def test_the_engine_layers_refuse_what_only_the_stand_in_runs(tmp_path, key, value):
     shutil.copytree(GATE.parent / "models", tmp_path / "models")
     data = json.loads((GATE.parent / "engine_ngram.json").read_text())
@@ -133,6 +133,18 @@ def test_the_engine_layers_refuse_what_only_the_stand_in_runs(tmp_path, key, val
     (tmp_path / "s.json").write_text(json.dumps(data))
     with pytest.raises(ScenarioError, match="workload.prefixes: is not run by the engine layers"):
         load_scenario(tmp_path / "s.json")
+
+
+def test_the_engine_layers_run_a_requests_priority(tmp_path):
+    """The engine's add_request takes a priority, so an engine scenario may give one (the
+    priority policy's victim chosen by it, as in engine_priority_victim_drafts)."""
+    shutil.copytree(GATE.parent / "models", tmp_path / "models")
+    data = json.loads((GATE.parent / "engine_ngram.json").read_text())
+    data["engine_args"]["scheduling_policy"] = "priority"
+    data["workload"]["requests"][0]["priority"] = 2
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    scenario = load_scenario(tmp_path / "s.json")
+    assert scenario.engine is not None and scenario.workload["requests"][0]["priority"] == 2
 
 
 @pytest.mark.parametrize("text", ["", "{", "[1, 2]", '{"schema": NaN}', "\xff"])

@@ -38,9 +38,11 @@ GOAL_ENGINE_KILLED = 90.0  # percent of the non-equivalent engine-path mutants
 # The order a mutant runs the engine scenarios in (stopping at the first that catches it):
 # the cheapest and widest first. engine_ngram runs the ngram drafter with partial acceptance
 # (rejection and bonus tokens both), engine_draft_model_self accepts every draft, then one
-# scenario per other drafter; engine_kv_pressure (preemption) last.
+# scenario per other drafter; engine_kv_pressure (preemption), then the priority policy's
+# victim taken back out of a step (engine_priority_victim_drafts), last.
 ENGINE_ORDER = ("engine_ngram", "engine_draft_model_self", "engine_eagle3", "engine_dflash_gate",
-                "engine_draft_model", "engine_pard", "engine_mtp", "engine_kv_pressure")
+                "engine_draft_model", "engine_pard", "engine_mtp", "engine_kv_pressure",
+                "engine_priority_victim_drafts")
 
 
 def engine_scenarios(scenarios: list[Scenario]) -> list[Scenario]:

@@ -49,8 +49,10 @@ MUTANT_RUN_TIMEOUT = 20.0  # one scenario on a mutant (a mutated loop may never 
 ENGINE_RUN_TIMEOUT = 300.0  # one engine-layer scenario (a whole engine on CPU) on a mutant
 # The second tier: mutants no stand-in scenario caught run these engine-layer scenarios, where
 # the real model runner reads what the steps layer does not record (block ids, the cached
-# request data, the client-facing outputs). Two, for cost: every draft accepted, and preemption.
-ENGINE_TIER = ("engine_draft_model_self", "engine_kv_pressure")
+# request data, the client-facing outputs, the drafts of every request a step lists). Three, for
+# cost: every draft accepted, preemption, and the priority policy's victim taken back out of a
+# step with its drafts.
+ENGINE_TIER = ("engine_draft_model_self", "engine_kv_pressure", "engine_priority_victim_drafts")
 GOAL_BRANCHES, GOAL_KILLED = 90.0, 97.0  # percent: in-scope branches of each part, each catalog's kill rate
 # The generated catalogs: the scheduler's own code, and the code it calls to decide (the KV
 # cache manager, its coordinator, the single-type managers, the block pool and its free queue:

@@ -94,8 +94,9 @@ DEFAULT_ENGINE = {"logprobs": 5, "logprob_decimals": 4}
 # leaves 40x. bf16 / fp16 on a GPU: not measured here (no GPU); a few hundredths expected.
 DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # Workload keys the engine layers do not run: the engine's outputs are its model's, not the
-# stand-in's a continuation is built from, and its loop has no aborts.
-STEPS_ONLY = ("prefix", "continues", "abort_step", "priority")
+# stand-in's a continuation is built from, and its loop has no aborts. (A request's `priority`
+# is run: the engine's add_request takes it.)
+STEPS_ONLY = ("prefix", "continues", "abort_step")
 ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE
 
 

@@ -259,7 +259,8 @@ def _drive(engine, workload: dict, arrivals: dict, num_logprobs: int, decimals: 
                 stop_token_ids=list(req["stop_token_ids"]), logprobs=num_logprobs,
                 detokenize=False, seed=0)
             prompt = {"prompt_token_ids": prompt_tokens(seed, req["id"], req["prompt_len"], vocab)}
-            engine.add_request(req["id"], prompt, params)
+            # the priority policy's key (the stand-in's too); 0 when the workload gives none
+            engine.add_request(req["id"], prompt, params, priority=req.get("priority", 0))
             added += 1
         if added == total and not engine.has_unfinished_requests():
             break
