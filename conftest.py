@@ -31,18 +31,29 @@ def pytest_collection_modifyitems(config, items):
     # uses a warm session is grouped by the engine it drives, so each engine still costs one
     # cold start per session, in one of the two processes. The engine is the test's `release`
     # or `mutant` parameter, else the gate oracle; a test driving another says so with its own
-    # xdist_group marker.
-    oracle = load_pins().oracle
+    # xdist_group marker. The pins other than the oracle share one group (CANDIDATE_PINS): a
+    # gate with live stand-ins warms every pin, and in one process each of them starts once.
+    # A module-scoped fixture is set up once per process: the tests using one share a group too.
+    pins = load_pins()
     for item in items:
-        if "warm_sessions" not in getattr(item, "fixturenames", ()) or item.get_closest_marker("xdist_group"):
+        if item.get_closest_marker("xdist_group"):
+            continue
+        if "warm_sessions" not in getattr(item, "fixturenames", ()):
+            defs = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+            if any(d.scope == "module" for chain in defs.values() for d in chain):
+                item.add_marker(pytest.mark.xdist_group(f"module-fixtures:{item.module.__name__}"))
             continue
         params = getattr(item, "callspec", None)
         params = params.params if params else {}
-        engine = params.get("release", oracle)
         if "mutant" in params:
-            engine = EngineRef.test_device(oracle, params["mutant"]).text
-        item.add_marker(pytest.mark.xdist_group(engine))
+            engine = EngineRef.test_device(pins.oracle, params["mutant"])
+        else:
+            engine = EngineRef.parse(params.get("release", pins.oracle), pins)
+        other_pin = engine.is_pin and engine.release != pins.oracle
+        item.add_marker(pytest.mark.xdist_group(CANDIDATE_PINS if other_pin else engine.text))
 
+
+CANDIDATE_PINS = "candidate pins"  # the xdist group of the tests driving a pin other than the oracle
 
 # Engines kept warm at once per pytest process: at least MAX_WARM, and one per pin, since the
 # goldens suite runs every scenario on every pin in turn (fewer would cold-start an engine for
@@ -67,16 +78,20 @@ def max_warm(device: str, processes: int, pins: int) -> int:
 def warm_sessions(request):
     """engine (a pin, or a pin's TEST DEVICE mutant "0.27.1+mutant:NAME") -> its started
     EngineSession (process/session.py), started once per session (per xdist process) and
-    restarted by the session only when its engine is gone, closed at the end."""
+    restarted by the session only when its engine is gone, closed at the end. A mutant is
+    forked by its pin's mutant server (engines/vllm/mutant_server.py: one import of vLLM per
+    process, ~5 s, not one per mutant); a pin starts as `parity gate` starts it."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from conformance.formats.engine_ref import EngineRef
+    from conformance.formats.engine_ref import MUTANT, EngineRef
     from conformance.formats.pins import load_pins
     from conformance.formats.settings import device_mode
-    from conformance.process.launch import prepare_engine
+    from conformance.process.launch import EngineSpec, prepare_engine
+    from conformance.process.mutant_server import MutantServer
     from conformance.process.session import EngineSession
 
     sessions: dict[str, EngineSession] = {}  # least recently used first
+    servers: dict[str, MutantServer] = {}  # release -> the fork server of its TEST DEVICE mutants
     xdist = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
     processes = xdist["workercount"] if xdist else 1
     pins = load_pins()
@@ -86,7 +101,14 @@ def warm_sessions(request):
     def get(engine: str) -> EngineSession:
         with lock:
             if engine not in sessions:
-                session = EngineSession(prepare_engine(EngineRef.parse(engine, pins), pins, log=lambda m: None))
+                ref = EngineRef.parse(engine, pins)
+                if ref.kind is MUTANT:  # forked from one import of its pin: no cold start of its own
+                    if ref.release not in servers:
+                        servers[ref.release] = MutantServer(ref.release, log=lambda m: None)
+                    spec = EngineSpec(ref.label, servers[ref.release].builtin_argv(ref.mutant))
+                else:
+                    spec = prepare_engine(ref, pins, log=lambda m: None)
+                session = EngineSession(spec)
                 session.start()
                 sessions[engine] = session
                 while len(sessions) > most:  # each holds up to 1 GiB: end the longest unused
@@ -97,6 +119,8 @@ def warm_sessions(request):
     yield get
     with ThreadPoolExecutor() as pool:  # each engine takes seconds to shut down: all at once
         list(pool.map(EngineSession.close, sessions.values()))
+    for server in servers.values():
+        server.close()
 
 
 @pytest.fixture

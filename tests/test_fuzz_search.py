@@ -417,7 +417,8 @@ def test_ctrl_c_while_shrinking_keeps_the_smallest_failing_example(tmp_path):
 
 
 # `parity fuzz` in a process of its own, its engines TEST DOUBLEs: DoublePair in place of the
-# oracle's and the candidate's workers (the planted admission bug), each run taking 50 ms.
+# oracle's and the candidate's workers (the planted admission bug), each run taking 50 ms once
+# one has diverged: the shrinking still runs when the interrupt comes.
 FUZZ_DRIVER = """
 import sys, time
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/tests"]
@@ -429,13 +430,16 @@ from test_fuzz_search import DoublePair
 class SlowDoublePair(DoublePair):
     def __init__(self, oracle, candidate, layers):
         super().__init__()
+        self.diverged = False
     def start(self):
         pass
     def close(self):
         pass
     def judge(self, scenario, timeout=None):
-        time.sleep(0.05)
-        return super().judge(scenario)
+        time.sleep(0.05 if self.diverged else 0)
+        verdict, golden = super().judge(scenario)
+        self.diverged = self.diverged or verdict.kind == "diverged"
+        return verdict, golden
 
 class DoubleLauncher:
     def __init__(self, pins, log, find_mutant=None):
@@ -532,15 +536,16 @@ def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
     assert "#-1" not in text
 
 
-# Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, with the seed and the
-# example budget that find it here (same seed, same examples).
+# Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, each with a seed that
+# finds it within the example budget here (same seed, same examples). Seed 1 finds draft-plus-one
+# too, on 6 requests that take 539 runs (16 s) to shrink; seed 2 on 3 requests, in 99 runs.
 @pytest.mark.oracle
-@pytest.mark.parametrize("mutant", ["ignore-max-num-seqs", "draft-plus-one"])
-def test_finds_and_shrinks_a_mutant(mutant, warm_sessions, tmp_path):
+@pytest.mark.parametrize("mutant, seed", [("ignore-max-num-seqs", 1), ("draft-plus-one", 2)])
+def test_finds_and_shrinks_a_mutant(mutant, seed, warm_sessions, tmp_path):
     oracle = load_pins().oracle
     pair = Pair.warm(warm_sessions(oracle), warm_sessions(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))
     try:
-        search = Search(pair, 1, QUIET, examples=400, shrink_limit=90.0)
+        search = Search(pair, seed, QUIET, examples=400, shrink_limit=90.0)
         [finding] = search.run()
         fuzz_cli.confirm(pair, finding, tmp_path, 1, mutant, oracle, QUIET)
         assert finding.confirmed, finding.signature

@@ -20,6 +20,7 @@ from conformance.gate.plan import pins_needed, shard_plan
 from conformance.gate.recorded import recorded_session
 from conformance.judging.goldens import GoldenStore
 from conformance.process.launch import prepare_engine
+from conftest import CANDIDATE_PINS
 
 REPO = Path(__file__).resolve().parents[1]
 PINS = load_pins()
@@ -97,6 +98,7 @@ def test_a_stand_ins_trace_is_its_golden_under_its_recorded_hello():
 
 
 @pytest.mark.oracle
+@pytest.mark.xdist_group(CANDIDATE_PINS)  # warms every pin: where the other pins' tests run
 def test_stand_ins_read_from_their_goldens_get_the_verdicts_of_their_live_runs(capsys, warm_gate):
     """The same gate with its stand-ins read, then run live (warm sessions of every pin): the
     report is the same but for the stand-ins' names and the one message a live pin words

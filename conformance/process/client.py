@@ -59,7 +59,7 @@ class EngineProcess:
     # protocol.MAX_RUN_BYTES / MAX_RUN_RECORDS unless $VLLM_PARITY_MAX_RUN_BYTES / _RECORDS say more
     max_run_bytes: int | None = None
     max_run_records: int | None = None
-    _budget: int | None = None  # bytes a run in progress may still send
+    _budget: int | None = None  # bytes a run in progress may still send; None between runs
     _limits: tuple[int, int] = (0, 0)  # the run in progress's limits: bytes, records
     _stderr_mark: int = 0  # where the run in progress began in the engine's stderr
 
@@ -220,13 +220,16 @@ class EngineProcess:
 
     def close(self) -> bool:
         """Send `shutdown`, give the engine SHUTDOWN_GRACE seconds to exit, then end its process
-        group. True when it had exited by then (PROTOCOL.md: within 10 s of `shutdown`)."""
+        group. True when it had exited by then (PROTOCOL.md: within 10 s of `shutdown`). An
+        engine closed in the middle of a run (it broke the protocol, or the harness is stopping)
+        is ended at once: it reads `shutdown` only after its run, which may never end."""
         proc = self._proc
         if proc is None:
             return False
         self._proc = None
-        if proc.poll() is None and _write_within(proc, protocol.encode({"type": "shutdown"}),
-                                                 SHUTDOWN_GRACE) == "ok":
+        between_runs = self._budget is None
+        if proc.poll() is None and between_runs and _write_within(proc, protocol.encode({"type": "shutdown"}),
+                                                                  SHUTDOWN_GRACE) == "ok":
             try:
                 proc.wait(timeout=SHUTDOWN_GRACE)
             except subprocess.TimeoutExpired:

@@ -50,6 +50,11 @@ class MutantServer:
         """What starts `mutant` as an engine of its own (process/launch.py Launcher)."""
         return (sys.executable, str(CLIENT), "--socket", str(self.socket), "--mutant", json.dumps(mutant.to_json()))
 
+    def builtin_argv(self, name: str) -> tuple[str, ...]:
+        """What starts the built-in mutant NAME (engines/vllm/mutants.py) forked from this server:
+        the engine `worker.py --mutant NAME` is, without an import of its own."""
+        return (sys.executable, str(CLIENT), "--socket", str(self.socket), "--builtin", name)
+
     def close(self) -> None:
         stop_kept(self._proc)  # the server and every mutant it forked
         self._stderr.close()

@@ -5,6 +5,7 @@ to the fork server, which forks the mutant onto them, and exits with the mutant'
 Ending this process (as the harness does on a timeout) ends the mutant.
 
     python mutant_client.py --socket /tmp/x.sock --mutant '{"id": "m0123456789", ...}'
+    python mutant_client.py --socket /tmp/x.sock --builtin draft-plus-one
 """
 
 from __future__ import annotations
@@ -18,17 +19,18 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--socket", required=True)
-    parser.add_argument("--mutant", required=True, 
-                        help="the mutant, as conformance.formats.mutant's JSON (Mutant.to_json)")
+    which = parser.add_mutually_exclusive_group(required=True)
+    which.add_argument("--mutant", help="the mutant, as conformance.formats.mutant's JSON (Mutant.to_json)")
+    which.add_argument("--builtin", metavar="NAME", help="a built-in mutant of engines/vllm/mutants.py")
     args = parser.parse_args(argv)
-    mutant = json.loads(args.mutant)
+    request = {"builtin": args.builtin} if args.builtin else {"mutant": json.loads(args.mutant)}
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         conn.connect(args.socket)
     except OSError as exc:
         print(f"mutant_client: no mutant server at {args.socket}: {exc}", file=sys.stderr)
         return 2
-    socket.send_fds(conn, [json.dumps({"mutant": mutant}).encode()], [0, 1, 2])
+    socket.send_fds(conn, [json.dumps(request).encode()], [0, 1, 2])
     line = conn.makefile("rb").readline()
     return json.loads(line)["exit"] if line else 1
 

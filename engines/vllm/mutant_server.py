@@ -7,8 +7,10 @@ engines/vllm/mutant_client.py is its command line; it connects to this server's 
 and hands over its stdin, stdout and stderr (SCM_RIGHTS); the server forks a monitor, which
 forks the mutant: the fresh child installs the mutant (engines/vllm/mutant_catalog.py) and
 runs the worker's protocol loop on the client's pipes, announcing itself as
-"vllm+mutant:catalog:<id>", never as "vllm". The monitor ends the mutant when the client goes
-away (the harness ended it, e.g. on a timeout) and tells the client the mutant's exit status.
+"vllm+mutant:catalog:<id>", never as "vllm". A built-in mutant (mutants.py: the test suite's
+warm sessions of them) is forked the same way and runs as `worker.py --mutant NAME` does. The
+monitor ends the mutant when the client goes away (the harness ended it, e.g. on a timeout)
+and tells the client the mutant's exit status.
 
     python mutant_server.py --release 0.27.1 --socket /tmp/x.sock   # prints "ready" when serving
 """
@@ -73,7 +75,7 @@ def _monitor(conn: socket.socket, release: str, device: str) -> int:
         for target, fd in zip((0, 1, 2), fds):
             os.dup2(fd, target)  # the worker's sys.std* objects now use the client's pipes
             os.close(fd)
-        os._exit(_serve(request["mutant"], release, device))
+        os._exit(_serve(request, release, device))
     for fd in fds:
         os.close(fd)
     while True:
@@ -88,20 +90,25 @@ def _monitor(conn: socket.socket, release: str, device: str) -> int:
             return 0
 
 
-def _serve(mutant_json: dict, release: str, device: str) -> int:
+def _serve(request: dict, release: str, device: str) -> int:
+    """The worker's protocol loop with the mutant of `request`: {"mutant": Mutant JSON}, a
+    generated one installed here first, or {"builtin": NAME}, one of mutants.py."""
     from conformance.formats import protocol
     from conformance.formats.mutant import Mutant
     from engines.vllm import mutant_catalog, worker
 
+    name = request.get("builtin")
+    if name is None:
+        try:
+            mutant = Mutant.from_json(request["mutant"])
+            mutant_catalog.install(mutant)
+        except Exception as exc:  # a mutant that cannot be installed is a bad request, said once
+            os.write(1, protocol.encode({"type": "error", "id": None, "kind": "bad_request",
+                                         "message": f"cannot install mutant: {type(exc).__name__}: {exc}"}))
+            return 2
+        name = f"catalog:{mutant.id}"
     try:
-        mutant = Mutant.from_json(mutant_json)
-        mutant_catalog.install(mutant)
-    except Exception as exc:  # a mutant that cannot be installed is a bad request, said once
-        os.write(1, protocol.encode({"type": "error", "id": None, "kind": "bad_request",
-                                     "message": f"cannot install mutant: {type(exc).__name__}: {exc}"}))
-        return 2
-    try:
-        return worker.main(["--release", release, "--device", device, "--mutant", f"catalog:{mutant.id}"])
+        return worker.main(["--release", release, "--device", device, "--mutant", name])
     finally:
         sys.stdout.flush()
         sys.stderr.flush()
