@@ -84,7 +84,7 @@ PREFIX_KEYS = {"name", "len"}
 
 def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
     """The workload with defaults filled in; raises ScenarioError naming the field."""
-    check = _Checker(source)
+    check = FieldChecker(source)
     check.keys("workload", raw, TOP_LEVEL, TOP_REQUIRED)
     seed = check.integer("workload.seed", raw["seed"], 0, MAX_SEED)
     vocab_size = check.integer("workload.vocab_size", raw["vocab_size"], 2, MAX_VOCAB_SIZE)
@@ -109,8 +109,9 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
     return workload
 
 
-class _Checker:
-    """Raises the ScenarioError naming the field; one place for the shared checks."""
+class FieldChecker:
+    """Raises the ScenarioError naming the field; one place for the shared checks (the
+    production generator's parameters extend it, workload_gen.py)."""
 
     def __init__(self, source: str) -> None:
         self.source = source
@@ -144,7 +145,7 @@ class _Checker:
         return obj
 
 
-def _prefixes(check: _Checker, raw: object, limit: int) -> dict[str, int]:
+def _prefixes(check: FieldChecker, raw: object, limit: int) -> dict[str, int]:
     """Named shared prefixes: name -> length, in the file's order."""
     if not isinstance(raw, list):
         check.fail("workload.prefixes", f"must be an array, got {_tname(raw)}")
@@ -161,7 +162,7 @@ def _prefixes(check: _Checker, raw: object, limit: int) -> dict[str, int]:
     return out
 
 
-def _request(check: _Checker, where: str, req: object, earlier: list[dict], prefixes: dict[str, int],
+def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], prefixes: dict[str, int],
              vocab_size: int, max_steps: int, limit: int) -> dict:
     """One request checked against the requests before it; its optional keys kept only when given."""
     check.keys(where, req, REQUEST_KEYS, ("id", "arrival_step", "prompt_len", "max_tokens"))
@@ -194,7 +195,7 @@ def _request(check: _Checker, where: str, req: object, earlier: list[dict], pref
     return out
 
 
-def _continued(check: _Checker, where: str, value: object, earlier: list[dict]) -> str:
+def _continued(check: FieldChecker, where: str, value: object, earlier: list[dict]) -> str:
     name = check.name(where, value, "an earlier request's id")
     target = next((e for e in earlier if e["id"] == name), None)
     if target is None:
@@ -217,7 +218,7 @@ def _some(names: list[str], most: int = 10) -> str:
     return f"[{shown}{', ...' if len(names) > most else ''}] ({len(names)})" if len(names) > most else f"[{shown}]"
 
 
-def _check_lengths(check: _Checker, workload: dict, max_model_len: int | None) -> None:
+def _check_lengths(check: FieldChecker, workload: dict, max_model_len: int | None) -> None:
     """len(prompt) + max_tokens <= max_model_len for every request, a continuation's prompt
     holding the earlier request's prompt and output."""
     lengths = prompt_lengths(workload, max_model_len)

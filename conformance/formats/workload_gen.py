@@ -232,14 +232,8 @@ def _aborts(check: "_Checker", raw: object) -> dict | None:
             "after": check.pair(f"{where}.after", spec["after"], 0, workload_schema.MAX_STEPS - 1)}
 
 
-class _Checker:
+class _Checker(workload_schema.FieldChecker):
     """Each parameter checked where it is read, every error naming the field."""
-
-    def __init__(self, source: str):
-        self.source = source
-
-    def fail(self, field: str, problem: str):
-        raise ScenarioError(self.source, field, problem)
 
     def object(self, where: str, raw: object, keys: dict[str, bool]) -> dict:
         if not isinstance(raw, dict):
@@ -251,13 +245,6 @@ class _Checker:
             if required and key not in raw:
                 self.fail(f"{where}.{key}", "is required")
         return raw
-
-    def integer(self, where: str, value: object, low: int, high: int) -> int:
-        if not isinstance(value, int) or isinstance(value, bool):
-            self.fail(where, f"must be an integer, got {type_name(value)}")
-        if not low <= value <= high:
-            self.fail(where, f"must be between {low} and {high}, got {value}")
-        return value
 
     def array(self, where: str, value: object, low: int, high: int) -> list:
         if not isinstance(value, list):
