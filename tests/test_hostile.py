@@ -1481,6 +1481,21 @@ def test_limits_a_run_sending_more_records_than_the_limit_is_a_protocol_error(mo
     assert len(failure.partial["config"]) == 1001  # what arrived is kept, and no more
 
 
+def test_limits_an_engine_that_broke_the_protocol_in_a_run_is_ended_without_shutdown(monkeypatch):
+    """Before: the harness sent `shutdown` to an engine still flooding its run and waited out the
+    10 s grace for an exit that could not come (an engine reads `shutdown` after its run)."""
+    from conformance.process import client
+
+    written: list[bytes] = []
+    write = client._write_within
+    monkeypatch.setattr(client, "_write_within", lambda proc, data, seconds: written.append(data) or
+                        write(proc, data, seconds))
+    monkeypatch.setenv("VLLM_PARITY_MAX_RUN_RECORDS", "10")
+    failure = limits_run(limits_shlex.split(limits_double("--fault", "flood")), timeout=20)
+    assert failure.kind == "protocol" and "more than 10 records" in str(failure), failure
+    assert [limits_json.loads(line)["type"] for line in written] == ["run"]  # and no shutdown
+
+
 def test_limits_a_run_sending_more_bytes_than_the_limit_is_a_protocol_error_before_parsing(monkeypatch):
     monkeypatch.setenv("VLLM_PARITY_MAX_RUN_BYTES", "100000")
     failure = limits_run(limits_shlex.split(limits_double("--pad", "200000")))
