@@ -56,7 +56,7 @@ import re
 from statistics import NormalDist
 
 from conformance.formats import workload as workload_schema
-from conformance.formats.fields import ScenarioError, type_name
+from conformance.formats.fields import type_name
 
 VERSION = "production/1"
 PERSON = b"parity-gen"
