@@ -79,8 +79,8 @@ def warm_sessions(request):
     """engine (a pin, or a pin's TEST DEVICE mutant "0.27.1+mutant:NAME") -> its started
     EngineSession (process/session.py), started once per session (per xdist process) and
     restarted by the session only when its engine is gone, closed at the end. A mutant is
-    forked by its pin's mutant server (engines/vllm/mutant_server.py: one import of vLLM per
-    process, ~5 s, not one per mutant); a pin starts as `parity gate` starts it."""
+    forked by its pin's mutant server on a CPU (engines/vllm/mutant_server.py: one import of
+    vLLM per process, ~5 s, not one per mutant); a pin starts as `parity gate` starts it."""
     from concurrent.futures import ThreadPoolExecutor
 
     from conformance.formats.engine_ref import MUTANT, EngineRef
@@ -95,14 +95,17 @@ def warm_sessions(request):
     xdist = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
     processes = xdist["workercount"] if xdist else 1
     pins = load_pins()
-    most = max_warm(device_mode(), processes, len(pins.releases))
+    device = device_mode()
+    most = max_warm(device, processes, len(pins.releases))
     lock = threading.Lock()  # a gate run asks from its engines' threads (warm_gate)
 
     def get(engine: str) -> EngineSession:
         with lock:
             if engine not in sessions:
                 ref = EngineRef.parse(engine, pins)
-                if ref.kind is MUTANT:  # forked from one import of its pin: no cold start of its own
+                # a mutant is forked from one import of its pin, no cold start of its own; not on
+                # a GPU, where a child must not inherit a parent that may have touched CUDA
+                if ref.kind is MUTANT and device != "gpu":
                     if ref.release not in servers:
                         servers[ref.release] = MutantServer(ref.release, log=lambda m: None)
                     spec = EngineSpec(ref.label, servers[ref.release].builtin_argv(ref.mutant))
