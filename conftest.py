@@ -86,18 +86,17 @@ def warm_sessions(request):
     from conformance.formats.engine_ref import MUTANT, EngineRef
     from conformance.formats.pins import load_pins
     from conformance.formats.settings import device_mode
-    from conformance.process.launch import EngineSpec, prepare_engine
-    from conformance.process.mutant_server import MutantServer
+    from conformance.process.launch import EngineSpec, Launcher
     from conformance.process.session import EngineSession
 
     sessions: dict[str, EngineSession] = {}  # least recently used first
-    servers: dict[str, MutantServer] = {}  # release -> the fork server of its TEST DEVICE mutants
     xdist = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
     processes = xdist["workercount"] if xdist else 1
     pins = load_pins()
     device = device_mode()
     most = max_warm(device, processes, len(pins.releases))
     lock = threading.Lock()  # a gate run asks from its engines' threads (warm_gate)
+    launcher = Launcher(pins, log=lambda m: None)  # holds the mutant servers; closed at the end
 
     def get(engine: str) -> EngineSession:
         with lock:
@@ -106,11 +105,9 @@ def warm_sessions(request):
                 # a mutant is forked from one import of its pin, no cold start of its own; not on
                 # a GPU, where a child must not inherit a parent that may have touched CUDA
                 if ref.kind is MUTANT and device != "gpu":
-                    if ref.release not in servers:
-                        servers[ref.release] = MutantServer(ref.release, log=lambda m: None)
-                    spec = EngineSpec(ref.label, servers[ref.release].builtin_argv(ref.mutant))
+                    spec = EngineSpec(ref.label, launcher.forked_mutant(ref))
                 else:
-                    spec = prepare_engine(ref, pins, log=lambda m: None)
+                    spec = launcher.spec(ref)
                 session = EngineSession(spec)
                 session.start()
                 sessions[engine] = session
@@ -122,8 +119,7 @@ def warm_sessions(request):
     yield get
     with ThreadPoolExecutor() as pool:  # each engine takes seconds to shut down: all at once
         list(pool.map(EngineSession.close, sessions.values()))
-    for server in servers.values():
-        server.close()
+    launcher.close()
 
 
 @pytest.fixture

@@ -29,7 +29,8 @@ class EngineSpec:
 class Launcher:
     """Resolves engines into EngineSpecs. `find_mutant(release, mutant_id)` -> the catalog's
     Mutant (formats/mutant.py), where catalog mutants may be served (`parity fuzz`, `parity
-    adequacy`); one mutant server per release is started for them and ended by `close`."""
+    adequacy`); one mutant server per release is started for them (and for `forked_mutant`)
+    and ended by `close`."""
 
     def __init__(self, pins: Pins | None = None, log=log, find_mutant=None):
         self.pins, self.log, self.find_mutant = pins or load_pins(), log, find_mutant
@@ -55,10 +56,17 @@ class Launcher:
         if self.find_mutant is None:
             raise InputError(f"engine {ref.text!r}: a catalog mutant is served by `parity adequacy`'s "
                              "mutant server (parity fuzz --candidate), not started on its own")
-        mutant = self.find_mutant(ref.release, ref.mutant)
-        if ref.release not in self._servers:
-            self._servers[ref.release] = MutantServer(ref.release, self.log)
-        return self._servers[ref.release].argv(mutant)
+        return self._server(ref.release).argv(self.find_mutant(ref.release, ref.mutant))
+
+    def forked_mutant(self, ref: EngineRef) -> tuple[str, ...]:
+        """TEST DEVICE: a built-in mutant (0.27.1+mutant:NAME) forked by its release's mutant
+        server, without an import of vLLM of its own (the test suite's warm sessions, on a CPU)."""
+        return self._server(ref.release).builtin_argv(ref.mutant)
+
+    def _server(self, release: str) -> MutantServer:
+        if release not in self._servers:
+            self._servers[release] = MutantServer(release, self.log)
+        return self._servers[release]
 
     def command(self, ref: EngineRef) -> tuple[str, ...]:
         if shutil.which(ref.argv[0]) is None and not Path(ref.argv[0]).is_file():
