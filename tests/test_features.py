@@ -103,6 +103,8 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("priority_kv_pressure", ("spec:dflash", "priority_policy")),
     ("prefix_caching_resume", ("prefix_caching", "chunked_prefill_off", "long_prefill_threshold")),
     ("engine_pard", ("spec:draft_model", "parallel_drafting")),
+    ("sliding_window_prefix_hits", ("prefix_caching", "shared_prefixes", "sliding_window")),
+    ("sliding_window_kv_pressure", ("prefix_caching", "sliding_window")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])

@@ -91,6 +91,9 @@ MUTANTS = {
     "draft-minus-one": ("steady_decode", "steps", None),
     "ignore-max-num-seqs": ("prefill_budget_binds", "steps", None),
     "crash-after-divergence": ("prefill_budget_binds", "steps", "requests.r1.tokens"),
+    # the first chunk after r0's prompt passes the window (128 tokens): the oracle's
+    # sliding-window group has freed the blocks before it, the mutant holds them
+    "sliding-window-as-full": ("sliding_window_chunked", "steps", None),
 }
 
 

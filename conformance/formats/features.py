@@ -11,6 +11,9 @@ Standard library only: the worker and the test doubles import it beside the prot
 
 from __future__ import annotations
 
+import json
+import os
+
 from conformance.formats.errors import InputError
 from conformance.formats.fields import METHODS
 
@@ -30,6 +33,8 @@ FEATURES: dict[str, str] = {
     "max_num_scheduled_tokens": "`engine_args.max_num_scheduled_tokens` given",
     "aborts": "a request of the workload has an `abort_step` (vLLM's `Scheduler.finish_requests`)",
     "shared_prefixes": "a request of the workload has a `prefix` or `continues` another",
+    "sliding_window": "the model's `layer_types` mix sliding-window and full attention (gpt-oss): hybrid KV "
+                      "cache groups, one block table per group",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
@@ -60,6 +65,7 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("aborts", any(r.get("abort_step") is not None for r in requests)),
         ("shared_prefixes", any(r.get("prefix") is not None or r.get("continues") is not None
                                 for r in requests)),
+        ("sliding_window", _hybrid(args.get("model"))),
         ("async_scheduling", _async(args, config)),
     ) if needs}
     return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))
@@ -70,6 +76,20 @@ def decided_by_config(engine_args: dict) -> bool:
     left to vLLM's default (null), which differs by release."""
     return isinstance(engine_args, dict) and "async_scheduling" in engine_args \
         and engine_args["async_scheduling"] is None
+
+
+def _hybrid(model: object) -> bool:
+    """Whether the model folder's config.json mixes sliding-window layers with others: the
+    stand-in then builds one KV cache group per attention type (engines/vllm/release.py). The
+    scenario loader has read and checked that file; a path that is not one needs nothing."""
+    if not isinstance(model, str):
+        return False
+    try:
+        with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
+            types = json.load(f).get("layer_types")
+    except (OSError, ValueError, AttributeError):
+        return False
+    return isinstance(types, list) and "sliding_attention" in types and len(set(map(str, types))) > 1
 
 
 def _async(args: dict, config: dict | None) -> bool:

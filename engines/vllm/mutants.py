@@ -25,6 +25,9 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           that keeps its synchronous loop under the async flag.
     keep-placeholders-at-preemption  a preempted request keeps its output placeholders (vLLM
                           zeroes them: its tokens in flight become stale).
+    sliding-window-as-full  a sliding-window KV cache group skips no token, so it keeps every
+                          block as full attention does: a port that runs a hybrid model's
+                          groups (gpt-oss) with one rule.
 """
 
 from __future__ import annotations
@@ -160,6 +163,14 @@ def _keep_placeholders_at_preemption() -> None:
     Scheduler._preempt_request = _preempt_request
 
 
+def _sliding_window_as_full() -> None:
+    """SlidingWindowManager.get_num_skipped_tokens is 0, as full attention's: no block falls
+    out of the window, so none is freed before its request ends."""
+    from vllm.v1.core.single_type_kv_cache_manager import SlidingWindowManager
+
+    SlidingWindowManager.get_num_skipped_tokens = lambda self, num_computed_tokens: 0
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -171,6 +182,7 @@ MUTANTS = {
     "budget-minus-one-after-1000": _budget_minus_one_after(1000),
     "sync-loop-under-async": _sync_loop_under_async,
     "keep-placeholders-at-preemption": _keep_placeholders_at_preemption,
+    "sliding-window-as-full": _sliding_window_as_full,
 }
 
 

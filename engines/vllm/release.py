@@ -46,32 +46,69 @@ def cpu_forces_sync() -> bool:
 
 
 def build_scheduler(vllm_config, num_blocks: int | None = None, cls=None):
-    """The release's real Scheduler over one full-attention KV group, as vLLM's own tests do.
+    """The release's real Scheduler over the model's KV cache groups, as vLLM's own tests do.
 
     `cls` replaces the class the config names (the steps layer passes RecordingScheduler).
     """
-    import torch
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_cache_interface import KVCacheConfig
     from vllm.v1.structured_output import StructuredOutputManager
 
     block_size = vllm_config.cache_config.block_size
-    if num_blocks is None:
+    groups = kv_cache_groups(vllm_config)
+    if num_blocks is None:  # enough that no request waits for blocks, in every group
         num_blocks = vllm_config.cache_config.num_gpu_blocks_override or (
             vllm_config.scheduler_config.max_num_seqs
-            * -(-vllm_config.model_config.max_model_len // block_size) + 1)
+            * -(-vllm_config.model_config.max_model_len // block_size) * len(groups) + 1)
     vllm_config.cache_config.num_gpu_blocks = num_blocks
-    spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
-    kv_cache_config = KVCacheConfig(
-        num_blocks=num_blocks, kv_cache_tensors=[],
-        kv_cache_groups=[KVCacheGroupSpec(["layer"], spec)],
-    )
+    kv_cache_config = KVCacheConfig(num_blocks=num_blocks, kv_cache_tensors=[], kv_cache_groups=groups)
     if cls is None:
         cls = vllm_config.scheduler_config.get_scheduler_cls() if hasattr(
             vllm_config.scheduler_config, "get_scheduler_cls") else Scheduler
     return cls(vllm_config=vllm_config, kv_cache_config=kv_cache_config,
                structured_output_manager=StructuredOutputManager(vllm_config),
                block_size=block_size, log_stats=False)
+
+
+def kv_cache_groups(vllm_config) -> list:
+    """The KV cache groups the model runner would report. A model whose config gives one
+    attention type: one full-attention group. A model whose `layer_types` mix full and
+    sliding-window attention (gpt-oss alternates them): one spec per layer, grouped by the
+    release's own get_kv_cache_groups, as the hybrid KV cache manager runs it on a GPU."""
+    import torch
+    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheGroupSpec, SlidingWindowSpec
+
+    block_size = vllm_config.cache_config.block_size
+    hf = vllm_config.model_config.hf_text_config
+    types = list(getattr(hf, "layer_types", None) or ())
+    if "sliding_attention" not in types:
+        spec = FullAttentionSpec(block_size=block_size, num_kv_heads=1, head_size=1, dtype=torch.float32)
+        return [KVCacheGroupSpec(["layer"], spec)]
+    shape = dict(block_size=block_size, num_kv_heads=hf.num_key_value_heads,
+                 head_size=getattr(hf, "head_dim", None) or hf.hidden_size // hf.num_attention_heads,
+                 dtype=torch.bfloat16)
+    specs = {f"model.layers.{i}.self_attn.attn":
+             SlidingWindowSpec(sliding_window=hf.sliding_window, **shape) if kind == "sliding_attention"
+             else FullAttentionSpec(**shape) for i, kind in enumerate(types)}
+    try:
+        from vllm.v1.core.kv_cache_utils import get_kv_cache_groups
+    except ImportError:  # 0.33 moved the planning out of kv_cache_utils
+        from vllm.v1.core.kv_cache_planning import get_kv_cache_groups
+    _resolve_layout(vllm_config, specs)
+    return get_kv_cache_groups(vllm_config, specs)
+
+
+def _resolve_layout(vllm_config, specs: dict) -> None:
+    """Releases that plan groups by physical KV layout (0.33) read the layout EngineCore
+    resolves from its workers' attention backends before planning. The stand-in has no
+    workers: it resolves the default preference, with the release's own function. The layout
+    decides packing only for layers of different page sizes; the stand-in's layers share one."""
+    if getattr(vllm_config.cache_config, "kv_cache_layout", "") is not None:
+        return  # a release without layouts (attribute absent), or one already resolved
+    from vllm.v1.attention.backends.utils import get_supported_kv_cache_layouts, resolve_kv_cache_layout
+
+    names = [layout.name for layout in get_supported_kv_cache_layouts(())]
+    resolve_kv_cache_layout(vllm_config, [names], list(specs.values()))
 
 
 def build() -> str:
