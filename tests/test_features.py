@@ -105,6 +105,7 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("engine_pard", ("spec:draft_model", "parallel_drafting")),
     ("sliding_window_prefix_hits", ("prefix_caching", "shared_prefixes", "sliding_window")),
     ("sliding_window_kv_pressure", ("prefix_caching", "sliding_window")),
+    ("kv_connector_failures", ("prefix_caching", "shared_prefixes", "kv_connector")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])

@@ -9,6 +9,7 @@ import pytest
 from conformance.formats.scenario import ScenarioError, load_scenario
 
 GATE = Path(__file__).resolve().parents[1] / "scenarios" / "dflash_27b_gate.json"
+REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture
@@ -159,3 +160,43 @@ def test_unparseable_scenario_is_a_clear_error(tmp_path, text):
 def test_missing_file(tmp_path):
     with pytest.raises(ScenarioError, match="no such file"):
         load_scenario(tmp_path / "absent.json")
+
+
+# -- a KV connector (engines/vllm/kv_connector.py): kv_transfer_config and a request's `external`
+
+def _connector_scenario(tmp_path, args=None, request=None, engine=None):
+    raw = json.loads((REPO / "scenarios" / "kv_connector_sync.json").read_text(encoding="utf-8"))
+    raw["engine_args"]["model"] = str(REPO / "scenarios" / "models" / "qwen3-27b")
+    raw["engine_args"].update(args or {})
+    raw["workload"]["requests"][0].update(request or {})
+    if engine is not None:
+        raw["engine"] = engine
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(raw), encoding="utf-8")
+    return path
+
+
+@pytest.mark.parametrize("args, request_, engine, field, words", [
+    ({"kv_transfer_config": None}, {}, None, "workload.requests[0].external", "needs engine_args.kv_transfer_config"),
+    ({"kv_transfer_config": {"kv_connector": "NixlConnector", "kv_role": "kv_both"}}, {}, None,
+     "engine_args.kv_transfer_config.kv_connector", "must be one of ['StandInConnector']"),
+    ({"kv_transfer_config": {"kv_connector": "StandInConnector"}}, {}, None,
+     "engine_args.kv_transfer_config.kv_role", "is required"),
+    ({"kv_transfer_config": {"kv_connector": "StandInConnector", "kv_role": "kv_both",
+                             "kv_load_failure_policy": "retry"}}, {}, None,
+     "engine_args.kv_transfer_config.kv_load_failure_policy", "must be one of ['recompute', 'fail']"),
+    ({"async_scheduling": True}, {}, None, "engine_args.async_scheduling", "the synchronous loop only"),
+    ({}, {"external": {"tokens": 0}}, None, "workload.requests[0].external.tokens", "between 1 and"),
+    ({}, {"external": {"tokens": 8, "fail": "yes"}}, None, "workload.requests[0].external.fail", "true or false"),
+    ({}, {"external": {"tokens": 8, "load": 1}}, None, "workload.requests[0].external.load", "unknown key"),
+    ({}, {}, {}, "engine_args.kv_transfer_config", "not run by the engine layers"),
+])
+def test_a_kv_connector_scenario_is_checked_field_by_field(tmp_path, args, request_, engine, field, words):
+    path = _connector_scenario(tmp_path, args, request_, engine)
+    if args.get("kv_transfer_config", 0) is None:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+        del raw["engine_args"]["kv_transfer_config"]
+        path.write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(path)
+    assert f"{field}:" in str(err.value) and words in str(err.value), str(err.value)

@@ -38,8 +38,9 @@ def test_speculation_is_lossless(warm_sessions, release, scenario):
     spec = records_of(session, scenario, ["outputs"])["outputs"]
     plain = records_of(session, scenario.without_speculation(), ["outputs"])["outputs"]
     assert spec == plain
-    # every request made tokens, but one aborted before its first sample (abort_states)
-    assert all(r["output_token_ids"] or r["finish_reason"] == "abort" for r in spec)
+    # every request made tokens, but one aborted before its first sample (abort_states) and one
+    # whose KV load failed under kv_load_failure_policy fail (kv_connector_fail_policy)
+    assert all(r["output_token_ids"] or r["finish_reason"] in ("abort", "error") for r in spec)
 
 
 @pytest.mark.parametrize("scenario", WORKLOADS, ids=IDS)
@@ -58,6 +59,20 @@ def test_scenario_library_exercises_what_it_claims():
     assert any(st["new"] for st in steps["staggered_arrivals"][1:])  # arrivals after step 0
     drafts = {req["draft_tokens"] for st in steps["steady_decode"] for req in st["requests"].values()}
     assert 16 in drafts
+    # gpt-oss's two KV cache groups: a block table per group, preemption under pressure, hits
+    for name in ("sliding_window_chunked", "sliding_window_prefix_hits", "sliding_window_kv_pressure"):
+        assert all(len(r["block_ids"]) == 2 for st in steps[name] for r in st["requests"].values()
+                   if r["block_ids"] is not None), name
+    assert any(st["preempted"] for st in steps["sliding_window_kv_pressure"])
+    hits = {rid: r["cached_tokens"] for st in steps["sliding_window_prefix_hits"] for rid, r in st["requests"].items()
+            if r["cached_tokens"]}
+    assert set(hits) == {"b", "c", "d"}
+    # a KV connector: an async load waits without being scheduled, then is admitted with its
+    # external tokens; a failed load under the `fail` policy ends its request with an error
+    first = steps["kv_connector_async"][0]
+    assert first["requests"] == {} and first["waiting"] == ["a", "b"]
+    assert steps["kv_connector_async"][4]["requests"]["a"]["cached_tokens"] == 256
+    assert {r["id"]: r["finish_reason"] for r in outputs["kv_connector_fail_policy"]}["a"] == "error"
 
 
 BINDS = next(s for s in WORKLOADS if s.name == "prefill_budget_binds")
@@ -94,6 +109,9 @@ MUTANTS = {
     # the first chunk after r0's prompt passes the window (128 tokens): the oracle's
     # sliding-window group has freed the blocks before it, the mutant holds them
     "sliding-window-as-full": ("sliding_window_chunked", "steps", None),
+    # a's synchronous load fails at step 0: the oracle rolls a back to 0 computed tokens, the
+    # mutant keeps its 200 and samples
+    "ignore-invalid-kv-blocks": ("kv_connector_failures", "steps", None),
 }
 
 

@@ -33,6 +33,8 @@ FEATURES: dict[str, str] = {
     "max_num_scheduled_tokens": "`engine_args.max_num_scheduled_tokens` given",
     "aborts": "a request of the workload has an `abort_step` (vLLM's `Scheduler.finish_requests`)",
     "shared_prefixes": "a request of the workload has a `prefix` or `continues` another",
+    "kv_connector": "`engine_args.kv_transfer_config` given: a KV connector (the stand-in's remote KV store) "
+                    "loads what a request's `external` says, synchronously or asynchronously, and may fail",
     "sliding_window": "the model's `layer_types` mix sliding-window and full attention (gpt-oss): hybrid KV "
                       "cache groups, one block table per group",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
@@ -65,6 +67,7 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("aborts", any(r.get("abort_step") is not None for r in requests)),
         ("shared_prefixes", any(r.get("prefix") is not None or r.get("continues") is not None
                                 for r in requests)),
+        ("kv_connector", args.get("kv_transfer_config") is not None),
         ("sliding_window", _hybrid(args.get("model"))),
         ("async_scheduling", _async(args, config)),
     ) if needs}

@@ -54,6 +54,7 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "num_gpu_blocks_override": (int, False),
     "scheduling_policy": (str, False),
     "speculative_config": (dict, False),
+    "kv_transfer_config": (dict, False),
 }
 DEFAULTS = {"enable_prefix_caching": True}
 # Keys of --speculative-config.
@@ -65,6 +66,17 @@ SPECULATIVE_CONFIG: dict[str, tuple[type, bool]] = {
     "prompt_lookup_max": (int, False),
     "prompt_lookup_min": (int, False),
 }
+# Keys of --kv-transfer-config. The connector is the stand-in's (engines/vllm/kv_connector.py, a
+# TEST DOUBLE of a remote KV store that the workload's `external` requests describe); the stand-in
+# layers only: the engine layers have no remote store to load from.
+KV_TRANSFER_CONFIG: dict[str, tuple[type, bool]] = {
+    "kv_connector": (str, True),
+    "kv_role": (str, True),
+    "kv_load_failure_policy": (str, False),
+}
+KV_CONNECTORS = ("StandInConnector",)
+KV_ROLES = ("kv_both", "kv_consumer")  # a producer alone loads nothing
+KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")  # vLLM's default: fail
 SIZE_FIELDS = (
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
     "max_num_scheduled_tokens", "num_gpu_blocks_override", "num_speculative_tokens",
@@ -96,7 +108,7 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # Workload keys the engine layers do not run: the engine's outputs are its model's, not the
 # stand-in's a continuation is built from, and its loop has no aborts. (A request's `priority`
 # is run: the engine's add_request takes it.)
-STEPS_ONLY = ("prefix", "continues", "abort_step")
+STEPS_ONLY = ("prefix", "continues", "abort_step", "external")
 ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE
 
 
@@ -210,6 +222,11 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
             spec["model"], hashed_spec["model"] = _model_dir(
                 src, "engine_args.speculative_config.model", spec["model"], base)
         args["speculative_config"], hashed["speculative_config"] = spec, hashed_spec
+    if args.get("kv_transfer_config") is not None:
+        args["kv_transfer_config"] = hashed["kv_transfer_config"] = _kv_transfer(src, args["kv_transfer_config"])
+        if args.get("async_scheduling") is not False:  # its worker side is the synchronous loop's
+            raise ScenarioError(src, "engine_args.async_scheduling", "must be false with kv_transfer_config: "
+                                "the stand-in's KV connector runs in the synchronous loop only")
     _check_sizes(src, args)
     workload, generated = raw.get("workload"), raw.get("generate")
     if generated is not None:  # parameters, expanded here (conformance/formats/workload_gen.py)
@@ -240,6 +257,16 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
                     noise, scale=scale)
 
 
+def _kv_transfer(src: str, raw: dict) -> dict:
+    where = "engine_args.kv_transfer_config"
+    config = _check_fields(src, where, raw, KV_TRANSFER_CONFIG)
+    for key, allowed in (("kv_connector", KV_CONNECTORS), ("kv_role", KV_ROLES),
+                         ("kv_load_failure_policy", KV_LOAD_FAILURE_POLICIES)):
+        if key in config and config[key] not in allowed:
+            raise ScenarioError(src, f"{where}.{key}", f"must be one of {list(allowed)}, got {config[key]!r}")
+    return config
+
+
 def at_scale(scenarios: list, scale: str) -> list:
     """The scenarios of `scale` ("library", "production", or "all")."""
     if scale not in (*SCALES, "all"):
@@ -263,6 +290,9 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
                                 f"{'(' if typ is float else '['}{low}, {high}], got {value!r}")
     if workload is None:
         raise ScenarioError(src, "workload", "is required with `engine`: the engine generates it")
+    if args.get("kv_transfer_config") is not None:
+        raise ScenarioError(src, "engine_args.kv_transfer_config", "is not run by the engine layers (the "
+                            "stand-in's connector has no worker side): a scenario with `engine` cannot use it")
     for i, req in enumerate(workload["requests"]):
         for key in STEPS_ONLY:
             if key in req:

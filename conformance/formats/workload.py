@@ -21,6 +21,11 @@ The workload schema (every key below; no others):
                                           #   not with `prefix`; that request may not abort
                    "abort_step": int,     # optional: aborted at that step (arrival..max_steps-1)
                    "priority": int,       # optional, default 0 (the priority policy's key)
+                   "external": {"tokens": int,  # optional, with engine_args.kv_transfer_config:
+                                "async_steps": int,  # the remote KV store holds its prompt's
+                                "fail": bool},  # first `tokens` tokens; loaded synchronously, or
+                                                # `async_steps` steps after the load is issued;
+                                                # `fail`: the load fails (engines/vllm/kv_connector.py)
                    "stop_token_ids": [int],  # optional, default []
                    "acceptance": [int]}]}    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
@@ -78,7 +83,8 @@ CONTEXT = 16  # target_next looks at the last CONTEXT tokens (and the length)
 TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
 TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
-                "prefix", "continues", "abort_step", "priority"}
+                "prefix", "continues", "abort_step", "priority", "external"}
+EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
 PREFIX_KEYS = {"name", "len"}
 
 
@@ -106,6 +112,11 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
     if "prefixes" in raw:
         workload["prefixes"] = [{"name": name, "len": n} for name, n in prefixes.items()]
     _check_lengths(check, workload, max_model_len)
+    connector = isinstance(engine_args, dict) and engine_args.get("kv_transfer_config") is not None
+    for i, req in enumerate(out):
+        if "external" in req and not connector:
+            check.fail(f"workload.requests[{i}].external", "needs engine_args.kv_transfer_config: only a KV "
+                       "connector loads what the remote store holds")
     return workload
 
 
@@ -192,6 +203,21 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
         out["abort_step"] = check.integer(f"{where}.abort_step", req["abort_step"], arrival, max_steps - 1)
     if "priority" in req and check.integer(f"{where}.priority", req["priority"], *PRIORITY) != 0:
         out["priority"] = req["priority"]
+    if "external" in req:
+        out["external"] = _external(check, f"{where}.external", req["external"], max_steps, limit)
+    return out
+
+
+def _external(check: FieldChecker, where: str, raw: object, max_steps: int, limit: int) -> dict:
+    """What the remote KV store holds of the request's prompt (engines/vllm/kv_connector.py)."""
+    check.keys(where, raw, EXTERNAL_KEYS, ("tokens",))
+    out = {"tokens": check.integer(f"{where}.tokens", raw["tokens"], 1, limit)}
+    if "async_steps" in raw:
+        out["async_steps"] = check.integer(f"{where}.async_steps", raw["async_steps"], 0, max_steps)
+    if "fail" in raw:
+        if not isinstance(raw["fail"], bool):
+            check.fail(f"{where}.fail", f"must be true or false, got {_tname(raw['fail'])}")
+        out["fail"] = raw["fail"]
     return out
 
 

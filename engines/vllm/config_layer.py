@@ -118,6 +118,10 @@ def resolve_with_rule(scenario: dict):
     from vllm.engine.arg_utils import EngineArgs
 
     args = dict(scenario["engine_args"])
+    if args.get("kv_transfer_config") is not None:  # the stand-in's connector, by module path
+        from .kv_connector import kv_transfer_config
+
+        args["kv_transfer_config"] = kv_transfer_config(args["kv_transfer_config"])
     _forget_once_caches()
     with _captured_vllm_log() as captured, platform_rule(keep_gpu_rule=True) as rule:
         try:

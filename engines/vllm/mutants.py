@@ -28,6 +28,8 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     sliding-window-as-full  a sliding-window KV cache group skips no token, so it keeps every
                           block as full attention does: a port that runs a hybrid model's
                           groups (gpt-oss) with one rule.
+    ignore-invalid-kv-blocks  the scheduler takes no notice of the blocks a KV connector reports
+                          it failed to load: a port that trusts every load.
 """
 
 from __future__ import annotations
@@ -171,6 +173,14 @@ def _sliding_window_as_full() -> None:
     SlidingWindowManager.get_num_skipped_tokens = lambda self, num_computed_tokens: 0
 
 
+def _ignore_invalid_kv_blocks() -> None:
+    """Scheduler._handle_invalid_blocks rolls back the requests whose loaded blocks failed;
+    this one finds none."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler._handle_invalid_blocks = lambda self, invalid_block_ids, num_scheduled_tokens: set()
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -183,6 +193,7 @@ MUTANTS = {
     "sync-loop-under-async": _sync_loop_under_async,
     "keep-placeholders-at-preemption": _keep_placeholders_at_preemption,
     "sliding-window-as-full": _sliding_window_as_full,
+    "ignore-invalid-kv-blocks": _ignore_invalid_kv_blocks,
 }
 
 

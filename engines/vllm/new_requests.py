@@ -11,8 +11,11 @@ def new_request(req: dict, prompt, arrival: int, block_hasher):
     from vllm import SamplingParams
     from vllm.v1.request import Request
 
+    # a client's kv_transfer_params reach the KV connector through extra_args, as vLLM's
+    # OpenAI server passes them (engines/vllm/kv_connector.py reads `external` there)
+    extra = {"kv_transfer_params": {"parity_external": dict(req["external"])}} if "external" in req else None
     params = SamplingParams(max_tokens=req["max_tokens"], stop_token_ids=list(req["stop_token_ids"]),
-                            ignore_eos=True)
+                            ignore_eos=True, extra_args=extra)
     kwargs = {"block_hasher": block_hasher} if block_hasher is not None else {}
     return Request(request_id=req["id"], prompt_token_ids=list(prompt), sampling_params=params,
                    pooling_params=None, arrival_time=ARRIVAL_TIME_BASE + arrival,

@@ -136,6 +136,8 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
     records once every request finished."""
     from vllm.v1.outputs import DraftTokenIds, ModelRunnerOutput
 
+    from .kv_connector import Transfers
+
     seed, vocab = workload["seed"], workload["vocab_size"]
     prompts = request_prompts(workload, max_model_len)
     arrivals: dict[int, list[dict]] = {}
@@ -145,6 +147,7 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         if "abort_step" in req:
             aborts.setdefault(req["abort_step"], []).append(req["id"])
     drafter = Drafter(workload, k)
+    transfers = Transfers()  # the stand-in worker's side of a KV connector, if any
     requests: dict = {}  # id -> the scheduler's Request object, kept after it finishes
     total = len(workload["requests"])
     step = 0
@@ -179,7 +182,7 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
             sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
         model_output = ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-            sampled_token_ids=sampled)
+            sampled_token_ids=sampled, kv_connector_output=transfers.output(step, output))
         scheduler.update_from_output(output, model_output)
 
         # post_step(): the drafter proposes K tokens for each request of the batch; the
