@@ -30,6 +30,11 @@ FEATURES: dict[str, str] = {
     "max_num_scheduled_tokens": "`engine_args.max_num_scheduled_tokens` given",
     "aborts": "a request of the workload has an `abort_step` (vLLM's `Scheduler.finish_requests`)",
     "shared_prefixes": "a request of the workload has a `prefix` or `continues` another",
+    "min_tokens": "a request of the workload has a `min_tokens` above 0 (vLLM's check_stop holds back "
+                  "its stops until then)",
+    "eos": "a request of the workload has an `eos_token_id` (it stops there: vLLM's `ignore_eos` false)",
+    "repetition_detection": "a request of the workload has a `repetition_detection` whose "
+                            "`max_pattern_size` is above 0 (vLLM's `FINISHED_REPETITION`)",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
@@ -60,6 +65,10 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("aborts", any(r.get("abort_step") is not None for r in requests)),
         ("shared_prefixes", any(r.get("prefix") is not None or r.get("continues") is not None
                                 for r in requests)),
+        ("min_tokens", any(_number(r.get("min_tokens")) and r["min_tokens"] > 0 for r in requests)),
+        ("eos", any(r.get("eos_token_id") is not None for r in requests)),
+        ("repetition_detection", any(_number(_dict(r.get("repetition_detection")).get("max_pattern_size"))
+                                     and r["repetition_detection"]["max_pattern_size"] > 0 for r in requests)),
         ("async_scheduling", _async(args, config)),
     ) if needs}
     return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))
