@@ -245,7 +245,7 @@ ASYNC_AGREEING = ("async_worked_example", "abort_states_async", "async_draft_mod
                   "async_peagle", "chunk_one_short_async", "drafts_cut_by_budget_async", "eagle_kv_pressure_async",
                   "kv_pressure_async", "kv_pressure_no_spec_async", "long_prefill_threshold_async",
                   "max_model_len_edge_async", "prefix_caching_resume_async", "priority_kv_pressure_async",
-                  "staggered_arrivals_async", "steady_decode_async", "stop_conditions_async")
+                  "staggered_arrivals_async", "steady_decode_async", "stop_conditions_async", "stop_dflash_async")
 
 
 def _async_goldens() -> set[str]:
