@@ -49,9 +49,10 @@ next token, so a scheduler can be driven without weights, identically on every m
   vocab_size); a request id cannot hold "/", so no request's own tokens are a prefix's.
 - `expected_output(seed, prompt, max_tokens, stop_token_ids, max_model_len, vocab_size,
   min_tokens, eos_token_id, repetition)`: what a request outputs under any scheduler: the
-  target's tokens after its prompt, each checked as vLLM 0.27.1's check_stop checks it (`check_stop`):
-  no stop while fewer than min_tokens outputs; then the eos token (kept), a stop token (kept),
-  max_tokens outputs or max_model_len tokens in all, a repeating tail (`repeats`).
+  target's tokens after its prompt, each checked as vLLM 0.27.1's check_stop checks it
+  (`check_stop`): no stop while fewer than min_tokens outputs; then the eos token (kept), a
+  stop token (kept), max_tokens outputs or max_model_len tokens in all, a repeating tail
+  (`repeats`).
 - `repeats(output, max_pattern_size, min_pattern_size, min_count)`: vLLM's
   check_sequence_repetition: for each pattern length L from max(min_pattern_size, 1) to
   max_pattern_size, while L * min_count <= len(output), whether the last L tokens equal each of
@@ -223,11 +224,12 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
 def _stops(check: FieldChecker, where: str, req: dict, out: dict, vocab_size: int) -> None:
     """The optional stop conditions, kept only where they change what the request does (as
     a priority of 0 is dropped): min_tokens above 0, repetition detection switched on."""
-    if "min_tokens" in req and check.integer(f"{where}.min_tokens", req["min_tokens"], 0, MAX_STEPS * MAX_ACCEPT):
-        if req["min_tokens"] > out["max_tokens"]:  # vLLM's SamplingParams refuses it too
-            check.fail(f"{where}.min_tokens", f"must be at most max_tokens ({out['max_tokens']}), "
-                       f"got {req['min_tokens']}")
-        out["min_tokens"] = req["min_tokens"]
+    if "min_tokens" in req:
+        min_tokens = check.integer(f"{where}.min_tokens", req["min_tokens"], 0, NO_MAX_MODEL_LEN)
+        if min_tokens > out["max_tokens"]:  # vLLM's SamplingParams refuses it too
+            check.fail(f"{where}.min_tokens", f"must be at most max_tokens ({out['max_tokens']}), got {min_tokens}")
+        if min_tokens:
+            out["min_tokens"] = min_tokens
     if "eos_token_id" in req:
         out["eos_token_id"] = check.integer(f"{where}.eos_token_id", req["eos_token_id"], 0, vocab_size - 1)
     if "repetition_detection" in req:
