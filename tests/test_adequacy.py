@@ -246,7 +246,8 @@ def test_parity_adequacy_refuses_a_bad_sample_before_any_engine_starts(capsys):
 # config, 0.28.0 on charges them per step in the scheduler) and the budget of the running queue
 # (0.28.0's input budget binds where 0.27.1's token budget did: removing the token budget's
 # decrement changes nothing there); for every release, the preemption victim, the max_tokens stop,
-# and the priority heap rebuilt after an abort (filtering its list keeps the order, not the heap).
+# the priority heap rebuilt after an abort (filtering its list keeps the order, not the heap),
+# the min_tokens gate and the repetition check.
 BY_RELEASE = {
     "0.27.1": [("VllmConfig._set_max_num_scheduled_tokens", "aor", "-", "+",
                 "max_num_batched_tokens - scheduled_token_delta", "dflash_27b_gate"),
@@ -262,6 +263,10 @@ FIXED_SAMPLE = [
     ("check_stop", "ror", ">=", ">", "num_output_tokens >= request.max_tokens", "stop_conditions"),
     ("PriorityRequestQueue.remove_requests", "remove", "heapq.heapify(self._heap)", "pass",
      "heapq.heapify(self._heap)", "abort_priority_heap"),
+    # the stops a request asks for: the min_tokens gate one output late, a pattern's tokens
+    # compared the wrong way
+    ("check_stop", "ror", "<", "<=", "num_output_tokens < sampling_params.min_tokens", "stop_min_tokens"),
+    ("_has_repeating_pattern", "ror", "!=", "==", "!= target_token", "stop_repetition"),
 ]
 
 

@@ -234,7 +234,10 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             # one-token blocks with EAGLE-3
             "prefix_duplicate_first_evicted", "prefix_block_one_short", "prefix_one_token_blocks",
             # the priority policy's victim scheduled earlier in the same step, with requests after
-            "priority_victim_scheduled_before")
+            "priority_victim_scheduled_before",
+            # the stops a request may ask for: its eos, min_tokens, repetition detection (and inside
+            # accepted DFlash drafts)
+            "stop_eos", "stop_min_tokens", "stop_repetition", "stop_dflash")
 # The scenarios whose GPU rule turns async scheduling on: the reference engine drives its
 # AsyncScheduler through the kit's batch-queue loop (run_workload_async, a port of
 # engines/vllm/async_loop.py), and agrees with 0.27.1 on each of them.
@@ -242,7 +245,7 @@ ASYNC_AGREEING = ("async_worked_example", "abort_states_async", "async_draft_mod
                   "async_peagle", "chunk_one_short_async", "drafts_cut_by_budget_async", "eagle_kv_pressure_async",
                   "kv_pressure_async", "kv_pressure_no_spec_async", "long_prefill_threshold_async",
                   "max_model_len_edge_async", "prefix_caching_resume_async", "priority_kv_pressure_async",
-                  "staggered_arrivals_async", "steady_decode_async", "stop_conditions_async")
+                  "staggered_arrivals_async", "steady_decode_async", "stop_conditions_async", "stop_dflash_async")
 
 
 def _async_goldens() -> set[str]:
@@ -376,6 +379,27 @@ def test_sync_loop_device_diverges_on_every_async_scenario(kit):
         bugged.proc.kill()
 
 
+STOP_SCENARIOS = ("stop_eos", "stop_min_tokens", "stop_repetition", "stop_dflash")
+
+
+def test_ignore_min_tokens_device_diverges_where_min_tokens_holds_a_stop_back(kit):
+    """The TEST DEVICE `--ignore-min-tokens` (check_stop without its min_tokens gate) differs from
+    0.27.1's outputs on every stop scenario where min_tokens holds back an eos, a stop token or a
+    repetition, and not on stop_eos, which has no min_tokens."""
+    from conformance.judging.compare import compare_layer
+
+    bugged = Engine("--ignore-min-tokens")
+    try:
+        differs = {name: not compare_layer("outputs", kit_golden(name)["layers"]["outputs"],
+                                           _steps_and_outputs(bugged, name)["outputs"]).equal
+                   for name in STOP_SCENARIOS}
+        assert differs == {"stop_eos": False, "stop_min_tokens": True, "stop_repetition": True,
+                           "stop_dflash": True}
+        assert bugged.close() == 0
+    finally:
+        bugged.proc.kill()
+
+
 def _layers(engine: Engine, name: str, layers: list[str]) -> dict[str, list]:
     answers = engine.run(f"r-{name}", _wire(name), layers)
     assert answers[-1]["type"] == "done", (name, answers[-1])
@@ -458,3 +482,25 @@ def test_gate_reference_engine_async_loop_against_the_oracle(kit, capsys, warm_g
     for name in names:  # the reference engine, the device (named by its first difference), the oracle
         row = next(line for line in out.splitlines() if line.startswith(f"{name} "))
         assert row.split()[1:] == ["pass", "diverged", "steps.update_iteration", "pass"], out
+
+
+@pytest.mark.oracle
+def test_gate_catches_a_port_that_ignores_min_tokens(kit, capsys, warm_gate):
+    """The gate on the stop scenarios: the reference engine passes each, and the TEST DEVICE
+    `--ignore-min-tokens` is diverged on stop_min_tokens at the step where a stop token the
+    gate holds back ends the request instead."""
+    from conformance.cli import main
+    from conformance.formats.pins import load_pins
+
+    names = ("stop_eos", "stop_min_tokens")
+    status = main(["gate", "--candidate", str(ENGINE), "--candidate", f"{ENGINE} --ignore-min-tokens",
+                   *(arg for name in names for arg in ("--scenario", str(REPO / "scenarios" / f"{name}.json")))])
+    out = capsys.readouterr().out
+    assert "parity-cpp-reference 0.1.0 (--ignore-min-tokens) [candidate]" in out
+    assert status == 1, out  # a gating candidate diverged
+    if load_pins().oracle != KIT_RELEASE:  # the goldens the reference engine follows are 0.27.1's
+        return
+    rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith(names)}
+    assert rows["stop_eos"] == ["pass", "pass", "pass"], out
+    assert rows["stop_min_tokens"] == ["pass", "diverged", "steps.finished", "pass"], out
+    assert "layer steps: first divergence at step 1, field finished: oracle [], candidate [\"r2\"]" in out

@@ -56,6 +56,12 @@ BASE = {"enable_prefix_caching": False, "enable_chunked_prefill": True, "async_s
     (BASE, {"prefixes": [{"name": "sys", "len": 64}], "requests": [{"id": "a", "prefix": "sys"}]}, None, None,
      ("shared_prefixes",)),
     (BASE, {"requests": [{"id": "t1"}, {"id": "t2", "continues": "t1"}]}, None, None, ("shared_prefixes",)),
+    (BASE, {"requests": [{"id": "a", "min_tokens": 0}, {"id": "b", "min_tokens": 3}]}, None, None, ("min_tokens",)),
+    (BASE, {"requests": [{"id": "a", "min_tokens": 0}]}, None, None, ()),
+    (BASE, {"requests": [{"id": "a", "eos_token_id": 0}]}, None, None, ("eos",)),
+    (BASE, {"requests": [{"id": "a", "repetition_detection": {"max_pattern_size": 2, "min_count": 2}}]}, None, None,
+     ("repetition_detection",)),
+    (BASE, {"requests": [{"id": "a", "repetition_detection": {"max_pattern_size": 0}}]}, None, None, ()),
     (dict(BASE, async_scheduling=True), None, None, None, ("async_scheduling",)),
     # left to vLLM's default (null): the oracle's config record decides, as each release resolves it
     (dict(BASE, async_scheduling=None), None, None, {"async_scheduling_gpu": True}, ("async_scheduling",)),
@@ -106,6 +112,10 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("sliding_window_prefix_hits", ("prefix_caching", "shared_prefixes", "sliding_window")),
     ("sliding_window_kv_pressure", ("prefix_caching", "sliding_window")),
     ("kv_connector_failures", ("prefix_caching", "shared_prefixes", "kv_connector")),
+    ("stop_eos", ("prefix_caching", "eos")),
+    ("stop_min_tokens", ("prefix_caching", "min_tokens", "eos")),
+    ("stop_repetition", ("prefix_caching", "min_tokens", "repetition_detection")),
+    ("stop_dflash", ("spec:dflash", "prefix_caching", "min_tokens", "eos", "repetition_detection")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])

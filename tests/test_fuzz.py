@@ -120,7 +120,9 @@ def _paths(value, prefix=()):
 KNOWN_KEYS = sorted(set(ENGINE_ARGS) | set(SPECULATIVE_CONFIG) | TOP_LEVEL | set(ROW_SPEC_KEYS)
                     | {"seed", "vocab_size", "max_steps", "requests", "id", "arrival_step", "prompt_len",
                        "max_tokens", "stop_token_ids", "acceptance", "ks", "rows", "name", "target",
-                       "prefixes", "len", "prefix", "continues", "abort_step", "priority"})
+                       "prefixes", "len", "prefix", "continues", "abort_step", "priority", "min_tokens",
+                       "eos_token_id", "repetition_detection", "max_pattern_size", "min_pattern_size",
+                       "min_count"})
 
 
 @st.composite
@@ -178,6 +180,24 @@ def mutated_scenarios(draw) -> str:
     elif raw == "duplicate" and text.startswith("{") and len(text) > 2:
         text = '{"schema": "x", ' + text[1:]
     return text
+
+
+def stop_violations(where: str, req: dict, vocab_size: int, typed) -> list[str]:
+    """What an accepted request's stops break: min_tokens 1..max_tokens (0 is left out), the eos
+    a token of the vocabulary, repetition detection as vLLM's RepetitionDetectionParams checks it
+    and switched on (off is left out)."""
+    bad = []
+    if "min_tokens" in req and not (typed(req["min_tokens"], int) and 1 <= req["min_tokens"] <= req["max_tokens"]):
+        bad.append(f"{where}.min_tokens {req['min_tokens']!r}")
+    if "eos_token_id" in req and not (typed(req["eos_token_id"], int) and 0 <= req["eos_token_id"] < vocab_size):
+        bad.append(f"{where}.eos_token_id {req['eos_token_id']!r}")
+    rep = req.get("repetition_detection")
+    if rep is not None:
+        sizes = [rep.get(k) for k in ("max_pattern_size", "min_pattern_size", "min_count")]
+        if not (isinstance(rep, dict) and len(rep) == 3 and all(typed(x, int) and 0 <= x <= 1024 for x in sizes)
+                and 0 <= sizes[1] <= sizes[0] and sizes[0] > 0 and sizes[2] >= 2):
+            bad.append(f"{where}.repetition_detection {rep!r}")
+    return bad
 
 
 def schema_violations(s: Scenario, raw: dict) -> list[str]:
@@ -268,18 +288,20 @@ def schema_violations(s: Scenario, raw: dict) -> list[str]:
                 base = prefixes[req["prefix"]]
             elif "continues" in req:
                 earlier = next((r for r in workload["requests"][:i] if r["id"] == req["continues"]), None)
-                if earlier is None or "abort_step" in earlier:
+                if earlier is None or "abort_step" in earlier or "min_tokens" in earlier:
                     bad.append(f"workload.requests[{i}].continues {req['continues']!r}")
                 else:  # the earlier turn's prompt and the stand-in's answer to it
                     base = length[earlier["id"]] + len(expected_output(
                         workload["seed"], request_prompts(workload, args["max_model_len"])[earlier["id"]],
                         earlier["max_tokens"], earlier.get("stop_token_ids", []), args["max_model_len"],
-                        workload["vocab_size"]))
+                        workload["vocab_size"], 0, earlier.get("eos_token_id"),
+                        earlier.get("repetition_detection")))
             if "abort_step" in req and not (typed(req["abort_step"], int)
                                             and req["arrival_step"] <= req["abort_step"] < workload["max_steps"]):
                 bad.append(f"workload.requests[{i}].abort_step {req['abort_step']!r}")
             if "priority" in req and not (typed(req["priority"], int) and -2 ** 31 <= req["priority"] < 2 ** 31):
                 bad.append(f"workload.requests[{i}].priority {req['priority']!r}")
+            bad += stop_violations(f"workload.requests[{i}]", req, workload["vocab_size"], typed)
             if all(typed(req.get(k), int) for k in ("prompt_len", "max_tokens")):
                 length[rid] = base + req["prompt_len"]
                 if length[rid] + req["max_tokens"] > args["max_model_len"]:
@@ -377,6 +399,22 @@ def test_reference_schema_catches_a_bad_field(scenario_dir):
     assert any(v.startswith("name ") for v in bad)
     assert any("max_num_seqs wrong type" in v for v in bad)
     assert any("extra unknown key" in v for v in bad)
+
+
+
+def test_reference_schema_catches_bad_stops():
+    """The reference's stop rules flag what the loader must refuse."""
+    path = REPO / "scenarios" / "stop_repetition.json"
+    s, raw = load_scenario(path), json.loads(path.read_text())
+    reqs = [dict(r) for r in s.workload["requests"]]
+    reqs[0]["min_tokens"] = reqs[0]["max_tokens"] + 1
+    reqs[1]["eos_token_id"] = s.workload["vocab_size"]
+    reqs[2]["repetition_detection"] = {"max_pattern_size": 2, "min_pattern_size": 3, "min_count": 2}
+    reqs[3]["repetition_detection"] = {"max_pattern_size": 2, "min_pattern_size": 0, "min_count": 1}
+    bad = schema_violations(dataclasses.replace(s, workload=dict(s.workload, requests=reqs)), raw)
+    assert [v.split(" ")[0] for v in bad] == ["workload.requests[0].min_tokens", "workload.requests[1].eos_token_id",
+                                              "workload.requests[2].repetition_detection",
+                                              "workload.requests[3].repetition_detection"], bad
 
 
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,7 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
+from conformance.formats.workload import check_stop, request_prompts, target_next
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
 from conformance.report.render_text import render
@@ -43,10 +44,53 @@ def test_speculation_is_lossless(warm_sessions, release, scenario):
     assert all(r["output_token_ids"] or r["finish_reason"] in ("abort", "error") for r in spec)
 
 
+# vLLM 0.33.0 moved check_stop's min_tokens gate after the eos, stop token and length checks
+# (upstream-changes.toml): where the stand-in gives an eos or stop token before min_tokens
+# outputs, the releases' outputs differ, each following its own order.
+GATE_LAST = (0, 33, 0)
+MIN_TOKENS = [s for s in WORKLOADS if "min_tokens" in s.features]
+
+
 @pytest.mark.parametrize("scenario", WORKLOADS, ids=IDS)
 def test_outputs_identical_across_pins(scenario):
-    outputs = {r: golden(scenario, r)["layers"]["outputs"] for r in PINS.releases}
+    releases = [r for r in PINS.releases if scenario not in MIN_TOKENS or _version(r) < GATE_LAST]
+    outputs = {r: golden(scenario, r)["layers"]["outputs"] for r in releases}
     assert all(o == outputs[PINS.oracle] for o in outputs.values()), scenario.name
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+@pytest.mark.parametrize("scenario", MIN_TOKENS, ids=[s.name for s in MIN_TOKENS])
+def test_outputs_with_min_tokens_follow_each_releases_check_stop(scenario, release):
+    """Every output token, finish_reason and stop_reason is the stand-in's, stopped in the
+    release's check_stop order: the min_tokens gate first (0.27.1, 0.28.0), or after the eos,
+    stop token and length checks (0.33.0 on)."""
+    w, limit = scenario.workload, scenario.engine_args["max_model_len"]
+    prompts = request_prompts(w, limit)
+    expected = [_stopped(w, r, prompts[r["id"]], limit, _version(release) >= GATE_LAST)
+                for r in sorted(w["requests"], key=lambda r: r["id"])]
+    assert golden(scenario, release)["layers"]["outputs"] == expected
+
+
+def _version(release: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in release.split("."))
+
+
+def _stopped(w: dict, r: dict, prompt: list[int], limit: int, gate_last: bool) -> dict:
+    """The request's output record: the target's tokens until check_stop stops, in the order."""
+    context, out = list(prompt), []
+    stops, eos, rep = set(r["stop_token_ids"]), r.get("eos_token_id"), r.get("repetition_detection")
+    while True:
+        out.append(target_next(w["seed"], context, w["vocab_size"]))
+        context.append(out[-1])
+        if gate_last:  # eos, stop tokens and length ungated; the gate, then repetition
+            why = (check_stop(out, len(context), r["max_tokens"], stops, limit, 0, eos)
+                   or check_stop(out, len(context), r["max_tokens"], set(), limit, r.get("min_tokens", 0), None, rep))
+        else:
+            why = check_stop(out, len(context), r["max_tokens"], stops, limit, r.get("min_tokens", 0), eos, rep)
+        if why:
+            stop_token = why == "stop" and out[-1] != eos
+            return {"finish_reason": why, "id": r["id"], "output_token_ids": out,
+                    "stop_reason": out[-1] if stop_token else None}
 
 
 def test_scenario_library_exercises_what_it_claims():

@@ -6,8 +6,8 @@ import shutil
 import pytest
 
 from conformance.formats.scenario import ScenarioError, load_scenario
-from conformance.formats.workload import (draft, expected_output, prefix_tokens, prompt_tokens,
-                                          request_prompts, target_next, validate_workload, verify)
+from conformance.formats.workload import (check_stop, draft, expected_output, prefix_tokens, prompt_tokens,
+                                          repeats, request_prompts, target_next, validate_workload, verify)
 from conftest import REPO
 
 
@@ -152,3 +152,129 @@ def test_bad_shared_prefixes_continuations_and_aborts_name_the_field(raw, field,
         validate_workload(raw, "s.json", {"max_model_len": 100})
     assert err.value.field == field, err.value
     assert words in err.value.problem, err.value
+
+
+# -- the stops a request may ask for: min_tokens, its eos, repetition detection ------------------
+
+def rep(high, low=0, count=2):
+    return {"max_pattern_size": high, "min_pattern_size": low, "min_count": count}
+
+
+@pytest.mark.parametrize("raw, field, words", [
+    (workload(req("a", 1, max_tokens=5, min_tokens=6)), "workload.requests[0].min_tokens",
+     "must be at most max_tokens (5), got 6"),
+    (workload(req("a", 1, min_tokens=-1)), "workload.requests[0].min_tokens", "between 0 and"),
+    (workload(req("a", 1, min_tokens=1.5)), "workload.requests[0].min_tokens", "must be an integer"),
+    (workload(req("a", 1, eos_token_id=1000)), "workload.requests[0].eos_token_id", "between 0 and 999, got 1000"),
+    (workload(req("a", 1, eos_token_id=None)), "workload.requests[0].eos_token_id", "must be an integer, got null"),
+    (workload(req("a", 1, eos_token_id=True)), "workload.requests[0].eos_token_id", "must be an integer"),
+    (workload(req("a", 1, repetition_detection=[2, 1, 2])), "workload.requests[0].repetition_detection",
+     "must be an object"),
+    (workload(req("a", 1, repetition_detection={"max_pattern": 2})),
+     "workload.requests[0].repetition_detection.max_pattern", "unknown key"),
+    (workload(req("a", 1, repetition_detection=rep(2, 3))),
+     "workload.requests[0].repetition_detection.min_pattern_size", "must be at most max_pattern_size (2), got 3"),
+    (workload(req("a", 1, repetition_detection=rep(0, 1))),
+     "workload.requests[0].repetition_detection.min_pattern_size", "set both to 0"),
+    (workload(req("a", 1, repetition_detection=rep(2, 0, 1))),
+     "workload.requests[0].repetition_detection.min_count", "must be at least 2 when max_pattern_size is above 0"),
+    (workload(req("a", 1, repetition_detection=rep(-1))),
+     "workload.requests[0].repetition_detection.max_pattern_size", "between 0 and 1024"),
+    (workload(req("a", 1, repetition_detection=rep(2000))),
+     "workload.requests[0].repetition_detection.max_pattern_size", "between 0 and 1024"),
+    (workload(req("a", 1, min_tokens=2), req("b", 1, continues="a")), "workload.requests[1].continues",
+     "has min_tokens"),
+])
+def test_bad_stop_conditions_name_the_field(raw, field, words):
+    with pytest.raises(ScenarioError) as err:
+        validate_workload(raw, "s.json", {"max_model_len": 100})
+    assert err.value.field == field, err.value
+    assert words in err.value.problem, err.value
+
+
+def test_stop_conditions_are_kept_only_where_they_change_what_the_request_does():
+    """As vLLM's RepetitionDetectionParams: a size left out is 0, and a max_pattern_size of 0 is
+    detection off; min_tokens 0 is no gate. So a scenario that switches them off hashes as one
+    without them."""
+    w = validate_workload(workload(req("a", 1, min_tokens=0, repetition_detection={"max_pattern_size": 0}),
+                                   req("b", 1, min_tokens=2, eos_token_id=0,
+                                       repetition_detection={"max_pattern_size": 3, "min_count": 2})),
+                          "s", {"max_model_len": 100})
+    assert set(w["requests"][0]) == {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance"}
+    assert w["requests"][1]["min_tokens"] == 2 and w["requests"][1]["eos_token_id"] == 0
+    assert w["requests"][1]["repetition_detection"] == rep(3)
+
+
+def test_check_stop_follows_vllms_order():
+    """vLLM 0.27.1's check_stop: the min_tokens gate first, then the eos (no stop_reason), the
+    stop tokens, the length caps, and repetition last."""
+    assert check_stop([5, 5], 10, 10, {5}, None, min_tokens=3) is None  # held back
+    assert check_stop([5, 5, 5], 10, 10, {5}, None, min_tokens=3) == "stop"
+    assert check_stop([1, 5], 10, 2, {5}, None, eos_token_id=5) == "stop"  # eos and max_tokens: stop
+    assert check_stop([1, 4], 10, 2, set(), None, repetition=rep(1)) == "length"  # before repetition
+    assert check_stop([4, 4], 10, 9, {4}, None, repetition=rep(1)) == "stop"
+    assert check_stop([4, 4], 10, 9, set(), None, repetition=rep(1)) == "repetition"
+    assert check_stop([4, 4], 10, 9, set(), 10) == "length"  # max_model_len
+    assert check_stop([4, 2], 10, 2, set(), None, min_tokens=2) == "length"  # min_tokens = max_tokens
+
+
+@pytest.mark.parametrize("output, params, expected", [
+    ([1, 1], rep(1), True),
+    ([1, 1], rep(1, 0, 3), False),  # fewer tokens than pattern x count: no check
+    ([2, 1, 2, 1], rep(2, 2), True),
+    ([1, 1, 2, 1, 2], rep(2, 2), True),
+    ([2, 2, 1], rep(3, 1), False),
+    ([3, 1, 1], rep(3, 2), False),  # a run of one token, but patterns of 2 and 3 only
+    ([0, 1, 2, 0, 1, 2], rep(3, 1), True),  # the 1- and 2-token patterns fail first
+    ([0, 1, 2, 0, 1, 2, 0, 1, 2], rep(3, 3, 3), True),
+    ([9, 0, 1, 2, 0, 1, 2, 0, 1, 2], rep(3, 3, 3), True),
+    ([9, 1, 2, 0, 1, 2, 0, 1, 2], rep(3, 3, 3), False),  # the first run differs in its first token
+    ([9, 1, 2, 7, 1, 2, 0, 1, 2], rep(3, 3, 3), False),
+    ([1, 1, 1], rep(0), False),  # off
+    ([], rep(2), False),
+])
+def test_repeats_is_vllms_check_sequence_repetition(output, params, expected):
+    assert repeats(output, **params) is expected
+
+
+def test_expected_output_stops_on_eos_min_tokens_and_repetition():
+    t = prompt_tokens(7, "r0", 4, 1000)
+    free = expected_output(7, t, 10, [], 100, 1000)
+    assert expected_output(7, t, 10, [], 100, 1000, eos_token_id=free[1]) == free[:2]  # the eos is kept
+    assert expected_output(7, t, 10, [free[1]], 100, 1000, min_tokens=3) == free  # never again before 10
+    # a small vocabulary repeats: the output ends at the first tail of two equal tokens
+    small = expected_output(3, prompt_tokens(3, "r", 5, 4), 50, [], None, 4, repetition=rep(1))
+    assert small[-1] == small[-2] and all(a != b for a, b in zip(small[:-2], small[1:-1]))
+    held = expected_output(3, prompt_tokens(3, "r", 5, 4), 50, [], None, 4, repetition=rep(1),
+                           min_tokens=len(small) + 1)
+    assert held[:len(small)] == small and len(held) > len(small) and held[-1] == held[-2]
+
+
+def test_a_continuation_continues_after_its_eos_and_its_repetition():
+    r0 = prompt_tokens(7, "r0", 4, 1000)
+    free = expected_output(7, r0, 10, [], 100, 1000)
+    w = validate_workload(workload(req("r0", 4, max_tokens=10, eos_token_id=free[2]), req("r1", 1, continues="r0")),
+                          "s", {"max_model_len": 100})
+    assert request_prompts(w, 100)["r1"] == r0 + free[:3] + prompt_tokens(7, "r1", 1, 1000)
+    small = expected_output(3, prompt_tokens(3, "r0", 5, 4), 50, [], None, 4, repetition=rep(1))
+    w = validate_workload(workload(req("r0", 5, max_tokens=50, repetition_detection=rep(1)),
+                                   req("r1", 1, max_tokens=50, continues="r0"), seed=3, vocab=4),
+                          "s", {"max_model_len": 200})
+    assert request_prompts(w, 200)["r1"] == prompt_tokens(3, "r0", 5, 4) + small + prompt_tokens(3, "r1", 1, 4)
+
+
+def test_the_stop_scenarios_stop_where_their_descriptions_say():
+    """The library's stop scenarios, by expected_output: the stops they were built to show."""
+    def outputs(name):
+        s = load_scenario(REPO / "scenarios" / f"{name}.json")
+        w, limit = s.workload, s.engine_args["max_model_len"]
+        prompts = request_prompts(w, limit)
+        return {r["id"]: expected_output(w["seed"], prompts[r["id"]], r["max_tokens"], r["stop_token_ids"], limit,
+                                         w["vocab_size"], r.get("min_tokens", 0), r.get("eos_token_id"),
+                                         r.get("repetition_detection")) for r in w["requests"]}
+
+    assert {k: len(v) for k, v in outputs("stop_eos").items()} == {"r0": 6, "r1": 5, "r2": 15, "r3": 20, "r4": 3}
+    assert {k: len(v) for k, v in outputs("stop_min_tokens").items()} == {"r0": 8, "r1": 12, "r2": 12, "r3": 3}
+    assert {k: len(v) for k, v in outputs("stop_repetition").items()} == {
+        "a": 60, "b": 12, "c": 20, "d": 35, "e": 27, "f": 29, "g": 11, "h": 5}
+    assert {k: len(v) for k, v in outputs("stop_dflash").items()} == {"r0": 6, "r1": 12, "r2": 8, "r3": 3, "r4": 45}

@@ -33,6 +33,11 @@ FEATURES: dict[str, str] = {
     "max_num_scheduled_tokens": "`engine_args.max_num_scheduled_tokens` given",
     "aborts": "a request of the workload has an `abort_step` (vLLM's `Scheduler.finish_requests`)",
     "shared_prefixes": "a request of the workload has a `prefix` or `continues` another",
+    "min_tokens": "a request of the workload has a `min_tokens` above 0 (vLLM's check_stop holds back "
+                  "its stops until then)",
+    "eos": "a request of the workload has an `eos_token_id` (it stops there: vLLM's `ignore_eos` false)",
+    "repetition_detection": "a request of the workload has a `repetition_detection` whose "
+                            "`max_pattern_size` is above 0 (vLLM's `FINISHED_REPETITION`)",
     "kv_connector": "`engine_args.kv_transfer_config` given: a KV connector (the stand-in's remote KV store) "
                     "loads what a request's `external` says, synchronously or asynchronously, and may fail",
     "sliding_window": "the model's `layer_types` mix sliding-window and full attention (gpt-oss): hybrid KV "
@@ -67,6 +72,10 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("aborts", any(r.get("abort_step") is not None for r in requests)),
         ("shared_prefixes", any(r.get("prefix") is not None or r.get("continues") is not None
                                 for r in requests)),
+        ("min_tokens", any(_number(r.get("min_tokens")) and r["min_tokens"] > 0 for r in requests)),
+        ("eos", any(r.get("eos_token_id") is not None for r in requests)),
+        ("repetition_detection", any(_number(_dict(r.get("repetition_detection")).get("max_pattern_size"))
+                                     and r["repetition_detection"]["max_pattern_size"] > 0 for r in requests)),
         ("kv_connector", args.get("kv_transfer_config") is not None),
         ("sliding_window", _hybrid(args.get("model"))),
         ("async_scheduling", _async(args, config)),

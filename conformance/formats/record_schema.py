@@ -395,7 +395,7 @@ OUTPUT_BASE = Record("output", {
     "output_token_ids": Field(ListOf(COUNT)),
 })
 OUTPUT = Record("outputs", {
-    "finish_reason": Field(Text(("length", "stop", "abort", "error"))),
+    "finish_reason": Field(Text(("length", "stop", "abort", "repetition", "error"))),
     "stop_reason": Field(Nullable(COUNT)),
 }, base=OUTPUT_BASE)
 ENGINE_OUTPUT = Record("engine_outputs", {

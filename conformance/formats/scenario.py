@@ -106,9 +106,11 @@ DEFAULT_ENGINE = {"logprobs": 5, "logprob_decimals": 4}
 # leaves 40x. bf16 / fp16 on a GPU: not measured here (no GPU); a few hundredths expected.
 DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # Workload keys the engine layers do not run: the engine's outputs are its model's, not the
-# stand-in's a continuation is built from, and its loop has no aborts. (A request's `priority`
-# is run: the engine's add_request takes it.)
-STEPS_ONLY = ("prefix", "continues", "abort_step", "external")
+# stand-in's a continuation is built from, its loop has no aborts, its eos token is its
+# tokenizer's (not a stand-in token id), its outputs record no repetition stop, and it has no
+# remote KV store. (A request's `priority` and `min_tokens` are run: the engine's add_request
+# and SamplingParams take them.)
+STEPS_ONLY = ("prefix", "continues", "abort_step", "eos_token_id", "repetition_detection", "external")
 ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE
 
 

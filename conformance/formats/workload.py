@@ -27,6 +27,15 @@ The workload schema (every key below; no others):
                                                 # `async_steps` steps after the load is issued;
                                                 # `fail`: the load fails (engines/vllm/kv_connector.py)
                    "stop_token_ids": [int],  # optional, default []
+                   "min_tokens": int,     # optional, default 0: 0..max_tokens; no stop before
+                                          #   that many outputs (vLLM's check_stop gate)
+                   "eos_token_id": int,   # optional: 0..vocab_size-1; the request stops at it
+                                          #   (vLLM with ignore_eos false); none: ignore_eos
+                   "repetition_detection": {"max_pattern_size": int,  # optional, each 0..1024,
+                                            "min_pattern_size": int,  #   default 0; checked as
+                                            "min_count": int},        #   vLLM's
+                                          #   RepetitionDetectionParams checks them; a
+                                          #   max_pattern_size of 0 turns it off
                    "acceptance": [int]}]}    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
                                              # (verify step: engines/PROTOCOL.md, `steps`)
@@ -43,9 +52,16 @@ next token, so a scheduler can be driven without weights, identically on every m
   read as a little-endian unsigned integer, modulo vocab_size.
 - `prefix_tokens(seed, name, n, vocab_size)`: prompt_tokens(seed, "prefix/" + name, n,
   vocab_size); a request id cannot hold "/", so no request's own tokens are a prefix's.
-- `expected_output(seed, prompt, max_tokens, stop_token_ids, max_model_len, vocab_size)`:
-  what a request outputs under any scheduler: the target's tokens after its prompt, up to the
-  first stop token (kept), max_tokens, or max_model_len tokens in all.
+- `expected_output(seed, prompt, max_tokens, stop_token_ids, max_model_len, vocab_size,
+  min_tokens, eos_token_id, repetition)`: what a request outputs under any scheduler: the
+  target's tokens after its prompt, each checked as vLLM 0.27.1's check_stop checks it
+  (`check_stop`): no stop while fewer than min_tokens outputs; then the eos token (kept), a
+  stop token (kept), max_tokens outputs or max_model_len tokens in all, a repeating tail
+  (`repeats`).
+- `repeats(output, max_pattern_size, min_pattern_size, min_count)`: vLLM's
+  check_sequence_repetition: for each pattern length L from max(min_pattern_size, 1) to
+  max_pattern_size, while L * min_count <= len(output), whether the last L tokens equal each of
+  the min_count - 1 runs of L tokens before them.
 - `request_prompts(workload, max_model_len)`: every request's prompt: its base (nothing, a
   prefix's tokens, or the continued request's prompt and expected output), then
   prompt_tokens(seed, id, prompt_len, vocab_size).
@@ -53,6 +69,12 @@ next token, so a scheduler can be driven without weights, identically on every m
   then wrong tokens ((true + 1) % vocab_size, each continuing from the wrong one) up to k.
 - `verify(seed, tokens, drafts, vocab_size)`: the longest prefix of drafts equal to what
   target_next produces, plus one bonus token (the target's token after that prefix).
+
+vLLM 0.33.0 moved check_stop's min_tokens gate after the eos, stop token and length checks (the
+sampler's min-tokens logits processor keeps a real model from sampling those early): where the
+stand-in's target gives an eos or stop token before min_tokens outputs, 0.33.0 stops there and
+0.27.1 and 0.28.0 do not (upstream-changes.toml). A request with min_tokens is therefore never
+continued: a prompt does not depend on the release.
 
 Accepted drafts equal the target's own tokens, so a request's output is the same with and
 without speculative decoding, under every scheduler: only the steps differ. Two requests whose
@@ -75,6 +97,7 @@ MAX_SEED = (1 << 63) - 1
 MAX_LIST = 1024  # stop_token_ids and acceptance entries per request
 MAX_ACCEPT = 1024  # an acceptance above the drafts scheduled simply accepts them all
 MAX_PREFIXES = 64
+MAX_PATTERN = 1024  # repetition_detection sizes and counts: bounds the check's work per token
 MAX_CHAIN = 16  # continuations of continuations, at most: bounds the work of computing a prompt
 PRIORITY = (-(1 << 31), (1 << 31) - 1)
 NO_MAX_MODEL_LEN = 1 << 20  # the bound on a length when engine_args has no max_model_len
@@ -83,7 +106,9 @@ CONTEXT = 16  # target_next looks at the last CONTEXT tokens (and the length)
 TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
 TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
-                "prefix", "continues", "abort_step", "priority", "external"}
+                "prefix", "continues", "abort_step", "priority", "min_tokens", "eos_token_id",
+                "repetition_detection", "external"}
+REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
 EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
 PREFIX_KEYS = {"name", "len"}
 
@@ -203,6 +228,7 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
         out["abort_step"] = check.integer(f"{where}.abort_step", req["abort_step"], arrival, max_steps - 1)
     if "priority" in req and check.integer(f"{where}.priority", req["priority"], *PRIORITY) != 0:
         out["priority"] = req["priority"]
+    _stops(check, where, req, out, vocab_size)
     if "external" in req:
         out["external"] = _external(check, f"{where}.external", req["external"], max_steps, limit)
     return out
@@ -221,6 +247,36 @@ def _external(check: FieldChecker, where: str, raw: object, max_steps: int, limi
     return out
 
 
+def _stops(check: FieldChecker, where: str, req: dict, out: dict, vocab_size: int) -> None:
+    """The optional stop conditions, kept only where they change what the request does (as
+    a priority of 0 is dropped): min_tokens above 0, repetition detection switched on."""
+    if "min_tokens" in req:
+        min_tokens = check.integer(f"{where}.min_tokens", req["min_tokens"], 0, NO_MAX_MODEL_LEN)
+        if min_tokens > out["max_tokens"]:  # vLLM's SamplingParams refuses it too
+            check.fail(f"{where}.min_tokens", f"must be at most max_tokens ({out['max_tokens']}), got {min_tokens}")
+        if min_tokens:
+            out["min_tokens"] = min_tokens
+    if "eos_token_id" in req:
+        out["eos_token_id"] = check.integer(f"{where}.eos_token_id", req["eos_token_id"], 0, vocab_size - 1)
+    if "repetition_detection" in req:
+        params = _repetition(check, f"{where}.repetition_detection", req["repetition_detection"])
+        if params["max_pattern_size"] > 0:
+            out["repetition_detection"] = params
+
+
+def _repetition(check: FieldChecker, where: str, raw: object) -> dict:
+    """vLLM's RepetitionDetectionParams: each size 0 by default; __post_init__'s two checks."""
+    check.keys(where, raw, set(REPETITION_KEYS), ())
+    params = {key: check.integer(f"{where}.{key}", raw.get(key, 0), 0, MAX_PATTERN) for key in REPETITION_KEYS}
+    if params["min_pattern_size"] > params["max_pattern_size"]:
+        check.fail(f"{where}.min_pattern_size", f"must be at most max_pattern_size ({params['max_pattern_size']}), "
+                   f"got {params['min_pattern_size']}; set both to 0 to turn repetition detection off")
+    if params["max_pattern_size"] > 0 and params["min_count"] < 2:
+        check.fail(f"{where}.min_count", f"must be at least 2 when max_pattern_size is above 0, got "
+                   f"{params['min_count']}; set max_pattern_size to 0 to turn repetition detection off")
+    return params
+
+
 def _continued(check: FieldChecker, where: str, value: object, earlier: list[dict]) -> str:
     name = check.name(where, value, "an earlier request's id")
     target = next((e for e in earlier if e["id"] == name), None)
@@ -230,6 +286,9 @@ def _continued(check: FieldChecker, where: str, value: object, earlier: list[dic
     if "abort_step" in target:
         check.fail(where, f"names {name!r}, which has an abort_step: a continued request's output "
                    "must follow from the workload alone")
+    if "min_tokens" in target:
+        check.fail(where, f"names {name!r}, which has min_tokens: where an eos or stop token comes "
+                   "before min_tokens outputs its output differs by vLLM release, and a prompt may not")
     depth, at = 1, target
     while "continues" in at:
         depth += 1
@@ -267,7 +326,8 @@ def _base(req: dict) -> str:
 
 def prompt_lengths(workload: dict, max_model_len: int | None) -> dict[str, int]:
     """Each request's prompt length, without computing prompts where lengths suffice: only a
-    continued request with stop token ids has its tokens computed (its output may stop early)."""
+    continued request that may stop early (stop token ids, an eos token, repetition detection)
+    has its tokens computed."""
     prefixes = {p["name"]: p["len"] for p in workload.get("prefixes", [])}
     by_id = {req["id"]: req for req in workload["requests"]}
     lengths: dict[str, int] = {}
@@ -278,13 +338,18 @@ def prompt_lengths(workload: dict, max_model_len: int | None) -> dict[str, int]:
             base = prefixes[req["prefix"]]
         elif "continues" in req:
             earlier = by_id[req["continues"]]
-            if earlier["stop_token_ids"]:
+            if may_stop_early(earlier):
                 prompts = prompts or _Prompts(workload, max_model_len)
                 base = len(prompts.of(earlier["id"])) + len(prompts.output(earlier))
             else:
                 base = lengths[earlier["id"]] + earlier["max_tokens"]
         lengths[req["id"]] = base + req["prompt_len"]
     return lengths
+
+
+def may_stop_early(req: dict) -> bool:
+    """Whether the request may stop before max_tokens for a reason its tokens give."""
+    return bool(req["stop_token_ids"]) or "eos_token_id" in req or "repetition_detection" in req
 
 
 def _int_list(fail, where: str, value: object, low: int, high: int, allow_empty: bool) -> list[int]:
@@ -371,19 +436,50 @@ def prefix_tokens(seed: int, name: str, n: int, vocab_size: int) -> list[int]:
 
 
 def expected_output(seed: int, prompt: list[int], max_tokens: int, stop_token_ids: list[int],
-                    max_model_len: int | None, vocab_size: int) -> list[int]:
+                    max_model_len: int | None, vocab_size: int, min_tokens: int = 0,
+                    eos_token_id: int | None = None, repetition: dict | None = None) -> list[int]:
     """What a request with this prompt outputs under any scheduler: accepted drafts are the
-    target's own tokens, and stops are checked token by token. Ends after the first stop token
-    (kept), at max_tokens outputs, or when prompt and outputs reach max_model_len."""
+    target's own tokens, and the scheduler checks stops token by token (a step's accepted drafts
+    after a stop are cut), so the output is the target's tokens up to the first that `check_stop` stops at."""
     stops = set(stop_token_ids)
     context, out = list(prompt), []
     while True:
         token = target_next(seed, context, vocab_size)
         out.append(token)
         context.append(token)
-        if (token in stops or len(out) >= max_tokens
-                or (max_model_len is not None and len(context) >= max_model_len)):
+        if check_stop(out, len(context), max_tokens, stops, max_model_len, min_tokens, eos_token_id, repetition):
             return out
+
+
+def check_stop(output: list[int], num_tokens: int, max_tokens: int, stops: set[int], max_model_len: int | None,
+         min_tokens: int = 0, eos_token_id: int | None = None, repetition: dict | None = None) -> str | None:
+    """Why a request stops after its last output token, in vLLM 0.27.1's check_stop order (the
+    gate oracle's; 0.28.0 agrees): "stop" (the eos or a stop token), "length", "repetition", or
+    None. `num_tokens`: prompt and output."""
+    if len(output) < min_tokens:
+        return None
+    last = output[-1]
+    if last == eos_token_id or last in stops:
+        return "stop"
+    if (max_model_len is not None and num_tokens >= max_model_len) or len(output) >= max_tokens:
+        return "length"
+    if repetition is not None and repeats(output, **repetition):
+        return "repetition"
+    return None
+
+
+def repeats(output: list[int], max_pattern_size: int, min_pattern_size: int, min_count: int) -> bool:
+    """vLLM's check_sequence_repetition: whether the output ends in min_count runs of one
+    pattern of min_pattern_size (at least 1) to max_pattern_size tokens, the shortest first."""
+    low = max(min_pattern_size, 1)
+    if max_pattern_size <= 0 or min_count < 2 or low > max_pattern_size:
+        return False
+    for size in range(low, max_pattern_size + 1):
+        if size * min_count > len(output):
+            return False
+        if all(output[-(size * m + n)] == output[-n] for n in range(1, size + 1) for m in range(1, min_count)):
+            return True
+    return False
 
 
 def request_prompts(workload: dict, max_model_len: int | None) -> dict[str, list[int]]:
@@ -419,7 +515,8 @@ class _Prompts:
 
     def output(self, req: dict) -> list[int]:
         return expected_output(self.seed, self.of(req["id"]), req["max_tokens"], req["stop_token_ids"],
-                               self.max_model_len, self.vocab)
+                               self.max_model_len, self.vocab, req.get("min_tokens", 0),
+                               req.get("eos_token_id"), req.get("repetition_detection"))
 
 
 def draft(seed: int, tokens, k: int, accept: int, vocab_size: int) -> list[int]:

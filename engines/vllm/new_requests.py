@@ -8,18 +8,35 @@ ARRIVAL_TIME_BASE = 1_000_000.0  # fixed arrival times: nothing depends on the c
 def new_request(req: dict, prompt, arrival: int, block_hasher):
     """The Request a workload entry becomes when it arrives at driver step `arrival` (the
     synchronous driver's and the batch-queue loop's one way to make it)."""
-    from vllm import SamplingParams
     from vllm.v1.request import Request
 
-    # a client's kv_transfer_params reach the KV connector through extra_args, as vLLM's
-    # OpenAI server passes them (engines/vllm/kv_connector.py reads `external` there)
-    extra = {"kv_transfer_params": {"parity_external": dict(req["external"])}} if "external" in req else None
-    params = SamplingParams(max_tokens=req["max_tokens"], stop_token_ids=list(req["stop_token_ids"]),
-                            ignore_eos=True, extra_args=extra)
+    params = sampling_params(req)
     kwargs = {"block_hasher": block_hasher} if block_hasher is not None else {}
     return Request(request_id=req["id"], prompt_token_ids=list(prompt), sampling_params=params,
                    pooling_params=None, arrival_time=ARRIVAL_TIME_BASE + arrival,
                    priority=req.get("priority", 0), **kwargs)
+
+
+def sampling_params(req: dict):
+    """The request's SamplingParams as vLLM's input processor leaves them: with no eos token in
+    the workload, ignore_eos (the stand-in has none); with one, ignore_eos false and the eos set
+    the way the processor sets the tokenizer's (update_from_generation_config, no generation
+    config), so the scheduler's check_stop sees it."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RepetitionDetectionParams
+
+    eos = req.get("eos_token_id")
+    repetition = req.get("repetition_detection")
+    # a client's kv_transfer_params reach the KV connector through extra_args, as vLLM's
+    # OpenAI server passes them (engines/vllm/kv_connector.py reads `external` there)
+    extra = {"kv_transfer_params": {"parity_external": dict(req["external"])}} if "external" in req else None
+    params = SamplingParams(
+        max_tokens=req["max_tokens"], stop_token_ids=list(req["stop_token_ids"]), ignore_eos=eos is None,
+        min_tokens=req.get("min_tokens", 0),
+        repetition_detection=RepetitionDetectionParams(**repetition) if repetition else None, extra_args=extra)
+    if eos is not None:
+        params.update_from_generation_config({}, eos)
+    return params
 
 
 def abort_requests(scheduler, ids) -> list:
@@ -36,6 +53,9 @@ def abort_requests(scheduler, ids) -> list:
 
 
 def output_record(rid: str, request) -> dict:
+    """A finished request's outputs: a repetition stop's stop_reason, vLLM's string
+    "repetition_detected", goes with finish_reason "repetition" and is left out (null): the
+    record's stop_reason is the stop token."""
     reason = request.get_finished_reason()
     stop = request.stop_reason
     return {"id": rid, "output_token_ids": [int(t) for t in request.output_token_ids],

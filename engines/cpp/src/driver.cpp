@@ -19,7 +19,7 @@ std::map<std::string, Tokens> request_prompts(const Workload& workload) {
             const auto& e = *std::find_if(workload.requests.begin(), workload.requests.end(),
                                           [&](const RequestSpec& x) { return x.id == *r.continues; });
             prompt = prompts.at(e.id);
-            const Tokens answer = standin::expected_output(workload.seed, prompt, e.max_tokens, e.stop_token_ids,
+            const Tokens answer = standin::expected_output(workload.seed, prompt, e.max_tokens, stops_of(e),
                                                            workload.max_model_len, workload.vocab_size);
             prompt.insert(prompt.end(), answer.begin(), answer.end());
         }

@@ -97,6 +97,33 @@ bool valid_id(const std::string& id) {
     return true;
 }
 
+// RepetitionDetectionParams as vLLM's __post_init__ checks them; each size 0 when left out.
+standin::Repetition read_repetition(const json& raw, const std::string& where) {
+    object(raw, where);
+    for (const auto& item : raw.items())
+        if (item.key() != "max_pattern_size" && item.key() != "min_pattern_size" && item.key() != "min_count")
+            fail(where + "." + item.key(), "unknown key; allowed: max_pattern_size, min_pattern_size, min_count");
+    standin::Repetition r;
+    r.max_pattern_size = opt_int(raw, where + ".", "max_pattern_size", 0, kMaxPattern).value_or(0);
+    r.min_pattern_size = opt_int(raw, where + ".", "min_pattern_size", 0, kMaxPattern).value_or(0);
+    r.min_count = opt_int(raw, where + ".", "min_count", 0, kMaxPattern).value_or(0);
+    if (r.min_pattern_size > r.max_pattern_size) fail(where + ".min_pattern_size", "must be at most max_pattern_size");
+    if (r.max_pattern_size > 0 && r.min_count < 2)
+        fail(where + ".min_count", "must be at least 2 when max_pattern_size is above 0");
+    return r;
+}
+
+// The optional stop conditions: min_tokens (at most max_tokens), eos_token_id, repetition_detection.
+void read_stops(const json& r, const std::string& where, std::int64_t vocab_size, RequestSpec& q) {
+    q.min_tokens = opt_int(r, where + ".", "min_tokens", 0, kMaxTokensLimit).value_or(0);
+    if (q.min_tokens > q.max_tokens) fail(where + ".min_tokens", "must be at most max_tokens");
+    q.eos_token_id = opt_int(r, where + ".", "eos_token_id", 0, vocab_size - 1);
+    if (const json* v = find(r, "repetition_detection"); v && !v->is_null()) {
+        standin::Repetition rep = read_repetition(*v, where + ".repetition_detection");
+        if (rep.max_pattern_size > 0) q.repetition_detection = rep;
+    }
+}
+
 Workload read_workload(const json& raw, std::int64_t max_model_len) {
     object(raw, "workload");
     Workload w;
@@ -141,6 +168,8 @@ Workload read_workload(const json& raw, std::int64_t max_model_len) {
                                         [&](const RequestSpec& e) { return e.id == *q.continues; });
             if (earlier == w.requests.end()) fail(where + ".continues", "must name an earlier request");
             if (earlier->abort_step) fail(where + ".continues", "names a request with an abort_step");
+            if (earlier->min_tokens > 0)
+                fail(where + ".continues", "names a request with min_tokens (its output differs by vLLM release)");
         }
         const bool based = q.prefix || q.continues;
         q.prompt_len = integer(require(r, where + ".", "prompt_len"), where + ".prompt_len", based ? 0 : 1, max_model_len);
@@ -153,6 +182,7 @@ Workload read_workload(const json& raw, std::int64_t max_model_len) {
         q.priority = opt_int(r, where + ".", "priority", kMinPriority, kMaxPriority).value_or(0);
         if (const json* v = find(r, "acceptance"))
             q.acceptance = int_list(*v, where + ".acceptance", 0, kMaxAccept, false);
+        read_stops(r, where, w.vocab_size, q);
         w.requests.push_back(std::move(q));
     }
     return w;

@@ -88,18 +88,42 @@ Tokens prefix_tokens(std::uint64_t seed, const std::string& name, std::int64_t n
     return prompt_tokens(seed, "prefix/" + name, n, vocab_size);
 }
 
-Tokens expected_output(std::uint64_t seed, const Tokens& prompt, std::int64_t max_tokens,
-                       const std::vector<std::int64_t>& stop_token_ids, std::int64_t max_model_len,
-                       std::int64_t vocab_size) {
-    Tokens context = prompt, out;
+std::optional<std::string> check_stop(const Tokens& tokens, std::size_t num_prompt, std::int64_t max_tokens,
+                                      const Stops& stops, std::int64_t max_model_len) {
+    const auto num_output = static_cast<std::int64_t>(tokens.size() - num_prompt);
+    if (num_output < stops.min_tokens) return std::nullopt;
+    const Token last = tokens.back();
+    if (stops.eos_token_id && last == *stops.eos_token_id) return "stop";
+    if (std::find(stops.stop_token_ids.begin(), stops.stop_token_ids.end(), last) != stops.stop_token_ids.end())
+        return "stop";
+    if ((max_model_len > 0 && static_cast<std::int64_t>(tokens.size()) >= max_model_len) || num_output >= max_tokens)
+        return "length";
+    if (stops.repetition && repeats(tokens, num_prompt, *stops.repetition)) return "repetition";
+    return std::nullopt;
+}
+
+bool repeats(const Tokens& tokens, std::size_t num_prompt, const Repetition& r) {
+    const std::int64_t low = std::max<std::int64_t>(r.min_pattern_size, 1);
+    if (r.max_pattern_size <= 0 || r.min_count < 2 || low > r.max_pattern_size) return false;
+    const auto num_output = static_cast<std::int64_t>(tokens.size() - num_prompt);
+    const auto at = [&](std::int64_t back) { return tokens[tokens.size() - static_cast<std::size_t>(back)]; };
+    for (std::int64_t size = low; size <= r.max_pattern_size; ++size) {
+        if (size * r.min_count > num_output) return false;
+        bool all = true;
+        for (std::int64_t n = 1; all && n <= size; ++n)
+            for (std::int64_t m = 1; all && m < r.min_count; ++m) all = at(size * m + n) == at(n);
+        if (all) return true;
+    }
+    return false;
+}
+
+Tokens expected_output(std::uint64_t seed, const Tokens& prompt, std::int64_t max_tokens, const Stops& stops,
+                       std::int64_t max_model_len, std::int64_t vocab_size) {
+    Tokens context = prompt;
     for (;;) {
-        const Token token = target_next(seed, context, vocab_size);
-        out.push_back(token);
-        context.push_back(token);
-        const bool stop = std::find(stop_token_ids.begin(), stop_token_ids.end(), token) != stop_token_ids.end();
-        if (stop || static_cast<std::int64_t>(out.size()) >= max_tokens ||
-            (max_model_len > 0 && static_cast<std::int64_t>(context.size()) >= max_model_len))
-            return out;
+        context.push_back(target_next(seed, context, vocab_size));
+        if (check_stop(context, prompt.size(), max_tokens, stops, max_model_len))
+            return Tokens(context.begin() + static_cast<std::ptrdiff_t>(prompt.size()), context.end());
     }
 }
 

@@ -10,6 +10,24 @@
 using parity::json;
 namespace st = parity::standin;
 
+// A case's repetition_detection: {"max_pattern_size", "min_pattern_size", "min_count"}.
+st::Repetition repetition(const json& r) {
+    return {r.at("max_pattern_size").get<std::int64_t>(), r.at("min_pattern_size").get<std::int64_t>(),
+            r.at("min_count").get<std::int64_t>()};
+}
+
+// A case's stop conditions: stop_token_ids, and min_tokens, eos_token_id, repetition (each
+// optional, null or absent when the request has none).
+st::Stops stops(const json& c) {
+    st::Stops out;
+    out.stop_token_ids = c.at("stop_token_ids").get<std::vector<std::int64_t>>();
+    out.min_tokens = c.value("min_tokens", std::int64_t{0});
+    if (c.contains("eos_token_id") && !c.at("eos_token_id").is_null())
+        out.eos_token_id = c.at("eos_token_id").get<std::int64_t>();
+    if (c.contains("repetition") && !c.at("repetition").is_null()) out.repetition = repetition(c.at("repetition"));
+    return out;
+}
+
 int main(int argc, char** argv) {
     if (argc != 2) {
         std::cerr << "usage: check_vectors VECTORS.jsonl\n";
@@ -50,8 +68,10 @@ int main(int argc, char** argv) {
             got = st::prefix_tokens(seed, c.at("name").get<std::string>(), c.at("n").get<std::int64_t>(), vocab);
         } else if (fn == "expected_output") {
             got = st::expected_output(seed, c.at("tokens").get<st::Tokens>(), c.at("max_tokens").get<std::int64_t>(),
-                                      c.at("stop_token_ids").get<std::vector<std::int64_t>>(),
-                                      c.at("max_model_len").get<std::int64_t>(), vocab);
+                                      stops(c), c.at("max_model_len").get<std::int64_t>(), vocab);
+        } else if (fn == "repeats") {
+            const st::Tokens output = c.at("tokens").get<st::Tokens>();
+            got = st::repeats(output, 0, repetition(c.at("repetition")));
         } else if (fn == "draft") {
             got = st::draft(seed, c.at("tokens").get<st::Tokens>(), c.at("k").get<std::int64_t>(),
                             c.at("accept").get<std::int64_t>(), vocab);

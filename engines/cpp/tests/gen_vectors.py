@@ -6,7 +6,9 @@ Writes JSON lines to the path given (default: stdout), one case per line:
     {"fn": "prompt_tokens", "seed", "id", "n", "vocab", "expect": [int]}
     {"fn": "prefix_tokens", "seed", "name", "n", "vocab", "expect": [int]}
     {"fn": "expected_output", "seed", "tokens", "max_tokens", "stop_token_ids", "max_model_len", "vocab",
-     "expect": [int]}  (max_model_len 0: none)
+     "min_tokens", "eos_token_id", "repetition", "expect": [int]}  (max_model_len 0: none; eos_token_id and
+     repetition null: none)
+    {"fn": "repeats", "seed", "tokens", "repetition", "vocab", "expect": bool}  (tokens: the outputs)
     {"fn": "draft", "seed", "tokens", "k", "accept", "vocab", "expect": [int]}
     {"fn": "verify", "seed", "tokens", "drafts", "vocab", "expect": [int]}
 engines/cpp/tests/check_vectors.cpp reproduces every case and counts mismatches.
@@ -26,7 +28,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 from conformance.formats.workload import (  # noqa: E402
-    CONTEXT, MAX_SEED, MAX_VOCAB_SIZE, draft, expected_output, prefix_tokens, prompt_tokens, target_next, verify)
+    CONTEXT, MAX_SEED, MAX_VOCAB_SIZE, draft, expected_output, prefix_tokens, prompt_tokens, repeats, target_next,
+    verify)
 
 ID_CHARS = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_-"
 
@@ -69,9 +72,21 @@ def cases(rng: random.Random):
         free_run = expected_output(s, t, max_tokens, [], None, v)
         stops = rng.choice([[], [rng.choice(free_run)], [rng.randrange(0, v) for _ in range(3)]])
         limit = rng.choice([0, len(t) + rng.randrange(1, max_tokens + 1)])
+        # min_tokens, eos and repetition detection on some: the eos one the output meets, small
+        # patterns a small vocabulary repeats
+        min_tokens = rng.choice([0, 0, rng.randrange(0, max_tokens + 1)])
+        eos = rng.choice([None, None, rng.choice(free_run), rng.randrange(0, v)])
+        repetition = rng.choice([None, None, repetition_params(rng)])
         yield {"fn": "expected_output", "seed": s, "tokens": t, "max_tokens": max_tokens, "stop_token_ids": stops,
-               "max_model_len": limit, "vocab": v,
-               "expect": expected_output(s, t, max_tokens, stops, limit or None, v)}
+               "max_model_len": limit, "vocab": v, "min_tokens": min_tokens, "eos_token_id": eos,
+               "repetition": repetition,
+               "expect": expected_output(s, t, max_tokens, stops, limit or None, v, min_tokens, eos, repetition)}
+    for _ in range(600):
+        v = rng.choice([2, 3, 4])
+        output = [rng.randrange(0, v) for _ in range(rng.choice([0, 1, 2, 5, rng.randrange(0, 40)]))]
+        params = repetition_params(rng)
+        yield {"fn": "repeats", "seed": 0, "tokens": output, "repetition": params, "vocab": v,
+               "expect": repeats(output, **params)}
     for _ in range(1500):
         v, s = vocab(), seed()
         t = tokens(v, longest=20)  # K larger than the tokens so far is common here
@@ -92,6 +107,13 @@ def cases(rng: random.Random):
             drafts = draft(s, t, k, rng.randrange(0, k + 2), v)  # an acceptance pattern
         yield {"fn": "verify", "seed": s, "tokens": t, "drafts": drafts, "vocab": v,
                "expect": verify(s, t, drafts, v)}
+
+
+def repetition_params(rng: random.Random) -> dict:
+    """Repetition detection's parameters, the edges included: sizes of 0, min above max, a count below 2."""
+    high = rng.choice([0, 1, 2, 3, 6])
+    return {"max_pattern_size": high, "min_pattern_size": rng.choice([0, 1, high, high + 1]),
+            "min_count": rng.choice([0, 1, 2, 3, 4])}
 
 
 def main() -> int:

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "parity/protocol.hpp"
+#include "parity/standin.hpp"
 
 namespace parity {
 
@@ -21,6 +22,7 @@ constexpr std::int64_t kMaxSteps = 100000;
 constexpr std::size_t kMaxRequests = 4096;
 constexpr std::size_t kMaxList = 1024;  // stop_token_ids, acceptance
 constexpr std::int64_t kMaxAccept = 1024;
+constexpr std::int64_t kMaxPattern = 1024;  // repetition_detection's sizes and count
 constexpr std::size_t kMaxPrefixes = 64;
 constexpr std::int64_t kMinPriority = -(std::int64_t{1} << 31), kMaxPriority = (std::int64_t{1} << 31) - 1;
 
@@ -54,7 +56,15 @@ struct RequestSpec {
     std::optional<std::string> continues;  // its prompt starts with that earlier request's prompt and output
     std::optional<std::int64_t> abort_step;  // aborted before the schedule() of that step
     std::int64_t priority = 0;             // the priority policy's key (lower first)
+    std::int64_t min_tokens = 0;           // no stop before this many outputs
+    std::optional<std::int64_t> eos_token_id;  // it stops there (vLLM's ignore_eos false); none: ignore_eos
+    std::optional<standin::Repetition> repetition_detection;  // only when max_pattern_size > 0
 };
+
+// A request's stop conditions as the stand-in's check_stop takes them.
+inline standin::Stops stops_of(const RequestSpec& r) {
+    return {r.stop_token_ids, r.min_tokens, r.eos_token_id, r.repetition_detection};
+}
 
 struct Prefix {
     std::string name;

@@ -10,7 +10,10 @@
 //                  i (8 LE), the id's UTF-8 bytes; little-endian uint64 modulo vocab_size.
 //   prefix_tokens: prompt_tokens(seed, "prefix/" + name, n, vocab_size): a shared prefix's tokens.
 //   expected_output: what a request outputs under any scheduler (target_next token by token,
-//                  ending after a stop token, at max_tokens, or at max_model_len).
+//                  ending where check_stop stops it).
+//   check_stop:    vLLM 0.27.1's check_stop: no stop before min_tokens outputs; then the eos
+//                  token, a stop token, max_tokens or max_model_len, a repeating tail (repeats).
+//   repeats:       vLLM's check_sequence_repetition.
 //   draft:         the target's next min(accept, k) tokens, then wrong ones ((true+1) % vocab).
 //   verify:        the longest prefix of drafts the target agrees with, plus a bonus token.
 // BLAKE2b is libb2's (Debian: libb2-dev), with its parameter block for the personalization.
@@ -19,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,12 +39,32 @@ Token target_next(std::uint64_t seed, const Tokens& tokens, std::int64_t vocab_s
 Tokens prompt_tokens(std::uint64_t seed, const std::string& req_id, std::int64_t n, std::int64_t vocab_size);
 // A named shared prefix's n tokens (a request id cannot hold '/', so never a request's own).
 Tokens prefix_tokens(std::uint64_t seed, const std::string& name, std::int64_t n, std::int64_t vocab_size);
-// What a request with this prompt outputs: t_k = target_next(prompt + t_0 .. t_(k-1)), ending after
-// the first t_k in stop_token_ids (kept), at max_tokens outputs, or when prompt and outputs
-// reach max_model_len (0: no such limit).
-Tokens expected_output(std::uint64_t seed, const Tokens& prompt, std::int64_t max_tokens,
-                       const std::vector<std::int64_t>& stop_token_ids, std::int64_t max_model_len,
-                       std::int64_t vocab_size);
+// vLLM's RepetitionDetectionParams: a max_pattern_size of 0 turns detection off.
+struct Repetition {
+    std::int64_t max_pattern_size = 0, min_pattern_size = 0, min_count = 0;
+};
+
+// What a request may stop on besides its length caps (vLLM's SamplingParams).
+struct Stops {
+    std::vector<std::int64_t> stop_token_ids;
+    std::int64_t min_tokens = 0;
+    std::optional<Token> eos_token_id;       // none: ignore_eos
+    std::optional<Repetition> repetition;
+};
+
+// Why a request whose tokens (prompt, then outputs from index num_prompt) end in its latest
+// output stops: "stop" (its eos or a stop token), "length", "repetition", or none. The order is
+// vLLM 0.27.1's check_stop: no stop while fewer than min_tokens outputs, then the eos, the stop
+// tokens, max_tokens or max_model_len (0: no such limit), then repetition.
+std::optional<std::string> check_stop(const Tokens& tokens, std::size_t num_prompt, std::int64_t max_tokens,
+                                      const Stops& stops, std::int64_t max_model_len);
+// vLLM's check_sequence_repetition over the outputs tokens[num_prompt..]: whether they end in
+// min_count runs of one pattern of max(min_pattern_size, 1) to max_pattern_size tokens.
+bool repeats(const Tokens& tokens, std::size_t num_prompt, const Repetition& r);
+// What a request with this prompt outputs: t_k = target_next(prompt + t_0 .. t_(k-1)), ending
+// after the first t_k that check_stop stops at (kept).
+Tokens expected_output(std::uint64_t seed, const Tokens& prompt, std::int64_t max_tokens, const Stops& stops,
+                       std::int64_t max_model_len, std::int64_t vocab_size);
 // k draft tokens for the request whose tokens so far are `tokens`, `accept` of them right.
 Tokens draft(std::uint64_t seed, const Tokens& tokens, std::int64_t k, std::int64_t accept, std::int64_t vocab_size);
 // What the target samples given the scheduled drafts: accepted prefix plus one bonus token.
