@@ -463,21 +463,29 @@ def test_gate_reference_engine_against_the_oracle(kit, capsys, warm_gate):
     assert f"first divergence at record 0, field max_num_scheduled_tokens: oracle {budget}, candidate 4096" in out
 
 
+def _gate_beside_device(capsys, flag: str, names: tuple[str, ...]) -> str | None:
+    """The gate on these scenarios with the reference engine and its TEST DEVICE `flag` as
+    candidates: the device diverges (status 1). Its report, or None where the oracle pin is not
+    the kit's release (the goldens the reference engine follows are 0.27.1's)."""
+    from conformance.cli import main
+    from conformance.formats.pins import load_pins
+
+    status = main(["gate", "--candidate", str(ENGINE), "--candidate", f"{ENGINE} {flag}",
+                   *(arg for name in names for arg in ("--scenario", str(REPO / "scenarios" / f"{name}.json")))])
+    out = capsys.readouterr().out
+    assert f"parity-cpp-reference 0.1.0 ({flag}) [candidate]" in out
+    assert status == 1, out  # a gating candidate diverged
+    return out if load_pins().oracle == KIT_RELEASE else None
+
+
 @pytest.mark.oracle
 def test_gate_reference_engine_async_loop_against_the_oracle(kit, capsys, warm_gate):
     """The gate on async scenarios (their steps driven by the kit's batch-queue loop): the
     reference engine passes, and the TEST DEVICE `--sync-loop` is diverged at its first record,
     where the update of step 0 comes in the iteration that scheduled it."""
-    from conformance.cli import main
-    from conformance.formats.pins import load_pins
-
     names = ("async_worked_example", "abort_states_async", "prefix_caching_resume_async")
-    status = main(["gate", "--candidate", str(ENGINE), "--candidate", f"{ENGINE} --sync-loop",
-                   *(arg for name in names for arg in ("--scenario", str(REPO / "scenarios" / f"{name}.json")))])
-    out = capsys.readouterr().out
-    assert "parity-cpp-reference 0.1.0 (--sync-loop) [candidate]" in out
-    assert status == 1, out  # a gating candidate diverged
-    if load_pins().oracle != KIT_RELEASE:  # the goldens the reference engine follows are 0.27.1's
+    out = _gate_beside_device(capsys, "--sync-loop", names)
+    if out is None:
         return
     for name in names:  # the reference engine, the device (named by its first difference), the oracle
         row = next(line for line in out.splitlines() if line.startswith(f"{name} "))
@@ -489,16 +497,9 @@ def test_gate_catches_a_port_that_ignores_min_tokens(kit, capsys, warm_gate):
     """The gate on the stop scenarios: the reference engine passes each, and the TEST DEVICE
     `--ignore-min-tokens` is diverged on stop_min_tokens at the step where a stop token the
     gate holds back ends the request instead."""
-    from conformance.cli import main
-    from conformance.formats.pins import load_pins
-
     names = ("stop_eos", "stop_min_tokens")
-    status = main(["gate", "--candidate", str(ENGINE), "--candidate", f"{ENGINE} --ignore-min-tokens",
-                   *(arg for name in names for arg in ("--scenario", str(REPO / "scenarios" / f"{name}.json")))])
-    out = capsys.readouterr().out
-    assert "parity-cpp-reference 0.1.0 (--ignore-min-tokens) [candidate]" in out
-    assert status == 1, out  # a gating candidate diverged
-    if load_pins().oracle != KIT_RELEASE:  # the goldens the reference engine follows are 0.27.1's
+    out = _gate_beside_device(capsys, "--ignore-min-tokens", names)
+    if out is None:
         return
     rows = {line.split()[0]: line.split()[1:] for line in out.splitlines() if line.startswith(names)}
     assert rows["stop_eos"] == ["pass", "pass", "pass"], out
