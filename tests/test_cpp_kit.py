@@ -237,7 +237,7 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "priority_victim_scheduled_before",
             # the stops a request may ask for: its eos, min_tokens, repetition detection (and inside
             # accepted DFlash drafts)
-            "stop_eos", "stop_min_tokens", "stop_repetition", "stop_dflash")
+            "stop_eos", "stop_min_tokens", "stop_repetition", "stop_repetition_edges", "stop_dflash")
 # The scenarios whose GPU rule turns async scheduling on: the reference engine drives its
 # AsyncScheduler through the kit's batch-queue loop (run_workload_async, a port of
 # engines/vllm/async_loop.py), and agrees with 0.27.1 on each of them.

@@ -152,8 +152,12 @@ def test_optional_fields_and_variants():
     assert check_record("outputs", aborted) == aborted
     with pytest.raises(RecordError, match='field finish_reason: expected "length" or "stop", got "abort"'):
         check_record("engine_outputs", dict(aborted, logprobs=[]))  # the engine layers run no aborts
-    with pytest.raises(RecordError, match="field stop_reason: expected int >= 0 or null, got nothing"):
+    with pytest.raises(RecordError, match='field stop_reason: expected int >= 0 or "repetition_detected" or null, got nothing'):
         check_record("outputs", {k: v for k, v in aborted.items() if k != "stop_reason"})
+    repeated = dict(aborted, finish_reason="repetition", stop_reason="repetition_detected")
+    assert check_record("outputs", repeated) == repeated
+    with pytest.raises(RecordError, match='field stop_reason: expected int >= 0 or "repetition_detected" or null, got "repeated"'):
+        check_record("outputs", dict(repeated, stop_reason="repeated"))
     probe = next(r for r in gate_golden("method_matrix")["layers"]["methods"] if "probe" in r)
     assert check_record("methods", probe) == probe
     with pytest.raises(RecordError, match='field probe: expected "below" or "at" or "above"'):

@@ -89,8 +89,8 @@ def _stopped(w: dict, r: dict, prompt: list[int], limit: int, gate_last: bool) -
             why = check_stop(out, len(context), r["max_tokens"], stops, limit, r.get("min_tokens", 0), eos, rep)
         if why:
             stop_token = why == "stop" and out[-1] != eos
-            return {"finish_reason": why, "id": r["id"], "output_token_ids": out,
-                    "stop_reason": out[-1] if stop_token else None}
+            reason = out[-1] if stop_token else "repetition_detected" if why == "repetition" else None
+            return {"finish_reason": why, "id": r["id"], "output_token_ids": out, "stop_reason": reason}
 
 
 def test_scenario_library_exercises_what_it_claims():

@@ -5,6 +5,7 @@ import shutil
 
 import pytest
 
+from conformance.formats.features import needed
 from conformance.formats.scenario import ScenarioError, load_scenario
 from conformance.formats.workload import (check_stop, draft, expected_output, prefix_tokens, prompt_tokens,
                                           repeats, request_prompts, target_next, validate_workload, verify)
@@ -192,15 +193,20 @@ def test_bad_stop_conditions_name_the_field(raw, field, words):
     assert words in err.value.problem, err.value
 
 
-def test_stop_conditions_are_kept_only_where_they_change_what_the_request_does():
-    """As vLLM's RepetitionDetectionParams: a size left out is 0, and a max_pattern_size of 0 is
-    detection off; min_tokens 0 is no gate. So a scenario that switches them off hashes as one
-    without them."""
+def test_stop_conditions_are_kept_as_given_but_min_tokens_0():
+    """min_tokens 0 is no gate, dropped (a scenario without it hashes the same); as vLLM's
+    RepetitionDetectionParams, a size left out is 0, and a detection switched off (a
+    max_pattern_size of 0) is kept: vLLM still calls its check (which returns at once), and
+    a mutant of that check's guard is caught only by a request that has one."""
     w = validate_workload(workload(req("a", 1, min_tokens=0, repetition_detection={"max_pattern_size": 0}),
                                    req("b", 1, min_tokens=2, eos_token_id=0,
                                        repetition_detection={"max_pattern_size": 3, "min_count": 2})),
                           "s", {"max_model_len": 100})
-    assert set(w["requests"][0]) == {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance"}
+    assert set(w["requests"][0]) == {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
+                                     "repetition_detection"}
+    assert w["requests"][0]["repetition_detection"] == {"max_pattern_size": 0, "min_pattern_size": 0, "min_count": 0}
+    assert needed({}, w) == ("prefix_caching", "min_tokens", "eos", "repetition_detection")
+    assert needed({}, {"requests": w["requests"][:1]}) == ("prefix_caching",)  # switched off: no feature
     assert w["requests"][1]["min_tokens"] == 2 and w["requests"][1]["eos_token_id"] == 0
     assert w["requests"][1]["repetition_detection"] == rep(3)
 

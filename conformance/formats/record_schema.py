@@ -171,6 +171,26 @@ def Null() -> Exactly:  # noqa: N802
 
 
 @dataclass(frozen=True)
+class Either:
+    """A value of one kind or another (a stop token, or vLLM's string for a repetition stop)."""
+
+    first: object
+    second: object
+
+    def describe(self) -> str:
+        return f"{self.first.describe()} or {self.second.describe()}"
+
+    def check(self, value, strict: bool = False):
+        try:
+            return self.first.check(value, strict)
+        except RecordError:
+            try:
+                return self.second.check(value, strict)
+            except RecordError:
+                raise RecordError(self.describe(), value) from None
+
+
+@dataclass(frozen=True)
 class Nullable:
     of: object
 
@@ -396,7 +416,8 @@ OUTPUT_BASE = Record("output", {
 })
 OUTPUT = Record("outputs", {
     "finish_reason": Field(Text(("length", "stop", "abort", "repetition", "error"))),
-    "stop_reason": Field(Nullable(COUNT)),
+    # the stop token, or vLLM's string for a repetition stop (Request.stop_reason, as clients get it)
+    "stop_reason": Field(Nullable(Either(COUNT, Text(("repetition_detected",))))),
 }, base=OUTPUT_BASE)
 ENGINE_OUTPUT = Record("engine_outputs", {
     "finish_reason": Field(Text(("length", "stop"))),

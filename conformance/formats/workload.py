@@ -248,8 +248,8 @@ def _external(check: FieldChecker, where: str, raw: object, max_steps: int, limi
 
 
 def _stops(check: FieldChecker, where: str, req: dict, out: dict, vocab_size: int) -> None:
-    """The optional stop conditions, kept only where they change what the request does (as
-    a priority of 0 is dropped): min_tokens above 0, repetition detection switched on."""
+    """The optional stop conditions: min_tokens kept only above 0 (as a priority of 0 is
+    dropped), the eos token and repetition detection as given."""
     if "min_tokens" in req:
         min_tokens = check.integer(f"{where}.min_tokens", req["min_tokens"], 0, NO_MAX_MODEL_LEN)
         if min_tokens > out["max_tokens"]:  # vLLM's SamplingParams refuses it too
@@ -260,8 +260,9 @@ def _stops(check: FieldChecker, where: str, req: dict, out: dict, vocab_size: in
         out["eos_token_id"] = check.integer(f"{where}.eos_token_id", req["eos_token_id"], 0, vocab_size - 1)
     if "repetition_detection" in req:
         params = _repetition(check, f"{where}.repetition_detection", req["repetition_detection"])
-        if params["max_pattern_size"] > 0:
-            out["repetition_detection"] = params
+        # kept even switched off (max_pattern_size 0): vLLM still calls its check, which returns
+        # at once; only a max_pattern_size above 0 makes it a feature (features.py)
+        out["repetition_detection"] = params
 
 
 def _repetition(check: FieldChecker, where: str, raw: object) -> dict:

@@ -53,11 +53,10 @@ def abort_requests(scheduler, ids) -> list:
 
 
 def output_record(rid: str, request) -> dict:
-    """A finished request's outputs: a repetition stop's stop_reason, vLLM's string
-    "repetition_detected", goes with finish_reason "repetition" and is left out (null): the
-    record's stop_reason is the stop token."""
+    """A finished request's outputs; stop_reason as vLLM's Request holds it (and its clients
+    get it): the stop token, the string "repetition_detected" for a repetition stop, or null."""
     reason = request.get_finished_reason()
     stop = request.stop_reason
     return {"id": rid, "output_token_ids": [int(t) for t in request.output_token_ids],
             "finish_reason": reason.name.lower() if reason is not None else None,
-            "stop_reason": int(stop) if isinstance(stop, int) else None}
+            "stop_reason": stop if isinstance(stop, str) else int(stop) if isinstance(stop, int) else None}

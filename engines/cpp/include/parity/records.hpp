@@ -194,8 +194,9 @@ struct StepRecord {
 struct OutputRecord {
     std::string id;
     std::vector<std::int64_t> output_token_ids;
-    std::optional<std::string> finish_reason;  // "length", "stop" or "abort" (`outputs`)
-    std::optional<std::int64_t> stop_reason;   // the stop token it stopped on (`outputs` only)
+    std::optional<std::string> finish_reason;  // "length", "stop", "abort", "repetition" (`outputs`)
+    std::optional<std::int64_t> stop_reason;   // the stop token it stopped on (`outputs` only);
+                                               // a repetition stop's is vLLM's string (to_json)
     bool with_stop_reason = true;              // false for engine_outputs, which has no such field
     // engine_outputs only: per position [[token id, logprob], ...] best first, rounded.
     std::optional<std::vector<std::vector<std::pair<std::int64_t, double>>>> logprobs;
@@ -205,7 +206,12 @@ struct OutputRecord {
         json out = {{"id", id},
                     {"output_token_ids", output_token_ids},
                     {"finish_reason", finish_reason ? json(*finish_reason) : json(nullptr)}};
-        if (with_stop_reason) out["stop_reason"] = stop_reason ? json(*stop_reason) : json(nullptr);
+        if (with_stop_reason) {
+            // vLLM sets stop_reason "repetition_detected" where it finishes a request as a repetition
+            const bool repetition = finish_reason && *finish_reason == "repetition";
+            out["stop_reason"] = stop_reason ? json(*stop_reason)
+                                 : repetition ? json("repetition_detected") : json(nullptr);
+        }
         if (logprobs) {
             json positions = json::array();
             for (const auto& pos : *logprobs) {
