@@ -170,3 +170,28 @@ def test_one_golden_lifecycle_entry_point():
                         and getattr(node.value, "id", "") in ("GOLDENS", "store")):
                     found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.value.id}.{node.attr}")
     assert found == [], "a golden lifecycle besides GoldenStore.regenerate:\n" + "\n".join(found)
+
+
+def test_a_refused_golden_closes_the_runs_before_the_error_goes_on():
+    """`parity goldens` hung after refusing a golden: the refusal left the oracle's session
+    open inside the suspended generator, closed only by garbage collection at exit, where it
+    started a thread in a finalizing interpreter. The runs are closed as the error leaves."""
+    from conformance.judging.goldens import GoldenRefused
+
+    closed = []
+
+    def runs():
+        try:
+            yield "0.27.1", {"scenario": {"name": "first"}}
+            yield "0.27.1", {"scenario": {"name": "second"}}
+        finally:
+            closed.append(True)
+
+    class Refusing:
+        def regenerate(self, trace, release, write, say):
+            raise GoldenRefused(f"refusing to write {trace['scenario']['name']}")
+
+    pending = runs()  # held here, so only regenerate can close it (as the CLI's frame held it)
+    with pytest.raises(GoldenRefused, match="refusing to write first"):
+        lifecycle.regenerate(pending, True, print, Refusing())
+    assert closed == [True]

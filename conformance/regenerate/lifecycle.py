@@ -107,8 +107,14 @@ def results_runs(folders: list[Path], selection: Selection, pins: Pins, log,
 
 def regenerate(runs, write: bool, say, store: GoldenStore = GOLDENS) -> list[GoldenOutcome]:
     """Each (pin, oracle trace) through the store's one lifecycle; `say` is told each change
-    before it is written."""
-    return [store.regenerate(trace, release, write, say) for release, trace in runs]
+    before it is written. A refusal ends the runs there: their engine sessions are closed
+    before the error goes on, not left to garbage collection at exit, where closing one would
+    start a thread in a finalizing interpreter and hang."""
+    try:
+        return [store.regenerate(trace, release, write, say) for release, trace in runs]
+    finally:
+        if hasattr(runs, "close"):  # a generator (oracle_runs, results_runs)
+            runs.close()
 
 
 def report(outcomes: list[GoldenOutcome], orphans: list[Path], check: bool, log) -> int:
