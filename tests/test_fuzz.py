@@ -185,7 +185,7 @@ def mutated_scenarios(draw) -> str:
 def stop_violations(where: str, req: dict, vocab_size: int, typed) -> list[str]:
     """What an accepted request's stops break: min_tokens 1..max_tokens (0 is left out), the eos
     a token of the vocabulary, repetition detection as vLLM's RepetitionDetectionParams checks it
-    and switched on (off is left out)."""
+    (switched off, max_pattern_size 0, is kept: vLLM still calls its check)."""
     bad = []
     if "min_tokens" in req and not (typed(req["min_tokens"], int) and 1 <= req["min_tokens"] <= req["max_tokens"]):
         bad.append(f"{where}.min_tokens {req['min_tokens']!r}")
@@ -195,7 +195,7 @@ def stop_violations(where: str, req: dict, vocab_size: int, typed) -> list[str]:
     if rep is not None:
         sizes = [rep.get(k) for k in ("max_pattern_size", "min_pattern_size", "min_count")]
         if not (isinstance(rep, dict) and len(rep) == 3 and all(typed(x, int) and 0 <= x <= 1024 for x in sizes)
-                and 0 <= sizes[1] <= sizes[0] and sizes[0] > 0 and sizes[2] >= 2):
+                and 0 <= sizes[1] <= sizes[0] and (sizes[0] == 0 or sizes[2] >= 2)):
             bad.append(f"{where}.repetition_detection {rep!r}")
     return bad
 

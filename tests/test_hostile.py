@@ -1096,7 +1096,7 @@ def test_schema_selfcheck_runs_every_scenario_given(tmp_path, capsys):
                                                  "seq": 0, "path": ["finish_reason"], "value": "cancelled"}]}
     status, out = schema_selfcheck(tmp_path, capsys, bad, "steady_decode", "kv_pressure_no_spec")
     assert status == 1 and "kv_pressure_no_spec: layers ['config', 'steps', 'outputs']" in out
-    assert 'layer outputs, record #0 (id "r0"): field finish_reason: expected "length" or "stop" or "abort" or "repetition", got "cancelled"' in out
+    assert 'layer outputs, record #0 (id "r0"): field finish_reason: expected "length" or "stop" or "abort" or "repetition" or "error", got "cancelled"' in out
 
 
 # ---- h28-limits: limits, input files, output folders, engines that outlive the harness ----

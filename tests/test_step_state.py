@@ -46,6 +46,10 @@ def test_golden_state_is_consistent(scenario, release):
         pytest.skip(f"{scenario.name}: no steps golden for {release}")
     outputs, finished = {}, set()
     tables: dict[str, list[int]] = {}  # each request's block table, from the block ids it was given
+    # where a request holds blocks no record names, the tables cannot be checked against the
+    # pool: a sliding-window group frees the blocks out of its window as a request goes on, and
+    # an async KV load holds its blocks while the request waits unscheduled
+    untracked = bool({"sliding_window", "kv_connector"} & set(scenario.features))
     for n, s in enumerate(steps):
         for rid in s["aborted"]:
             tables.pop(rid, None)
@@ -63,7 +67,7 @@ def test_golden_state_is_consistent(scenario, release):
             grew = r["output_tokens"] - outputs.get(rid, 0)
             assert grew in (0, 1 + r["accepted_draft_tokens"]) or rid in s["finished"], (s["step"], rid, grew)
             outputs[rid] = r["output_tokens"]
-            if rid in tables and "iteration" not in s:  # the blocks it was given are those it holds
+            if rid in tables and "iteration" not in s and not untracked:  # the blocks it was given are those it holds
                 assert len(tables[rid]) == r["kv_blocks"], (s["step"], rid)  # (async: read a schedule later)
         finished |= set(s["finished"])
         assert not set(s["waiting"]) & set(s["running"]), s["step"]
@@ -74,8 +78,9 @@ def test_golden_state_is_consistent(scenario, release):
         resumed_next = steps[n + 1]["resumed"] if asynchronous and n + 1 < len(steps) else []
         assert set(s["preempted"]) <= set(s["waiting"]) | set(resumed_next), s["step"]
         held = [b for table in tables.values() for b in table]
-        assert 0 not in held, s["step"]  # the null block is never handed out
-        if not asynchronous:
+        if "sliding_window" not in scenario.features:  # the null block is never handed out;
+            assert 0 not in held, s["step"]  # a sliding-window group's table holds it out of the window
+        if not asynchronous and not untracked:
             # requests that share a prefix share its blocks: the pool's `used` counts each block once
             assert len(set(held)) == s["kv_blocks"]["used"], s["step"]
         assert s["kv_blocks"]["cached"] <= s["kv_blocks"]["free"] + s["kv_blocks"]["used"], s["step"]
