@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from vllm.distributed.kv_transfer.kv_connector.v1.base import (KVConnectorBase_V1, KVConnectorMetadata,
                                                                 KVConnectorRole)
 
-CONNECTOR = "StandInConnector"
-MODULE = "engines.vllm.kv_connector"
+MODULE = "engines.vllm.kv_connector"  # found by path: a scenario names the class, StandInConnector
 PARAMS = "parity_external"  # the key of kv_transfer_params the workload's `external` goes under
 
 

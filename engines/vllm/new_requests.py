@@ -25,11 +25,13 @@ def sampling_params(req: dict):
     from vllm import SamplingParams
     from vllm.sampling_params import RepetitionDetectionParams
 
+    from .kv_connector import PARAMS
+
     eos = req.get("eos_token_id")
     repetition = req.get("repetition_detection")
     # a client's kv_transfer_params reach the KV connector through extra_args, as vLLM's
     # OpenAI server passes them (engines/vllm/kv_connector.py reads `external` there)
-    extra = {"kv_transfer_params": {"parity_external": dict(req["external"])}} if "external" in req else None
+    extra = {"kv_transfer_params": {PARAMS: dict(req["external"])}} if "external" in req else None
     params = SamplingParams(
         max_tokens=req["max_tokens"], stop_token_ids=list(req["stop_token_ids"]), ignore_eos=eos is None,
         min_tokens=req.get("min_tokens", 0),
