@@ -80,6 +80,47 @@ def test_generated_scenarios_share_prefixes_continue_turns_and_abort_only_where_
     none()
 
 
+def test_generated_scenarios_stop_load_remote_kv_and_mix_attention_only_where_allowed():
+    """vLLM's other stops (eos, min_tokens, repetition detection), a KV connector with requests
+    whose prompts the remote store holds, and a model mixing sliding-window and full attention
+    are drawn now and then, every scenario valid (the connector with async scheduling off, the
+    hybrid model without a drafter), and never for a candidate that does not declare the feature."""
+    from conformance.formats.features import FEATURES, needed
+    from conformance.fuzz.strategies import HYBRID
+
+    seen = dict.fromkeys(("eos", "min_tokens", "repetition_detection", "kv_connector", "sliding_window"), 0)
+    seen["external"] = 0
+
+    @settings(max_examples=300, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(scenarios())
+    def every(raw):
+        scenario = parse_scenario(raw, SCENARIO_DIR / "fuzz.json")
+        args = raw["engine_args"]
+        if "kv_transfer_config" in args:
+            assert args["async_scheduling"] is False and "speculative_config" not in args
+        if args["model"] == HYBRID:
+            assert "speculative_config" not in args and "kv_transfer_config" not in args
+        for name in needed(scenario.engine_args, scenario.workload, None):
+            seen[name] = seen.get(name, 0) + 1
+        seen["external"] += any("external" in r for r in scenario.workload["requests"])
+
+    every()
+    assert all(seen[key] > 0 for key in ("eos", "min_tokens", "repetition_detection", "kv_connector",
+                                          "sliding_window", "external")), seen
+
+    new = ("eos", "min_tokens", "repetition_detection", "kv_connector", "sliding_window")
+    allowed = tuple(f for f in FEATURES if f not in new)
+
+    @settings(max_examples=100, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(scenarios(allowed=allowed))
+    def none(raw):
+        assert "kv_transfer_config" not in raw["engine_args"] and raw["engine_args"]["model"] != HYBRID
+        assert not any(k in r for r in raw["workload"]["requests"]
+                       for k in ("eos_token_id", "min_tokens", "repetition_detection", "external"))
+
+    none()
+
+
 @settings(max_examples=60, deadline=None, database=None, suppress_health_check=list(HealthCheck))
 @given(engine_scenarios())
 def test_generated_engine_scenarios_run_the_whole_engine_on_the_tiny_models(raw):
@@ -351,8 +392,8 @@ def test_only_the_examples_the_search_ran_are_counted_skipped():
     """The final line per cause counts the examples the oracle could not run; the runs it could
     not make while shrinking are shrink runs, not skipped examples (before: a 'skipped 0' line
     per cause met only while shrinking)."""
-    said: list[str] = []
-    search = Search(FailingWhileShrinkingPair(), 1, said.append, examples=300)
+    said: list[str] = []  # seed 2 meets examples of two requests before the first finding
+    search = Search(FailingWhileShrinkingPair(), 2, said.append, examples=300)
     [finding] = search.run()
     assert finding.signature == "diverged steps.new" and search.stats.shrink_runs > 0
     skipped = [line for line in said if line.startswith("[fuzz] skipped")]
@@ -538,9 +579,12 @@ def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
 
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, each with a seed that
 # finds it within the example budget here (same seed, same examples). Seed 1 finds draft-plus-one
-# too, on 6 requests that take 539 runs (16 s) to shrink; seed 2 on 3 requests, in 99 runs.
+# too, on 6 requests that take 539 runs (16 s) to shrink; seed 2 on 3 requests, in 99 runs. The
+# last two need the space's KV connector (a failed load's blocks) and hybrid model (two KV cache
+# groups), drawn now and then after every other draw.
 @pytest.mark.oracle
-@pytest.mark.parametrize("mutant, seed", [("ignore-max-num-seqs", 1), ("draft-plus-one", 2)])
+@pytest.mark.parametrize("mutant, seed", [("ignore-max-num-seqs", 1), ("draft-plus-one", 2),
+                                          ("ignore-invalid-kv-blocks", 10), ("sliding-window-as-full", 8)])
 def test_finds_and_shrinks_a_mutant(mutant, seed, warm_sessions, tmp_path):
     oracle = load_pins().oracle
     pair = Pair.warm(warm_sessions(oracle), warm_sessions(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))

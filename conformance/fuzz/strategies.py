@@ -12,7 +12,10 @@ chunked prefill off, a threshold above max_model_len, ...) are generated on purp
 refusal is a record of the config layer, and refusal parity is part of the contract.
 `max_num_partial_prefills` is not generated: no pinned release has it any more (V0 only).
 Shared prefixes, continued turns, aborts and, under the priority policy, per-request
-priorities are drawn last, now and then, each only when its feature is allowed.
+priorities are drawn last, now and then, each only when its feature is allowed; after them
+vLLM's other stops (an eos token, min_tokens, repetition detection), a KV connector with what
+the remote store holds of each prompt, and a model mixing sliding-window and full attention
+(models/gpt-oss-20b: one KV cache group per attention type).
 
 Sizes stay small (max_model_len <= 512, at most MAX_REQUESTS requests) so one example runs in
 tens of milliseconds on the stand-in layers.
@@ -205,6 +208,9 @@ def scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     workload["max_steps"] = max_steps(reqs, prefixes)
     args["async_scheduling"] = draw(_async(allowed))  # drawn last too: a seed keeps its examples
     draw(priorities(reqs, args, allowed))
+    draw(stop_conditions(reqs, vocab_size, allowed))  # these three after every other draw
+    draw(remote_kv(args, reqs, allowed))
+    draw(hybrid_model(args, allowed))
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
             "workload": workload}
 
@@ -284,6 +290,81 @@ def priorities(draw, reqs: list[dict], args: dict, allowed) -> None:
         priority = draw(PRIORITY)
         if priority:
             req["priority"] = priority
+
+
+@st.composite
+def repetition(draw) -> dict:
+    """vLLM's RepetitionDetectionParams, switched on: patterns of 1 to 4 tokens seen 2 to 4 times."""
+    largest = draw(ints(1, 4))
+    return {"max_pattern_size": largest, "min_pattern_size": draw(ints(0, largest)), "min_count": draw(ints(2, 4))}
+
+
+REPETITION = repetition()
+STOPS = ("eos", "min_tokens", "repetition_detection")
+
+
+@st.composite
+def stop_conditions(draw, reqs: list[dict], vocab_size: int, allowed) -> None:
+    """Now and then, vLLM's other stops on some requests: an eos token among the first 64 ids
+    (so it comes up), min_tokens up to max_tokens (never on a request another continues: where
+    a stop comes before min_tokens, releases differ in the output a prompt would hold), and
+    repetition detection. Each only when its feature is allowed. Edits `reqs`."""
+    kinds = [kind for kind in STOPS if allows(allowed, kind)]
+    if not kinds or not draw(FLAG):
+        return
+    continued = {req["continues"] for req in reqs if "continues" in req}
+    for req in reqs:
+        if "eos" in kinds and draw(FLAG):
+            req["eos_token_id"] = draw(ints(0, min(vocab_size, 64) - 1))
+        if "min_tokens" in kinds and req["id"] not in continued and draw(FLAG):
+            req["min_tokens"] = draw(ints(1, req["max_tokens"]))
+        if "repetition_detection" in kinds and draw(FLAG):
+            req["repetition_detection"] = draw(REPETITION)
+
+
+KV_ROLE = st.sampled_from(["kv_both", "kv_consumer"])
+KV_POLICY = optional(st.sampled_from(["recompute", "fail"]))  # not given: vLLM's default, fail
+ASYNC_STEPS = optional(ints(0, 3))  # not given: loaded synchronously
+
+
+@st.composite
+def remote_kv(draw, args: dict, reqs: list[dict], allowed) -> None:
+    """Now and then, a KV connector (the stand-in's remote store, engines/vllm/kv_connector.py)
+    and, for some requests, the first tokens of its prompt held there, loaded synchronously or
+    some steps later, the load failing now and then. Only with async scheduling off (the
+    stand-in's connector runs in the synchronous loop) and no speculative decoding. Edits
+    `args` and `reqs`."""
+    if args["async_scheduling"] is not False or "speculative_config" in args \
+            or not allows(allowed, "kv_connector") or not draw(FLAG):
+        return
+    config = {"kv_connector": "StandInConnector", "kv_role": draw(KV_ROLE)}
+    policy = draw(KV_POLICY)
+    if policy:
+        config["kv_load_failure_policy"] = policy
+    args["kv_transfer_config"] = config
+    for req in reqs:
+        if draw(FLAG):
+            external = {"tokens": draw(ints(1, args["max_model_len"]))}  # the connector keeps one token to compute
+            steps = draw(ASYNC_STEPS)
+            if steps is not None:
+                external["async_steps"] = steps
+            if draw(FLAG):
+                external["fail"] = True
+            req["external"] = external
+
+
+HYBRID = "models/gpt-oss-20b"  # sliding-window and full attention layers: two KV cache groups
+
+
+@st.composite
+def hybrid_model(draw, args: dict, allowed) -> None:
+    """Now and then, the target is a model mixing sliding-window and full attention layers, so
+    the KV cache manager runs one group per attention type. Not with a drafter (drafted for the
+    Qwen3 target) or a KV connector. Edits `args`."""
+    if "speculative_config" in args or "kv_transfer_config" in args \
+            or not allows(allowed, "sliding_window") or not draw(FLAG):
+        return
+    args["model"] = HYBRID
 
 
 def max_steps(reqs: list[dict], prefixes: list[dict] = ()) -> int:
