@@ -20,7 +20,8 @@ ASYNC = sorted(n for n, s in SCENARIOS.items() if s.engine_args["async_schedulin
                and s.scale != "production")
 TWINS = sorted(n for n in ASYNC if n.endswith("_async") and "steps" in SCENARIOS[n].layers)
 LOOPS = sorted(n for n in ASYNC if "steps" in SCENARIOS[n].layers)  # the twins, the example, one per method
-METHODS = sorted(n for n in LOOPS if n not in TWINS and n != "async_worked_example")
+METHODS = sorted(n for n in LOOPS if n not in TWINS and n != "async_worked_example"
+                 and SCENARIOS[n].engine_args.get("speculative_config"))  # not the connector's loop
 
 
 def layers(name: str, release: str = PINS.oracle) -> dict:

@@ -286,7 +286,7 @@ def test_agreeing_is_every_steps_scenario_of_the_kit_release(kit):
                 sent.add(path.parent.name)
         agreeing = set(AGREEING) | set(ASYNC_AGREEING)
         assert sent == agreeing, (sorted(sent - agreeing), sorted(agreeing - sent))
-        assert _async_goldens() == set(ASYNC_AGREEING)
+        assert _async_goldens() & sent == set(ASYNC_AGREEING)  # the async ones it is sent
         assert len(ASYNC_AGREEING) >= 10  # the async library
         assert engine.close() == 0
     finally:

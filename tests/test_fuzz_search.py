@@ -83,13 +83,13 @@ def test_generated_scenarios_share_prefixes_continue_turns_and_abort_only_where_
 def test_generated_scenarios_stop_load_remote_kv_and_mix_attention_only_where_allowed():
     """vLLM's other stops (eos, min_tokens, repetition detection), a KV connector with requests
     whose prompts the remote store holds, and a model mixing sliding-window and full attention
-    are drawn now and then, every scenario valid (the connector with async scheduling off, the
-    hybrid model without a drafter), and never for a candidate that does not declare the feature."""
+    are drawn now and then, every scenario valid (the connector and the hybrid model without a
+    drafter), and never for a candidate that does not declare the feature."""
     from conformance.formats.features import FEATURES, needed
     from conformance.fuzz.strategies import HYBRID
 
     seen = dict.fromkeys(("eos", "min_tokens", "repetition_detection", "kv_connector", "sliding_window"), 0)
-    seen["external"] = 0
+    seen["external"] = seen["connector_async"] = 0
 
     @settings(max_examples=300, deadline=None, database=None, derandomize=True, suppress_health_check=list(HealthCheck))
     @given(scenarios())
@@ -97,7 +97,8 @@ def test_generated_scenarios_stop_load_remote_kv_and_mix_attention_only_where_al
         scenario = parse_scenario(raw, SCENARIO_DIR / "fuzz.json")
         args = raw["engine_args"]
         if "kv_transfer_config" in args:
-            assert args["async_scheduling"] is False and "speculative_config" not in args
+            assert "speculative_config" not in args
+            seen["connector_async"] += args["async_scheduling"] is not False
         if args["model"] == HYBRID:
             assert "speculative_config" not in args and "kv_transfer_config" not in args
         for name in needed(scenario.engine_args, scenario.workload, None):
@@ -106,7 +107,7 @@ def test_generated_scenarios_stop_load_remote_kv_and_mix_attention_only_where_al
 
     every()
     assert all(seen[key] > 0 for key in ("eos", "min_tokens", "repetition_detection", "kv_connector",
-                                          "sliding_window", "external")), seen
+                                          "sliding_window", "external", "connector_async")), seen
 
     new = ("eos", "min_tokens", "repetition_detection", "kv_connector", "sliding_window")
     allowed = tuple(f for f in FEATURES if f not in new)
@@ -438,7 +439,7 @@ def size_of(workload: dict) -> tuple[int, int]:
 
 def test_ctrl_c_while_shrinking_keeps_the_smallest_failing_example(tmp_path):
     pair = InterruptedPair(at=20)
-    search = Search(pair, 1, QUIET, examples=300)
+    search = Search(pair, 2, QUIET, examples=300)  # seed 2: its first failing example shrinks a long way
     with pytest.raises(KeyboardInterrupt):
         search.run()
     [finding] = search.findings
@@ -578,12 +579,12 @@ def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
 
 
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, each with a seed that
-# finds it within the example budget here (same seed, same examples). Seed 1 finds draft-plus-one
-# too, on 6 requests that take 539 runs (16 s) to shrink; seed 2 on 3 requests, in 99 runs. The
+# finds it within the example budget here (same seed, same examples): seed 5 finds
+# ignore-max-num-seqs at its 38th example and shrinks it to 2 requests in 82 runs. The
 # last two need the space's KV connector (a failed load's blocks) and hybrid model (two KV cache
 # groups), drawn now and then after every other draw.
 @pytest.mark.oracle
-@pytest.mark.parametrize("mutant, seed", [("ignore-max-num-seqs", 1), ("draft-plus-one", 2),
+@pytest.mark.parametrize("mutant, seed", [("ignore-max-num-seqs", 5), ("draft-plus-one", 2),
                                           ("ignore-invalid-kv-blocks", 10), ("sliding-window-as-full", 8)])
 def test_finds_and_shrinks_a_mutant(mutant, seed, warm_sessions, tmp_path):
     oracle = load_pins().oracle

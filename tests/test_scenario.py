@@ -191,7 +191,6 @@ def _connector_scenario(tmp_path, args=None, request=None, engine=None):
     ({"kv_transfer_config": {"kv_connector": "StandInConnector", "kv_role": "kv_both",
                              "kv_load_failure_policy": "retry"}}, {}, None,
      "engine_args.kv_transfer_config.kv_load_failure_policy", "must be one of ['recompute', 'fail']"),
-    ({"async_scheduling": True}, {}, None, "engine_args.async_scheduling", "the synchronous loop only"),
     ({}, {"external": {"tokens": 0}}, None, "workload.requests[0].external.tokens", "between 1 and"),
     ({}, {"external": {"tokens": 8, "fail": "yes"}}, None, "workload.requests[0].external.fail", "true or false"),
     ({}, {"external": {"tokens": 8, "load": 1}}, None, "workload.requests[0].external.load", "unknown key"),

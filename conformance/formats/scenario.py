@@ -226,9 +226,6 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
         args["speculative_config"], hashed["speculative_config"] = spec, hashed_spec
     if args.get("kv_transfer_config") is not None:
         args["kv_transfer_config"] = hashed["kv_transfer_config"] = _kv_transfer(src, args["kv_transfer_config"])
-        if args.get("async_scheduling") is not False:  # its worker side is the synchronous loop's
-            raise ScenarioError(src, "engine_args.async_scheduling", "must be false with kv_transfer_config: "
-                                "the stand-in's KV connector runs in the synchronous loop only")
     _check_sizes(src, args)
     workload, generated = raw.get("workload"), raw.get("generate")
     if generated is not None:  # parameters, expanded here (conformance/formats/workload_gen.py)

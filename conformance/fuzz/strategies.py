@@ -331,11 +331,10 @@ ASYNC_STEPS = optional(ints(0, 3))  # not given: loaded synchronously
 def remote_kv(draw, args: dict, reqs: list[dict], allowed) -> None:
     """Now and then, a KV connector (the stand-in's remote store, engines/vllm/kv_connector.py)
     and, for some requests, the first tokens of its prompt held there, loaded synchronously or
-    some steps later, the load failing now and then. Only with async scheduling off (the
-    stand-in's connector runs in the synchronous loop) and no speculative decoding. Edits
-    `args` and `reqs`."""
-    if args["async_scheduling"] is not False or "speculative_config" in args \
-            or not allows(allowed, "kv_connector") or not draw(FLAG):
+    some steps later, the load failing now and then; under either loop, without speculative
+    decoding (a drafter's slots beside remote loads: no scenario of the library runs that).
+    Edits `args` and `reqs`."""
+    if "speculative_config" in args or not allows(allowed, "kv_connector") or not draw(FLAG):
         return
     config = {"kv_connector": "StandInConnector", "kv_role": draw(KV_ROLE)}
     policy = draw(KV_POLICY)

@@ -24,6 +24,7 @@ from concurrent.futures import Future
 
 from conformance.formats.workload import draft, request_prompts, verify
 
+from .kv_connector import Transfers
 from .new_requests import abort_requests, new_request, output_record
 
 # The attributes EngineCore.step, step_with_batch_queue and post_step read, per release
@@ -89,26 +90,33 @@ class StandInExecutor:
         self.tokens: dict[str, list[int]] = {}  # the runner's own copy of each request's tokens
         self.drafts: dict[str, list[int]] = {}  # what it proposed after the request's last sample
         self.previous: set = set()  # requests that sampled in the last batch with tokens
-        self.batch = None  # (scheduler output, which requests sample) between the two calls
+        self.batch = None  # (scheduler output, which requests sample, KV transfers) between the two calls
+        # The KV connector's worker side, if any: the loads of each scheduled batch, reported in
+        # the output of the batch `async_steps` schedule() calls later (kv_connector.py)
+        self.transfers, self.executed = Transfers(), 0
 
     def execute_model(self, output, non_block: bool = False):
-        from vllm.v1.outputs import EMPTY_MODEL_RUNNER_OUTPUT
+        from vllm.v1.outputs import ModelRunnerOutput
 
         for rid in (*(output.finished_req_ids or ()), *(getattr(output, "preempted_req_ids", None) or ())):
             self.tokens.pop(rid, None)
             self.drafts.pop(rid, None)
+        transfers = self.transfers.output(self.executed, output)
+        self.executed += 1
         if output.total_num_scheduled_tokens == 0:  # returns before the batch: `previous` stays
-            return _done(EMPTY_MODEL_RUNNER_OUTPUT) if non_block else EMPTY_MODEL_RUNNER_OUTPUT
+            # the runner's kv_connector_no_forward: the transfers still report (an empty output without a connector)
+            result = ModelRunnerOutput.with_kv_conn_output_only(transfers)
+            return _done(result) if non_block else result
         # A request samples when its computed tokens after scheduling reach its tokens and
         # placeholders: vLLM's own `is_prefill_chunk`, set by schedule() just now.
         samples = {rid: not self.scheduler.requests[rid].is_prefill_chunk for rid in output.num_scheduled_tokens}
-        self.batch = (output, samples)
+        self.batch = (output, samples, transfers)
         return _done(None) if non_block else None
 
     def sample_tokens(self, grammar_output, non_block: bool = False):
         from vllm.v1.outputs import ModelRunnerOutput
 
-        output, samples = self.batch
+        output, samples, transfers = self.batch
         self.batch = None
         cached = output.scheduled_cached_reqs
         resumed = set(getattr(cached, "resumed_req_ids", None) or ())
@@ -134,7 +142,7 @@ class StandInExecutor:
                                          pattern[self.verified[rid] % len(pattern)], self.vocab)
         self.previous = {rid for rid, tokens in zip(req_ids, sampled) if tokens}
         result = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
-                                   sampled_token_ids=sampled)
+                                   sampled_token_ids=sampled, kv_connector_output=transfers)
         return _done(result) if non_block else result
 
     def take_draft_token_ids(self):

@@ -21,7 +21,9 @@ workload says what the store holds, per request (`external`, conformance/formats
 The connector reads this from the request's `kv_transfer_params` (vLLM's per-request channel
 to its connector, `SamplingParams.extra_args["kv_transfer_params"]`), under PARAMS.
 `Transfers` is the stand-in worker's side: it reads the loads each scheduler output issues and
-says what each model runner output reports. Nothing here reads the clock.
+says what each model runner output reports; both loops use it (steps_layer.py per driver step,
+async_loop.py per batch its executor runs), counting steps in schedule() calls. Nothing here
+reads the clock.
 """
 
 from __future__ import annotations
