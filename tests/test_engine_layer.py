@@ -94,6 +94,8 @@ ENGINE_BUGS = {
     # mutant: (scenarios, layer, cause)
     "logit-scale-1.10": (("engine_ngram", "engine_draft_model_self"), "engine_outputs", "logprobs"),
     "drop-bonus-token": (("engine_draft_model_self", "engine_ngram"), "engine_steps", "acceptance"),
+    # the stop token min_tokens masks, emitted: a token the oracle's raw logprobs rank first
+    "min-tokens-unmasked": (("engine_min_tokens",), "engine_outputs", "mismatch"),
 }
 
 
@@ -113,6 +115,11 @@ def test_engine_bugs_beyond_token_ids_fail_their_layer(warm_sessions, mutant):
             assert [r["output_token_ids"] for r in trace["layers"]["engine_outputs"]] == \
                 [r["output_token_ids"] for r in golden(scenario)["layers"]["engine_outputs"]]
             assert abs(c.first.expected - c.first.actual) > 10 * scenario.logprob_atol
+        elif mutant == "min-tokens-unmasked":
+            # a's third output: the oracle took its runner-up, the stop token 414 masked; the
+            # mutant took 414, which check_stop does not stop at before min_tokens
+            assert (c.first.path, c.first.expected, c.first.actual) == ("a.output_token_ids[2]", 1288, 414)
+            assert "the oracle chose against its raw logprobs" in c.evidence
         else:
             # every draft accepted, the bonus token dropped: one accepted draft fewer, and the
             # report names the step, the request, the draft position and the oracle's margin
@@ -148,7 +155,7 @@ def test_the_engine_scenarios_cover_what_they_claim():
         drafts = sum(q["draft_tokens"] for q in reqs)
         accepted[s.name] = sum(q["accepted_draft_tokens"] for q in reqs) / max(drafts, 1)
     assert methods >= {"dflash", "eagle3", "draft_model", "mtp", "ngram"}
-    assert any(s.engine_args["speculative_config"].get("parallel_drafting") for s in ENGINE)  # PARD
+    assert any((s.engine_args.get("speculative_config") or {}).get("parallel_drafting") for s in ENGINE)  # PARD
     assert accepted["engine_dflash_gate"] == 0  # no acceptance
     assert accepted["engine_draft_model_self"] == 1  # full acceptance
     assert 0 < accepted["engine_ngram"] < 1  # partial acceptance

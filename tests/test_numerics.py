@@ -62,6 +62,24 @@ def test_a_flip_is_judged_by_the_oracles_margin_never_the_candidates_logprobs():
     assert c.cause == "mismatch" and "token 8 is not in the oracle's top-k there" in c.evidence
 
 
+def test_a_flip_to_a_token_the_oracle_ranks_higher_but_masked_is_a_mismatch():
+    """The logprobs are raw: where min_tokens masked a stop token, the oracle emits its runner-up
+    (1288) under a top-1 (414) it passed over, 0.3997 nats ahead (engine_min_tokens, request a,
+    position 2). A candidate that emits the masked token has a negative margin there: no near-tie
+    (before, any negative margin passed as `numerics`)."""
+    top = [(414, -1.0846), (1288, -1.4843), (71, -1.7412)]
+    oracle = [_out("a", [996, 1288], [[(996, -0.2), (5, -3.0)], top])]
+    candidate = [_out("a", [996, 414], [[(996, -0.2), (5, -3.0)], top])]
+    c = compare_engine_outputs(oracle, candidate, atol=1e-3)
+    assert c.cause == "mismatch" and c.first.path == "a.output_token_ids[1]"
+    assert "the oracle's logprobs rank the candidate's token above its own by 0.3997" in c.evidence
+    # a negative margin within the tolerance is a near-tie like any other
+    top = [(414, -1.0846), (1288, -1.0850)]
+    oracle = [_out("a", [1288], [top])]
+    candidate = [_out("a", [414], [top])]
+    assert compare_engine_outputs(oracle, candidate, atol=1e-3).cause == "numerics"
+
+
 def test_a_near_tie_flip_with_the_top_k_off_is_a_logprobs_difference():
     # the oracle's near-tie excuses the flip, not the candidate's numbers at that position
     b = copy.deepcopy(A)

@@ -452,6 +452,12 @@ def engine_scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
         reqs.append(request(draw, i, max_model_len, 16, 64, ENGINE_ARRIVAL, ENGINE_STOPS))
     workload = {"seed": draw(SEED), "vocab_size": ENGINE_VOCAB, "max_steps": max_steps(reqs),
                 "requests": reqs}
+    # drawn last, so a seed keeps its examples: min_tokens, which the engine's sampler honours by
+    # masking the stop ids until then (eos and repetition detection are the stand-in's only)
+    if allows(allowed, "min_tokens") and draw(FLAG):
+        for req in reqs:
+            if draw(FLAG):
+                req["min_tokens"] = draw(ints(1, req["max_tokens"]))
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
             "workload": workload, "engine": {"logprobs": 5}}
 

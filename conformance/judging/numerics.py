@@ -15,7 +15,11 @@ engine_outputs, per request (sorted by id), position by position:
     `numerics` only when the oracle's own top-k lists both tokens and its top-1 margin over the
     candidate's token (the oracle's token's logprob minus the candidate's token's, both as the
     oracle reports them: its top-1 minus top-2 when the candidate took the runner-up) is within
-    the tolerance: a near-tie that different arithmetic resolves the other way. Even then the
+    the tolerance either way: a near-tie that different arithmetic resolves the other way. The
+    logprobs are the model's raw ones (vLLM's default logprobs_mode), so where a logits
+    processor masked a token (min_tokens' stop tokens) the oracle may emit a token its logprobs
+    rank below the candidate's: that margin is negative, and beyond the tolerance it is a
+    mismatch, never a near-tie. Even then the
     top-k at that position must agree as at any other (a `logprobs` difference otherwise), so a
     candidate's numbers can fail it but never excuse it. Any other flip is a `mismatch`
     (failing), with the margin as evidence. After a genuine near-tie the request is not
@@ -208,6 +212,14 @@ def _token_flip(rid, pos: int, e_tokens: list, theirs, e_top: dict, a_top: dict,
             f"{where}: the candidate's token {theirs!r} is not in the oracle's top-k there, so no "
             "near-tie explains it"))
     margin = e_top[ours] - e_top[theirs]
+    if margin < -atol:
+        # The oracle passed over a token its own (raw) logprobs rank higher: a logits processor
+        # decided there (min_tokens' mask of stop tokens, say), not a near-tie. A negative margin
+        # is no evidence of noise, however small its size.
+        return RequestDiff("mismatch", fields, (
+            f"{where}: the oracle's logprobs rank the candidate's token above its own by {-margin:.4g} "
+            f"there, beyond the tolerance {atol:g}: the oracle chose against its raw logprobs (a "
+            "logits processor such as min_tokens' stop-token mask decided), so no near-tie explains it"))
     if not within(margin, atol):
         return RequestDiff("mismatch", fields, (
             f"{where}: the oracle's top-1 margin over the candidate's token there is {margin:.4g}, "

@@ -30,6 +30,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           groups (gpt-oss) with one rule.
     ignore-invalid-kv-blocks  the scheduler takes no notice of the blocks a KV connector reports
                           it failed to load: a port that trusts every load.
+    min-tokens-unmasked   the sampler does not mask a request's stop tokens before min_tokens
+                          outputs (engine_outputs): check_stop still holds the stop back, so the
+                          stop token is emitted and the request goes on. Its raw logprobs are the
+                          oracle's: only the token tells.
 """
 
 from __future__ import annotations
@@ -181,6 +185,14 @@ def _ignore_invalid_kv_blocks() -> None:
     Scheduler._handle_invalid_blocks = lambda self, invalid_block_ids, num_scheduled_tokens: set()
 
 
+def _min_tokens_unmasked() -> None:
+    """MinTokensLogitsProcessor leaves the logits as they are, with or without drafts."""
+    from vllm.v1.sample.logits_processor.builtin import MinTokensLogitsProcessor
+
+    MinTokensLogitsProcessor.apply = lambda self, logits: logits
+    MinTokensLogitsProcessor.apply_with_spec_decode = lambda self, logits, *args, **kwargs: logits
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -194,6 +206,7 @@ MUTANTS = {
     "keep-placeholders-at-preemption": _keep_placeholders_at_preemption,
     "sliding-window-as-full": _sliding_window_as_full,
     "ignore-invalid-kv-blocks": _ignore_invalid_kv_blocks,
+    "min-tokens-unmasked": _min_tokens_unmasked,
 }
 
 
