@@ -15,14 +15,13 @@ engine_outputs, per request (sorted by id), position by position:
     `numerics` only when the oracle's own top-k lists both tokens and its top-1 margin over the
     candidate's token (the oracle's token's logprob minus the candidate's token's, both as the
     oracle reports them: its top-1 minus top-2 when the candidate took the runner-up) is within
-    the tolerance either way: a near-tie that different arithmetic resolves the other way. The
-    logprobs are the model's raw ones (vLLM's default logprobs_mode), so where a logits
-    processor masked a token (min_tokens' stop tokens) the oracle may emit a token its logprobs
-    rank below the candidate's: that margin is negative, and beyond the tolerance it is a
-    mismatch, never a near-tie. Even then the
-    top-k at that position must agree as at any other (a `logprobs` difference otherwise), so a
-    candidate's numbers can fail it but never excuse it. Any other flip is a `mismatch`
-    (failing), with the margin as evidence. After a genuine near-tie the request is not
+    the tolerance either way: a near-tie that different arithmetic resolves the other way. Even
+    then the top-k at that position must agree as at any other (a `logprobs` difference
+    otherwise), so a candidate's numbers can fail it but never excuse it. The logprobs are the
+    model's raw ones (vLLM's default logprobs_mode), so where a logits processor masked a token
+    (min_tokens' stop tokens) the oracle may emit a token its logprobs rank below the
+    candidate's: that margin is negative, and beyond the tolerance no near-tie. Any other flip
+    is a `mismatch` (failing), with the margin as evidence. After a genuine near-tie the request is not
     compared further: its prefix differs from there on, so its later tokens, its length and its
     finish reason legitimately differ, and no golden holds the oracle's answer to the
     candidate's prefix. The evidence says how many of the oracle's positions were left
