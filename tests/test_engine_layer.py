@@ -95,7 +95,8 @@ ENGINE_BUGS = {
     "logit-scale-1.10": (("engine_ngram", "engine_draft_model_self"), "engine_outputs", "logprobs"),
     "drop-bonus-token": (("engine_draft_model_self", "engine_ngram"), "engine_steps", "acceptance"),
     # the stop token min_tokens masks, emitted: a token the oracle's raw logprobs rank first
-    "min-tokens-unmasked": (("engine_min_tokens",), "engine_outputs", "mismatch"),
+    # (with drafts, the rejection sampler's masked target logits: apply_with_spec_decode)
+    "min-tokens-unmasked": (("engine_min_tokens", "engine_min_tokens_drafts"), "engine_outputs", "mismatch"),
 }
 
 
