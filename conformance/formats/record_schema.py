@@ -183,29 +183,18 @@ class Either:
     def check(self, value, strict: bool = False):
         try:
             return self.first.check(value, strict)
-        except RecordError:
-            try:
-                return self.second.check(value, strict)
-            except RecordError:
-                raise RecordError(self.describe(), value) from None
-
-
-@dataclass(frozen=True)
-class Nullable:
-    of: object
-
-    def describe(self) -> str:
-        return f"{self.of.describe()} or null"
-
-    def check(self, value, strict: bool = False):
-        if value is None:
-            return None
-        try:
-            return self.of.check(value, strict)
         except RecordError as exc:
-            if exc.parts:  # a field inside the value: that error says more
-                raise
+            first = exc
+        try:
+            return self.second.check(value, strict)
+        except RecordError:
+            if first.parts:  # a field inside a value of the first kind: that error says more
+                raise first from None
             raise RecordError(self.describe(), value) from None
+
+
+def Nullable(of) -> Either:  # noqa: N802 - a kind of field, named as the other kinds are
+    return Either(of, Null())
 
 
 @dataclass(frozen=True)

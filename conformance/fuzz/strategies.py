@@ -304,12 +304,12 @@ STOPS = ("eos", "min_tokens", "repetition_detection")
 
 
 @st.composite
-def stop_conditions(draw, reqs: list[dict], vocab_size: int, allowed) -> None:
-    """Now and then, vLLM's other stops on some requests: an eos token among the first 64 ids
-    (so it comes up), min_tokens up to max_tokens (never on a request another continues: where
-    a stop comes before min_tokens, releases differ in the output a prompt would hold), and
-    repetition detection. Each only when its feature is allowed. Edits `reqs`."""
-    kinds = [kind for kind in STOPS if allows(allowed, kind)]
+def stop_conditions(draw, reqs: list[dict], vocab_size: int, allowed, kinds=STOPS) -> None:
+    """Now and then, vLLM's other stops (`kinds` of them) on some requests: an eos token among
+    the first 64 ids (so it comes up), min_tokens up to max_tokens (never on a request another
+    continues: where a stop comes before min_tokens, releases differ in the output a prompt
+    would hold), and repetition detection. Each only when its feature is allowed. Edits `reqs`."""
+    kinds = [kind for kind in kinds if allows(allowed, kind)]
     if not kinds or not draw(FLAG):
         return
     continued = {req["continues"] for req in reqs if "continues" in req}
@@ -454,10 +454,7 @@ def engine_scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
                 "requests": reqs}
     # drawn last, so a seed keeps its examples: min_tokens, which the engine's sampler honours by
     # masking the stop ids until then (eos and repetition detection are the stand-in's only)
-    if allows(allowed, "min_tokens") and draw(FLAG):
-        for req in reqs:
-            if draw(FLAG):
-                req["min_tokens"] = draw(ints(1, req["max_tokens"]))
+    draw(stop_conditions(reqs, ENGINE_VOCAB, allowed, kinds=("min_tokens",)))
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
             "workload": workload, "engine": {"logprobs": 5}}
 

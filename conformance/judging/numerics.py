@@ -211,7 +211,7 @@ def _token_flip(rid, pos: int, e_tokens: list, theirs, e_top: dict, a_top: dict,
             f"{where}: the candidate's token {theirs!r} is not in the oracle's top-k there, so no "
             "near-tie explains it"))
     margin = e_top[ours] - e_top[theirs]
-    if margin < -atol:
+    if margin < 0 and not within(-margin, atol):
         # The oracle passed over a token its own (raw) logprobs rank higher: a logits processor
         # decided there (min_tokens' mask of stop tokens, say), not a near-tie. A negative margin
         # is no evidence of noise, however small its size.
