@@ -33,10 +33,11 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from conformance.formats.workload import prompt_tokens  # noqa: E402
+from conformance.judging.goldens import GOLDENS  # noqa: E402
 from engines.vllm.tiny_models import build_tensors, encode_safetensors  # noqa: E402  (numpy only)
 
 TINY = REPO / "scenarios" / "models" / "tiny-qwen3"
-GOLDENS = ("engine_ngram", "engine_kv_pressure", "engine_dflash_gate")
+SCENARIOS = ("engine_ngram", "engine_kv_pressure", "engine_dflash_gate")
 RELEASE = "0.27.1"
 SETTINGS = ("highest", "high", "bf16")
 TOLERANCE = 1e-3  # the engine goldens' logprob_atol
@@ -65,13 +66,13 @@ def load(cfg: dict, meta: dict, sha256: str | None = None):
 
 
 def tiny_model():
-    meta = json.loads((TINY / "weights.json").read_text())
-    return load(json.loads((TINY / "config.json").read_text()), meta, meta["sha256"])
+    meta = json.loads((TINY / "weights.json").read_text(encoding="utf-8"))
+    return load(json.loads((TINY / "config.json").read_text(encoding="utf-8")), meta, meta["sha256"])
 
 
 def wide_model():
-    cfg = {**json.loads((TINY / "config.json").read_text()), **WIDE}
-    return load(cfg, {**json.loads((TINY / "weights.json").read_text()), "scales_log2": WIDE_SCALES})
+    cfg = {**json.loads((TINY / "config.json").read_text(encoding="utf-8")), **WIDE}
+    return load(cfg, {**json.loads((TINY / "weights.json").read_text(encoding="utf-8")), "scales_log2": WIDE_SCALES})
 
 
 def logprobs(model, tokens, device: str, setting: str):
@@ -96,9 +97,9 @@ def teacher_forced(model, device: str, setting: str) -> dict:
     import torch
 
     worst, count, flips = 0.0, 0, 0
-    for name in GOLDENS:
-        scenario = json.loads((REPO / "scenarios" / f"{name}.json").read_text())
-        golden = json.loads((REPO / "goldens" / name / f"vllm-{RELEASE}.json").read_text())
+    for name in SCENARIOS:
+        scenario = json.loads((REPO / "scenarios" / f"{name}.json").read_text(encoding="utf-8"))
+        golden = GOLDENS.load(name, RELEASE)
         workload = scenario["workload"]
         requests = {r["id"]: r for r in workload["requests"]}
         for record in golden["layers"]["engine_outputs"]:
@@ -121,20 +122,21 @@ def against_cpu(reference, other) -> dict:
             "beyond_tolerance": int((per_position > TOLERANCE).sum()), "top1_flips": int(flips)}
 
 
-def random_inputs(model, device: str, rows: int, length: int) -> dict:
+def random_inputs(model, device: str, rows: int, length: int, settings=SETTINGS) -> dict:
     import torch
 
     generator = torch.Generator().manual_seed(0)
     tokens = torch.randint(0, model.config.vocab_size, (rows, length), generator=generator)
     reference = logprobs(model, tokens, "cpu", "highest")
-    return {setting: against_cpu(reference, logprobs(model, tokens, device, setting)) for setting in SETTINGS}
+    return {setting: against_cpu(reference, logprobs(model, tokens, device, setting)) for setting in settings}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--device", default="cuda", help="the device under test (default cuda; cpu checks the script)")
     parser.add_argument("--json", type=Path, help="write the figures here")
-    parser.add_argument("--quick", action="store_true", help="2 x 64 random tokens, no wide model (a check of the script)")
+    parser.add_argument("--quick", action="store_true",
+                        help="highest and bf16 only, 2 x 64 random tokens, no wide model (a check of the script)")
     args = parser.parse_args(argv)
 
     import torch
@@ -145,14 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     started = time.monotonic()
     rows, length = (2, 64) if args.quick else (8, 256)
+    settings = ("highest", "bf16") if args.quick else SETTINGS
     tiny = tiny_model()
+    forced = {} if args.device == "cpu" else {"cpu": teacher_forced(tiny, "cpu", "highest")}
     figures = {
         "environment": {"torch": torch.__version__, "cuda": torch.version.cuda, "transformers": transformers.__version__,
                         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor()
                         or platform.machine(), "attention": "sdpa"},
-        "teacher_forced": {"cpu": teacher_forced(tiny, "cpu", "highest")}
-                          | {f"{args.device}-{s}": teacher_forced(tiny, args.device, s) for s in SETTINGS},
-        "random_tiny_qwen3": random_inputs(tiny, args.device, rows, length),
+        "teacher_forced": forced | {f"{args.device}-{s}": teacher_forced(tiny, args.device, s) for s in settings},
+        "random_tiny_qwen3": random_inputs(tiny, args.device, rows, length, settings),
     }
     if not args.quick:
         figures["random_qwen3_1024x8"] = random_inputs(wide_model(), args.device, rows, length)
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     text = json.dumps(figures, indent=1)
     print(text)
     if args.json:
-        args.json.write_text(text + "\n")
+        args.json.write_text(text + "\n", encoding="utf-8")
     return 0
 
 
