@@ -33,9 +33,9 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats import precision
 from conformance.formats.digest import check_form
 from conformance.formats.files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
-from conformance.formats import precision
 from conformance.formats.gpu import golden_written_here
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.record_schema import (Field, Flag, Int, ListOf, Nullable, Number, Record,
