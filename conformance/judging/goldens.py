@@ -33,6 +33,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats import precision
 from conformance.formats.digest import check_form
 from conformance.formats.files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
 from conformance.formats.gpu import golden_written_here
@@ -337,8 +338,14 @@ def refuse_writer(path: Path | None, trace: dict, release: str | None) -> None:
                             "vLLM oracle, never by a candidate engine")
     if "failure" in trace:
         raise GoldenRefused(f"refusing to write {where}: the run failed ({trace['failure']['kind']})")
-    if trace.get("provenance", {}).get("environment", {}).get("vllm") != release:
+    env = trace.get("provenance", {}).get("environment", {})
+    if env.get("vllm") != release:
         raise GoldenRefused(f"refusing to write {where}: it is not the trace of vLLM {release}")
+    # a golden is written at full float32 only (formats/precision.py); a trace from before the
+    # precision was recorded says nothing, and its engine ran at vLLM's default, `highest`
+    lower = precision.refusal(env.get("float32_matmul_precision"), "provenance.environment.float32_matmul_precision")
+    if lower:
+        raise GoldenRefused(f"refusing to write {where}: {lower}")
 
 
 # A golden's every part but its layers, field by field: nothing else may ride along in a golden
@@ -351,7 +358,14 @@ ENVIRONMENT = Record("environment", {
     "python": Field(Text()), "torch": Field(Text()), "vllm": Field(Text()), "machine": Field(Text()),
     "build": Field(Text()), "fidelity": Field(Nullable(FIDELITY)), "cpu": Field(Nullable(CPU)),
     "device": Field(Text(("gpu",)), optional=True), "model_runner": Field(Text(), optional=True),
+    # recorded since the float32 precision was pinned (runtime.numerics): optional, so every golden
+    # written before holds as it is (LATER_ENVIRONMENT_KEYS); a golden is written at full float32 only
+    "float32_matmul_precision": Field(Text((precision.FULL_FLOAT32,)), optional=True),
+    "batch_invariant": Field(Flag(), optional=True), "cuda": Field(Nullable(Text()), optional=True),
 })
+# provenance.environment's keys a golden written before them lacks: on the machine that wrote
+# it, such a golden is compared byte for byte with a run's trace without them (`as_written`)
+LATER_ENVIRONMENT_KEYS = ("float32_matmul_precision", "batch_invariant", "cuda")
 GOLDEN = Record("golden", {
     "schema": Field(Text((SCHEMA,))),
     "engine": Field(Record("engine", {"label": Field(Text()), "name": Field(Text(("vllm",))),
@@ -384,6 +398,19 @@ def writer(trace: dict) -> dict:
     return {"build": env.get("build"), "cpu": env.get("cpu")}
 
 
+def as_written(trace: dict, golden: dict) -> dict:
+    """`trace` as a harness of the golden's day would have recorded it: without the
+    LATER_ENVIRONMENT_KEYS the golden's provenance lacks (only those: any other difference
+    still fails the byte rule)."""
+    env = trace.get("provenance", {}).get("environment", {})
+    known = golden.get("provenance", {}).get("environment", {})
+    later = [key for key in LATER_ENVIRONMENT_KEYS if key in env and key not in known]
+    if not later:
+        return trace
+    kept = {key: value for key, value in env.items() if key not in later}
+    return {**trace, "provenance": {**trace["provenance"], "environment": kept}}
+
+
 def check_golden(trace: dict, golden: dict) -> GoldenCheck:
     """The one rule by which a trace holds its golden (module doc)."""
     # the comparison core; judging/judging.py builds on this module
@@ -391,7 +418,7 @@ def check_golden(trace: dict, golden: dict) -> GoldenCheck:
 
     theirs, ours = writer(golden), writer(trace)
     if theirs == ours and theirs["cpu"] is not None:
-        same = dumps(trace) == dumps(golden)
+        same = dumps(as_written(trace, golden)) == dumps(golden)
         return GoldenCheck(same, "bytes", reason="" if same else "on the machine that wrote it, "
                            "the golden must regenerate byte for byte")
     rule = "tolerance" if theirs["build"] == ours["build"] else "numerics"
