@@ -33,6 +33,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.errors import ParityError
 from conformance.formats import precision
 from conformance.formats.digest import check_form
 from conformance.formats.files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
@@ -50,7 +51,7 @@ ORACLE_RUNS = 2
 KEEP, NEW, REWRITE = "keep", "new", "rewrite"
 
 
-class GoldenRefused(PermissionError):
+class GoldenRefused(ParityError, PermissionError):
     """Someone asked a candidate engine, or a failed run, to write a golden."""
 
 

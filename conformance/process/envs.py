@@ -36,6 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.errors import ParityError
 from conformance.formats.log import log
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.settings import cache_root, device_mode
@@ -53,7 +54,7 @@ GPU_LOCK = "engines/vllm/requirements-gpu-{release}.txt"
 GPU_LOCK_SHARED = ("transformers", "huggingface_hub", "tokenizers", "safetensors")
 
 
-class EnvError(RuntimeError):
+class EnvError(ParityError, RuntimeError):
     """A pin's environment could not be built; the message carries the tail of the build log."""
 
 

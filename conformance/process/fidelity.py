@@ -22,6 +22,7 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.formats.errors import ParityError
 from conformance.formats.files import read_toml
 from conformance.formats.pins import REPO_ROOT
 
@@ -35,7 +36,7 @@ DIFF_LINES = 40
 DIFF_WIDTH = 160
 
 
-class FidelityError(ValueError):
+class FidelityError(ParityError, ValueError):
     """The allowlist is malformed (or a rebuild differs from the official wheel outside it)."""
 
 
