@@ -7,6 +7,7 @@ from unittest import mock
 
 import pytest
 
+from conformance.formats import files
 from conformance.formats.pins import load_pins
 from conformance.formats.trace import SCHEMA, TraceError, dumps
 from conformance.judging import goldens
@@ -124,7 +125,7 @@ def test_write_is_atomic_when_interrupted(tmp_path):
     store.write(store.update(TRACE, ORACLE))
     before = path.read_bytes()
     changed = {**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}}
-    with mock.patch.object(goldens.os, "replace", side_effect=KeyboardInterrupt):
+    with mock.patch.object(files.os, "replace", side_effect=KeyboardInterrupt):  # the one durable writer
         with pytest.raises(KeyboardInterrupt):
             store.write(store.update(changed, ORACLE))
     assert path.read_bytes() == before

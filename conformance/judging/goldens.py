@@ -28,15 +28,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from conformance.formats.errors import ParityError
 from conformance.formats import precision
 from conformance.formats.digest import check_form
-from conformance.formats.files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
+from conformance.formats.files import InputFileError, read_bytes, read_text, write_text_atomic
 from conformance.formats.gpu import golden_written_here
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.record_schema import (Field, Flag, Int, ListOf, Nullable, Number, Record,
@@ -443,30 +441,6 @@ def keeps(trace: dict, golden: dict) -> GoldenCheck:
         return GoldenCheck(False, check.rule, check.verdict, "its provenance does not name the CPU "
                            "that wrote it (environment.cpu)")
     return check
-
-
-def write_text_atomic(path: Path, text: str) -> bool:
-    """Old file or new file, never half of either; True when the bytes changed."""
-    try:
-        if read_text(path, "trace") == text:
-            return False
-    except (FileNotFoundError, InputFileError):
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_dead_writers_temporaries(path)  # left by a writer killed mid-write (kill -9)
-    # the writer's pid in the name says whose it is: .vllm-0.27.1.json.<pid>.<random>.tmp
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes it private; a golden is a plain reviewable file
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return True
 
 
 def change_summary(path: Path, old_text: str | None, trace: dict) -> str:
