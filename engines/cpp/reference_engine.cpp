@@ -46,6 +46,7 @@
 #include "parity/records.hpp"
 #include "parity/scenario.hpp"
 #include "parity/scheduler.hpp"
+#include "src/kv_cache_manager.hpp"
 
 namespace {
 
@@ -68,7 +69,7 @@ const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
     "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes",
-    "min_tokens", "eos", "repetition_detection", "async_scheduling"};
+    "min_tokens", "eos", "repetition_detection", "async_scheduling", "sliding_window"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 bool g_sync_loop = false;             // --sync-loop: a TEST DEVICE (see the usage above)
 bool g_ignore_min_tokens = false;     // --ignore-min-tokens: a TEST DEVICE (see the usage above)
@@ -88,6 +89,8 @@ struct Settings {
     bool priority_policy = false;  // scheduling_policy "priority" (the default is "fcfs")
     bool eagle_family = false;     // eagle, eagle3, mtp, dflash, dspark: a prefix-cache hit drops its last block
     bool async_scheduling = false;  // async_scheduling_gpu: vLLM's AsyncScheduler over its Scheduler
+    std::vector<parity::kv::Group> kv_groups{parity::kv::Group{}};  // the model's KV cache groups
+    std::int64_t max_in_flight_tokens = 0;  // VllmConfig.max_in_flight_tokens
 };
 
 // Resolves engine_args the way vLLM 0.27.1 does for the fields the config layer records.
@@ -211,86 +214,21 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
                             method == "dspark";
     settings.priority_policy = args.scheduling_policy.value_or("fcfs") == "priority";
     settings.async_scheduling = async_gpu;
-    // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/runtime.py).
+    // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/release.py build_scheduler):
+    // enough for max_num_seqs whole sequences in every group.
+    settings.kv_groups = parity::kv::model_kv_cache_groups(args.model);
     const std::int64_t blocks_per_seq = (args.max_model_len + args.block_size - 1) / args.block_size;
-    settings.num_gpu_blocks = args.num_gpu_blocks_override.value_or(args.max_num_seqs * blocks_per_seq + 1);
+    const auto groups = static_cast<std::int64_t>(settings.kv_groups.size());
+    settings.num_gpu_blocks = args.num_gpu_blocks_override.value_or(args.max_num_seqs * blocks_per_seq * groups + 1);
+    settings.max_in_flight_tokens = rec.batch_queue_size * args.max_num_batched_tokens;
     return rec;
 }
 
 // ---- 2. the scheduler ----------------------------------------------------------------------
 // Replace these classes with an adapter around your own scheduler.
 
-// The KV cache's block pool, as engines/PROTOCOL.md "The KV cache and its block pool" states
-// vLLM 0.27.1's (vllm/v1/core/block_pool.py): block 0 is the null block; the free queue starts
-// 1 .. N-1 and blocks are taken from its head; a taken block that holds a hash loses it
-// (eviction); freed blocks go back last block first.
-class BlockPool {
-  public:
-    using Block = std::int64_t;
-    BlockPool(std::int64_t num_blocks, bool caching)
-        : ref_(num_blocks, 0), hash_(num_blocks, -1), where_(num_blocks), caching_(caching) {
-        for (Block b = 1; b < num_blocks; ++b) where_[b] = queue_.insert(queue_.end(), b);
-    }
-    std::int64_t num_free() const { return static_cast<std::int64_t>(queue_.size()); }
-    std::int64_t num_cached() const { return cached_; }
-    std::int64_t ref(Block b) const { return ref_[b]; }
-
-    // n blocks from the head of the free queue, each held once; their hashes are evicted.
-    std::vector<Block> take(std::int64_t n) {
-        std::vector<Block> out;
-        for (std::int64_t i = 0; i < n; ++i) {
-            const Block b = queue_.front();
-            queue_.pop_front();
-            evict(b);
-            ref_[b] = 1;
-            out.push_back(b);
-        }
-        return out;
-    }
-    // A prefix-cache hit: held once more, and out of the free queue if no request held it.
-    void touch(Block b) {
-        if (ref_[b]++ == 0) queue_.erase(where_[b]);
-    }
-    // A request's blocks, visited from its last to its first. With prefix caching, blocks
-    // without a hash go to the head as a group in visiting order, hashed ones to the tail;
-    // without, every block to the tail.
-    void free(const std::vector<Block>& blocks) {
-        std::vector<Block> head;
-        for (auto it = blocks.rbegin(); it != blocks.rend(); ++it) {
-            if (--ref_[*it] > 0) continue;
-            if (caching_ && hash_[*it] < 0) head.push_back(*it);
-            else where_[*it] = queue_.insert(queue_.end(), *it);
-        }
-        const auto first = queue_.begin();
-        for (Block b : head) where_[b] = queue_.insert(first, b);
-    }
-    // The first block still holding `hash`, or -1.
-    Block lookup(std::int64_t hash) const {
-        const auto it = by_hash_.find(hash);
-        return it == by_hash_.end() ? -1 : it->second.front();
-    }
-    void cache(Block b, std::int64_t hash) {
-        hash_[b] = hash;
-        by_hash_[hash].push_back(b);
-        ++cached_;
-    }
-
-  private:
-    void evict(Block b) {
-        if (hash_[b] < 0) return;
-        auto& holders = by_hash_[hash_[b]];
-        holders.erase(std::find(holders.begin(), holders.end(), b));
-        if (holders.empty()) by_hash_.erase(hash_[b]);
-        hash_[b] = -1;
-        --cached_;
-    }
-    std::vector<std::int64_t> ref_, hash_;
-    std::vector<std::list<Block>::iterator> where_;
-    std::list<Block> queue_;
-    std::map<std::int64_t, std::vector<Block>> by_hash_;  // hash -> blocks holding it, first cached first
-    std::int64_t cached_ = 0;
-    bool caching_;
-};
+// The KV cache (its block pool, its groups, prefix-cache hits and the sliding window) is
+// src/kv_cache_manager.hpp: vLLM 0.27.1's KVCacheManager.
 
 // Block hashes: block i's is a function of block i-1's and its tokens. Interned exactly (no
 // collisions): equal hashes mean equal tokens from the prompt's start.
@@ -306,7 +244,7 @@ class BlockHashes {
 
 class SimpleScheduler : public parity::PortScheduler {
   public:
-    explicit SimpleScheduler(const Settings& s) : s_(s), pool_(s.num_gpu_blocks, s.enable_prefix_caching) {}
+    explicit SimpleScheduler(const Settings& s) : s_(s), kv_(kv_settings(s)) {}
 
     void add_request(const parity::RequestSpec& spec, Tokens prompt) override {
         auto r = std::make_unique<Request>();
@@ -358,7 +296,7 @@ class SimpleScheduler : public parity::PortScheduler {
                 ++i;
                 continue;
             }
-            std::vector<BlockPool::Block> added;
+            parity::kv::Tables added;
             bool ok = allocate(*r, n, &added);
             while (!ok) {  // no room: preempt a running request, maybe this one
                 Request* victim = pick_victim();
@@ -379,7 +317,7 @@ class SimpleScheduler : public parity::PortScheduler {
                 ok = allocate(*r, n, &added);
             }
             if (!ok) break;
-            if (!added.empty()) out.block_ids[r->id] = added;  // at a running step: its new blocks
+            if (!all_empty(added)) out.block_ids[r->id] = added;  // at a running step: its new blocks
             take(r, n);
             if (!prev_scheduled_.count(r->id)) out.resent_token_ids.push_back(r->id);  // skipped before
             prefill_scheduled |= r->is_prefill_chunk;
@@ -408,8 +346,8 @@ class SimpleScheduler : public parity::PortScheduler {
                 throw RunError(ErrorKind::internal, "request " + r->id + " would be resumed with stale output in "
                                "flight: the reference engine keeps no skipped_waiting queue");
             // Prefix-cache hits (a waiting request has 0 computed tokens, new or preempted).
-            const std::vector<BlockPool::Block> hits = lookup(*r);
-            const std::int64_t hit_tokens = static_cast<std::int64_t>(hits.size()) * s_.block_size;
+            const parity::kv::Hit hits = lookup(*r);
+            const std::int64_t hit_tokens = hits.tokens;
             std::int64_t n = r->num_tokens() - hit_tokens;
             bool pad = false;
             // vLLM admits a one-token prompt straight into decode, padded with K placeholder
@@ -426,21 +364,10 @@ class SimpleScheduler : public parity::PortScheduler {
             n = std::min(n, budget);
             // SchedulerConfig.scheduler_reserve_full_isl (on by default): a waiting request is
             // admitted only when its whole sequence fits in the free blocks, not its first chunk
-            // alone. Hit blocks count toward its blocks; those in the free queue also against the
-            // free blocks, since taking them removes them from the queue.
-            std::int64_t hits_free = 0;
-            for (auto b : hits) hits_free += pool_.ref(b) == 0;
-            const auto fits = [&](std::int64_t tokens) {
-                return blocks_for(std::min(tokens, s_.max_model_len)) - static_cast<std::int64_t>(hits.size()) +
-                           hits_free <= pool_.num_free();
-            };
-            if (!fits(r->num_tokens()) || !fits(hit_tokens + n + s_.num_lookahead_tokens)) break;
-            for (auto b : hits) pool_.touch(b);
-            r->block_ids = hits;
-            r->num_cached_blocks = static_cast<std::int64_t>(hits.size());
+            // alone (kv_cache_manager.hpp: hit blocks in the free queue count against them).
+            if (!kv_.allocate_slots(r->id, allocation(*r, n, &hits, /*admission=*/true), hash_of(*r))) break;
             r->num_computed = hit_tokens;
-            allocate(*r, n);
-            out.block_ids[r->id] = r->block_ids;  // at admission: the whole table
+            out.block_ids[r->id] = kv_.blocks(r->id);  // at admission: the whole table
             out.cached_tokens[r->id] = hit_tokens;
             if (r->num_preemptions > 0) out.resent_token_ids.push_back(r->id);
             waiting_.pop_front();
@@ -451,13 +378,9 @@ class SimpleScheduler : public parity::PortScheduler {
             if (pad) out.spec_tokens[r->id] = Tokens(s_.num_speculative_tokens, -1);
         }
 
-        // The common prefix: the leading blocks of the running queue's first request held by
-        // every request that holds blocks (vLLM's get_num_common_prefix_blocks).
-        if (s_.enable_prefix_caching && !running_.empty())
-            for (auto b : running_.front()->block_ids) {
-                if (pool_.ref(b) != static_cast<std::int64_t>(with_blocks_.size())) break;
-                ++out.num_common_prefix_blocks;
-            }
+        // The common prefix per group (vLLM's get_num_common_prefix_blocks).
+        out.num_common_prefix_blocks = running_.empty() ? std::vector<std::int64_t>(kv_.num_groups(), 0)
+                                                        : kv_.num_common_prefix_blocks(running_.front()->id);
         prev_scheduled_.clear();
         for (Request* r : scheduled) prev_scheduled_.insert(r->id);
 
@@ -557,11 +480,9 @@ class SimpleScheduler : public parity::PortScheduler {
     std::optional<Token> stop_reason(const std::string& id) const override { return get(id).stop_reason; }
     Tokens draft_token_ids(const std::string& id) const override { return get(id).spec; }
 
-    std::int64_t num_kv_blocks(const std::string& id) const override {
-        return static_cast<std::int64_t>(get(id).block_ids.size());
-    }
+    std::int64_t num_kv_blocks(const std::string& id) const override { return kv_.num_blocks_held(id); }
     parity::KvBlocks kv_blocks() const override {
-        return {pool_.num_free(), s_.num_gpu_blocks - 1 - pool_.num_free(), pool_.num_cached()};
+        return {kv_.num_free(), s_.num_gpu_blocks - 1 - kv_.num_free(), kv_.num_cached()};
     }
     std::vector<std::string> waiting() const override { return ids(waiting_); }
     std::vector<std::string> running() const override { return ids(running_); }
@@ -574,8 +495,6 @@ class SimpleScheduler : public parity::PortScheduler {
         std::string id;
         Tokens tokens;  // prompt + outputs
         std::int64_t arrival_step = 0, priority = 0, num_prompt_tokens = 0, max_tokens = 0, num_computed = 0, num_preemptions = 0;
-        std::vector<BlockPool::Block> block_ids;  // its block table
-        std::int64_t num_cached_blocks = 0;       // its leading blocks holding their hash
         std::vector<std::int64_t> hashes;         // its full blocks' hashes, computed once
         std::set<Token> stop_token_ids;
         std::int64_t min_tokens = 0;
@@ -620,32 +539,50 @@ class SimpleScheduler : public parity::PortScheduler {
         return out;
     }
 
-    std::int64_t blocks_for(std::int64_t tokens) const { return (tokens + s_.block_size - 1) / s_.block_size; }
+    static parity::kv::Settings kv_settings(const Settings& s) {
+        parity::kv::Settings kv;
+        kv.num_blocks = s.num_gpu_blocks;
+        kv.block_size = s.block_size;
+        kv.max_model_len = s.max_model_len;
+        kv.caching = s.enable_prefix_caching;
+        kv.eagle = s.eagle_family;
+        kv.groups = s.kv_groups;
+        kv.max_in_flight_tokens = s.max_in_flight_tokens;
+        return kv;
+    }
+    static bool all_empty(const parity::kv::Tables& tables) {
+        return std::all_of(tables.begin(), tables.end(), [](const auto& g) { return g.empty(); });
+    }
+    parity::kv::HashOf hash_of(Request& r) {
+        return [this, &r](std::int64_t i) { return hash(r, i); };
+    }
+    // allocate_slots's arguments for `n` new tokens of `r` (an admission: with its hits, and
+    // only if its whole sequence fits).
+    parity::kv::Allocation allocation(const Request& r, std::int64_t n, const parity::kv::Hit* hits, bool admission) const {
+        parity::kv::Allocation a;
+        a.num_computed = r.num_computed;
+        a.num_tokens = r.num_tokens();
+        a.num_new_tokens = n;
+        a.num_lookahead = s_.num_lookahead_tokens;
+        a.num_in_flight = r.in_flight;
+        a.hit = hits;
+        a.full_sequence_must_fit = admission;
+        return a;
+    }
 
     // KV blocks for computed + new tokens plus the lookahead slots of the drafts to come, taken
-    // from the free queue's head (appended to `added`); then the blocks the scheduled tokens
-    // fill are cached, drafts and lookahead slots never (KVCacheManager.allocate_slots).
-    bool allocate(Request& r, std::int64_t n, std::vector<BlockPool::Block>* added = nullptr) {
-        const std::int64_t needed = blocks_for(std::min(r.num_computed + n + s_.num_lookahead_tokens, s_.max_model_len));
-        const std::int64_t more = std::max<std::int64_t>(0, needed - static_cast<std::int64_t>(r.block_ids.size()));
-        if (more > pool_.num_free()) return false;
-        with_blocks_.insert(r.id);  // vLLM's req_to_blocks entry, made by an allocation
-        for (auto b : pool_.take(more)) {
-            r.block_ids.push_back(b);
-            if (added) added->push_back(b);
-        }
-        cache_blocks(r, r.num_computed + n);
+    // from the free queue's head (the new ones per group in `added`); then the blocks the
+    // scheduled tokens fill are cached, drafts and lookahead slots never (allocate_slots).
+    bool allocate(Request& r, std::int64_t n, parity::kv::Tables* added = nullptr) {
+        auto got = kv_.allocate_slots(r.id, allocation(r, n, nullptr, false), hash_of(r));
+        if (!got) return false;
+        if (added) *added = std::move(*got);
         return true;
     }
 
     // Caches the request's blocks fully covered by `tokens` (at most its known tokens) that do
     // not yet hold their hash (KVCacheManager.cache_blocks).
-    void cache_blocks(Request& r, std::int64_t tokens) {
-        if (!s_.enable_prefix_caching) return;
-        const std::int64_t full = std::min(tokens, r.num_tokens()) / s_.block_size;
-        for (; r.num_cached_blocks < full; ++r.num_cached_blocks)
-            pool_.cache(r.block_ids[r.num_cached_blocks], hash(r, r.num_cached_blocks));
-    }
+    void cache_blocks(Request& r, std::int64_t tokens) { kv_.cache_blocks(r.id, hash_of(r), std::min(tokens, r.num_tokens())); }
 
     // Block i's hash (a full block of its tokens).
     std::int64_t hash(Request& r, std::int64_t i) {
@@ -657,28 +594,12 @@ class SimpleScheduler : public parity::PortScheduler {
         return r.hashes[i];
     }
 
-    // The cached blocks a request admitted now hits: its block hashes from the first, at most
-    // floor((tokens - 1) / block_size), to the first not cached; an EAGLE-family method drops
-    // the last hit block.
-    std::vector<BlockPool::Block> lookup(Request& r) {
-        std::vector<BlockPool::Block> hits;
-        if (!s_.enable_prefix_caching) return hits;
-        for (std::int64_t i = 0; i < (r.num_tokens() - 1) / s_.block_size; ++i) {
-            const BlockPool::Block b = pool_.lookup(hash(r, i));
-            if (b < 0) break;
-            hits.push_back(b);
-        }
-        if (s_.eagle_family && !hits.empty()) hits.pop_back();
-        return hits;
-    }
+    // The cached blocks a request admitted now hits: at most its tokens - 1, the longest hit
+    // every KV cache group serves (an EAGLE-family method drops the last hit block).
+    parity::kv::Hit lookup(Request& r) { return kv_.find_longest_cache_hit(hash_of(r), r.num_tokens() - 1); }
 
-    // A finished or preempted request gives its blocks back (last block first).
-    void release(Request& r) {
-        pool_.free(r.block_ids);
-        r.block_ids.clear();
-        r.num_cached_blocks = 0;
-        with_blocks_.erase(r.id);
-    }
+    // A finished or preempted request gives its blocks back (each group last block first).
+    void release(Request& r) { kv_.free(r.id); }
 
     // FCFS preempts the last running request. The priority policy preempts the lowest priority
     // (the largest value), then the latest arrival: max() over the running queue by (priority,
@@ -720,9 +641,8 @@ class SimpleScheduler : public parity::PortScheduler {
     }
 
     Settings s_;
-    BlockPool pool_;
+    parity::kv::KvCacheManager kv_;
     BlockHashes hashes_;
-    std::set<std::string> with_blocks_;    // requests with a block table entry (vLLM's req_to_blocks)
     std::set<std::string> prev_scheduled_;  // scheduled at the step before
     std::map<std::string, std::unique_ptr<Request>> requests_;
     std::vector<Request*> running_;

@@ -105,7 +105,9 @@ struct StepRequest {  // a request scheduled this step
     std::int64_t kv_blocks = 0;                 // KV blocks it holds after the update (0 once finished)
     // Its identities (`steps` only, engines/PROTOCOL.md "steps request entry"), from the
     // scheduler's own output and state, never recomputed:
-    std::optional<std::vector<std::int64_t>> block_ids;  // one KV cache group; nullopt: null (no new block)
+    // one list per KV cache group (one, or one per attention type of a hybrid model);
+    // nullopt: null (no new block in any group)
+    std::optional<std::vector<std::vector<std::int64_t>>> block_ids;
     std::int64_t cached_tokens = 0;              // the prefix-cache hit of its admission; 0 at a running step
     std::vector<std::int64_t> draft_token_ids;   // the drafts scheduled (-1: a padded admission's placeholder)
     bool resent_token_ids = false;               // the output carries all its token ids (resumed, or skipped before)
@@ -130,7 +132,7 @@ struct StepRecord {
     // `steps` only: aborted before this step's schedule, given a client output by its update
     // (written sorted), and the common prefix blocks of the one KV cache group.
     std::vector<std::string> aborted, emitted;
-    std::int64_t num_common_prefix_blocks = 0;
+    std::vector<std::int64_t> num_common_prefix_blocks{0};  // one per KV cache group
     // Async scheduling only: the driver iteration whose schedule() made this step, and the
     // one whose update_from_output() processed it.
     std::optional<std::int64_t> iteration, update_iteration;
@@ -156,7 +158,7 @@ struct StepRecord {
             if (r.output_placeholders) e["output_placeholders"] = *r.output_placeholders;
             if (r.delivery) e["delivery"] = *r.delivery;
             if (!identities) continue;
-            e["block_ids"] = r.block_ids ? json::array({*r.block_ids}) : json(nullptr);
+            e["block_ids"] = r.block_ids ? json(*r.block_ids) : json(nullptr);
             e["cached_tokens"] = r.cached_tokens;
             e["draft_token_ids"] = r.draft_token_ids;
             e["resent_token_ids"] = r.resent_token_ids;
@@ -177,7 +179,7 @@ struct StepRecord {
             out["kv_blocks"]["cached"] = kv_cached;
             out["aborted"] = sorted(aborted);
             out["emitted"] = sorted(emitted);
-            out["num_common_prefix_blocks"] = json::array({num_common_prefix_blocks});
+            out["num_common_prefix_blocks"] = num_common_prefix_blocks;
         }
         if (iteration) out["iteration"] = *iteration;
         if (update_iteration) out["update_iteration"] = *update_iteration;

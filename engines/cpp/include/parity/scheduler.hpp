@@ -29,11 +29,12 @@ struct ScheduledStep {
     std::vector<std::string> new_, resumed, preempted;  // first scheduled / resumed / preempted this step
     std::int64_t token_budget = 0;                      // the step's budget (max_num_scheduled_tokens)
     // The identities the scheduler output hands out (engines/PROTOCOL.md "steps request entry"):
-    std::map<std::string, std::vector<std::int64_t>> block_ids;  // id -> its block table at admission,
-                                                     // its new blocks at a running step; absent: none (null)
+    // id -> per KV cache group: its block table at admission (the null block, 0, where a
+    // sliding-window group dropped a block), its new blocks at a running step; absent: none (null)
+    std::map<std::string, std::vector<std::vector<std::int64_t>>> block_ids;
     std::map<std::string, std::int64_t> cached_tokens;  // id -> prefix-cache hit tokens of its admission
     std::vector<std::string> resent_token_ids;          // ids whose whole token ids the output carries
-    std::int64_t num_common_prefix_blocks = 0;          // after this step's admissions
+    std::vector<std::int64_t> num_common_prefix_blocks{0};  // per KV cache group, after this step's admissions
 };
 
 struct KvBlocks {
