@@ -237,7 +237,11 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "priority_victim_scheduled_before",
             # the stops a request may ask for: its eos, min_tokens, repetition detection (and inside
             # accepted DFlash drafts)
-            "stop_eos", "stop_min_tokens", "stop_repetition", "stop_repetition_edges", "stop_dflash")
+            "stop_eos", "stop_min_tokens", "stop_repetition", "stop_repetition_edges", "stop_dflash",
+            # two KV cache groups (gpt-oss: sliding-window and full attention) over one block pool
+            "sliding_window_chunked", "sliding_window_kv_pressure", "sliding_window_prefix_hits",
+            # a running request's prefill continued by more than 2048 tokens in one step
+            "long_running_chunk", "long_running_chunk_dflash")
 # The scenarios whose GPU rule turns async scheduling on: the reference engine drives its
 # AsyncScheduler through the kit's batch-queue loop (run_workload_async, a port of
 # engines/vllm/async_loop.py), and agrees with 0.27.1 on each of them.
@@ -259,9 +263,8 @@ def _async_goldens() -> set[str]:
 
 
 # The features the reference engine does not have, and declares so (its kFeatures lacks them):
-# the hybrid KV cache groups of a sliding-window model (one group of full attention only), and
 # a KV connector.
-LACKS = frozenset({"sliding_window", "kv_connector"})
+LACKS = frozenset({"kv_connector"})
 
 
 def test_agreeing_is_every_steps_scenario_of_the_kit_release(kit):
