@@ -47,6 +47,7 @@
 #include "parity/scenario.hpp"
 #include "parity/scheduler.hpp"
 #include "src/kv_cache_manager.hpp"
+#include "src/kv_connector.hpp"
 
 namespace {
 
@@ -69,7 +70,7 @@ const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
     "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes",
-    "min_tokens", "eos", "repetition_detection", "async_scheduling", "sliding_window"};
+    "min_tokens", "eos", "repetition_detection", "async_scheduling", "sliding_window", "kv_connector"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 bool g_sync_loop = false;             // --sync-loop: a TEST DEVICE (see the usage above)
 bool g_ignore_min_tokens = false;     // --ignore-min-tokens: a TEST DEVICE (see the usage above)
@@ -91,6 +92,7 @@ struct Settings {
     bool async_scheduling = false;  // async_scheduling_gpu: vLLM's AsyncScheduler over its Scheduler
     std::vector<parity::kv::Group> kv_groups{parity::kv::Group{}};  // the model's KV cache groups
     std::int64_t max_in_flight_tokens = 0;  // VllmConfig.max_in_flight_tokens
+    bool kv_connector = false, kv_recompute = false;  // kv_transfer_config; its kv_load_failure_policy recompute
 };
 
 // Resolves engine_args the way vLLM 0.27.1 does for the fields the config layer records.
@@ -221,6 +223,8 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     const auto groups = static_cast<std::int64_t>(settings.kv_groups.size());
     settings.num_gpu_blocks = args.num_gpu_blocks_override.value_or(args.max_num_seqs * blocks_per_seq * groups + 1);
     settings.max_in_flight_tokens = rec.batch_queue_size * args.max_num_batched_tokens;
+    settings.kv_connector = args.kv_transfer_config.has_value();
+    settings.kv_recompute = settings.kv_connector && args.kv_transfer_config->kv_load_failure_policy == "recompute";
     return rec;
 }
 
@@ -244,7 +248,9 @@ class BlockHashes {
 
 class SimpleScheduler : public parity::PortScheduler {
   public:
-    explicit SimpleScheduler(const Settings& s) : s_(s), kv_(kv_settings(s)) {}
+    explicit SimpleScheduler(const Settings& s) : s_(s), kv_(kv_settings(s)) {
+        if (s.kv_connector) connector_.emplace(s.block_size);
+    }
 
     void add_request(const parity::RequestSpec& spec, Tokens prompt) override {
         auto r = std::make_unique<Request>();
@@ -258,6 +264,7 @@ class SimpleScheduler : public parity::PortScheduler {
         r->min_tokens = spec.min_tokens;
         r->eos_token_id = spec.eos_token_id;
         r->repetition = spec.repetition_detection;
+        r->external = spec.external;
         Request* added = r.get();
         requests_[spec.id] = std::move(r);
         enqueue_waiting(*added);
@@ -333,50 +340,90 @@ class SimpleScheduler : public parity::PortScheduler {
             }
         }
 
-        // Then the waiting requests, in order, while nothing was preempted this step.
+        // Then the waiting requests, in order, while nothing was preempted this step. A request
+        // whose KV connector load is in flight (WAITING_FOR_REMOTE_KVS) waits in a side queue
+        // (vLLM's skipped_waiting), taken first, until a model runner output reports the load.
         const bool running_scheduled = !scheduled.empty();  // requests of the running queue
-        while (out.preempted.empty() && !waiting_.empty() && budget > 0) {
+        std::deque<Request*> step_skipped;
+        while (out.preempted.empty() && (!waiting_.empty() || !skipped_.empty()) && budget > 0) {
             if (static_cast<std::int64_t>(running_.size()) >= s_.max_num_seqs) break;
-            Request* r = waiting_.front();
+            std::deque<Request*>& queue = waiting_queue();
+            Request* r = queue.front();
+            if (r->remote_kvs && !promote(*r)) {
+                queue.pop_front();
+                step_skipped.push_front(r);
+                continue;
+            }
             // vLLM moves a request whose stale output is still in flight to a side queue
             // (skipped_waiting) and resumes it later. With a batch queue of 2 its output always
-            // arrives before the next schedule() (engines/PROTOCOL.md), so that queue stays empty
-            // and this engine has none: reaching it is a bug here, not a divergence to report.
+            // arrives before the next schedule() (engines/PROTOCOL.md), so that never happens
+            // here: reaching it is a bug here, not a divergence to report.
             if (r->stale > 0)
                 throw RunError(ErrorKind::internal, "request " + r->id + " would be resumed with stale output in "
-                               "flight: the reference engine keeps no skipped_waiting queue");
-            // Prefix-cache hits (a waiting request has 0 computed tokens, new or preempted).
-            const parity::kv::Hit hits = lookup(*r);
-            const std::int64_t hit_tokens = hits.tokens;
-            std::int64_t n = r->num_tokens() - hit_tokens;
-            bool pad = false;
-            // vLLM admits a one-token prompt straight into decode, padded with K placeholder
-            // drafts, when the running queue's requests scheduled this step are all decoding
-            // (uniform decode batches); requests admitted from the waiting queue do not count.
-            if (s_.num_speculative_tokens > 0 && n == 1 && running_scheduled && !prefill_scheduled) {
-                n = 1 + s_.num_speculative_tokens;
-                if (n > budget || r->num_computed + n > s_.max_model_len) break;
-                pad = true;
+                               "flight: the reference engine does not expect it");
+            // Prefix-cache hits (a new or preempted request has 0 computed tokens; one whose
+            // asynchronous load arrived has them), then what the KV connector loads beyond them.
+            parity::kv::Hit hits{parity::kv::Tables(kv_.num_groups()), 0};
+            std::int64_t external = 0;
+            bool load_async = false;
+            if (r->num_computed == 0) {
+                hits = lookup(*r);
+                if (connector_)
+                    std::tie(external, load_async) =
+                        connector_->matched_tokens(r->id, r->external, r->num_prompt_tokens, hits.tokens);
             }
-            if (0 < s_.long_prefill_token_threshold && s_.long_prefill_token_threshold < n)
-                n = s_.long_prefill_token_threshold;
-            if (!s_.enable_chunked_prefill && n > budget) break;
-            n = std::min(n, budget);
+            const std::int64_t computed = r->num_computed == 0 ? hits.tokens + external : r->num_computed;
+            std::int64_t n = 0;  // an asynchronous load computes nothing until it arrives
+            bool pad = false;
+            if (!load_async) {
+                n = r->num_tokens() - computed;
+                // vLLM admits a one-token prompt straight into decode, padded with K placeholder
+                // drafts, when the running queue's requests scheduled this step are all decoding
+                // (uniform decode batches); requests admitted from the waiting queue do not count.
+                if (s_.num_speculative_tokens > 0 && n == 1 && running_scheduled && !prefill_scheduled) {
+                    n = 1 + s_.num_speculative_tokens;
+                    if (n > budget || computed + n > s_.max_model_len) break;
+                    pad = true;
+                }
+                if (0 < s_.long_prefill_token_threshold && s_.long_prefill_token_threshold < n)
+                    n = s_.long_prefill_token_threshold;
+                if (!s_.enable_chunked_prefill && n > budget) break;
+                n = std::min(n, budget);
+            }
             // SchedulerConfig.scheduler_reserve_full_isl (on by default): a waiting request is
             // admitted only when its whole sequence fits in the free blocks, not its first chunk
-            // alone (kv_cache_manager.hpp: hit blocks in the free queue count against them).
-            if (!kv_.allocate_slots(r->id, allocation(*r, n, &hits, /*admission=*/true), hash_of(*r))) break;
-            r->num_computed = hit_tokens;
+            // alone (kv_cache_manager.hpp: hit blocks in the free queue count against them). An
+            // asynchronous load leaves room for what the prefills in flight still need.
+            parity::kv::Allocation a = allocation(*r, n, &hits, /*admission=*/true);
+            a.num_external = external;
+            a.delay_cache = load_async;
+            if (load_async) {
+                a.num_lookahead = 0;
+                a.reserved_blocks = inflight_reserved_blocks();
+            }
+            if (!kv_.allocate_slots(r->id, a, hash_of(*r))) break;
+            if (connector_) connector_->after_alloc(r->id, r->external, kv_.blocks(r->id).front(), external);
+            queue.pop_front();
+            r->num_computed = computed;
+            if (load_async) {  // its blocks are held while it waits
+                r->remote_kvs = true;
+                step_skipped.push_front(r);
+                inflight_.insert(r->id);
+                continue;
+            }
             out.block_ids[r->id] = kv_.blocks(r->id);  // at admission: the whole table
-            out.cached_tokens[r->id] = hit_tokens;
+            out.cached_tokens[r->id] = computed;       // local and external
             if (r->num_preemptions > 0) out.resent_token_ids.push_back(r->id);
-            waiting_.pop_front();
             running_.push_back(r);
             (r->num_preemptions > 0 ? out.resumed : out.new_).push_back(r->id);
             r->running = true;
+            if (computed + n < r->num_tokens()) inflight_.insert(r->id);  // still prefilling after this chunk
             take(r, n);
             if (pad) out.spec_tokens[r->id] = Tokens(s_.num_speculative_tokens, -1);
         }
+        for (Request* r : step_skipped) enqueue_skipped(*r);  // ahead of those skipped before
+        if (connector_) out.kv_loads = connector_->take_loads();
+        out.finished_by_scheduler = std::exchange(errored_, {});
 
         // The common prefix per group (vLLM's get_num_common_prefix_blocks).
         out.num_common_prefix_blocks = running_.empty() ? std::vector<std::int64_t>(kv_.num_groups(), 0)
@@ -390,6 +437,7 @@ class SimpleScheduler : public parity::PortScheduler {
             r->num_computed += out.num_scheduled_tokens[r->id];
             r->in_flight += out.num_scheduled_tokens[r->id];
             r->is_prefill_chunk = r->num_computed < r->num_tokens() + r->placeholders;
+            if (!r->is_prefill_chunk) inflight_.erase(r->id);
         }
         // AsyncScheduler._update_after_schedule: a request that samples in this step gains a
         // placeholder for its bonus token and one per scheduled draft, and K placeholder drafts
@@ -408,6 +456,11 @@ class SimpleScheduler : public parity::PortScheduler {
     std::int64_t num_computed_tokens(const std::string& id) const override { return get(id).num_computed; }
 
     void update_from_output(const parity::ScheduledStep& step, const std::map<std::string, Tokens>& sampled) override {
+        emitted_.clear();
+        // A KV connector's failed loads first: the requests they roll back (or fail).
+        std::set<std::string> failed_loads;
+        if (step.kv_connector_output && !step.kv_connector_output->invalid_block_ids.empty())
+            failed_loads = handle_invalid_blocks(step);
         for (const auto& id : step.order) {
             Request& r = get(id);
             r.in_flight -= step.num_scheduled_tokens.at(id);
@@ -415,6 +468,7 @@ class SimpleScheduler : public parity::PortScheduler {
             // but its computed tokens and placeholders were reset by the preemption.
             const bool stale = r.stale > 0;
             if (stale) r.stale -= step.num_scheduled_tokens.at(id);
+            if (failed_loads.count(id)) continue;  // rolled back to recompute (or failed below)
             if (r.finish_reason) continue;  // finished (or aborted) while in flight: dropped
             const Tokens& new_tokens = sampled.at(id);
             auto drafts = step.spec_tokens.find(id);
@@ -427,6 +481,7 @@ class SimpleScheduler : public parity::PortScheduler {
                 if (r.placeholders > 0) r.placeholders -= rejected;
             }
             const bool was_running = r.running;
+            if (!new_tokens.empty()) emitted_.push_back(id);  // a client output
             std::int64_t appended = 0;
             for (Token t : new_tokens) {  // append one by one; a stop drops the rest
                 r.tokens.push_back(t);
@@ -444,19 +499,23 @@ class SimpleScheduler : public parity::PortScheduler {
                 r.running = false;
                 running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
                 waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());  // a stale output
+                skipped_.erase(std::remove(skipped_.begin(), skipped_.end(), &r), skipped_.end());
             }
         }
+        // Under kv_load_failure_policy fail, a request whose load failed finishes as an error.
+        if (!s_.kv_recompute)
+            for (const auto& id : failed_loads) {
+                finish(get(id), "error");
+                emitted_.push_back(id);
+                errored_.push_back(id);
+            }
+        if (step.kv_connector_output) kv_transfers_finished(step.kv_connector_output->finished_recving);
     }
 
     void abort(const std::string& id) override {
         Request& r = get(id);
         if (r.finish_reason) return;
-        running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
-        waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
-        release(r);
-        r.spec.clear();
-        r.running = false;
-        r.finish_reason = "abort";
+        finish(r, "abort");
     }
 
     void update_draft_token_ids(const std::vector<std::pair<std::string, Tokens>>& drafts) override {
@@ -484,7 +543,12 @@ class SimpleScheduler : public parity::PortScheduler {
     parity::KvBlocks kv_blocks() const override {
         return {kv_.num_free(), s_.num_gpu_blocks - 1 - kv_.num_free(), kv_.num_cached()};
     }
-    std::vector<std::string> waiting() const override { return ids(waiting_); }
+    std::vector<std::string> waiting() const override {  // the side queue first: it is taken first
+        std::vector<std::string> out = ids(skipped_);
+        for (const auto& id : ids(waiting_)) out.push_back(id);
+        return out;
+    }
+    std::optional<std::vector<std::string>> emitted() const override { return emitted_; }
     std::vector<std::string> running() const override { return ids(running_); }
     std::int64_t num_output_placeholders(const std::string& id) const override { return get(id).placeholders; }
     std::int64_t num_stale_output_tokens(const std::string& id) const override { return get(id).stale; }
@@ -508,6 +572,10 @@ class SimpleScheduler : public parity::PortScheduler {
         // preemption (num_stale_output_tokens).
         std::int64_t placeholders = 0, in_flight = 0, stale = 0;
         std::optional<std::string> finish_reason;
+        // A KV connector: what the remote store holds of it, and whether it waits for its
+        // asynchronous load (vLLM's WAITING_FOR_REMOTE_KVS).
+        std::optional<parity::External> external;
+        bool remote_kvs = false;
         std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
         std::int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
     };
@@ -599,7 +667,147 @@ class SimpleScheduler : public parity::PortScheduler {
     parity::kv::Hit lookup(Request& r) { return kv_.find_longest_cache_hit(hash_of(r), r.num_tokens() - 1); }
 
     // A finished or preempted request gives its blocks back (each group last block first).
-    void release(Request& r) { kv_.free(r.id); }
+    void release(Request& r) {
+        inflight_.erase(r.id);
+        // with a connector, the blocks out of the window go first (Scheduler._connector_finished)
+        if (connector_ && r.finish_reason)
+            kv_.remove_skipped_blocks(r.id, std::max<std::int64_t>(0, r.num_computed - r.in_flight));
+        kv_.free(r.id);
+    }
+
+    // ---- a KV connector's paths (Scheduler in vllm/v1/core/sched/scheduler.py) ----
+
+    // Scheduler.finish_requests (one id): out of its queue, finished, its blocks freed, unless an
+    // asynchronous load still writes them: then they go when the load is reported.
+    void finish(Request& r, const std::string& reason) {
+        running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
+        waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
+        skipped_.erase(std::remove(skipped_.begin(), skipped_.end(), &r), skipped_.end());
+        bool delay_free = false;
+        if (r.remote_kvs) {
+            delay_free = !finished_recving_.count(r.id);
+            finished_recving_.erase(r.id);
+            failed_recving_.erase(r.id);
+        }
+        r.spec.clear();
+        r.running = false;
+        r.finish_reason = reason;
+        if (!delay_free) {
+            release(r);
+            return;
+        }
+        inflight_.erase(r.id);
+        kv_.remove_skipped_blocks(r.id, std::max<std::int64_t>(0, r.num_computed - r.in_flight));
+    }
+
+    // _select_waiting_queue_for_scheduling: FCFS takes the side queue first; the priority policy
+    // the queue whose head comes first.
+    std::deque<Request*>& waiting_queue() {
+        if (skipped_.empty()) return waiting_;
+        if (waiting_.empty() || !s_.priority_policy) return skipped_;
+        return first_of(*waiting_.front(), *skipped_.front()) ? waiting_ : skipped_;
+    }
+    static bool first_of(const Request& a, const Request& b) {
+        return std::make_tuple(a.priority, a.arrival_step, a.id) < std::make_tuple(b.priority, b.arrival_step, b.id);
+    }
+    // Back into the side queue: at its front under FCFS (after the others skipped in the same
+    // pass, in their order), in priority order under the priority policy.
+    void enqueue_skipped(Request& r) {
+        if (!s_.priority_policy) {
+            skipped_.push_front(&r);
+            return;
+        }
+        skipped_.insert(std::find_if(skipped_.begin(), skipped_.end(), [&](const Request* w) { return first_of(r, *w); }),
+                        &r);
+    }
+
+    // _try_promote_blocked_waiting_request: a request whose load a model runner output reported
+    // finished is schedulable again; its loaded blocks are cached now. A failed load keeps the
+    // tokens before its first invalid block, or, with none left, gives its blocks back (the
+    // connector is asked again).
+    bool promote(Request& r) {
+        if (!finished_recving_.count(r.id)) return false;
+        if (failed_recving_.count(r.id)) {
+            if (r.num_computed > 0) cache_blocks(r, r.num_computed);
+            else kv_.free(r.id);
+            failed_recving_.erase(r.id);
+        } else {
+            cache_blocks(r, r.num_computed);
+            if (r.num_computed == r.num_tokens()) r.num_computed = r.num_tokens() - 1;  // recompute the last token
+        }
+        finished_recving_.erase(r.id);
+        r.remote_kvs = false;
+        return true;
+    }
+
+    // _inflight_prefill_reserved_blocks: the blocks the prefills in flight still need.
+    std::int64_t inflight_reserved_blocks() const {
+        std::int64_t n = 0;
+        for (const auto& id : inflight_) n += kv_.remaining_blocks(id, get(id).num_tokens(), get(id).num_computed);
+        return n;
+    }
+
+    // _update_requests_with_invalid_blocks: each request holding an invalid block among those
+    // of its computed tokens (before this step's) is rolled back to the tokens before the first;
+    // a block shared with a request before it is recomputed by that one. Returns the affected
+    // requests; `evict` collects the invalid blocks and those after them.
+    std::set<std::string> roll_back(const std::vector<Request*>& requests, const std::set<std::int64_t>& invalid,
+                                    const parity::ScheduledStep& step, std::set<std::int64_t>* evict) {
+        std::set<std::string> affected;
+        std::set<std::int64_t> marked;
+        for (Request* r : requests) {
+            const std::vector<std::int64_t> blocks = kv_.blocks(r->id).front();
+            const auto n = step.num_scheduled_tokens.find(r->id);
+            const std::int64_t computed = r->num_computed - (n == step.num_scheduled_tokens.end() ? 0 : n->second);
+            const std::int64_t num_blocks = (computed + s_.block_size - 1) / s_.block_size;
+            bool is_affected = false, rolled_back = false;
+            for (std::int64_t i = 0; i < std::min<std::int64_t>(num_blocks, static_cast<std::int64_t>(blocks.size())); ++i) {
+                if (!invalid.count(blocks[i])) continue;
+                is_affected = true;
+                if (!marked.insert(blocks[i]).second || rolled_back) continue;
+                rolled_back = true;
+                r->num_computed = i * s_.block_size;
+                if (evict) evict->insert(blocks.begin() + i, blocks.end());
+            }
+            if (!is_affected) continue;
+            if (!rolled_back) r->num_computed = computed;
+            affected.insert(r->id);
+        }
+        return affected;
+    }
+
+    // _handle_invalid_blocks: the requests whose load failed, asynchronous (waiting for it) and
+    // synchronous (running). Under the policy recompute, the asynchronous ones retry when their
+    // load is reported and the synchronous ones (returned) recompute; under fail, all are
+    // returned, their blocks' hashes evicted.
+    std::set<std::string> handle_invalid_blocks(const parity::ScheduledStep& step) {
+        const auto& ids = step.kv_connector_output->invalid_block_ids;
+        const std::set<std::int64_t> invalid(ids.begin(), ids.end());
+        std::vector<Request*> loading;
+        for (Request* r : skipped_)
+            if (r->remote_kvs) loading.push_back(r);
+        const std::set<std::string> async_failed = roll_back(loading, invalid, step, nullptr);
+        std::set<std::int64_t> evict;
+        std::set<std::string> sync_failed = roll_back(running_, invalid, step, &evict);
+        if (async_failed.empty() && sync_failed.empty()) return {};
+        if (!s_.kv_recompute) {
+            if (!evict.empty()) kv_.evict_blocks(evict);
+            sync_failed.insert(async_failed.begin(), async_failed.end());
+            return sync_failed;
+        }
+        failed_recving_.insert(async_failed.begin(), async_failed.end());
+        return sync_failed;
+    }
+
+    // _update_from_kv_xfer_finished: a finished load makes its request schedulable; one whose
+    // request finished meanwhile frees its blocks now.
+    void kv_transfers_finished(const std::vector<std::string>& finished_recving) {
+        for (const auto& id : finished_recving) {
+            Request& r = get(id);
+            if (!r.finish_reason && r.remote_kvs) finished_recving_.insert(id);
+            else kv_.free(id);  // held for the load since its request finished
+        }
+    }
 
     // FCFS preempts the last running request. The priority policy preempts the lowest priority
     // (the largest value), then the latest arrival: max() over the running queue by (priority,
@@ -629,7 +837,7 @@ class SimpleScheduler : public parity::PortScheduler {
 
     // Back to the waiting queue (FCFS: at its front); everything is recomputed on resumption.
     void preempt(Request& r) {
-        release(r);
+        release(r);  // (out of the prefills in flight too)
         r.num_computed = 0;
         r.spec.clear();
         r.running = false;
@@ -643,6 +851,15 @@ class SimpleScheduler : public parity::PortScheduler {
     Settings s_;
     parity::kv::KvCacheManager kv_;
     BlockHashes hashes_;
+    // A KV connector (src/kv_connector.hpp, the stand-in's remote store), if configured, and the
+    // scheduler's state about its loads: the side queue of requests waiting for one (vLLM's
+    // skipped_waiting), the loads reported finished and those that failed, and the prefills in
+    // flight whose remaining blocks an asynchronous load must leave free.
+    std::optional<parity::kv::StandInConnector> connector_;
+    std::deque<Request*> skipped_;
+    std::set<std::string> finished_recving_, failed_recving_, inflight_;
+    std::vector<std::string> emitted_;  // the requests the last update made a client output for
+    std::vector<std::string> errored_;  // finished as an error since the last schedule()
     std::set<std::string> prev_scheduled_;  // scheduled at the step before
     std::map<std::string, std::unique_ptr<Request>> requests_;
     std::vector<Request*> running_;

@@ -20,7 +20,8 @@ namespace {
 // before any other schedule(): it is computed from the scheduler's state at that moment.
 class StandInExecutor {
   public:
-    StandInExecutor(const Workload& workload, std::int64_t k) : k_(k), seed_(workload.seed), vocab_(workload.vocab_size) {
+    StandInExecutor(const Workload& workload, std::int64_t k)
+        : k_(k), seed_(workload.seed), vocab_(workload.vocab_size), transfers_(workload.kv_connector) {
         for (const auto& r : workload.requests) {
             patterns_[r.id] = &r.acceptance;
             verified_[r.id] = 0;  // verify steps so far
@@ -29,13 +30,17 @@ class StandInExecutor {
 
     // execute_model() + sample_tokens() of one batch: id -> sampled tokens. `finished` are the
     // scheduler output's finished_req_ids (finished since the schedule() before).
-    std::map<std::string, Tokens> execute(const ScheduledStep& out, const std::vector<std::string>& finished,
+    // The connector's report (the stand-in worker's KV transfers) goes into out.kv_connector_output:
+    // an output without tokens still carries it (vLLM's kv_connector_no_forward).
+    std::map<std::string, Tokens> execute(ScheduledStep& out, const std::vector<std::string>& finished,
                                           const PortScheduler& scheduler) {
-        for (const auto* ids : {&finished, &out.preempted})
+        const std::vector<std::string>& preempted = out.preempted;
+        for (const auto* ids : {&finished, &preempted})
             for (const auto& id : *ids) {
                 tokens_.erase(id);
                 drafts_.erase(id);
             }
+        out.kv_connector_output = transfers_.output(executed_++, out);
         std::map<std::string, Tokens> sampled;
         std::int64_t total = 0;
         for (const auto& [id, n] : out.num_scheduled_tokens) total += n;
@@ -88,6 +93,8 @@ class StandInExecutor {
     std::map<std::string, Tokens> tokens_;  // the runner's own copy of each request's tokens
     std::map<std::string, Tokens> drafts_;  // what it proposed after the request's last sample
     std::set<std::string> previous_;        // requests that sampled in the last batch with tokens
+    detail::KvTransfers transfers_;         // the KV connector's worker side, if any
+    std::int64_t executed_ = 0;             // batches executed (schedule() calls) so far
 };
 
 // One scheduled batch in the queue: its scheduler output, the stand-in's answer, its record.
@@ -200,6 +207,7 @@ WorkloadResult run_workload_async(const Workload& workload, std::int64_t k, Port
             // a client output: the update appended tokens (a dropped output appends none)
             if (*entry.delivery != "dropped" && !batch.sampled.at(id).empty()) rec.emitted.push_back(id);
         }
+        if (auto emitted = scheduler.emitted()) rec.emitted = std::move(*emitted);  // the scheduler knows better
         detail::read_state(rec, scheduler);
         rec.update_iteration = iteration;
         result.steps.push_back(std::move(rec));

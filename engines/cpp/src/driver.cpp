@@ -36,6 +36,7 @@ StepRecord open_record(const ScheduledStep& out, std::int64_t step, const std::v
     StepRecord rec;
     rec.step = step;
     rec.aborted = aborted;
+    rec.aborted.insert(rec.aborted.end(), out.finished_by_scheduler.begin(), out.finished_by_scheduler.end());
     rec.token_budget = out.token_budget;
     for (const auto& id : out.order) {
         auto drafts = out.spec_tokens.find(id);
@@ -100,6 +101,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
     }
     std::set<std::string> added;
     WorkloadResult result;
+    detail::KvTransfers transfers(workload.kv_connector);  // the connector's worker side, if any
     const std::uint64_t seed = workload.seed;
     const std::int64_t vocab = workload.vocab_size;
 
@@ -147,6 +149,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
             if (!drafts.empty()) ++verified[id];
             sampled[id] = standin::verify(seed, tokens, drafts, vocab);
         }
+        out.kv_connector_output = transfers.output(step, out);
         scheduler.update_from_output(out, sampled);
         for (const auto& id : unfinished)
             if (scheduler.is_finished(id)) rec.finished.push_back(id);
@@ -161,6 +164,7 @@ WorkloadResult run_workload(const Workload& workload, std::int64_t k, PortSchedu
             entry.kv_blocks = scheduler.num_kv_blocks(id);
             if (!tokens.empty()) rec.emitted.push_back(id);  // a client output: it sampled
         }
+        if (auto emitted = scheduler.emitted()) rec.emitted = std::move(*emitted);  // the scheduler knows better
         read_state(rec, scheduler);
 
         // The stand-in drafter (post_step).

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,21 @@ namespace parity::detail {
 StepRecord open_record(const ScheduledStep& out, std::int64_t step, const std::vector<std::string>& aborted);
 // The scheduler's state after an update: the KV cache and the two queues.
 void read_state(StepRecord& rec, const PortScheduler& scheduler);
+// TEST DOUBLE: the stand-in worker's side of a KV connector (engines/vllm/kv_connector.py
+// Transfers): per step (schedule() call), the connector part of its model runner output. A load
+// a step issued ends within it (synchronous) or is reported finished `async_steps` steps later;
+// a failing load reports the first block of its range invalid in the output that ends it.
+class KvTransfers {
+  public:
+    explicit KvTransfers(bool connector) : connector_(connector) {}
+    // The output of step `step`, whose scheduler output is `out`; nullopt without a connector.
+    std::optional<KvConnectorOutput> output(std::int64_t step, const ScheduledStep& out);
+
+  private:
+    bool connector_;
+    std::map<std::int64_t, std::vector<KvLoad>> due_;  // step -> asynchronous loads it reports
+};
+
 // One output record per request, sorted by id (`specs` is a std::map).
 std::vector<OutputRecord> output_records(const std::map<std::string, const RequestSpec*>& specs,
                                          const PortScheduler& scheduler);

@@ -231,6 +231,14 @@ void KvCacheManager::free(const std::string& id) {
     }
 }
 
+std::int64_t KvCacheManager::remaining_blocks(const std::string& id, std::int64_t num_tokens,
+                                             std::int64_t num_computed) const {
+    const std::int64_t full = std::min(num_tokens, s_.max_model_len);
+    std::int64_t n = 0;
+    for (const GroupState& g : groups_) n += blocks_to_allocate(g, id, full, {}, num_computed, true);
+    return n;
+}
+
 void KvCacheManager::evict_blocks(const std::set<Block>& blocks) {
     for (Block b : blocks) pool_.evict(b);
 }

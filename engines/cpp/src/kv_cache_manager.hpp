@@ -106,6 +106,12 @@ class KvCacheManager {
     void free(const std::string& id);
     // Drops the hash of each block (the blocks a failed KV load left invalid, evict_blocks).
     void evict_blocks(const std::set<Block>& blocks);
+    // remove_skipped_blocks: a sliding-window group frees the blocks wholly before the window of
+    // the token after `processed_tokens` (no-op for full attention).
+    void remove_skipped_blocks(const std::string& id, std::int64_t processed_tokens);
+    // The blocks the request still needs for its whole sequence of `num_tokens`, with
+    // `num_computed` computed (Scheduler._request_remaining_blocks).
+    std::int64_t remaining_blocks(const std::string& id, std::int64_t num_tokens, std::int64_t num_computed) const;
 
     Tables blocks(const std::string& id) const;           // its block table per group
     std::int64_t num_blocks_held(const std::string& id) const;  // over every group, null blocks not counted
@@ -125,7 +131,6 @@ class KvCacheManager {
     std::int64_t skipped_tokens(const GroupState& g, std::int64_t num_computed) const;
     std::int64_t blocks_to_allocate(const GroupState& g, const std::string& id, std::int64_t num_tokens,
                                     const std::vector<Block>& hit, std::int64_t total_computed, bool cap) const;
-    void remove_skipped_blocks(const std::string& id, std::int64_t processed_tokens);
     void allocate_new_computed_blocks(const std::string& id, const Hit& hit, std::int64_t local, std::int64_t external);
     std::pair<std::vector<Block>, std::int64_t> find_in_group(std::size_t gid, const HashOf& hash,
                                                              std::int64_t max_length, bool drop_eagle) const;

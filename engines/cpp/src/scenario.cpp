@@ -124,13 +124,41 @@ void read_stops(const json& r, const std::string& where, std::int64_t vocab_size
     }
 }
 
-Workload read_workload(const json& raw, std::int64_t max_model_len) {
+// A request's `external` (a KV connector's remote store), only with engine_args.kv_transfer_config.
+void read_external(const json& r, const std::string& where, std::int64_t max_steps, bool connector, RequestSpec& q) {
+    const json* v = find(r, "external");
+    if (!v || v->is_null()) return;
+    if (!connector) fail(where + ".external", "needs engine_args.kv_transfer_config");
+    object(*v, where + ".external");
+    External e;
+    e.tokens = integer(require(*v, where + ".external.", "tokens"), where + ".external.tokens", 1, kMaxTokensLimit);
+    e.async_steps = opt_int(*v, where + ".external.", "async_steps", 0, max_steps);
+    if (const json* f = find(*v, "fail"); f && !f->is_null()) e.fail = boolean(*f, where + ".external.fail");
+    q.external = e;
+}
+
+KvTransferConfig read_kv_transfer(const json& raw) {
+    const std::string where = "engine_args.kv_transfer_config";
+    object(raw, where);
+    KvTransferConfig c;
+    c.kv_connector = string(require(raw, where + ".", "kv_connector"), where + ".kv_connector");
+    if (c.kv_connector != "StandInConnector")
+        fail(where + ".kv_connector", "must be StandInConnector (the stand-in's remote KV store)");
+    c.kv_role = opt_string(raw, where + ".", "kv_role").value_or("kv_both");
+    c.kv_load_failure_policy = opt_string(raw, where + ".", "kv_load_failure_policy").value_or("fail");
+    if (c.kv_load_failure_policy != "fail" && c.kv_load_failure_policy != "recompute")
+        fail(where + ".kv_load_failure_policy", "must be fail or recompute");
+    return c;
+}
+
+Workload read_workload(const json& raw, std::int64_t max_model_len, bool connector) {
     object(raw, "workload");
     Workload w;
     w.seed = static_cast<std::uint64_t>(integer(require(raw, "workload.", "seed"), "workload.seed", 0, INT64_MAX));
     w.vocab_size = integer(require(raw, "workload.", "vocab_size"), "workload.vocab_size", 2, kMaxVocabSize);
     w.max_steps = integer(require(raw, "workload.", "max_steps"), "workload.max_steps", 1, kMaxSteps);
     w.max_model_len = max_model_len;
+    w.kv_connector = connector;
     if (const json* v = find(raw, "prefixes")) {
         if (!v->is_array() || v->size() > kMaxPrefixes)
             fail("workload.prefixes", "must be an array of at most " + std::to_string(kMaxPrefixes) + " prefixes");
@@ -183,6 +211,7 @@ Workload read_workload(const json& raw, std::int64_t max_model_len) {
         if (const json* v = find(r, "acceptance"))
             q.acceptance = int_list(*v, where + ".acceptance", 0, kMaxAccept, false);
         read_stops(r, where, w.vocab_size, q);
+        read_external(r, where, w.max_steps, connector, q);
         w.requests.push_back(std::move(q));
     }
     return w;
@@ -218,8 +247,9 @@ Scenario read_scenario(const json& raw) {
     e.num_gpu_blocks_override = opt_int(a, w, "num_gpu_blocks_override", 1, kMaxTokensLimit);
     if (const json* v = find(a, "speculative_config"); v && !v->is_null())
         e.speculative_config = read_spec(*v, "engine_args.speculative_config", true);
+    if (const json* v = find(a, "kv_transfer_config"); v && !v->is_null()) e.kv_transfer_config = read_kv_transfer(*v);
 
-    if (const json* v = find(raw, "workload"); v && !v->is_null()) s.workload = read_workload(*v, e.max_model_len);
+    if (const json* v = find(raw, "workload"); v && !v->is_null()) s.workload = read_workload(*v, e.max_model_len, e.kv_transfer_config.has_value());
     if (const json* v = find(raw, "method_matrix"); v && !v->is_null()) {
         object(*v, "method_matrix");
         MethodMatrix m;

@@ -34,6 +34,13 @@ struct SpeculativeConfig {
     std::optional<std::int64_t> prompt_lookup_max, prompt_lookup_min;
 };
 
+// engine_args.kv_transfer_config: a KV connector (the stand-in's remote KV store,
+// engines/PROTOCOL.md "A KV connector: the remote store and its loads").
+struct KvTransferConfig {
+    std::string kv_connector, kv_role;
+    std::string kv_load_failure_policy = "fail";  // vLLM's default; or "recompute"
+};
+
 // engine_args: vLLM's own argument names.
 struct EngineArgs {
     std::string model;  // absolute path of a folder with config.json
@@ -45,6 +52,14 @@ struct EngineArgs {
     std::optional<std::int64_t> seed, max_num_scheduled_tokens, long_prefill_token_threshold,
         num_gpu_blocks_override;
     std::optional<SpeculativeConfig> speculative_config;
+    std::optional<KvTransferConfig> kv_transfer_config;
+};
+
+// A request's `external`: what the remote KV store holds of its prompt.
+struct External {
+    std::int64_t tokens = 0;                 // its first `tokens` prompt tokens
+    std::optional<std::int64_t> async_steps;  // none: a synchronous load; k: reported k steps after it was issued
+    bool fail = false;                       // its first load fails
 };
 
 struct RequestSpec {
@@ -59,6 +74,7 @@ struct RequestSpec {
     std::int64_t min_tokens = 0;           // no stop before this many outputs
     std::optional<std::int64_t> eos_token_id;  // it stops there (vLLM's ignore_eos false); none: ignore_eos
     std::optional<standin::Repetition> repetition_detection;  // only when max_pattern_size > 0
+    std::optional<External> external;  // with engine_args.kv_transfer_config only
 };
 
 // A request's stop conditions as the stand-in's check_stop takes them.
@@ -75,6 +91,7 @@ struct Workload {
     std::uint64_t seed = 0;
     std::int64_t vocab_size = 0, max_steps = 0;
     std::int64_t max_model_len = 0;  // engine_args.max_model_len: where an expected output ends
+    bool kv_connector = false;       // engine_args.kv_transfer_config given: the driver plays its worker side
     std::vector<Prefix> prefixes;
     std::vector<RequestSpec> requests;
 };

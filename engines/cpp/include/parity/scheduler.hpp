@@ -21,6 +21,21 @@ namespace parity {
 using standin::Token;
 using standin::Tokens;
 
+// A KV connector (engines/PROTOCOL.md "A KV connector: the remote store and its loads"): a
+// load a schedule() issued (vLLM's connector metadata), which the stand-in worker reports.
+struct KvLoad {
+    std::string id;
+    std::vector<std::int64_t> block_ids;      // the blocks of the loaded range, first KV cache group
+    std::optional<std::int64_t> async_steps;  // none: synchronous (ends within its step)
+    bool fail = false;                        // the load fails: its first block is reported invalid
+};
+
+// The connector's part of a model runner output (vLLM's KVConnectorOutput).
+struct KvConnectorOutput {
+    std::vector<std::string> finished_recving;  // asynchronous loads that finished
+    std::vector<std::int64_t> invalid_block_ids;  // blocks whose load failed
+};
+
 // What schedule() decided for one step.
 struct ScheduledStep {
     std::vector<std::string> order;                    // scheduled request ids, in batch order
@@ -35,6 +50,14 @@ struct ScheduledStep {
     std::map<std::string, std::int64_t> cached_tokens;  // id -> prefix-cache hit tokens of its admission
     std::vector<std::string> resent_token_ids;          // ids whose whole token ids the output carries
     std::vector<std::int64_t> num_common_prefix_blocks{0};  // per KV cache group, after this step's admissions
+    // A KV connector: the loads this schedule() issued. The driver plays the connector's worker
+    // side and hands update_from_output() the output's connector part (nullopt: no connector).
+    std::vector<KvLoad> kv_loads;
+    std::optional<KvConnectorOutput> kv_connector_output;
+    // Requests the scheduler itself finished through finish_requests() since the schedule()
+    // before (a failed KV load's error): vLLM's recorder lists them in the record's `aborted`
+    // beside the driver's aborts.
+    std::vector<std::string> finished_by_scheduler;
 };
 
 struct KvBlocks {
@@ -104,6 +127,12 @@ class PortScheduler {
         throw RunError(ErrorKind::internal,
                        "run_workload_async() needs PortScheduler::is_prefill_chunk(); this port does not implement it");
     }
+
+    // The requests the last update_from_output() made a client output for (vLLM's
+    // EngineCoreOutput: a sampled token, or a finish such as a failed KV load's error), sorted or
+    // not. nullopt (the default): those of its step that sampled a token, which is exact
+    // without a KV connector.
+    virtual std::optional<std::vector<std::string>> emitted() const { return std::nullopt; }
 };
 
 // Every request's prompt: request_prompt(workload, id) of conformance/formats/workload.py
