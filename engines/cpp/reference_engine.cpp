@@ -9,10 +9,12 @@
 //      drafting-slot reservation, as VllmConfig._set_max_num_scheduled_tokens does.
 //   2. SimpleScheduler: a scheduler behind the kit's PortScheduler interface (the `steps` and
 //      `outputs` layers). Chunked prefill under a token budget, a running cap, K drafts per
-//      decoding request, FCFS or priority preemption (request priorities), aborts, and
-//      BlockPool: vLLM 0.27.1's block pool (free-queue order, the null block, eviction, the
-//      hash chain and prefix-cache hits). A port replaces them with an adapter around its own
-//      scheduler; nothing else in this file has to change. Where async scheduling resolves on
+//      decoding request, FCFS or priority preemption (request priorities), aborts, a KV
+//      connector's loads (synchronous, asynchronous, failed), over src/kv_cache_manager.hpp:
+//      vLLM 0.27.1's KVCacheManager (its block pool's free-queue order, the null block,
+//      eviction, the hash chain and prefix-cache hits; the hybrid groups of a sliding-window
+//      model). A port replaces them with an adapter around its own scheduler; nothing else in
+//      this file has to change. Where async scheduling resolves on
 //      it behaves as vLLM's AsyncScheduler (output placeholders, stale output after a
 //      preemption), driven by the kit's batch-queue loop, run_workload_async(): its hello lists
 //      every feature.
@@ -63,9 +65,9 @@ const char* kEngineVersion = "0.1.0";
 const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // The features it has (engines/PROTOCOL.md "Features"): the gate sends it no scenario needing
 // another, and gives that scenario an `unsupported` verdict naming the feature. A port lists
-// only those it has; this engine has every one but `sliding_window` (its KV cache is one group of
-// full attention) and `kv_connector` (it loads no external KV), whose scenarios come back
-// `unsupported`.
+// only those it has; this engine has every one: `sliding_window` through its KV cache manager's
+// hybrid groups (src/kv_cache_manager.hpp) and `kv_connector` through the stand-in connector
+// (src/kv_connector.hpp) and the kit's worker side of it.
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
