@@ -95,6 +95,8 @@ struct Settings {
     std::vector<parity::kv::Group> kv_groups{parity::kv::Group{}};  // the model's KV cache groups
     std::int64_t max_in_flight_tokens = 0;  // VllmConfig.max_in_flight_tokens
     bool kv_connector = false, kv_recompute = false;  // kv_transfer_config; its kv_load_failure_policy recompute
+    bool defer_block_free = false;      // a consumer connector under async scheduling
+    bool requires_kv_delivery = false;  // a producer connector: a preempted request's output in flight is dropped
 };
 
 // Resolves engine_args the way vLLM 0.27.1 does for the fields the config layer records.
@@ -227,6 +229,11 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
     settings.max_in_flight_tokens = rec.batch_queue_size * args.max_num_batched_tokens;
     settings.kv_connector = args.kv_transfer_config.has_value();
     settings.kv_recompute = settings.kv_connector && args.kv_transfer_config->kv_load_failure_policy == "recompute";
+    if (settings.kv_connector) {
+        const std::string& role = args.kv_transfer_config->kv_role;
+        settings.defer_block_free = rec.batch_queue_size > 1 && (role == "kv_consumer" || role == "kv_both");
+        settings.requires_kv_delivery = role == "kv_producer" || role == "kv_both";
+    }
     return rec;
 }
 
@@ -360,7 +367,7 @@ class SimpleScheduler : public parity::PortScheduler {
             // (skipped_waiting) and resumes it later. With a batch queue of 2 its output always
             // arrives before the next schedule() (engines/PROTOCOL.md), so that never happens
             // here: reaching it is a bug here, not a divergence to report.
-            if (r->stale > 0)
+            if (r->stale > 0 && !r->drop_stale)
                 throw RunError(ErrorKind::internal, "request " + r->id + " would be resumed with stale output in "
                                "flight: the reference engine does not expect it");
             // Prefix-cache hits (a new or preempted request has 0 computed tokens; one whose
@@ -426,6 +433,7 @@ class SimpleScheduler : public parity::PortScheduler {
         for (Request* r : step_skipped) enqueue_skipped(*r);  // ahead of those skipped before
         if (connector_) out.kv_loads = connector_->take_loads();
         out.finished_by_scheduler = std::exchange(errored_, {});
+        if (s_.defer_block_free && !scheduled.empty()) ++sched_seq_;  // a step with tokens
 
         // The common prefix per group (vLLM's get_num_common_prefix_blocks).
         out.num_common_prefix_blocks = running_.empty() ? std::vector<std::int64_t>(kv_.num_groups(), 0)
@@ -439,6 +447,7 @@ class SimpleScheduler : public parity::PortScheduler {
             r->num_computed += out.num_scheduled_tokens[r->id];
             r->in_flight += out.num_scheduled_tokens[r->id];
             r->is_prefill_chunk = r->num_computed < r->num_tokens() + r->placeholders;
+            r->last_sched_seq = sched_seq_;
             if (!r->is_prefill_chunk) inflight_.erase(r->id);
         }
         // AsyncScheduler._update_after_schedule: a request that samples in this step gains a
@@ -459,6 +468,14 @@ class SimpleScheduler : public parity::PortScheduler {
 
     void update_from_output(const parity::ScheduledStep& step, const std::map<std::string, Tokens>& sampled) override {
         emitted_.clear();
+        if (s_.defer_block_free && !step.order.empty()) {  // every write of this step and those before is done
+            ++processed_seq_;
+            while (!deferred_.empty() && deferred_.front().first <= processed_seq_) {
+                const auto& blocks = deferred_.front().second;
+                kv_.free_blocks(std::vector<parity::kv::Block>(blocks.rbegin(), blocks.rend()));
+                deferred_.pop_front();
+            }
+        }
         // A KV connector's failed loads first: the requests they roll back (or fail).
         std::set<std::string> failed_loads;
         if (step.kv_connector_output && !step.kv_connector_output->invalid_block_ids.empty())
@@ -472,6 +489,7 @@ class SimpleScheduler : public parity::PortScheduler {
             if (stale) r.stale -= step.num_scheduled_tokens.at(id);
             if (failed_loads.count(id)) continue;  // rolled back to recompute (or failed below)
             if (r.finish_reason) continue;  // finished (or aborted) while in flight: dropped
+            if (stale && r.drop_stale) continue;  // dropped: it was resumed without waiting for it
             const Tokens& new_tokens = sampled.at(id);
             auto drafts = step.spec_tokens.find(id);
             if (drafts != step.spec_tokens.end() && !new_tokens.empty() && !stale) {
@@ -551,6 +569,7 @@ class SimpleScheduler : public parity::PortScheduler {
         return out;
     }
     std::optional<std::vector<std::string>> emitted() const override { return emitted_; }
+    bool drops_stale_output(const std::string& id) const override { return get(id).drop_stale; }
     std::vector<std::string> running() const override { return ids(running_); }
     std::int64_t num_output_placeholders(const std::string& id) const override { return get(id).placeholders; }
     std::int64_t num_stale_output_tokens(const std::string& id) const override { return get(id).stale; }
@@ -578,6 +597,8 @@ class SimpleScheduler : public parity::PortScheduler {
         // asynchronous load (vLLM's WAITING_FOR_REMOTE_KVS).
         std::optional<parity::External> external;
         bool remote_kvs = false;
+        bool drop_stale = false;          // its stale output is dropped (vLLM's drop_stale_output)
+        std::int64_t last_sched_seq = 0;  // the non-empty step that last scheduled it (defer_block_free)
         std::int64_t num_tokens() const { return static_cast<std::int64_t>(tokens.size()); }
         std::int64_t num_output_tokens() const { return num_tokens() - num_prompt_tokens; }
     };
@@ -674,7 +695,17 @@ class SimpleScheduler : public parity::PortScheduler {
         // with a connector, the blocks out of the window go first (Scheduler._connector_finished)
         if (connector_ && r.finish_reason)
             kv_.remove_skipped_blocks(r.id, std::max<std::int64_t>(0, r.num_computed - r.in_flight));
-        kv_.free(r.id);
+        free_blocks(r);
+    }
+    // _free_request_blocks: now, or, where a step in flight may still write them, once it is
+    // processed (deferred, all groups' blocks together, freed last first).
+    void free_blocks(const Request& r) {
+        if (!s_.defer_block_free || r.last_sched_seq <= processed_seq_) {
+            kv_.free(r.id);
+            return;
+        }
+        auto blocks = kv_.pop_blocks(r.id);
+        if (!blocks.empty()) deferred_.emplace_back(sched_seq_, std::move(blocks));
     }
 
     // ---- a KV connector's paths (Scheduler in vllm/v1/core/sched/scheduler.py) ----
@@ -807,7 +838,7 @@ class SimpleScheduler : public parity::PortScheduler {
         for (const auto& id : finished_recving) {
             Request& r = get(id);
             if (!r.finish_reason && r.remote_kvs) finished_recving_.insert(id);
-            else kv_.free(id);  // held for the load since its request finished
+            else free_blocks(r);  // held for the load since its request finished
         }
     }
 
@@ -843,7 +874,9 @@ class SimpleScheduler : public parity::PortScheduler {
         r.num_computed = 0;
         r.spec.clear();
         r.running = false;
-        // Async scheduling: its output in flight becomes stale, its placeholders are dropped.
+        // Async scheduling: its output in flight becomes stale, its placeholders are dropped. A
+        // connector that hands KV off (kv_producer, kv_both) drops that output instead.
+        r.drop_stale = s_.requires_kv_delivery || (r.drop_stale && r.stale > 0);
         r.stale = r.in_flight;
         r.placeholders = 0;
         ++r.num_preemptions;
@@ -862,6 +895,11 @@ class SimpleScheduler : public parity::PortScheduler {
     std::set<std::string> finished_recving_, failed_recving_, inflight_;
     std::vector<std::string> emitted_;  // the requests the last update made a client output for
     std::vector<std::string> errored_;  // finished as an error since the last schedule()
+    // defer_block_free (a consumer connector under async scheduling): a request's blocks a step
+    // in flight may still write are freed once that step's output is processed. Non-empty steps
+    // scheduled and processed, and the deferred frees with their fence.
+    std::int64_t sched_seq_ = 0, processed_seq_ = 0;
+    std::deque<std::pair<std::int64_t, std::vector<parity::kv::Block>>> deferred_;
     std::set<std::string> prev_scheduled_;  // scheduled at the step before
     std::map<std::string, std::unique_ptr<Request>> requests_;
     std::vector<Request*> running_;

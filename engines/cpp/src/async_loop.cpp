@@ -184,7 +184,8 @@ WorkloadResult run_workload_async(const Workload& workload, std::int64_t k, Port
         // (scheduler.py update_from_output; recorder.py AsyncRecording._parity_delivery).
         for (auto& [id, entry] : rec.requests) {
             if (scheduler.is_finished(id)) entry.delivery = "dropped";
-            else if (scheduler.num_stale_output_tokens(id) > 0) entry.delivery = "stale";
+            else if (scheduler.num_stale_output_tokens(id) > 0)
+                entry.delivery = scheduler.drops_stale_output(id) ? "dropped" : "stale";
             else entry.delivery = "applied";
             const Tokens& got = batch.sampled.at(id);
             if (entry.draft_tokens > 0 && !got.empty() && *entry.delivery != "dropped")

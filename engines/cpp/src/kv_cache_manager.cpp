@@ -218,6 +218,18 @@ void KvCacheManager::cache_blocks(const std::string& id, const HashOf& hash, std
     }
 }
 
+std::vector<Block> KvCacheManager::pop_blocks(const std::string& id) {
+    std::vector<Block> out;
+    for (GroupState& g : groups_) {
+        if (auto it = g.req_blocks.find(id); it != g.req_blocks.end()) {
+            out.insert(out.end(), it->second.begin(), it->second.end());
+            g.req_blocks.erase(it);
+        }
+        g.num_cached.erase(id);
+    }
+    return out;
+}
+
 void KvCacheManager::free(const std::string& id) {
     for (GroupState& g : groups_) {
         const auto it = g.req_blocks.find(id);

@@ -104,6 +104,10 @@ class KvCacheManager {
     void cache_blocks(const std::string& id, const HashOf& hash, std::int64_t num_tokens);
     // free: every group's blocks, each group last block first.
     void free(const std::string& id);
+    // pop_blocks_for_free: the request's blocks, every group's in order, no longer its own
+    // but not yet freed; free_blocks() frees them (the first evicted first).
+    std::vector<Block> pop_blocks(const std::string& id);
+    void free_blocks(const std::vector<Block>& ordered) { pool_.free(ordered); }
     // Drops the hash of each block (the blocks a failed KV load left invalid, evict_blocks).
     void evict_blocks(const std::set<Block>& blocks);
     // remove_skipped_blocks: a sliding-window group frees the blocks wholly before the window of

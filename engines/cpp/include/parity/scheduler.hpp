@@ -119,6 +119,9 @@ class PortScheduler {
     // num_stale_output_tokens): their output is still appended, but changes neither its
     // computed tokens nor its placeholders.
     virtual std::int64_t num_stale_output_tokens(const std::string& /*id*/) const { return 0; }
+    // Whether that stale output is dropped rather than appended (vLLM's drop_stale_output: a KV
+    // connector that hands KV off, kv_producer or kv_both, drops it): its delivery is "dropped".
+    virtual bool drops_stale_output(const std::string& /*id*/) const { return false; }
     // Read right after schedule(): whether its computed tokens stay below its tokens plus the
     // placeholders it had before this schedule() (vLLM's Request.is_prefill_chunk, set by
     // _update_after_schedule before the AsyncScheduler adds this step's placeholders). The
