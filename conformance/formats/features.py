@@ -40,6 +40,9 @@ FEATURES: dict[str, str] = {
                             "`max_pattern_size` is above 0 (vLLM's `FINISHED_REPETITION`)",
     "kv_connector": "`engine_args.kv_transfer_config` given: a KV connector (the stand-in's remote KV store) "
                     "loads what a request's `external` says, synchronously or asynchronously, and may fail",
+    "structured_outputs": "a request of the workload has a `structured_output` (a JSON schema, a regex or a choice, "
+                          "as vLLM's `StructuredOutputsParams` takes it): the release's StructuredOutputManager "
+                          "and grammar backend mask what is sampled and cut the drafts the grammar refuses",
     "sliding_window": "the model's `layer_types` mix sliding-window and full attention (gpt-oss): hybrid KV "
                       "cache groups, one block table per group",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
@@ -77,6 +80,7 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("repetition_detection", any(_number(_dict(r.get("repetition_detection")).get("max_pattern_size"))
                                      and r["repetition_detection"]["max_pattern_size"] > 0 for r in requests)),
         ("kv_connector", args.get("kv_transfer_config") is not None),
+        ("structured_outputs", any(r.get("structured_output") is not None for r in requests)),
         ("sliding_window", _hybrid(args.get("model"))),
         ("async_scheduling", _async(args, config)),
     ) if needs}
