@@ -112,6 +112,8 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("sliding_window_prefix_hits", ("prefix_caching", "shared_prefixes", "sliding_window")),
     ("sliding_window_kv_pressure", ("prefix_caching", "sliding_window")),
     ("kv_connector_failures", ("prefix_caching", "shared_prefixes", "kv_connector")),
+    ("grammar_eagle3", ("spec:eagle3", "eos", "structured_outputs")),
+    ("grammar_mixed", ("spec:dflash", "eos", "structured_outputs")),
     ("stop_eos", ("prefix_caching", "eos")),
     ("stop_min_tokens", ("prefix_caching", "min_tokens", "eos")),
     ("stop_repetition", ("prefix_caching", "min_tokens", "repetition_detection")),
