@@ -1,5 +1,7 @@
 """Integration, per-step layer: the real scheduler of each pin, driven by the stand-in."""
 
+import json
+import re
 
 import pytest
 
@@ -117,6 +119,79 @@ def test_scenario_library_exercises_what_it_claims():
     assert first["requests"] == {} and first["waiting"] == ["a", "b"]
     assert steps["kv_connector_async"][4]["requests"]["a"]["cached_tokens"] == 256
     assert {r["id"]: r["finish_reason"] for r in outputs["kv_connector_fail_policy"]}["a"] == "error"
+
+
+# the grammar scenarios whose every grammar compiles (grammar_compile_error: below)
+GRAMMARS = [s for s in WORKLOADS if "structured_outputs" in s.features and s.name != "grammar_compile_error"]
+
+
+def _decode(ids: list[int]) -> str:
+    """What the tiny tokenizer decodes `ids` to, its special tokens left out (stdlib: its
+    vocabulary and the byte-level table of engines/vllm/tiny_tokenizer.py)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tiny_tokenizer_decode", REPO / "engines/vllm/tiny_tokenizer.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    vocab, _ = recipe.vocabulary()
+    token = {i: t for t, i in vocab.items()}
+    byte = {c: b for b, c in enumerate(recipe.byte_chars())}
+    return b"".join(bytes(byte[c] for c in token[i]) for i in ids if token[i] not in recipe.SPECIALS).decode()
+
+
+def _follows(text: str, spec: dict) -> bool:
+    if "regex" in spec:
+        return re.fullmatch(spec["regex"], text) is not None
+    if "choice" in spec:
+        return text in spec["choice"]
+    value, schema = json.loads(text), spec["json"]
+    if schema["type"] == "object":
+        return set(schema["required"]) <= set(value) <= set(schema["properties"])
+    return isinstance(value, str) and len(value) <= schema.get("maxLength", len(value))
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+@pytest.mark.parametrize("scenario", GRAMMARS, ids=[s.name for s in GRAMMARS])
+def test_grammars_cut_drafts_and_outputs_follow_them(scenario, release):
+    """Each pin's golden: the drafter's proposals pass the grammar's cut as a prefix, some are
+    cut, some drafts inside the grammar are scheduled and rejected; what the grammar requests
+    output is text their grammar accepts; requests without one carry no grammar fields."""
+    layers = golden(scenario, release)["layers"]
+    specs = {r["id"]: r.get("structured_output") for r in scenario.workload["requests"]}
+    cut = rejected = 0
+    for step in layers["steps"]:
+        assert step["grammar_errors"] == []
+        for rid, entry in step["requests"].items():
+            if specs[rid] is None:
+                assert "proposed_draft_token_ids" not in entry
+                continue
+            proposed, kept = entry["proposed_draft_token_ids"], entry["next_draft_token_ids"]
+            assert proposed[:len(kept)] == kept, (step["step"], rid)
+            cut += bool(kept) and len(kept) < len(proposed)
+            rejected += entry["accepted_draft_tokens"] < entry["draft_tokens"]
+    assert cut and rejected, (cut, rejected)
+    for out in layers["outputs"]:
+        if specs[out["id"]] is not None and out["finish_reason"] == "stop":
+            assert out["output_token_ids"][-1] == 2  # the grammar ended: the eos, the one id it allows
+            assert _follows(_decode(out["output_token_ids"]), specs[out["id"]]), out["id"]
+    assert any(specs[o["id"]] and o["finish_reason"] == "stop" for o in layers["outputs"])
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+def test_a_grammar_that_fails_is_an_error_and_the_others_go_on(release):
+    """badregex passes the input processor by llguidance once xgrammar is the engine's backend:
+    0.27.1 and 0.28.0 add it and finish it as an error at the step that reaches it (its
+    grammar_compile_error_reqs), 0.33.0 refuses it at add_request; never scheduled either way."""
+    scenario = next(s for s in WORKLOADS if s.name == "grammar_compile_error")
+    layers = golden(scenario, release)["layers"]
+    errors = {st["step"]: st["grammar_errors"] for st in layers["steps"] if st["grammar_errors"]}
+    assert errors == {2: ["badregex"]}
+    added = _version(release) < (0, 33, 0)
+    assert ("badregex" in layers["steps"][2]["finished"]) == added
+    assert not any("badregex" in st["requests"] or "badregex" in st["waiting"] for st in layers["steps"])
+    outputs = {o["id"]: o for o in layers["outputs"]}
+    assert (outputs["badregex"]["finish_reason"], outputs["badregex"]["output_token_ids"]) == ("error", [])
+    assert outputs["schema"]["finish_reason"] == "stop" and _decode(outputs["schema"]["output_token_ids"])
 
 
 BINDS = next(s for s in WORKLOADS if s.name == "prefill_budget_binds")
