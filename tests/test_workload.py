@@ -7,7 +7,7 @@ import pytest
 
 from conformance.formats.features import needed
 from conformance.formats.scenario import ScenarioError, load_scenario
-from conformance.formats.workload import (check_stop, draft, expected_output, masked_choice, prefix_tokens,
+from conformance.formats.workload import (allowed_ids, check_stop, draft, expected_output, masked_choice, prefix_tokens,
                                           prompt_tokens, repeats, request_prompts, target_next, validate_workload,
                                           verify, verify_masked)
 from conftest import REPO
@@ -326,19 +326,21 @@ def _row(*allowed, width=64):
     return [w - (1 << 32) if w >= 1 << 31 else w for w in words]
 
 
-def test_masked_choice_counts_among_the_allowed_ids():
-    row = _row(5, 31, 40, 2047)
-    assert [masked_choice(row, t) for t in range(6)] == [5, 31, 40, 2047, 5, 31]
-    assert masked_choice(_row(*range(2048)), 1234) == 1234  # a full row: the usual choice
-    assert masked_choice(_row(), 77) == 77  # none allowed: the usual choice
+def test_allowed_ids_read_a_bitmask_row_and_masked_choice_counts_among_them():
+    assert allowed_ids(_row(5, 31, 40, 2047)) == [5, 31, 40, 2047]
+    assert allowed_ids([-1] * 64) == list(range(2048))
+    allowed = [5, 31, 40, 2047]
+    assert [masked_choice(allowed, t) for t in range(6)] == [5, 31, 40, 2047, 5, 31]
+    assert masked_choice(list(range(2048)), 1234) == 1234  # every id allowed: the usual choice
+    assert masked_choice([], 77) == 77  # none allowed: the usual choice
 
 
-def test_verify_masked_is_verify_behind_full_rows_and_follows_the_rows():
+def test_verify_masked_is_verify_when_all_is_allowed_and_follows_what_is_allowed():
     seed, vocab, tokens = 5, 2048, [1, 2, 3]
     drafts = draft(seed, tokens, 4, 2, vocab)
-    full = [_row(*range(2048))] * 5
+    full = [list(range(vocab))] * 5
     assert verify_masked(seed, tokens, drafts, vocab, full) == verify(seed, tokens, drafts, vocab)
-    # one allowed id per row: every position's target is that id, whatever the stand-in says
-    only = [_row(10 + i) for i in range(5)]
+    # one allowed id per position: every position's target is that id, whatever the stand-in says
+    only = [[10 + i] for i in range(5)]
     assert verify_masked(seed, tokens, [10, 11, 99, 13], vocab, only) == [10, 11, 12]
     assert verify_masked(seed, tokens, [10, 11, 12, 13], vocab, only) == [10, 11, 12, 13, 14]

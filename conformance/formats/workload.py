@@ -76,23 +76,25 @@ next token, so a scheduler can be driven without weights, identically on every m
   target_next produces, plus one bonus token (the target's token after that prefix).
 
 Under a grammar (a request with `structured_output`; engines/PROTOCOL.md "Structured outputs"),
-the stand-in samples as vLLM's sampler does behind a grammar bitmask, one bitmask row per
-position (each draft, then the bonus), as the release's StructuredOutputManager fills them:
+the stand-in samples as vLLM's sampler does behind the grammar's bitmask: the release's own
+`apply_grammar_bitmask` masks stand-in logits (zeros) for each position of a request (each
+draft, then the bonus), and what it leaves finite is that position's allowed ids:
 
-- `masked_choice(row, token)`: the ids the row allows (bit t % 32 of 32-bit word t // 32 set),
-  in increasing order, and of them the one at index `token` modulo their number; `token`
-  itself when the row allows none. A row that allows every id gives `token`: a request
-  without a grammar, or one whose grammar terminated, samples as before. (Counting among the
-  allowed ids, rather than taking the next allowed id, spreads the choices over what the
-  grammar allows: low ids such as whitespace would otherwise take every wrap-around.)
-- `verify_masked(seed, tokens, drafts, vocab_size, rows)`: `verify` with each position's
-  target token `masked_choice(rows[i], target_next(...))`.
+- `allowed_ids(words)`: the ids a bitmask row allows (32-bit words, id t allowed when bit
+  t % 32 of word t // 32 is set), in increasing order.
+- `masked_choice(allowed, token)`: of the allowed ids, in increasing order, the one at index
+  `token` modulo their number; `token` itself when none is allowed. Every id allowed gives
+  `token`: a request without a grammar, or one whose grammar terminated, samples as before.
+  (Counting among the allowed ids, rather than taking the next allowed id, spreads the choices
+  over what the grammar allows: low ids such as whitespace would otherwise take every wrap.)
+- `verify_masked(seed, tokens, drafts, vocab_size, allowed)`: `verify` with each position's
+  target token `masked_choice(allowed[i], target_next(...))`.
 - The drafter under a grammar (engines/vllm/grammar.py `masked_draft`): `draft` whose
   target tokens are `masked_choice` of the rows the request's grammar gives as it follows
   the drafts (a drafter that learnt the format); the first wrong token is that target token
-  plus one, and the grammar is no longer followed after it (a full row). Some drafts thus
-  break the grammar and the scheduler's `validate_tokens` cuts them; others are within it and
-  the target rejects them.
+  plus one, and the grammar is no longer followed after it (every id allowed). Some drafts
+  thus break the grammar and the scheduler's `validate_tokens` cuts them; others are within
+  it and the target rejects them.
 
 vLLM 0.33.0 moved check_stop's min_tokens gate after the eos, stop token and length checks (the
 sampler's min-tokens logits processor keeps a real model from sampling those early): where the
@@ -609,37 +611,28 @@ def verify(seed: int, tokens, drafts: list[int], vocab_size: int) -> list[int]:
     return out
 
 
-def masked_choice(row, token: int) -> int:
-    """The stand-in's choice under a grammar bitmask row (32-bit words, which may read as
-    negative ints; module doc): of the ids the row allows, in increasing order, the one at index `token` modulo their number; `token` when it
-    allows none."""
-    counts = [bin(word & 0xFFFFFFFF).count("1") for word in row]
-    total = sum(counts)
-    if total == 0:
-        return token
-    index = token % total
-    for at, count in enumerate(counts):
-        if index < count:
-            word = row[at] & 0xFFFFFFFF
-            for bit in range(32):
-                if word >> bit & 1:
-                    if index == 0:
-                        return at * 32 + bit
-                    index -= 1
-        index -= count
-    raise AssertionError("unreachable: index < total")
+def allowed_ids(words) -> list[int]:
+    """The ids a grammar bitmask row allows (32-bit words, which may read as negative ints),
+    in increasing order."""
+    return [at * 32 + bit for at, word in enumerate(words) for bit in range(32) if (word & 0xFFFFFFFF) >> bit & 1]
 
 
-def verify_masked(seed: int, tokens, drafts: list[int], vocab_size: int, rows) -> list[int]:
-    """`verify` under a grammar: position i's target token is masked_choice(rows[i], ...);
-    rows holds one row per draft and one for the bonus token."""
+def masked_choice(allowed: list[int], token: int) -> int:
+    """The stand-in's choice where a grammar allows `allowed` (increasing ids; module doc): the
+    one at index `token` modulo their number; `token` when none is allowed."""
+    return allowed[token % len(allowed)] if allowed else token
+
+
+def verify_masked(seed: int, tokens, drafts: list[int], vocab_size: int, allowed) -> list[int]:
+    """`verify` under a grammar: position i's target token is masked_choice(allowed[i], ...);
+    `allowed` holds the allowed ids of each draft's position and of the bonus token's."""
     context = Context.of(tokens)
     out = []
     for i, proposed in enumerate(drafts):
-        true = masked_choice(rows[i], target_next(seed, context, vocab_size))
+        true = masked_choice(allowed[i], target_next(seed, context, vocab_size))
         out.append(true)
         if proposed != true:
             return out
         context.append(true)
-    out.append(masked_choice(rows[len(drafts)], target_next(seed, context, vocab_size)))
+    out.append(masked_choice(allowed[len(drafts)], target_next(seed, context, vocab_size)))
     return out

@@ -9,8 +9,8 @@ The input processor's check (`SamplingParams.verify`, which picks the backend un
 
 What the stand-in adds (engines/PROTOCOL.md "Structured outputs"): compilation is waited for at
 the request's arrival (vLLM compiles on a thread pool; the stand-in's steps must not depend on
-how fast a machine compiles), sampling under the bitmask rows (workload.masked_choice), and the
-drafter's proposals under a grammar (`masked_draft`).
+how fast a machine compiles), sampling among the ids the masked logits allow
+(workload.masked_choice), and the drafter's proposals under a grammar (`masked_draft`).
 
 Imported only inside a pin's environment.
 """
@@ -21,7 +21,7 @@ import sys
 import types
 from concurrent.futures import Future, wait
 
-from conformance.formats.workload import Context, masked_choice, target_next
+from conformance.formats.workload import Context, allowed_ids, masked_choice, target_next
 
 LMFE = "vllm.v1.structured_output.backend_lm_format_enforcer"
 
@@ -78,20 +78,30 @@ def _lm_format_enforcer_importable() -> None:
         sys.modules[LMFE] = module
 
 
-def bitmask_rows(scheduler, output) -> dict[str, list[list[int]]]:
-    """Request id -> its bitmask rows this step (one per scheduled draft, then the bonus), from
-    the scheduler's own get_grammar_bitmask, as EngineCore.step hands them to the sampler."""
+def allowed_by_position(scheduler, output, batch: list[str]) -> dict[str, list[list[int]]]:
+    """Request id -> the ids its grammar allows at each of its positions this step (each
+    scheduled draft, then the bonus): the scheduler's own get_grammar_bitmask (EngineCore.step's)
+    applied by the release's own apply_grammar_bitmask (the GPU model runner's) to zero logits
+    laid out as the runner's are, `batch` being its requests in batch order; what stays finite
+    is allowed. The release decides how rows are packed (0.33.0 gives each request K + 1)."""
+    from types import SimpleNamespace
+
+    import torch
+    from vllm.v1.structured_output.utils import apply_grammar_bitmask
+
     grammar_output = scheduler.get_grammar_bitmask(output)
     if grammar_output is None:
         return {}
     spec = output.scheduled_spec_decode_tokens or {}
-    rows, at = {}, 0
-    bitmask = grammar_output.grammar_bitmask
-    for rid in grammar_output.structured_output_request_ids:
-        n = len(spec.get(rid, ())) + 1
-        rows[rid] = [[int(w) for w in bitmask[at + i]] for i in range(n)]
-        at += n
-    return rows
+    first, at = {}, 0  # each request's first logits row: one per draft and one more
+    for rid in batch:
+        first[rid] = at
+        at += 1 + len(spec.get(rid, ()))
+    logits = torch.zeros(at, scheduler.vllm_config.model_config.get_vocab_size(), dtype=torch.float32)
+    apply_grammar_bitmask(output, grammar_output, SimpleNamespace(req_ids=list(batch)), logits)
+    finite = torch.isfinite(logits)
+    return {rid: [torch.nonzero(finite[first[rid] + i]).flatten().tolist() for i in range(1 + len(spec.get(rid, ())))]
+            for rid in grammar_output.structured_output_request_ids}
 
 
 def errors(scheduler) -> list[str]:
@@ -115,7 +125,7 @@ def masked_draft(seed: int, tokens, k: int, accept: int, vocab_size: int, reques
         true = usual
         if following and not grammar.is_terminated():
             grammar.fill_bitmask(row, 0)
-            true = masked_choice([int(w) for w in row[0]], usual)
+            true = masked_choice(allowed_ids(row[0].tolist()), usual)
         token = true if i < accept else (true + 1) % vocab_size
         if following and i < accept and not grammar.is_terminated() \
                 and grammar.accept_tokens(str(request.request_id), [token]):

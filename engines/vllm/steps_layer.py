@@ -174,7 +174,8 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
                 f"unfinished {unfinished}, not yet arrived {total - len(requests)}")
 
         output = scheduler.schedule()
-        rows = grammar.bitmask_rows(scheduler, output)  # EngineCore.step: the sampler's bitmask
+        # EngineCore.step's bitmask, applied as the model runner applies it
+        allowed = grammar.allowed_by_position(scheduler, output, list(output.num_scheduled_tokens))
 
         # The stand-in model runner: what the release's GPU model runner would return.
         req_ids = list(output.num_scheduled_tokens)
@@ -188,8 +189,8 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
                 continue
             drafter.sampled(rid, drafts)
             # the stand-in reads a request's length and last tokens only (workload.Context)
-            if rid in rows:  # behind its grammar's bitmask, a row per position
-                sampled.append(verify_masked(seed, request.all_token_ids, drafts, vocab, rows[rid]))
+            if rid in allowed:  # behind its grammar's bitmask, a row per position
+                sampled.append(verify_masked(seed, request.all_token_ids, drafts, vocab, allowed[rid]))
             else:
                 sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
         model_output = ModelRunnerOutput(
