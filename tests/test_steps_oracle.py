@@ -53,9 +53,14 @@ GATE_LAST = (0, 33, 0)
 MIN_TOKENS = [s for s in WORKLOADS if "min_tokens" in s.features]
 
 
+# vLLM 0.33.0 compiles JSON schemas with the tokenizer's special tokens filtered out
+# (upstream-changes.toml): the ids a JSON grammar allows, and so the stand-in's choices, differ.
+JSON_GRAMMARS = [s for s in WORKLOADS if any("json" in r.get("structured_output", {}) for r in s.workload["requests"])]
+
+
 @pytest.mark.parametrize("scenario", WORKLOADS, ids=IDS)
 def test_outputs_identical_across_pins(scenario):
-    releases = [r for r in PINS.releases if scenario not in MIN_TOKENS or _version(r) < GATE_LAST]
+    releases = [r for r in PINS.releases if scenario not in MIN_TOKENS + JSON_GRAMMARS or _version(r) < GATE_LAST]
     outputs = {r: golden(scenario, r)["layers"]["outputs"] for r in releases}
     assert all(o == outputs[PINS.oracle] for o in outputs.values()), scenario.name
 
