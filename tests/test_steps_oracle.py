@@ -238,9 +238,9 @@ MUTANTS = {
     "ignore-invalid-kv-blocks": ("kv_connector_failures", "steps", None),
     # r1, running, continues by the 8191 tokens the step has left at step 1; capped, by 2048
     "cap-running-chunk-2048": ("long_running_chunk", "steps", "requests.r1.tokens"),
-    # json's drafts after step 1: the oracle's grammar cuts the first wrong one (a token the
-    # schema does not allow there) and every draft after it, the mutant keeps all four
-    "ignore-grammar-cut": ("grammar_eagle3", "steps", None),
+    # regex's drafts at step 0: its grammar cuts the fourth, the first wrong one (a token the
+    # regex does not allow there), the mutant keeps all four
+    "ignore-grammar-cut": ("grammar_eagle3", "steps", "requests.regex.next_draft_token_ids"),
 }
 
 
@@ -272,6 +272,11 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 0 and found[field] == (step0["requests"]["r1"]["tokens"], unreserved)
         assert "total_num_scheduled_tokens" in found
+    if mutant == "ignore-grammar-cut":
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        kept, proposed = found[field]
+        assert comparison.index == 0 and comparison.first.path == field
+        assert len(kept) == 3 and proposed[:3] == kept and len(proposed) == 4, found[field]
     if mutant == "cap-running-chunk-2048":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 1 and found[field] == (8191, 2048), comparison.fields
