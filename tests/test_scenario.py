@@ -233,11 +233,9 @@ def test_a_grammar_runs_with_async_scheduling_false(tmp_path):
         assert err.value.field == "engine_args.async_scheduling"
 
 
-def test_the_engine_layers_do_not_run_a_grammar(tmp_path):
-    shutil.copytree(GATE.parent / "models", tmp_path / "models")
-    data = json.loads((GATE.parent / "engine_eagle3.json").read_text())
-    data["workload"]["requests"][0]["structured_output"] = {"regex": "[a-z]+"}
-    (tmp_path / "s.json").write_text(json.dumps(data))
-    with pytest.raises(ScenarioError, match="not run by the engine layers") as err:
-        load_scenario(tmp_path / "s.json")
-    assert err.value.field == "workload.requests[0].structured_output"
+def test_the_engine_layers_run_a_grammar():
+    """The whole engine takes a request's structured_output (SamplingParams.structured_outputs):
+    the engine layers, with the feature, and the tokenizer in the hash."""
+    s = load_scenario(GATE.parent / "engine_grammar_eagle3.json")
+    assert "engine_steps" in s.layers and "structured_outputs" in s.features
+    assert sum("structured_output" in r for r in s.workload["requests"]) == 3

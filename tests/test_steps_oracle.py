@@ -1,8 +1,5 @@
 """Integration, per-step layer: the real scheduler of each pin, driven by the stand-in."""
 
-import json
-import re
-
 import pytest
 
 from conformance.formats.pins import load_pins
@@ -12,6 +9,7 @@ from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
 from conformance.report.render_text import render
 from conftest import REPO, records_of
+from tiny_text import decode, follows
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -130,31 +128,6 @@ def test_scenario_library_exercises_what_it_claims():
 GRAMMARS = [s for s in WORKLOADS if "structured_outputs" in s.features and s.name != "grammar_compile_error"]
 
 
-def _decode(ids: list[int]) -> str:
-    """What the tiny tokenizer decodes `ids` to, its special tokens left out (stdlib: its
-    vocabulary and the byte-level table of engines/vllm/tiny_tokenizer.py)."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("tiny_tokenizer_decode", REPO / "engines/vllm/tiny_tokenizer.py")
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
-    vocab, _ = recipe.vocabulary()
-    token = {i: t for t, i in vocab.items()}
-    byte = {c: b for b, c in enumerate(recipe.byte_chars())}
-    return b"".join(bytes(byte[c] for c in token[i]) for i in ids if token[i] not in recipe.SPECIALS).decode()
-
-
-def _follows(text: str, spec: dict) -> bool:
-    if "regex" in spec:
-        return re.fullmatch(spec["regex"], text) is not None
-    if "choice" in spec:
-        return text in spec["choice"]
-    value, schema = json.loads(text), spec["json"]
-    if schema["type"] == "object":
-        return set(schema["required"]) <= set(value) <= set(schema["properties"])
-    return isinstance(value, str) and len(value) <= schema.get("maxLength", len(value))
-
-
 @pytest.mark.parametrize("release", PINS.releases)
 @pytest.mark.parametrize("scenario", GRAMMARS, ids=[s.name for s in GRAMMARS])
 def test_grammars_cut_drafts_and_outputs_follow_them(scenario, release):
@@ -178,7 +151,7 @@ def test_grammars_cut_drafts_and_outputs_follow_them(scenario, release):
     for out in layers["outputs"]:
         if specs[out["id"]] is not None and out["finish_reason"] == "stop":
             assert out["output_token_ids"][-1] == 2  # the grammar ended: the eos, the one id it allows
-            assert _follows(_decode(out["output_token_ids"]), specs[out["id"]]), out["id"]
+            assert follows(decode(out["output_token_ids"]), specs[out["id"]]), out["id"]
     assert any(specs[o["id"]] and o["finish_reason"] == "stop" for o in layers["outputs"])
 
 
@@ -196,7 +169,7 @@ def test_a_grammar_that_fails_is_an_error_and_the_others_go_on(release):
     assert not any("badregex" in st["requests"] or "badregex" in st["waiting"] for st in layers["steps"])
     outputs = {o["id"]: o for o in layers["outputs"]}
     assert (outputs["badregex"]["finish_reason"], outputs["badregex"]["output_token_ids"]) == ("error", [])
-    assert outputs["schema"]["finish_reason"] == "stop" and _decode(outputs["schema"]["output_token_ids"])
+    assert outputs["schema"]["finish_reason"] == "stop" and decode(outputs["schema"]["output_token_ids"])
 
 
 BINDS = next(s for s in WORKLOADS if s.name == "prefill_budget_binds")

@@ -108,10 +108,9 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # Workload keys the engine layers do not run: the engine's outputs are its model's, not the
 # stand-in's a continuation is built from, its loop has no aborts, its eos token is its
 # tokenizer's (not a stand-in token id), its outputs record no repetition stop, and it has no
-# remote KV store, and its grammar is not wired to the tiny target yet. (A request's `priority` and `min_tokens` are run: the engine's add_request
+# remote KV store. (A request's `priority`, `min_tokens` and `structured_output` are run: the engine's add_request
 # and SamplingParams take them.)
-STEPS_ONLY = ("prefix", "continues", "abort_step", "eos_token_id", "repetition_detection", "external",
-              "structured_output")
+STEPS_ONLY = ("prefix", "continues", "abort_step", "eos_token_id", "repetition_detection", "external")
 # A grammar judges text: a workload with a structured_output needs its model folder's tokenizer
 # (the project's own, engines/vllm/tiny_tokenizer.py), whose files the scenario hash then covers
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")

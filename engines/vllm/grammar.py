@@ -44,20 +44,27 @@ def admit(scheduler, request) -> bool:
 
     manager = scheduler.structured_output_manager
     config = scheduler.vllm_config
-    _lm_format_enforcer_importable()
+    lm_format_enforcer_importable()
     try:
         request.sampling_params.verify(config.model_config, config.speculative_config,
                                        config.structured_outputs_config, manager.tokenizer)
         manager.grammar_init(request)
     except (VLLMValidationError, ValueError):
         return False
-    grammar = request.structured_output_request._grammar
-    if isinstance(grammar, Future):
-        wait([grammar])  # compiled before the step: see the module doc
+    compiled(request)
     return True
 
 
-def _lm_format_enforcer_importable() -> None:
+def compiled(request) -> None:
+    """Wait for the request's grammar to compile (see the module doc): vLLM compiles it on a
+    thread pool and the scheduler skips the request until it is done, so the steps would follow
+    the machine's speed."""
+    grammar = request.structured_output_request._grammar
+    if isinstance(grammar, Future):
+        wait([grammar])
+
+
+def lm_format_enforcer_importable() -> None:
     """SamplingParams' check imports lm-format-enforcer's validator whatever the backend; the
     pin environments leave that package out (engines/vllm/requirements-cpu-left-out.toml). Where
     it is missing, the module is NOT INSTALLED: its one name imported there refuses, and is
