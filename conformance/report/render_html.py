@@ -21,6 +21,7 @@ from __future__ import annotations
 import html
 import re
 
+from conformance.formats.pins import pin_label
 from conformance.judging.verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
 from conformance.report.render_text import render_pin_tables, render_verdict
 from conformance.report.view import FEATURES_HEAD, REASONS, Cell, GateView, visible, visible_lines, waiver_words
@@ -176,7 +177,7 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
     layer, oracle_steps = _steps(golden or {})
     series = []  # (label, steps records, first divergent step or None)
     if oracle_steps:
-        series.append((f"oracle vllm-{view.oracle} (golden)", oracle_steps, None))
+        series.append((f"oracle {pin_label(view.oracle)} (golden)", oracle_steps, None))
     for cell in cells:
         v = cell.verdict
         _, steps = _steps(cell.trace or {})

@@ -12,6 +12,7 @@ import json
 import textwrap
 from collections import Counter
 
+from conformance.formats.pins import pin_label
 from conformance.judging.verdict import KINDS, PASS, Verdict
 from conformance.report.drift import render_drift
 from conformance.report.methods_table import render_methods_rows
@@ -36,7 +37,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
     distinct block of budget log lines: a block seen before is referred to, not repeated."""
     role = {"oracle": "oracle, must reproduce its golden", "candidate": "candidate",
             "stand-in": "stand-in candidate, informational"}[v.role]
-    head = f"== {v.engine} [{role}] on {v.scenario} vs oracle vllm-{oracle} golden: {v.kind.upper()}"
+    head = f"== {v.engine} [{role}] on {v.scenario} vs oracle {pin_label(oracle)} golden: {v.kind.upper()}"
     lines = [head]
     if v.message:
         lines += ["   " + line for line in v.message.splitlines()]
@@ -122,7 +123,7 @@ def render_gate(view: GateView) -> str:
     LABELLED engines wider than GRID_WIDTH (many candidates) names its columns by short codes,
     with a legend, and is cut into grids of at most GRID_WIDTH columns."""
     scenarios, engines = view.scenarios, view.engines
-    lines = [f"== vllm-parity gate: {view.word} (exit status {view.status}); oracle vllm-{view.oracle}; "
+    lines = [f"== vllm-parity gate: {view.word} (exit status {view.status}); oracle {pin_label(view.oracle)}; "
              f"{len(scenarios)} scenarios x {len(engines)} engines; {view.layers}"]
     # measured as shown: a candidate's escaped text keeps the columns aligned
     texts = {s: tuple(visible(c.text) if (c := view.cell(s, e)) else "-" for e in engines) for s in scenarios}

@@ -107,15 +107,38 @@ def cpu() -> dict:
     return record
 
 
+def commit_record() -> dict | None:
+    """COMMIT.json of a pinned commit's environment (conformance/process/commit_env.py), else None."""
+    path = os.path.join(sys.prefix, "COMMIT.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+def pin_version() -> str:
+    """What the pin is called: a release's version, or a pinned commit's 12 hex digits (its
+    environment's vLLM says the base release, or the per-commit wheel's dev version)."""
+    import vllm
+
+    commit = commit_record()
+    return commit["pin"] if commit else vllm.__version__
+
+
 def environment() -> dict:
     import torch
     import vllm
 
     from . import release
 
+    commit = commit_record()
     env = {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
-           "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine(),
-           "build": release.build(), "fidelity": None, "cpu": cpu()}
+           "torch": torch.__version__, "vllm": pin_version(), "machine": platform.machine(),
+           "build": release.build() + (f"+vllm@{commit['pin']}" if commit else ""), "fidelity": None, "cpu": cpu()}
+    if commit:  # a pinned upstream commit (conformance/process/commit_env.py): what was laid over what
+        env["commit"] = {"commit": commit["commit"], "base": commit["base"], "overlay": commit["overlay"],
+                         "compiled_inputs_changed": commit["compiled_inputs_changed"],
+                         "dependencies": commit["dependencies"]}
     if DEVICE == ["gpu"]:  # recorded on GPU only, so the CPU goldens keep their provenance
         env["device"] = "gpu"
         env["model_runner"] = "v1 (VLLM_USE_V2_MODEL_RUNNER=0, engines/vllm/runtime.py)"
