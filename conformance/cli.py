@@ -196,6 +196,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pr-text", type=Path, help="where the pull request's text (markdown) is written "
                    "(default: out/bump/pull-request.md; it is also printed)")
 
+    p = sub.add_parser("bisect", help="the port queue of an upstream range: the first-parent commits of "
+                       "A..B that change a scenario's trace, found by building commit pins")
+    p.add_argument("--from", dest="start", required=True, help="A: a commit (sha, vllm@sha12) or tag of the source")
+    p.add_argument("--to", dest="end", required=True, help="B: a commit or tag of the source, after A")
+    p.add_argument("--scenario", action="append", type=Path, help="default: every library scenario")
+    p.add_argument("--rows", help="comma-separated engine-matrix rows: only the scenarios filed under them")
+    p.add_argument("--layers", help="comma-separated layers (default: each scenario's stand-in layers)")
+    p.add_argument("--source", help="the repository: a git URL, a local path or file:// (default: that of "
+                   "the declared commit A or B names, else of the first declared commit)")
+    p.add_argument("--base", help="the release each commit's CPU environment is laid over (default: as --source)")
+    p.add_argument("--markdown", type=Path, help="also write the port queue in markdown here")
+
     p = sub.add_parser("comparable", help="may these two runs' throughput figures be compared?")
     p.add_argument("traces", nargs=2, type=Path, metavar="TRACE")
 
@@ -465,6 +477,13 @@ def cmd_bump(args) -> int:
     return bump(args.release, _scenarios(None), log, args.pr_text)
 
 
+def cmd_bisect(args) -> int:
+    from conformance.bisect.command import run_bisect
+
+    args.layers = _layers(args.layers)
+    return run_bisect(args, load_pins(), _scenarios(args.scenario, "library"), log)
+
+
 def cmd_comparable(args) -> int:
     from conformance.judging.comparability import NotComparable, check_comparable
 
@@ -524,7 +543,7 @@ def cmd_adequacy(args) -> int:
     return adequacy(args, _scenarios(None, "library"), log)
 
 
-COMMANDS = {"bump": cmd_bump, "comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
+COMMANDS = {"bisect": cmd_bisect, "bump": cmd_bump, "comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
             "adequacy": cmd_adequacy, "docs": cmd_docs, "fuzz": cmd_fuzz}
 

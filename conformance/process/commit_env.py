@@ -41,6 +41,7 @@ from pathlib import Path
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 
+from conformance.formats.errors import InputError
 from conformance.formats.log import log
 from conformance.formats.pins import CommitPin, Pins
 from conformance.formats.settings import cache_root
@@ -58,8 +59,8 @@ BUILT = (".so",)
 COMMIT_FILE = "COMMIT.json"
 
 
-class CommitError(RuntimeError):
-    """A commit's source, tree or environment is not what its pin says."""
+class CommitError(InputError):
+    """A commit's source, tree or environment is not what its pin says (exit 2, named)."""
 
 
 def git(repo: Path, *args: str, binary: bool = False):
@@ -69,27 +70,34 @@ def git(repo: Path, *args: str, binary: bool = False):
     return result.stdout if binary else result.stdout.decode("utf-8", "replace")
 
 
-def source_repo(pin: CommitPin, log=log) -> Path:
-    """The repository holding the commit: a local one in place, a URL's mirror in the cache."""
-    local = pin.source_path()
+def local_repo(source: str, base: str, log=log, want: str | None = None) -> Path:
+    """The repository a source names: a local one in place, a URL's mirror in the cache
+    (fetched again when it lacks `want`); CommitError unless it has the base's tag v<base>."""
+    local = CommitPin("0" * 40, base, source).source_path()
     if local is not None:
         if not local.exists():
-            raise CommitError(f"{pin.label}: its source {pin.source} does not exist ({local})")
+            raise CommitError(f"the source {source} does not exist ({local})")
         repo = local
     else:
-        repo = cache_root() / "sources" / (hashlib.sha256(pin.source.encode()).hexdigest()[:16] + ".git")
+        repo = cache_root() / "sources" / (hashlib.sha256(source.encode()).hexdigest()[:16] + ".git")
         if not repo.exists():
-            with heartbeat(log, f"[envs] {pin.label}: mirroring {pin.source} into {repo}"):
-                subprocess.run(["git", "clone", "--mirror", "--quiet", pin.source, str(repo)], check=False,
+            with heartbeat(log, f"[envs] mirroring {source} into {repo}"):
+                subprocess.run(["git", "clone", "--mirror", "--quiet", source, str(repo)], check=False,
                                stdin=subprocess.DEVNULL, capture_output=True)
-        if not _has(repo, pin.commit):
+        if want is not None and not _has(repo, want):
             subprocess.run(["git", "-C", str(repo), "fetch", "--quiet", "--tags", "origin"],
                            stdin=subprocess.DEVNULL, capture_output=True, check=False)
+    if not _has(repo, f"v{base}"):
+        raise CommitError(f"{source} has no tag v{base} (the base release), so the files changed since "
+                          "the base cannot be told")
+    return repo
+
+
+def source_repo(pin: CommitPin, log=log) -> Path:
+    """The repository holding the pin's commit and its base's tag."""
+    repo = local_repo(pin.source, pin.base, log, want=pin.commit)
     if not _has(repo, pin.commit):
         raise CommitError(f"{pin.label}: {pin.source} has no commit {pin.commit}")
-    if not _has(repo, f"v{pin.base}"):
-        raise CommitError(f"{pin.label}: {pin.source} has no tag v{pin.base} (its base release), so the "
-                          "files changed since the base cannot be told")
     return repo
 
 
