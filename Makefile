@@ -30,7 +30,8 @@ PLAN_OPTIONS = $(strip $(if $(CANDIDATE),--candidate '$(CANDIDATE)',--stand-ins 
 GATE_OPTIONS = $(strip $(PLAN_OPTIONS) $(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
 	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift))
 
-.PHONY: setup envs plan-envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump duplicates
+.PHONY: setup envs plan-envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump duplicates \
+	commit-fixture bisect
 
 # GNU make exits 0 when every command succeeds and 2 when any fails, whatever the command's own
 # status (1 only under `make -q`; the GNU make manual, "How to Run make"). So a gate that
@@ -160,6 +161,23 @@ BUMP_STATUSES = 2: refused (the checkout unchanged) or stopped, with every reaso
 bump: setup
 	@test -n '$(PIN)' || { echo "make bump: set PIN, e.g. make bump PIN=0.28.0"; exit 2; }
 	$(info $(BIN)/parity bump $(PIN))@$(BIN)/parity bump '$(PIN)'; $(call SAY_STATUS,parity bump,$(BUMP_STATUSES))
+
+# The TEST FIXTURE upstream repository (conformance/process/commit_fixture.py) in out/vllm-fixture,
+# built from the 0.27.1 and 0.28.0 environments with the same shas on every machine: the source of
+# the commits pyproject.toml declares. `VLLM_PARITY_ORACLE=aa8f6dc6e67f make parity` then gates
+# with the fixture's base commit as the oracle (docs/release-gate.md).
+commit-fixture: setup
+	$(BIN)/parity envs --pin 0.27.1 --pin 0.28.0
+	$(BIN)/python -m conformance.process.commit_fixture out/vllm-fixture
+
+# The port queue of an upstream range (parity bisect; docs/porting.md, "The port queue"):
+# FROM= and TO= (commits of the declared commits' source), SCENARIOS= as for goldens.
+FROM ?=
+TO ?=
+bisect: setup
+	@test -n '$(FROM)' -a -n '$(TO)' || { echo "make bisect: set FROM and TO, e.g. make bisect FROM=aa8f6dc6e67f TO=cb6196a6fcf4"; exit 2; }
+	$(BIN)/parity bisect --from '$(FROM)' --to '$(TO)' $(foreach name,$(subst $(comma), ,$(SCENARIOS)),--scenario 'scenarios/$(name).json') \
+		--markdown out/bisect/port-queue.md
 
 # The goldens suite (parity/test_goldens.py, syrupy): every pin on every scenario through the same
 # front door, in memory; fails if any golden would change or has no scenario or pin behind it.

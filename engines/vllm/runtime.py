@@ -107,21 +107,14 @@ def cpu() -> dict:
     return record
 
 
-def commit_record() -> dict | None:
-    """COMMIT.json of a pinned commit's environment (conformance/process/commit_env.py), else None."""
-    path = os.path.join(sys.prefix, "COMMIT.json")
-    if not os.path.exists(path):
-        return None
-    with open(path, encoding="utf-8") as f:
-        return json.load(f)
-
-
 def pin_version() -> str:
     """What the pin is called: a release's version, or a pinned commit's 12 hex digits (its
     environment's vLLM says the base release, or the per-commit wheel's dev version)."""
     import vllm
 
-    commit = commit_record()
+    from . import release
+
+    commit = release.commit_record()
     return commit["pin"] if commit else vllm.__version__
 
 
@@ -131,7 +124,7 @@ def environment() -> dict:
 
     from . import release
 
-    commit = commit_record()
+    commit = release.commit_record()
     env = {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
            "torch": torch.__version__, "vllm": pin_version(), "machine": platform.machine(),
            "build": release.build() + (f"+vllm@{commit['pin']}" if commit else ""), "fidelity": None, "cpu": cpu()}
