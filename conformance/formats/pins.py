@@ -112,6 +112,12 @@ class Pins:
         commit = self.commit(release)
         return commit.base if commit else release
 
+    def order_key(self, release: str) -> tuple:
+        """Release order, a commit right after its base (commits of one base by name)."""
+        from packaging.version import Version
+
+        return (Version(self.base(release)), release != self.base(release), release)
+
     @property
     def declared(self) -> tuple[str, ...]:
         """Every pin name a golden may belong to: the pins and every declared commit."""

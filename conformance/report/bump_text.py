@@ -16,7 +16,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from conformance.formats.files import read_toml
-from conformance.formats.pins import REPO_ROOT
+from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.report.drift import DEPARTS, SAME, Drift, shown_apart
 from conformance.report.render_ci import _code, _text
 
@@ -38,7 +38,8 @@ class Note:
 
     def explains(self, older: str, newer: str, layer: str, field: str) -> bool:
         """It lies between the two releases (either way round) and names the field."""
-        low, high = sorted((Version(older), Version(newer)))
+        pins = load_pins()  # a pinned commit is read as its base release
+        low, high = sorted((Version(pins.base(older)), Version(pins.base(newer))))
         return low < Version(self.release) <= high and any(
             fnmatch.fnmatchcase(f"{layer}.{field}", pattern) for pattern in self.fields)
 
