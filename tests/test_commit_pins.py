@@ -294,3 +294,28 @@ def test_a_per_commit_index_giving_another_commits_wheel_is_refused():
         commit_env.check_gpu_lock(pin, "0.27.2.dev7+gdeadbeef0")
     with pytest.raises(commit_env.CommitError, match="names no commit"):
         commit_env.check_gpu_lock(pin, "0.28.0")
+
+
+# --- parity bump <sha> ----------------------------------------------------------------------
+
+
+@pytest.mark.oracle
+def test_a_bump_makes_a_declared_commit_the_oracle_after_its_base(fixture_repo, tmp_path):
+    from test_bump import bump, checkout_copy
+
+    copy = checkout_copy(tmp_path)
+    (copy / "out").mkdir(exist_ok=True)
+    (copy / "out" / "vllm-fixture").symlink_to(FIXTURE)  # the declared source, relative to the checkout
+    text_path = tmp_path / "pull-request.md"
+    result = bump(copy, f"vllm@{BASE}", "--pr-text", str(text_path))
+    assert result.returncode == 0, result.stderr + result.stdout
+    table = load_pins(copy / "pyproject.toml", environ={})
+    assert table.oracle == BASE and table.releases == ("0.27.1", BASE, "0.28.0", "0.33.0")
+    text = text_path.read_text()
+    assert f"vllm@{BASE}: {fixture_repo['base']} \"vLLM 0.27.1's Python tree\", base 0.27.1" in text
+    assert "no compiled input changed since v0.27.1" in text
+    assert "0 scenario(s) differ" in text  # the base commit is 0.27.1's tree: its goldens are 0.27.1's
+    # a commit the table does not declare is refused, the copy unchanged
+    before = (copy / "pyproject.toml").read_text()
+    refused = bump(copy, "deadbeef0000")
+    assert refused.returncode == 2 and (copy / "pyproject.toml").read_text() == before

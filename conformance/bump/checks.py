@@ -74,7 +74,7 @@ def check_commit(name: str, pins: Pins, log) -> Checked:
         checked.problems.append(str(exc))
         return checked
     subject = subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%s", commit.commit],
-                             capture_output=True, text=True, check=True).stdout.strip()
+                             capture_output=True, text=True, encoding="utf-8", check=True).stdout.strip()
     checked.fact(COMMIT, f"{commit.label}: {commit.commit} \"{subject}\", base {commit.base}, source {commit.source}")
     compiled = compiled_inputs_changed(repo, commit.base, commit.commit)
     checked.fact(COMMIT, f"compiled inputs changed since v{commit.base}: {', '.join(compiled)}: on CPU its engine "

@@ -21,7 +21,7 @@ from pathlib import Path
 from conformance.bump.checks import check_commit, check_release
 from conformance.bump.edit import PYPROJECT, bumped_text, read_back
 from conformance.formats.files import check_output_file, write_text_atomic
-from conformance.formats.pins import REPO_ROOT, PinError, load_pins
+from conformance.formats.pins import REPO_ROOT, PinError, is_release_name, load_pins
 from conformance.formats.scenario import Scenario
 from conformance.judging.goldens import GoldenStore
 from conformance.process.envs import ensure_env, gpu_lock
@@ -38,6 +38,10 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
     pins = load_pins(environ={})  # the table as written: $VLLM_PARITY_ORACLE is not an edit
     release = _declared_commit(release, pins) or release
     commit = pins.commit(release)
+    if commit is None and not is_release_name(release):
+        raise PinError(f"{release!r} is neither a release (like 0.28.0) nor a commit declared in "
+                       f"[tool.vllm-parity.commits] ({', '.join(c.name for c in pins.commits) or 'none'}): "
+                       "declare a commit with its commit, base and source first")
     if release == pins.oracle:
         raise PinError(f"vLLM {release} is already the gate oracle: nothing to bump")
     text_out = text_out or DEFAULT_TEXT

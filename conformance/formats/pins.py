@@ -80,6 +80,10 @@ class CommitPin:
         return path if path.is_absolute() else REPO_ROOT / path
 
 
+def is_release_name(text: str) -> bool:
+    return bool(_VERSION.match(text))
+
+
 def is_commit_name(text: str) -> bool:
     return bool(_SHA12.match(text))
 
@@ -111,12 +115,6 @@ class Pins:
         """The release a pin's build is: itself, or a commit's base."""
         commit = self.commit(release)
         return commit.base if commit else release
-
-    def order_key(self, release: str) -> tuple:
-        """Release order, a commit right after its base (commits of one base by name)."""
-        from packaging.version import Version
-
-        return (Version(self.base(release)), release != self.base(release), release)
 
     @property
     def declared(self) -> tuple[str, ...]:

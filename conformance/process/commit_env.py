@@ -110,7 +110,7 @@ def extract_tree(repo: Path, commit: str, into: Path) -> Path:
     """The commit's `vllm/` tree written under `into` (git archive, read as data: no link or
     path leaves `into`). Returns `into`."""
     archive = git(repo, "archive", "--format=tar", commit, "vllm/", binary=True)
-    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+    with tarfile.TarFile(fileobj=io.BytesIO(archive)) as tar:  # an uncompressed tar, binary
         tar.extractall(into, filter="data")
     return into
 
@@ -221,10 +221,9 @@ def overlay(site: Path, tree: Path) -> int:
     return count
 
 
-def build_cpu(pin: CommitPin, pins: Pins, base_python: Path, final: Path, log=log) -> None:
-    """Build the commit's CPU environment in `final` from the base release's (`base_python`)."""
-    from conformance.process import envs
-
+def build_cpu(pin: CommitPin, base_python: Path, final: Path, tools, environ: dict, worker: Path, log=log) -> None:
+    """Build the commit's CPU environment in `final` from the base release's (`base_python`);
+    `tools`: envs.build_tools() (uv, find-links), `environ`: uv's, `worker`: the worker script."""
     started = time.monotonic()
     repo = source_repo(pin, log)
     base_env = base_python.parent.parent
@@ -250,9 +249,9 @@ def build_cpu(pin: CommitPin, pins: Pins, base_python: Path, final: Path, log=lo
             with heartbeat(log, f"[envs] {pin.label}: phase 3/4: uv pip install the commit's changed "
                                 f"requirements: {', '.join(missing)}"):
                 wanted = [m.split(" (")[0] for m in missing]
-                result = subprocess.run([envs.uv_binary(), "pip", "install", "--no-progress", "--python",
-                                         str(envs.env_python(tmp)), *envs.build_tools().find_links, *wanted],
-                                        capture_output=True, text=True, env=envs.uv_environ(),
+                result = subprocess.run([tools.uv, "pip", "install", "--no-progress", "--python",
+                                         str(tmp / "bin" / "python"), *tools.find_links, *wanted],
+                                        capture_output=True, text=True, encoding="utf-8", env=environ,
                                         stdin=subprocess.DEVNULL)
             if result.returncode != 0:
                 raise CommitError(f"{pin.label}: the commit's requirements cannot be installed over vllm "
@@ -267,23 +266,21 @@ def build_cpu(pin: CommitPin, pins: Pins, base_python: Path, final: Path, log=lo
         shutil.rmtree(final)
     os.rename(tmp, final)
     with heartbeat(log, f"[envs] {pin.label}: phase 4/4: import check (the worker, on the commit's tree)"):
-        _import_check(envs.env_python(final), pin)
-    freeze = subprocess.run([envs.uv_binary(), "pip", "freeze", "--python", str(envs.env_python(final))],
-                            env=envs.uv_environ(), capture_output=True, check=True, text=True).stdout
+        _import_check(final / "bin" / "python", pin, worker)
+    freeze = subprocess.run([tools.uv, "pip", "freeze", "--python", str(final / "bin" / "python")],
+                            env=environ, capture_output=True, check=True, text=True, encoding="utf-8").stdout
     (final / "READY").write_text(freeze, encoding="utf-8")
     said = f"; compiled inputs changed since v{pin.base}: {', '.join(compiled)}" if compiled else ""
     log(f"[envs] {pin.label} ready ({laid} files laid, {fidelity.compared} sources equal to the commit's)"
         f"{said}, built in {duration(time.monotonic() - started)}")
 
 
-def _import_check(python: Path, pin: CommitPin) -> None:
+def _import_check(python: Path, pin: CommitPin, worker: Path) -> None:
     """The worker starts on the commit's tree and says hello (vLLM imported, its scheduler too)."""
-    from conformance.process.envs import WORKER, EnvError
-
-    result = subprocess.run([str(python), str(WORKER), "--release", pin.name, "--device", "cpu"],
+    result = subprocess.run([str(python), str(worker), "--release", pin.name, "--device", "cpu"],
                             input=b"", capture_output=True, timeout=600)
     if b'"hello"' not in result.stdout:
-        raise EnvError(f"{pin.label}: the worker does not start on the commit's tree:\n"
+        raise CommitError(f"{pin.label}: the worker does not start on the commit's tree:\n"
                        f"{result.stdout.decode('utf-8', 'replace')[-1500:]}{result.stderr.decode('utf-8', 'replace')[-3000:]}")
 
 

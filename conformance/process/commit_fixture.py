@@ -76,7 +76,7 @@ def _commit(repo: Path, number: int, message: str) -> str:
     for argv in (["add", "-A"], ["commit", "-q", "--no-gpg-sign", "-m", message]):
         subprocess.run(["git", "-C", str(repo), *argv], check=True, env=env, stdin=subprocess.DEVNULL)
     return subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], check=True, capture_output=True,
-                          text=True).stdout.strip()
+                          text=True, encoding="utf-8").stdout.strip()
 
 
 def _edit(path: Path, old: str, new: str) -> None:

@@ -378,7 +378,7 @@ def ensure_env(release: str, log=log, pins: Pins | None = None, say_cached: bool
             if not (final / "READY").exists():
                 try:
                     if base is not None:
-                        commit_env.build_cpu(commit, pins, base, final, log)
+                        commit_env.build_cpu(commit, base, final, build_tools(), uv_environ(), WORKER, log)
                     else:
                         _build(release, mode, pins, final, log)
                 except commit_env.CommitError as exc:

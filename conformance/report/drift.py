@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
+from packaging.version import Version
+
 from conformance.formats.pins import load_pins
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.judging.goldens import GOLDENS, GoldenStore
@@ -50,7 +52,7 @@ def release_order(releases) -> tuple[str, ...]:
     """The releases by version, oldest first, a pinned commit right after its base: the order
     drift is read in."""
     pins = load_pins()
-    return tuple(sorted(releases, key=pins.order_key))
+    return tuple(sorted(releases, key=lambda r: (Version(pins.base(r)), r != pins.base(r), r)))
 
 
 def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[Drift]:
