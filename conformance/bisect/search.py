@@ -30,7 +30,7 @@ from conformance.formats.protocol import ENGINE_LAYERS
 from conformance.formats.scenario import Scenario
 from conformance.judging.compare import compare_layer
 from conformance.process.commit_env import changed_files, git
-from conformance.process.envs import ensure_env
+from conformance.process.envs import env_dir, ensure_env
 from conformance.process.launch import prepare_engine
 from conformance.process.progress import duration
 from conformance.process.session import EngineSession
@@ -55,7 +55,7 @@ class Bisect:
         self.scenarios = {s.name: s for s in scenarios}
         self.layers = layers
         self._traces: dict[str, dict[str, dict]] = {}
-        self.builds, self.points = 0, []
+        self.builds, self.built, self.points = 0, 0, []  # commits run, environments built now
 
     def layers_of(self, scenario: Scenario) -> list[str]:
         """--layers where the scenario has them, else its stand-in layers (no whole engine)."""
@@ -72,15 +72,19 @@ class Bisect:
         started = time.monotonic()
         self.builds += 1
         left = len([p for p in self.points if p not in self._traces and p != sha])
-        self.log(f"[bisect] build {self.builds}: {pin.label} (at most {left} more after it)")
+        cached = (env_dir(pin.name, None, pins) / "READY").exists()
+        self.log(f"[bisect] commit {self.builds} of at most {self.builds + left}: {pin.label} "
+                 f"({'its environment cached' if cached else 'building its environment'}; at most {left} left after it)")
         ensure_env(pin.name, self.log, pins)
         built = time.monotonic() - started
+        self.built += not cached
         out = {}
         with EngineSession(prepare_engine(EngineRef.pin(pin.name), pins, self.log)) as session:
             for name, scenario in self.scenarios.items():
                 trace = session.trace(scenario, self.layers_of(scenario))
                 out[name] = {"layers": trace.get("layers", {}), "failure": trace.get("failure")}
-        self.log(f"[bisect] {pin.label}: environment in {duration(built)}, {len(out)} scenarios in "
+        self.log(f"[bisect] {pin.label}: environment {'cached' if cached else 'built in ' + duration(built)}, "
+                 f"{len(out)} scenarios in "
                  f"{duration(time.monotonic() - started - built)}")
         self._traces[sha] = out
         return out
@@ -138,4 +142,4 @@ def bisect(repo: Path, source: str, base: str, start: str, end: str, pins: Pins,
     search = Bisect(repo, source, base, pins, scenarios, layers, log)
     entries = search.search([start] + relevant, dict(commits)) if relevant else []
     return PortQueue(start, end, len(commits), len(commits) - len(relevant), search.builds, entries,
-                     len(scenarios), tuple(layers or ()))
+                     len(scenarios), tuple(layers or ()), search.built)

@@ -56,10 +56,11 @@ class PortQueue:
     end: str  # sha of B
     commits: int  # first-parent commits in A..B
     skipped: int  # touching no measured scheduling file: not built
-    built: int  # builds the search made (A's included)
+    run: int  # commits the search ran (A's included)
     entries: list[QueueEntry] = field(default_factory=list)
     scenarios: int = 0
     layers: tuple[str, ...] = ()
+    built: int = 0  # of those, the environments built by this search (the rest were cached)
 
     @property
     def unchanged(self) -> int:
@@ -73,7 +74,8 @@ def shown(value) -> str:
 
 def render_text(queue: PortQueue) -> str:
     lines = [f"port queue {queue.start[:12]}..{queue.end[:12]}: {queue.commits} first-parent commits, "
-             f"{queue.skipped} touching no measured scheduling file (not built), {queue.built} builds; "
+             f"{queue.skipped} touching no measured scheduling file (not built), {queue.run} run "
+             f"({queue.built} built now); "
              f"{queue.scenarios} scenarios on {', '.join(queue.layers) or 'their stand-in layers'}"]
     for number, entry in enumerate(queue.entries, 1):
         pr = f" (PR #{entry.pr})" if entry.pr else ""
