@@ -215,9 +215,13 @@ def test_bisect_output_escapes_a_hostile_subject():
     assert entry.pr == "12"
 
 
-def test_bisect_refuses_a_range_outside_the_source(fixture_repo, capsys):
+def test_bisect_refuses_a_range_outside_the_source_and_rows_no_scenario_is_filed_under(fixture_repo, capsys):
     assert cli.main(["bisect", "--from", BASE, "--to", "0" * 12, "--scenario", "scenarios/dflash_27b_gate.json"]) == 2
     assert "rev-parse" in capsys.readouterr().err
+    assert cli.main(["bisect", "--from", BASE, "--to", KERNEL, "--rows", "NO-SUCH-ROW"]) == 2
+    assert "--rows NO-SUCH-ROW: no scenario belongs to these engine-matrix rows" in capsys.readouterr().err
+    assert cli.main(["bisect", "--from", BASE, "--to", KERNEL, "--layers", "nonsense"]) == 2
+    assert "unknown layer(s) ['nonsense']" in capsys.readouterr().err
 
 
 # --- the GPU path: the per-commit wheel, by simulation ---------------------------------------
