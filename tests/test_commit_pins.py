@@ -31,6 +31,8 @@ from conformance.process.launch import prepare_engine
 from conformance.process.session import EngineSession
 from conftest import REPO
 
+# one process: the fixture repository is built in place (out/vllm-fixture) at most once
+pytestmark = pytest.mark.xdist_group("commit-pins")
 PINS = load_pins()
 FIXTURE = REPO / "out" / "vllm-fixture"
 BASE, RESERVATION, PREFILL, KERNEL = "aa8f6dc6e67f", "f81ce9091f26", "c05507d21153", "cb6196a6fcf4"
