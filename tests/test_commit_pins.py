@@ -317,6 +317,7 @@ def test_a_bump_makes_a_declared_commit_the_oracle_after_its_base(fixture_repo, 
     table = load_pins(copy / "pyproject.toml", environ={})
     assert table.oracle == BASE and table.releases == ("0.27.1", BASE, "0.28.0", "0.33.0")
     text = text_path.read_text()
+    assert text.startswith(f"# Bump the gate oracle: vLLM 0.27.1 -> vllm@{BASE}\n")
     assert f"vllm@{BASE}: {fixture_repo['base']} \"vLLM 0.27.1's Python tree\", base 0.27.1" in text
     assert "no compiled input changed since v0.27.1" in text
     assert "0 scenario(s) differ" in text  # the base commit is 0.27.1's tree: its goldens are 0.27.1's
