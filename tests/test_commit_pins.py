@@ -292,6 +292,16 @@ def test_on_a_gpu_a_commit_pin_installs_its_per_commit_wheel_locked_and_keyed(tm
     assert f"vllm==0.27.2.dev7+g{sha[:9]}" in freeze
 
 
+def test_a_per_commit_wheel_environment_names_its_pin_and_wheel(tmp_path):
+    pin = PINS.commit(RESERVATION)
+    commit_env.write_wheel_record(tmp_path, pin, f"torch==2.13.0\nvllm==0.27.2.dev7+g{pin.commit[:9]}\n")
+    record = commit_env.read_record(tmp_path)
+    assert record["pin"] == RESERVATION and record["wheel"] == f"vllm==0.27.2.dev7+g{pin.commit[:9]}"
+    assert record["overlay"] is None and commit_env.no_engine_reason(record) is None
+    with pytest.raises(commit_env.CommitError, match="pins no vllm"):
+        commit_env.write_wheel_record(tmp_path, pin, "torch==2.13.0\n")
+
+
 def test_a_per_commit_index_giving_another_commits_wheel_is_refused():
     pin = PINS.commit(RESERVATION)
     commit_env.check_gpu_lock(pin, f"0.27.2.dev7+g{pin.commit[:9]}")

@@ -350,8 +350,8 @@ FIDELITY = Record("fidelity", {"official": Field(Text()), "compared_files": Fiel
 # a pinned commit's environment (conformance/process/commit_env.py): the commit, its base, the overlay
 COMMIT = Record("commit", {
     "commit": Field(Text()), "base": Field(Text()),
-    "overlay": Field(Record("overlay", {"files": Field(Int(0)), "tree": Field(Text()),
-                                        "compared_files": Field(Int(0)), "equal": Field(Flag())})),
+    "overlay": Field(Nullable(Record("overlay", {"files": Field(Int(0)), "tree": Field(Text()),
+                                                 "compared_files": Field(Int(0)), "equal": Field(Flag())}))),
     "compiled_inputs_changed": Field(ListOf(Text())), "dependencies": Field(ListOf(Text())),
 })
 ENVIRONMENT = Record("environment", {

@@ -45,7 +45,7 @@ from conformance.formats.errors import InputError
 from conformance.formats.log import log
 from conformance.formats.pins import CommitPin, Pins
 from conformance.formats.settings import cache_root
-from conformance.process.fidelity import Fidelity, SourceTree, compare_trees
+from conformance.process.fidelity import EXCLUDED, Fidelity, SourceTree, compare_trees
 from conformance.process.progress import duration, heartbeat
 
 COMMIT_RECIPE = 1  # bump when the overlay steps change, so cached commit environments are rebuilt
@@ -197,7 +197,7 @@ def check_overlay(site: Path, tree: Path, label: str) -> Fidelity:
 
 def overlay(site: Path, tree: Path) -> int:
     """Replace the package `site/vllm` by the commit's tree, keeping what the base build made
-    (GENERATED, BUILT). Files are unlinked, never written in place: the copy's files are hard
+    (GENERATED, BUILT, and the GPU kernel packages a build vendors: fidelity's EXCLUDED). Files are unlinked, never written in place: the copy's files are hard
     links to the base environment's. Returns the number of files laid."""
     package = site / "vllm"
     for path in sorted(package.rglob("*"), reverse=True):
@@ -206,7 +206,7 @@ def overlay(site: Path, tree: Path) -> int:
             if path.name == "__pycache__":
                 shutil.rmtree(path)
             continue
-        if rel not in GENERATED and not rel.endswith(BUILT):
+        if rel not in GENERATED and not rel.endswith(BUILT) and not rel.startswith(EXCLUDED):
             path.unlink()
     count = 0
     for src in sorted((tree / "vllm").rglob("*")):
@@ -282,6 +282,18 @@ def _import_check(python: Path, pin: CommitPin, worker: Path) -> None:
     if b'"hello"' not in result.stdout:
         raise CommitError(f"{pin.label}: the worker does not start on the commit's tree:\n"
                        f"{result.stdout.decode('utf-8', 'replace')[-1500:]}{result.stderr.decode('utf-8', 'replace')[-3000:]}")
+
+
+def write_wheel_record(env: Path, pin: CommitPin, lock: str) -> None:
+    """COMMIT.json of a commit's per-commit wheel environment (a GPU's): the commit, its base,
+    the wheel's version from the lock; no overlay, its compiled code is the commit's own."""
+    version = next((line.split("==", 1)[1].split()[0] for line in lock.splitlines() if line.startswith("vllm==")), None)
+    if version is None:
+        raise CommitError(f"{pin.label}: its GPU lock pins no vllm")
+    check_gpu_lock(pin, version)
+    record = {"commit": pin.commit, "pin": pin.name, "base": pin.base, "wheel": f"vllm=={version}",
+              "overlay": None, "compiled_inputs_changed": [], "dependencies": []}
+    (env / COMMIT_FILE).write_text(json.dumps(record, indent=2, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def read_record(env: Path) -> dict | None:

@@ -441,6 +441,8 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
                 fidelity = check_fidelity(release, env_python(tmp), rebuild, log, wheel.result())
             fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n",
                                           encoding="utf-8")
+        if pins.commit(release) is not None:  # a commit's wheel (GPU): the worker names the pin by it
+            commit_env.write_wheel_record(tmp, pins.commit(release), gpu_lock(release).read_text(encoding="utf-8"))
         if final.exists():  # a build interrupted while warming: not READY, made again
             shutil.rmtree(final)
         os.rename(tmp, final)
