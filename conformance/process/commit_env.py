@@ -1,6 +1,6 @@
 """The environment of a pinned upstream commit (formats/pins.py CommitPin).
 
-On CPU, vLLM's Python-only approach (VLLM_USE_PRECOMPILED=1 reuses a nearby build's compiled
+On CPU, vLLM's Python-only approach (its precompiled install reuses a nearby build's compiled
 libraries under a commit's Python tree): the base release's CPU build, copied (hard links: no
 second torch), with the commit's `vllm/` tree laid over its `vllm/` package. What the base build
 made and git does not track stays (its compiled `*.so`, the generated `vllm/_version.py`); every
