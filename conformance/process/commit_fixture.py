@@ -13,8 +13,8 @@ and date, so the same environments give the same shas on every machine:
                long-prefill threshold, so a long prompt is scheduled in smaller chunks
   kernel       a file under csrc/: a compiled input, so its engine layers are `unsupported`
 
-`python -m conformance.process.commit_fixture DIR` builds it into DIR (kept when it is already
-there at the expected head) and prints the commits, one `NAME SHA` line each.
+`python -m conformance.process.commit_fixture DIR` builds it into DIR (replacing what is there:
+about 3 s) and prints the commits, one `NAME SHA` line each.
 """
 
 from __future__ import annotations
