@@ -38,14 +38,18 @@ import random
 from dataclasses import dataclass
 from typing import Callable
 
-from conformance.formats.record_schema import LAYERS, Either, Exactly, Int, ListOf, MapOf, Number, Pair, Record, Text
+from conformance.formats.record_schema import (LAYERS, Either, Exactly, Int, ListOf, MapOf, Number, Pair, Record,
+                                               RequestId, Text)
 
 NEW_IDS = ("ghost", "ghost_text")  # a new request, and one named with the informational suffix
 UNKNOWN_FIELD = ("a key no table names, added to an object whose table names its fields: the "
                  "protocol ignores it (engines/PROTOCOL.md: fields no table names are ignored)")
 WORDING = ("an engine's own wording in a *_text field its table names: shown, never compared "
            "(parity is about what an engine decides, not how it phrases it)")
-EXCEPTIONS = {"unknown field": UNKNOWN_FIELD, "wording": WORDING}
+TOP_K_EDGE = ("the token at a top-k list's last place made another, its logprob kept: a token one side "
+              "lists alone, within the tolerance of the other side's k-th logprob, is a near-tie at the "
+              "list's edge that arithmetic resolves either way (engines/PROTOCOL.md, engine_outputs)")
+EXCEPTIONS = {"unknown field": UNKNOWN_FIELD, "wording": WORDING, "top-k edge": TOP_K_EDGE}
 
 
 @dataclass(frozen=True)
@@ -76,7 +80,7 @@ class Site:
     value: object
     kind: object  # its table's type
     shape: str  # the site's name: layer, record kind, the path with [] and {} for positions and ids
-    in_record: bool  # a field of a Record (not an entry of a MapOf, nor a list element)
+    informational: bool  # a field its table declares an engine's wording (Field.informational)
 
 
 def sites(layer: str, index: int, record: dict):
@@ -85,13 +89,14 @@ def sites(layer: str, index: int, record: dict):
     yield from _walk(layer, index, record, shape, (), f"{layer}/{shape.name}", False)
 
 
-def _walk(layer, index, value, kind, path, shape, in_record):
+def _walk(layer, index, value, kind, path, shape, informational):
     kind = _resolved(kind, value)
-    yield Site(layer, index, path, value, kind, shape, in_record)
+    yield Site(layer, index, path, value, kind, shape, informational)
     if isinstance(kind, Record) and isinstance(value, dict):
         for key, spec in kind.fields.items():
             if key in value:
-                yield from _walk(layer, index, value[key], spec.type, path + (key,), f"{shape}/{key}", True)
+                yield from _walk(layer, index, value[key], spec.type, path + (key,), f"{shape}/{key}",
+                                 spec.informational)
     elif isinstance(kind, MapOf) and isinstance(value, dict):
         for key, item in value.items():
             yield from _walk(layer, index, item, kind.of, path + (key,), f"{shape}{{}}", False)
@@ -130,7 +135,7 @@ def mutants(layers: dict[str, list], seed: int, salt: str) -> list[Mutant]:
         for shape, found in by_shape.items():
             site = found[random.Random(f"{seed}/{salt}/{shape}").randrange(len(found))]
             others = [v for v in values[shape] if v != site.value]
-            out += _site_mutants(site, ids, others)
+            out += _site_mutants(site, ids, others, items[site.index])
     return out
 
 
@@ -160,22 +165,24 @@ def _edit_layer(layer: str, edit) -> Callable[[dict], dict]:
     return lambda layers: dict(layers, **{layer: edit(list(layers[layer]))})
 
 
-def _site_mutants(site: Site, ids: list[str], others: list[str]) -> list[Mutant]:
+def _site_mutants(site: Site, ids: list[str], others: list[str], record: dict) -> list[Mutant]:
     where = f"{site.layer}[{site.index}]." + ".".join(str(p) for p in site.path) if site.path \
         else f"{site.layer}[{site.index}]"
     value, kind = site.value, site.kind
     edits: list[tuple[str, str, object, str | None]] = []  # (what, family, new value or an edit, exception)
-    wording = site.in_record and site.path and str(site.path[-1]).endswith("_text")
+    wording = site.informational
     if isinstance(value, bool):
         edits += [("flipped", "field changed", not value, None), ("made an int", "type changed", int(value), None)]
     elif isinstance(value, int):
-        edits += [("+1", "field changed", value + 1, None), ("-1", "field changed", value - 1, None),
+        edge = "top-k edge" if _top_k_edge(site, record) else None
+        edits += [("+1", "field changed", value + 1, edge), ("-1", "field changed", value - 1, edge),
                   ("made a string", "type changed", str(value), None)]
     elif isinstance(value, float):
         edits += [("-1", "field changed", value - 1.0, None), ("+1", "field changed", value + 1.0, None),
                   ("made a string", "type changed", repr(value), None)]
     elif value is None:
-        edits += [("null made 0", "field changed", 0, None), ("null made a string", "type changed", "x", None)]
+        edits += [("null made 0", "field changed", 0, None),
+                  ("null made a string", "type changed", "x", "wording" if wording else None)]
     elif isinstance(value, str):
         exception = "wording" if wording else None
         for other in others[:1]:
@@ -193,6 +200,15 @@ def _site_mutants(site: Site, ids: list[str], others: list[str]) -> list[Mutant]
             for what, family, new, exception in edits]
 
 
+def _top_k_edge(site: Site, record: dict) -> bool:
+    """The token of an engine_outputs top-k list's last entry, where that is not the sampled token."""
+    path = site.path
+    if not (site.layer == "engine_outputs" and len(path) == 4 and path[0] == "logprobs" and path[3] == 0):
+        return False
+    listed = record["logprobs"][path[1]]
+    return 0 < path[2] == len(listed) - 1 and listed[-1][0] != record["output_token_ids"][path[1]]
+
+
 def _list_edits(site: Site, ids: list[str]) -> list:
     value, out = site.value, []
     of = site.kind.of if isinstance(site.kind, ListOf) else None
@@ -200,7 +216,7 @@ def _list_edits(site: Site, ids: list[str]) -> list:
         out.append(("first element removed", "list element removed", _Edit(lambda v: v[1:]), None))
         out.append(("last element removed", "list element removed", _Edit(lambda v: v[:-1]), None))
         out.append(("last element copied", "list element added", _Edit(lambda v: v + [copy.deepcopy(v[-1])]), None))
-    if isinstance(_resolved(of, ""), Text) or (value and all(isinstance(v, str) for v in value)):
+    if isinstance(_resolved(of, ""), (Text, RequestId)) or (value and all(isinstance(v, str) for v in value)):
         for new in [x for x in ids if x not in value][:1] + list(NEW_IDS):
             out.append((f"{new!r} added", "request added", _Edit(lambda v, new=new: v + [new]), None))
     elif not value:
@@ -236,8 +252,8 @@ def _sample_of(kind):
     kind = _resolved(kind, 0)
     if isinstance(kind, (ListOf, Pair)):
         return []
-    if isinstance(kind, Text):
-        return kind.choices[0] if kind.choices else "x"
+    if isinstance(kind, (Text, RequestId)):
+        return kind.choices[0] if getattr(kind, "choices", ()) else "x"
     if isinstance(kind, (Record, MapOf)):
         return {}
     if isinstance(kind, Exactly):
