@@ -107,7 +107,7 @@ def _held(layer: str, form: dict) -> list:
             for i, entry in enumerate(form["records"])]
 
 
-class _Received(DigestSink):
+class Received(DigestSink):
     """A digest sink fed a candidate's run: records as a session feeds them, and Known items, the
     oracle's records by their digest (kept out of the records around a difference)."""
 
@@ -162,7 +162,7 @@ def judge_run(target: Target, layers: dict) -> Verdict:
         for layer in unit.layers:
             items = layers.get(layer, [])
             if layer in target.digest_layers:
-                sink = _Received(layer, golden["digests"][layer])
+                sink = Received(layer, golden["digests"][layer])
                 for item in items:
                     sink.feed(item)
                 sent[layer] = sink

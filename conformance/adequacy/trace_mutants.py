@@ -135,7 +135,7 @@ def mutants(layers: dict[str, list], seed: int, salt: str) -> list[Mutant]:
         for shape, found in by_shape.items():
             site = found[random.Random(f"{seed}/{salt}/{shape}").randrange(len(found))]
             others = [v for v in values[shape] if v != site.value]
-            out += _site_mutants(site, ids, others, items[site.index])
+            out += site_mutants(site, ids, others, items[site.index])
     return out
 
 
@@ -146,7 +146,8 @@ def _record_mutants(layer: str, items: list, rng: random.Random) -> list[Mutant]
     out = []
     for i in sorted({0, n - 1, rng.randrange(n)}):
         where = f"{layer}[{i}]"
-        out.append(Mutant(f"{where} dropped", "record dropped", _edit_layer(layer, lambda xs, i=i: xs[:i] + xs[i + 1:])))
+        out.append(Mutant(f"{where} dropped", "record dropped",
+                          _edit_layer(layer, lambda xs, i=i: xs[:i] + xs[i + 1:])))
         out.append(Mutant(f"{where} duplicated", "record duplicated",
                           _edit_layer(layer, lambda xs, i=i: xs[:i + 1] + [copy.deepcopy(xs[i])] + xs[i + 1:])))
         j = i + 1 if i + 1 < n else i - 1
@@ -156,8 +157,8 @@ def _record_mutants(layer: str, items: list, rng: random.Random) -> list[Mutant]
                               _edit_layer(layer, lambda xs, lo=lo, hi=hi: xs[:lo] + [xs[hi], xs[lo]] + xs[hi + 1:])))
         if layer.endswith("outputs") and isinstance(items[i], dict) and isinstance(items[i].get("id"), str):
             for new in NEW_IDS:  # a request the oracle never had, added to the outputs
-                out.append(Mutant(f"{where} copied as request {new!r}", "request added",
-                                  _edit_layer(layer, lambda xs, i=i, new=new: xs + [dict(copy.deepcopy(xs[i]), id=new)])))
+                renamed = lambda xs, i=i, new=new: xs + [dict(copy.deepcopy(xs[i]), id=new)]  # noqa: E731
+                out.append(Mutant(f"{where} copied as request {new!r}", "request added", _edit_layer(layer, renamed)))
     return out
 
 
@@ -165,7 +166,7 @@ def _edit_layer(layer: str, edit) -> Callable[[dict], dict]:
     return lambda layers: dict(layers, **{layer: edit(list(layers[layer]))})
 
 
-def _site_mutants(site: Site, ids: list[str], others: list[str], record: dict) -> list[Mutant]:
+def site_mutants(site: Site, ids: list[str], others: list[str], record: dict) -> list[Mutant]:
     where = f"{site.layer}[{site.index}]." + ".".join(str(p) for p in site.path) if site.path \
         else f"{site.layer}[{site.index}]"
     value, kind = site.value, site.kind
@@ -174,7 +175,7 @@ def _site_mutants(site: Site, ids: list[str], others: list[str], record: dict) -
     if isinstance(value, bool):
         edits += [("flipped", "field changed", not value, None), ("made an int", "type changed", int(value), None)]
     elif isinstance(value, int):
-        edge = "top-k edge" if _top_k_edge(site, record) else None
+        edge = "top-k edge" if top_k_edge(site, record) else None
         edits += [("+1", "field changed", value + 1, edge), ("-1", "field changed", value - 1, edge),
                   ("made a string", "type changed", str(value), None)]
     elif isinstance(value, float):
@@ -200,7 +201,7 @@ def _site_mutants(site: Site, ids: list[str], others: list[str], record: dict) -
             for what, family, new, exception in edits]
 
 
-def _top_k_edge(site: Site, record: dict) -> bool:
+def top_k_edge(site: Site, record: dict) -> bool:
     """The token of an engine_outputs top-k list's last entry, where that is not the sampled token."""
     path = site.path
     if not (site.layer == "engine_outputs" and len(path) == 4 and path[0] == "logprobs" and path[3] == 0):
