@@ -60,6 +60,7 @@ class Target:
     golden: dict
     layers: dict
     digest_layers: frozenset = frozenset()
+    twin: bool = False  # a library golden judged again in the digest form
 
 
 def targets(scenarios, releases, store: GoldenStore = GOLDENS, twins: bool = True):
@@ -83,7 +84,7 @@ def targets(scenarios, releases, store: GoldenStore = GOLDENS, twins: bool = Tru
             twin = [layer for layer in DIGEST_LAYERS if layer in trace["layers"]]
             if twins and twin:
                 yield Target(f"{name} (digest form)", scenario, digest_twin(trace, twin),
-                             dict(trace["layers"]), frozenset(twin))
+                             dict(trace["layers"]), frozenset(twin), twin=True)
 
 
 def digest_twin(golden: dict, layers: list[str]) -> dict:
@@ -184,7 +185,8 @@ def _pins():
 
 @dataclass
 class CatalogRun:
-    goldens: int = 0
+    goldens: int = 0  # served back and judged, digest twins counted apart
+    twins: int = 0
     mutants: int = 0
     caught: int = 0
     excepted: Counter = field(default_factory=Counter)  # exception -> mutants that passed as it
@@ -216,7 +218,8 @@ def run_catalog(scenarios, releases, seed: int, log, per_kind: int | None = None
             run.unjudged.append((target.name, f"the golden served back unchanged is {baseline.kind}, not pass: "
                                  f"{_first_line(baseline)}"))
             continue
-        run.goldens += 1
+        run.twins += target.twin
+        run.goldens += not target.twin
         for mutant in _chosen(mutants(target.layers, seed, target.name), per_kind, seed, target.name):
             run.mutants += 1
             verdict = judge_run(target, mutant.apply(target.layers))
@@ -228,7 +231,8 @@ def run_catalog(scenarios, releases, seed: int, log, per_kind: int | None = None
                 run.survivors.append((target.name, mutant.name, verdict.kind, _first_line(verdict)))
         if time.monotonic() - said >= 10 or n == len(chosen):
             said = time.monotonic()
-            log(f"[adequacy] traces: {n}/{len(chosen)} goldens, {run.mutants} mutants, {run.caught} caught, "
+            log(f"[adequacy] traces: {n}/{len(chosen)} goldens and digest forms, {run.mutants} mutants, "
+                f"{run.caught} caught, "
                 f"{len(run.survivors)} not caught, {said - start:.0f} s")
     run.seconds = time.monotonic() - start
     return run
@@ -256,8 +260,8 @@ def render_catalog(run: CatalogRun) -> str:
     """The catalog's block of `parity adequacy`."""
     judged = run.judged
     rate = 100.0 * run.caught / judged if judged else 0.0
-    lines = [f"-- trace mutations: {run.goldens} goldens served back as candidates, {run.mutants} mutants "
-             f"in {run.seconds:.0f} s",
+    lines = [f"-- trace mutations: {run.goldens} golden{'s' if run.goldens != 1 else ''} served back as candidates "
+             f"({run.twins} of them again in the digest form), {run.mutants} mutants in {run.seconds:.0f} s",
              f"   caught (diverged or protocol): {run.caught}/{judged} = {rate:.1f}%"]
     for key, n in sorted(run.excepted.items()):
         lines.append(f"   passed as intended ({key}): {n}: {EXCEPTIONS[key]}")
