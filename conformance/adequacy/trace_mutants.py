@@ -44,7 +44,7 @@ from conformance.formats.record_schema import (LAYERS, Either, Exactly, Int, Lis
 NEW_IDS = ("ghost", "ghost_text")  # a new request, and one named with the informational suffix
 UNKNOWN_FIELD = ("a key no table names, added to an object whose table names its fields: the "
                  "protocol ignores it (engines/PROTOCOL.md: fields no table names are ignored)")
-WORDING = ("an engine's own wording in a *_text field its table names: shown, never compared "
+WORDING = ("an engine's own wording, in a field its table declares informational: shown, never compared "
            "(parity is about what an engine decides, not how it phrases it)")
 TOP_K_EDGE = ("the token at a top-k list's last place made another, its logprob kept: a token one side "
               "lists alone, within the tolerance of the other side's k-th logprob, is a near-tie at the "
