@@ -47,9 +47,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from conformance.formats.kinds import Kind
 from conformance.judging.compare import AFTER_UPDATE, CONTEXT_FIELDS, FieldDiff, LayerComparison
 
-NUMERICS_CAUSES = frozenset({"numerics"})  # differences arithmetic explains, with evidence
+NUMERICS_CAUSES = frozenset({Kind.NUMERICS})  # differences arithmetic explains, with evidence
 STEP_CONTEXT = CONTEXT_FIELDS["engine_steps"]
 MODEL_FIELDS = ("accepted_draft_tokens", "finished")  # decided by the model's outputs
 # State recorded after a step's update: where it differs beside an acceptance difference, it
@@ -104,7 +105,7 @@ def _acceptance_evidence(c: LayerComparison, steps: list[dict], oracle_outputs, 
     where = (f"step {c.index}, request {rid}, draft position {draft}"
              + (f" (output position {position})" if position is not None else ""))
     if near:
-        c.cause = "numerics"
+        c.cause = Kind.NUMERICS
         c.evidence = (f"acceptance differs at {where}: the oracle's top-1 margin there is {margin:.4g}, "
                       f"within the tolerance {atol:g}: a near-tie, resolved differently by "
                       "different arithmetic")
@@ -161,7 +162,7 @@ def compare_engine_outputs(expected: list[dict], actual: list[dict], atol: float
         diff = _compare_request(rid, e, a, atol)
         if diff is None:
             continue
-        if diff.cause != "numerics":
+        if diff.cause != Kind.NUMERICS:
             c = _diverged(c, index, e, a, diff.fields, diff.cause)
             c.evidence = diff.evidence
             return c
@@ -170,7 +171,7 @@ def compare_engine_outputs(expected: list[dict], actual: list[dict], atol: float
         c.equal = True  # every difference is within the tolerance
         return c
     index, diff = near_ties[0]
-    c = _diverged(c, index, e_by[ids[index]], a_by[ids[index]], diff.fields, "numerics")
+    c = _diverged(c, index, e_by[ids[index]], a_by[ids[index]], diff.fields, Kind.NUMERICS)
     c.evidence = diff.evidence
     unjudged = sum(d.unjudged for _, d in near_ties)
     c.explanation = (f"{len(near_ties)} request(s) differ only at a near-tie of the oracle (its top-1 "
@@ -239,7 +240,7 @@ def _token_flip(rid, pos: int, e_tokens: list, theirs, e_top: dict, a_top: dict,
     if beyond:  # a near-tie, but the candidate's top-k there is off: its numbers can only fail it
         return RequestDiff("logprobs", beyond)
     unjudged = len(e_tokens) - pos - 1
-    return RequestDiff("numerics", fields, (
+    return RequestDiff(Kind.NUMERICS, fields, (
         f"{where}: the oracle's top-1 margin over the candidate's token there is {margin:.4g}, "
         f"within the tolerance {atol:g}: a near-tie, resolved differently by different arithmetic; "
         f"the request's {unjudged} later position(s) are left unjudged (its continuation "
