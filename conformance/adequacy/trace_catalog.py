@@ -76,9 +76,9 @@ def targets(scenarios, releases, store: GoldenStore = GOLDENS, twins: bool = Tru
                 continue
             trace = without_windows(golden.trace)
             digests = trace.get("digests", {})
-            if digests:
-                yield Target(name, scenario, trace, {**trace["layers"], **{layer: _held(layer, form) for layer, form
-                                                                         in digests.items()}}, frozenset(digests))
+            if digests:  # a production golden
+                held = {layer: _held(layer, form) for layer, form in digests.items()}
+                yield Target(name, scenario, trace, {**trace["layers"], **held}, frozenset(digests))
                 continue
             yield Target(name, scenario, trace, dict(trace["layers"]))
             twin = [layer for layer in DIGEST_LAYERS if layer in trace["layers"]]
