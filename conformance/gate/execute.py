@@ -22,7 +22,6 @@ from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.process.launch import prepare_engine
 from conformance.process.progress import EngineProgress, Progress, duration
 from conformance.process.reaper import end_all, ended_unwinding, resume
-from conformance.process.session import EngineSession
 
 
 def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: list[Unit],
@@ -48,8 +47,8 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
             # a candidate is asked only for the layers its hello declares (judge_layers); a pin's
             # worker is asked every layer, and says why it refuses one (a release without a CPU
             # rebuild, a commit whose compiled inputs changed: `unsupported`, the reason named)
-            session = EngineSession(spec, declared_only=engine.role == CANDIDATE and not engine.is_pin,
-                                    progress=EngineProgress(
+            session = context.sessions(spec, declared_only=engine.role == CANDIDATE and not engine.is_pin,
+                                       progress=EngineProgress(
                 progress, "gate", engine.key, [(u.scenario, u.layers, u.cost) for u in mine], COLD_START),
                 sinks=golden_sinks(context.pins.oracle))
             with session:
