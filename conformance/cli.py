@@ -35,7 +35,7 @@ from conformance.gate.execute import default_parallel, golden_sinks
 from conformance.gate.replay import oracle_windows
 from conformance.gate.run import gate, merge
 from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
-from conformance.judging.judging import judge_trace
+from conformance.judging.judging import gate_configuration_features, judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
 from conformance.judging.waivers import WaiverError, load_waivers
 from conformance.process.client import EngineFailure
@@ -154,7 +154,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-layers", help="comma-separated layers a candidate must serve to pass "
                    "(default: the layers asked); a required layer it does not serve fails the gate")
     p.add_argument("--require-features", help="comma-separated features a candidate must declare to pass, "
-                   "or `all` (default: none): a scenario needing a feature its hello does not declare "
+                   "`all`, or `none` (default: those the gate configuration's own scenarios, "
+                   "dflash_27b_gate*, need): a scenario needing a feature its hello does not declare "
                    "is `unsupported` and not run, failing the gate only when the feature is required")
     p.add_argument("--drift", action="store_true", help="with a candidate, also print the drift across "
                    "pins and the per-pin tables (always printed without a candidate)")
@@ -418,7 +419,9 @@ def cmd_gate(args) -> int:
     pins = load_pins()
     waivers = _waivers(args.waivers)  # a missing or malformed waivers file stops the gate before any run
     required = _layers(args.require_layers, "--require-layers")
-    features = parse_required(args.require_features) if args.require_features is not None else None
+    # by default, the features of the gate configuration's own scenarios (--require-features none opts out)
+    features = (parse_required(args.require_features) if args.require_features is not None
+                else gate_configuration_features(pins.oracle))
     shard, scenarios, layers, engines = plan_inputs(args, pins, log)
     if required and layers and set(required) - set(layers):
         raise InputError(f"--require-layers {','.join(required)}: "

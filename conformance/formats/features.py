@@ -144,14 +144,16 @@ def declared_problem(value) -> tuple[str, bool] | None:
 
 
 def parse_required(text: str, option: str = "--require-features") -> list[str]:
-    """A comma list of feature names, or `all` (every feature); an unknown name is refused,
-    naming it and the known ones."""
+    """A comma list of feature names, `all` (every feature) or `none` (no feature: the gate's
+    default requirement opted out); an unknown name is refused, naming it and the known ones."""
     names = [x.strip() for x in text.split(",") if x.strip()]
     if names == ["all"]:
         return list(FEATURES)
+    if names == ["none"]:
+        return []
     unknown = [x for x in names if x not in FEATURES]
     if unknown or not names:
-        raise InputError(f"{option}: expected `all` or feature names, got unknown {unknown or [text]}; "
+        raise InputError(f"{option}: expected `all`, `none` or feature names, got unknown {unknown or [text]}; "
                          f"known: {', '.join(FEATURES)}")
     return [name for name in FEATURES if name in names]
 

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conformance.formats.features import decided_by_config, needed
-from conformance.formats.pins import Pins
+from conformance.formats.features import FEATURES, decided_by_config, needed
+from conformance.formats.pins import REPO_ROOT, Pins
 from conformance.formats.protocol import LAYERS
+from conformance.formats.scenario import load_scenario
 from conformance.formats.trace import TraceError, checked
 from conformance.judging.goldens import GOLDENS, Golden, GoldenStore, checked_golden
 from conformance.judging.verdict import (INVALID_GOLDEN, MISSING, MISSING_GOLDEN, NOT_ASKED, NOT_SERVED,
@@ -44,8 +45,11 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest,
     everything = not not_served and manifest.layers is None
     golden = store.lookup(name, pins.oracle)
     verdict = judge_trace(trace, golden, engine.role, layers=None if everything else layers)
-    declared = trace.get("capabilities")  # a candidate's hello: a layer not asked may not be served either
-    not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
+    # a layer never asked (--layers) is said to be not asked, whether or not the engine serves it
+    declared = trace.get("capabilities")  # a candidate's hello
+    asked = manifest.layers
+    not_judged = {layer: NOT_SERVED if (asked is None or layer in asked) and declared is not None
+                  and layer not in declared else NOT_ASKED
                   for layer in scenario.get("layers", planned) if layer not in planned}
     not_judged.update((layer, NOT_SERVED) for layer in not_served)
     required = manifest.require_layers
@@ -129,6 +133,19 @@ def scenario_features(scenario, oracle: str, store: GoldenStore = GOLDENS) -> tu
         records = (golden or {}).get("layers", {}).get("config") or [None]
         config = records[0]
     return needed(scenario.engine_args, scenario.workload, scenario.method_matrix, config)
+
+
+# The gate exists for the DFlash 27B gate configuration: by default a candidate's PASS requires
+# the features its own scenarios need (--require-features none opts out).
+GATE_CONFIGURATION = "dflash_27b_gate*"
+
+
+def gate_configuration_features(oracle: str, store: GoldenStore = GOLDENS) -> list[str]:
+    """The features the gate configuration's own scenarios (scenarios/dflash_27b_gate*.json) need,
+    as the oracle resolves them: what a candidate must declare to pass by default."""
+    found = {name for path in sorted((REPO_ROOT / "scenarios").glob(f"{GATE_CONFIGURATION}.json"))
+             for name in scenario_features(load_scenario(path), oracle, store)}
+    return [name for name in FEATURES if name in found]
 
 
 def judge_unit(trace: dict, scenario: str, oracle: str, layers: list[str], role: str = ORACLE,
