@@ -131,17 +131,15 @@ def to_fix(view: GateView) -> list[str]:
     not required is no failure), its first divergence in one block: scenario, engine, layer,
     step, field, both values, the likely cause, the requests' states at that step. Stand-ins
     (informational) are counted here and shown in the grid and the details."""
-    cells = [c for c in view.failing() if c.verdict.gating and not c.verdict.declined]
+    groups = view.to_fix()  # cells of one engine alike in status and headline field: one block
+    cells = [c for alike in groups for c in alike]
     informational = [c for c in view.failing() if not c.verdict.gating]
-    groups: dict[tuple, list] = {}  # cells of one engine alike in status and headline field: one block
-    for c in cells:
-        groups.setdefault((c.verdict.engine, c.text, c.where or c.first_line.message), []).append(c)
     lines = []
     if cells:
         lines.append(f"-- what to fix: the first divergence of each of the {len(cells)} gating cells that did "
                      f"not pass{', alike ones together' if len(groups) < len(cells) else ''} (every field: "
                      "details, below the grid)")
-    for number, alike in enumerate(list(groups.values())[:MAX_BLOCKS], 1):
+    for number, alike in enumerate(groups[:MAX_BLOCKS], 1):
         lines += first_divergence(alike[0], number)
         if len(alike) > 1:
             lines += textwrap.wrap(f"the same field in {len(alike) - 1} more scenario{'s' if len(alike) > 2 else ''}: "
@@ -348,14 +346,22 @@ def _count(names: list, what: str = "scenario") -> str:
 
 def _pair(expected, actual) -> str:
     """Both values of a field; two lists of lines (log lines) from their first differing line."""
+    said, e, a = shown_pair(expected, actual)
+    return f"{said}oracle {e}, candidate {a}"
+
+
+def shown_pair(expected, actual) -> tuple[str, str, str]:
+    """Both values of a field as a report shows them (cut), and what precedes them: two lists of
+    lines (log lines) are shown from their first differing line, from a little before where
+    the two lines part."""
     if isinstance(expected, list) and isinstance(actual, list) and all(isinstance(x, str) for x in expected + actual):
         at = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a), min(len(expected), len(actual)))
         pair = [side[at] if at < len(side) else "" for side in (expected, actual)]
-        cut = max(0, len(os.path.commonprefix(pair)) - 20)  # from a little before where they part
+        cut = max(0, len(os.path.commonprefix(pair)) - 20)
         line = lambda side: _show(("..." if cut else "") + side[at][cut:]) if at < len(side) else "<none>"  # noqa: E731
-        return (f"{len(expected)} vs {len(actual)} lines, first differing at line {at + 1}: "
-                f"oracle {line(expected)}, candidate {line(actual)}")
-    return f"oracle {_show(expected)}, candidate {_show(actual)}"
+        return (f"{len(expected)} vs {len(actual)} lines, first differing at line {at + 1}: ",
+                line(expected), line(actual))
+    return "", _show(expected), _show(actual)
 
 
 def _label(names: list[str]) -> str:

@@ -238,6 +238,16 @@ class GateView:
         gating = Counter(c.status for c in self.grid.values() if c.verdict.gating)
         return f"{len(self.grid)} verdicts: {_counted(self.counts)}; gating: {_counted(gating)}"
 
+    def to_fix(self) -> list[list[Cell]]:
+        """The gating cells that did not pass (a scenario not run for a feature not required is
+        no failure), alike ones together: one engine, the same cell text and headline field. In
+        grid order, each group in the order its first cell comes."""
+        groups: dict[tuple, list[Cell]] = {}
+        for c in self.failing():
+            if c.verdict.gating and not c.verdict.declined:
+                groups.setdefault((c.verdict.engine, c.text, c.where or c.first_line.message), []).append(c)
+        return list(groups.values())
+
     def failing(self) -> list[Cell]:
         """The cells that did not pass, in grid order (scenario by scenario)."""
         return [c for s in self.scenarios for e in self.engines
