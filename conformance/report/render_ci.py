@@ -14,7 +14,7 @@ import re
 from collections import Counter
 from xml.etree import ElementTree as ET
 
-from conformance.judging.verdict import KINDS, MISSING, ORACLE, PASS
+from conformance.judging.verdict import MISSING, ORACLE, PASS
 from conformance.report.render_text import likely_cause, render_pin_tables, render_verdict, shown_pair, to_fix
 from conformance.report.view import (FEATURES_HEAD, REASONS, FirstLine, GateView, visible, visible_lines,
                                      waiver_words)
@@ -128,7 +128,7 @@ def markdown(view: GateView) -> str:
             v = c.verdict
             lines.append(f"| {_text(row)} | {_text(v.scenario)} | {_code(v.engine, table=True)} | {v.role} | "
                          f"{c.status} | {_first_line(c.first_line)} |")
-    lines += ["", "Counts: " + ", ".join(f"{view.counts[k]} {k}" for k in KINDS + ("waived",) if view.counts[k])]
+    lines += ["", f"Counts: {_text(view.count_line())}"]
     for w in view.expired:
         lines.append(f"- **expired waiver** {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} "
                      f"(owner {_text(w.owner)}, expired {w.expires}): renew or remove it")
@@ -187,11 +187,13 @@ MD_ROWS = 30  # rows of the first-divergence table (the grid and the terminal's 
 
 
 def _first_line(f: FirstLine) -> str:
-    """`steps #3 `requests.r1.tokens`: oracle 1036, candidate 1096`, each part escaped."""
+    """`steps #3 `requests.r1.tokens`: oracle 1036, candidate 1096`, each part escaped, the
+    values as the terminal shows them (JSON: `null`, never Python's `None`)."""
     if not f.layer:
         return _text(f.message)
-    return (f"{_text(f.layer)} #{f.index} {_code(f.path, table=True)}: oracle {_text(repr(f.expected), 100)}, "
-            f"candidate {_text(repr(f.actual), 100)}")
+    said, expected, actual = shown_pair(f.expected, f.actual)
+    return (f"{_text(f.layer)} #{f.index} {_code(f.path, table=True)}: {_text(said)}oracle {_text(expected, 100)}, "
+            f"candidate {_text(actual, 100)}")
 
 
 # Markdown text: the characters that open something inline (emphasis, code, HTML, entities,

@@ -61,7 +61,7 @@ def html_report(view: GateView) -> str:
              "table{border-collapse:collapse}table.matrix td,table.matrix th,table.features td,table.features th,"
              "table.not-passing td,table.not-passing th{border:1px solid #ddd}"
              "table.not-passing td,table.matrix td,table.matrix th{font-size:13px;padding:1px 6px}"
-             "table.not-passing td code{white-space:nowrap}caption{text-align:left;font-weight:bold}p.folded{font-size:13px}"
+             "table.not-passing td code{white-space:nowrap}table.not-passing td.cause{font-size:12px;color:#555}caption{text-align:left;font-weight:bold}p.folded{font-size:13px}"
              "div.scroll{max-width:100%;overflow-x:auto}"
              ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
              "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
@@ -102,15 +102,18 @@ def _not_passing(view: GateView) -> list[str]:
             "<th>scenarios</th></tr>"]
     for (engine, role, status, where), cells in groups.items():
         said = _first(cells[0])
-        if len(cells) > 1 and cells[0].headline is not None:
-            said += " (values of the first scenario)"
         cause = likely_cause(cells[0].headline) if cells[0].headline is not None else ""
         if cells[0].bookkeeping:
             cause += f" (its config differs only in {', '.join(cells[0].bookkeeping)})"
-        links = ", ".join(f"<a href='#{_anchor(c.verdict.scenario, engine)}'>{_h(c.verdict.scenario)}</a>" for c in cells)
+        # the first scenarios linked (the first one's values are shown), the rest counted: the
+        # grid below names every one
+        links = ", ".join(f"<a href='#{_anchor(c.verdict.scenario, engine)}'>{_h(c.verdict.scenario)}</a>"
+                          for c in cells[:LINKED])
+        if len(cells) > LINKED:
+            links += f" and {len(cells) - LINKED} more alike (the grid)"
         body.append(f"<tr data-failing='1'><td><code>{_h(engine)}</code> ({_h(role)})</td>"
                     f"<td class='{_h(status.split('+')[0])}'>{_h(status)}</td><td>{_h(said)}</td>"
-                    f"<td>{_h(cause)}</td><td>{len(cells)}: {links}</td></tr>")
+                    f"<td class='cause'>{_h(cause)}</td><td>{len(cells)}: {links}</td></tr>")
     body.append("</table>")
     return body
 
@@ -126,6 +129,7 @@ def _first(cell: Cell) -> str:
 
 
 VALUE_CUT = 60  # characters of a value the first table shows (the details show it whole)
+LINKED = 3  # scenarios a row of the first table links; its values are the first one's
 
 
 def _cut(text: str, most: int) -> str:

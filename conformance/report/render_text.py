@@ -16,7 +16,7 @@ from collections import Counter
 from conformance.judging.verdict import KINDS, PASS, Verdict
 from conformance.report.drift import render_drift
 from conformance.report.methods_table import render_methods_rows
-from conformance.report.view import FEATURES_HEAD, MAX_ROWS, GateView, visible, waiver_words  # noqa: F401
+from conformance.report.view import FEATURES_HEAD, MAX_ROWS, GateView, by_role, visible, waiver_words  # noqa: F401
 
 MAX_EXPLAINED = 20
 
@@ -136,9 +136,8 @@ def to_fix(view: GateView) -> list[str]:
     informational = [c for c in view.failing() if not c.verdict.gating]
     lines = []
     if cells:
-        lines.append(f"-- what to fix: the first divergence of each of the {len(cells)} gating cells that did "
-                     f"not pass{', alike ones together' if len(groups) < len(cells) else ''} (every field: "
-                     "details, below the grid)")
+        lines.append(f"-- what to fix: {_count(cells, 'gating cell')} did not pass, first divergences"
+                     f"{' (alike ones together)' if len(groups) < len(cells) else ''}; every field below the grid")
     for number, alike in enumerate(groups[:MAX_BLOCKS], 1):
         lines += first_divergence(alike[0], number)
         if len(alike) > 1:
@@ -361,7 +360,14 @@ def shown_pair(expected, actual) -> tuple[str, str, str]:
         line = lambda side: _show(("..." if cut else "") + side[at][cut:]) if at < len(side) else "<none>"  # noqa: E731
         return (f"{len(expected)} vs {len(actual)} lines, first differing at line {at + 1}: ",
                 line(expected), line(actual))
-    return "", _show(expected), _show(actual)
+    return "", _refusal_or_show(expected), _refusal_or_show(actual)
+
+
+def _refusal_or_show(value) -> str:
+    """A refusal as `Type: message` (cut), any other value as _show does."""
+    if isinstance(value, dict) and set(value) == {"type", "message"}:
+        return _show(f"{value['type']}: {value['message']}")
+    return _show(value)
 
 
 def _label(names: list[str]) -> str:
@@ -515,13 +521,8 @@ def render_pin_tables(view: GateView) -> str:
 def render_requirement_rows(view: GateView) -> str:
     """Verdicts grouped by requirement row (the engine-matrix rows), with waivers applied."""
     lines = ["-- by engine-matrix row"]
-    for row, cells in view.requirement_rows.items():
-        counts = Counter(c.status for c in cells if c.verdict.gating)
-        info = Counter(c.verdict.kind for c in cells if not c.verdict.gating)
-        text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no gating verdicts"
-        if info:
-            text += "; stand-ins: " + ", ".join(f"{n} {k}" for k, n in sorted(info.items()))
-        lines.append(f"   {row:<18} {text}")
+    for row, cells in view.requirement_rows.items():  # per role, never summed across roles
+        lines.append(f"   {row:<18} {by_role(cells)}")
     for w in view.expired:
         lines.append(f"   EXPIRED waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner}, expired {w.expires})")
     for w, cells in view.applied():

@@ -233,10 +233,16 @@ class GateView:
         return list(by.items())
 
     def count_line(self) -> str:
-        """`80 verdicts: 79 pass, 1 waived; gating: 79 pass, 1 waived`: the verdicts by the
-        status the reports show (a waived divergence counts as waived, never as diverged)."""
-        gating = Counter(c.status for c in self.grid.values() if c.verdict.gating)
-        return f"{len(self.grid)} verdicts: {_counted(self.counts)}; gating: {_counted(gating)}"
+        """`80 verdicts; candidate: 39 pass, 1 waived; oracle self-check: 40 pass`: the verdicts
+        by role, never summed across roles (the oracle reproducing its goldens is no pass of the
+        candidate's), each by the status the reports show (a waived divergence counts as waived,
+        never as diverged)."""
+        return f"{len(self.grid)} verdicts; " + by_role(list(self.grid.values()))
+
+    def failing(self) -> list[Cell]:
+        """The cells that did not pass, in grid order (scenario by scenario)."""
+        return [c for s in self.scenarios for e in self.engines
+                if (c := self.cell(s, e)) is not None and c.verdict.kind != PASS]
 
     def to_fix(self) -> list[list[Cell]]:
         """The gating cells that did not pass (a scenario not run for a feature not required is
@@ -248,10 +254,20 @@ class GateView:
                 groups.setdefault((c.verdict.engine, c.text, c.where or c.first_line.message), []).append(c)
         return list(groups.values())
 
-    def failing(self) -> list[Cell]:
-        """The cells that did not pass, in grid order (scenario by scenario)."""
-        return [c for s in self.scenarios for e in self.engines
-                if (c := self.cell(s, e)) is not None and c.verdict.kind != PASS]
+
+
+# Each role as the count lines name it, in their order.
+ROLE_WORDS = {CANDIDATE: "candidate", ORACLE: "oracle self-check", "stand-in": "stand-ins (informational)"}
+
+
+def by_role(cells: list[Cell]) -> str:
+    """`candidate: 0 pass, 55 diverged; oracle self-check: 55 pass`: cells counted per role."""
+    parts = []
+    for role, words in ROLE_WORDS.items():
+        mine = Counter(c.status for c in cells if c.verdict.role == role)
+        if mine:
+            parts.append(f"{words}: {_counted(mine)}")
+    return "; ".join(parts) or "none"
 
 
 def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None = None,
