@@ -410,6 +410,11 @@ def cmd_compare(args) -> int:
                              f"{trace['scenario']['name']!r}")
         trace = oracle_windows(trace, scenario, pins, log)
     golden = lookup(args.golden) if args.golden else GOLDENS.lookup(trace["scenario"]["name"], pins.oracle)
+    engine = trace["engine"]
+    name = engine.get("name")
+    if isinstance(name, str) and name and not str(engine.get("label", "")).startswith(name):
+        # a command's run is named by its hello, as the gate names it, not by its command line
+        trace = dict(trace, engine=dict(engine, label=f"{name} {engine.get('version') or ''}".strip()))
     verdict = judge_trace(trace, golden, CANDIDATE)
     print(render([verdict], pins.oracle))
     return exit_status([verdict])

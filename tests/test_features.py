@@ -59,6 +59,8 @@ BASE = {"enable_prefix_caching": False, "enable_chunked_prefill": True, "async_s
     (BASE, {"requests": [{"id": "a", "min_tokens": 0}, {"id": "b", "min_tokens": 3}]}, None, None, ("min_tokens",)),
     (BASE, {"requests": [{"id": "a", "min_tokens": 0}]}, None, None, ()),
     (BASE, {"requests": [{"id": "a", "eos_token_id": 0}]}, None, None, ("eos",)),
+    (BASE, {"requests": [{"id": "a", "stop_token_ids": [3]}]}, None, None, ("stop_token_ids",)),
+    (BASE, {"requests": [{"id": "a", "stop_token_ids": []}]}, None, None, ()),
     (BASE, {"requests": [{"id": "a", "repetition_detection": {"max_pattern_size": 2, "min_count": 2}}]}, None, None,
      ("repetition_detection",)),
     (BASE, {"requests": [{"id": "a", "repetition_detection": {"max_pattern_size": 0}}]}, None, None, ()),
@@ -72,6 +74,28 @@ BASE = {"enable_prefix_caching": False, "enable_chunked_prefill": True, "async_s
 ])
 def test_a_scenarios_features_are_derived_from_its_parts(args, workload, matrix, config, expected):
     assert needed(args, workload, matrix, config) == expected
+
+
+def test_prefix_caching_off_is_asked_only_of_an_engine_that_declares_prefix_caching():
+    """A foreign engine that always caches declares `prefix_caching` without `prefix_caching_off`:
+    the scenarios with caching off (those not needing `prefix_caching`) are not run on it. One
+    without prefix caching never caches: it runs them."""
+    caching_off, caching_on = ("chunked_prefill_off",), ("prefix_caching", "chunked_prefill_off")
+    always = frozenset({"prefix_caching", "chunked_prefill_off"})
+    assert not_declared(caching_off, always) == ("prefix_caching_off",)
+    assert not_declared(caching_on, always) == ()
+    assert not_declared(caching_off, always | {"prefix_caching_off"}) == ()
+    assert not_declared(caching_off, frozenset({"chunked_prefill_off"})) == ()
+    assert not_declared((), frozenset()) == () and not_declared(caching_off, None) == ()
+
+
+def test_feature_names_name_capabilities_never_behaviours():
+    """As test262's features.txt does (a flag per capability an implementation may lack, e.g.
+    `tail-call-optimization`, `Atomics.waitAsync`), each name says what an engine can do, never
+    how it differs: a behaviour that differs from vLLM is a divergence, not a feature."""
+    for name, meaning in FEATURES.items():
+        assert not any(word in name for word in ("bug", "wrong", "differ", "no_", "not_", "without")), name
+        assert meaning and not meaning.lower().startswith(("no ", "does not")), name
 
 
 def test_only_async_left_to_the_default_is_decided_by_the_oracles_config_record():
@@ -112,10 +136,10 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("sliding_window_prefix_hits", ("prefix_caching", "shared_prefixes", "sliding_window")),
     ("sliding_window_kv_pressure", ("prefix_caching", "sliding_window")),
     ("kv_connector_failures", ("prefix_caching", "shared_prefixes", "kv_connector")),
-    ("stop_eos", ("prefix_caching", "eos")),
-    ("stop_min_tokens", ("prefix_caching", "min_tokens", "eos")),
-    ("stop_repetition", ("prefix_caching", "min_tokens", "repetition_detection")),
-    ("stop_dflash", ("spec:dflash", "prefix_caching", "min_tokens", "eos", "repetition_detection")),
+    ("stop_eos", ("prefix_caching", "stop_token_ids", "eos")),
+    ("stop_min_tokens", ("prefix_caching", "min_tokens", "stop_token_ids", "eos")),
+    ("stop_repetition", ("prefix_caching", "min_tokens", "stop_token_ids", "repetition_detection")),
+    ("stop_dflash", ("spec:dflash", "prefix_caching", "min_tokens", "stop_token_ids", "eos", "repetition_detection")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])

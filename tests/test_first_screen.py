@@ -122,3 +122,78 @@ def test_the_no_draft_reservation_mutant_on_the_default_gate_is_named_on_every_f
     assert f"| config | record 0 | `max_num_scheduled_tokens` | {golden} | 512 |" in summary, summary
     check_page(reports / "report.html", "async_draft_model",
                f"config.max_num_scheduled_tokens (record 0): oracle {golden}, candidate 512")
+
+
+def foreign_features() -> list[str]:
+    """What a foreign engine (nano-vllm, say) declares: no drafter, prefix caching it cannot turn
+    off, no stop_token_ids, and none of vLLM's log lines."""
+    from conformance.formats.features import FEATURES, SPEC
+
+    lacks = {"parallel_drafting", "prefix_caching_off", "stop_token_ids", "vllm_log_lines"}
+    return [name for name in FEATURES if not name.startswith(SPEC) and name not in lacks]
+
+
+def test_a_foreign_engine_is_headlined_by_its_scheduling_rule_not_by_vllms_log_lines(doubles_gate, tmp_path):
+    """A TEST DOUBLE of a foreign engine: it prints none of vLLM's log lines (`budget_log_lines`
+    empty everywhere), has no lookahead slots (`num_lookahead_tokens` null) and differs from vLLM
+    in one scheduling rule (planted at one step of one scenario it runs). Its hello says what it
+    lacks, so it is judged on its behaviour: every sink headlines that rule, and nothing else fails."""
+    golden = GOLDENS.load("prefix_multi_turn", PINS.oracle)["layers"]["steps"]
+    seq, rid = next((i, r) for i, step in enumerate(golden) for r, entry in (step.get("requests") or {}).items()
+                    if i >= 2 and entry.get("tokens"))
+    tokens = golden[seq]["requests"][rid]["tokens"]
+    serve = ["config", "steps", "outputs"]
+    plan = {"serve": serve, "hello": {"engine": "foreign", "features": foreign_features()}, "edits": [
+        {"layer": "config", "seq": 0, "path": ["budget_log_lines"], "value": []},
+        {"layer": "config", "seq": 0, "path": ["async_log_lines"], "value": []},
+        {"layer": "config", "seq": 0, "path": ["num_lookahead_tokens"], "value": None},
+        {"scenario": "prefix_multi_turn", "layer": "steps", "seq": seq, "path": ["requests", rid, "tokens"],
+         "value": tokens + 1}]}
+    reports = tmp_path / "reports"
+    status, out, err = doubles_gate({"serve": serve}, plan, "--layers", ",".join(serve), "--reports", str(reports),
+                                    "--require-features", "none")
+    assert status == 1, out + err
+    first = out.splitlines()[0]
+    assert "port judged on" in first and "(without vLLM's log lines: its hello does not declare vllm_log_lines)" in first
+    where = f"steps, step {golden[seq]['step']}, field requests.{rid}.tokens: oracle {tokens}, candidate {tokens + 1}"
+    head = first_lines(out)
+    assert "-- what to fix: 1 gating cell did not pass" in head, head  # the rule alone: no log line, no lookahead
+    assert "[1] prefix_multi_turn, port (candidate): diverged" in head and where in head, head
+    grid = next(line for line in out.splitlines() if line.startswith("prefix_multi_turn"))
+    assert f"diverged steps.requests.{rid}.tokens" in grid, grid
+    summary = first_lines((reports / "summary.md").read_text(encoding="utf-8"))
+    assert f"| prefix_multi_turn | `port` | diverged | steps | step {golden[seq]['step']} | `requests.{rid}.tokens` |" in summary
+    assert "budget\\_log\\_lines" not in summary and "budget_log_lines" not in summary
+    check_page(reports / "report.html", "prefix_multi_turn",
+               f"steps.requests.{rid}.tokens (step {golden[seq]['step']}): oracle {tokens}, candidate {tokens + 1}")
+    import xml.etree.ElementTree as ET
+
+    failures = [f.get("message") for f in ET.parse(reports / "junit.xml").getroot().iter("failure")]
+    assert failures == [f"steps.requests.{rid}.tokens at step {golden[seq]['step']}: oracle {tokens}, "
+                        f"candidate {tokens + 1}"], failures
+
+
+def test_log_lines_and_a_null_lookahead_are_bookkeeping_behind_a_scheduling_difference():
+    """Where an engine is judged on vLLM's log lines and its config differs only there (or in
+    num_lookahead_tokens without a drafter), the cell's headline is its steps' first divergence,
+    and the reports say the config differs only in bookkeeping; a budget value stays the headline."""
+    from conformance.judging.compare import compare_layer
+    from conformance.judging.verdict import DIVERGED, Verdict
+    from conformance.report.view import headline_of
+
+    config = {"max_num_scheduled_tokens": 4036, "speculative_method": None, "num_lookahead_tokens": 0,
+              "budget_log_lines": ["a"]}
+    steps = compare_layer("steps", [{"step": 4, "requests": {"r1": {"tokens": 3}}}],
+                          [{"step": 4, "requests": {"r1": {"tokens": 4}}}])
+    quiet = compare_layer("config", [config], [dict(config, budget_log_lines=["b"], num_lookahead_tokens=2)])
+    headline, bookkeeping = headline_of(Verdict("port", "s", DIVERGED, "candidate", [quiet, steps]))
+    assert headline is steps and bookkeeping == ("budget_log_lines", "num_lookahead_tokens")
+    budget = compare_layer("config", [config], [dict(config, max_num_scheduled_tokens=4096, budget_log_lines=["b"])])
+    headline, bookkeeping = headline_of(Verdict("port", "s", DIVERGED, "candidate", [budget, steps]))
+    assert headline is budget and bookkeeping == ()  # the seed's 4036 vs 4096 stays the headline
+    drafter = dict(config, speculative_method="dflash", num_lookahead_tokens=15)
+    lookahead = compare_layer("config", [drafter], [dict(drafter, num_lookahead_tokens=0)])
+    assert headline_of(Verdict("port", "s", DIVERGED, "candidate", [lookahead, steps]))[0] is lookahead
+    # null lookahead slots are 0 of them: equal where the oracle has 0, a difference elsewhere
+    assert compare_layer("config", [config], [dict(config, num_lookahead_tokens=None)]).equal
+    assert not compare_layer("config", [drafter], [dict(drafter, num_lookahead_tokens=None)]).equal

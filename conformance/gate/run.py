@@ -180,7 +180,7 @@ def assemble(engines: list[EngineRef], names: list[str], units: list[Unit],
                 continue
             base = next((p for p in parts if p["engine"].get("name")), parts[0])
             trace = {k: copy.deepcopy(v) for k, v in base.items()
-                     if k not in ("layers", "failure", "not_served", "capabilities", "unsupported_features")}
+                     if k not in ("layers", "failure", "not_served", "capabilities", "features", "unsupported_features")}
             trace["layers"] = {}
             for part in parts:
                 trace["layers"].update(part["layers"])
@@ -190,6 +190,8 @@ def assemble(engines: list[EngineRef], names: list[str], units: list[Unit],
                     trace.setdefault("not_served", []).extend(part["not_served"])
                 if "capabilities" in part:
                     trace["capabilities"] = part["capabilities"]
+                if "features" in part:
+                    trace["features"] = part["features"]
                 if part.get("unsupported_features"):  # not run: every unit of the scenario alike
                     trace["unsupported_features"] = part["unsupported_features"]
             trace["engine"]["label"] = labels[engine]

@@ -44,7 +44,8 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest,
     layers = [layer for layer in planned if layer not in not_served]
     everything = not not_served and manifest.layers is None
     golden = store.lookup(name, pins.oracle)
-    verdict = judge_trace(trace, golden, engine.role, layers=None if everything else layers)
+    verdict = judge_trace(trace, golden, engine.role, layers=None if everything else layers,
+                          required_features=manifest.require_features or ())
     # a layer never asked (--layers) is said to be not asked, whether or not the engine serves it
     declared = trace.get("capabilities")  # a candidate's hello
     asked = manifest.layers
@@ -103,7 +104,31 @@ def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=Non
     if golden is not None and layers is not None:
         golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers},
                       digests={k: v for k, v in golden.get("digests", {}).items() if k in layers})
+    if golden is not None and not prints_log_lines(trace, required_features):
+        trace, golden = without_log_lines(trace), without_log_lines(golden)
     return judge(trace, golden, role)
+
+
+def prints_log_lines(trace: dict, required_features=()) -> bool:
+    """Whether a run is judged on vLLM's log lines: its engine's hello lists no features, or
+    lists `vllm_log_lines`, or the gate requires that feature (--require-features)."""
+    features = trace.get("features")
+    return not isinstance(features, list) or LOG_LINES in features or LOG_LINES in required_features
+
+
+LOG_LINES = "vllm_log_lines"
+LOG_FIELDS = ("budget_log_lines", "async_log_lines")  # the config records' log lines
+
+
+def without_log_lines(trace: dict) -> dict:
+    """A trace or golden whose config records hold no log lines: a foreign engine that does not
+    print vLLM's is judged on its behaviour."""
+    layers = dict(trace["layers"])
+    for layer in ("config", "engine_config"):
+        if isinstance(layers.get(layer), list):
+            layers[layer] = [{k: v for k, v in r.items() if k not in LOG_FIELDS} if isinstance(r, dict) else r
+                             for r in layers[layer]]
+    return dict(trace, layers=layers)
 
 
 def not_declared(trace: dict, role: str, required_features=()) -> Verdict:

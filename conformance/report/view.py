@@ -14,7 +14,7 @@ from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.formats.visible import SHORT_ESCAPES, visible, visible_lines  # noqa: F401 - the reports' escape
 from conformance.judging.requirement_rows import GateResult, where_of
 from conformance.judging.compare import LayerComparison
-from conformance.judging.judging import GATE_CONFIGURATION
+from conformance.judging.judging import GATE_CONFIGURATION, prints_log_lines
 from conformance.judging.verdict import (CANDIDATE, DIVERGED, KINDS, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE,
                                          PASS, Verdict)
 from conformance.judging.waivers import Waiver
@@ -121,6 +121,7 @@ class Coverage:
     required: int  # of those, needing a feature the gate requires (failing)
     missing_required: tuple[str, ...]  # the required features it does not declare
     unserved: int  # run, but none of the layers asked is served
+    log_lines: bool = True  # judged on vLLM's log lines (its hello lists no features, or vllm_log_lines)
 
     @property
     def judged(self) -> int:
@@ -137,7 +138,10 @@ class Coverage:
                 f" ({self.required} of them the required {', '.join(self.missing_required)})" if self.required else ""))
         if self.unserved:
             why.append(f"{self.unserved} ask only layers it does not serve")
-        return text + (": " + ", ".join(why) if why else "")
+        text += ": " + ", ".join(why) if why else ""
+        if not self.log_lines:
+            text += " (without vLLM's log lines: its hello does not declare vllm_log_lines)"
+        return text
 
 
 @dataclass(frozen=True)
@@ -172,8 +176,8 @@ class GateView:
         """What was judged, in one clause for the first line: per gating engine judged on fewer
         scenarios than the run has, how many and why not the rest; which layers; and, with a
         candidate, the features required. `every layer of every scenario judged` only when so."""
-        partial = [c for c in self.coverage if c.judged < c.total]
-        whole = [c for c in self.coverage if c.judged == c.total]
+        partial = [c for c in self.coverage if c.judged < c.total or not c.log_lines]
+        whole = [c for c in self.coverage if c not in partial]
         if not partial and self.layers == EVERYTHING:
             clauses = [EVERYTHING]
         else:
@@ -301,13 +305,15 @@ def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None =
         judged_groups=judged_groups(result.verdicts), commands=dict(commands or {}),
         expired=list(result.expired), unused=list(result.unused), why_unused=dict(result.why_unused),
         features=feature_rows(grid, engines, features, required or ()) if features is not None else [],
-        drift=drift, methods=methods, coverage=coverage(result.verdicts, engines),
+        drift=drift, methods=methods, coverage=coverage(result.verdicts, engines, traces or {}, required or ()),
         required=None if required is None else tuple(required), required_by_default=required_by_default)
 
 
-def coverage(verdicts: list[Verdict], engines: list[str]) -> list[Coverage]:
+def coverage(verdicts: list[Verdict], engines: list[str], traces: dict | None = None,
+             required_features=()) -> list[Coverage]:
     """Per gating engine (the grid's order): its scenarios, those not run for features it does
-    not declare (and those of them a required feature fails), those serving no layer asked."""
+    not declare (and those of them a required feature fails), those serving no layer asked, and
+    whether it was judged on vLLM's log lines (traces: verdict key -> (trace, golden))."""
     out = []
     for engine in engines:
         mine = [v for v in verdicts if v.engine == engine]
@@ -317,9 +323,11 @@ def coverage(verdicts: list[Verdict], engines: list[str]) -> list[Coverage]:
         required = [v for v in declined if v.required_features]
         missing = {f for v in required for f in v.required_features}
         unserved = [v for v in mine if not v.missing_features and not v.judged and v.not_judged]
+        said = [(traces or {}).get(v.key, (None, None))[0] for v in mine]
+        quiet = any(t is not None and not prints_log_lines(t, required_features) for t in said)
         out.append(Coverage(engine, mine[0].role, len(mine), len(declined), len(required),
                             tuple(f for f in FEATURES if f in missing) + tuple(sorted(missing - set(FEATURES))),
-                            len(unserved)))
+                            len(unserved), not quiet))
     return out
 
 
