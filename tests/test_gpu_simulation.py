@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-import conftest
+from tests import warm_engines
 from conformance.formats import gpu, precision, settings
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
@@ -208,23 +208,23 @@ def test_the_free_memory_decides_how_many_engines_run_side_by_side(fake_gpu, mon
 
 def test_warm_engines_per_pytest_process_follow_free_memory(fake_gpu):
     fake_gpu(79)
-    assert conftest.max_warm("gpu", 2, 3) == conftest.MAX_WARM == 3
+    assert warm_engines.max_warm("gpu", 2, 3) == warm_engines.MAX_WARM == 3
     fake_gpu(17)  # four budgets, two processes
-    assert conftest.max_warm("gpu", 2, 3) == 2
+    assert warm_engines.max_warm("gpu", 2, 3) == 2
     fake_gpu(5)
-    assert conftest.max_warm("gpu", 2, 3) == 1
-    assert conftest.max_warm("cpu", 2, 3) == conftest.MAX_WARM
+    assert warm_engines.max_warm("gpu", 2, 3) == 1
+    assert warm_engines.max_warm("cpu", 2, 3) == warm_engines.MAX_WARM
 
 
 def test_warm_engines_scale_with_the_pins(fake_gpu):
     """With more pins than MAX_WARM, the goldens suite (every scenario on every pin in turn) keeps
     one engine per pin warm instead of cold-starting one for nearly every test."""
-    assert conftest.max_warm("cpu", 1, 5) == 5
-    assert conftest.max_warm("cpu", 1, 1) == conftest.MAX_WARM
+    assert warm_engines.max_warm("cpu", 1, 5) == 5
+    assert warm_engines.max_warm("cpu", 1, 1) == warm_engines.MAX_WARM
     fake_gpu(79)
-    assert conftest.max_warm("gpu", 1, 5) == 5
+    assert warm_engines.max_warm("gpu", 1, 5) == 5
     fake_gpu(17)  # four budgets: the GPU's memory still caps it
-    assert conftest.max_warm("gpu", 1, 5) == 4
+    assert warm_engines.max_warm("gpu", 1, 5) == 4
 
 
 def test_the_gpu_named_by_cuda_visible_devices_is_read(fake_gpu, monkeypatch):
