@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 CANDIDATE ?=
 # The layers to judge, e.g. LAYERS=config,steps,outputs (default: every layer of each scenario);
 # the layers a candidate must serve to pass (default: those judged); the features it must declare
-# to pass, e.g. REQUIRE_FEATURES=priority_policy,spec:dflash or all (default: none); DRIFT=1
+# to pass, e.g. REQUIRE_FEATURES=priority_policy,spec:dflash, all or none (default: those the gate
+# configuration's own scenarios need, dflash_27b_gate*: spec:dflash, async_scheduling); DRIFT=1
 # prints the drift across pins and the per-pin tables beside a candidate's verdicts.
 LAYERS ?=
 REQUIRE_LAYERS ?=
@@ -40,6 +41,10 @@ GATE_OPTIONS = $(strip $(PLAN_OPTIONS) $(if $(REQUIRE_LAYERS),--require-layers '
 # 1 from 2 calls .venv/bin/parity itself. $(call SAY_STATUS,what ran,its statuses' meanings)
 SAY_STATUS = status=$$?; [ $$status = 0 ] || echo "make $@: $(1) exited with status $$status \
 	($(2)); make exits 2 on any failure, so CI that needs this status calls .venv/bin/$(1)" >&2; exit $$status
+# The command a target runs, said on stderr (appended: a redirected stderr is never truncated),
+# so `make parity > report.txt` leaves the report alone in the file: the gate's progress goes
+# to stderr too.
+SAY = $(file >>/dev/stderr,$(1))
 GATE_STATUSES = 1: a gating engine diverged, 2: a gating run could not be compared or bad input, 3: a bug of the harness (traceback above)
 FUZZ_STATUSES = 1: a confirmed finding, 2: bad input, an engine that cannot start, or a finding that did not repeat, 3: a bug of the harness (traceback above)
 
@@ -62,13 +67,13 @@ plan-envs: setup
 	$(BIN)/parity envs $(PLAN_OPTIONS)
 
 parity: plan-envs
-	$(info $(BIN)/parity gate $(GATE_OPTIONS))@$(BIN)/parity gate $(GATE_OPTIONS); \
+	$(call SAY,$(BIN)/parity gate $(GATE_OPTIONS))@$(BIN)/parity gate $(GATE_OPTIONS); \
 		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
 
 # The release gate: verdicts by engine-matrix row, waivers.toml applied, and three reports
 # (junit.xml, summary.md, report.html) in out/gate/.
 gate: plan-envs
-	$(info $(BIN)/parity gate --reports out/gate --waivers waivers.toml $(GATE_OPTIONS))@$(BIN)/parity gate \
+	$(call SAY,$(BIN)/parity gate --reports out/gate --waivers waivers.toml $(GATE_OPTIONS))@$(BIN)/parity gate \
 		--reports out/gate --waivers waivers.toml $(GATE_OPTIONS); \
 		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
 

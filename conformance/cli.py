@@ -34,7 +34,7 @@ from conformance.gate.execute import default_parallel, golden_sinks
 from conformance.gate.replay import oracle_windows
 from conformance.gate.run import gate, merge
 from conformance.judging.goldens import GOLDENS, lookup
-from conformance.judging.judging import judge_trace
+from conformance.judging.judging import gate_configuration_features, judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
 from conformance.judging.waivers import WaiverError, load_waivers
 from conformance.process.envs import build_envs, env_cache_key, lock_gpu
@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-layers", help="comma-separated layers a candidate must serve to pass "
                    "(default: the layers asked); a required layer it does not serve fails the gate")
     p.add_argument("--require-features", help="comma-separated features a candidate must declare to pass, "
-                   "or `all` (default: none): a scenario needing a feature its hello does not declare "
+                   "`all`, or `none` (default: those the gate configuration's own scenarios, "
+                   "dflash_27b_gate*, need): a scenario needing a feature its hello does not declare "
                    "is `unsupported` and not run, failing the gate only when the feature is required")
     p.add_argument("--drift", action="store_true", help="with a candidate, also print the drift across "
                    "pins and the per-pin tables (always printed without a candidate)")
@@ -421,6 +422,11 @@ def cmd_compare(args) -> int:
                              f"{trace['scenario']['name']!r}")
         trace = oracle_windows(trace, scenario, pins, log)
     golden = lookup(args.golden) if args.golden else GOLDENS.lookup(trace["scenario"]["name"], pins.oracle)
+    engine = trace["engine"]
+    name = engine.get("name")
+    if isinstance(name, str) and name and not str(engine.get("label", "")).startswith(name):
+        # a command's run is named by its hello, as the gate names it, not by its command line
+        trace = dict(trace, engine=dict(engine, label=f"{name} {engine.get('version') or ''}".strip()))
     verdict = judge_trace(trace, golden, CANDIDATE)
     print(render([verdict], pins.oracle))
     return exit_status([verdict])
@@ -430,7 +436,9 @@ def cmd_gate(args) -> int:
     pins = load_pins()
     waivers = _waivers(args.waivers)  # a missing or malformed waivers file stops the gate before any run
     required = _layers(args.require_layers, "--require-layers")
-    features = parse_required(args.require_features) if args.require_features is not None else None
+    # by default, the features of the gate configuration's own scenarios (--require-features none opts out)
+    features = (parse_required(args.require_features) if args.require_features is not None
+                else gate_configuration_features(pins.oracle))
     shard, scenarios, layers, engines = plan_inputs(args, pins, log)
     if required and layers and set(required) - set(layers):
         raise InputError(f"--require-layers {','.join(required)}: "
