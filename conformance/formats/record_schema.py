@@ -171,11 +171,15 @@ def Null() -> Exactly:  # noqa: N802
 
 
 @dataclass(frozen=True)
-class Either:
-    """A value of one kind or another (a stop token, or vLLM's string for a repetition stop)."""
+class _Two:
+    """A kind made of two kinds: Either's alternatives, Pair's positions."""
 
     first: object
     second: object
+
+
+class Either(_Two):
+    """A value of one kind or another (a stop token, or vLLM's string for a repetition stop)."""
 
     def describe(self) -> str:
         return f"{self.first.describe()} or {self.second.describe()}"
@@ -231,10 +235,8 @@ class ListOf:
         return _each(self.of.check, enumerate(value), strict)
 
 
-@dataclass(frozen=True)
-class Pair:
-    first: object
-    second: object
+class Pair(_Two):
+    """A list of two values, each of its own kind (a token and its logprob)."""
 
     def describe(self) -> str:
         return f"[{self.first.describe()}, {self.second.describe()}]"
@@ -393,6 +395,8 @@ STEPS_REQUEST = Record("steps request entry", {
     "draft_token_ids": Field(ListOf(Int(-1))),  # -1: a placeholder draft
     "resent_token_ids": Field(Flag()),
     "next_draft_token_ids": Field(ListOf(COUNT)),
+    # a request with a grammar (structured outputs): the drafts proposed, before the grammar's cut
+    "proposed_draft_token_ids": Field(ListOf(COUNT), optional=True),
 }, base=REQUEST)
 KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT), "cached": Field(COUNT)})
 # the fields of every step record, steps and engine_steps alike
@@ -417,6 +421,8 @@ STEP = Record("steps", {
     "aborted": Field(IDS),
     "emitted": Field(IDS),
     "num_common_prefix_blocks": Field(ListOf(COUNT)),
+    # a workload with grammars: the requests whose grammar failed at this step
+    "grammar_errors": Field(IDS, optional=True),
 }, base=STEP_BASE)
 ENGINE_KV_BLOCKS = Record("engine kv blocks", {"free": Field(COUNT, optional=True), "used": Field(COUNT)})
 ENGINE_STEP = Record("engine_steps", {
@@ -513,7 +519,27 @@ def without_informational(layer: str, record):
     it declares them; every other key, at every depth, is kept (and so compared)."""
     if layer not in LAYERS:
         return record
-    return _without_informational(LAYERS[layer].shape(record), record)
+    shape = LAYERS[layer].shape(record)
+    if not _holds_informational(shape):  # most records (every steps and outputs one): as they are
+        return record
+    return _without_informational(shape, record)
+
+
+_HOLDS: dict[int, bool] = {}  # id of a kind -> whether an informational field is anywhere in it
+
+
+def _holds_informational(kind) -> bool:
+    if id(kind) not in _HOLDS:
+        if isinstance(kind, Record):
+            holds = any(f.informational or _holds_informational(f.type) for f in kind.fields.values())
+        elif isinstance(kind, (ListOf, MapOf)):
+            holds = _holds_informational(kind.of)
+        elif isinstance(kind, _Two):
+            holds = _holds_informational(kind.first) or _holds_informational(kind.second)
+        else:
+            holds = False
+        _HOLDS[id(kind)] = holds
+    return _HOLDS[id(kind)]
 
 
 def _without_informational(kind, value):

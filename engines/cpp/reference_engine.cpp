@@ -16,8 +16,8 @@
 //      model). A port replaces them with an adapter around its own scheduler; nothing else in
 //      this file has to change. Where async scheduling resolves on
 //      it behaves as vLLM's AsyncScheduler (output placeholders, stale output after a
-//      preemption), driven by the kit's batch-queue loop, run_workload_async(): its hello lists
-//      every feature.
+//      preemption), driven by the kit's batch-queue loop, run_workload_async(). Its hello
+//      lists every feature but structured_outputs (see kFeatures).
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
@@ -65,14 +65,18 @@ const char* kEngineVersion = "0.1.0";
 const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // The features it has (engines/PROTOCOL.md "Features"): the gate sends it no scenario needing
 // another, and gives that scenario an `unsupported` verdict naming the feature. A port lists
-// only those it has; this engine has every one: `sliding_window` through its KV cache manager's
-// hybrid groups (src/kv_cache_manager.hpp) and `kv_connector` through the stand-in connector
-// (src/kv_connector.hpp) and the kit's worker side of it.
+// only those it has; this engine has every one but `structured_outputs` (a grammar needs a
+// grammar engine over the tokenizer, JSON schema and regex compilation and token bitmasks as
+// xgrammar's: no such C or C++ library is in Debian's packages, and the kit links nothing but
+// nlohmann-json), whose scenarios come back `unsupported`. `sliding_window` runs through its KV
+// cache manager's hybrid groups (src/kv_cache_manager.hpp), `kv_connector` through the
+// stand-in connector (src/kv_connector.hpp) and the kit's worker side of it.
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
-    "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes",
-    "min_tokens", "eos", "repetition_detection", "async_scheduling", "sliding_window", "kv_connector"};
+    "prefix_caching_off", "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts",
+    "shared_prefixes", "stop_token_ids", "min_tokens", "eos", "repetition_detection", "async_scheduling",
+    "vllm_log_lines", "sliding_window", "kv_connector"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 bool g_sync_loop = false;             // --sync-loop: a TEST DEVICE (see the usage above)
 bool g_ignore_min_tokens = false;     // --ignore-min-tokens: a TEST DEVICE (see the usage above)
