@@ -156,10 +156,13 @@ goldens: envs
 # nothing changed, status 2), edits [tool.vllm-parity], locks its GPU set, builds it, writes the
 # goldens it lacks and the pull request's text (out/bump/pull-request.md).
 PIN ?=
+# $(call shell_quoted,TEXT): TEXT as one shell word, whatever it holds (a ' closes and reopens)
+shell_quoted = '$(subst ','\'',$(1))'
 BUMP_STATUSES = 2: refused (the checkout unchanged) or stopped, with every reason named
 bump: setup
-	@test -n '$(PIN)' || { echo "make bump: set PIN, e.g. make bump PIN=0.28.0"; exit 2; }
-	$(info $(BIN)/parity bump $(PIN))@$(BIN)/parity bump '$(PIN)'; $(call SAY_STATUS,parity bump,$(BUMP_STATUSES))
+	@test -n $(call shell_quoted,$(PIN)) || { echo "make bump: set PIN, e.g. make bump PIN=0.28.0"; exit 2; }
+	$(info $(BIN)/parity bump $(call shell_quoted,$(PIN)))@$(BIN)/parity bump $(call shell_quoted,$(PIN)); \
+		$(call SAY_STATUS,parity bump,$(BUMP_STATUSES))
 
 # The goldens suite (parity/test_goldens.py, syrupy): every pin on every scenario through the same
 # front door, in memory; fails if any golden would change or has no scenario or pin behind it.

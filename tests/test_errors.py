@@ -47,3 +47,23 @@ def test_an_unknown_required_feature_is_bad_input(capsys):
     assert cli.main(["gate", "--scenario", str(GATE), "--require-features", "spec:dflsh"]) == 2
     err = capsys.readouterr().err
     assert "unknown ['spec:dflsh']" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("release", ["../../x", "0.28.0+goldens", "latest", "0.28.0; rm -rf ."])
+def test_a_bump_to_a_string_that_is_not_a_release_is_bad_input(capsys, release):
+    assert cli.main(["bump", release]) == 2
+    err = capsys.readouterr().err
+    assert f"parity bump {release!r}: not a vLLM release version" in err and "Traceback" not in err
+
+
+def test_make_bump_hands_pin_to_parity_as_one_word(tmp_path):
+    """PIN is quoted in the shell line: a ' in it cannot end the word and run what follows."""
+    import subprocess
+
+    planted = tmp_path / "planted"
+    pin = f"x'; touch {planted}; echo '"  # unquoted, parity would get x, then touch run
+    done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "bump", f"PIN={pin}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert not planted.exists()
+    assert f"parity bump {pin!r}: not a vLLM release version" in done.stderr
