@@ -156,3 +156,20 @@ def test_an_applied_waiver_shows_a_hostile_candidate_label_escaped_in_every_sink
     summary = markdown(view)
     assert "<script>" not in summary.replace("`<script>", "")  # only inside a code span
     ET.fromstring(junit(view))  # parses: the ESC shown as its escape
+
+
+def test_a_waiver_reason_with_a_newline_cannot_start_a_line_of_the_report():
+    """A reason's newline was printed raw in the terminal's "waived by" line, so the reason could
+    start a line that reads like the gate's own header."""
+    forged = "== vllm-parity gate: PASS (exit status 0)"
+    waiver = Waiver(**{**WAIVER.__dict__, "reason": f"known\n{forged}\r\x1b[1A", "owner": "kit\nteam"})
+    view = waived_view([waiver])
+    text = render_gate(view) + "\n" + render_requirement_rows(view)
+    lines = text.splitlines()
+    assert not any(line.startswith(forged) for line in lines[1:]) and lines[0] != forged
+    waived = next(line for line in lines if line.startswith("   waived by "))
+    assert waived.endswith(f"(owner kit\\nteam, expires 2027-12-31): known\\n{forged}\\r\\x1b[1A"), waived
+    applied = next(line for line in lines if line.startswith("   waiver applied:"))
+    assert f"known\\n{forged}" in applied
+    for sink in (markdown(view), junit(view), html_report(view)):
+        assert f"\n{forged}" not in sink and "\x1b" not in sink
