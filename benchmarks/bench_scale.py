@@ -2,7 +2,7 @@
 form, per 10,000 steps, and each production scenario against its golden.
 
 1. Synthetic, in this process: a 10,000-step pair of 128-request `steps` records (each record
-   line ~20 KB) diverging at step 9,000. Receive = parse each line as the client does, judge it
+   line ~57 KB) diverging at step 9,000. Receive = parse each line as the client does, judge it
    against its table, digest it and drop it (DigestSink); judge = the digest comparison plus the
    full comparison of the window. The lines are made as they are read, as they arrive from an
    engine; the peak memory is the process's peak RSS (ru_maxrss), the interpreter included.
@@ -12,6 +12,10 @@ form, per 10,000 steps, and each production scenario against its golden.
    found, the live replay's time, and the report's first field.
 
 Goals (issue 26): judge < 30 s, a golden <= 2 MB in git.
+
+--quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): 200 synthetic steps;
+with --real, prod_deep_midsize alone and no mutant, to check that it runs; its figures mean
+nothing.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ REPO = Path(__file__).resolve().parents[1]
 STEPS = 10_000
 REQUESTS = 128
 DIVERGE_AT = 9_000
+QUICK_STEPS = 200
+QUICK_SCENARIO = "prod_deep_midsize"  # the smallest production scenario
 
 
 def record(step: int, diverge: bool = False) -> dict:
@@ -102,7 +108,7 @@ def git_bytes(path: Path) -> int:
     return int(out.stdout) if out.returncode == 0 else path.stat().st_size
 
 
-def real() -> None:
+def real(quick: bool = False) -> None:
     from conformance.formats.engine_ref import EngineRef
     from conformance.formats.pins import load_pins
     from conformance.formats.scenario import at_scale, load_scenario
@@ -115,6 +121,8 @@ def real() -> None:
 
     pins = load_pins()
     scenarios = at_scale([load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json"))], "production")
+    if quick:
+        scenarios = [s for s in scenarios if s.name == QUICK_SCENARIO]
     with EngineSession(prepare_engine(EngineRef.pin(pins.oracle), pins, lambda m: None),
                        sinks=golden_sinks(pins.oracle)) as session:
         session.start()  # the cold start is not the scenario's
@@ -135,6 +143,9 @@ def real() -> None:
                   f"{git_bytes(path):,} bytes in git (goal <= 2,000,000)")
     s = load_scenario(REPO / "scenarios" / "prod_dflash_k16.json")
     golden = GOLDENS.lookup(s.name, pins.oracle)
+    if quick:
+        print(f"(n) {s.name} with budget-minus-one-after-1000: left out (--quick)")
+        return
     if golden.trace is None:
         return
     mutant = EngineRef.test_device(pins.oracle, "budget-minus-one-after-1000")
@@ -159,14 +170,16 @@ def real() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--real", action="store_true", help="also run the production scenarios (part 2)")
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK_STEPS} steps; --real: {QUICK_SCENARIO} alone, "
+                        "no mutant (a check that it runs)")
     parser.add_argument("--steps", type=int, default=STEPS,
                         help=f"the synthetic run's steps (default {STEPS}; fewer: a quick check that it runs)")
     args = parser.parse_args()
     if args.steps < 10:
         parser.error("--steps: expected at least 10")
-    synthetic(args.steps)
+    synthetic(QUICK_STEPS if args.quick else args.steps)
     if args.real:
-        real()
+        real(args.quick)
 
 
 if __name__ == "__main__":
