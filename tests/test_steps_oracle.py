@@ -156,6 +156,8 @@ MUTANTS = {
     # a's synchronous load fails at step 0: the oracle rolls a back to 0 computed tokens, the
     # mutant keeps its 200 and samples
     "ignore-invalid-kv-blocks": ("kv_connector_failures", "steps", None),
+    # r1, running, continues by the 8191 tokens the step has left at step 1; capped, by 2048
+    "cap-running-chunk-2048": ("long_running_chunk", "steps", "requests.r1.tokens"),
 }
 
 
@@ -187,6 +189,9 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 0 and found[field] == (step0["requests"]["r1"]["tokens"], unreserved)
         assert "total_num_scheduled_tokens" in found
+    if mutant == "cap-running-chunk-2048":
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        assert comparison.index == 1 and found[field] == (8191, 2048), comparison.fields
     if mutant.startswith("draft-"):
         e, a = comparison.record["requests"], comparison.actual_record["requests"]
         delta = 1 if mutant == "draft-plus-one" else -1

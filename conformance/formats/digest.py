@@ -37,7 +37,7 @@ import hashlib
 import json
 from collections import deque
 
-from conformance.formats.record_schema import RecordError, check_record
+from conformance.formats.record_schema import RecordError, check_record, without_informational
 
 FORM = "digest/1"
 ALGORITHM = ("blake2b-128 of the canonical JSON of the record as its table declares it, without its "
@@ -60,17 +60,10 @@ def canonical(value) -> bytes:
 def split(layer: str, record: dict) -> tuple[dict, dict]:
     """(what is digested, the context kept in the clear) of a checked record."""
     context = STEP_CONTEXT if layer == "steps" else frozenset()
-    kept = {k: _informational_out(v) for k, v in record.items()
-            if k not in context and not k.endswith("_text")}
+    # informational: the fields the layer's schema declares so, where it declares them (the
+    # steps and outputs tables declare none: every key of a record is digested)
+    kept = {k: v for k, v in without_informational(layer, record).items() if k not in context}
     return kept, {k: record[k] for k in sorted(context) if k in record}
-
-
-def _informational_out(value):
-    if isinstance(value, dict):
-        return {k: _informational_out(v) for k, v in value.items() if not k.endswith("_text")}
-    if isinstance(value, list):
-        return [_informational_out(v) for v in value]
-    return value
 
 
 def digest(layer: str, record: dict) -> str:

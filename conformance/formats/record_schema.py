@@ -171,11 +171,15 @@ def Null() -> Exactly:  # noqa: N802
 
 
 @dataclass(frozen=True)
-class Either:
-    """A value of one kind or another (a stop token, or vLLM's string for a repetition stop)."""
+class _Two:
+    """A kind made of two kinds: Either's alternatives, Pair's positions."""
 
     first: object
     second: object
+
+
+class Either(_Two):
+    """A value of one kind or another (a stop token, or vLLM's string for a repetition stop)."""
 
     def describe(self) -> str:
         return f"{self.first.describe()} or {self.second.describe()}"
@@ -197,6 +201,27 @@ def Nullable(of) -> Either:  # noqa: N802 - a kind of field, named as the other 
     return Either(of, Null())
 
 
+# Fields named *_text are an engine's wording (Field.informational); a request id never ends so,
+# so no report can mistake a request for wording, nor wording for a request
+INFORMATIONAL_SUFFIX = "_text"
+
+
+@dataclass(frozen=True)
+class RequestId:
+    """A request's id: a string that does not end in the informational suffix."""
+
+    def describe(self) -> str:
+        return "str"
+
+    def check(self, value, strict: bool = False):
+        if value.__class__ is not str:
+            raise RecordError(self.describe(), value)
+        if value.endswith(INFORMATIONAL_SUFFIX):
+            raise RecordError(f"a request id not ending in {INFORMATIONAL_SUFFIX!r} (the suffix of "
+                              "informational fields)", value)
+        return value
+
+
 @dataclass(frozen=True)
 class ListOf:
     of: object
@@ -210,10 +235,8 @@ class ListOf:
         return _each(self.of.check, enumerate(value), strict)
 
 
-@dataclass(frozen=True)
-class Pair:
-    first: object
-    second: object
+class Pair(_Two):
+    """A list of two values, each of its own kind (a token and its logprob)."""
 
     def describe(self) -> str:
         return f"[{self.first.describe()}, {self.second.describe()}]"
@@ -230,6 +253,7 @@ class MapOf:
 
     key: str
     of: object
+    keys: object = None  # the kind each key must be, where the key is data (a request id)
 
     def describe(self) -> str:
         return f"object: {self.key} -> {self.of.describe()}"
@@ -237,6 +261,8 @@ class MapOf:
     def check(self, value, strict: bool = False):
         if value.__class__ is not dict:
             raise RecordError(self.describe(), value)
+        if self.keys is not None:
+            _each(self.keys.check, ((key, key) for key in value), strict)
         return dict(zip(value, _each(self.of.check, value.items(), strict)))
 
 
@@ -255,6 +281,10 @@ def _each(check, items, strict: bool) -> list:
 class Field:
     type: object
     optional: bool = False
+    # an engine's own wording (a refusal's message): shown in reports, never compared, because
+    # parity is about what an engine decides, not how it phrases it. Only fields declared so are
+    # skipped, and only where they are declared (never by a name's shape: a request id is data)
+    informational: bool = False
 
     def describe(self) -> str:
         return self.type.describe() + (", optional" if self.optional else "")
@@ -303,7 +333,7 @@ class Record:
 # -- the records (PROTOCOL.md, "Layers and their records") ------------------------------------
 
 COUNT = Int(0)
-IDS = ListOf(Text())
+IDS = ListOf(RequestId())
 REFUSAL = Record("refusal", {"type": Field(Text()), "message": Field(Text())})
 
 # Async scheduling (protocol 3; engines/PROTOCOL.md "Async scheduling: the batch-queue loop"):
@@ -374,7 +404,7 @@ STEP_BASE = Record("step", {
     "token_budget": Field(COUNT),
     "input_budget": Field(COUNT, optional=True),
     "drafting_slots_per_request": Field(COUNT, optional=True),
-    "requests": Field(MapOf("request id", REQUEST)),
+    "requests": Field(MapOf("request id", REQUEST, RequestId())),
     "new": Field(IDS),
     "resumed": Field(IDS),
     "preempted": Field(IDS),
@@ -384,7 +414,7 @@ STEP_BASE = Record("step", {
     **ASYNC_STEP,
 })
 STEP = Record("steps", {
-    "requests": Field(MapOf("request id", STEPS_REQUEST)),
+    "requests": Field(MapOf("request id", STEPS_REQUEST, RequestId())),
     "kv_blocks": Field(KV_BLOCKS),
     "aborted": Field(IDS),
     "emitted": Field(IDS),
@@ -400,7 +430,7 @@ ENGINE_STEP = Record("engine_steps", {
 
 # the fields of every output record, outputs and engine_outputs alike
 OUTPUT_BASE = Record("output", {
-    "id": Field(Text()),
+    "id": Field(RequestId()),
     "output_token_ids": Field(ListOf(COUNT)),
 })
 OUTPUT = Record("outputs", {
@@ -414,6 +444,7 @@ ENGINE_OUTPUT = Record("engine_outputs", {
 }, base=OUTPUT_BASE)
 
 REFUSAL_WORDS = Nullable(Text())
+WORDING = Field(REFUSAL_WORDS, informational=True)  # vLLM's own message: shown, never compared
 METHOD_ROW = Record("methods row", {
     "row": Field(Text()),
     "method": Field(Text()),
@@ -426,7 +457,7 @@ METHOD_ROW = Record("methods row", {
     "per_step_input_budget": Field(Nullable(COUNT)),
     "refusal_kind": Field(REFUSAL_WORDS),
     "refused_by": Field(REFUSAL_WORDS),
-    "refusal_text": Field(REFUSAL_WORDS),
+    "refusal_text": WORDING,
 })
 METHOD_PROBE = Record("methods probe", {
     "row": Field(Text()),
@@ -437,7 +468,7 @@ METHOD_PROBE = Record("methods probe", {
     "refused": Field(Flag()),
     "refusal_kind": Field(REFUSAL_WORDS),
     "refused_by": Field(REFUSAL_WORDS),
-    "refusal_text": Field(REFUSAL_WORDS),
+    "refusal_text": WORDING,
 })
 
 
@@ -477,6 +508,54 @@ def check_record(layer: str, record, strict: bool = False) -> dict:
     if layer not in LAYERS:
         raise RecordError(f"a record of a protocol layer ({', '.join(LAYERS)})", layer)
     return LAYERS[layer].shape(record).check(record, strict)
+
+
+def without_informational(layer: str, record):
+    """The record without the fields its layer's schema declares informational, at the places
+    it declares them; every other key, at every depth, is kept (and so compared)."""
+    if layer not in LAYERS:
+        return record
+    shape = LAYERS[layer].shape(record)
+    if not _holds_informational(shape):  # most records (every steps and outputs one): as they are
+        return record
+    return _without_informational(shape, record)
+
+
+_HOLDS: dict[int, bool] = {}  # id of a kind -> whether an informational field is anywhere in it
+
+
+def _holds_informational(kind) -> bool:
+    if id(kind) not in _HOLDS:
+        if isinstance(kind, Record):
+            holds = any(f.informational or _holds_informational(f.type) for f in kind.fields.values())
+        elif isinstance(kind, (ListOf, MapOf)):
+            holds = _holds_informational(kind.of)
+        elif isinstance(kind, _Two):
+            holds = _holds_informational(kind.first) or _holds_informational(kind.second)
+        else:
+            holds = False
+        _HOLDS[id(kind)] = holds
+    return _HOLDS[id(kind)]
+
+
+def _without_informational(kind, value):
+    if isinstance(kind, Record) and isinstance(value, dict):
+        fields = kind.fields
+        return {k: _without_informational(fields[k].type, v) if k in fields else v
+                for k, v in value.items() if not (k in fields and fields[k].informational)}
+    if isinstance(kind, MapOf) and isinstance(value, dict):
+        return {k: _without_informational(kind.of, v) for k, v in value.items()}
+    if isinstance(kind, ListOf) and isinstance(value, list):
+        return [_without_informational(kind.of, v) for v in value]
+    if isinstance(kind, Pair) and isinstance(value, list) and len(value) == 2:
+        return [_without_informational(kind.first, value[0]), _without_informational(kind.second, value[1])]
+    if isinstance(kind, Either):
+        try:
+            kind.first.check(value)
+        except RecordError:
+            return _without_informational(kind.second, value)
+        return _without_informational(kind.first, value)
+    return value
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,7 @@ import hashlib
 import re
 
 from conformance.formats.fields import ScenarioError, type_name as _tname
+from conformance.formats.record_schema import INFORMATIONAL_SUFFIX
 
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 MAX_VOCAB_SIZE = 151936
@@ -203,6 +204,9 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
     """One request checked against the requests before it; its optional keys kept only when given."""
     check.keys(where, req, REQUEST_KEYS, ("id", "arrival_step", "prompt_len", "max_tokens"))
     rid = check.name(f"{where}.id", req["id"], "a request id")
+    if rid.endswith(INFORMATIONAL_SUFFIX):  # records name requests by id: never wording's suffix
+        check.fail(f"{where}.id", f"a request id may not end in {INFORMATIONAL_SUFFIX!r}, the suffix of "
+                   f"informational fields (engines/PROTOCOL.md), got {rid!r}")
     if any(e["id"] == rid for e in earlier):
         check.fail(f"{where}.id", f"duplicate request id {rid!r}")
     arrival = check.integer(f"{where}.arrival_step", req["arrival_step"], 0, max_steps - 1)

@@ -178,10 +178,13 @@ def assemble(engines: list[EngineRef], names: list[str], units: list[Unit],
                 continue
             base = next((p for p in parts if p["engine"].get("name")), parts[0])
             trace = {k: copy.deepcopy(v) for k, v in base.items()
-                     if k not in ("layers", "failure", "not_served", "capabilities", "unsupported_features")}
+                     if k not in ("layers", "digests", "failure", "not_served", "capabilities",
+                                  "unsupported_features")}
             trace["layers"] = {}
             for part in parts:
                 trace["layers"].update(part["layers"])
+                if part.get("digests"):  # a production run's steps and outputs, digested as they came
+                    trace.setdefault("digests", {}).update(part["digests"])
                 if "failure" in part and "failure" not in trace:
                     trace["failure"] = part["failure"]
                 if part.get("not_served"):

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from conformance.formats.record_schema import without_informational
 from conformance.formats.refusal import record_meaning
 
 # Fields reported first when a record differs in several: the budget comes before its causes.
@@ -18,9 +19,6 @@ PRIMARY_FIELDS = (
     "num_speculative_tokens", "drafting_slots_per_request", "num_lookahead_tokens",
 )
 WINDOW = 2  # records either side of the first divergence that are explained
-# Fields named *_text carry an engine's own wording (an error message): shown, never compared,
-# because parity is about what an engine decides, not how it phrases it.
-INFORMATIONAL_SUFFIX = "_text"
 # Per-step budget fields repeat the configuration on every step, so when budgets differ every
 # step differs. The first divergence is looked for in the scheduling decisions first; these
 # fields decide it only when nothing else differs. They are still listed at that step.
@@ -116,10 +114,10 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     if result.equal:  # the cheap path: plain equality of the whole layer
         return result
     context = CONTEXT_FIELDS.get(layer, frozenset())
-    index = _first(expected, actual, context)
+    index = _first(layer, expected, actual, context)
     by_decision = index is not None
     if index is None:
-        index = _first(expected, actual, frozenset())
+        index = _first(layer, expected, actual, frozenset())
     if index is None:
         result.equal = True  # only informational wording differs
         return result
@@ -127,7 +125,7 @@ def compare_layer(layer: str, expected: list[dict], actual: list[dict]) -> Layer
     result.record = expected[index] if index < len(expected) else None
     result.actual_record = actual[index] if index < len(actual) else None
     if index < min(len(expected), len(actual)):
-        result.fields = field_diffs(expected[index], actual[index])
+        result.fields = field_diffs(expected[index], actual[index], layer=layer)
         if by_decision:  # the decision that differs first, then what followed, the budget last
             result.fields.sort(key=lambda f: _rank(f.path, context))
     else:
@@ -148,9 +146,12 @@ def _meanings(records: list) -> list:
     return [record_meaning(r) if isinstance(r, dict) else r for r in records]
 
 
-def field_diffs(expected: Any, actual: Any, path: str = "") -> list[FieldDiff]:
-    """Leaf-level differences between two records, primary budget fields first."""
+def field_diffs(expected: Any, actual: Any, path: str = "", layer: str = "") -> list[FieldDiff]:
+    """Leaf-level differences between two records, primary budget fields first; with `layer`,
+    without the fields its schema declares informational (formats/record_schema.py)."""
     out: list[FieldDiff] = []
+    if layer:
+        expected, actual = without_informational(layer, expected), without_informational(layer, actual)
     _walk(expected, actual, path, out)
     rank = {name: i for i, name in enumerate(PRIMARY_FIELDS)}
     return sorted(out, key=lambda d: (rank.get(d.path.split(".")[0].split("[")[0], len(rank)), d.path))
@@ -166,20 +167,19 @@ def _rank(path: str, context: frozenset) -> int:
     return 1 + AFTER_UPDATE.index(name) if name in AFTER_UPDATE else 0
 
 
-def _first(expected: list, actual: list, skip: frozenset) -> int | None:
-    """Index of the first record that differs outside `skip` and informational fields."""
+def _first(layer: str, expected: list, actual: list, skip: frozenset) -> int | None:
+    """Index of the first record that differs outside `skip` (top-level context fields) and the
+    fields the layer's schema declares informational."""
     for i, (e, a) in enumerate(zip(expected, actual)):
-        if e != a and _compared(e, skip) != _compared(a, skip):
+        if e != a and _compared(layer, e, skip) != _compared(layer, a, skip):
             return i
     return min(len(expected), len(actual)) if len(expected) != len(actual) else None
 
 
-def _compared(record: Any, skip: frozenset = frozenset()) -> Any:
-    if isinstance(record, dict):
-        return {k: _compared(v) for k, v in record.items()
-                if k not in skip and not k.endswith(INFORMATIONAL_SUFFIX)}
-    if isinstance(record, list):
-        return [_compared(v) for v in record]
+def _compared(layer: str, record: Any, skip: frozenset) -> Any:
+    record = without_informational(layer, record)
+    if isinstance(record, dict) and skip:
+        return {k: v for k, v in record.items() if k not in skip}
     return record
 
 
@@ -188,8 +188,6 @@ def _walk(e: Any, a: Any, path: str, out: list[FieldDiff]) -> None:
         return
     if isinstance(e, dict) and isinstance(a, dict):
         for key in sorted(set(e) | set(a)):
-            if key.endswith(INFORMATIONAL_SUFFIX):
-                continue
             _walk(e.get(key, "<absent>"), a.get(key, "<absent>"), f"{path}.{key}" if path else key, out)
     elif isinstance(e, list) and isinstance(a, list) and len(e) == len(a) and not _is_lines(e):
         for i, (x, y) in enumerate(zip(e, a)):

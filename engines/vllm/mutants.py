@@ -30,6 +30,9 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           groups (gpt-oss) with one rule.
     ignore-invalid-kv-blocks  the scheduler takes no notice of the blocks a KV connector reports
                           it failed to load: a port that trusts every load.
+    cap-running-chunk-2048  a running request's chunk is capped at 2048 tokens (the running loop
+                          of Scheduler.schedule takes min(new tokens, budget left, 2048)): a port
+                          with a fixed chunk size for requests already running.
     min-tokens-unmasked   the sampler does not mask a request's stop tokens before min_tokens
                           outputs (engine_outputs): check_stop still holds the stop back, so the
                           stop token is emitted and the request goes on. Its raw logprobs are the
@@ -193,6 +196,31 @@ def _min_tokens_unmasked() -> None:
     MinTokensLogitsProcessor.apply_with_spec_decode = lambda self, logits, *args, **kwargs: logits
 
 
+def _cap_running_chunk(cap: int):
+    """The first `min(num_new_tokens, token_budget)` of Scheduler.schedule is the running
+    loop's (the waiting loop's comes after it); the edit goes there alone, installed as a
+    generated mutant is (the function's code swapped, every subclass seeing it)."""
+
+    def apply() -> None:
+        import inspect
+
+        from conformance.formats.mutant import Mutant
+        from vllm.v1.core.sched import scheduler
+
+        from . import mutant_catalog
+
+        source = inspect.getsource(scheduler)
+        original = "num_new_tokens = min(num_new_tokens, token_budget)"
+        at = source.index(original)
+        start = len(source[:at].encode())
+        mutant_catalog.install(Mutant(
+            id=f"cap-running-chunk-{cap}", file="vllm/v1/core/sched/scheduler.py", function="Scheduler.schedule",
+            operator="TEST DEVICE", line=source.count("\n", 0, at) + 1, start=start, end=start + len(original),
+            original=original, replacement=f"num_new_tokens = min(num_new_tokens, token_budget, {cap})"))
+
+    return apply
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -207,6 +235,7 @@ MUTANTS = {
     "sliding-window-as-full": _sliding_window_as_full,
     "ignore-invalid-kv-blocks": _ignore_invalid_kv_blocks,
     "min-tokens-unmasked": _min_tokens_unmasked,
+    "cap-running-chunk-2048": _cap_running_chunk(2048),
 }
 
 
