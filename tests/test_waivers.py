@@ -116,8 +116,8 @@ def test_a_waivers_path_that_does_not_exist_is_an_error(tmp_path, capsys):
 
 
 @pytest.mark.parametrize("expires", ["2020-01-01T00:00:00", "2027-01-01 08:00:00Z", "07:32:00"])
-def test_a_waiver_expiring_at_a_date_time_is_refused_before_any_engine_runs(tmp_path, capsys, monkeypatch, expires):
-    from conformance.gate import execute
+def test_a_waiver_expiring_at_a_date_time_is_refused_before_any_engine_runs(tmp_path, capsys, expires):
+    from conformance.gate.context import ENGINE_SESSIONS
 
     path = tmp_path / "waivers.toml"
     path.write_text(f"[[waiver]]\nrow='R'\nscenario='s'\nfield='f'\nreason='r'\nowner='o'\nexpires={expires}\n",
@@ -125,12 +125,18 @@ def test_a_waiver_expiring_at_a_date_time_is_refused_before_any_engine_runs(tmp_
     with pytest.raises(WaiverError, match=r"waiver\[0\]\.expires: .*a TOML date like 2027-01-31, not a date-time"):
         load_waivers(path)
 
-    def no_engine(*args, **kwargs):
+    started = []
+
+    def no_engine(spec, **options):
+        started.append(spec)
         raise AssertionError("an engine started before the waivers were read")
 
-    monkeypatch.setattr(execute, "EngineSession", no_engine)
-    status = cli.main(["gate", "--waivers", str(path), "--scenario", str(cli.SCENARIO_DIR / "steady_decode.json")])
-    assert status == 2 and "waiver[0].expires" in capsys.readouterr().err
+    token = ENGINE_SESSIONS.set(no_engine)  # the gate's seam: every engine session it makes
+    try:
+        status = cli.main(["gate", "--waivers", str(path), "--scenario", str(cli.SCENARIO_DIR / "steady_decode.json")])
+    finally:
+        ENGINE_SESSIONS.reset(token)
+    assert status == 2 and "waiver[0].expires" in capsys.readouterr().err and started == []
 
 
 def test_the_default_waivers_file_may_be_absent(tmp_path, monkeypatch):
