@@ -5,17 +5,18 @@ The command lines are collected from the pages tests/test_links.py reads (README
 scenarios/README.md, engines/PROTOCOL.md; not docs/results/, dated records of runs made): each
 line of a fenced `sh` block and each inline code span that is a make or parity command, as
 shown (`.venv/bin/` and a trailing comment left out). Each must be a key of SHOWN, which says
-what runs it: a Run of narrowed steps, Same (a mention or synopsis of a mode another shown line
-runs) or Skip (a mode no test can run here, with its reason). A new doc line not in SHOWN, or an
-entry no page shows any more, fails the first test. Elsewhere names another test that runs the
-line (it must exist). ci-examples/*.yml: every step of both
-examples runs, job by job, in tests/test_ci_examples.py.
+what runs it: a Run of narrowed steps, Same (a mention or synopsis of what another shown line
+runs), Elsewhere (another test of the suite that runs it; it must exist) or Skip (a mode no test
+can run here, with its reason). A new doc line not in SHOWN, or an entry no page shows any more,
+fails the first test. ci-examples/*.yml: every step of both examples runs, job by job, in
+tests/test_ci_examples.py.
 
 A `make` step is expanded by make itself (`make -n`): every parity command it prints runs in
 this process, so the Makefile's own command line is what is tested; the main one is narrowed.
-Pinned releases are served by the session's warm engines (conftest.py warm_gate); goldens are
-written to a copy, never to goldens/; a path under out/ is moved into the test's folder. A port
-is the C++ reference engine (`make cpp`), which ports the gate oracle's release.
+Pinned releases are served by the session's warm engines (tests/warm_engines.py warm_gate, and
+the same lending for `parity goldens`, `run` and `fuzz`); goldens are written to a copy, never to
+goldens/; a path under out/ is moved into the test's folder. A port is the C++ reference engine
+(`make cpp`), which ports the gate oracle's release.
 """
 
 from __future__ import annotations
@@ -134,6 +135,11 @@ RUN_PORT = P("run --engine {port} --scenario {small} --out trace.json")
 RESULTS = P("gate --results out/results --scenario {small}")
 RUN_PORT_SHOWN = "parity run --engine './build/port-engine --parity' --scenario scenarios/steady_decode.json --out trace.json"
 RUN_PIN_SHOWN = "parity run --engine 0.28.0 --scenario my/scenario.json --out trace.json"
+COMMITS = "tests/test_commit_pins.py::"
+LOCK_GPU = ("resolves each pin's GPU set from the package index with uv (network) and rewrites "
+            "engines/vllm/requirements-gpu-*.txt")
+BISECT_SHOWN = ("parity bisect --from aa8f6dc6e67f --to cb6196a6fcf4 --scenario scenarios/dflash_27b_gate.json "
+                "--scenario scenarios/dflash_27b_gate_async.json --scenario scenarios/prefix_eviction.json")
 BUMP = "tests/test_bump.py::test_a_bump_makes_the_release_the_oracle_and_writes_the_pull_request"
 BUMP_REFUSED = "tests/test_bump.py::test_a_refused_release_names_every_problem_and_changes_nothing"
 COVERAGE = ("measures every library scenario under coverage.py on each pin it names: minutes, and it "
@@ -283,8 +289,7 @@ SHOWN: dict[str, Run | Same | Skip | Elsewhere] = {
     "make parity SCALE=production": Elsewhere(
         "tests/test_production_gate.py::test_make_parity_scale_production_passes_the_oracle_on_every_production_scenario"),
     "parity envs --key": run(P("envs --key")),
-    "parity envs --lock-gpu": Skip("resolves each pin's GPU set from the package index with uv (network) and "
-                                   "rewrites engines/vllm/requirements-gpu-*.txt"),
+    "parity envs --lock-gpu": Skip(LOCK_GPU),
     "parity fuzz --replay": Same("parity fuzz --candidate CMD --replay out/fuzz/fuzz_steps_finished.json"),
     "parity gate --drift": run(P("gate --drift --scenario {small}")),
     "parity gate --layers config,steps": run(P("gate --layers config,steps --scenario {small}")),
@@ -296,6 +301,24 @@ SHOWN: dict[str, Run | Same | Skip | Elsewhere] = {
     "parity goldens --engine X": run(P("goldens --engine {oracle} --scenario {small}"), goldens=True),
     "parity goldens --from-results DIR": Same("make goldens RESULTS=out/results"),
     "parity merge --drift": Same("parity merge out/results/shard-* --reports out/gate"),
+    # declared commits and the port queue (tests/test_commit_pins.py builds the fixture's commit environments)
+    "make commit-fixture": Elsewhere(COMMITS + "test_the_fixture_is_reproducible_and_its_commits_are_the_declared_ones"),
+    "make bisect FROM=A TO=B": Same(BISECT_SHOWN),
+    "make bisect FROM=A TO=B [SCENARIOS=X,Y]": Same(BISECT_SHOWN),
+    "parity bisect": Same(BISECT_SHOWN),
+    "parity bisect --from A --to B": Same(BISECT_SHOWN),
+    "parity bisect --from A --to B [--scenario scenarios/X.json ... | --rows ROW,ROW] [--layers config,steps] "
+    "[--markdown out/bisect/port-queue.md]": Same(BISECT_SHOWN),
+    BISECT_SHOWN: Elsewhere(COMMITS + "test_bisect_names_the_reservation_commit_for_the_dflash_gate"),
+    "VLLM_PARITY_ORACLE=aa8f6dc6e67f make parity": Elsewhere(
+        COMMITS + "test_the_oracle_setting_makes_a_commit_the_oracle_after_its_base"),
+    "VLLM_PARITY_ORACLE=aa8f6dc6e67f make goldens PINS=aa8f6dc6e67f": Elsewhere(
+        COMMITS + "test_a_commit_pin_at_the_base_commit_reproduces_the_releases_goldens_exactly"),
+    "VLLM_PARITY_ORACLE=aa8f6dc6e67f make goldens-check": Elsewhere(
+        COMMITS + "test_a_commit_pin_at_the_base_commit_reproduces_the_releases_goldens_exactly"),
+    "parity bump 5559679229ab": Elsewhere(COMMITS + "test_a_bump_makes_a_declared_commit_the_oracle_after_its_base"),
+    "parity envs --lock-gpu --pin <sha12>": Skip(LOCK_GPU),
+    "make parity > report.txt": Same("make parity"),
     # engines/PROTOCOL.md
     "parity selfcheck --engine '<command line>'": Same("parity selfcheck --engine './build/port-engine --parity'"),
 }
@@ -311,7 +334,7 @@ def test_every_command_line_the_docs_show_is_run_or_skipped_with_its_reason():
     assert not stale, f"SHOWN entries no page shows any more: {stale}"
     for command, entry in SHOWN.items():
         if isinstance(entry, Same):
-            assert isinstance(SHOWN.get(entry.shown), Run), f"{command!r}: Same({entry.shown!r}) names no Run"
+            assert isinstance(SHOWN.get(entry.shown), (Run, Elsewhere)), f"{command!r}: Same({entry.shown!r}) names no run"
         if isinstance(entry, Skip):
             assert len(entry.reason) > 10, command
         if isinstance(entry, Elsewhere):
