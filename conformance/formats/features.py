@@ -42,6 +42,8 @@ FEATURES: dict[str, str] = {
                     "loads what a request's `external` says, synchronously or asynchronously, and may fail",
     "sliding_window": "the model's `layer_types` mix sliding-window and full attention (gpt-oss): hybrid KV "
                       "cache groups, one block table per group",
+    "lora": "`engine_args.enable_lora` true, or a request of the workload has a `lora` adapter (vLLM's "
+            "`max_loras` bound on a step's adapters; block hashes keyed by the adapter's name)",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
@@ -78,6 +80,7 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
                                      and r["repetition_detection"]["max_pattern_size"] > 0 for r in requests)),
         ("kv_connector", args.get("kv_transfer_config") is not None),
         ("sliding_window", _hybrid(args.get("model"))),
+        ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
         ("async_scheduling", _async(args, config)),
     ) if needs}
     return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))

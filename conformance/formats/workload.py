@@ -36,6 +36,11 @@ The workload schema (every key below; no others):
                                             "min_count": int},        #   vLLM's
                                           #   RepetitionDetectionParams checks them; a
                                           #   max_pattern_size of 0 turns it off
+                   "lora": {"id": int,    # optional, with engine_args.enable_lora: the LoRA
+                            "name": str},  #   adapter it runs under (vLLM's LoRARequest
+                                          #   lora_int_id, 1..2**31-1, and lora_name, as a
+                                          #   request id); within a workload an id names one
+                                          #   adapter and a name one id
                    "acceptance": [int]}]}    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
                                              # (verify step: engines/PROTOCOL.md, `steps`)
@@ -108,9 +113,11 @@ TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
 TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
                 "prefix", "continues", "abort_step", "priority", "min_tokens", "eos_token_id",
-                "repetition_detection", "external"}
+                "repetition_detection", "external", "lora"}
 REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
 EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
+LORA_KEYS = {"id", "name"}
+MAX_LORA_ID = (1 << 31) - 1
 PREFIX_KEYS = {"name", "len"}
 
 
@@ -143,6 +150,7 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
         if "external" in req and not connector:
             check.fail(f"workload.requests[{i}].external", "needs engine_args.kv_transfer_config: only a KV "
                        "connector loads what the remote store holds")
+    _check_adapters(check, out, engine_args)
     return workload
 
 
@@ -235,7 +243,33 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
     _stops(check, where, req, out, vocab_size)
     if "external" in req:
         out["external"] = _external(check, f"{where}.external", req["external"], max_steps, limit)
+    if "lora" in req:
+        check.keys(f"{where}.lora", req["lora"], LORA_KEYS, ("id", "name"))
+        out["lora"] = {"id": check.integer(f"{where}.lora.id", req["lora"]["id"], 1, MAX_LORA_ID),
+                       "name": check.name(f"{where}.lora.name", req["lora"]["name"], "an adapter's name")}
     return out
+
+
+def _check_adapters(check: FieldChecker, requests: list[dict], engine_args: dict) -> None:
+    """Adapters need LoRA turned on, and name one adapter each way: vLLM's scheduler counts
+    adapters by id (max_loras) and its block hashes tell them apart by name, so an id under two
+    names (or a name under two ids) would be counted as one adapter and hashed as two."""
+    enabled = isinstance(engine_args, dict) and engine_args.get("enable_lora") is True
+    by_id: dict[int, str] = {}
+    by_name: dict[str, int] = {}
+    for i, req in enumerate(requests):
+        if "lora" not in req:
+            continue
+        where = f"workload.requests[{i}].lora"
+        if not enabled:
+            check.fail(where, "needs engine_args.enable_lora true: without it vLLM refuses a LoRA request")
+        lora_id, name = req["lora"]["id"], req["lora"]["name"]
+        if by_id.setdefault(lora_id, name) != name:
+            check.fail(f"{where}.name", f"id {lora_id} names adapter {by_id[lora_id]!r} in an earlier request, "
+                       f"got {name!r}: one id, one adapter")
+        if by_name.setdefault(name, lora_id) != lora_id:
+            check.fail(f"{where}.id", f"adapter {name!r} has id {by_name[name]} in an earlier request, "
+                       f"got {lora_id}: one adapter, one id")
 
 
 def _external(check: FieldChecker, where: str, raw: object, max_steps: int, limit: int) -> dict:
