@@ -63,6 +63,9 @@ BASE = {"enable_prefix_caching": False, "enable_chunked_prefill": True, "async_s
      ("repetition_detection",)),
     (BASE, {"requests": [{"id": "a", "repetition_detection": {"max_pattern_size": 0}}]}, None, None, ()),
     (dict(BASE, async_scheduling=True), None, None, None, ("async_scheduling",)),
+    (dict(BASE, enable_lora=True), None, None, None, ("lora",)),
+    (dict(BASE, enable_lora=False), None, None, None, ()),
+    (BASE, {"requests": [{"id": "a"}, {"id": "b", "lora": {"id": 1, "name": "x"}}]}, None, None, ("lora",)),
     # left to vLLM's default (null): the oracle's config record decides, as each release resolves it
     (dict(BASE, async_scheduling=None), None, None, {"async_scheduling_gpu": True}, ("async_scheduling",)),
     (dict(BASE, async_scheduling=None), None, None, {"async_scheduling_gpu": False}, ()),
@@ -113,6 +116,8 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("sliding_window_kv_pressure", ("prefix_caching", "sliding_window")),
     ("kv_connector_failures", ("prefix_caching", "shared_prefixes", "kv_connector")),
     ("stop_eos", ("prefix_caching", "eos")),
+    ("lora_prefix_caching", ("prefix_caching", "shared_prefixes", "lora")),
+    ("lora_async_in_flight", ("prefix_caching", "lora", "async_scheduling")),
     ("stop_min_tokens", ("prefix_caching", "min_tokens", "eos")),
     ("stop_repetition", ("prefix_caching", "min_tokens", "repetition_detection")),
     ("stop_dflash", ("spec:dflash", "prefix_caching", "min_tokens", "eos", "repetition_detection")),
