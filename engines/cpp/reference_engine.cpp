@@ -62,8 +62,8 @@ const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // The features it has (engines/PROTOCOL.md "Features"): the gate sends it no scenario needing
 // another, and gives that scenario an `unsupported` verdict naming the feature. A port lists
 // only those it has; this engine has every one but `sliding_window` (its KV cache is one group of
-// full attention) and `kv_connector` (it loads no external KV), whose scenarios come back
-// `unsupported`.
+// full attention), `kv_connector` (it loads no external KV) and `lora` (it has no adapters: no
+// max_loras bound, no adapter in its block hashes), whose scenarios come back `unsupported`.
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
