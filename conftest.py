@@ -4,7 +4,6 @@ real pinned releases, one warm engine session per pin for the whole session."""
 from __future__ import annotations
 
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +12,7 @@ REPO = Path(__file__).resolve().parent
 GATE = REPO / "scenarios" / "dflash_27b_gate.json"
 DOUBLE = REPO / "tests" / "doubles" / "double_engine.py"
 # every test driving a real pin is marked `oracle` (tests/oracle_marker.py checks it)
-pytest_plugins = ("tests.oracle_marker",)
+pytest_plugins = ("tests.oracle_marker", "tests.warm_engines")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the xdist_group markers added here
@@ -54,122 +53,6 @@ def pytest_collection_modifyitems(config, items):
 
 
 CANDIDATE_PINS = "candidate pins"  # the xdist group of the tests driving a pin other than the oracle
-
-# Engines kept warm at once per pytest process: at least MAX_WARM, and one per pin, since the
-# goldens suite runs every scenario on every pin in turn (fewer would cold-start an engine for
-# nearly every test). A group's tests run one after another, so an engine ended to make room is
-# rarely wanted again; each holds up to 1 GiB. On a GPU each also needs its share of GPU memory.
-MAX_WARM = 3
-
-
-def max_warm(device: str, processes: int, pins: int) -> int:
-    """Warm engines per pytest process: MAX_WARM or the number of pins, whichever is more, and on
-    a GPU no more than the processes' share of the engines its free memory holds
-    (conformance/formats/gpu.py), at least one."""
-    most = max(MAX_WARM, pins)
-    if device != "gpu":
-        return most
-    from conformance.formats import gpu
-
-    return max(1, min(most, gpu.engines_fitting(gpu.memory()[0]) // max(1, processes)))
-
-
-@pytest.fixture(scope="session")
-def warm_sessions(request):
-    """engine (a pin, or a pin's TEST DEVICE mutant "0.27.1+mutant:NAME") -> its started
-    EngineSession (process/session.py), started once per session (per xdist process) and
-    restarted by the session only when its engine is gone, closed at the end. A mutant is
-    forked by its pin's mutant server on a CPU (engines/vllm/mutant_server.py: one import of
-    vLLM per process, ~5 s, not one per mutant); a pin starts as `parity gate` starts it."""
-    from concurrent.futures import ThreadPoolExecutor
-
-    from conformance.formats.engine_ref import MUTANT, EngineRef
-    from conformance.formats.pins import load_pins
-    from conformance.formats.settings import device_mode
-    from conformance.process.launch import EngineSpec, Launcher
-    from conformance.process.session import EngineSession
-
-    sessions: dict[str, EngineSession] = {}  # least recently used first
-    xdist = getattr(request.config, "workerinput", None)  # set in a pytest-xdist worker
-    processes = xdist["workercount"] if xdist else 1
-    pins = load_pins()
-    device = device_mode()
-    most = max_warm(device, processes, len(pins.releases))
-    lock = threading.Lock()  # a gate run asks from its engines' threads (warm_gate)
-    launcher = Launcher(pins, log=lambda m: None)  # holds the mutant servers; closed at the end
-
-    def get(engine: str) -> EngineSession:
-        with lock:
-            if engine not in sessions:
-                ref = EngineRef.parse(engine, pins)
-                # a mutant is forked from one import of its pin, no cold start of its own; not on
-                # a GPU, where a child must not inherit a parent that may have touched CUDA
-                if ref.kind is MUTANT and device != "gpu":
-                    spec = EngineSpec(ref.label, launcher.forked_mutant(ref))
-                else:
-                    spec = launcher.spec(ref)
-                session = EngineSession(spec)
-                session.start()
-                sessions[engine] = session
-                while len(sessions) > most:  # each holds up to 1 GiB: end the longest unused
-                    sessions.pop(next(iter(sessions))).close()
-            sessions[engine] = sessions.pop(engine)
-            return sessions[engine]
-
-    yield get
-    with ThreadPoolExecutor() as pool:  # each engine takes seconds to shut down: all at once
-        list(pool.map(EngineSession.close, sessions.values()))
-    launcher.close()
-
-
-@pytest.fixture
-def warm_gate(warm_sessions, monkeypatch):
-    """`parity gate` run in this test's process (cli.main, gate/run.py) with each pinned release
-    it runs served by the warm session of that pin (warm_sessions): no cold start of its own.
-    Other engines (command lines, mutants) start as the gate starts them."""
-    from conformance.gate import execute
-    from conformance.process.session import EngineSession
-
-    class Lent(EngineSession):
-        """The gate's session of a pin over the warm session's engine: it starts (and restarts)
-        that engine, and leaves it running when the gate closes it."""
-
-        def __init__(self, warm: EngineSession, spec, **options):
-            super().__init__(spec, **options)
-            self.warm = warm
-
-        @property
-        def hello(self):
-            return self.warm.hello
-
-        def start(self, until=None):
-            before = self.warm.cold_starts
-            proc = self.warm.start(until)
-            self.cold_starts += self.warm.cold_starts - before
-            return proc
-
-        def close(self) -> bool:
-            with lock:
-                lent.discard(id(self.warm))
-            return False
-
-    # the warm sessions lent now: a gate may run two sessions of one pin side by side
-    # (execute.side_by_side_pieces), and one engine serves one of them at a time
-    lent: set[int] = set()
-    lock = threading.Lock()
-
-    def session(spec, **options) -> EngineSession:
-        if spec.release is None:  # not a pinned release itself
-            return EngineSession(spec, **options)
-        warm = warm_sessions(spec.release)
-        assert warm.spec.argv == spec.argv, (warm.spec, spec)  # the same worker, the same device
-        with lock:
-            if id(warm) in lent:  # its engine serves the other session: this one starts its own
-                return EngineSession(spec, **options)
-            lent.add(id(warm))
-        return Lent(warm, spec, **options)
-
-    monkeypatch.setattr(execute, "EngineSession", session)
 
 
 @pytest.fixture

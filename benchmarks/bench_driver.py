@@ -2,6 +2,8 @@
 worker side + decode on the harness side) vs a bare schedule/update loop on the same scenario.
 
 Run from the harness (`make bench`): it re-executes itself inside the oracle pin's environment.
+Both loops are timed in CPU time of this process (the best of REPEATS): the ratio is the work the
+driver adds, and does not move when other processes share the machine's cores.
 """
 
 import importlib.util
@@ -32,18 +34,18 @@ def main(path: str) -> None:
 
     def bare() -> None:
         config = resolve_config(wire)[0]
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         run_steps(wire, cls=Scheduler, config=config)
-        return time.perf_counter() - t0
+        return time.process_time() - t0
 
     def driven() -> None:
         config = resolve_config(wire)[0]
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         steps, outputs = run_steps(wire, cls=RecordingScheduler, config=config)
         for seq, data in enumerate(steps + outputs):  # what the worker sends, the harness reads
             protocol.decode(protocol.encode({"type": "record", "id": "b", "layer": "steps",
                                              "seq": seq, "data": data}))
-        return time.perf_counter() - t0
+        return time.process_time() - t0
 
     bare(), driven()  # warm both paths
     b = min(bare() for _ in range(REPEATS))

@@ -19,7 +19,7 @@ import traceback
 from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
-from conformance.formats.errors import InputError
+from conformance.formats.errors import InputError, ParityError
 from conformance.formats.features import parse_required
 from conformance.formats.files import (check_output_file, claim_folder, remove_dead_writers_temporaries,
                                        write_text_atomic)
@@ -27,23 +27,18 @@ from conformance.formats.log import log
 from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import Scenario, at_scale, load_scenario
 from conformance.formats.settings import device_mode
-from conformance.formats.gpu import GpuError
 from conformance.formats.trace import dumps, load_trace
 from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
 from conformance.gate.execute import default_parallel, golden_sinks
 from conformance.gate.replay import oracle_windows
 from conformance.gate.run import gate, merge
-from conformance.judging.goldens import GOLDENS, GoldenRefused, lookup
+from conformance.judging.goldens import GOLDENS, lookup
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
 from conformance.judging.waivers import WaiverError, load_waivers
-from conformance.process.client import EngineFailure
-from conformance.process.coverage_run import CoverageError
-from conformance.process.envs import EnvError, build_envs, env_cache_key, lock_gpu
-from conformance.process.fidelity import FidelityError
+from conformance.process.envs import build_envs, env_cache_key, lock_gpu
 from conformance.process.launch import prepare_engine
-from conformance.process.mutant_server import MutantServerError
 from conformance.process.progress import EngineProgress, Progress
 from conformance.process.reaper import end_all, ended_words, resume
 from conformance.process.session import EngineSession
@@ -58,12 +53,10 @@ DEFAULT_WAIVERS = REPO_ROOT / "waivers.toml"  # the one --waivers file that may 
 SELF_CHECK = ("dflash_27b_gate", "steady_decode", "kv_pressure_no_spec", "method_matrix", "engine_ngram")
 
 
-# Exit 2 with their words and no traceback: bad input (formats/errors.py InputError: a file, an
-# option, a setting, a folder; every named input error is one), an environment or an engine
-# that cannot be had, a golden write refused. Anything else escaping a command is a bug of the
-# harness: its traceback, exit INTERNAL_ERROR (not 1, which says an engine diverged).
-EXPECTED = (InputError, EnvError, GoldenRefused, EngineFailure, FidelityError, CoverageError,
-            MutantServerError, GpuError)
+# A named refusal (formats/errors.py ParityError: bad input, an environment or an engine that
+# cannot be had, a golden write refused) exits with its status and its words, no traceback.
+# Anything else escaping a command is a bug of the harness: its traceback, exit INTERNAL_ERROR
+# (not 1, which says an engine diverged).
 INTERNAL_ERROR = 3
 
 
@@ -262,9 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     with _stop_on_signals():  # also while the engines are ended below
         try:
             return COMMANDS[args.command](args)
-        except EXPECTED as exc:
+        except ParityError as exc:
             log(f"parity {args.command}: error: {exc}")
-            return 2
+            return exc.status
         except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Interrupted)
             strays = end_all()  # with what was ended while it unwound
             resume()

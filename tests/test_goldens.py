@@ -7,6 +7,7 @@ from unittest import mock
 
 import pytest
 
+from conformance.formats import files
 from conformance.formats.pins import load_pins
 from conformance.formats.trace import SCHEMA, TraceError, dumps
 from conformance.judging import goldens
@@ -124,7 +125,7 @@ def test_write_is_atomic_when_interrupted(tmp_path):
     store.write(store.update(TRACE, ORACLE))
     before = path.read_bytes()
     changed = {**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}}
-    with mock.patch.object(goldens.os, "replace", side_effect=KeyboardInterrupt):
+    with mock.patch.object(files.os, "replace", side_effect=KeyboardInterrupt):  # the one durable writer
         with pytest.raises(KeyboardInterrupt):
             store.write(store.update(changed, ORACLE))
     assert path.read_bytes() == before
@@ -223,3 +224,48 @@ def test_every_golden_is_at_most_2_mb_in_git_and_not_compressed():
         size = in_git.get(path.relative_to(top).as_posix(), path.stat().st_size)
         assert size <= MAX_GOLDEN_BYTES, f"{path}: {size} bytes in git, more than {MAX_GOLDEN_BYTES}"
         assert path.suffix in (".json",) and not path.read_bytes().startswith(COMPRESSED), f"{path}: compressed"
+
+
+# --- the float32 matmul precision in provenance (conformance/formats/precision.py) -------------
+
+NUMERICS = {"float32_matmul_precision": "highest", "batch_invariant": False, "cuda": None}
+
+
+def with_env(trace: dict, **env) -> dict:
+    return {**trace, "provenance": {**trace["provenance"], "environment": {**trace["provenance"]["environment"], **env}}}
+
+
+def test_every_committed_golden_keeps_a_valid_provenance_with_or_without_the_precision():
+    """Goldens written before the precision was recorded hold the provenance schema as they are."""
+    paths = sorted(goldens.GOLDEN_DIR.glob("*/vllm-*.json"))
+    assert len(paths) > 300
+    for path in paths:
+        golden = json.loads(path.read_text(encoding="utf-8"))
+        goldens.check_provenance(golden, golden["engine"]["version"], load_pins())
+        assert golden["provenance"]["environment"].get("float32_matmul_precision", "highest") == "highest"
+
+
+def test_a_golden_records_the_precision_and_only_full_float32(tmp_path):
+    store = GoldenStore(tmp_path)
+    store.write(store.update(with_env(TRACE, **NUMERICS), ORACLE))
+    assert json.loads(store.path("s", ORACLE).read_text())["provenance"]["environment"]["cuda"] is None
+    assert store.load("s", ORACLE)["provenance"]["environment"]["float32_matmul_precision"] == "highest"
+    with pytest.raises(GoldenRefused, match="float32_matmul_precision='high': lets torch run float32 matmuls in TF32"):
+        GoldenStore(tmp_path / "tf32").update(with_env(TRACE, **{**NUMERICS, "float32_matmul_precision": "high"}), ORACLE)
+    edited = json.loads(store.path("s", ORACLE).read_text())
+    edited["provenance"]["environment"]["float32_matmul_precision"] = "high"
+    with pytest.raises(goldens.RecordError, match="float32_matmul_precision"):
+        goldens.check_provenance(edited, ORACLE, load_pins())
+
+
+def test_a_golden_written_before_the_precision_was_recorded_still_holds_byte_for_byte(tmp_path):
+    """On the machine that wrote it, the run now records three keys more; only those are set
+    aside, and any other difference still fails the byte rule."""
+    store = GoldenStore(tmp_path)
+    store.write(store.update(TRACE, ORACLE))  # a golden of before: no precision, batch mode, CUDA
+    now = with_env(TRACE, **NUMERICS)
+    kept = store.update(now, ORACLE)
+    assert kept.action == KEEP and kept.check.rule == "bytes"
+    moved = store.update(with_env(now, torch="0.0"), ORACLE)
+    assert moved.action == REWRITE and moved.check.rule == "bytes"
+    assert goldens.as_written(now, TRACE) == TRACE and goldens.as_written(now, now) is now

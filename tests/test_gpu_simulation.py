@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-import conftest
-from conformance.formats import gpu, settings
+from tests import warm_engines
+from conformance.formats import gpu, precision, settings
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
 from conformance.formats.protocol import ENGINE_LAYERS
@@ -23,6 +23,7 @@ from conformance.gate.execute import default_parallel
 from conformance.process import envs
 from conformance.process.client import EngineProcess
 from conformance.process.launch import prepare_engine
+from conformance.process.session import EngineSession
 from conftest import REPO
 
 PINS = load_pins()
@@ -146,6 +147,45 @@ def test_a_gpu_worker_serves_the_engine_layers_and_records_its_runner(fake_gpu, 
     assert set(ENGINE_LAYERS) <= set(hello["capabilities"]), hello["capabilities"]
     assert hello["environment"]["device"] == "gpu"
     assert hello["environment"]["model_runner"].startswith("v1 (VLLM_USE_V2_MODEL_RUNNER=0")
+    # what decides the floats, in every trace's provenance (a CPU torch stands in here: no CUDA)
+    assert {k: hello["environment"][k] for k in ("float32_matmul_precision", "batch_invariant", "cuda")} == {
+        "float32_matmul_precision": "highest", "batch_invariant": False, "cuda": None}
+
+
+# --- float32 matmul precision: full float32, or refused ------------------------------------
+
+
+@pytest.mark.parametrize("value", ["high", "medium", "tf32"])
+def test_only_full_float32_is_judged_and_another_precision_is_named(value):
+    assert precision.refusal(None) is None and precision.refusal("highest") is None
+    reason = precision.refusal(value)
+    assert reason.startswith(f"VLLM_FLOAT32_MATMUL_PRECISION={value!r}: ")
+    assert "far past the goldens' 0.001 logprob tolerance" in reason and "refused, not judged" in reason
+    assert {"high": "TF32", "medium": "bfloat16"}.get(value, "is not 'highest'") in reason
+    assert "about 1.5e-2" in precision.refusal("high")
+
+
+@pytest.mark.oracle
+def test_a_gpu_worker_set_to_tf32_refuses_the_engine_layers_by_name(fake_gpu, monkeypatch):
+    """A runner whose environment asks vLLM for TF32 matmuls: the worker, booted as on a GPU,
+    serves no engine layer and says why; nothing is judged. The stand-in layers, which run no
+    model, are still served. The pin is 0.33.0, its CPU environment standing in for the GPU one."""
+    monkeypatch.setenv("VLLM_PARITY_DEVICE", "cpu")
+    python = envs.ensure_env("0.33.0", log=lambda m: None)
+    monkeypatch.delenv("VLLM_PARITY_DEVICE")
+    monkeypatch.setattr(envs, "ensure_env", lambda release, log=print, pins=None, say_cached=False: python)
+    monkeypatch.setenv("VLLM_FLOAT32_MATMUL_PRECISION", "high")
+    scenario = load_scenario(REPO / "scenarios/engine_ngram.json")
+    with EngineSession(prepare_engine(EngineRef.pin("0.33.0"), PINS)) as session:
+        trace = session.trace(scenario, ["engine_config", "engine_steps", "engine_outputs"])
+        hello = session.hello
+        config = session.trace(scenario, ["config"])
+    assert not set(ENGINE_LAYERS) & set(hello["capabilities"]) and "config" in hello["capabilities"]
+    assert hello["environment"]["float32_matmul_precision"] == "high"  # the provenance says what was asked
+    assert trace["failure"]["kind"] == "unsupported", trace.get("failure")
+    assert precision.refusal("high") in trace["failure"]["message"]
+    assert not any(trace["layers"].get(layer) for layer in ENGINE_LAYERS)
+    assert "failure" not in config and config["layers"]["config"]
 
 
 # --- GPU memory: a budget per engine, engines side by side from free memory ---------------
@@ -168,23 +208,23 @@ def test_the_free_memory_decides_how_many_engines_run_side_by_side(fake_gpu, mon
 
 def test_warm_engines_per_pytest_process_follow_free_memory(fake_gpu):
     fake_gpu(79)
-    assert conftest.max_warm("gpu", 2, 3) == conftest.MAX_WARM == 3
+    assert warm_engines.max_warm("gpu", 2, 3) == warm_engines.MAX_WARM == 3
     fake_gpu(17)  # four budgets, two processes
-    assert conftest.max_warm("gpu", 2, 3) == 2
+    assert warm_engines.max_warm("gpu", 2, 3) == 2
     fake_gpu(5)
-    assert conftest.max_warm("gpu", 2, 3) == 1
-    assert conftest.max_warm("cpu", 2, 3) == conftest.MAX_WARM
+    assert warm_engines.max_warm("gpu", 2, 3) == 1
+    assert warm_engines.max_warm("cpu", 2, 3) == warm_engines.MAX_WARM
 
 
 def test_warm_engines_scale_with_the_pins(fake_gpu):
     """With more pins than MAX_WARM, the goldens suite (every scenario on every pin in turn) keeps
     one engine per pin warm instead of cold-starting one for nearly every test."""
-    assert conftest.max_warm("cpu", 1, 5) == 5
-    assert conftest.max_warm("cpu", 1, 1) == conftest.MAX_WARM
+    assert warm_engines.max_warm("cpu", 1, 5) == 5
+    assert warm_engines.max_warm("cpu", 1, 1) == warm_engines.MAX_WARM
     fake_gpu(79)
-    assert conftest.max_warm("gpu", 1, 5) == 5
+    assert warm_engines.max_warm("gpu", 1, 5) == 5
     fake_gpu(17)  # four budgets: the GPU's memory still caps it
-    assert conftest.max_warm("gpu", 1, 5) == 4
+    assert warm_engines.max_warm("gpu", 1, 5) == 4
 
 
 def test_the_gpu_named_by_cuda_visible_devices_is_read(fake_gpu, monkeypatch):
@@ -225,7 +265,7 @@ def probe(tmp_path_factory):
         [str(python), str(REPO / "tests/doubles/gpu_branch_probe.py"),
          str(REPO / "scenarios/models/tiny-qwen3"), str(real)],
         capture_output=True, text=True, stdin=subprocess.DEVNULL,
-        env={**os.environ, "VLLM_PARITY_DEVICE": "gpu"})
+        env={**{k: v for k, v in os.environ.items() if k != precision.SETTING}, "VLLM_PARITY_DEVICE": "gpu"})
     lines = [line for line in result.stdout.splitlines() if line.startswith("PROBE ")]
     assert result.returncode == 0 and lines, result.stderr[-3000:]
     return json.loads(lines[-1][len("PROBE "):])
@@ -256,6 +296,16 @@ def test_a_gpu_engine_gets_the_memory_budget_and_its_cache_is_emptied(probe):
 def test_a_gpu_engine_records_with_the_async_scheduler_where_the_gpu_rule_is_async(probe):
     assert probe["scheduler_cls_async_True"] == ["engines.vllm.recorder.EngineRecordingAsyncScheduler", True]
     assert probe["scheduler_cls_async_False"] == ["engines.vllm.recorder.EngineRecordingScheduler", False]
+
+
+@pytest.mark.oracle
+def test_the_oracle_pins_full_float32_and_refuses_an_engine_torch_runs_below_it(probe):
+    """boot sets VLLM_FLOAT32_MATMUL_PRECISION where a runner left it unset, and vLLM reads it;
+    whatever else lowers torch's precision, an engine built under it is refused after the fact."""
+    assert probe["precision_setting"] == probe["precision_read_by_vllm"] == "highest"
+    assert probe["environment"]["float32_matmul_precision"] == "highest"
+    assert probe["precision_in_effect"] is None
+    assert probe["precision_in_effect_tf32"] == precision.refusal("high", "torch.get_float32_matmul_precision()")
 
 
 @pytest.mark.oracle

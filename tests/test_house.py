@@ -238,3 +238,11 @@ def test_no_worker_module_shadows_a_module_of_a_pin_environment():
                   if p.endswith(".py") or Path(p).is_dir() or ".cpython-" in p}
         theirs |= set(sys.stdlib_module_names)
         assert not ours & theirs, f"engines/vllm/ modules named like modules of {folder}: {sorted(ours & theirs)}"
+
+
+def test_conftest_patches_no_production_code():
+    """The shared fixtures reach the harness through its seams (the gate's ENGINE_SESSIONS), never
+    by replacing its classes or functions: conftest.py and the warm-engine plugin set nothing."""
+    for path in (REPO / "conftest.py", REPO / "tests" / "warm_engines.py"):
+        text = path.read_text(encoding="utf-8")
+        assert "setattr" not in text and "monkeypatch" not in text and "mock." not in text, path

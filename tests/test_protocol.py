@@ -1,5 +1,6 @@
 """The protocol reader: every malformed line is a ProtocolError naming what was expected."""
 
+import json
 import pytest
 
 from conformance.formats.protocol import ProtocolError, decode, encode
@@ -29,3 +30,13 @@ def test_malformed_lines(line, words):
 def test_unexpected_message_type():
     with pytest.raises(ProtocolError, match="expected a hello message, got 'done'"):
         decode(encode({"type": "done", "id": "r", "records": 0}), ("hello",))
+
+
+@pytest.mark.parametrize("text", ["18446744073709551616", "-9223372036854775809", "1e999", "-1E400",
+                                  "1" * 400 + ".0", "123456789012345678901234567890"])
+def test_a_number_out_of_range_is_refused_on_either_path(text):
+    from conformance.formats.protocol import loads
+
+    with pytest.raises(ValueError):
+        loads('{"type": "x", "v": [%s]}' % text)
+    assert loads('{"v": [18446744073709551615, -9223372036854775808, 1.5e3, 0.25]}')["v"][0] == 2 ** 64 - 1

@@ -8,7 +8,8 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.formats.pins import REPO_ROOT, Pins
+from conformance.formats.files import shown
+from conformance.formats.pins import Pins
 from conformance.process.dependencies import DependencyError, conflicts, wheel_metadata
 from conformance.process.envs import EnvError, download_wheel, gpu_lock, lock_gpu, locked_torch
 from conformance.process.fidelity import ALLOWLIST, Fidelity, FidelityError, SourceTree, compare_trees
@@ -67,7 +68,7 @@ def _fidelity(checked: Checked, rebuild_wheel: Path, official_wheel: Path, log) 
         return
     checked.fact(REBUILD, fidelity.describe())
     for d in fidelity.details:
-        checked.fact(REBUILD, f"{d.name} differs, allowed by {_shown(ALLOWLIST)}: {d.allowance.reason} "
+        checked.fact(REBUILD, f"{d.name} differs, allowed by {shown(ALLOWLIST)}: {d.allowance.reason} "
                               f"(approved by {d.allowance.approved_by})")
 
 
@@ -84,7 +85,7 @@ def _dependencies(checked: Checked, rebuild_wheel: Path, pins: Pins) -> None:
             f"{len(found)} conflict(s), package by package:\n" + "\n".join(f"  {c.describe()}" for c in found))
         return
     checked.fact(DEPENDENCIES, f"{metadata.label}'s Requires-Dist: every requirement is pinned by "
-                               f"{_shown(pins.cpu_requirements)} inside its range, or left out of the CPU "
+                               f"{shown(pins.cpu_requirements)} inside its range, or left out of the CPU "
                                f"recipe with its reason (engines/vllm/requirements-cpu-left-out.toml)")
 
 
@@ -93,9 +94,9 @@ def _gpu_lock(checked: Checked, pins: Pins, log) -> None:
     if path.is_file():
         text = path.read_text(encoding="utf-8")
         if f"vllm=={checked.release}" not in text.splitlines():
-            checked.problems.append(f"gpu lock: {_shown(path)} does not pin vllm=={checked.release}")
+            checked.problems.append(f"gpu lock: {shown(path)} does not pin vllm=={checked.release}")
             return
-        checked.fact(GPU, f"{_shown(path)}: kept as it is (vllm=={checked.release}, torch {locked_torch(path)})")
+        checked.fact(GPU, f"{shown(path)}: kept as it is (vllm=={checked.release}, torch {locked_torch(path)})")
         return
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / path.name
@@ -105,9 +106,7 @@ def _gpu_lock(checked: Checked, pins: Pins, log) -> None:
             checked.problems.append(f"gpu lock: {exc}")
             return
         checked.gpu_lock = out.read_text(encoding="utf-8")
-    checked.fact(GPU, f"{_shown(path)}: written by `parity envs --lock-gpu --pin {checked.release}`'s resolver "
+    checked.fact(GPU, f"{shown(path)}: written by `parity envs --lock-gpu --pin {checked.release}`'s resolver "
                       f"({checked.gpu_lock.count('==')} packages)")
 
 
-def _shown(path: Path) -> str:
-    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)

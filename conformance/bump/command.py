@@ -20,7 +20,7 @@ from pathlib import Path
 
 from conformance.bump.checks import check_release
 from conformance.bump.edit import PYPROJECT, bumped_text, read_back
-from conformance.formats.files import check_output_file, write_text_atomic
+from conformance.formats.files import check_output_file, shown, write_text_atomic
 from conformance.formats.pins import REPO_ROOT, PinError, load_pins
 from conformance.formats.scenario import Scenario
 from conformance.judging.goldens import GoldenStore
@@ -61,7 +61,7 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
         write_text_atomic(PYPROJECT, edited)
     if checked.gpu_lock is not None:
         write_text_atomic(gpu_lock(release), checked.gpu_lock)
-        changed.append(f"{_shown(gpu_lock(release))}: new")
+        changed.append(f"{shown(gpu_lock(release))}: new")
     log(f"[bump] pyproject.toml edited: vLLM {release} is the gate oracle")
     docs = _rewrite_docs()
     if docs:
@@ -87,7 +87,7 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
     text_out.parent.mkdir(parents=True, exist_ok=True)
     write_text_atomic(text_out, text)
     print(text, end="")
-    log(f"[bump] vLLM {release} is the gate oracle; the pull request's text is in {_shown(text_out)}. "
+    log(f"[bump] vLLM {release} is the gate oracle; the pull request's text is in {shown(text_out)}. "
         "Next: `make parity` and `make test`, then commit with that text.")
     return 0
 
@@ -111,5 +111,3 @@ def _rewrite_docs() -> list[str]:
     return [name for name in DOC_FILES if (REPO_ROOT / name).read_bytes() != before[name]]
 
 
-def _shown(path: Path) -> str:
-    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)

@@ -7,5 +7,13 @@ shown. Standard library only."""
 from __future__ import annotations
 
 
-class InputError(ValueError):
+class ParityError(Exception):
+    """Every refusal the harness names: `parity` exits `status` with the error's words and no
+    traceback. Bad input, an environment or an engine that cannot be had, a golden write refused
+    all derive from it; any other exception escaping a command is a bug of the harness."""
+
+    status = 2
+
+
+class InputError(ParityError, ValueError):
     """Bad input (a ValueError, as every bad input was before it had a name of its own)."""

@@ -19,10 +19,12 @@ import fcntl
 import os
 import re
 import stat
+import tempfile
 import tomllib
 from pathlib import Path
 
 from conformance.formats.errors import InputError
+from conformance.formats.pins import REPO_ROOT
 
 MiB = 1024 * 1024
 # Largest file of each kind the harness reads, in bytes. Each is far above what a valid file of
@@ -165,16 +167,37 @@ def check_output_file(path: Path, option: str) -> None:
         raise FolderError(f"{option} {path}: cannot write in {folder}")
 
 
-def write_text_atomic(path: Path, text: str) -> None:
-    """Whole or not at all, through a temporary file beside it named by the writer's pid
-    (`.<name>.<pid>.tmp`), so that one left by a writer killed meanwhile is known as stale."""
-    part = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def write_text_atomic(path: Path, text: str) -> bool:
+    """The one durable writer: old file or new file, never half of either, and the new one on
+    disk before it takes the old one's name (mkstemp, fsync, rename). The temporary file beside
+    it is named by the writer's pid (`.<name>.<pid>.<random>.tmp`), so one left by a writer
+    killed meanwhile is known as stale. True when the bytes changed (an equal file is left as
+    it is)."""
     try:
-        part.write_text(text, encoding="utf-8")
-        os.replace(part, path)
+        if read_text(path, "trace") == text:  # the largest kind: whatever this writer writes
+            return False
+    except (FileNotFoundError, InputFileError):
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    remove_dead_writers_temporaries(path)  # left by a writer killed mid-write (kill -9)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
+    try:
+        os.fchmod(fd, 0o644)  # mkstemp makes it private; what the harness writes is a plain file
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
     except BaseException:
-        part.unlink(missing_ok=True)
+        os.unlink(tmp)
         raise
+    return True
+
+
+def shown(path: Path | str) -> str:
+    """A path as every message shows it: relative to the checkout where it lies inside it."""
+    path = Path(path)
+    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 # what follows `.<name>.` in a temporary file's name: `<pid>.tmp`, or `<pid>.<random>.tmp` (a

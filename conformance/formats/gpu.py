@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import subprocess
 
+from conformance.formats.errors import ParityError
 from conformance.formats.settings import nvidia_smi
 
 # One tiny engine on a GPU: its CUDA context (~0.5 GiB), torch's workspaces, the tiny model
@@ -22,7 +23,7 @@ ENGINE_BYTES = 4 << 30
 KV_CACHE_BYTES = 256 << 20
 
 
-class GpuError(RuntimeError):
+class GpuError(ParityError, RuntimeError):
     """nvidia-smi answered, but not in the form this module reads."""
 
 

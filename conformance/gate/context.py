@@ -4,12 +4,19 @@ progress and the report go, the waivers, the folders it writes, and what was ask
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 from conformance.formats.pins import Pins
 from conformance.judging.waivers import Waiver
+from conformance.process.session import EngineSession
+
+# What makes the session of each engine a gate runs: EngineSession(spec, **options). The one seam
+# for whoever embeds a gate run (the test suite lends its warm engines through it: tests/
+# warm_engines.py); read once, when the run's context is made, in the thread that makes it.
+ENGINE_SESSIONS: ContextVar[Callable[..., EngineSession]] = ContextVar("engine_sessions", default=EngineSession)
 
 
 @dataclass(frozen=True)
@@ -26,3 +33,5 @@ class RunContext:
     require_layers: list[str] | None = None  # the layers a candidate must serve (None: those asked)
     require_features: list[str] | None = None  # the features a candidate must declare (None: none)
     drift: bool = False  # the drift across pins and the per-pin tables even with a candidate
+    # makes each engine's session (ENGINE_SESSIONS above): EngineSession unless an embedder lends its own
+    sessions: Callable[..., EngineSession] = field(default_factory=ENGINE_SESSIONS.get)

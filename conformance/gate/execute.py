@@ -22,7 +22,6 @@ from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.process.launch import prepare_engine
 from conformance.process.progress import EngineProgress, Progress, duration
 from conformance.process.reaper import end_all, ended_unwinding, resume
-from conformance.process.session import EngineSession
 
 
 def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: list[Unit],
@@ -46,7 +45,7 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
             # by its NAME or its hello
             spec = replace(prepare_engine(engine, context.pins, log), label=engine.key)
             # a candidate is asked only for the layers its hello declares (judge_layers)
-            session = EngineSession(spec, declared_only=engine.role == CANDIDATE, progress=EngineProgress(
+            session = context.sessions(spec, declared_only=engine.role == CANDIDATE, progress=EngineProgress(
                 progress, "gate", engine.key, [(u.scenario, u.layers, u.cost) for u in mine], COLD_START),
                 sinks=golden_sinks(context.pins.oracle))
             with session:

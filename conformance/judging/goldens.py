@@ -28,13 +28,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.errors import ParityError
+from conformance.formats import precision
 from conformance.formats.digest import check_form
-from conformance.formats.files import InputFileError, read_bytes, read_text, remove_dead_writers_temporaries
+from conformance.formats.files import InputFileError, read_bytes, read_text, write_text_atomic
 from conformance.formats.gpu import golden_written_here
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.record_schema import (Field, Flag, Int, ListOf, Nullable, Number, Record,
@@ -49,7 +49,7 @@ ORACLE_RUNS = 2
 KEEP, NEW, REWRITE = "keep", "new", "rewrite"
 
 
-class GoldenRefused(PermissionError):
+class GoldenRefused(ParityError, PermissionError):
     """Someone asked a candidate engine, or a failed run, to write a golden."""
 
 
@@ -337,8 +337,14 @@ def refuse_writer(path: Path | None, trace: dict, release: str | None) -> None:
                             "vLLM oracle, never by a candidate engine")
     if "failure" in trace:
         raise GoldenRefused(f"refusing to write {where}: the run failed ({trace['failure']['kind']})")
-    if trace.get("provenance", {}).get("environment", {}).get("vllm") != release:
+    env = trace.get("provenance", {}).get("environment", {})
+    if env.get("vllm") != release:
         raise GoldenRefused(f"refusing to write {where}: it is not the trace of vLLM {release}")
+    # a golden is written at full float32 only (formats/precision.py); a trace from before the
+    # precision was recorded says nothing, and its engine ran at vLLM's default, `highest`
+    lower = precision.refusal(env.get("float32_matmul_precision"), "provenance.environment.float32_matmul_precision")
+    if lower:
+        raise GoldenRefused(f"refusing to write {where}: {lower}")
 
 
 # A golden's every part but its layers, field by field: nothing else may ride along in a golden
@@ -351,7 +357,14 @@ ENVIRONMENT = Record("environment", {
     "python": Field(Text()), "torch": Field(Text()), "vllm": Field(Text()), "machine": Field(Text()),
     "build": Field(Text()), "fidelity": Field(Nullable(FIDELITY)), "cpu": Field(Nullable(CPU)),
     "device": Field(Text(("gpu",)), optional=True), "model_runner": Field(Text(), optional=True),
+    # recorded since the float32 precision was pinned (runtime.numerics): optional, so every golden
+    # written before holds as it is (LATER_ENVIRONMENT_KEYS); a golden is written at full float32 only
+    "float32_matmul_precision": Field(Text((precision.FULL_FLOAT32,)), optional=True),
+    "batch_invariant": Field(Flag(), optional=True), "cuda": Field(Nullable(Text()), optional=True),
 })
+# provenance.environment's keys a golden written before them lacks: on the machine that wrote
+# it, such a golden is compared byte for byte with a run's trace without them (`as_written`)
+LATER_ENVIRONMENT_KEYS = ("float32_matmul_precision", "batch_invariant", "cuda")
 GOLDEN = Record("golden", {
     "schema": Field(Text((SCHEMA,))),
     "engine": Field(Record("engine", {"label": Field(Text()), "name": Field(Text(("vllm",))),
@@ -384,6 +397,19 @@ def writer(trace: dict) -> dict:
     return {"build": env.get("build"), "cpu": env.get("cpu")}
 
 
+def as_written(trace: dict, golden: dict) -> dict:
+    """`trace` as a harness of the golden's day would have recorded it: without the
+    LATER_ENVIRONMENT_KEYS the golden's provenance lacks (only those: any other difference
+    still fails the byte rule)."""
+    env = trace.get("provenance", {}).get("environment", {})
+    known = golden.get("provenance", {}).get("environment", {})
+    later = [key for key in LATER_ENVIRONMENT_KEYS if key in env and key not in known]
+    if not later:
+        return trace
+    kept = {key: value for key, value in env.items() if key not in later}
+    return {**trace, "provenance": {**trace["provenance"], "environment": kept}}
+
+
 def check_golden(trace: dict, golden: dict) -> GoldenCheck:
     """The one rule by which a trace holds its golden (module doc)."""
     # the comparison core; judging/judging.py builds on this module
@@ -391,7 +417,7 @@ def check_golden(trace: dict, golden: dict) -> GoldenCheck:
 
     theirs, ours = writer(golden), writer(trace)
     if theirs == ours and theirs["cpu"] is not None:
-        same = dumps(trace) == dumps(golden)
+        same = dumps(as_written(trace, golden)) == dumps(golden)
         return GoldenCheck(same, "bytes", reason="" if same else "on the machine that wrote it, "
                            "the golden must regenerate byte for byte")
     rule = "tolerance" if theirs["build"] == ours["build"] else "numerics"
@@ -415,30 +441,6 @@ def keeps(trace: dict, golden: dict) -> GoldenCheck:
         return GoldenCheck(False, check.rule, check.verdict, "its provenance does not name the CPU "
                            "that wrote it (environment.cpu)")
     return check
-
-
-def write_text_atomic(path: Path, text: str) -> bool:
-    """Old file or new file, never half of either; True when the bytes changed."""
-    try:
-        if read_text(path, "trace") == text:
-            return False
-    except (FileNotFoundError, InputFileError):
-        pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    remove_dead_writers_temporaries(path)  # left by a writer killed mid-write (kill -9)
-    # the writer's pid in the name says whose it is: .vllm-0.27.1.json.<pid>.<random>.tmp
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}.", suffix=".tmp")
-    try:
-        os.fchmod(fd, 0o644)  # mkstemp makes it private; a golden is a plain reviewable file
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-    return True
 
 
 def change_summary(path: Path, old_text: str | None, trace: dict) -> str:

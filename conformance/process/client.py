@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from conformance.formats.errors import ParityError
 from conformance.formats import digest, protocol
 from conformance.formats.scenario import Scenario
 from conformance.formats.settings import SettingError
@@ -36,7 +37,7 @@ class Stopped(Exception):
     """The whole run is being stopped (Ctrl-C, SIGTERM): no engine starts or waits any more."""
 
 
-class EngineFailure(RuntimeError):
+class EngineFailure(ParityError, RuntimeError):
     """The engine could not produce a trace. `kind` names the failure for the verdict."""
 
     def __init__(self, kind: str, message: str, partial: dict | None = None):

@@ -22,6 +22,7 @@ import subprocess
 import tempfile
 from pathlib import Path
 
+from conformance.formats.errors import ParityError
 from conformance.formats.log import log
 from conformance.formats.settings import cache_root
 from conformance.process.envs import WORKER, device_args
@@ -38,7 +39,7 @@ MEASURED = ("*/vllm/v1/core/sched/*.py", "*/vllm/config/scheduler.py",
             "*/vllm/v1/core/kv_cache_utils.py")
 
 
-class CoverageError(RuntimeError):
+class CoverageError(ParityError, RuntimeError):
     """coverage.py could not be installed or could not report; the message says which step."""
 
 

@@ -24,6 +24,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
+from conformance.formats.files import shown
 from conformance.formats.pins import REPO_ROOT, Pins
 
 LEFT_OUT = REPO_ROOT / "engines" / "vllm" / "requirements-cpu-left-out.toml"
@@ -95,9 +96,9 @@ def recipe_versions(pins: Pins, engine: bool) -> dict[str, str]:
             req = Requirement(text)
             (spec,) = req.specifier
         except (InvalidRequirement, ValueError):
-            raise DependencyError(f"{_shown(source)}: expected NAME==VERSION, got {text!r}") from None
+            raise DependencyError(f"{shown(source)}: expected NAME==VERSION, got {text!r}") from None
         if spec.operator != "==":
-            raise DependencyError(f"{_shown(source)}: expected NAME==VERSION, got {text!r}")
+            raise DependencyError(f"{shown(source)}: expected NAME==VERSION, got {text!r}")
         versions[canonicalize_name(req.name)] = spec.version
     versions["torch"] = f"{pins.cpu_torch}+cpu"  # the CPU build: from the machine's wheels or the CPU index
     return versions
@@ -110,16 +111,16 @@ def left_out(engine: bool, path: Path = LEFT_OUT) -> dict[str, str]:
     try:
         table = tomllib.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
-        raise DependencyError(f"{_shown(path)}: cannot read the left-out list: {exc}") from None
+        raise DependencyError(f"{shown(path)}: cannot read the left-out list: {exc}") from None
     unknown = set(table) - {"left-out", "official-wheel-on-cpu"}
     if unknown:
-        raise DependencyError(f"{_shown(path)}: unknown table(s) {sorted(unknown)}")
+        raise DependencyError(f"{shown(path)}: unknown table(s) {sorted(unknown)}")
     sections = ["left-out"] + ([] if engine else ["official-wheel-on-cpu"])
     out = {}
     for section in sections:
         for name, reason in table.get(section, {}).items():
             if not isinstance(reason, str) or not reason.strip():
-                raise DependencyError(f"{_shown(path)}: [{section}] {name} needs its reason as a string")
+                raise DependencyError(f"{shown(path)}: [{section}] {name} needs its reason as a string")
             out[canonicalize_name(name)] = reason
     return out
 
@@ -146,11 +147,11 @@ def conflicts(metadata: Metadata, pins: Pins, engine: bool) -> list[Conflict]:
             if not _inside(versions[name], req):
                 found.append(Conflict(name, spec, versions[name], (
                     f"{metadata.label} requires {spec}; the CPU recipe installs {name}=={versions[name]} "
-                    f"({_shown(pins.cpu_requirements) if name != 'torch' else 'cpu-torch in pyproject.toml'})")))
+                    f"({shown(pins.cpu_requirements) if name != 'torch' else 'cpu-torch in pyproject.toml'})")))
         elif name not in without:
             found.append(Conflict(name, spec, None, (
-                f"{metadata.label} requires {spec}; neither {_shown(pins.cpu_requirements)} pins it nor "
-                f"{_shown(LEFT_OUT)} says why the CPU path does without it")))
+                f"{metadata.label} requires {spec}; neither {shown(pins.cpu_requirements)} pins it nor "
+                f"{shown(LEFT_OUT)} says why the CPU path does without it")))
     return found
 
 
@@ -159,13 +160,6 @@ def _inside(version: str, req: Requirement) -> bool:
         return req.specifier.contains(Version(version), prereleases=True)
     except InvalidVersion:
         return False
-
-
-def _shown(path) -> str:
-    path = Path(path) if not isinstance(path, str) else path
-    if isinstance(path, Path) and path.is_relative_to(REPO_ROOT):
-        return str(path.relative_to(REPO_ROOT))
-    return str(path)
 
 
 _MISSING = re.compile(r"No module named '([A-Za-z0-9_.]+)'")
@@ -186,7 +180,7 @@ def missing_module(output: str, site_packages: Path) -> str:
     if req is None:
         return f"the CPU path imports {module}{where}, which no requirement of vLLM's metadata provides"
     return (f"{req.name}: {metadata.label} imports {module}{where} on the CPU path, and {req} (its Requires-Dist) "
-            f"is left out of requirements-cpu.txt: pin it there (and take it off {_shown(LEFT_OUT)})")
+            f"is left out of requirements-cpu.txt: pin it there (and take it off {shown(LEFT_OUT)})")
 
 
 def _providing(module: str, metadata: Metadata) -> Requirement | None:

@@ -36,6 +36,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.files import shown
+from conformance.formats.errors import ParityError
 from conformance.formats.log import log
 from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 from conformance.formats.settings import cache_root, device_mode
@@ -53,7 +55,7 @@ GPU_LOCK = "engines/vllm/requirements-gpu-{release}.txt"
 GPU_LOCK_SHARED = ("transformers", "huggingface_hub", "tokenizers", "safetensors")
 
 
-class EnvError(RuntimeError):
+class EnvError(ParityError, RuntimeError):
     """A pin's environment could not be built; the message carries the tail of the build log."""
 
 
@@ -120,16 +122,12 @@ def _locked_torch(release: str) -> str:
 def locked_torch(path: Path, release: str = "X") -> str:
     """The torch a GPU lock pins; EnvError when the lock is missing or pins none."""
     if not path.is_file():
-        raise EnvError(f"{_shown(path)} is missing: a GPU environment installs only a "
+        raise EnvError(f"{shown(path)} is missing: a GPU environment installs only a "
                        f"locked dependency set; write it with `parity envs --lock-gpu --pin {release}`")
     for line in path.read_text(encoding="utf-8").splitlines():
         if line.startswith("torch=="):
             return line.split("==", 1)[1].split()[0]
-    raise EnvError(f"{_shown(path)} pins no torch")
-
-
-def _shown(path: Path) -> str:
-    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
+    raise EnvError(f"{shown(path)} pins no torch")
 
 
 def install_steps(release: str, mode: str, pins: Pins) -> list[list[str]]:
@@ -241,7 +239,7 @@ def lock_gpu(release: str, pins: Pins, log=log, out: Path | None = None) -> Path
     out.write_text(f"# vllm {release} on a GPU runner (Linux x86_64, Python {python}): the whole set, locked.\n"
                    f"# Written by `parity envs --lock-gpu --pin {release}` (conformance/process/envs.py lock_gpu);\n"
                    f"# {', '.join(GPU_LOCK_SHARED)} held to {pins.cpu_requirements.name}.\n" + body, encoding="utf-8")
-    log(f"[envs] {_shown(out)}: {body.count('==')} packages, torch {locked_torch(out)}")
+    log(f"[envs] {shown(out)}: {body.count('==')} packages, torch {locked_torch(out)}")
     return out
 
 

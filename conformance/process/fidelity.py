@@ -22,7 +22,8 @@ import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from conformance.formats.files import read_toml
+from conformance.formats.errors import ParityError
+from conformance.formats.files import read_toml, shown
 from conformance.formats.pins import REPO_ROOT
 
 # GPU-only kernels vendored into the official wheel (FlashAttention's CuTe DSL, DeepGEMM,
@@ -35,7 +36,7 @@ DIFF_LINES = 40
 DIFF_WIDTH = 160
 
 
-class FidelityError(ValueError):
+class FidelityError(ParityError, ValueError):
     """The allowlist is malformed (or a rebuild differs from the official wheel outside it)."""
 
 
@@ -56,15 +57,15 @@ class Allowance:
 
 def load_allowlist(path: Path = ALLOWLIST) -> tuple[Allowance, ...]:
     """The reviewed allowlist; FidelityError naming the file and the entry when malformed."""
-    table = read_toml(path, lambda exc: FidelityError(f"{_shown(path)}: cannot read the fidelity allowlist: {exc}"))
+    table = read_toml(path, lambda exc: FidelityError(f"{shown(path)}: cannot read the fidelity allowlist: {exc}"))
     entries = table.get("allow", [])
     if set(table) - {"allow"} or not isinstance(entries, list):
-        raise FidelityError(f"{_shown(path)}: expected only [[allow]] entries, got {sorted(table)}")
+        raise FidelityError(f"{shown(path)}: expected only [[allow]] entries, got {sorted(table)}")
     return tuple(_allowance(path, number, entry) for number, entry in enumerate(entries, 1))
 
 
 def _allowance(path: Path, number: int, entry: dict) -> Allowance:
-    where = f"{_shown(path)}: [[allow]] entry {number}"
+    where = f"{shown(path)}: [[allow]] entry {number}"
     unknown = set(entry) - ALLOWANCE_KEYS
     if unknown:
         raise FidelityError(f"{where}: unknown key(s) {sorted(unknown)}; known: {sorted(ALLOWANCE_KEYS)}")
@@ -78,10 +79,6 @@ def _allowance(path: Path, number: int, entry: dict) -> Allowance:
     if sha is not None and not (isinstance(sha, str) and len(sha) == 64 and set(sha) <= set("0123456789abcdef")):
         raise FidelityError(f"{where}: 'sha256' must be 64 lowercase hex digits, got {sha!r}")
     return Allowance(entry["file"], tuple(releases), entry["reason"].strip(), entry["approved-by"].strip(), sha)
-
-
-def _shown(path: Path) -> str:
-    return str(path.relative_to(REPO_ROOT)) if path.is_relative_to(REPO_ROOT) else str(path)
 
 
 class SourceTree:
@@ -157,7 +154,7 @@ class Fidelity:
         if not self.equal:
             release = self.official.removeprefix("vllm==")
             lines.append(f"  Each difference refuses {self.rebuild}. To allow one, a person reviews its diff and "
-                         f"adds an entry to {_shown(ALLOWLIST)} with the reason, e.g.:")
+                         f"adds an entry to {shown(ALLOWLIST)} with the reason, e.g.:")
             for d in (d for d in self.details if d.allowance is None):
                 sha = f'\n    sha256 = "{d.rebuild_sha256}"' if d.rebuild_sha256 else ""
                 lines.append(f'    [[allow]]\n    file = "{d.name}"\n    releases = ["{release}"]{sha}\n'

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from conformance.formats.errors import ParityError
 from conformance.formats.log import log
 from conformance.formats.mutant import Mutant
 from conformance.formats.pins import REPO_ROOT
@@ -23,7 +24,7 @@ SERVER = REPO_ROOT / "engines" / "vllm" / "mutant_server.py"
 CLIENT = REPO_ROOT / "engines" / "vllm" / "mutant_client.py"
 
 
-class MutantServerError(RuntimeError):
+class MutantServerError(ParityError, RuntimeError):
     """The mutant server did not start; the message carries the tail of its log."""
 
 

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.files import shown
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.errors import InputError
 from conformance.formats.gpu import selected_for_goldens
-from conformance.formats.pins import REPO_ROOT, Pins
+from conformance.formats.pins import Pins
 from conformance.formats.scenario import Scenario
 from conformance.formats.settings import device_mode
 from conformance.gate.results import read_results
@@ -121,7 +122,7 @@ def report(outcomes: list[GoldenOutcome], orphans: list[Path], check: bool, log)
     """What was done, said; the exit status: 2 when a run failed, 1 when a golden would change
     (check) or an orphan is found, else 0."""
     for path in orphans:
-        log(f"[goldens] orphan: {_shown(path)} is not the golden of a scenario and a pin "
+        log(f"[goldens] orphan: {shown(path)} is not the golden of a scenario and a pin "
             "(a golden of neither, or a killed write's temporary file)")
     unsupported = [o for o in outcomes if o.unsupported]
     failed = [o for o in outcomes if o.failure]
@@ -137,5 +138,3 @@ def report(outcomes: list[GoldenOutcome], orphans: list[Path], check: bool, log)
     return 1 if (check and changed) or orphans else 0
 
 
-def _shown(path: Path) -> Path:
-    return path.relative_to(REPO_ROOT) if path.is_relative_to(REPO_ROOT) else path

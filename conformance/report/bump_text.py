@@ -15,6 +15,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
+from conformance.formats.errors import InputError
 from conformance.formats.files import read_toml
 from conformance.formats.pins import REPO_ROOT
 from conformance.report.drift import DEPARTS, SAME, Drift, shown_apart
@@ -23,7 +24,7 @@ from conformance.report.render_ci import _code, _text
 NOTES = REPO_ROOT / "upstream-changes.toml"
 
 
-class NotesError(ValueError):
+class NotesError(InputError):
     """upstream-changes.toml is malformed."""
 
 

