@@ -68,6 +68,10 @@ def test_lora_scenarios_show_admission_and_hashing(release):
     assert admission[0]["total_num_scheduled_tokens"] < admission[0]["token_budget"]  # not the budget
     assert admission[1]["new"] == ["r2", "r3"] and admission[1]["waiting"] == ["r1"]  # admitted past it
     assert next(i for i, st in enumerate(admission) if "r1" in st["new"]) == 12
+    # the priority policy takes from the side queue and the waiting queue by priority
+    priority = steps["lora_priority"]
+    assert [st["new"] for st in priority[:3]] == [["r0"], ["r3"], ["r4"]] and priority[8]["new"] == ["r1", "r2"]
+    assert all(st["waiting"] == ["r2", "r1"] for st in priority[1:8]) and priority[8]["running"] == ["r2", "r1"]
     # the same prompt shares blocks under the same adapter only
     cached = steps["lora_prefix_caching"]
     hits = {rid: r["cached_tokens"] for st in cached for rid, r in st["requests"].items() if rid in st["new"]}
