@@ -70,8 +70,8 @@ def test_lora_scenarios_show_admission_and_hashing(release):
     assert next(i for i, st in enumerate(admission) if "r1" in st["new"]) == 12
     # the priority policy takes from the side queue and the waiting queue by priority
     priority = steps["lora_priority"]
-    assert [st["new"] for st in priority[:3]] == [["r0"], ["r3"], ["r4"]] and priority[8]["new"] == ["r1", "r2"]
-    assert all(st["waiting"] == ["r2", "r1"] for st in priority[1:8]) and priority[8]["running"] == ["r2", "r1"]
+    assert [st["new"] for st in priority[:3]] == [["r0"], ["r3"], ["r4"]] and priority[8]["new"] == ["r1", "r2", "r5"]
+    assert all(st["waiting"] == ["r2", "r1"] for st in priority[1:8]) and priority[8]["running"] == ["r2", "r1", "r5"]
     # the same prompt shares blocks under the same adapter only
     cached = steps["lora_prefix_caching"]
     hits = {rid: r["cached_tokens"] for st in cached for rid, r in st["requests"].items() if rid in st["new"]}
