@@ -241,7 +241,7 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             # LoRA: admission under max_loras (a skipped request in the side queue, drained first),
             # adapters in the block hashes
             "lora_max_loras_admission", "lora_adapters_come_and_go", "lora_preemption", "lora_prefix_caching",
-            "lora_priority",
+            "lora_priority", "lora_abort_skipped",
             # a running prefill continued by more than 2048 tokens in one step (the budget left)
             "long_running_chunk", "long_running_chunk_dflash")
 # The scenarios whose GPU rule turns async scheduling on: the reference engine drives its

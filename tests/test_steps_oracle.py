@@ -72,6 +72,10 @@ def test_lora_scenarios_show_admission_and_hashing(release):
     priority = steps["lora_priority"]
     assert [st["new"] for st in priority[:3]] == [["r0"], ["r3"], ["r4"]] and priority[8]["new"] == ["r1", "r2", "r5"]
     assert all(st["waiting"] == ["r2", "r1"] for st in priority[1:8]) and priority[8]["running"] == ["r2", "r1", "r5"]
+    # an abort takes a skipped request out of the side queue
+    aborted = steps["lora_abort_skipped"]
+    assert aborted[1]["waiting"] == ["r1", "r2"] and aborted[2]["aborted"] == ["r1"] and aborted[2]["waiting"] == ["r2"]
+    assert next(i for i, st in enumerate(aborted) if "r2" in st["new"]) == 6
     # the same prompt shares blocks under the same adapter only
     cached = steps["lora_prefix_caching"]
     hits = {rid: r["cached_tokens"] for st in cached for rid, r in st["requests"].items() if rid in st["new"]}
