@@ -174,6 +174,7 @@ goldens-check: envs
 # 15 min here, so a deterministic sample by default; `make adequacy ADEQUACY_SAMPLE= KV_SAMPLE=`
 # runs all of both. The engine path's catalog (sampler, drafters, model runner, numerics)
 # starts a whole engine per mutant and scenario: a sample of it too, `ENGINE_SAMPLE=` for all.
+# The judge's own catalog runs alone: `.venv/bin/parity adequacy --catalog traces` (docs/adequacy.md).
 ADEQUACY_SAMPLE ?= 250
 KV_SAMPLE ?= 150
 ENGINE_SAMPLE ?= 40

@@ -221,9 +221,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="mutants run the stand-in scenarios only, not the engine-layer tier after them")
     p.add_argument("--engine-sample", type=int,
                    help="run a deterministic sample of this many engine-path mutants (default: all)")
-    p.add_argument("--catalog", choices=("scheduler", "kv", "engine", "all"), default="all",
+    p.add_argument("--catalog", choices=("scheduler", "kv", "engine", "all", "traces"), default="all",
                    help="which mutant catalog to run: the scheduler's, the KV cache manager's and block "
-                   "pool's, the engine path's (sampler, drafters, model runner, numerics), or all (default)")
+                   "pool's, the engine path's (sampler, drafters, model runner, numerics), or all of these "
+                   "(default); or traces: the oracle's own goldens mutated and served back as candidates, "
+                   "every golden of every scale (the judge's adequacy; alone, no coverage pass, no vLLM)")
+    p.add_argument("--trace-sample", type=int,
+                   help="traces: a deterministic sample of this many mutants of each family per golden "
+                   "(default: all)")
+    p.add_argument("--trace-scenario", action="append",
+                   help="traces: this scenario's goldens only (by name; repeatable; default: every scenario)")
 
     p = sub.add_parser("fuzz", help="search for a scenario on which a candidate differs from the "
                        "oracle, shrink it, write it as a scenario file (make fuzz)")
@@ -514,6 +521,10 @@ def cmd_fuzz(args) -> int:
 def cmd_adequacy(args) -> int:
     from conformance.adequacy.command import adequacy
 
+    if args.catalog == "traces":  # every golden: the production scenarios' digests too
+        from conformance.adequacy.command import trace_adequacy
+
+        return trace_adequacy(args, _scenarios(None, "all"), log)
     return adequacy(args, _scenarios(None, "library"), log)
 
 

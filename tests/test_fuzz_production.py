@@ -121,3 +121,29 @@ def test_a_production_finding_is_shrunk_to_a_small_scenario(mutant, warm_session
     assert finding.first_requests >= 64 and len(finding.raw["workload"]["requests"]) <= 3
     text = fuzz_cli.report(finding, oracle, 1, mutant, oracle)
     assert f"shape:    production part; found at {finding.first_shape}; shrunk to {len(finding.raw['workload']['requests'])} request" in text, text
+
+
+def test_the_production_space_draws_every_family_the_small_space_draws():
+    """Over a fixed seed's examples, each family of the small space (strategies.families) turns
+    up in the production space too, each example still a valid scenario."""
+    from hypothesis import seed
+
+    seen = set()
+
+    @seed(42)
+    @settings(max_examples=80, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(raw=strategies.production_scenarios())
+    def draw(raw):
+        parse_scenario(raw, REPO / "scenarios" / "fuzz.json")
+        args, reqs = raw["engine_args"], raw["workload"]["requests"]
+        seen.update(name for name, there in (
+            ("priorities", any("priority" in r for r in reqs)),
+            ("eos", any("eos_token_id" in r for r in reqs)),
+            ("min_tokens", any("min_tokens" in r for r in reqs)),
+            ("repetition_detection", any("repetition_detection" in r for r in reqs)),
+            ("kv_connector", "kv_transfer_config" in args and any("external" in r for r in reqs)),
+            ("hybrid model", args["model"] == strategies.HYBRID),
+        ) if there)
+
+    draw()
+    assert seen == {"priorities", "eos", "min_tokens", "repetition_detection", "kv_connector", "hybrid model"}, seen

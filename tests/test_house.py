@@ -246,3 +246,38 @@ def test_conftest_patches_no_production_code():
     for path in (REPO / "conftest.py", REPO / "tests" / "warm_engines.py"):
         text = path.read_text(encoding="utf-8")
         assert "setattr" not in text and "monkeypatch" not in text and "mock." not in text, path
+
+
+# Strings that spell a kind and are not one, each with its reason: the house test below finds any
+# other string literal of a kind outside the enum (conformance/formats/kinds.py).
+NOT_KINDS = {
+    ("conformance/judging/goldens.py", "numerics"): "a golden's rule (bytes, tolerance, numerics), not a verdict",
+    ("conformance/adequacy/mutation.py", "pass"): "Python's pass statement, put in the place of a removed one",
+}
+
+
+def test_no_kind_is_spelled_outside_its_enum():
+    import ast
+
+    from conformance.formats.kinds import Kind
+
+    words = {k.value for k in Kind}
+    found = []
+    for path in sorted((REPO / "conformance").rglob("*.py")):
+        name = path.relative_to(REPO).as_posix()
+        if name == "conformance/formats/kinds.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        fields = set()  # "protocol" as the hello's field: a key, an index, a .get() argument
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Dict):
+                fields.update(id(k) for k in node.keys if k is not None)
+            elif isinstance(node, ast.Subscript):
+                fields.add(id(node.slice))
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+                fields.update(id(a) for a in node.args[:1])
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Constant) and node.value in words and (name, node.value) not in NOT_KINDS
+                    and not (node.value == "protocol" and id(node) in fields)):
+                found.append(f"{name}:{node.lineno} {node.value!r}")
+    assert not found, "a kind spelled as a string: use conformance.formats.kinds.Kind\n" + "\n".join(found)

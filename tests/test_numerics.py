@@ -228,3 +228,36 @@ def test_an_acceptance_difference_at_a_near_tie_of_the_oracle_is_numerics():
     assert c.cause == "numerics" and "within the tolerance" in c.evidence
     margins[7], margins[6] = 2.0, 0.004  # a near-tie elsewhere is no evidence
     assert compare_engine_steps(oracle, other, _oracle_outputs(margins), atol=0.01).cause == "acceptance"
+
+
+def test_records_out_of_order_or_twice_are_a_mismatch():
+    # one record per request, sorted by id (PROTOCOL.md); the trace-mutation catalog's survivors
+    # before: engine_outputs compared request by request through a dict keyed by id
+    for b in ([A[1], A[0]], [A[0], A[0], A[1]], [A[0], A[1], A[1]]):
+        c = compare_engine_outputs(A, copy.deepcopy(b), atol=1e-3)
+        assert not c.equal and c.cause == "mismatch" and c.first.path.endswith(".id"), b
+        assert "sorted by id" in c.evidence
+
+
+def test_a_top_k_list_missing_or_listed_twice_is_a_logprobs_difference():
+    b = copy.deepcopy(A)
+    b[0]["logprobs"] = b[0]["logprobs"][:-1]  # no top-k for the last position
+    c = compare_engine_outputs(A, b, atol=1e-3)
+    assert c.cause == "logprobs" and c.first.path == "r0.logprobs (positions)"
+    b = copy.deepcopy(A)
+    b[0]["logprobs"].append([[7, 0.0]])  # a top-k past the last token
+    assert compare_engine_outputs(A, b, atol=1e-3).cause == "logprobs"
+    b = copy.deepcopy(A)
+    b[1]["logprobs"][0].append([2, -3.0])  # a token listed twice
+    c = compare_engine_outputs(A, b, atol=1e-3)
+    assert c.cause == "logprobs" and c.first.path == "r1.logprobs[0] (a token listed twice)"
+    b = copy.deepcopy(A)
+    b[1]["logprobs"][1] = b[1]["logprobs"][1][:1]  # one entry fewer than the oracle's top-k
+    c = compare_engine_outputs(A, b, atol=1e-3)
+    assert c.cause == "logprobs" and c.first.path == "r1.logprobs[1] (entries)"
+    # one more entry is the sampled token, listed last outside the top-k: noise may move it there
+    e = copy.deepcopy(A)
+    e[1]["logprobs"][1] = [[4, -0.1], [2, -0.2]]
+    b = copy.deepcopy(e)
+    b[1]["logprobs"][1] = [[4, -0.1], [9, -0.1995], [2, -0.2]]  # 9 and 2 tied at the k-th place
+    assert compare_engine_outputs(e, b, atol=1e-3).equal

@@ -1,7 +1,8 @@
 """`parity adequacy`: the coverage pass over every pin, then the generated mutant catalogs (the
 scheduler's, the KV cache manager's and block pool's) and the engine path's
 (conformance/adequacy/engine_path.py) on the gate oracle; prints conformance/adequacy/report.py's
-report, each catalog in a block of its own. Exit 0 when every goal is met, 1 when one is missed."""
+report, each catalog in a block of its own. Exit 0 when every goal is met, 1 when one is missed.
+`--catalog traces` runs the trace-mutation catalog alone (conformance/adequacy/trace_catalog.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from conformance.adequacy.measure import (CATALOGS, ENGINE_TIER, ResultCache, ca
                                           run_mutants, sample)
 from conformance.adequacy.report import render_coverage, render_goals, render_mutants
 from conformance.adequacy.scope import load_scope
+from conformance.adequacy.trace_catalog import render_catalog, run_catalog
 from conformance.formats.errors import InputError
 from conformance.formats.pins import load_pins
 from conformance.process.coverage_run import CoverageError
@@ -33,6 +35,29 @@ def adequacy(args, scenarios, log) -> int:
     except (CoverageError, MutantServerError) as exc:
         log(f"parity adequacy: error: {exc}")
         return 2
+
+
+def trace_adequacy(args, scenarios, log) -> int:
+    """`--catalog traces`: every golden of `scenarios` (on --pin's pins, default all) mutated and
+    judged (conformance/adequacy/trace_catalog.py); exit 0 when every mutant is caught or an
+    intended exception, 1 otherwise."""
+    if args.trace_sample is not None and args.trace_sample <= 0:
+        raise InputError(f"--trace-sample {args.trace_sample}: expected a positive number of mutants")
+    pins = load_pins()
+    for release in args.pin or ():
+        if release not in pins.releases:
+            raise InputError(f"--pin {release}: not a configured pin ({', '.join(pins.releases)})")
+    names = {s.name for s in scenarios}
+    for name in args.trace_scenario or ():
+        if name not in names:
+            raise InputError(f"--trace-scenario {name}: no such scenario in scenarios/")
+    chosen = [s for s in scenarios if not args.trace_scenario or s.name in args.trace_scenario]
+    releases = tuple(args.pin or pins.releases)
+    log(f"[adequacy] traces: the goldens of {len(chosen)} scenarios on {', '.join(releases)}, seed {args.seed}"
+        + (f", {args.trace_sample} mutants of each family per golden" if args.trace_sample else ", every mutant"))
+    run = run_catalog(chosen, releases, args.seed, log, per_kind=args.trace_sample)
+    print(render_catalog(run), flush=True)
+    return 0 if run.ok else 1
 
 
 def _adequacy(args, scenarios, log) -> int:

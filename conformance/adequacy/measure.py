@@ -26,6 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from conformance.formats.kinds import Kind
 from conformance.adequacy.mutation import generate
 from conformance.adequacy.scope import FunctionScope, Scope, function_scopes
 from conformance.formats.engine_ref import EngineRef
@@ -179,7 +180,7 @@ class ResultCache:
             return {k: v for k, v in caught.items() if k != "hash"} | {"killed": True}, set(hashes)
         passed = {name for name, h in hashes.items() if h in entry.get("passed", ())}
         if passed == set(hashes):
-            return {"killed": False, "kind": "pass"}, passed
+            return {"killed": False, "kind": Kind.PASS}, passed
         return None, passed
 
     def record(self, key: str, hashes: dict[str, str], passed: set[str], result: dict) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from conformance.formats.kinds import Kind
 from conformance.formats.features import declared_problem
 
 PROTOCOL_VERSION = 3
@@ -83,7 +84,7 @@ OPTIONAL: dict[str, dict[str, tuple[type, ...]]] = {
     # the engine may stop sending `steps` records after this step (a window replayed live)
     "run": {"stop_after_step": (int,)},
 }
-ERROR_KINDS = ("unsupported", "bad_request", "internal")
+ERROR_KINDS = (Kind.UNSUPPORTED, "bad_request", "internal")  # an engine's error: unsupported is the verdict's kind
 ENGINE_LAYERS = ("engine_config", "engine_steps", "engine_outputs")  # the whole engine's
 LAYERS = ("config", "steps", "outputs", "methods") + ENGINE_LAYERS
 

@@ -171,11 +171,15 @@ def Null() -> Exactly:  # noqa: N802
 
 
 @dataclass(frozen=True)
-class Either:
-    """A value of one kind or another (a stop token, or vLLM's string for a repetition stop)."""
+class _Two:
+    """A kind made of two kinds: Either's alternatives, Pair's positions."""
 
     first: object
     second: object
+
+
+class Either(_Two):
+    """A value of one kind or another (a stop token, or vLLM's string for a repetition stop)."""
 
     def describe(self) -> str:
         return f"{self.first.describe()} or {self.second.describe()}"
@@ -231,10 +235,8 @@ class ListOf:
         return _each(self.of.check, enumerate(value), strict)
 
 
-@dataclass(frozen=True)
-class Pair:
-    first: object
-    second: object
+class Pair(_Two):
+    """A list of two values, each of its own kind (a token and its logprob)."""
 
     def describe(self) -> str:
         return f"[{self.first.describe()}, {self.second.describe()}]"
@@ -513,7 +515,27 @@ def without_informational(layer: str, record):
     it declares them; every other key, at every depth, is kept (and so compared)."""
     if layer not in LAYERS:
         return record
-    return _without_informational(LAYERS[layer].shape(record), record)
+    shape = LAYERS[layer].shape(record)
+    if not _holds_informational(shape):  # most records (every steps and outputs one): as they are
+        return record
+    return _without_informational(shape, record)
+
+
+_HOLDS: dict[int, bool] = {}  # id of a kind -> whether an informational field is anywhere in it
+
+
+def _holds_informational(kind) -> bool:
+    if id(kind) not in _HOLDS:
+        if isinstance(kind, Record):
+            holds = any(f.informational or _holds_informational(f.type) for f in kind.fields.values())
+        elif isinstance(kind, (ListOf, MapOf)):
+            holds = _holds_informational(kind.of)
+        elif isinstance(kind, _Two):
+            holds = _holds_informational(kind.first) or _holds_informational(kind.second)
+        else:
+            holds = False
+        _HOLDS[id(kind)] = holds
+    return _HOLDS[id(kind)]
 
 
 def _without_informational(kind, value):

@@ -28,6 +28,7 @@ import json
 from pathlib import Path
 
 from conformance import __version__
+from conformance.formats.kinds import Kind
 from conformance.formats.errors import InputError
 from conformance.formats.files import InputFileError, read_text
 from conformance.formats.digest import LAYERS as DIGEST_LAYERS, DigestSink, check_form
@@ -161,5 +162,5 @@ def checked(trace: dict) -> dict:
     earlier = trace.get("failure")
     if isinstance(earlier, dict):
         message += f"\nthe run then ended: {earlier.get('kind')}: {earlier.get('message')}"
-    out["failure"] = {"kind": "protocol", "message": message}
+    out["failure"] = {"kind": Kind.PROTOCOL, "message": message}
     return out

@@ -52,6 +52,7 @@ from hypothesis import HealthCheck, Phase, Verbosity, event, given, reject, sett
 from hypothesis import seed as seeded
 from hypothesis.errors import Unsatisfiable
 
+from conformance.formats.kinds import Kind
 from conformance.formats.errors import InputError
 from conformance.formats.features import declared
 from conformance.formats.pins import REPO_ROOT
@@ -159,7 +160,7 @@ class Pair:
         if "failure" in oracle:
             return None, oracle
         verdict = judge_trace(candidate, oracle, CANDIDATE)
-        if verdict.kind == "unsupported":
+        if verdict.kind == Kind.UNSUPPORTED:
             raise FuzzError(f"{self.candidate.label} does not serve every layer fuzzed "
                             f"({', '.join(self.layers)}): {verdict.message}; choose them with --layers")
         return verdict, oracle

@@ -207,12 +207,20 @@ def scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     draw(aborts(reqs, allowed))
     workload["max_steps"] = max_steps(reqs, prefixes)
     args["async_scheduling"] = draw(_async(allowed))  # drawn last too: a seed keeps its examples
-    draw(priorities(reqs, args, allowed))
-    draw(stop_conditions(reqs, vocab_size, allowed))  # these three after every other draw
-    draw(remote_kv(args, reqs, allowed))
-    draw(hybrid_model(args, allowed))
+    draw(families(args, reqs, vocab_size, allowed))
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args,
             "workload": workload}
+
+
+@st.composite
+def families(draw, args: dict, reqs: list[dict], vocab_size: int, allowed) -> None:
+    """The families both spaces draw after every other draw (a seed keeps the examples it had
+    before each existed), each now and then and only where its feature is allowed: request
+    priorities, vLLM's other stops, a KV connector, a hybrid model. Edits `args` and `reqs`."""
+    draw(priorities(reqs, args, allowed))
+    draw(stop_conditions(reqs, vocab_size, allowed))
+    draw(remote_kv(args, reqs, allowed))
+    draw(hybrid_model(args, allowed))
 
 
 # async scheduling: off (shrinking goes there), on, or vLLM's default for the configuration (the
@@ -518,6 +526,11 @@ def production_scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     if allows(allowed, "aborts") and draw(FLAG):
         params["aborts"] = {"share": draw(st.sampled_from([0.03, 0.1])), "after": [1, draw(ints(1, 200))]}
     workload = expand(params, f"{name}.json", args)
+    # the small space's families too, on the expanded requests: the priority policy first (a
+    # production scenario is FCFS unless drawn), so priorities() can give the heap its order
+    if allows(allowed, "priority_policy") and draw(FLAG):
+        args["scheduling_policy"] = "priority"
+    draw(families(args, workload["requests"], params["vocab_size"], allowed))
     return {"schema": SCHEMA, "name": name, "description": "", "engine_args": args, "workload": workload}
 
 

@@ -16,6 +16,7 @@ has no CPU engine here (its engine layers are written on GPU runners), else `mis
 
 from __future__ import annotations
 
+from conformance.formats.kinds import Kind
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.protocol import ENGINE_LAYERS
 from conformance.formats.scenario import Scenario
@@ -47,14 +48,14 @@ def _none(engine: EngineRef, device: str, store: GoldenStore, scenario: Scenario
     release, pins = engine.release, store.pins
     # a pin without a CPU engine refuses a scenario with engine layers whole, as its worker does
     if device == "cpu" and set(scenario.layers) & set(ENGINE_LAYERS) and not pins.cpu_engine_build(release):
-        return {"kind": "unsupported",
+        return {"kind": Kind.UNSUPPORTED,
                 "message": f"no golden of vllm {release} for {scenario.name}: its whole engine cannot run on "
                            f"CPU ({pins.no_cpu_engine_reason(release)}); its engine layers run on GPU runners"}
     if golden.trace is not None:  # a golden of another version of the scenario
-        return {"kind": "missing_golden",
+        return {"kind": Kind.MISSING_GOLDEN,
                 "message": f"{golden.path} records another version of scenario {scenario.name}: write it with "
                            f"`make goldens`, or run the pin with --stand-ins live"}
     message = golden.message if golden.kind else f"{golden.path} holds no record of {', '.join(layers)}"
-    return {"kind": golden.kind or "missing_golden",
+    return {"kind": golden.kind or Kind.MISSING_GOLDEN,
             "message": f"{message} (the stand-in {engine.key} is read from its goldens; "
                        f"--stand-ins live runs the pin)"}

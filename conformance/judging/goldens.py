@@ -31,6 +31,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from conformance.formats.kinds import Kind
 from conformance.formats.errors import ParityError
 from conformance.formats import precision
 from conformance.formats.digest import check_form
@@ -166,7 +167,7 @@ class GoldenStore:
         try:
             return Golden(path, self.load(scenario, release))
         except TraceError as exc:
-            return Golden(path, kind="invalid_golden", message=str(exc))
+            return Golden(path, kind=Kind.INVALID_GOLDEN, message=str(exc))
 
     def check(self, golden: dict, release: str, path) -> dict:
         """The golden of pin `release` if it is one (see the class); TraceError naming `path`."""
@@ -239,7 +240,7 @@ class GoldenStore:
         unsupported here, or that failed, leaves the golden as it is and says why."""
         path = self.path(trace["scenario"]["name"], release)
         failure = trace.get("failure")
-        if failure is not None and failure["kind"] == "unsupported":
+        if failure is not None and failure["kind"] == Kind.UNSUPPORTED:
             return GoldenOutcome(path, unsupported=failure["message"])
         if failure is not None:
             return GoldenOutcome(path, failure=f"{failure['kind']}: {failure['message']}")
@@ -322,11 +323,11 @@ def finished(trace: dict, path) -> None:
 
 def lookup(path: Path) -> Golden:
     if not path.exists():
-        return Golden(path, kind="missing_golden", message=f"no golden at {path}; write it with `make goldens`")
+        return Golden(path, kind=Kind.MISSING_GOLDEN, message=f"no golden at {path}; write it with `make goldens`")
     try:
         return Golden(path, read_golden(path))
     except TraceError as exc:
-        return Golden(path, kind="invalid_golden", message=str(exc))
+        return Golden(path, kind=Kind.INVALID_GOLDEN, message=str(exc))
 
 
 def refuse_writer(path: Path | None, trace: dict, release: str | None) -> None:

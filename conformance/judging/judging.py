@@ -63,7 +63,7 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest,
               "--require-layers (REQUIRE_LAYERS=)" if served else "It serves none of the layers asked")
            if missing else "none of this scenario's layers asked is served by the engine")
     if verdict.kind in (PASS, NUMERICS):
-        verdict = replace(verdict, kind="unsupported", message=why)
+        verdict = replace(verdict, kind=UNSUPPORTED, message=why)
     elif why not in verdict.message:
         verdict = replace(verdict, message=f"{verdict.message}\n{why}".strip())
     return verdict, golden

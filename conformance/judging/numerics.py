@@ -47,9 +47,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from conformance.formats.kinds import Kind
 from conformance.judging.compare import AFTER_UPDATE, CONTEXT_FIELDS, FieldDiff, LayerComparison
 
-NUMERICS_CAUSES = frozenset({"numerics"})  # differences arithmetic explains, with evidence
+NUMERICS_CAUSES = frozenset({Kind.NUMERICS})  # differences arithmetic explains, with evidence
 STEP_CONTEXT = CONTEXT_FIELDS["engine_steps"]
 MODEL_FIELDS = ("accepted_draft_tokens", "finished")  # decided by the model's outputs
 # State recorded after a step's update: where it differs beside an acceptance difference, it
@@ -104,7 +105,7 @@ def _acceptance_evidence(c: LayerComparison, steps: list[dict], oracle_outputs, 
     where = (f"step {c.index}, request {rid}, draft position {draft}"
              + (f" (output position {position})" if position is not None else ""))
     if near:
-        c.cause = "numerics"
+        c.cause = Kind.NUMERICS
         c.evidence = (f"acceptance differs at {where}: the oracle's top-1 margin there is {margin:.4g}, "
                       f"within the tolerance {atol:g}: a near-tie, resolved differently by "
                       "different arithmetic")
@@ -143,6 +144,15 @@ def compare_engine_outputs(expected: list[dict], actual: list[dict], atol: float
     if c.equal:
         return c
     near_ties: list[tuple[int, RequestDiff]] = []
+    e_ids, a_ids = [r.get("id") for r in expected], [r.get("id") for r in actual]
+    if e_ids != a_ids and set(e_ids) == set(a_ids):  # one record per request, sorted by id (PROTOCOL.md)
+        at = next((i for i, (x, y) in enumerate(zip(e_ids, a_ids)) if x != y), min(len(e_ids), len(a_ids)))
+        e, a = (expected[at] if at < len(expected) else None), (actual[at] if at < len(actual) else None)
+        c = _diverged(c, at, e, a, [FieldDiff(f"<record {at}>.id", *(ids[at] if at < len(ids) else "<absent>"
+                                                                        for ids in (e_ids, a_ids)))], "mismatch")
+        c.evidence = ("engine_outputs holds one record per request, sorted by id: the candidate's "
+                      f"{len(a_ids)} records name the oracle's requests in another order or more than once")
+        return c
     e_by, a_by = {r.get("id"): r for r in expected}, {r.get("id"): r for r in actual}
     ids = sorted(set(e_by) | set(a_by), key=str)
     for index, rid in enumerate(ids):
@@ -152,7 +162,7 @@ def compare_engine_outputs(expected: list[dict], actual: list[dict], atol: float
         diff = _compare_request(rid, e, a, atol)
         if diff is None:
             continue
-        if diff.cause != "numerics":
+        if diff.cause != Kind.NUMERICS:
             c = _diverged(c, index, e, a, diff.fields, diff.cause)
             c.evidence = diff.evidence
             return c
@@ -161,7 +171,7 @@ def compare_engine_outputs(expected: list[dict], actual: list[dict], atol: float
         c.equal = True  # every difference is within the tolerance
         return c
     index, diff = near_ties[0]
-    c = _diverged(c, index, e_by[ids[index]], a_by[ids[index]], diff.fields, "numerics")
+    c = _diverged(c, index, e_by[ids[index]], a_by[ids[index]], diff.fields, Kind.NUMERICS)
     c.evidence = diff.evidence
     unjudged = sum(d.unjudged for _, d in near_ties)
     c.explanation = (f"{len(near_ties)} request(s) differ only at a near-tie of the oracle (its top-1 "
@@ -184,6 +194,8 @@ def _compare_request(rid, e: dict, a: dict, atol: float) -> RequestDiff | None:
     """How one request differs, or None when it agrees (its logprobs within `atol`)."""
     e_tokens, a_tokens = e.get("output_token_ids", []), a.get("output_token_ids", [])
     e_lp, a_lp = e.get("logprobs", []), a.get("logprobs", [])
+    if len(a_lp) != len(a_tokens):  # one top-k per output position (PROTOCOL.md), whatever the noise
+        return RequestDiff("logprobs", [FieldDiff(f"{rid}.logprobs (positions)", len(e_lp), len(a_lp))])
     for pos in range(min(len(e_tokens), len(a_tokens))):
         e_top, a_top = top_k(e_lp, pos), top_k(a_lp, pos)
         if e_tokens[pos] != a_tokens[pos]:
@@ -191,7 +203,8 @@ def _compare_request(rid, e: dict, a: dict, atol: float) -> RequestDiff | None:
                       FieldDiff(f"{rid}.logprobs[{pos}]", e_lp[pos] if pos < len(e_lp) else None,
                                 a_lp[pos] if pos < len(a_lp) else None)]
             return _token_flip(rid, pos, e_tokens, a_tokens[pos], e_top, a_top, atol, fields)
-        beyond = _topk_diffs(f"{rid}.logprobs[{pos}]", e_top, a_top, atol)
+        beyond = _list_shape(f"{rid}.logprobs[{pos}]", e_lp[pos] if pos < len(e_lp) else [], a_lp[pos],
+                             a_tokens[pos]) or _topk_diffs(f"{rid}.logprobs[{pos}]", e_top, a_top, atol)
         if beyond:
             return RequestDiff("logprobs", beyond)
     if len(e_tokens) != len(a_tokens) or e.get("finish_reason") != a.get("finish_reason"):
@@ -227,11 +240,24 @@ def _token_flip(rid, pos: int, e_tokens: list, theirs, e_top: dict, a_top: dict,
     if beyond:  # a near-tie, but the candidate's top-k there is off: its numbers can only fail it
         return RequestDiff("logprobs", beyond)
     unjudged = len(e_tokens) - pos - 1
-    return RequestDiff("numerics", fields, (
+    return RequestDiff(Kind.NUMERICS, fields, (
         f"{where}: the oracle's top-1 margin over the candidate's token there is {margin:.4g}, "
         f"within the tolerance {atol:g}: a near-tie, resolved differently by different arithmetic; "
         f"the request's {unjudged} later position(s) are left unjudged (its continuation "
         "legitimately differs)"), unjudged)
+
+
+def _list_shape(path: str, e_list: list, a_list: list, sampled) -> list[FieldDiff]:
+    """A position's list that is no top-k: a token listed twice, or another number of entries
+    than the oracle's, unless the one more or less is the sampled token, listed last when the
+    top-k leaves it out (noise may move it across the k-th place)."""
+    tokens = [entry[0] for entry in a_list if isinstance(entry, list) and entry]
+    if len(set(tokens)) != len(tokens):
+        return [FieldDiff(f"{path} (a token listed twice)", len(e_list), len(tokens))]
+    longer = max((e_list, a_list), key=len)
+    if abs(len(e_list) - len(a_list)) > 1 or (len(e_list) != len(a_list) and longer[-1][:1] != [sampled]):
+        return [FieldDiff(f"{path} (entries)", len(e_list), len(a_list))]
+    return []
 
 
 def within(margin: float, atol: float) -> bool:

@@ -5,23 +5,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from conformance.formats.kinds import FAILURE_KINDS, PARTIAL_KINDS, Kind
 from conformance.judging.comparators import DIGEST, RECORDS, Basis, compare
 from conformance.judging.compare import LayerComparison
 from conformance.judging.digest_compare import truncated
 from conformance.judging.numerics import NUMERICS_CAUSES, capacity_excess
 
-PASS = "pass"
-DIVERGED = "diverged"
-# Real engines that differ only where arithmetic explains it (conformance/judging/numerics.py): a
-# near-tie resolved the other way, or drafts accepted differently. Reported, never failing,
-# as vLLM's own check_logprobs_close passes such sequences.
-NUMERICS = "numerics"
-# Kinds for runs that could not be compared at all; each is its own line in the report.
-PROTOCOL, INVALID_GOLDEN, MISSING_GOLDEN = "protocol", "invalid_golden", "missing_golden"
-UNSUPPORTED = "unsupported"
-FAILURE_KINDS = ("crash", "timeout", PROTOCOL, "engine_error", "nondeterministic",
-                 MISSING_GOLDEN, INVALID_GOLDEN, UNSUPPORTED)
-KINDS = (PASS, NUMERICS, DIVERGED) + FAILURE_KINDS
+# The kinds are one enum (formats/kinds.py); these names are its members. NUMERICS: real engines
+# that differ only where arithmetic explains it (conformance/judging/numerics.py): a near-tie
+# resolved the other way, or drafts accepted differently. Reported, never failing, as vLLM's own
+# check_logprobs_close passes such sequences.
+PASS, DIVERGED, NUMERICS = Kind.PASS, Kind.DIVERGED, Kind.NUMERICS
+PROTOCOL, INVALID_GOLDEN, MISSING_GOLDEN = Kind.PROTOCOL, Kind.INVALID_GOLDEN, Kind.MISSING_GOLDEN
+UNSUPPORTED = Kind.UNSUPPORTED
+KINDS = tuple(Kind)
 # The oracle is judged against its own golden (it must reproduce it); candidates gate; stand-ins
 # (the other pins, when no port is configured) are shown but never set the exit status.
 ORACLE, CANDIDATE, STAND_IN = "oracle", "candidate", "stand-in"
@@ -113,7 +110,7 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
     if "failure" in trace:
         return _judge_failure(trace, golden, role)
     if trace["scenario"]["sha256"] != golden["scenario"]["sha256"]:
-        return Verdict(engine, scenario, "invalid_golden", role, message=(
+        return Verdict(engine, scenario, INVALID_GOLDEN, role, message=(
             f"the golden was written for another version of scenario {scenario} "
             f"(sha256 {golden['scenario']['sha256'][:12]} vs {trace['scenario']['sha256'][:12]}); "
             "regenerate it with `make goldens`"))
@@ -126,7 +123,7 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
     written, speaks = golden.get("engine", {}).get("protocol"), trace["engine"].get("protocol")
     if isinstance(written, int) and isinstance(speaks, int) and written != speaks:
         # records change shape between protocol versions (2 added the state after each step)
-        return Verdict(engine, scenario, "invalid_golden", role, message=(
+        return Verdict(engine, scenario, INVALID_GOLDEN, role, message=(
             f"the golden was written under protocol {written}, the run speaks protocol {speaks}, "
             "whose records have another shape; regenerate it with `make goldens`"))
     from conformance.formats.protocol import LAYERS
@@ -136,7 +133,7 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
     missing = next((layer for layer in order if layer not in trace["layers"]), None) or next(
         (layer for layer in digests if layer not in trace.get("digests", {})), None)
     if missing is not None:
-        return Verdict(engine, scenario, "unsupported", role, message=f"the engine produced no {missing!r} layer")
+        return Verdict(engine, scenario, UNSUPPORTED, role, message=f"the engine produced no {missing!r} layer")
     comparisons = compared(golden, {layer: trace["layers"][layer] for layer in order},
                            {layer: trace["digests"][layer] for layer in digests})
     differing = [c for c in comparisons if not c.equal]
@@ -155,7 +152,6 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
 
 # Failures after which the records the engine did send are compared with the golden: a port
 # that diverged at step 3 and crashed at step 40 is reported at step 3.
-PARTIAL_KINDS = ("crash", "timeout", "protocol", "engine_error")
 
 
 def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
@@ -164,7 +160,7 @@ def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
     otherwise the failure is, with how far the engine agreed before it."""
     engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
     failure = trace["failure"]
-    kind = failure["kind"] if failure["kind"] in FAILURE_KINDS else "engine_error"
+    kind = Kind(failure["kind"]) if failure["kind"] in FAILURE_KINDS else Kind.ENGINE_ERROR
     verdict = Verdict(engine, scenario, kind, role, message=failure["message"])
     sent = {layer: records for layer, records in trace["layers"].items() if records}
     sent_digests = any(form["count"] for form in trace.get("digests", {}).values())

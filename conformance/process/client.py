@@ -17,6 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from conformance.formats.kinds import Kind
 from conformance.formats.errors import ParityError
 from conformance.formats import digest, protocol
 from conformance.formats.scenario import Scenario
@@ -89,7 +90,7 @@ class EngineProcess:
             proc = start_kept(list(self.spec.argv), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=self._stderr)
         except OSError as exc:
-            raise EngineFailure("crash", f"{self.spec.label}: cannot start {self.spec.argv[0]!r}: {exc}")
+            raise EngineFailure(Kind.CRASH, f"{self.spec.label}: cannot start {self.spec.argv[0]!r}: {exc}")
         if not track(proc):  # the run is being stopped: the engine was ended at once
             raise Stopped(f"{self.spec.label}: ended at once, the run is being stopped")
         self._proc = proc
@@ -98,12 +99,12 @@ class EngineProcess:
             message = self._next(time.monotonic() + handshake, ("hello", "error"), "handshake")
             if message["type"] == "error":
                 self.close()
-                raise EngineFailure("engine_error", f"{self.spec.label} refused to start: "
+                raise EngineFailure(Kind.ENGINE_ERROR, f"{self.spec.label} refused to start: "
                                     f"{protocol.cut(message['message'], protocol.MAX_ERROR_MESSAGE)}"
                                     f"{self._tail()}")
             if message["protocol"] != protocol.PROTOCOL_VERSION:
                 self.close()
-                raise EngineFailure("protocol", f"{self.spec.label}: expected protocol version "
+                raise EngineFailure(Kind.PROTOCOL, f"{self.spec.label}: expected protocol version "
                                     f"{protocol.PROTOCOL_VERSION}, got {message['protocol']}"
                                     f"{protocol.older_version_hint(message['protocol'])}")
             self.hello = message
@@ -161,34 +162,34 @@ class EngineProcess:
             where = _progress(scenario.name, records, last)
             message = self._next(deadline, ("record", "done", "error"), where, records)
             if message["id"] != run_id:
-                self._fail("protocol", f"{where}: expected messages for {run_id!r}, got id "
+                self._fail(Kind.PROTOCOL, f"{where}: expected messages for {run_id!r}, got id "
                            f"{message['id']!r}", records)
             if message["type"] == "error":
                 # an engine that does not serve a layer says so: the verdict is `unsupported`;
                 # any other error comes with the engine's last stderr lines (its traceback)
                 text = protocol.cut(message["message"], protocol.MAX_ERROR_MESSAGE)
-                if message["kind"] == "unsupported":
-                    raise EngineFailure("unsupported", f"{where}: engine reported unsupported: {text}", records)
+                if message["kind"] == Kind.UNSUPPORTED:
+                    raise EngineFailure(Kind.UNSUPPORTED, f"{where}: engine reported unsupported: {text}", records)
                 tail = "" if message["kind"] == "bad_request" else self._tail()  # our input's fault
-                raise EngineFailure("engine_error", f"{where}: engine reported {protocol.cut(message['kind'], 40)}: "
+                raise EngineFailure(Kind.ENGINE_ERROR, f"{where}: engine reported {protocol.cut(message['kind'], 40)}: "
                                     f"{text}{tail}", records)
             if message["type"] == "done":
                 count = sum(len(v) for v in records.values())
                 if message["records"] != count:
-                    self._fail("protocol", f"{where}: done says {message['records']} records, "
+                    self._fail(Kind.PROTOCOL, f"{where}: done says {message['records']} records, "
                                f"{count} arrived", records)
                 return records
             layer = message["layer"]
             if layer not in records:
-                self._fail("protocol", f"{where}: expected a record of layer {layers}, got {layer!r}", records)
+                self._fail(Kind.PROTOCOL, f"{where}: expected a record of layer {layers}, got {layer!r}", records)
             if message["seq"] != len(records[layer]):
-                self._fail("protocol", f"{where}: records out of order in layer {layer!r}: "
+                self._fail(Kind.PROTOCOL, f"{where}: records out of order in layer {layer!r}: "
                            f"expected seq {len(records[layer])}, got {message['seq']}", records)
             records[layer].append(message["data"])
             last = (layer, message["seq"], message["data"])
             most = self._limits[1]
             if sum(len(v) for v in records.values()) > most:
-                self._fail("protocol", f"{_progress(scenario.name, records, last)}: more than {most} records "
+                self._fail(Kind.PROTOCOL, f"{_progress(scenario.name, records, last)}: more than {most} records "
                            "in one run, the limit (engines/PROTOCOL.md \"Limits\"; "
                            "$VLLM_PARITY_MAX_RUN_RECORDS raises it)", records)
 
@@ -306,18 +307,18 @@ class EngineProcess:
             if self._budget is not None:  # counted before the line is parsed: memory stays bounded
                 self._budget -= len(line)
                 if self._budget < 0:
-                    self._fail("protocol", f"{self.spec.label} during {where}: its records exceed "
+                    self._fail(Kind.PROTOCOL, f"{self.spec.label} during {where}: its records exceed "
                                f"{self._limits[0]} bytes in one run, the limit (engines/PROTOCOL.md "
                                "\"Limits\"; $VLLM_PARITY_MAX_RUN_BYTES raises it)", partial)
             try:
                 return protocol.decode(line, expect)
             except protocol.ProtocolError as exc:
-                self._fail("protocol", f"{self.spec.label} during {where}: {exc}", partial)
+                self._fail(Kind.PROTOCOL, f"{self.spec.label} during {where}: {exc}", partial)
 
     def _timed_out(self, where: str, partial: dict | None) -> None:
         proc, self._proc = self._proc, None
         strays = kill_group(proc)
-        raise EngineFailure("timeout", f"{self.spec.label}: no answer during {where} before the "
+        raise EngineFailure(Kind.TIMEOUT, f"{self.spec.label}: no answer during {where} before the "
                             f"timeout; {ended_words(strays)}{self._tail()}",
                             partial) from None
 
@@ -336,7 +337,7 @@ class EngineProcess:
             how = "closed its stdout without exiting"
         else:
             how = f"exited (status {code})"
-        raise EngineFailure("crash", f"{self.spec.label} {how} during {where}; "
+        raise EngineFailure(Kind.CRASH, f"{self.spec.label} {how} during {where}; "
                             f"{ended_words(strays)}{self._tail()}", partial)
 
     def _fail(self, kind: str, message: str, partial: dict | None) -> None:

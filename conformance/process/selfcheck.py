@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from conformance.formats.kinds import Kind
 from conformance.formats import protocol
 from conformance.formats.features import declared, not_declared
 from conformance.formats.log import log
@@ -92,7 +93,7 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=log,
         log(f"[selfcheck] {scenario.name}: layers {layers}")
         trace = session.trace(scenario, layers, repeat=2)  # the same scenario twice
         failure = trace.get("failure")
-        if failure is not None and failure["kind"] != "nondeterministic":
+        if failure is not None and failure["kind"] != Kind.NONDETERMINISTIC:
             session.close()
             return problems + [f"run of {scenario.name} ({', '.join(layers)}): {failure['message']}"]
         first = trace["layers"]
@@ -115,7 +116,7 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=log,
         return problems
     run_id = "selfcheck-unknown-layer"
     line = protocol.encode({"type": "run", "id": run_id, "scenario": scenario.to_wire(), "layers": ["no-such-layer"]})
-    problems += _expect_error(proc, line, run_id, "unsupported", "an unknown layer")
+    problems += _expect_error(proc, line, run_id, Kind.UNSUPPORTED, "an unknown layer")
     if not proc.alive:  # it broke the protocol answering bad input, and was ended
         return problems
     failure = session.trace(scenario, layers).get("failure")

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import time
 
+from conformance.formats.kinds import Kind
 from conformance.formats import digest
 from conformance.formats.features import declared, not_declared
 from conformance.formats.scenario import Scenario
@@ -89,7 +90,7 @@ class EngineSession:
         try:
             proc.start()
         except EngineFailure as failure:
-            if cut and failure.kind == "timeout":
+            if cut and failure.kind == Kind.TIMEOUT:
                 raise OutOfTime(f"{self.spec.label}: not started within the time limit") from None
             raise
         self._proc = proc
@@ -146,11 +147,11 @@ class EngineSession:
                 again = proc.run(scenario, layers, seconds, sinks=self.sinks(scenario, layers) if made else None,
                                  stop_after_step=stop_after_step)
             except EngineFailure as failure:
-                if cut and failure.kind == "timeout":
+                if cut and failure.kind == Kind.TIMEOUT:
                     raise OutOfTime(f"{self.spec.label}: the run was cut by the time limit") from None
                 raise
             if records is not None and again != records:
-                raise EngineFailure("nondeterministic", _nondeterminism(scenario, records, again), records)
+                raise EngineFailure(Kind.NONDETERMINISTIC, _nondeterminism(scenario, records, again), records)
             records = again
         return records
 

@@ -14,6 +14,7 @@ import re
 from collections import Counter
 from xml.etree import ElementTree as ET
 
+from conformance.formats.kinds import Kind
 from conformance.judging.verdict import KINDS, MISSING, ORACLE, PASS
 from conformance.report.render_text import render_pin_tables, render_verdict
 from conformance.report.view import (FEATURES_HEAD, REASONS, FirstLine, GateView, visible, visible_lines,
@@ -68,7 +69,7 @@ def junit(view: GateView) -> str:
                 said = f"{layer} not judged: {REASONS.get(reason, reason)}"
                 if reason == MISSING and v.gating:  # a required layer the engine does not serve
                     counts["errors"] += 1
-                    ET.SubElement(case, "error", type="unsupported", message=said).text = text
+                    ET.SubElement(case, "error", type=Kind.UNSUPPORTED, message=said).text = text
                 else:
                     counts["skipped"] += 1
                     ET.SubElement(case, "skipped", message=said)

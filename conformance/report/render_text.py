@@ -12,6 +12,7 @@ import json
 import textwrap
 from collections import Counter
 
+from conformance.formats.kinds import Kind
 from conformance.judging.verdict import KINDS, PASS, Verdict
 from conformance.report.drift import render_drift
 from conformance.report.methods_table import render_methods_rows
@@ -91,7 +92,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
 CAUSES = {
     "scheduling": "scheduling divergence: a decision that differs on the same state",
     "acceptance": "acceptance divergence: drafts judged differently where the oracle shows no near-tie",
-    "numerics": "numerics: a near-tie in the oracle's own logprobs, resolved the other way",
+    Kind.NUMERICS: "numerics: a near-tie in the oracle's own logprobs, resolved the other way",
     "logprobs": "logprob beyond the scenario's tolerance",
     "state": "state divergence: every decision equal, the state recorded after the update differs",
     "context": "only the recorded budget or worker token counts differ; every decision is equal",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from conformance.formats.kinds import Kind
 from conformance.formats.features import CORE, FEATURES
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.formats.visible import SHORT_ESCAPES, visible, visible_lines  # noqa: F401 - the reports' escape
@@ -244,7 +245,7 @@ def _passed(cell: Cell) -> bool:
 def _cell_text(v: Verdict, status: str) -> str:
     """pass, or the verdict and where it first differs: `diverged config.max_num_scheduled_tokens`."""
     if status == PASS:  # judged on fewer layers than the scenario has: which ones
-        return f"pass [{','.join(v.judged)}]" if v.not_judged else "pass"
+        return f"{Kind.PASS} [{','.join(v.judged)}]" if v.not_judged else Kind.PASS
     if v.missing_features:  # not run: the features the engine does not declare
         text = f"{status} {','.join(v.missing_features)}"
         return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
