@@ -129,6 +129,10 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
 
     const auto& spec = args.speculative_config;
     const std::int64_t k = spec ? spec->num_speculative_tokens : 0;
+    // EngineArgs.create_engine_config, after the scheduler config and before VllmConfig: LoRA
+    // with speculative decoding needs room for every sequence's drafts in one batch.
+    if (args.enable_lora && spec && args.max_num_batched_tokens < args.max_num_seqs * (k + 1))
+        return refuse("Consider increasing max_num_batched_tokens or decreasing num_speculative_tokens");
     const std::string method = spec ? spec->method : "";
     // SpeculativeConfig: DFlash and DSpark always draft in parallel.
     const bool parallel = spec && (spec->parallel_drafting.value_or(false) || method == "dflash" || method == "dspark");
