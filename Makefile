@@ -9,7 +9,8 @@ STAMP  := $(VENV)/.installed-$(shell cksum < pyproject.toml | cut -d' ' -f1)
 CANDIDATE ?=
 # The layers to judge, e.g. LAYERS=config,steps,outputs (default: every layer of each scenario);
 # the layers a candidate must serve to pass (default: those judged); the features it must declare
-# to pass, e.g. REQUIRE_FEATURES=priority_policy,spec:dflash or all (default: none); DRIFT=1
+# to pass, e.g. REQUIRE_FEATURES=priority_policy,spec:dflash, all or none (default: those the gate
+# configuration's own scenarios need, dflash_27b_gate*: spec:dflash, async_scheduling); DRIFT=1
 # prints the drift across pins and the per-pin tables beside a candidate's verdicts.
 LAYERS ?=
 REQUIRE_LAYERS ?=
@@ -30,7 +31,8 @@ PLAN_OPTIONS = $(strip $(if $(CANDIDATE),--candidate '$(CANDIDATE)',--stand-ins 
 GATE_OPTIONS = $(strip $(PLAN_OPTIONS) $(if $(REQUIRE_LAYERS),--require-layers '$(REQUIRE_LAYERS)') \
 	$(if $(REQUIRE_FEATURES),--require-features '$(REQUIRE_FEATURES)') $(if $(DRIFT),--drift))
 
-.PHONY: setup envs plan-envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump duplicates
+.PHONY: setup envs plan-envs parity gate test bench goldens goldens-check clean cpp report-check adequacy fuzz bump duplicates \
+	commit-fixture bisect
 
 # GNU make exits 0 when every command succeeds and 2 when any fails, whatever the command's own
 # status (1 only under `make -q`; the GNU make manual, "How to Run make"). So a gate that
@@ -39,6 +41,10 @@ GATE_OPTIONS = $(strip $(PLAN_OPTIONS) $(if $(REQUIRE_LAYERS),--require-layers '
 # 1 from 2 calls .venv/bin/parity itself. $(call SAY_STATUS,what ran,its statuses' meanings)
 SAY_STATUS = status=$$?; [ $$status = 0 ] || echo "make $@: $(1) exited with status $$status \
 	($(2)); make exits 2 on any failure, so CI that needs this status calls .venv/bin/$(1)" >&2; exit $$status
+# The command a target runs, said on stderr (appended: a redirected stderr is never truncated),
+# so `make parity > report.txt` leaves the report alone in the file: the gate's progress goes
+# to stderr too.
+SAY = $(file >>/dev/stderr,$(1))
 GATE_STATUSES = 1: a gating engine diverged, 2: a gating run could not be compared or bad input, 3: a bug of the harness (traceback above)
 FUZZ_STATUSES = 1: a confirmed finding, 2: bad input, an engine that cannot start, or a finding that did not repeat, 3: a bug of the harness (traceback above)
 
@@ -61,13 +67,13 @@ plan-envs: setup
 	$(BIN)/parity envs $(PLAN_OPTIONS)
 
 parity: plan-envs
-	$(info $(BIN)/parity gate $(GATE_OPTIONS))@$(BIN)/parity gate $(GATE_OPTIONS); \
+	$(call SAY,$(BIN)/parity gate $(GATE_OPTIONS))@$(BIN)/parity gate $(GATE_OPTIONS); \
 		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
 
 # The release gate: verdicts by engine-matrix row, waivers.toml applied, and three reports
 # (junit.xml, summary.md, report.html) in out/gate/.
 gate: plan-envs
-	$(info $(BIN)/parity gate --reports out/gate --waivers waivers.toml $(GATE_OPTIONS))@$(BIN)/parity gate \
+	$(call SAY,$(BIN)/parity gate --reports out/gate --waivers waivers.toml $(GATE_OPTIONS))@$(BIN)/parity gate \
 		--reports out/gate --waivers waivers.toml $(GATE_OPTIONS); \
 		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
 
@@ -160,6 +166,23 @@ BUMP_STATUSES = 2: refused (the checkout unchanged) or stopped, with every reaso
 bump: setup
 	@test -n '$(PIN)' || { echo "make bump: set PIN, e.g. make bump PIN=0.28.0"; exit 2; }
 	$(info $(BIN)/parity bump $(PIN))@$(BIN)/parity bump '$(PIN)'; $(call SAY_STATUS,parity bump,$(BUMP_STATUSES))
+
+# The TEST FIXTURE upstream repository (conformance/process/commit_fixture.py) in out/vllm-fixture,
+# built from the 0.27.1 and 0.28.0 environments with the same shas on every machine: the source of
+# the commits pyproject.toml declares. `VLLM_PARITY_ORACLE=aa8f6dc6e67f make parity` then gates
+# with the fixture's base commit as the oracle (docs/release-gate.md).
+commit-fixture: setup
+	$(BIN)/parity envs --pin 0.27.1 --pin 0.28.0
+	$(BIN)/python -m conformance.process.commit_fixture out/vllm-fixture
+
+# The port queue of an upstream range (parity bisect; docs/porting.md, "The port queue"):
+# FROM= and TO= (commits of the declared commits' source), SCENARIOS= as for goldens.
+FROM ?=
+TO ?=
+bisect: setup
+	@test -n '$(FROM)' -a -n '$(TO)' || { echo "make bisect: set FROM and TO, e.g. make bisect FROM=aa8f6dc6e67f TO=cb6196a6fcf4"; exit 2; }
+	$(BIN)/parity bisect --from '$(FROM)' --to '$(TO)' $(foreach name,$(subst $(comma), ,$(SCENARIOS)),--scenario 'scenarios/$(name).json') \
+		--markdown out/bisect/port-queue.md
 
 # The goldens suite (parity/test_goldens.py, syrupy): every pin on every scenario through the same
 # front door, in memory; fails if any golden would change or has no scenario or pin behind it.

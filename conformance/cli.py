@@ -34,7 +34,7 @@ from conformance.gate.execute import default_parallel, golden_sinks
 from conformance.gate.replay import oracle_windows
 from conformance.gate.run import gate, merge
 from conformance.judging.goldens import GOLDENS, lookup
-from conformance.judging.judging import judge_trace
+from conformance.judging.judging import gate_configuration_features, judge_trace
 from conformance.judging.verdict import CANDIDATE, exit_status
 from conformance.judging.waivers import WaiverError, load_waivers
 from conformance.process.envs import build_envs, env_cache_key, lock_gpu
@@ -147,7 +147,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--require-layers", help="comma-separated layers a candidate must serve to pass "
                    "(default: the layers asked); a required layer it does not serve fails the gate")
     p.add_argument("--require-features", help="comma-separated features a candidate must declare to pass, "
-                   "or `all` (default: none): a scenario needing a feature its hello does not declare "
+                   "`all`, or `none` (default: those the gate configuration's own scenarios, "
+                   "dflash_27b_gate*, need): a scenario needing a feature its hello does not declare "
                    "is `unsupported` and not run, failing the gate only when the feature is required")
     p.add_argument("--drift", action="store_true", help="with a candidate, also print the drift across "
                    "pins and the per-pin tables (always printed without a candidate)")
@@ -188,6 +189,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("release", help="the release to make the gate oracle, e.g. 0.28.0")
     p.add_argument("--pr-text", type=Path, help="where the pull request's text (markdown) is written "
                    "(default: out/bump/pull-request.md; it is also printed)")
+
+    p = sub.add_parser("bisect", help="the port queue of an upstream range: the first-parent commits of "
+                       "A..B that change a scenario's trace, found by building commit pins")
+    p.add_argument("--from", dest="start", required=True, help="A: a commit (sha, vllm@sha12) or tag of the source")
+    p.add_argument("--to", dest="end", required=True, help="B: a commit or tag of the source, after A")
+    p.add_argument("--scenario", action="append", type=Path, help="default: every library scenario")
+    p.add_argument("--rows", help="comma-separated engine-matrix rows: only the scenarios filed under them")
+    p.add_argument("--layers", help="comma-separated layers (default: each scenario's stand-in layers)")
+    p.add_argument("--source", help="the repository: a git URL, a local path or file:// (default: that of "
+                   "the declared commit A or B names, else of the first declared commit)")
+    p.add_argument("--base", help="the release each commit's CPU environment is laid over (default: as --source)")
+    p.add_argument("--markdown", type=Path, help="also write the port queue in markdown here")
 
     p = sub.add_parser("comparable", help="may these two runs' throughput figures be compared?")
     p.add_argument("traces", nargs=2, type=Path, metavar="TRACE")
@@ -409,6 +422,11 @@ def cmd_compare(args) -> int:
                              f"{trace['scenario']['name']!r}")
         trace = oracle_windows(trace, scenario, pins, log)
     golden = lookup(args.golden) if args.golden else GOLDENS.lookup(trace["scenario"]["name"], pins.oracle)
+    engine = trace["engine"]
+    name = engine.get("name")
+    if isinstance(name, str) and name and not str(engine.get("label", "")).startswith(name):
+        # a command's run is named by its hello, as the gate names it, not by its command line
+        trace = dict(trace, engine=dict(engine, label=f"{name} {engine.get('version') or ''}".strip()))
     verdict = judge_trace(trace, golden, CANDIDATE)
     print(render([verdict], pins.oracle))
     return exit_status([verdict])
@@ -418,7 +436,9 @@ def cmd_gate(args) -> int:
     pins = load_pins()
     waivers = _waivers(args.waivers)  # a missing or malformed waivers file stops the gate before any run
     required = _layers(args.require_layers, "--require-layers")
-    features = parse_required(args.require_features) if args.require_features is not None else None
+    # by default, the features of the gate configuration's own scenarios (--require-features none opts out)
+    features = (parse_required(args.require_features) if args.require_features is not None
+                else gate_configuration_features(pins.oracle))
     shard, scenarios, layers, engines = plan_inputs(args, pins, log)
     if required and layers and set(required) - set(layers):
         raise InputError(f"--require-layers {','.join(required)}: "
@@ -463,6 +483,13 @@ def cmd_bump(args) -> int:
     from conformance.bump.command import bump
 
     return bump(args.release, _scenarios(None), log, args.pr_text)
+
+
+def cmd_bisect(args) -> int:
+    from conformance.bisect.command import run_bisect
+
+    args.layers = _layers(args.layers)
+    return run_bisect(args, load_pins(), _scenarios(args.scenario, "library"), log)
 
 
 def cmd_comparable(args) -> int:
@@ -528,7 +555,7 @@ def cmd_adequacy(args) -> int:
     return adequacy(args, _scenarios(None, "library"), log)
 
 
-COMMANDS = {"bump": cmd_bump, "comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
+COMMANDS = {"bisect": cmd_bisect, "bump": cmd_bump, "comparable": cmd_comparable, "drift": cmd_drift, "envs": cmd_envs, "run": cmd_run, "compare": cmd_compare, "gate": cmd_gate,
             "goldens": cmd_goldens, "selfcheck": cmd_selfcheck, "merge": cmd_merge,
             "adequacy": cmd_adequacy, "docs": cmd_docs, "fuzz": cmd_fuzz}
 

@@ -42,11 +42,12 @@ FLOORS = (
           "a gate run put together: engines, plan, units run side by side, results folders, "
           "then judged and reported"),
     Floor(6, "searches and suites", ("conformance.fuzz.*", "conformance.adequacy.*", "conformance.regenerate.*",
-                                     "conformance.bump.*", "parity.*"),
+                                     "conformance.bump.*", "conformance.bisect.*", "parity.*"),
           "runs of their own on the floors below: the fuzzer, the adequacy measures, the golden front door, "
-          "an oracle bump's checks and edits, and the goldens suite"),
+          "an oracle bump's checks and edits, the port queue's search, and the goldens suite"),
     Floor(7, "commands", ("conformance.cli", "conformance.fuzz.command", "conformance.adequacy.command",
-                          "conformance.regenerate.command", "conformance.bump.command"),
+                          "conformance.regenerate.command", "conformance.bump.command",
+                          "conformance.bisect.command"),
           "command lines: parse arguments, call a run, exit"),
 )
 

@@ -46,6 +46,6 @@ def test_oracle_reproduces_its_golden(request, snapshot, warm_sessions, scenario
 
 
 def test_every_golden_has_a_scenario_and_a_pin():
-    stray = GOLDENS.orphans({s.name for s in LIBRARY}, PINS.releases)
+    stray = GOLDENS.orphans({s.name for s in LIBRARY}, PINS.declared)
     assert not stray, (f"files in goldens/ that are not the golden of a scenario and a pin (a golden of "
                        f"neither, or a killed write's temporary file): {[str(p) for p in stray]}")

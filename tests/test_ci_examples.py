@@ -227,10 +227,10 @@ def check_green(report: str, summary: str) -> None:
     """The merge passed with the reference engine's known differences waived, and says so."""
     assert report.startswith("== vllm-parity gate: PASS (exit status 0)"), report[:500]
     waivers = load_waivers()
-    counts = next(line for line in report.splitlines() if re.match(r"-- \d+ verdicts: ", line))
+    counts = next(line for line in report.splitlines() if re.match(r"-- \d+ verdicts; ", line))
     # what a port lacks it declares: unsupported, not diverged (the reference engine lacks nothing)
     waived = f", {len(waivers)} waived" if waivers else ""
-    assert re.search(rf"; gating: \d+ pass{waived}(, \d+ unsupported)?$", counts), counts
+    assert re.search(rf"; candidate: \d+ pass{waived}(, \d+ unsupported)?; oracle self-check: \d+ pass$", counts), counts
     for waiver in waivers:
         for text in (report, summary):
             assert waiver["owner"] in text and str(waiver["expires"]) in text and waiver["reason"] in text

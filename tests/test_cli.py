@@ -67,6 +67,10 @@ def test_run_then_compare(tmp_path, record_file, capsys):
     assert f"field max_num_scheduled_tokens: oracle {BUDGET}, candidate {other}" in out
     assert f"! oracle   : max_num_scheduled_tokens is set to {BUDGET}" in out
     assert f"! candidate: max_num_scheduled_tokens is set to {other}" in out
+    # the run is named by its hello (engine and version), as the gate names it, not by its command line
+    hello = trace["engine"]
+    assert f"== {hello['name']} {hello['version']} [candidate] on " in out, out
+    assert "double_engine.py" not in out.splitlines()[0]
     assert cli.main(["compare", "--trace", str(golden_trace), "--golden", str(golden_trace)]) == 0
 
 

@@ -266,9 +266,9 @@ def _async_goldens() -> set[str]:
 
 
 # The features the reference engine does not have, and declares so (its kFeatures lacks them):
-# the hybrid KV cache groups of a sliding-window model (one group of full attention only), and
-# a KV connector.
-LACKS = frozenset({"sliding_window", "kv_connector"})
+# the hybrid KV cache groups of a sliding-window model (one group of full attention only), a
+# KV connector, and structured outputs (no grammar library).
+LACKS = frozenset({"sliding_window", "kv_connector", "structured_outputs"})
 
 
 def test_agreeing_is_every_steps_scenario_of_the_kit_release(kit):

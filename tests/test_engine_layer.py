@@ -20,6 +20,7 @@ from conformance.judging.numerics import capacity_excess
 from conformance.judging.verdict import DIVERGED, judge
 from conformance.report.render_text import render_verdict
 from conftest import REPO, records_of
+from tiny_text import decode, follows
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -164,6 +165,26 @@ def test_the_engine_scenarios_cover_what_they_claim():
     assert any(st["preempted"] for st in kv) and any(st["resumed"] for st in kv)
 
 
+@pytest.mark.parametrize("release", CPU_ENGINES)
+def test_grammars_decide_the_engine_tokens_and_cut_its_drafts(release):
+    """engine_grammar_eagle3 on each CPU engine: a grammar request's tokens, the tiny target's
+    argmax behind vLLM's bitmask, are text its grammar accepts, ending at the tokenizer's eos;
+    the tiny drafter knows no grammar, so the scheduler cuts every draft it proposes for them,
+    while the request without a grammar schedules K each step."""
+    scenario = next(s for s in ENGINE if s.name == "engine_grammar_eagle3")
+    layers = golden(scenario, release)["layers"]
+    specs = {r["id"]: r.get("structured_output") for r in scenario.workload["requests"]}
+    stopped = [out for out in layers["engine_outputs"] if specs[out["id"]] and out["finish_reason"] == "stop"]
+    for out in stopped:  # (json spends its max_tokens on whitespace its schema allows)
+        assert out["output_token_ids"][-1] == 2 and follows(decode(out["output_token_ids"]), specs[out["id"]]), out
+    assert {out["id"] for out in stopped} >= {"regex", "choice"}
+    k = scenario.engine_args["speculative_config"]["num_speculative_tokens"]
+    drafts = {rid: {q["draft_tokens"] for st in layers["engine_steps"] for r, q in st["requests"].items() if r == rid}
+              for rid in specs}
+    assert all(drafts[rid] == {0} for rid, spec in specs.items() if spec is not None), drafts
+    assert k in drafts["plain"]
+
+
 @pytest.mark.parametrize("scenario", ENGINE, ids=IDS)
 def test_greedy_margins_are_wide_enough_to_regenerate_anywhere(scenario):
     """fp32 logits differ in the last bits between CPUs (AVX2, AVX-512): a golden whose top-1
@@ -171,7 +192,8 @@ def test_greedy_margins_are_wide_enough_to_regenerate_anywhere(scenario):
     assert scenario.logprob_noise, f"{scenario.name}: no measured noise (benchmarks/bench_noise.py)"
     for release in CPU_ENGINES:
         for out in golden(scenario, release)["layers"]["engine_outputs"]:
-            margin = min(pos[0][1] - pos[1][1] for pos in out["logprobs"])
+            # a position where a grammar allows one token lists no runner-up: nothing can flip
+            margin = min((pos[0][1] - pos[1][1] for pos in out["logprobs"] if len(pos) > 1), default=math.inf)
             assert margin >= TOLERANCE_OVER_NOISE * scenario.logprob_noise, (scenario.name, release, out["id"])
 
 

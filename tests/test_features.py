@@ -59,6 +59,8 @@ BASE = {"enable_prefix_caching": False, "enable_chunked_prefill": True, "async_s
     (BASE, {"requests": [{"id": "a", "min_tokens": 0}, {"id": "b", "min_tokens": 3}]}, None, None, ("min_tokens",)),
     (BASE, {"requests": [{"id": "a", "min_tokens": 0}]}, None, None, ()),
     (BASE, {"requests": [{"id": "a", "eos_token_id": 0}]}, None, None, ("eos",)),
+    (BASE, {"requests": [{"id": "a", "stop_token_ids": [3]}]}, None, None, ("stop_token_ids",)),
+    (BASE, {"requests": [{"id": "a", "stop_token_ids": []}]}, None, None, ()),
     (BASE, {"requests": [{"id": "a", "repetition_detection": {"max_pattern_size": 2, "min_count": 2}}]}, None, None,
      ("repetition_detection",)),
     (BASE, {"requests": [{"id": "a", "repetition_detection": {"max_pattern_size": 0}}]}, None, None, ()),
@@ -75,6 +77,28 @@ BASE = {"enable_prefix_caching": False, "enable_chunked_prefill": True, "async_s
 ])
 def test_a_scenarios_features_are_derived_from_its_parts(args, workload, matrix, config, expected):
     assert needed(args, workload, matrix, config) == expected
+
+
+def test_prefix_caching_off_is_asked_only_of_an_engine_that_declares_prefix_caching():
+    """A foreign engine that always caches declares `prefix_caching` without `prefix_caching_off`:
+    the scenarios with caching off (those not needing `prefix_caching`) are not run on it. One
+    without prefix caching never caches: it runs them."""
+    caching_off, caching_on = ("chunked_prefill_off",), ("prefix_caching", "chunked_prefill_off")
+    always = frozenset({"prefix_caching", "chunked_prefill_off"})
+    assert not_declared(caching_off, always) == ("prefix_caching_off",)
+    assert not_declared(caching_on, always) == ()
+    assert not_declared(caching_off, always | {"prefix_caching_off"}) == ()
+    assert not_declared(caching_off, frozenset({"chunked_prefill_off"})) == ()
+    assert not_declared((), frozenset()) == () and not_declared(caching_off, None) == ()
+
+
+def test_feature_names_name_capabilities_never_behaviours():
+    """As test262's features.txt does (a flag per capability an implementation may lack, e.g.
+    `tail-call-optimization`, `Atomics.waitAsync`), each name says what an engine can do, never
+    how it differs: a behaviour that differs from vLLM is a divergence, not a feature."""
+    for name, meaning in FEATURES.items():
+        assert not any(word in name for word in ("bug", "wrong", "differ", "no_", "not_", "without")), name
+        assert meaning and not meaning.lower().startswith(("no ", "does not")), name
 
 
 def test_only_async_left_to_the_default_is_decided_by_the_oracles_config_record():
@@ -115,12 +139,14 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("sliding_window_prefix_hits", ("prefix_caching", "shared_prefixes", "sliding_window")),
     ("sliding_window_kv_pressure", ("prefix_caching", "sliding_window")),
     ("kv_connector_failures", ("prefix_caching", "shared_prefixes", "kv_connector")),
-    ("stop_eos", ("prefix_caching", "eos")),
+    ("grammar_eagle3", ("spec:eagle3", "eos", "structured_outputs")),
+    ("grammar_mixed", ("spec:dflash", "eos", "structured_outputs")),
+    ("stop_eos", ("prefix_caching", "stop_token_ids", "eos")),
+    ("stop_min_tokens", ("prefix_caching", "min_tokens", "stop_token_ids", "eos")),
+    ("stop_repetition", ("prefix_caching", "min_tokens", "stop_token_ids", "repetition_detection")),
+    ("stop_dflash", ("spec:dflash", "prefix_caching", "min_tokens", "stop_token_ids", "eos", "repetition_detection")),
     ("lora_prefix_caching", ("prefix_caching", "shared_prefixes", "lora")),
     ("lora_async_in_flight", ("prefix_caching", "lora", "async_scheduling")),
-    ("stop_min_tokens", ("prefix_caching", "min_tokens", "eos")),
-    ("stop_repetition", ("prefix_caching", "min_tokens", "repetition_detection")),
-    ("stop_dflash", ("spec:dflash", "prefix_caching", "min_tokens", "eos", "repetition_detection")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])
@@ -231,8 +257,10 @@ def test_a_port_without_speculation_or_priority_gets_unsupported_naming_the_feat
     speculation and priorities passes the scenarios it runs, gets `unsupported` naming exactly the
     features it lacks on the rest (never sent them: the double fails any such run), and exits 0."""
     reports, results = tmp_path / "reports", tmp_path / "results"
-    status, out, err = features_gate("--jobs", "2", "--reports", str(reports), "--results", str(results))
+    status, out, err = features_gate("--jobs", "2", "--reports", str(reports), "--results", str(results),
+                                     "--require-features", "none")
     assert status == 0, out + err
+    assert "features required: none (--require-features none" in out.splitlines()[0]
     verdicts = json.loads((results / "verdicts.json").read_text(encoding="utf-8"))
     mine = {}
     for v in verdicts:
@@ -300,7 +328,7 @@ def test_a_required_feature_the_port_does_not_declare_fails_the_gate_and_the_mer
     assert "priority_policy (required) 1 not declared" in " ".join(out.split())
     assert ("the gate requires priority_policy (--require-features, REQUIRE_FEATURES=): a port cannot pass "
             "by declaring less") in out
-    assert "on dflash_27b_gate" not in out  # declined, not required: no details
+    assert "on dflash_27b_gate" not in out  # declined, not required (explicitly): no details
     # the same through shards and a merge: the manifest carries the required features
     folders = []
     for index in (1, 2):
@@ -312,18 +340,71 @@ def test_a_required_feature_the_port_does_not_declare_fails_the_gate_and_the_mer
     status, out, err = features_gate(*folders, "--waivers", "/dev/null", command="merge")
     assert status == 2, out + err
     assert "the gate requires priority_policy" in out
-    status, out, err = features_gate(*scenarios, "--jobs", "1")
+    status, out, err = features_gate(*scenarios, "--jobs", "1", "--require-features", "none")
     assert status == 0, out + err
+    # by default the gate configuration's features are required: dflash_27b_gate needs spec:dflash
+    status, out, err = features_gate(*scenarios, "--jobs", "1")
+    assert status == 2, out + err
+    assert "the gate requires spec:dflash" in out
 
 
 def test_a_port_that_declares_no_feature_runs_core_scenarios_only_and_cannot_pass_on_nothing(features_gate):
     gate = str(REPO / "scenarios" / "dflash_27b_gate.json")
     core = str(REPO / "scenarios" / "budget_batched_at_max_num_seqs.json")
-    status, out, err = features_gate("--scenario", gate, "--scenario", core, options=("--features", ""))
+    status, out, err = features_gate("--scenario", gate, "--scenario", core, "--require-features", "none",
+                                     options=("--features", ""))
     assert status == 0, out + err
-    status, out, err = features_gate("--scenario", gate, options=("--features", ""))
+    assert "TEST-DOUBLE-port judged on 1 of 2 scenarios: 1 need features it does not declare" in out.splitlines()[0]
+    status, out, err = features_gate("--scenario", gate, "--require-features", "none", options=("--features", ""))
     assert status == 2, out + err
     assert "a candidate ran no scenario" in err
+
+
+def test_a_port_declaring_nothing_fails_the_default_gate_saying_what_it_was_not_judged_on(features_gate, tmp_path):
+    """Issue 40's wrong PASS: on the whole library, a candidate declaring no feature is judged on the
+    scenarios that need none. By default its PASS requires the gate configuration's features
+    (dflash_27b_gate*: spec:dflash, async_scheduling), so it fails, and the first line of every
+    report says on how many scenarios it was judged and why not the rest; with --require-features
+    none it passes, its first line saying so. Never "every layer of every scenario judged"."""
+    reports = tmp_path / "reports"
+    status, out, err = features_gate("--jobs", "2", "--reports", str(reports), options=("--features", ""))
+    assert status == 2, out + err
+    first = out.splitlines()[0]
+    from conformance.formats.pins import load_pins
+    from conformance.judging.judging import scenario_features
+
+    library = [s for s in map(load_scenario, SCENARIOS) if s.scale == "library"]
+    needs = {s.name: scenario_features(s, load_pins().oracle) for s in library}  # as the gate resolves them
+    core = sum(1 for features in needs.values() if not features)
+    gate_features = ("spec:dflash", "async_scheduling")
+    required = sum(1 for features in needs.values() if set(features) & set(gate_features))
+    assert first.startswith("== vllm-parity gate: ERROR (exit status 2)"), first
+    judged = (f"TEST-DOUBLE-port judged on {core} of {len(needs)} scenarios: {len(needs) - core} need features "
+              f"it does not declare ({required} of them the required spec:dflash, async_scheduling)")
+    assert judged in first, first
+    assert f"TEST-DOUBLE-oracle on all {len(needs)}" in first
+    assert ("features required: spec:dflash, async_scheduling (by default, those of the gate configuration's "
+            "scenarios dflash_27b_gate*; --require-features none opts out)") in first
+    assert "every layer of every scenario" not in out
+    # the same in every report
+    summary = (reports / "summary.md").read_text(encoding="utf-8")
+    assert judged.replace("_", "\\_") in summary.splitlines()[2] or judged in summary.splitlines()[2], summary[:800]
+    root = ET.parse(reports / "junit.xml").getroot()
+    assert judged in {p.get("name"): p.get("value") for p in root.iter("property")}["judged"]
+    page = (reports / "report.html").read_text(encoding="utf-8")
+    assert judged in page and "Every verdict passed" not in page
+    # opted out: it passes, judged on the core scenarios alone, and the first line says so
+    status, out, err = features_gate("--jobs", "2", "--reports", str(reports), "--require-features", "none",
+                                     options=("--features", ""))
+    assert status == 0, out + err
+    first = out.splitlines()[0]
+    assert first.startswith("== vllm-parity gate: PASS (exit status 0)"), first
+    assert (f"TEST-DOUBLE-port judged on {core} of {len(needs)} scenarios: {len(needs) - core} need features it "
+            "does not declare (without vLLM's log lines: its hello does not declare vllm_log_lines);") in first
+    assert "features required: none (--require-features none" in first
+    assert "every layer of every scenario" not in out
+    page = (reports / "report.html").read_text(encoding="utf-8")
+    assert f"judged on {core} of {len(needs)} scenarios" in page and "Every verdict passed" not in page
 
 
 def test_a_port_declaring_an_unknown_feature_is_a_protocol_failure_naming_it(features_gate):

@@ -122,8 +122,11 @@ def test_a_verdict_is_filed_under_every_row_of_its_scenario_in_the_terminal_and_
                                      "--waivers", "/dev/null", "--reports", str(reports))
     assert status == 1, out + err
     rows = out[out.index("-- by engine-matrix row"):].splitlines()
-    assert any(line.split() == ["ENG-SCHED-CORE", "1", "diverged,", "1", "pass"] for line in rows), rows
-    assert any(line.split() == ["SPEC-DFLASH", "1", "diverged,", "3", "pass"] for line in rows), rows
+    # per role, never summed: the candidate's divergence beside the oracle's self-check
+    assert any(line.split() == ["ENG-SCHED-CORE", "candidate:", "1", "diverged;", "oracle", "self-check:", "1", "pass"]
+               for line in rows), rows
+    assert any(line.split() == ["SPEC-DFLASH", "candidate:", "1", "pass,", "1", "diverged;", "oracle", "self-check:",
+                                "2", "pass"] for line in rows), rows
     suites = {s.get("name"): s for s in ET.parse(reports / "junit.xml").getroot().iter("testsuite")}
     for row in ("ENG-SCHED-CORE", "SPEC-DFLASH"):
         failed = [c.get("name") for c in suites[row].iter("testcase") if c.find("failure") is not None]
@@ -154,7 +157,7 @@ expires = 2999-01-01
                                      oracle_plan=VERDICTS_SLOT_BUG)
     assert status == 1, out + err
     cells = out.splitlines()[out.splitlines().index("-- by engine-matrix row") + 2].split()
-    assert cells == ["SPEC-DFLASH", "1", "diverged,", "1", "waived"], out
+    assert cells == ["SPEC-DFLASH", "candidate:", "1", "waived;", "oracle", "self-check:", "1", "diverged"], out
     assert "== TEST-DOUBLE-oracle [oracle, must reproduce its golden] on dflash_27b_gate" in out
     assert "unused waiver" not in out
 
@@ -197,7 +200,11 @@ def test_make_says_the_gates_own_status(tmp_path, target, diverges):
     else:
         assert done.returncode == 0, done.stdout + done.stderr
         assert "exited with status" not in done.stderr
-    assert done.stdout.splitlines()[0].startswith(f"{tmp_path}/bin/parity gate")  # the command, as it ran
+    # the command, as it ran, on stderr: stdout holds the report alone (`make parity > report.txt`)
+    said = [line for line in done.stderr.splitlines() if line.startswith(f"{tmp_path}/bin/parity gate")]
+    assert said, done.stderr
+    assert done.stdout.startswith("== vllm-parity gate: "), done.stdout[:300]
+    assert "[gate]" not in done.stdout and "parity gate --" not in done.stdout
     assert (tmp_path / "out" / "gate" / "junit.xml").is_file() == (target == "gate")
 
 
@@ -388,6 +395,9 @@ def test_sinks_junit_parses_and_holds_no_control_character(h):
     assert any(visible(h)[:60] in s for s in said)
 
 
+SINKS_MD_HEADINGS = ("What to fix: first divergences", "The grid", "Drift across pins and per-pin tables")
+
+
 def sinks_markdown_safe(text: str) -> list:
     """summary.md as a CommonMark (GFM tables, strikethrough) reader sees it: the gate's one
     heading, no HTML, link, image or emphasis from the candidate, no raw control character;
@@ -398,12 +408,14 @@ def sinks_markdown_safe(text: str) -> list:
     assert not bad, bad
     tokens = MarkdownIt("commonmark").enable(["table", "strikethrough"]).parse(text)
     headings = [(t.tag, sinks_md_shown(tokens[i + 1])) for i, t in enumerate(tokens) if t.type == "heading_open"]
-    assert len(headings) == 1 and headings[0][0] == "h2" and headings[0][1].startswith("vllm-parity gate: "), headings
+    assert headings[0][0] == "h2" and headings[0][1].startswith("vllm-parity gate: "), headings
+    assert set(headings[1:]) <= {("h3", h) for h in SINKS_MD_HEADINGS}, headings  # the gate's own, no other
     kinds = [c.type for t in tokens for c in [t, *(t.children or [])]]
     for kind in ("html_inline", "html_block", "link_open", "image", "s_open", "em_open"):
         assert kind not in kinds, kind
     assert kinds.count("strong_open") == text.count("- **expired waiver** ")  # the gate's own bold
-    outside_code = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", text)
+    fenced = re.sub(r"(?ms)^(`{3,})text\n.*?^\1$", "", text)  # a fenced block is text: no math, no markup
+    outside_code = re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", fenced)
     assert "$" not in outside_code.replace("\\$", "")  # GitHub's math
     return tokens
 
@@ -419,7 +431,9 @@ def sinks_markdown_read(text: str, view) -> None:
 
     tokens = sinks_markdown_safe(text)
     headings = [sinks_md_shown(tokens[i + 1]) for i, t in enumerate(tokens) if t.type == "heading_open"]
-    assert headings == [f"vllm-parity gate: {view.explained}"]
+    # the gate's own headings only: its title, then what to fix (when something failed) and the grid
+    assert headings[0] == f"vllm-parity gate: {view.explained}" and headings[-1] == "The grid", headings
+    assert headings[1:-1] in ([], ["What to fix: first divergences"]), headings
     inline = [t for t in tokens if t.type == "inline"]
     # tables: the grid's rows are the scenarios, the failures' rows the cells that did not pass
     rows = [[sinks_md_shown(t) for t in inline if t.map and t.map[0] == line]
@@ -427,7 +441,7 @@ def sinks_markdown_read(text: str, view) -> None:
     cells_of = {r[0]: r for r in rows if len(r) > 1}
     for s in view.scenarios:
         assert visible(s)[:300] in cells_of, (s, list(cells_of))
-        assert len(cells_of[visible(s)[:300]]) in (1 + len(view.engines), 6)
+        assert len(cells_of[visible(s)[:300]]) in (1 + len(view.engines), 6, 9)
     engines = {visible(e)[:300] for e in view.engines}
     failing = [r for r in rows if len(r) == 6 and r[0] != "row"]
     assert failing and all(r[2] in engines for r in failing), failing

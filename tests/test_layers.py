@@ -51,15 +51,16 @@ def test_a_scheduler_only_port_passes_on_the_layers_asked_and_every_report_says_
     assert status == 0, text
     first = text.splitlines()[0]
     assert first.startswith("== vllm-parity gate: PASS (exit status 0)")
-    assert ("judged on config, steps, outputs; methods, the engine layers not judged: the engine does not "
-            "serve them") in first
+    # layers never asked are said to be not asked, whether or not the port serves them
+    assert "judged on config, steps, outputs; methods, the engine layers not judged: not asked (--layers, LAYERS=)" in first
+    assert "does not serve" not in first
     # per scenario: engine_ngram and method_matrix were judged on config alone
     assert any(line.startswith("   port: judged on config; the engine layers not judged") for line in text.splitlines())
     assert "engine_ngram" in text and "pass [config]" in text and "pass [config,steps,outputs]" not in text
     summary = (tmp_path / "summary.md").read_text()
     assert "## vllm-parity gate: PASS" in summary
     assert "Layers: judged on config, steps, outputs; methods, the engine layers not judged" in summary
-    assert "| `port` | judged on config; methods not judged: the engine does not serve them" in summary
+    assert "| `port` | judged on config; methods not judged: not asked (--layers, LAYERS=)" in summary
     junit = ET.parse(tmp_path / "junit.xml").getroot()
     layers = junit.find("properties/property[@name='layers']").get("value")
     assert layers.startswith("judged on config, steps, outputs; methods, the engine layers not judged")
@@ -69,7 +70,19 @@ def test_a_scheduler_only_port_passes_on_the_layers_asked_and_every_report_says_
     assert not list(junit.iter("failure")) and not list(junit.iter("error"))
     page = (tmp_path / "report.html").read_text()
     assert "Layers: judged on config, steps, outputs; methods, the engine layers not judged" in page
-    assert "engine_outputs: the engine does not serve them" in page  # the scenario's own table
+    assert "engine_outputs: not asked (--layers, LAYERS=)" in page  # the scenario's own table
+
+
+def test_a_config_only_port_asked_for_config_is_not_said_to_lack_the_layers_never_asked(tmp_path):
+    """LAYERS=config with a port declaring config alone: steps and outputs were never asked for."""
+    engines = [ENGINES[0], gate_engine("port=" + double("--serve", "config"), CANDIDATE)]
+    out: list[str] = []
+    context = RunContext(PINS, log=lambda m: None, out=out.append, reports=tmp_path, layers=["config"])
+    status = gate_run.gate(context, SCENARIOS[:2], engines)
+    first = out[0].splitlines()[0]
+    assert status == 0, out[0]
+    assert first.endswith("judged on config; steps, outputs not judged: not asked (--layers, LAYERS=)"), first
+    assert "does not serve" not in "\n".join(out)
 
 
 def test_the_same_port_without_layers_fails_saying_which_required_layers_it_does_not_serve(tmp_path):
@@ -125,9 +138,8 @@ def test_make_passes_layers_required_layers_and_drift():
     line = next(x for x in text.splitlines() if "parity gate" in x)
     assert ("--candidate './port' --layers 'config,steps,outputs' --require-layers 'config' --drift"
             in line), line
-    gate_line = next(x for x in subprocess.run(["make", "-n", "gate", "LAYERS=config"], cwd=REPO,
-                                               capture_output=True, text=True).stdout.splitlines()
-                     if "parity gate" in x)
+    recipe = subprocess.run(["make", "-n", "gate", "LAYERS=config"], cwd=REPO, capture_output=True, text=True).stdout
+    gate_line = recipe[recipe.index("parity gate"):].replace("\\\n", " ")  # the recipe, its lines joined
     assert "--reports out/gate" in gate_line and "--layers 'config'" in gate_line
 
 
@@ -183,8 +195,8 @@ def test_the_real_oracle_judges_a_scheduler_only_port_by_its_layers(tmp_path, ca
     assert status == 0, out
     assert "[gate] cold starts: 1 for 2 engines" in err  # the port's; the oracle was warm
     assert warm_sessions(PINS.oracle).start() is oracle and oracle.alive  # left warm by the gate
-    assert ("judged on config, steps, outputs; methods, the engine layers not judged: the engine does not serve "
-            "them") in out.splitlines()[0]
+    assert ("judged on config, steps, outputs; methods, the engine layers not judged: not asked (--layers, "
+            "LAYERS=)") in out.splitlines()[0]
     for name in ("summary.md", "junit.xml", "report.html"):
         assert "methods, the engine layers not judged" in (tmp_path / "with" / name).read_text(), name
     status = cli.main(["gate", "--candidate", f"port={port}", "--waivers", "/dev/null",

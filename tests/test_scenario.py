@@ -233,3 +233,41 @@ def test_a_requests_adapter_is_refused_by_the_engine_layers(tmp_path):
     with pytest.raises(ScenarioError) as err:
         load_scenario(tmp_path / "s.json")
     assert err.value.field == "workload.requests[0].lora"
+
+
+def _grammar(tmp_path, mutate=None) -> Path:
+    shutil.copytree(GATE.parent / "models", tmp_path / "models", dirs_exist_ok=True)
+    data = json.loads((GATE.parent / "grammar_eagle3.json").read_text())
+    if mutate:
+        mutate(data)
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_a_grammar_needs_the_model_folders_tokenizer_and_the_hash_covers_it(tmp_path):
+    path = _grammar(tmp_path)
+    here = load_scenario(path)
+    assert here.sha256 == load_scenario(GATE.parent / "grammar_eagle3.json").sha256
+    (tmp_path / "models" / "tiny-qwen3" / "tokenizer.json").write_text("{}")
+    assert load_scenario(path).sha256 != here.sha256  # another tokenizer, another scenario
+    (tmp_path / "models" / "tiny-qwen3" / "tokenizer.json").unlink()
+    with pytest.raises(ScenarioError, match="needs the model folder's tokenizer.json") as err:
+        load_scenario(path)
+    assert err.value.field == "workload.requests"
+
+
+def test_a_grammar_runs_with_async_scheduling_false(tmp_path):
+    for value in (True, None):
+        path = _grammar(tmp_path, lambda d: d["engine_args"].update(async_scheduling=value))
+        with pytest.raises(ScenarioError, match="synchronous loop only") as err:
+            load_scenario(path)
+        assert err.value.field == "engine_args.async_scheduling"
+
+
+def test_the_engine_layers_run_a_grammar():
+    """The whole engine takes a request's structured_output (SamplingParams.structured_outputs):
+    the engine layers, with the feature, and the tokenizer in the hash."""
+    s = load_scenario(GATE.parent / "engine_grammar_eagle3.json")
+    assert "engine_steps" in s.layers and "structured_outputs" in s.features
+    assert sum("structured_output" in r for r in s.workload["requests"]) == 3

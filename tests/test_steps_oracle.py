@@ -1,6 +1,5 @@
 """Integration, per-step layer: the real scheduler of each pin, driven by the stand-in."""
 
-
 import pytest
 
 from conformance.formats.pins import load_pins
@@ -10,6 +9,7 @@ from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
 from conformance.report.render_text import render
 from conftest import REPO, records_of
+from tiny_text import decode, follows
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -101,9 +101,14 @@ GATE_LAST = (0, 33, 0)
 MIN_TOKENS = [s for s in WORKLOADS if "min_tokens" in s.features]
 
 
+# vLLM 0.33.0 compiles JSON schemas with the tokenizer's special tokens filtered out
+# (upstream-changes.toml): the ids a JSON grammar allows, and so the stand-in's choices, differ.
+JSON_GRAMMARS = [s for s in WORKLOADS if any("json" in r.get("structured_output", {}) for r in s.workload["requests"])]
+
+
 @pytest.mark.parametrize("scenario", WORKLOADS, ids=IDS)
 def test_outputs_identical_across_pins(scenario):
-    releases = [r for r in PINS.releases if scenario not in MIN_TOKENS or _version(r) < GATE_LAST]
+    releases = [r for r in PINS.releases if scenario not in MIN_TOKENS + JSON_GRAMMARS or _version(r) < GATE_LAST]
     outputs = {r: golden(scenario, r)["layers"]["outputs"] for r in releases}
     assert all(o == outputs[PINS.oracle] for o in outputs.values()), scenario.name
 
@@ -169,6 +174,54 @@ def test_scenario_library_exercises_what_it_claims():
     assert {r["id"]: r["finish_reason"] for r in outputs["kv_connector_fail_policy"]}["a"] == "error"
 
 
+# the grammar scenarios whose every grammar compiles (grammar_compile_error: below)
+GRAMMARS = [s for s in WORKLOADS if "structured_outputs" in s.features and s.name != "grammar_compile_error"]
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+@pytest.mark.parametrize("scenario", GRAMMARS, ids=[s.name for s in GRAMMARS])
+def test_grammars_cut_drafts_and_outputs_follow_them(scenario, release):
+    """Each pin's golden: the drafter's proposals pass the grammar's cut as a prefix, some are
+    cut, some drafts inside the grammar are scheduled and rejected; what the grammar requests
+    output is text their grammar accepts; requests without one carry no grammar fields."""
+    layers = golden(scenario, release)["layers"]
+    specs = {r["id"]: r.get("structured_output") for r in scenario.workload["requests"]}
+    cut = rejected = 0
+    for step in layers["steps"]:
+        assert step["grammar_errors"] == []
+        for rid, entry in step["requests"].items():
+            if specs[rid] is None:
+                assert "proposed_draft_token_ids" not in entry
+                continue
+            proposed, kept = entry["proposed_draft_token_ids"], entry["next_draft_token_ids"]
+            assert proposed[:len(kept)] == kept, (step["step"], rid)
+            cut += bool(kept) and len(kept) < len(proposed)
+            rejected += entry["accepted_draft_tokens"] < entry["draft_tokens"]
+    assert cut and rejected, (cut, rejected)
+    for out in layers["outputs"]:
+        if specs[out["id"]] is not None and out["finish_reason"] == "stop":
+            assert out["output_token_ids"][-1] == 2  # the grammar ended: the eos, the one id it allows
+            assert follows(decode(out["output_token_ids"]), specs[out["id"]]), out["id"]
+    assert any(specs[o["id"]] and o["finish_reason"] == "stop" for o in layers["outputs"])
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+def test_a_grammar_that_fails_is_an_error_and_the_others_go_on(release):
+    """badregex passes the input processor by llguidance once xgrammar is the engine's backend:
+    0.27.1 and 0.28.0 add it and finish it as an error at the step that reaches it (its
+    grammar_compile_error_reqs), 0.33.0 refuses it at add_request; never scheduled either way."""
+    scenario = next(s for s in WORKLOADS if s.name == "grammar_compile_error")
+    layers = golden(scenario, release)["layers"]
+    errors = {st["step"]: st["grammar_errors"] for st in layers["steps"] if st["grammar_errors"]}
+    assert errors == {2: ["badregex"]}
+    added = _version(release) < (0, 33, 0)
+    assert ("badregex" in layers["steps"][2]["finished"]) == added
+    assert not any("badregex" in st["requests"] or "badregex" in st["waiting"] for st in layers["steps"])
+    outputs = {o["id"]: o for o in layers["outputs"]}
+    assert (outputs["badregex"]["finish_reason"], outputs["badregex"]["output_token_ids"]) == ("error", [])
+    assert outputs["schema"]["finish_reason"] == "stop" and decode(outputs["schema"]["output_token_ids"])
+
+
 BINDS = next(s for s in WORKLOADS if s.name == "prefill_budget_binds")
 # the pins whose scheduler gives r1 another share of the binding budget than the oracle's does
 BUDGET_DRIFT = [r for r in PINS.releases if golden(BINDS, r)["layers"]["steps"][0]["requests"]["r1"]["tokens"]
@@ -211,6 +264,9 @@ MUTANTS = {
     # r0 runs adapter alpha and max_loras is 1: the oracle skips r1 (beta) at step 0, the
     # mutant admits it beside r0
     "ignore-max-loras": ("lora_max_loras_admission", "steps", "requests.r1"),
+    # regex's drafts at step 0: its grammar cuts the fourth, the first wrong one (a token the
+    # regex does not allow there), the mutant keeps all four
+    "ignore-grammar-cut": ("grammar_eagle3", "steps", "requests.regex.next_draft_token_ids"),
 }
 
 
@@ -245,6 +301,11 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
     if mutant == "ignore-max-loras":
         assert comparison.index == 0 and comparison.actual_record["new"] == ["r0", "r1"], comparison.first
         assert comparison.record["new"] == ["r0"] and comparison.record["waiting"] == ["r1"]
+    if mutant == "ignore-grammar-cut":
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        kept, proposed = found[field]
+        assert comparison.index == 0 and comparison.first.path == field
+        assert len(kept) == 3 and proposed[:3] == kept and len(proposed) == 4, found[field]
     if mutant == "cap-running-chunk-2048":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 1 and found[field] == (8191, 2048), comparison.fields

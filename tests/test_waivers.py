@@ -4,6 +4,7 @@ count line says `waived`; an unused waiver says why it covered nothing; a --waiv
 does not exist is an error unless it is the default file."""
 
 import datetime as dt
+import re
 import html
 import xml.etree.ElementTree as ET
 
@@ -50,7 +51,7 @@ def test_the_terminal_report_shows_the_applied_waiver_and_counts_it_waived():
     assert view.status == 0
     text = render_gate(view) + "\n" + render_requirement_rows(view)
     assert text.startswith("== vllm-parity gate: PASS")
-    assert "-- 80 verdicts: 79 pass, 1 waived; gating: 79 pass, 1 waived" in text
+    assert "-- 80 verdicts; candidate: 39 pass, 1 waived; oracle self-check: 40 pass" in text  # never summed
     assert "1 diverged" not in text
     said_of(text)
     details = text[text.index("== port [candidate] on prefix_caching_resume"):].splitlines()
@@ -66,11 +67,11 @@ def test_junit_markdown_and_html_show_the_applied_waiver():
     said_of(skipped.get("message"))
     summary = markdown(view)
     said_of(summary)
-    assert "Counts: 79 pass, 1 waived" in summary
+    assert "Counts: 80 verdicts; candidate: 39 pass, 1 waived; oracle self-check: 40 pass" in summary
     page = html_report(view)
     said_of(page[page.index("waivers applied"):page.index("<section")])  # on the first screen
     said_of(page[page.index("<section id='s-prefix_caching_resume'>"):])  # and beside the verdict
-    assert "79 pass, 1 waived" in page
+    assert "candidate: 39 pass, 1 waived; oracle self-check: 40 pass" in page
 
 
 @pytest.mark.parametrize("change, why", [
@@ -136,5 +137,7 @@ def test_an_applied_waiver_shows_a_hostile_candidate_label_escaped_in_every_sink
     page = html_report(view)
     assert "<script>alert" not in page and "&lt;script&gt;alert(1)" in page
     summary = markdown(view)
-    assert "<script>" not in summary.replace("`<script>", "")  # only inside a code span
+    # only inside a code span, or the fenced block of first divergences (text, never HTML)
+    fenced = re.sub(r"(?ms)^(`{3,})text\n.*?^\1$", "", summary)
+    assert fenced != summary and "<script>" not in fenced.replace("`<script>", "")
     ET.fromstring(junit(view))  # parses: the ESC shown as its escape

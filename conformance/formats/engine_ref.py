@@ -5,6 +5,7 @@ manifest) becomes one EngineRef, which knows its kind, its release and mutant, i
 argument list, its role in a run (when it has one) and how the report names it.
 
   0.28.0, vllm==0.28.0, vllm-0.28.0   a pin (a pinned vLLM release)
+  5559679229ab, vllm@5559679229ab     a pinned upstream commit (formats/pins.py), a pin like a release
   0.27.1+mutant:NAME                  a pin's TEST DEVICE mutant (engines/vllm/mutants.py)
   0.27.1+mutant:catalog:ID            a TEST DEVICE mutant of `parity adequacy`'s catalog
   0.28.0+goldens                      a pin as its committed goldens recorded it: no process runs
@@ -31,6 +32,7 @@ from pathlib import Path
 from typing import Callable, Protocol
 
 from conformance.formats.errors import InputError
+from conformance.formats.pins import pin_label
 
 MUTANT_MARK, CATALOG_MARK, RECORDED_MARK = "+mutant:", "catalog:", "+goldens"
 NAMED = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.+:-]{0,63})=(\S.*)$")  # --candidate NAME=COMMAND
@@ -104,7 +106,7 @@ class EngineRef:
         """`releases`: the configured pins (a Pins or its releases); `named`: NAME=COMMAND is
         allowed (a text that is a pin or a pin's mutant is never read as one). Bad input is a
         InputError naming the text."""
-        releases = tuple(getattr(releases, "releases", releases))
+        releases = tuple(getattr(releases, "declared", getattr(releases, "releases", releases)))
         if not isinstance(text, str) or not text.strip():
             raise InputError(f"engine {text!r}: empty engine command")
         ref = _pin_form(text, releases)
@@ -157,7 +159,7 @@ class EngineRef:
         """How a trace and the report name the engine: vllm-0.28.0, vllm-0.27.1+mutant:NAME,
         vllm-0.27.1+mutant:catalog:ID; a command line by its program alone, or whole."""
         if self.kind.mark is not None:
-            return f"vllm-{self.release}{self.kind.mark}{self.mutant or ''}"
+            return f"{pin_label(self.release)}{self.kind.mark}{self.mutant or ''}"
         return Path(self.argv[0]).name if len(self.argv) == 1 else " ".join(self.argv)
 
     @property
@@ -184,9 +186,10 @@ class EngineRef:
 
 
 def release_of(text: str, releases) -> str | None:
-    """'vllm==0.28.0', 'vllm-0.28.0' or '0.28.0' -> '0.28.0' when it is a configured pin."""
-    release = re.sub(r"^vllm(==|-)", "", text.strip())
-    return release if release in tuple(getattr(releases, "releases", releases)) else None
+    """'vllm==0.28.0', 'vllm-0.28.0' or '0.28.0' -> '0.28.0' when it is a configured pin;
+    'vllm@5559679229ab' or '5559679229ab' -> '5559679229ab' when that commit is one."""
+    release = re.sub(r"^vllm(==|-|@)", "", text.strip())
+    return release if release in tuple(getattr(releases, "declared", getattr(releases, "releases", releases))) else None
 
 
 def _pin_form(text: str, releases: tuple[str, ...]) -> EngineRef | None:

@@ -28,6 +28,11 @@ FEATURES: dict[str, str] = {
     "priority_policy": "`engine_args.scheduling_policy` is `\"priority\"`",
     "request_priorities": "a request of the workload has a `priority` other than 0",
     "prefix_caching": "`engine_args.enable_prefix_caching` true (vLLM's default: also when the file omits it)",
+    "prefix_caching_off": "the engine can run with prefix caching turned off (`engine_args.enable_prefix_caching` "
+                          "false). Asked only of an engine that declares `prefix_caching`: one that lists "
+                          "`prefix_caching` without it always caches, so the scenarios with caching off (those "
+                          "not needing `prefix_caching`) are not run on it; one without `prefix_caching` never "
+                          "caches and runs them",
     "chunked_prefill_off": "`engine_args.enable_chunked_prefill` false",
     "long_prefill_threshold": "`engine_args.long_prefill_token_threshold` above 0",
     "max_num_scheduled_tokens": "`engine_args.max_num_scheduled_tokens` given",
@@ -35,11 +40,16 @@ FEATURES: dict[str, str] = {
     "shared_prefixes": "a request of the workload has a `prefix` or `continues` another",
     "min_tokens": "a request of the workload has a `min_tokens` above 0 (vLLM's check_stop holds back "
                   "its stops until then)",
+    "stop_token_ids": "a request of the workload has `stop_token_ids` (it finishes at the first of them it "
+                      "emits: vLLM's `FINISHED_STOPPED`)",
     "eos": "a request of the workload has an `eos_token_id` (it stops there: vLLM's `ignore_eos` false)",
     "repetition_detection": "a request of the workload has a `repetition_detection` whose "
                             "`max_pattern_size` is above 0 (vLLM's `FINISHED_REPETITION`)",
     "kv_connector": "`engine_args.kv_transfer_config` given: a KV connector (the stand-in's remote KV store) "
                     "loads what a request's `external` says, synchronously or asynchronously, and may fail",
+    "structured_outputs": "a request of the workload has a `structured_output` (a JSON schema, a regex or a choice, "
+                          "as vLLM's `StructuredOutputsParams` takes it): the release's StructuredOutputManager "
+                          "and grammar backend mask what is sampled and cut the drafts the grammar refuses",
     "sliding_window": "the model's `layer_types` mix sliding-window and full attention (gpt-oss): hybrid KV "
                       "cache groups, one block table per group",
     "lora": "`engine_args.enable_lora` true, or a request of the workload has a `lora` adapter (vLLM's "
@@ -47,7 +57,13 @@ FEATURES: dict[str, str] = {
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
+    "vllm_log_lines": "the engine prints vLLM's own log lines while it resolves a configuration, so "
+                      "`budget_log_lines` and `async_log_lines` are judged word for word (no scenario needs "
+                      "it). An engine whose hello lists features without it (a foreign engine) is judged "
+                      "without them: on its behaviour",
 }
+# Features no scenario needs: they say how a run is judged (judging.judging.prints_log_lines).
+JUDGING = ("vllm_log_lines",)
 MAX_DECLARED = 256  # entries of hello.features
 MAX_NAME = 64  # characters of one
 
@@ -75,10 +91,12 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("shared_prefixes", any(r.get("prefix") is not None or r.get("continues") is not None
                                 for r in requests)),
         ("min_tokens", any(_number(r.get("min_tokens")) and r["min_tokens"] > 0 for r in requests)),
+        ("stop_token_ids", any(r.get("stop_token_ids") for r in requests)),
         ("eos", any(r.get("eos_token_id") is not None for r in requests)),
         ("repetition_detection", any(_number(_dict(r.get("repetition_detection")).get("max_pattern_size"))
                                      and r["repetition_detection"]["max_pattern_size"] > 0 for r in requests)),
         ("kv_connector", args.get("kv_transfer_config") is not None),
+        ("structured_outputs", any(r.get("structured_output") is not None for r in requests)),
         ("sliding_window", _hybrid(args.get("model"))),
         ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
         ("async_scheduling", _async(args, config)),
@@ -121,8 +139,15 @@ def declared(hello: dict) -> frozenset[str] | None:
 
 
 def not_declared(needs, have: frozenset[str] | None) -> tuple[str, ...]:
-    """The features of `needs` an engine declaring `have` does not have, in their order."""
-    return () if have is None else tuple(name for name in needs if name not in have)
+    """The features of `needs` an engine declaring `have` does not have, in their order; and
+    `prefix_caching_off` for a scenario with prefix caching off (it does not need
+    `prefix_caching`) on an engine that declares prefix caching it cannot turn off."""
+    if have is None:
+        return ()
+    lacking = tuple(name for name in needs if name not in have)
+    if "prefix_caching" in have and "prefix_caching_off" not in have and "prefix_caching" not in needs:
+        lacking += ("prefix_caching_off",)
+    return lacking
 
 
 def declared_problem(value) -> tuple[str, bool] | None:
@@ -147,14 +172,16 @@ def declared_problem(value) -> tuple[str, bool] | None:
 
 
 def parse_required(text: str, option: str = "--require-features") -> list[str]:
-    """A comma list of feature names, or `all` (every feature); an unknown name is refused,
-    naming it and the known ones."""
+    """A comma list of feature names, `all` (every feature) or `none` (no feature: the gate's
+    default requirement opted out); an unknown name is refused, naming it and the known ones."""
     names = [x.strip() for x in text.split(",") if x.strip()]
     if names == ["all"]:
         return list(FEATURES)
+    if names == ["none"]:
+        return []
     unknown = [x for x in names if x not in FEATURES]
     if unknown or not names:
-        raise InputError(f"{option}: expected `all` or feature names, got unknown {unknown or [text]}; "
+        raise InputError(f"{option}: expected `all`, `none` or feature names, got unknown {unknown or [text]}; "
                          f"known: {', '.join(FEATURES)}")
     return [name for name in FEATURES if name in names]
 

@@ -31,7 +31,7 @@ MiB = 1024 * 1024
 # its kind holds (a scenario at the schema's limits, 4096 requests with 1024-entry lists, is
 # about 50 MiB; a trace is one run's records, at most protocol.MAX_RUN_BYTES, written indented).
 LIMITS = {"scenario": 64 * MiB, "trace": 1024 * MiB, "manifest": 16 * MiB, "waivers": 1 * MiB,
-          "model config": 16 * MiB}
+          "model config": 16 * MiB, "tokenizer": 16 * MiB}
 
 
 DEV_NULL = os.makedev(1, 3)  # Linux's /dev/null: read as an empty file, the one device allowed

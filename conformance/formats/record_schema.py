@@ -395,6 +395,8 @@ STEPS_REQUEST = Record("steps request entry", {
     "draft_token_ids": Field(ListOf(Int(-1))),  # -1: a placeholder draft
     "resent_token_ids": Field(Flag()),
     "next_draft_token_ids": Field(ListOf(COUNT)),
+    # a request with a grammar (structured outputs): the drafts proposed, before the grammar's cut
+    "proposed_draft_token_ids": Field(ListOf(COUNT), optional=True),
 }, base=REQUEST)
 KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT), "cached": Field(COUNT)})
 # the fields of every step record, steps and engine_steps alike
@@ -419,6 +421,8 @@ STEP = Record("steps", {
     "aborted": Field(IDS),
     "emitted": Field(IDS),
     "num_common_prefix_blocks": Field(ListOf(COUNT)),
+    # a workload with grammars: the requests whose grammar failed at this step
+    "grammar_errors": Field(IDS, optional=True),
 }, base=STEP_BASE)
 ENGINE_KV_BLOCKS = Record("engine kv blocks", {"free": Field(COUNT, optional=True), "used": Field(COUNT)})
 ENGINE_STEP = Record("engine_steps", {

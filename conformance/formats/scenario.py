@@ -18,7 +18,7 @@ from conformance.formats.features import needed as _needed
 from conformance.formats.fields import (METHODS, METHODS_WITH_DRAFT_MODEL, ScenarioError,
                                         model_dir as _model_dir)
 from conformance.formats.fields import type_name as _tname
-from conformance.formats.files import InputFileError, read_text
+from conformance.formats.files import InputFileError, read_bytes, read_text
 from conformance.formats.method_matrix import validate_method_matrix
 from conformance.formats.protocol import ENGINE_LAYERS
 from conformance.formats.workload import validate_workload
@@ -113,10 +113,13 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # Workload keys the engine layers do not run: the engine's outputs are its model's, not the
 # stand-in's a continuation is built from, its loop has no aborts, its eos token is its
 # tokenizer's (not a stand-in token id), its outputs record no repetition stop, and it has no
-# remote KV store, nor adapters. (A request's `priority` and `min_tokens` are run: the engine's add_request
-# and SamplingParams take them.)
+# remote KV store, nor adapters. (A request's `priority`, `min_tokens` and `structured_output` are run: the
+# engine's add_request and SamplingParams take them.)
 STEPS_ONLY = ("prefix", "continues", "abort_step", "eos_token_id", "repetition_detection", "external",
               "lora")
+# A grammar judges text: a workload with a structured_output needs its model folder's tokenizer
+# (the project's own, engines/vllm/tiny_tokenizer.py), whose files the scenario hash then covers
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
 ROW = re.compile(r"^[A-Z][A-Z0-9-]{1,40}$")  # an engine-matrix row, e.g. ENG-SCHED-CORE
 
 
@@ -241,6 +244,11 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     if workload is not None:
         workload = validate_workload(workload, src, args)
     identity = {"schema": SCHEMA, "name": name, "engine_args": hashed, "workload": workload}
+    if workload is not None and any("structured_output" in r for r in workload["requests"]):
+        identity["tokenizer"] = _tokenizer(src, Path(args["model"]))
+        if args["async_scheduling"] is not False:  # the batch-queue loop does not sample under a bitmask
+            raise ScenarioError(src, "engine_args.async_scheduling", "must be false when a request has a "
+                                "structured_output: the stand-in runs grammars in the synchronous loop only")
     if generated is not None:  # the hash covers the expansion and the generator that made it
         identity["generator"] = generated["generator"]
     matrix = raw.get("method_matrix")
@@ -260,6 +268,21 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     # rows are how verdicts are grouped, not what an engine runs: they are not in the hash
     return Scenario(name, description, args, workload, path, digest, matrix, tuple(rows), engine, atol,
                     noise, scale=scale)
+
+
+def _tokenizer(src: str, folder: Path) -> str:
+    """The hash of the model folder's tokenizer files, which a grammar reads."""
+    digest = hashlib.sha256()
+    for name in TOKENIZER_FILES:
+        path = folder / name
+        try:
+            data = read_bytes(path, "tokenizer")
+        except (OSError, InputFileError) as exc:
+            raise ScenarioError(src, "workload.requests", f"a structured_output needs the model folder's "
+                                f"{name} (a grammar judges text; engines/vllm/tiny_tokenizer.py makes the "
+                                f"tiny models' one): {path} cannot be read: {exc}") from None
+        digest.update(data)
+    return "sha256:" + digest.hexdigest()
 
 
 def _kv_transfer(src: str, raw: dict) -> dict:

@@ -36,6 +36,11 @@ The workload schema (every key below; no others):
                                             "min_count": int},        #   vLLM's
                                           #   RepetitionDetectionParams checks them; a
                                           #   max_pattern_size of 0 turns it off
+                   "structured_output": {"json": object | str,  # optional: exactly one key,
+                                         "regex": str,            #   as vLLM's
+                                         "choice": [str]},        #   StructuredOutputsParams
+                                          #   takes it; its grammar constrains what the stand-in
+                                          #   samples (below); needs the model folder's tokenizer
                    "lora": {"id": int,    # optional, with engine_args.enable_lora: the LoRA
                             "name": str},  #   adapter it runs under (vLLM's LoRARequest
                                           #   lora_int_id, 1..2**31-1, and lora_name, as a
@@ -75,6 +80,27 @@ next token, so a scheduler can be driven without weights, identically on every m
 - `verify(seed, tokens, drafts, vocab_size)`: the longest prefix of drafts equal to what
   target_next produces, plus one bonus token (the target's token after that prefix).
 
+Under a grammar (a request with `structured_output`; engines/PROTOCOL.md "Structured outputs"),
+the stand-in samples as vLLM's sampler does behind the grammar's bitmask: the release's own
+`apply_grammar_bitmask` masks stand-in logits (zeros) for each position of a request (each
+draft, then the bonus), and what it leaves finite is that position's allowed ids:
+
+- `allowed_ids(words)`: the ids a bitmask row allows (32-bit words, id t allowed when bit
+  t % 32 of word t // 32 is set), in increasing order.
+- `masked_choice(allowed, token)`: of the allowed ids, in increasing order, the one at index
+  `token` modulo their number; `token` itself when none is allowed. Every id allowed gives
+  `token`: a request without a grammar, or one whose grammar terminated, samples as before.
+  (Counting among the allowed ids, rather than taking the next allowed id, spreads the choices
+  over what the grammar allows: low ids such as whitespace would otherwise take every wrap.)
+- `verify_masked(seed, tokens, drafts, vocab_size, allowed)`: `verify` with each position's
+  target token `masked_choice(allowed[i], target_next(...))`.
+- The drafter under a grammar (engines/vllm/grammar.py `masked_draft`): `draft` whose
+  target tokens are `masked_choice` of the rows the request's grammar gives as it follows
+  the drafts (a drafter that learnt the format); the first wrong token is that target token
+  plus one, and the grammar is no longer followed after it (every id allowed). Some drafts
+  thus break the grammar and the scheduler's `validate_tokens` cuts them; others are within
+  it and the target rejects them.
+
 vLLM 0.33.0 moved check_stop's min_tokens gate after the eos, stop token and length checks (the
 sampler's min-tokens logits processor keeps a real model from sampling those early): where the
 stand-in's target gives an eos or stop token before min_tokens outputs, 0.33.0 stops there and
@@ -90,6 +116,7 @@ blocks where the workload says the prompts agree.
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 
 from conformance.formats.fields import ScenarioError, type_name as _tname
@@ -113,12 +140,15 @@ TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
 TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
                 "prefix", "continues", "abort_step", "priority", "min_tokens", "eos_token_id",
-                "repetition_detection", "external", "lora"}
+                "repetition_detection", "external", "structured_output", "lora"}
 REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
 EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
 LORA_KEYS = {"id", "name"}
 MAX_LORA_ID = (1 << 31) - 1
 PREFIX_KEYS = {"name", "len"}
+STRUCTURED_KEYS = ("json", "regex", "choice")  # vLLM's StructuredOutputsParams, the ones run here
+MAX_GRAMMAR_TEXT = 4096  # characters of a JSON schema (as JSON text) or a regex
+MAX_CHOICES = 64
 
 
 def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
@@ -243,11 +273,38 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
     _stops(check, where, req, out, vocab_size)
     if "external" in req:
         out["external"] = _external(check, f"{where}.external", req["external"], max_steps, limit)
+    if "structured_output" in req:
+        out["structured_output"] = _structured(check, f"{where}.structured_output", req["structured_output"])
     if "lora" in req:
         check.keys(f"{where}.lora", req["lora"], LORA_KEYS, ("id", "name"))
         out["lora"] = {"id": check.integer(f"{where}.lora.id", req["lora"]["id"], 1, MAX_LORA_ID),
                        "name": check.name(f"{where}.lora.name", req["lora"]["name"], "an adapter's name")}
     return out
+
+
+def _structured(check: FieldChecker, where: str, raw: object) -> dict:
+    """One constraint of vLLM's StructuredOutputsParams: a JSON schema (an object, or its JSON
+    text), a regex, or a non-empty list of choices. Whether the grammar compiles is the
+    release's to say: a scenario may hold one that does not."""
+    check.keys(where, raw, set(STRUCTURED_KEYS), ())
+    if len(raw) != 1:
+        check.fail(where, f"must hold exactly one of {list(STRUCTURED_KEYS)}, got {sorted(raw) or 'none'}")
+    (key, value), = raw.items()
+    if key == "json":
+        if not isinstance(value, (dict, str)):
+            check.fail(f"{where}.json", f"must be a JSON schema (an object, or its JSON text), got {_tname(value)}")
+        text = value if isinstance(value, str) else json.dumps(value)
+        if not text.strip() or len(text) > MAX_GRAMMAR_TEXT:
+            check.fail(f"{where}.json", f"must be 1 to {MAX_GRAMMAR_TEXT} characters as JSON text, got {len(text)}")
+    elif key == "regex":
+        if not isinstance(value, str) or not 1 <= len(value) <= MAX_GRAMMAR_TEXT:
+            check.fail(f"{where}.regex", f"must be a string of 1 to {MAX_GRAMMAR_TEXT} characters, got "
+                       f"{_tname(value) if not isinstance(value, str) else len(value)}")
+    else:
+        if not isinstance(value, list) or not 1 <= len(value) <= MAX_CHOICES or not all(
+                isinstance(c, str) and 1 <= len(c) <= 256 for c in value):
+            check.fail(f"{where}.choice", f"must be a list of 1 to {MAX_CHOICES} strings of 1 to 256 characters")
+    return {key: value}
 
 
 def _check_adapters(check: FieldChecker, requests: list[dict], engine_args: dict) -> None:
@@ -325,6 +382,9 @@ def _continued(check: FieldChecker, where: str, value: object, earlier: list[dic
     if "abort_step" in target:
         check.fail(where, f"names {name!r}, which has an abort_step: a continued request's output "
                    "must follow from the workload alone")
+    if "structured_output" in target:
+        check.fail(where, f"names {name!r}, which has a structured_output: its output is its grammar's, "
+                   "which only the release's grammar backend knows, and a prompt must follow from the workload")
     if "min_tokens" in target:
         check.fail(where, f"names {name!r}, which has min_tokens: where an eos or stop token comes "
                    "before min_tokens outputs its output differs by vLLM release, and a prompt may not")
@@ -582,4 +642,31 @@ def verify(seed: int, tokens, drafts: list[int], vocab_size: int) -> list[int]:
         out.append(true)
         context.append(true)
     out.append(target_next(seed, context, vocab_size))
+    return out
+
+
+def allowed_ids(words) -> list[int]:
+    """The ids a grammar bitmask row allows (32-bit words, which may read as negative ints),
+    in increasing order."""
+    return [at * 32 + bit for at, word in enumerate(words) for bit in range(32) if (word & 0xFFFFFFFF) >> bit & 1]
+
+
+def masked_choice(allowed: list[int], token: int) -> int:
+    """The stand-in's choice where a grammar allows `allowed` (increasing ids; module doc): the
+    one at index `token` modulo their number; `token` when none is allowed."""
+    return allowed[token % len(allowed)] if allowed else token
+
+
+def verify_masked(seed: int, tokens, drafts: list[int], vocab_size: int, allowed) -> list[int]:
+    """`verify` under a grammar: position i's target token is masked_choice(allowed[i], ...);
+    `allowed` holds the allowed ids of each draft's position and of the bonus token's."""
+    context = Context.of(tokens)
+    out = []
+    for i, proposed in enumerate(drafts):
+        true = masked_choice(allowed[i], target_next(seed, context, vocab_size))
+        out.append(true)
+        if proposed != true:
+            return out
+        context.append(true)
+    out.append(masked_choice(allowed[len(drafts)], target_next(seed, context, vocab_size)))
     return out

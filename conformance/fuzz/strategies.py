@@ -129,8 +129,25 @@ def _scheduler_args(draw, allowed, batched: int, max_model_len: int, chunked: bo
     so a seed finds what it found). Async scheduling off: scenarios() draws it last for the
     stand-in layers, and the engine layers on CPU cannot run it."""
     return {"max_num_batched_tokens": batched, "max_model_len": max_model_len, "block_size": 16,
-            "enable_prefix_caching": draw(FLAG) if allows(allowed, "prefix_caching") else False,
+            "enable_prefix_caching": _caching(draw, allowed),
             "enable_chunked_prefill": chunked, "async_scheduling": False}
+
+
+def _caching(draw, allowed) -> bool:
+    """Prefix caching on or off as the features allow: both where both are (drawn as always, so
+    a seed keeps its examples), always on for an engine that cannot turn it off."""
+    if allows(allowed, "prefix_caching"):
+        return draw(FLAG) if allows(allowed, "prefix_caching_off") else True
+    return False
+
+
+def _stops_within(reqs: list[dict], allowed) -> list[dict]:
+    """The requests without stop_token_ids where that feature is not allowed (drawn all the
+    same, so a seed keeps its examples)."""
+    if not allows(allowed, "stop_token_ids"):
+        for req in reqs:
+            req.pop("stop_token_ids", None)
+    return reqs
 
 
 @st.composite
@@ -198,7 +215,7 @@ def scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     args = draw(engine_args(allowed))
     vocab_size = draw(VOCAB)
     k = (args.get("speculative_config") or {}).get("num_speculative_tokens", 0)
-    reqs = draw(requests(args["max_model_len"], k, vocab_size))
+    reqs = _stops_within(draw(requests(args["max_model_len"], k, vocab_size)), allowed)
     workload = {"seed": draw(SEED), "vocab_size": vocab_size, "requests": reqs}
     # drawn last, so a seed keeps the examples it had before these existed
     prefixes = draw(sharing(reqs, args["max_model_len"], allowed))
@@ -460,6 +477,7 @@ def engine_scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     reqs = []
     for i in range(draw(ENGINE_COUNT)):
         reqs.append(request(draw, i, max_model_len, 16, 64, ENGINE_ARRIVAL, ENGINE_STOPS))
+    _stops_within(reqs, allowed)
     workload = {"seed": draw(SEED), "vocab_size": ENGINE_VOCAB, "max_steps": max_steps(reqs),
                 "requests": reqs}
     # drawn last, so a seed keeps its examples: min_tokens, which the engine's sampler honours by
@@ -495,7 +513,7 @@ def production_scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
     seqs, budget = draw(PRODUCTION_SEQS), draw(PRODUCTION_BUDGET)
     args = {"model": TARGET, "load_format": "dummy", "max_num_seqs": seqs, "max_num_batched_tokens": budget,
             "max_model_len": PRODUCTION_MAX_MODEL_LEN, "block_size": 16,
-            "enable_prefix_caching": draw(FLAG) if allows(allowed, "prefix_caching") else False,
+            "enable_prefix_caching": _caching(draw, allowed),
             "enable_chunked_prefill": True, "async_scheduling": False}
     method = draw(_production_spec(_allowed_methods(allowed, PRODUCTION_DRAFTERS)))
     k = draw(PRODUCTION_K) if method else 0

@@ -44,8 +44,11 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
             # named by its key while it runs (a command line can be long); the report names it
             # by its NAME or its hello
             spec = replace(prepare_engine(engine, context.pins, log), label=engine.key)
-            # a candidate is asked only for the layers its hello declares (judge_layers)
-            session = context.sessions(spec, declared_only=engine.role == CANDIDATE, progress=EngineProgress(
+            # a candidate is asked only for the layers its hello declares (judge_layers); a pin's
+            # worker is asked every layer, and says why it refuses one (a release without a CPU
+            # rebuild, a commit whose compiled inputs changed: `unsupported`, the reason named)
+            session = context.sessions(spec, declared_only=engine.role == CANDIDATE and not engine.is_pin,
+                                       progress=EngineProgress(
                 progress, "gate", engine.key, [(u.scenario, u.layers, u.cost) for u in mine], COLD_START),
                 sinks=golden_sinks(context.pins.oracle))
             with session:

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import time
 
+from conformance.formats.pins import pin_label
 from conformance.formats.digest import WINDOW, DigestSink, digest, digest_of
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.scenario import Scenario
@@ -84,7 +85,7 @@ def replay_steps(scenario: Scenario, expected: dict, index: int, pins, log) -> d
     checked against the golden's digests (`expected`) on the way."""
     started = time.monotonic()
     last = min(index + WINDOW, expected["count"] - 1)
-    log(f"[replay] {scenario.name}: the oracle vllm-{pins.oracle} replayed to step {last} for the "
+    log(f"[replay] {scenario.name}: the oracle {pin_label(pins.oracle)} replayed to step {last} for the "
         f"records around step {index}")
     sink = DigestSink("steps", keep_last=2 * WINDOW + 1)
     spec = prepare_engine(EngineRef.pin(pins.oracle), pins, log)
@@ -96,7 +97,7 @@ def replay_steps(scenario: Scenario, expected: dict, index: int, pins, log) -> d
     ran = [digest_of(e) for e in sink.entries]
     wrong = next((i for i, (x, y) in enumerate(zip(golden, ran)) if x != y), None)
     if wrong is not None:
-        return _failed(index, started, f"the oracle vllm-{pins.oracle} no longer reproduces its golden at "
+        return _failed(index, started, f"the oracle {pin_label(pins.oracle)} no longer reproduces its golden at "
                                        f"record {wrong}: regenerate it with `make goldens`")
     if len(ran) <= min(index, last):
         return _failed(index, started, f"the oracle's replay sent {len(ran)} records, fewer than the "

@@ -25,7 +25,7 @@ from conformance.gate.plan import RunManifest, shard_plan
 from conformance.gate.replay import with_oracle_windows
 from conformance.gate.results import read_results, write_results
 from conformance.gate.shards import Unit, share_cost
-from conformance.judging.judging import judge_layers, judge_unit, served_layers
+from conformance.judging.judging import gate_configuration_features, judge_layers, judge_unit, served_layers
 from conformance.judging.requirement_rows import apply_gate, where_of
 from conformance.judging.verdict import CANDIDATE, PASS, Verdict
 from conformance.process.progress import duration
@@ -107,8 +107,10 @@ def finish(context: RunContext, manifest: RunManifest, traces: dict[str, dict]) 
     drift = drift_rows(names, pins.releases) if context.drift or not candidates else None
     methods = ((pins.releases, *table_rows(pins.releases))
                if drift is not None and any(s["method_matrix"] for s in scenarios) else None)
+    required = manifest.require_features
     view = gate_view(result, pins.oracle, commands, judged, {s["name"]: tuple(s["features"]) for s in scenarios},
-                     manifest.require_features or (), drift, methods)
+                     required, drift, methods,
+                     required_by_default=required is not None and required == gate_configuration_features(pins.oracle))
     out(render_gate(view))
     out(render_requirement_rows(view))
     out(render_pin_tables(view))
@@ -178,7 +180,7 @@ def assemble(engines: list[EngineRef], names: list[str], units: list[Unit],
                 continue
             base = next((p for p in parts if p["engine"].get("name")), parts[0])
             trace = {k: copy.deepcopy(v) for k, v in base.items()
-                     if k not in ("layers", "digests", "failure", "not_served", "capabilities",
+                     if k not in ("layers", "digests", "failure", "not_served", "capabilities", "features",
                                   "unsupported_features")}
             trace["layers"] = {}
             for part in parts:
@@ -191,6 +193,8 @@ def assemble(engines: list[EngineRef], names: list[str], units: list[Unit],
                     trace.setdefault("not_served", []).extend(part["not_served"])
                 if "capabilities" in part:
                     trace["capabilities"] = part["capabilities"]
+                if "features" in part:
+                    trace["features"] = part["features"]
                 if part.get("unsupported_features"):  # not run: every unit of the scenario alike
                     trace["unsupported_features"] = part["unsupported_features"]
             trace["engine"]["label"] = labels[engine]

@@ -37,7 +37,7 @@ from conformance.formats import precision
 from conformance.formats.digest import check_form
 from conformance.formats.files import InputFileError, read_bytes, read_text, write_text_atomic
 from conformance.formats.gpu import golden_written_here
-from conformance.formats.pins import REPO_ROOT, Pins, load_pins
+from conformance.formats.pins import REPO_ROOT, Pins, load_pins, pin_label
 from conformance.formats.record_schema import (Field, Flag, Int, ListOf, Nullable, Number, Record,
                                                RecordError, Text, check_layers)
 from conformance.formats.trace import SCHEMA, TraceError, checked, dumps, load_trace, loads_trace
@@ -149,7 +149,7 @@ class GoldenStore:
         return self._pins
 
     def path(self, scenario: str, release: str) -> Path:
-        return self.root / scenario / f"vllm-{release}.json"
+        return self.root / scenario / f"{pin_label(release)}.json"
 
     def exists(self, scenario: str, release: str) -> bool:
         return self.path(scenario, release).exists()
@@ -354,6 +354,13 @@ CPU = Record("cpu", {"model": Field(Text()), "isa": Field(Text()), "flags_sha256
                      "onednn_max_isa": Field(Text(), optional=True)})
 FIDELITY = Record("fidelity", {"official": Field(Text()), "compared_files": Field(Int(0)),
                                "allowed_differences": Field(ListOf(Text())), "equal": Field(Flag())})
+# a pinned commit's environment (conformance/process/commit_env.py): the commit, its base, the overlay
+COMMIT = Record("commit", {
+    "commit": Field(Text()), "base": Field(Text()),
+    "overlay": Field(Nullable(Record("overlay", {"files": Field(Int(0)), "tree": Field(Text()),
+                                                 "compared_files": Field(Int(0)), "equal": Field(Flag())}))),
+    "compiled_inputs_changed": Field(ListOf(Text())), "dependencies": Field(ListOf(Text())),
+})
 ENVIRONMENT = Record("environment", {
     "python": Field(Text()), "torch": Field(Text()), "vllm": Field(Text()), "machine": Field(Text()),
     "build": Field(Text()), "fidelity": Field(Nullable(FIDELITY)), "cpu": Field(Nullable(CPU)),
@@ -362,6 +369,7 @@ ENVIRONMENT = Record("environment", {
     # written before holds as it is (LATER_ENVIRONMENT_KEYS); a golden is written at full float32 only
     "float32_matmul_precision": Field(Text((precision.FULL_FLOAT32,)), optional=True),
     "batch_invariant": Field(Flag(), optional=True), "cuda": Field(Nullable(Text()), optional=True),
+    "commit": Field(COMMIT, optional=True),
 })
 # provenance.environment's keys a golden written before them lacks: on the machine that wrote
 # it, such a golden is compared byte for byte with a run's trace without them (`as_written`)
@@ -384,7 +392,7 @@ def check_provenance(golden: dict, release: str, pins: Pins) -> None:
     # the layers are checked by their tables, a production golden's digests by digest.check_form
     GOLDEN.check({k: v for k, v in golden.items() if k not in ("layers", "digests")}, strict=True)
     for path, value, expected in (("engine.version", golden["engine"]["version"], release),
-                                  ("engine.label", golden["engine"]["label"], f"vllm-{release}"),
+                                  ("engine.label", golden["engine"]["label"], pin_label(release)),
                                   ("provenance.environment.vllm", golden["provenance"]["environment"]["vllm"], release),
                                   ("provenance.environment.build", golden["provenance"]["environment"]["build"],
                                    pins.golden_build(release))):

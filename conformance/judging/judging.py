@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from conformance.formats.features import decided_by_config, needed
-from conformance.formats.pins import Pins
+from conformance.formats.features import FEATURES, decided_by_config, needed
+from conformance.formats.pins import REPO_ROOT, Pins
 from conformance.formats.protocol import LAYERS
+from conformance.formats.scenario import load_scenario
 from conformance.formats.trace import TraceError, checked
 from conformance.judging.goldens import GOLDENS, Golden, GoldenStore, checked_golden
 from conformance.judging.verdict import (INVALID_GOLDEN, MISSING, MISSING_GOLDEN, NOT_ASKED, NOT_SERVED,
@@ -43,9 +44,13 @@ def judge_layers(trace: dict, engine, scenario: dict, units: list, manifest,
     layers = [layer for layer in planned if layer not in not_served]
     everything = not not_served and manifest.layers is None
     golden = store.lookup(name, pins.oracle)
-    verdict = judge_trace(trace, golden, engine.role, layers=None if everything else layers)
-    declared = trace.get("capabilities")  # a candidate's hello: a layer not asked may not be served either
-    not_judged = {layer: NOT_SERVED if declared is not None and layer not in declared else NOT_ASKED
+    verdict = judge_trace(trace, golden, engine.role, layers=None if everything else layers,
+                          required_features=manifest.require_features or ())
+    # a layer never asked (--layers) is said to be not asked, whether or not the engine serves it
+    declared = trace.get("capabilities")  # a candidate's hello
+    asked = manifest.layers
+    not_judged = {layer: NOT_SERVED if (asked is None or layer in asked) and declared is not None
+                  and layer not in declared else NOT_ASKED
                   for layer in scenario.get("layers", planned) if layer not in planned}
     not_judged.update((layer, NOT_SERVED) for layer in not_served)
     required = manifest.require_layers
@@ -99,7 +104,31 @@ def judge_trace(trace: dict, golden: Golden | dict | None, role: str, layers=Non
     if golden is not None and layers is not None:
         golden = dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers},
                       digests={k: v for k, v in golden.get("digests", {}).items() if k in layers})
+    if golden is not None and not prints_log_lines(trace, required_features):
+        trace, golden = without_log_lines(trace), without_log_lines(golden)
     return judge(trace, golden, role)
+
+
+def prints_log_lines(trace: dict, required_features=()) -> bool:
+    """Whether a run is judged on vLLM's log lines: its engine's hello lists no features, or
+    lists `vllm_log_lines`, or the gate requires that feature (--require-features)."""
+    features = trace.get("features")
+    return not isinstance(features, list) or LOG_LINES in features or LOG_LINES in required_features
+
+
+LOG_LINES = "vllm_log_lines"
+LOG_FIELDS = ("budget_log_lines", "async_log_lines")  # the config records' log lines
+
+
+def without_log_lines(trace: dict) -> dict:
+    """A trace or golden whose config records hold no log lines: a foreign engine that does not
+    print vLLM's is judged on its behaviour."""
+    layers = dict(trace["layers"])
+    for layer in ("config", "engine_config"):
+        if isinstance(layers.get(layer), list):
+            layers[layer] = [{k: v for k, v in r.items() if k not in LOG_FIELDS} if isinstance(r, dict) else r
+                             for r in layers[layer]]
+    return dict(trace, layers=layers)
 
 
 def not_declared(trace: dict, role: str, required_features=()) -> Verdict:
@@ -129,6 +158,19 @@ def scenario_features(scenario, oracle: str, store: GoldenStore = GOLDENS) -> tu
         records = (golden or {}).get("layers", {}).get("config") or [None]
         config = records[0]
     return needed(scenario.engine_args, scenario.workload, scenario.method_matrix, config)
+
+
+# The gate exists for the DFlash 27B gate configuration: by default a candidate's PASS requires
+# the features its own scenarios need (--require-features none opts out).
+GATE_CONFIGURATION = "dflash_27b_gate*"
+
+
+def gate_configuration_features(oracle: str, store: GoldenStore = GOLDENS) -> list[str]:
+    """The features the gate configuration's own scenarios (scenarios/dflash_27b_gate*.json) need,
+    as the oracle resolves them: what a candidate must declare to pass by default."""
+    found = {name for path in sorted((REPO_ROOT / "scenarios").glob(f"{GATE_CONFIGURATION}.json"))
+             for name in scenario_features(load_scenario(path), oracle, store)}
+    return [name for name in FEATURES if name in found]
 
 
 def judge_unit(trace: dict, scenario: str, oracle: str, layers: list[str], role: str = ORACLE,

@@ -23,6 +23,7 @@ import tempfile
 from pathlib import Path
 
 from conformance.formats.errors import ParityError
+from conformance.formats.pins import pin_label
 from conformance.formats.log import log
 from conformance.formats.settings import cache_root
 from conformance.process.envs import WORKER, device_args
@@ -82,7 +83,7 @@ def measured_worker(release: str, python: Path, coverage_dir: Path, rcfile: Path
     env = shutil.which("env") or "/usr/bin/env"
     argv = (env, f"PYTHONPATH={coverage_dir}", str(python), "-m", "coverage", "run",
             f"--rcfile={rcfile}", f"--data-file={data_file}", str(WORKER), "--release", release, *device_args())
-    return EngineSpec(f"vllm-{release}+coverage", argv)
+    return EngineSpec(f"{pin_label(release)}+coverage", argv)
 
 
 def json_report(python: Path, coverage_dir: Path, rcfile: Path, data_file: Path) -> dict:
@@ -110,7 +111,7 @@ def guided_worker(release: str, python: Path, coverage_dir: Path, arcs_file: Pat
     env = shutil.which("env") or "/usr/bin/env"
     argv = (env, f"PYTHONPATH={coverage_dir}", str(python), str(GUIDED_WORKER), f"--arcs={arcs_file}",
             f"--include={','.join(patterns)}", "--release", release, *device_args())
-    return EngineSpec(f"vllm-{release}", argv, release)
+    return EngineSpec(pin_label(release), argv, release)
 
 
 class BranchesReached:

@@ -39,7 +39,8 @@ from pathlib import Path
 from conformance.formats.files import shown
 from conformance.formats.errors import ParityError
 from conformance.formats.log import log
-from conformance.formats.pins import REPO_ROOT, Pins, load_pins
+from conformance.formats.pins import REPO_ROOT, Pins, load_pins, pin_label
+from conformance.process import commit_env
 from conformance.formats.settings import cache_root, device_mode
 from conformance.process.dependencies import missing_module
 from conformance.process.fidelity import compare_sources, rejudge
@@ -70,10 +71,21 @@ def worker_argv(python: Path, release: str, *options: str, pins: Pins | None = N
     pins = pins or load_pins()
     why = (["--no-cpu-engine", pins.no_cpu_engine_reason(release)]
            if device_mode() == "cpu" and release in pins.releases and not pins.cpu_engine_build(release) else [])
+    compiled = commit_env.no_engine_reason(commit_env.read_record(Path(python).parent.parent))
+    if device_mode() == "cpu" and pins.commit(release) and compiled:
+        why = ["--no-cpu-engine", compiled]
     return (str(python), str(WORKER), "--release", release, *device_args(), *why, *options)
 
 
 def env_key(release: str, mode: str, pins: Pins) -> str:
+    commit = pins.commit(release)
+    if commit is not None:  # the base's build with the commit's tree laid over it, or its own wheel
+        parts = {"recipe": RECIPE, "commit_recipe": commit_env.COMMIT_RECIPE, "commit": commit.commit, "mode": mode,
+                 "over": env_dir(commit.base, mode, pins).name if mode == "cpu" else None,
+                 "lock": gpu_lock(release).read_text(encoding="utf-8") if mode == "gpu" else None,
+                 "torch": _locked_torch(release) if mode == "gpu" else None,
+                 "index": pins.commit_index if mode == "gpu" else None}
+        return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:12]
     rebuild = _engine_build(release, mode, pins)
     parts = {
         "recipe": RECIPE,
@@ -92,7 +104,7 @@ def env_key(release: str, mode: str, pins: Pins) -> str:
 def env_dir(release: str, mode: str | None = None, pins: Pins | None = None) -> Path:
     pins = pins or load_pins()
     mode = mode or device_mode()
-    return cache_root() / "envs" / f"vllm-{release}-{mode}-{env_key(release, mode, pins)}"
+    return cache_root() / "envs" / f"{pin_label(release)}-{mode}-{env_key(release, mode, pins)}"
 
 
 def env_cache_key(releases: list[str], pins: Pins, mode: str | None = None) -> str:
@@ -107,7 +119,7 @@ def env_python(path: Path) -> Path:
 
 def _engine_build(release: str, mode: str, pins: Pins) -> str | None:
     """The CPU rebuild this pin's environment installs instead of the official wheel, if any."""
-    return pins.cpu_engine_build(release) if mode == "cpu" else None
+    return pins.cpu_engine_build(release) if mode == "cpu" and not pins.commit(release) else None
 
 
 def gpu_lock(release: str) -> Path:
@@ -139,7 +151,9 @@ def install_steps(release: str, mode: str, pins: Pins) -> list[list[str]]:
     install = ["pip", "install", "--no-progress"]
     if mode == "gpu":  # from the index only: a machine's find-links folder may hold a CPU torch
         _locked_torch(release)  # a missing lock is named before anything is installed
-        return [install + ["-r", str(gpu_lock(release))]]
+        commit = pins.commit(release)  # a commit's wheel comes from its per-commit index
+        index = commit_env.gpu_index_args(commit, pins) if commit else []
+        return [install + [*index, "-r", str(gpu_lock(release))]]
     install += build_tools().find_links
     rebuild = _engine_build(release, mode, pins)
     extra = list(pins.engine_requirements) if rebuild else []
@@ -224,11 +238,13 @@ def lock_gpu(release: str, pins: Pins, log=log, out: Path | None = None) -> Path
               if line.split("==")[0].strip() in GPU_LOCK_SHARED]
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
     out = out or gpu_lock(release)
+    commit = pins.commit(release)  # a commit: whatever vllm its per-commit index holds
+    index = commit_env.gpu_index_args(commit, pins) if commit else []
     with tempfile.TemporaryDirectory() as tmp:
         request, constraints = Path(tmp) / "request.in", Path(tmp) / "constraints.txt"
-        request.write_text(f"vllm=={release}\n", encoding="utf-8")
+        request.write_text("vllm\n" if commit else f"vllm=={release}\n", encoding="utf-8")
         constraints.write_text("\n".join(shared) + "\n", encoding="utf-8")
-        argv = [uv_binary(), "pip", "compile", str(request), "-c", str(constraints),
+        argv = [uv_binary(), "pip", "compile", str(request), "-c", str(constraints), *index,
                 "--python-version", python, "--python-platform", "x86_64-manylinux_2_28",
                 "--no-header", "--no-annotate", "-o", str(out)]
         result = subprocess.run(argv, capture_output=True, text=True, env=uv_environ(),
@@ -236,6 +252,10 @@ def lock_gpu(release: str, pins: Pins, log=log, out: Path | None = None) -> Path
     if result.returncode != 0:
         raise EnvError(f"locking vllm {release} for GPU failed:\n{result.stderr[-2000:]}")
     body = out.read_text(encoding="utf-8")
+    if commit:
+        version = next((line.split("==", 1)[1].split()[0] for line in body.splitlines() if line.startswith("vllm==")), "")
+        commit_env.check_gpu_lock(commit, version)
+        body = f"# the per-commit index: {commit_env.index_url(commit, pins)}\n" + body
     out.write_text(f"# vllm {release} on a GPU runner (Linux x86_64, Python {python}): the whole set, locked.\n"
                    f"# Written by `parity envs --lock-gpu --pin {release}` (conformance/process/envs.py lock_gpu);\n"
                    f"# {', '.join(GPU_LOCK_SHARED)} held to {pins.cpu_requirements.name}.\n" + body, encoding="utf-8")
@@ -339,6 +359,8 @@ def ensure_env(release: str, log=log, pins: Pins | None = None, say_cached: bool
     """Return the python of the pin's environment, building it first if it is not cached."""
     pins = pins or load_pins()
     mode = device_mode()
+    commit = pins.commit(release)
+    base = ensure_env(commit.base, log, pins) if commit and mode == "cpu" else None  # first: it is copied
     final = env_dir(release, mode, pins)
     if say_cached and (final / "READY").exists():
         log(f"[envs] vllm {release} ({mode}): cached in {final}")
@@ -352,7 +374,13 @@ def ensure_env(release: str, log=log, pins: Pins | None = None, say_cached: bool
                                f"to finish (lock {lock.name})"):
                     fcntl.flock(lock, fcntl.LOCK_EX)
             if not (final / "READY").exists():
-                _build(release, mode, pins, final, log)
+                try:
+                    if base is not None:
+                        commit_env.build_cpu(commit, base, final, build_tools(), uv_environ(), WORKER, log)
+                    else:
+                        _build(release, mode, pins, final, log)
+                except commit_env.CommitError as exc:
+                    raise EnvError(str(exc)) from None
     _refuse_unfaithful_oracle(release, final, pins)
     return env_python(final)
 
@@ -411,6 +439,8 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
                 fidelity = check_fidelity(release, env_python(tmp), rebuild, log, wheel.result())
             fidelity_file(tmp).write_text(json.dumps(fidelity.to_json(), indent=2, sort_keys=True) + "\n",
                                           encoding="utf-8")
+        if pins.commit(release) is not None:  # a commit's wheel (GPU): the worker names the pin by it
+            commit_env.write_wheel_record(tmp, pins.commit(release), gpu_lock(release).read_text(encoding="utf-8"))
         if final.exists():  # a build interrupted while warming: not READY, made again
             shutil.rmtree(final)
         os.rename(tmp, final)

@@ -164,6 +164,8 @@ class EngineSession:
                            unsupported_features=unsupported_features)
         if self.declared_only and proc is not None:  # such a trace is never a golden
             trace["capabilities"] = [c for c in hello.get("capabilities", []) if isinstance(c, str)]
+            if isinstance(hello.get("features"), list):  # how it is judged: vllm_log_lines
+                trace["features"] = [f for f in hello["features"] if isinstance(f, str)]
         return trace
 
     @staticmethod

@@ -31,7 +31,7 @@ def goldens_command(args, scenarios, library, log) -> int:
     else:
         runs = oracle_runs(selection, scenarios, pins, log, write)
     outcomes = regenerate(runs, write, say=log)
-    orphans = [] if args.scenario else GOLDENS.orphans({s.name for s in library}, pins.releases)
+    orphans = [] if args.scenario else GOLDENS.orphans({s.name for s in library}, pins.declared)
     return report(outcomes, orphans, args.check, log)
 
 

@@ -17,7 +17,7 @@ from conformance.formats.files import shown
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.errors import InputError
 from conformance.formats.gpu import selected_for_goldens
-from conformance.formats.pins import Pins
+from conformance.formats.pins import Pins, pin_label
 from conformance.formats.scenario import Scenario
 from conformance.formats.settings import device_mode
 from conformance.gate.results import read_results
@@ -91,8 +91,8 @@ def results_runs(folders: list[Path], selection: Selection, pins: Pins, log,
     oracle = next(e for e in manifest.engines if e.role == ORACLE)
     for release in selection.releases:
         if release != oracle.release:
-            log(f"[goldens] vllm-{release}: not the oracle of these results (only the oracle, "
-                f"vllm-{oracle.release}, ran twice, as a golden needs): `parity goldens --engine {release}` "
+            log(f"[goldens] {pin_label(release)}: not the oracle of these results (only the oracle, "
+                f"{pin_label(oracle.release)}, ran twice, as a golden needs): `parity goldens --engine {release}` "
                 "writes its goldens")
     chosen = [s for s in manifest.scenarios if selection.chosen(s["name"], s["layers"], oracle.release)]
     ran = {u.scenario for u in manifest.units if u.engine == oracle.key}

@@ -17,7 +17,7 @@ from packaging.version import InvalidVersion, Version
 
 from conformance.formats.errors import InputError
 from conformance.formats.files import read_toml
-from conformance.formats.pins import REPO_ROOT
+from conformance.formats.pins import REPO_ROOT, is_commit_name, load_pins
 from conformance.report.drift import DEPARTS, SAME, Drift, shown_apart
 from conformance.report.render_ci import _code, _text
 
@@ -39,7 +39,8 @@ class Note:
 
     def explains(self, older: str, newer: str, layer: str, field: str) -> bool:
         """It lies between the two releases (either way round) and names the field."""
-        low, high = sorted((Version(older), Version(newer)))
+        pins = load_pins()  # a pinned commit is read as its base release
+        low, high = sorted((Version(pins.base(older)), Version(pins.base(newer))))
         return low < Version(self.release) <= high and any(
             fnmatch.fnmatchcase(f"{layer}.{field}", pattern) for pattern in self.fields)
 
@@ -69,7 +70,7 @@ def pull_request_text(old: str, new: str, drifts: list[Drift], notes: tuple[Note
                       sections: list[tuple[str, list[str]]]) -> str:
     """`drifts`: each scenario's goldens of `old` against `new`; `sections`: what the bump did
     and checked, as (heading, lines) in the order shown."""
-    lines = [f"# Bump the gate oracle: vLLM {_text(old)} -> {_text(new)}", "",
+    lines = [f"# Bump the gate oracle: vLLM {_text(_named(old))} -> {_text(_named(new))}", "",
              f"Made by {_code(f'parity bump {new}')} ({_code(f'make bump PIN={new}')}).", ""]
     for heading, body in sections:
         lines += [f"## {_text(heading)}", "", *[f"- {_text(line, cut=2000)}" for line in body], ""]
@@ -77,11 +78,16 @@ def pull_request_text(old: str, new: str, drifts: list[Drift], notes: tuple[Note
     return "\n".join(lines).rstrip() + "\n"
 
 
+def _named(pin: str) -> str:
+    """A release as itself, a pinned commit as reports name it (vllm@<sha12>)."""
+    return f"vllm@{pin}" if is_commit_name(pin) else pin
+
+
 def _drift_section(old: str, new: str, drifts: list[Drift], notes: tuple[Note, ...]) -> list[str]:
     departing = [d for d in drifts if d.status == DEPARTS]
     same = [d for d in drifts if d.status == SAME]
     other = [d for d in drifts if d.status not in (DEPARTS, SAME)]
-    lines = [f"## What the oracle says now: {_text(old)} -> {_text(new)}, per scenario and layer", "",
+    lines = [f"## What the oracle says now: {_text(_named(old))} -> {_text(_named(new))}, per scenario and layer", "",
              f"From the goldens: the first field where each layer of a scenario differs. "
              f"{len(departing)} scenario(s) differ, {len(same)} unchanged (not listed), "
              f"{len(other)} not compared.", ""]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from packaging.version import Version
 
+from conformance.formats.pins import load_pins
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.judging.goldens import GOLDENS, GoldenStore
 from conformance.judging.comparators import DIGEST, Basis, compare
@@ -48,8 +49,10 @@ class Drift:
 
 
 def release_order(releases) -> tuple[str, ...]:
-    """The releases by version, oldest first: the order drift is read in."""
-    return tuple(sorted(releases, key=Version))
+    """The releases by version, oldest first, a pinned commit right after its base: the order
+    drift is read in."""
+    pins = load_pins()
+    return tuple(sorted(releases, key=lambda r: (Version(pins.base(r)), r != pins.base(r), r)))
 
 
 def drift_rows(scenario_names: list[str], releases: tuple[str, ...]) -> list[Drift]:

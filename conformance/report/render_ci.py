@@ -15,8 +15,8 @@ from collections import Counter
 from xml.etree import ElementTree as ET
 
 from conformance.formats.kinds import Kind
-from conformance.judging.verdict import KINDS, MISSING, ORACLE, PASS
-from conformance.report.render_text import render_pin_tables, render_verdict
+from conformance.judging.verdict import MISSING, ORACLE, PASS
+from conformance.report.render_text import likely_cause, render_pin_tables, render_verdict, shown_pair, to_fix
 from conformance.report.view import (FEATURES_HEAD, REASONS, FirstLine, GateView, visible, visible_lines,
                                      waiver_words)
 
@@ -28,6 +28,7 @@ def junit(view: GateView) -> str:
 
     suites = ET.Element("testsuites", name="vllm-parity")
     properties = ET.SubElement(suites, "properties")
+    ET.SubElement(properties, "property", name="judged", value=view.judged)  # the first line's clause
     ET.SubElement(properties, "property", name="layers", value=view.layers)
     for row in view.features:  # the per-feature table: per engine, passed / ran (FEATURES_HEAD)
         ET.SubElement(properties, "property", name=f"feature {row.label}",
@@ -57,7 +58,11 @@ def junit(view: GateView) -> str:
                     ET.SubElement(case, "skipped", message=reason).text = text
                 elif c is not None:
                     counts["failures"] += 1
-                    first = f"{c.layer}.{c.first.path}" if c.first else cell.where
+                    first = cell.where
+                    if c.first:  # where, and both values
+                        said, expected, actual = shown_pair(c.first.expected, c.first.actual)
+                        first = (f"{c.layer}.{c.first.path} at {c.where}: {said}oracle {expected}, "
+                                 f"candidate {actual}")
                     ET.SubElement(case, "failure", type="divergence", message=first).text = text
                 else:
                     counts["errors"] += 1
@@ -95,7 +100,9 @@ def markdown(view: GateView) -> str:
     grid, then one table row per verdict that did not pass. Every value interpolated goes
     through `_text` (markdown text) or `_code` (a code span)."""
     lines = [f"## vllm-parity gate: {view.explained}", "",
-             f"Oracle: vLLM {_text(view.oracle)}. Exit status {view.status}. Layers: {_text(view.layers)}.", ""]
+             f"Oracle: vLLM {_text(view.oracle)}. Exit status {view.status}. Judged: {_text(view.judged)}.", ""]
+    lines += _to_fix(view)
+    lines += ["### The grid", "", f"Layers: {_text(view.layers)}.", ""]
     lines += [f"- {_code(label)}: command {_code(command)}" for label, command in view.commands.items()]
     if view.judged_groups:
         lines += ["", "| engine | layers judged and not judged | scenarios |", "|---|---|---|"]
@@ -122,7 +129,7 @@ def markdown(view: GateView) -> str:
             v = c.verdict
             lines.append(f"| {_text(row)} | {_text(v.scenario)} | {_code(v.engine, table=True)} | {v.role} | "
                          f"{c.status} | {_first_line(c.first_line)} |")
-    lines += ["", "Counts: " + ", ".join(f"{view.counts[k]} {k}" for k in KINDS + ("waived",) if view.counts[k])]
+    lines += ["", f"Counts: {_text(view.count_line())}"]
     for w in view.expired:
         lines.append(f"- **expired waiver** {_text(w.row)} / {_text(w.scenario)} / {_code(w.field)} "
                      f"(owner {_text(w.owner)}, expired {w.expires}): renew or remove it")
@@ -140,12 +147,54 @@ def markdown(view: GateView) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _to_fix(view: GateView) -> list[str]:
+    """What to fix, first, for a pull request's reader: one table row per gating cell that did
+    not pass (alike ones together, as the terminal groups them), its first divergence with both
+    values and the likely cause; then each block as the terminal prints it (the requests'
+    states at that step), in a fence."""
+    blocks = to_fix(view)
+    if not blocks:
+        return []
+    groups = view.to_fix()
+    lines = ["### What to fix: first divergences", ""]
+    if groups:
+        lines += ["| scenario | engine | verdict | layer | where | field | oracle | candidate | likely cause |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for alike in groups[:MD_ROWS]:
+            c = alike[0]
+            h, v = c.headline, c.verdict
+            status = c.status + (f"+{v.failure}" if v.failure else "")
+            scenario = _text(v.scenario) + (f" and {len(alike) - 1} more alike" if len(alike) > 1 else "")
+            if h is None:
+                lines.append(f"| {scenario} | {_code(v.engine, table=True)} | {status} | | | | | | "
+                             f"{_text(c.first_line.message)} |")
+                continue
+            f = h.first
+            said, expected, actual = shown_pair(f.expected, f.actual)
+            lines.append(f"| {scenario} | {_code(v.engine, table=True)} | {status} | {_text(h.layer)} | "
+                         f"{_text(h.where)} | {_code(f.path, table=True)}{(' ' + _text(said.rstrip(': '))) if said else ''} | "
+                         f"{_text(expected)} | {_text(actual)} | {_text(likely_cause(h))}"
+                         + (f" (config differs only in {_text(', '.join(c.bookkeeping))})" if c.bookkeeping else "")
+                         + " |")
+        if len(groups) > MD_ROWS:
+            lines.append(f"| {len(groups) - MD_ROWS} more kinds | | | | | | | | the grid below |")
+        lines += ["", "The same with the requests' states at each step, as the terminal shows them:", ""]
+    text = visible_lines("\n".join(blocks))
+    fence = "`" * max(3, 1 + max((len(run) for run in re.findall(r"`+", text)), default=0))
+    return lines + [fence + "text", text, fence, ""]
+
+
+MD_ROWS = 30  # rows of the first-divergence table (the grid and the terminal's details hold the rest)
+
+
 def _first_line(f: FirstLine) -> str:
-    """`steps #3 `requests.r1.tokens`: oracle 1036, candidate 1096`, each part escaped."""
+    """`steps #3 `requests.r1.tokens`: oracle 1036, candidate 1096`, each part escaped, the
+    values as the terminal shows them (JSON: `null`, never Python's `None`)."""
     if not f.layer:
         return _text(f.message)
-    return (f"{_text(f.layer)} #{f.index} {_code(f.path, table=True)}: oracle {_text(repr(f.expected), 100)}, "
-            f"candidate {_text(repr(f.actual), 100)}")
+    said, expected, actual = shown_pair(f.expected, f.actual)
+    return (f"{_text(f.layer)} #{f.index} {_code(f.path, table=True)}: {_text(said)}oracle {_text(expected, 100)}, "
+            f"candidate {_text(actual, 100)}")
 
 
 # Markdown text: the characters that open something inline (emphasis, code, HTML, entities,

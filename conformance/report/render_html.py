@@ -21,8 +21,9 @@ from __future__ import annotations
 import html
 import re
 
+from conformance.formats.pins import pin_label
 from conformance.judging.verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
-from conformance.report.render_text import render_pin_tables, render_verdict
+from conformance.report.render_text import likely_cause, render_pin_tables, render_verdict, shown_pair
 from conformance.report.view import FEATURES_HEAD, REASONS, Cell, GateView, visible, visible_lines, waiver_words
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
@@ -35,7 +36,8 @@ def html_report(view: GateView) -> str:
     judged and features, and each scenario's section, below."""
     body = [f"<h1>vllm-parity gate: {_h(view.word)} (exit status {view.status})</h1>",
             f"<p class='counts'>Oracle: vLLM {_h(view.oracle)}. {len(view.scenarios)} scenarios x "
-            f"{len(view.engines)} engines. {_h(view.count_line())}.</p>"]
+            f"{len(view.engines)} engines. {_h(view.count_line())}.</p>",
+            f"<p class='judged'>Judged: {_h(view.judged)}.</p>"]
     body += _not_passing(view)
     body += _waivers(view)
     body += _matrix(view)
@@ -60,7 +62,7 @@ def html_report(view: GateView) -> str:
              "table{border-collapse:collapse}table.matrix td,table.matrix th,table.features td,table.features th,"
              "table.not-passing td,table.not-passing th{border:1px solid #ddd}"
              "table.not-passing td,table.matrix td,table.matrix th{font-size:13px;padding:1px 6px}"
-             "table.not-passing td code{white-space:nowrap}caption{text-align:left;font-weight:bold}p.folded{font-size:13px}"
+             "table.not-passing td code{white-space:nowrap}table.not-passing td.cause{font-size:12px;color:#555}caption{text-align:left;font-weight:bold}p.folded{font-size:13px}"
              "div.scroll{max-width:100%;overflow-x:auto}"
              ".pass{color:#2a2}.numerics{color:#27a}.diverged{color:#c22}.waived{color:#a80}"
              "td a{color:inherit}" + "".join(f".{k}{{color:#a50}}" for k in FAILURE_KINDS) +
@@ -94,16 +96,25 @@ def _not_passing(view: GateView) -> list[str]:
             status = f"{c.status}+{c.verdict.failure}" if c.verdict.failure else c.status  # diverged, then crashed
             groups.setdefault((c.verdict.engine, c.verdict.role, status, c.where or c.first_line.message), []).append(c)
     if not groups:
-        return ["<p class='not-passing'>Every verdict passed.</p>"]
+        return ["<p class='not-passing'>Every verdict judged passed (what was judged: the line above).</p>"]
     count = sum(len(cells) for cells in groups.values())
-    body = [f"<table class='not-passing'><caption>the {count} verdicts that did not pass</caption>"
-            "<tr><th>engine</th><th>verdict</th><th>first divergence</th><th>scenarios</th></tr>"]
+    body = [f"<table class='not-passing'><caption>what to fix: the first divergence of the {count} verdicts that "
+            "did not pass</caption><tr><th>engine</th><th>verdict</th><th>first divergence</th><th>likely cause</th>"
+            "<th>scenarios</th></tr>"]
     for (engine, role, status, where), cells in groups.items():
-        said = _first(cells[0]) if len(cells) == 1 else where
-        links = ", ".join(f"<a href='#{_anchor(c.verdict.scenario, engine)}'>{_h(c.verdict.scenario)}</a>" for c in cells)
+        said = _first(cells[0])
+        cause = likely_cause(cells[0].headline) if cells[0].headline is not None else ""
+        if cells[0].bookkeeping:
+            cause += f" (its config differs only in {', '.join(cells[0].bookkeeping)})"
+        # the first scenarios linked (the first one's values are shown), the rest counted: the
+        # grid below names every one
+        links = ", ".join(f"<a href='#{_anchor(c.verdict.scenario, engine)}'>{_h(c.verdict.scenario)}</a>"
+                          for c in cells[:LINKED])
+        if len(cells) > LINKED:
+            links += f" and {len(cells) - LINKED} more alike (the grid)"
         body.append(f"<tr data-failing='1'><td><code>{_h(engine)}</code> ({_h(role)})</td>"
                     f"<td class='{_h(status.split('+')[0])}'>{_h(status)}</td><td>{_h(said)}</td>"
-                    f"<td>{len(cells)}: {links}</td></tr>")
+                    f"<td class='cause'>{_h(cause)}</td><td>{len(cells)}: {links}</td></tr>")
     body.append("</table>")
     return body
 
@@ -111,14 +122,15 @@ def _not_passing(view: GateView) -> list[str]:
 def _first(cell: Cell) -> str:
     """`steps #0 total_num_scheduled_tokens: oracle 4036, candidate 4096` (values cut), else
     the first line of the verdict's message (cut)."""
-    f = cell.first_line
-    if not f.layer:
+    f, h = cell.first_line, cell.headline
+    if not f.layer or h is None:
         return _cut(f.message, 2 * VALUE_CUT)
-    return (f"{f.layer}.{f.path} (record {f.index}): oracle {_cut(repr(f.expected), VALUE_CUT)}, "
-            f"candidate {_cut(repr(f.actual), VALUE_CUT)}")
+    said, expected, actual = shown_pair(f.expected, f.actual)
+    return f"{f.layer}.{f.path} ({h.where}): {said}oracle {_cut(expected, VALUE_CUT)}, candidate {_cut(actual, VALUE_CUT)}"
 
 
 VALUE_CUT = 60  # characters of a value the first table shows (the details show it whole)
+LINKED = 3  # scenarios a row of the first table links; its values are the first one's
 
 
 def _cut(text: str, most: int) -> str:
@@ -176,7 +188,7 @@ def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[
     layer, oracle_steps = _steps(golden or {})
     series = []  # (label, steps records, first divergent step or None)
     if oracle_steps:
-        series.append((f"oracle vllm-{view.oracle} (golden)", oracle_steps, None))
+        series.append((f"oracle {pin_label(view.oracle)} (golden)", oracle_steps, None))
     for cell in cells:
         v = cell.verdict
         _, steps = _steps(cell.trace or {})

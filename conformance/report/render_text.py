@@ -9,14 +9,16 @@ the verdict line, and a newline of its own is shown as `\\n`, never starts a lin
 from __future__ import annotations
 
 import json
+import os
 import textwrap
 from collections import Counter
 
 from conformance.formats.kinds import Kind
+from conformance.formats.pins import pin_label
 from conformance.judging.verdict import KINDS, PASS, Verdict
 from conformance.report.drift import render_drift
 from conformance.report.methods_table import render_methods_rows
-from conformance.report.view import FEATURES_HEAD, MAX_ROWS, GateView, visible, waiver_words  # noqa: F401
+from conformance.report.view import FEATURES_HEAD, MAX_ROWS, GateView, by_role, visible, waiver_words  # noqa: F401
 
 MAX_EXPLAINED = 20
 
@@ -37,7 +39,7 @@ def render_verdict(v: Verdict, oracle: str, blocks: dict | None = None) -> str:
     distinct block of budget log lines: a block seen before is referred to, not repeated."""
     role = {"oracle": "oracle, must reproduce its golden", "candidate": "candidate",
             "stand-in": "stand-in candidate, informational"}[v.role]
-    head = f"== {v.engine} [{role}] on {v.scenario} vs oracle vllm-{oracle} golden: {v.kind.upper()}"
+    head = f"== {v.engine} [{role}] on {v.scenario} vs oracle {pin_label(oracle)} golden: {v.kind.upper()}"
     lines = [head]
     if v.message:
         lines += ["   " + line for line in v.message.splitlines()]
@@ -116,15 +118,116 @@ def _capacity(v: Verdict) -> list[str]:
     return lines
 
 
+def first_line(view: GateView) -> str:
+    """The report's first line: the verdict, and what was judged (view.judged)."""
+    return (f"== vllm-parity gate: {view.word} (exit status {view.status}); oracle {pin_label(view.oracle)}; "
+            f"{len(view.scenarios)} scenarios x {len(view.engines)} engines; {view.judged}")
+
+
+MAX_REQUESTS = 6  # request rows a first-divergence block shows (the details show every one)
+MAX_BLOCKS = 8  # first-divergence blocks before the grid (the grid and details show the rest)
+
+
+def to_fix(view: GateView) -> list[str]:
+    """What to fix, first: each gating cell that did not pass (a scenario not run for a feature
+    not required is no failure), its first divergence in one block: scenario, engine, layer,
+    step, field, both values, the likely cause, the requests' states at that step. Stand-ins
+    (informational) are counted here and shown in the grid and the details."""
+    groups = view.to_fix()  # cells of one engine alike in status and headline field: one block
+    cells = [c for alike in groups for c in alike]
+    informational = [c for c in view.failing() if not c.verdict.gating]
+    lines = []
+    if cells:
+        lines.append(f"-- what to fix: {_count(cells, 'gating cell')} did not pass, first divergences"
+                     f"{' (alike ones together)' if len(groups) < len(cells) else ''}; every field below the grid")
+    for number, alike in enumerate(groups[:MAX_BLOCKS], 1):
+        lines += first_divergence(alike[0], number)
+        if len(alike) > 1:
+            lines += textwrap.wrap(f"the same field in {len(alike) - 1} more scenario{'s' if len(alike) > 2 else ''}: "
+                                   + ", ".join(c.verdict.scenario for c in alike[1:]), width=GRID_WIDTH,
+                                   initial_indent="    ", subsequent_indent="      ")
+    if len(groups) > MAX_BLOCKS:
+        lines.append(f"-- {len(groups) - MAX_BLOCKS} more kinds of failure: the grid and the details below")
+    if informational:
+        lines.append(f"-- {len(informational)} cells of informational stand-ins differ: the grid and the details "
+                     "below say where")
+    return lines
+
+
+def first_divergence(cell, number: int) -> list[str]:
+    """One cell's first divergence as a block of lines (made visible by the caller's _join)."""
+    v, c = cell.verdict, cell.headline
+    lines = [f"[{number}] {v.scenario}, {v.engine} ({v.role}): {cell.status}"
+             + (f"+{v.failure}" if v.failure else "")]
+    if cell.waiver is not None:
+        lines.append(f"    waived by {cell.waiver.name} {waiver_words(cell.waiver)}")
+    if c is None:  # could not be compared: the first line of what happened
+        lines.append(f"    {cell.first_line.message or v.kind}")
+        return lines
+    f = c.first
+    lines.append(f"    {c.layer}, {c.where}, field {f.path}: {_pair(f.expected, f.actual)}")
+    if cell.bookkeeping:
+        lines.append(f"    (its config differs only in {', '.join(cell.bookkeeping)}, which no scheduling decision "
+                     "reads: the headline is its behaviour)")
+    cause = likely_cause(c)
+    if cause:
+        lines.append(f"    likely cause: {cause}")
+    expected, actual = _record(c.record), _record(c.actual_record)
+    head, rows = _request_rows(expected, actual)
+    differing = [line for differs, _, line in rows if differs][:MAX_REQUESTS]
+    if differing:  # the requests whose states differ at this step, up to MAX_REQUESTS
+        lines += [" " + line for line in head] + [" " + line for line in differing]
+        if len(rows) > len(differing):
+            lines.append(f"        ... {len(rows) - len(differing)} more requests (alike on both sides, or past "
+                         f"{MAX_REQUESTS}: the details list every one)")
+    elif rows:
+        lines.append(f"    {_count(rows, 'request')} at this step, alike on both sides (the details list "
+                     f"{'them' if len(rows) > 1 else 'it'})")
+    queues = _queues(expected, actual)
+    if any(line.startswith("   !") for line in queues):
+        lines += [" " + line for line in queues[:2]] + [" " + line for line in queues[2:] if line.startswith("   !")]
+    return lines
+
+
+# What the suite knows of a field's first divergence, where the comparison names no cause.
+FIELD_CAUSES = {
+    "max_num_scheduled_tokens": "the scheduler's token budget resolved differently (how speculative "
+                                "decoding's drafting slots are reserved: drafting_reservation)",
+    "max_num_batched_tokens": "the worker's token capacity resolved differently",
+    "max_num_seqs": "the running-request cap resolved differently",
+    "refused": "one side refused the configuration, the other accepted it (or refused it otherwise)",
+    "tokens": "a scheduling decision: the tokens a request was given at this step",
+    "draft_tokens": "the drafts scheduled for a request at this step",
+    "new": "admission: which requests were admitted at this step",
+    "preempted": "preemption: which request was evicted, or when",
+    "finished": "a request finished at another step (its stop, length or abort)",
+    "block_ids": "the KV blocks a request was given (allocation or the free queue's order)",
+    "kv_blocks": "the KV blocks held after the step (allocation or freeing)",
+    "waiting": "the waiting queue's order after the step",
+    "running": "the running queue's order after the step",
+}
+
+
+def likely_cause(c) -> str:
+    """The comparison's own cause (engine layers), else what the suite knows of its field."""
+    if c.cause:
+        return CAUSES.get(c.cause, c.cause)
+    path = c.first.path
+    leaf = path.rsplit(".", 1)[-1].split("[")[0]
+    top = path.split(".")[0].split("[")[0]
+    return FIELD_CAUSES.get(top) or FIELD_CAUSES.get(leaf, "")
+
+
 def render_gate(view: GateView) -> str:
-    """The gate's terminal report: one compact grid first (scenarios down, engines across,
-    each cell the verdict and its first divergent field), then the details of every cell that
+    """The gate's terminal report, what to fix first: the verdict and what was judged (one
+    line), then each failing cell's first divergence in one block (`to_fix`), then one compact
+    grid (scenarios down, engines across, each cell the verdict and its headline field), the
+    layers judged, the per-feature table and the counts, then every field of every cell that
     did not pass, each distinct block of budget log lines printed once. A grid of more than
     LABELLED engines wider than GRID_WIDTH (many candidates) names its columns by short codes,
     with a legend, and is cut into grids of at most GRID_WIDTH columns."""
     scenarios, engines = view.scenarios, view.engines
-    lines = [f"== vllm-parity gate: {view.word} (exit status {view.status}); oracle vllm-{view.oracle}; "
-             f"{len(scenarios)} scenarios x {len(engines)} engines; {view.layers}"]
+    lines = [first_line(view)] + to_fix(view)
     # measured as shown: a candidate's escaped text keeps the columns aligned
     texts = {s: tuple(visible(c.text) if (c := view.cell(s, e)) else "-" for e in engines) for s in scenarios}
     folded = view.folded()
@@ -133,16 +236,10 @@ def render_gate(view: GateView) -> str:
               for i, e in enumerate(engines)]
     wide = len(engines) > LABELLED and first + sum(1 + w for w in widths) > GRID_WIDTH
     column = _codes(view) if wide else {e: e for e in engines}  # engine -> its column's name
+    lines.append("-- the grid: scenarios down, engines across; each cell the verdict and its headline field")
     if wide:  # the legend: each column's code, engine, role and command line
         lines += [f"   {column[e]} = {e} ({view.roles[e]})" + (f": command {view.commands[e]}" if e in view.commands
                                                              else "") for e in engines]
-    else:
-        lines += [f"   {label}: command {command}" for label, command in view.commands.items()]
-    for group in view.judged_groups:
-        who = ", ".join(column.get(e, e) for e in group["engines"])
-        lines += textwrap.wrap(f"{who}: {group['text']} ({_count(group['scenarios'])}): "
-                               f"{', '.join(group['scenarios'])}", width=GRID_WIDTH,
-                               initial_indent="   ", subsequent_indent="     ")
     if wide:
         lines += _grids(folded, texts, first, [column[e] for e in engines])
     else:
@@ -155,6 +252,13 @@ def render_gate(view: GateView) -> str:
         if len(names) > 1:  # every scenario is still named before the details
             lines += textwrap.wrap(f"{_label(names)}: {', '.join(names[1:])}", width=GRID_WIDTH,
                                    initial_indent="   ", subsequent_indent="     ")
+    if not wide:
+        lines += [f"   {label}: command {command}" for label, command in view.commands.items()]
+    for group in view.judged_groups:
+        who = ", ".join(column.get(e, e) for e in group["engines"])
+        lines += textwrap.wrap(f"{who}: {group['text']} ({_count(group['scenarios'])}): "
+                               f"{', '.join(group['scenarios'])}", width=GRID_WIDTH,
+                               initial_indent="   ", subsequent_indent="     ")
     lines += _features(view, [column[e] for e in engines], wide)
     lines.append(f"-- {view.count_line()}")
     # a scenario not run for a feature the engine does not declare is said by its cell and the
@@ -237,8 +341,35 @@ def _grids(folded: list[list[str]], texts: dict[str, tuple], first: int, codes: 
     return lines
 
 
-def _count(names: list) -> str:
-    return f"{len(names)} scenario{'s' if len(names) != 1 else ''}"
+def _count(names: list, what: str = "scenario") -> str:
+    return f"{len(names)} {what}{'s' if len(names) != 1 else ''}"
+
+
+def _pair(expected, actual) -> str:
+    """Both values of a field; two lists of lines (log lines) from their first differing line."""
+    said, e, a = shown_pair(expected, actual)
+    return f"{said}oracle {e}, candidate {a}"
+
+
+def shown_pair(expected, actual) -> tuple[str, str, str]:
+    """Both values of a field as a report shows them (cut), and what precedes them: two lists of
+    lines (log lines) are shown from their first differing line, from a little before where
+    the two lines part."""
+    if isinstance(expected, list) and isinstance(actual, list) and all(isinstance(x, str) for x in expected + actual):
+        at = next((i for i, (e, a) in enumerate(zip(expected, actual)) if e != a), min(len(expected), len(actual)))
+        pair = [side[at] if at < len(side) else "" for side in (expected, actual)]
+        cut = max(0, len(os.path.commonprefix(pair)) - 20)
+        line = lambda side: _show(("..." if cut else "") + side[at][cut:]) if at < len(side) else "<none>"  # noqa: E731
+        return (f"{len(expected)} vs {len(actual)} lines, first differing at line {at + 1}: ",
+                line(expected), line(actual))
+    return "", _refusal_or_show(expected), _refusal_or_show(actual)
+
+
+def _refusal_or_show(value) -> str:
+    """A refusal as `Type: message` (cut), any other value as _show does."""
+    if isinstance(value, dict) and set(value) == {"type", "message"}:
+        return _show(f"{value['type']}: {value['message']}")
+    return _show(value)
 
 
 def _label(names: list[str]) -> str:
@@ -257,10 +388,19 @@ def render_summary(verdicts: list[Verdict]) -> str:
 def _per_request(expected: dict | None, actual: dict | None) -> list[str]:
     """At a divergent step: every request's scheduled and draft tokens on both sides, the
     state each side recorded after the update, and the queues and KV blocks."""
+    head, rows = _request_rows(expected, actual)
+    if not rows and not head:
+        return []
+    return head + [line for _, _, line in rows] + _queues(expected or {}, actual or {})
+
+
+def _request_rows(expected: dict | None, actual: dict | None) -> tuple[list[str], list[tuple[bool, str, str]]]:
+    """The per-request table at a step: its head lines, and per request (whether the sides
+    differ, its id, its line)."""
     e_reqs = (expected or {}).get("requests")
     a_reqs = (actual or {}).get("requests")
     if not isinstance(e_reqs, dict) and not isinstance(a_reqs, dict):
-        return []
+        return [], []
     e_reqs, a_reqs = e_reqs or {}, a_reqs or {}
     entries = [r for r in list(e_reqs.values()) + list(a_reqs.values()) if isinstance(r, dict)]
     accepted = any("accepted_draft_tokens" in r for r in entries)
@@ -278,9 +418,8 @@ def _per_request(expected: dict | None, actual: dict | None) -> list[str]:
         out.append("     -> after the update: computed tokens / output tokens / KV blocks held; "
                    "new / resumed: admitted at this step")
     out.append(f"     {'request':<{rid_width}}  {'oracle':<{width}}  candidate")
-    for rid, e, a in rows:
-        out.append(f"   {' ' if e == a else '!'} {rid:<{rid_width}}  {e:<{width}}  {a}")
-    return out + _queues(expected or {}, actual or {})
+    return out, [(e != a, rid, f"   {' ' if e == a else '!'} {rid:<{rid_width}}  {e:<{width}}  {a}")
+                 for rid, e, a in rows]
 
 
 # Per-request fields recorded after a step's update (engines/PROTOCOL.md, `steps`).
@@ -384,13 +523,8 @@ def render_pin_tables(view: GateView) -> str:
 def render_requirement_rows(view: GateView) -> str:
     """Verdicts grouped by requirement row (the engine-matrix rows), with waivers applied."""
     lines = ["-- by engine-matrix row"]
-    for row, cells in view.requirement_rows.items():
-        counts = Counter(c.status for c in cells if c.verdict.gating)
-        info = Counter(c.verdict.kind for c in cells if not c.verdict.gating)
-        text = ", ".join(f"{n} {k}" for k, n in sorted(counts.items())) or "no gating verdicts"
-        if info:
-            text += "; stand-ins: " + ", ".join(f"{n} {k}" for k, n in sorted(info.items()))
-        lines.append(f"   {row:<18} {text}")
+    for row, cells in view.requirement_rows.items():  # per role, never summed across roles
+        lines.append(f"   {row:<18} {by_role(cells)}")
     for w in view.expired:
         lines.append(f"   EXPIRED waiver: {w.row} / {w.scenario} / {w.field} (owner {w.owner}, expired {w.expires})")
     for w, cells in view.applied():

@@ -14,7 +14,10 @@ from conformance.formats.features import CORE, FEATURES
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
 from conformance.formats.visible import SHORT_ESCAPES, visible, visible_lines  # noqa: F401 - the reports' escape
 from conformance.judging.requirement_rows import GateResult, where_of
-from conformance.judging.verdict import DIVERGED, KINDS, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE, PASS, Verdict
+from conformance.judging.compare import LayerComparison
+from conformance.judging.judging import GATE_CONFIGURATION, prints_log_lines
+from conformance.judging.verdict import (CANDIDATE, DIVERGED, KINDS, MISSING, NOT_ASKED, NOT_SERVED, NUMERICS, ORACLE,
+                                         PASS, Verdict)
 from conformance.judging.waivers import Waiver
 
 # The exit status: its word in a report's title, the title's explanation (markdown), and what
@@ -39,6 +42,7 @@ STATUSES = (PASS, NUMERICS, DIVERGED, "waived") + tuple(k for k in KINDS if k no
 # still fits a screen: "steady_decode +20" reads as steady_decode and 20 more scenarios with the
 # same verdicts, named just below the grid (the terminal, and the page's first screen).
 MAX_ROWS = 24
+EVERYTHING = "every layer of every scenario judged"  # said only when every gating engine ran every scenario
 CELL_WIDTH = 40  # a grid cell: the verdict and the first divergent field, cut to fit
 @dataclass(frozen=True)
 class FirstLine:
@@ -64,6 +68,10 @@ class Cell:
     waiver: Waiver | None = None
     trace: dict | None = None  # the trace judged and its golden (the HTML page draws them)
     golden: dict | None = None
+    # the config fields that differ but change no scheduling decision, when they are all its
+    # config layer differs in (the headline is then the steps' or outputs' first divergence)
+    bookkeeping: tuple[str, ...] = ()
+    headline: LayerComparison | None = None  # the comparison its headline names, if any
 
     @property
     def row(self) -> str:
@@ -105,6 +113,39 @@ class FeatureRow:
 
 
 @dataclass(frozen=True)
+class Coverage:
+    """How many scenarios one gating engine was judged on, and why the rest were not run."""
+    engine: str
+    role: str
+    total: int  # scenarios with a verdict of this engine
+    declined: int  # not run: they need features its hello does not declare
+    required: int  # of those, needing a feature the gate requires (failing)
+    missing_required: tuple[str, ...]  # the required features it does not declare
+    unserved: int  # run, but none of the layers asked is served
+    log_lines: bool = True  # judged on vLLM's log lines (its hello lists no features, or vllm_log_lines)
+
+    @property
+    def judged(self) -> int:
+        return self.total - self.declined - self.unserved
+
+    @property
+    def text(self) -> str:
+        """`port judged on 4 of 113 scenarios: 109 need features it does not declare (24 of them
+        the required spec:dflash, async_scheduling)`."""
+        text = f"{self.engine} judged on {self.judged} of {self.total} scenario{'s' if self.total != 1 else ''}"
+        why = []
+        if self.declined:
+            why.append(f"{self.declined} need features it does not declare" + (
+                f" ({self.required} of them the required {', '.join(self.missing_required)})" if self.required else ""))
+        if self.unserved:
+            why.append(f"{self.unserved} ask only layers it does not serve")
+        text += ": " + ", ".join(why) if why else ""
+        if not self.log_lines:
+            text += " (without vLLM's log lines: its hello does not declare vllm_log_lines)"
+        return text
+
+
+@dataclass(frozen=True)
 class GateView:
     oracle: str
     status: int  # the exit status
@@ -127,6 +168,39 @@ class GateView:
     # when left out (a candidate's run without --drift; no method_matrix scenario)
     drift: list | None = None
     methods: tuple | None = None
+    coverage: list[Coverage] = field(default_factory=list)  # per gating engine, in grid order
+    required: tuple[str, ...] | None = None  # the features a candidate must declare (None: not said)
+    required_by_default: bool = False  # they are the gate configuration's (no --require-features)
+
+    @property
+    def judged(self) -> str:
+        """What was judged, in one clause for the first line: per gating engine judged on fewer
+        scenarios than the run has, how many and why not the rest; which layers; and, with a
+        candidate, the features required. `every layer of every scenario judged` only when so."""
+        partial = [c for c in self.coverage if c.judged < c.total or not c.log_lines]
+        whole = [c for c in self.coverage if c not in partial]
+        if not partial and self.layers == EVERYTHING:
+            clauses = [EVERYTHING]
+        else:
+            clauses = [c.text for c in partial]
+            if partial and whole:
+                clauses.append(", ".join(f"{c.engine} on all {c.total}" for c in whole))
+            clauses.append(self.layers if self.layers != EVERYTHING else "every layer of the scenarios run judged")
+        if self.required is not None and any(r == CANDIDATE for r in self.roles.values()):
+            clauses.append(self.requirement)
+        return "; ".join(clauses)
+
+    @property
+    def requirement(self) -> str:
+        """The features a candidate must declare to pass, and why those."""
+        if not self.required:
+            return ("features required: none (--require-features none, REQUIRE_FEATURES=none: the gate "
+                    "configuration's features are not required)")
+        names = ", ".join(self.required)
+        if self.required_by_default:
+            return (f"features required: {names} (by default, those of the gate configuration's "
+                    f"scenarios {GATE_CONFIGURATION}; --require-features none opts out)")
+        return f"features required: {names} (--require-features, REQUIRE_FEATURES=)"
 
     @property
     def word(self) -> str:
@@ -164,23 +238,51 @@ class GateView:
         return list(by.items())
 
     def count_line(self) -> str:
-        """`80 verdicts: 79 pass, 1 waived; gating: 79 pass, 1 waived`: the verdicts by the
-        status the reports show (a waived divergence counts as waived, never as diverged)."""
-        gating = Counter(c.status for c in self.grid.values() if c.verdict.gating)
-        return f"{len(self.grid)} verdicts: {_counted(self.counts)}; gating: {_counted(gating)}"
+        """`80 verdicts; candidate: 39 pass, 1 waived; oracle self-check: 40 pass`: the verdicts
+        by role, never summed across roles (the oracle reproducing its goldens is no pass of the
+        candidate's), each by the status the reports show (a waived divergence counts as waived,
+        never as diverged)."""
+        return f"{len(self.grid)} verdicts; " + by_role(list(self.grid.values()))
 
     def failing(self) -> list[Cell]:
         """The cells that did not pass, in grid order (scenario by scenario)."""
         return [c for s in self.scenarios for e in self.engines
                 if (c := self.cell(s, e)) is not None and c.verdict.kind != PASS]
 
+    def to_fix(self) -> list[list[Cell]]:
+        """The gating cells that did not pass (a scenario not run for a feature not required is
+        no failure), alike ones together: one engine, the same cell text and headline field. In
+        grid order, each group in the order its first cell comes."""
+        groups: dict[tuple, list[Cell]] = {}
+        for c in self.failing():
+            if c.verdict.gating and not c.verdict.declined:
+                groups.setdefault((c.verdict.engine, c.text, c.where or c.first_line.message), []).append(c)
+        return list(groups.values())
+
+
+
+# Each role as the count lines name it, in their order.
+ROLE_WORDS = {CANDIDATE: "candidate", ORACLE: "oracle self-check", "stand-in": "stand-ins (informational)"}
+
+
+def by_role(cells: list[Cell]) -> str:
+    """`candidate: 0 pass, 55 diverged; oracle self-check: 55 pass`: cells counted per role."""
+    parts = []
+    for role, words in ROLE_WORDS.items():
+        mine = Counter(c.status for c in cells if c.verdict.role == role)
+        if mine:
+            parts.append(f"{words}: {_counted(mine)}")
+    return "; ".join(parts) or "none"
+
 
 def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None = None,
               traces: dict | None = None, features: dict[str, tuple] | None = None,
-              required=(), drift: list | None = None, methods: tuple | None = None) -> GateView:
+              required=(), drift: list | None = None, methods: tuple | None = None,
+              required_by_default: bool = False) -> GateView:
     """traces: verdict key (engine, scenario) -> (the trace judged, its golden or None);
     features: scenario -> the features it needs (the per-feature table; none without it);
-    required: the features the gate requires."""
+    required: the features the gate requires (None: the run did not say);
+    required_by_default: they are the gate configuration's, no --require-features given."""
     scenarios: list[str] = []
     engines: list[str] = []
     grid: dict[tuple[str, str], Cell] = {}
@@ -191,8 +293,10 @@ def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None =
             engines.append(v.engine)
         trace, golden = (traces or {}).get(v.key, (None, None))
         status = "waived" if v.kind == DIVERGED and v.key in result.waived else v.kind
-        grid[v.key] = Cell(v, status, _cell_text(v, status), result.rows_of(v), where_of(v),
-                           _first_line(v), result.waived.get(v.key), trace, golden)
+        headline, bookkeeping = headline_of(v)
+        grid[v.key] = Cell(v, status, _cell_text(v, status, headline), result.rows_of(v), _where(headline),
+                           _first_line(v, headline), result.waived.get(v.key), trace, golden,
+                           bookkeeping, headline)
     return GateView(
         oracle=oracle, status=result.status, verdicts=result.verdicts, scenarios=scenarios,
         engines=engines, roles={v.engine: v.role for v in result.verdicts}, grid=grid,
@@ -201,8 +305,31 @@ def gate_view(result: GateResult, oracle: str, commands: dict[str, str] | None =
         counts=Counter(c.status for c in grid.values()), layers=layers_headline(result.verdicts),
         judged_groups=judged_groups(result.verdicts), commands=dict(commands or {}),
         expired=list(result.expired), unused=list(result.unused), why_unused=dict(result.why_unused),
-        features=feature_rows(grid, engines, features, required) if features is not None else [],
-        drift=drift, methods=methods)
+        features=feature_rows(grid, engines, features, required or ()) if features is not None else [],
+        drift=drift, methods=methods, coverage=coverage(result.verdicts, engines, traces or {}, required or ()),
+        required=None if required is None else tuple(required), required_by_default=required_by_default)
+
+
+def coverage(verdicts: list[Verdict], engines: list[str], traces: dict | None = None,
+             required_features=()) -> list[Coverage]:
+    """Per gating engine (the grid's order): its scenarios, those not run for features it does
+    not declare (and those of them a required feature fails), those serving no layer asked, and
+    whether it was judged on vLLM's log lines (traces: verdict key -> (trace, golden))."""
+    out = []
+    for engine in engines:
+        mine = [v for v in verdicts if v.engine == engine]
+        if not mine or not mine[0].gating:
+            continue
+        declined = [v for v in mine if v.missing_features]
+        required = [v for v in declined if v.required_features]
+        missing = {f for v in required for f in v.required_features}
+        unserved = [v for v in mine if not v.missing_features and not v.judged and v.not_judged]
+        said = [(traces or {}).get(v.key, (None, None))[0] for v in mine]
+        quiet = any(t is not None and not prints_log_lines(t, required_features) for t in said)
+        out.append(Coverage(engine, mine[0].role, len(mine), len(declined), len(required),
+                            tuple(f for f in FEATURES if f in missing) + tuple(sorted(missing - set(FEATURES))),
+                            len(unserved), not quiet))
+    return out
 
 
 def _counted(counts: Counter) -> str:
@@ -242,7 +369,36 @@ def _passed(cell: Cell) -> bool:
     return cell.status == PASS or (cell.status == NUMERICS and not (v.role == ORACLE and v.same_build))
 
 
-def _cell_text(v: Verdict, status: str) -> str:
+# Config fields no scheduling decision reads: the log lines vLLM printed while resolving, and
+# the lookahead slots where there is no drafter. A cell whose config differs only in these is
+# headlined by its behaviour (steps, outputs); a budget value stays the headline.
+LOG_FIELDS = ("budget_log_lines", "async_log_lines")
+
+
+def headline_of(v: Verdict) -> tuple[LayerComparison | None, tuple[str, ...]]:
+    """The comparison that headlines a verdict, and the bookkeeping fields it passed over: the
+    first that differs, unless that is a config layer differing only in fields no scheduling
+    decision reads and a later layer differs too."""
+    differing = [c for c in v.comparisons if not c.equal and c.first is not None]
+    if not differing:
+        return None, ()
+    first = differing[0]
+    if first.layer not in ("config", "engine_config"):
+        return first, ()
+    record = first.record if isinstance(first.record, dict) else {}
+    quiet = set(LOG_FIELDS) | ({"num_lookahead_tokens"} if record.get("speculative_method") is None else set())
+    paths = [f.path.split("[")[0].split(".")[0] for f in first.fields]
+    if not paths or not set(paths) <= quiet:
+        return first, ()
+    said = tuple(dict.fromkeys(paths))
+    return (differing[1] if len(differing) > 1 else first), said
+
+
+def _where(c: LayerComparison | None) -> str:
+    return f"{c.layer}.{c.first.path}" if c is not None and c.first is not None else ""
+
+
+def _cell_text(v: Verdict, status: str, headline: LayerComparison | None = None) -> str:
     """pass, or the verdict and where it first differs: `diverged config.max_num_scheduled_tokens`."""
     if status == PASS:  # judged on fewer layers than the scenario has: which ones
         return f"{Kind.PASS} [{','.join(v.judged)}]" if v.not_judged else Kind.PASS
@@ -251,15 +407,14 @@ def _cell_text(v: Verdict, status: str) -> str:
         return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
     if v.failure:  # diverged, then the engine failed: both, the divergence's field first
         status = f"{status}+{v.failure}"
-    text = f"{status} {where_of(v)}".strip()
+    text = f"{status} {_where(headline) if headline is not None else where_of(v)}".strip()
     return text if len(text) <= CELL_WIDTH else text[:CELL_WIDTH - 3] + "..."
 
 
-def _first_line(v: Verdict) -> FirstLine:
-    for c in v.comparisons:
-        if not c.equal and c.first is not None:
-            f = c.first
-            return FirstLine(c.layer, c.index, f.path, f.expected, f.actual)
+def _first_line(v: Verdict, headline: LayerComparison | None = None) -> FirstLine:
+    if headline is not None:
+        f = headline.first
+        return FirstLine(headline.layer, headline.index, f.path, f.expected, f.actual)
     return FirstLine(message=v.message.splitlines()[0] if v.message else "")
 
 
@@ -283,7 +438,7 @@ def layers_headline(verdicts: list[Verdict]) -> str:
             engines[v.engine] = _judged_clause([w for w in chosen if w.engine == v.engine])
     clauses = set(engines.values())
     if clauses == {""}:
-        return "every layer of every scenario judged"
+        return EVERYTHING
     if len(clauses) == 1:
         return clauses.pop()
     return "; ".join(f"{engine}: {clause or 'every layer judged'}" for engine, clause in engines.items())

@@ -63,13 +63,16 @@ const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // The features it has (engines/PROTOCOL.md "Features"): the gate sends it no scenario needing
 // another, and gives that scenario an `unsupported` verdict naming the feature. A port lists
 // only those it has; this engine has every one but `sliding_window` (its KV cache is one group of
-// full attention) and `kv_connector` (it loads no external KV), whose scenarios come back
-// `unsupported`.
+// full attention), `kv_connector` (it loads no external KV) and `structured_outputs` (a grammar
+// needs a grammar engine over the tokenizer, JSON schema and regex compilation and token
+// bitmasks as xgrammar's: no such C or C++ library is in Debian's packages, and the kit links
+// nothing but nlohmann-json), whose scenarios come back `unsupported`.
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
-    "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts", "shared_prefixes",
-    "min_tokens", "eos", "repetition_detection", "lora", "async_scheduling"};
+    "prefix_caching_off", "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts",
+    "shared_prefixes", "stop_token_ids", "min_tokens", "eos", "repetition_detection", "lora", "async_scheduling",
+    "vllm_log_lines"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 bool g_sync_loop = false;             // --sync-loop: a TEST DEVICE (see the usage above)
 bool g_ignore_min_tokens = false;     // --ignore-min-tokens: a TEST DEVICE (see the usage above)

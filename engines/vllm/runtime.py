@@ -113,6 +113,17 @@ def cpu() -> dict:
     return record
 
 
+def pin_version() -> str:
+    """What the pin is called: a release's version, or a pinned commit's 12 hex digits (its
+    environment's vLLM says the base release, or the per-commit wheel's dev version)."""
+    import vllm
+
+    from . import release
+
+    commit = release.commit_record()
+    return commit["pin"] if commit else vllm.__version__
+
+
 def numerics() -> dict:
     """What decides the engine's floats beyond the build: the float32 matmul precision vLLM's
     worker gives torch (boot pins it; another is refused), vLLM's batch-invariant mode, and the
@@ -134,9 +145,15 @@ def environment() -> dict:
 
     from . import release
 
+    commit = release.commit_record()
     env = {"python": f"{sys.version_info.major}.{sys.version_info.minor}",
-           "torch": torch.__version__, "vllm": vllm.__version__, "machine": platform.machine(),
-           "build": release.build(), "fidelity": None, "cpu": cpu(), **numerics()}
+           "torch": torch.__version__, "vllm": pin_version(), "machine": platform.machine(),
+           "build": release.build() + (f"+vllm@{commit['pin']}" if commit else ""), "fidelity": None, "cpu": cpu(),
+           **numerics()}
+    if commit:  # a pinned upstream commit (conformance/process/commit_env.py): what was laid over what
+        env["commit"] = {"commit": commit["commit"], "base": commit["base"], "overlay": commit["overlay"],
+                         "compiled_inputs_changed": commit["compiled_inputs_changed"],
+                         "dependencies": commit["dependencies"]}
     if DEVICE == ["gpu"]:  # recorded on GPU only, so the CPU goldens keep their provenance
         env["device"] = "gpu"
         env["model_runner"] = "v1 (VLLM_USE_V2_MODEL_RUNNER=0, engines/vllm/runtime.py)"

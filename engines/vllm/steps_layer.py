@@ -28,9 +28,9 @@ from __future__ import annotations
 import inspect
 from collections import deque
 
-from conformance.formats.workload import draft, request_prompts, validate_workload, verify
+from conformance.formats.workload import draft, request_prompts, validate_workload, verify, verify_masked
 
-from . import per_run
+from . import grammar, per_run
 from .new_requests import abort_requests, new_request, output_record
 
 
@@ -146,15 +146,23 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         arrivals.setdefault(req["arrival_step"], []).append(req)
         if "abort_step" in req:
             aborts.setdefault(req["abort_step"], []).append(req["id"])
-    drafter = Drafter(workload, k)
+    drafter = Drafter(workload, k, scheduler.structured_output_manager)
+    if any("structured_output" in req for req in workload["requests"]):
+        scheduler.parity_grammar = True  # the records carry the grammar's fields (recorder.py)
     transfers = Transfers()  # the stand-in worker's side of a KV connector, if any
     requests: dict = {}  # id -> the scheduler's Request object, kept after it finishes
     total = len(workload["requests"])
     step = 0
     while True:
+        refused = []
         for req in arrivals.get(step, ()):
             requests[req["id"]] = new_request(req, prompts[req["id"]], step, block_hasher)
+            if "structured_output" in req and not grammar.admit(scheduler, requests[req["id"]]):
+                refused.append(grammar.refuse(requests[req["id"]]))
+                continue
             scheduler.add_request(requests[req["id"]])
+        if hasattr(scheduler, "parity_refused"):
+            scheduler.parity_refused = refused
         aborted = abort_requests(scheduler, aborts.get(step, ()))
         # the step after an abort is recorded even when nothing is left: it shows the abort
         if len(requests) == total and all(r.is_finished() for r in requests.values()) and not aborted:
@@ -166,6 +174,8 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
                 f"unfinished {unfinished}, not yet arrived {total - len(requests)}")
 
         output = scheduler.schedule()
+        # EngineCore.step's bitmask, applied as the model runner applies it
+        allowed = grammar.allowed_by_position(scheduler, output, list(output.num_scheduled_tokens))
 
         # The stand-in model runner: what the release's GPU model runner would return.
         req_ids = list(output.num_scheduled_tokens)
@@ -179,7 +189,10 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
                 continue
             drafter.sampled(rid, drafts)
             # the stand-in reads a request's length and last tokens only (workload.Context)
-            sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
+            if rid in allowed:  # behind its grammar's bitmask, a row per position
+                sampled.append(verify_masked(seed, request.all_token_ids, drafts, vocab, allowed[rid]))
+            else:
+                sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
         model_output = ModelRunnerOutput(
             req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
             sampled_token_ids=sampled, kv_connector_output=transfers.output(step, output))
@@ -188,7 +201,7 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         # post_step(): the drafter proposes K tokens for each request of the batch; the
         # scheduler itself drops them for finished requests and prefill chunks.
         if k and output.total_num_scheduled_tokens > 0 and not getattr(output, "skip_drafts", False):
-            drafts_out = [drafter.propose(rid, requests[rid].all_token_ids) for rid in req_ids]
+            drafts_out = [drafter.propose(rid, requests[rid]) for rid in req_ids]
             scheduler.update_draft_token_ids(DraftTokenIds(req_ids, drafts_out))
         step += 1
         yield None
@@ -200,8 +213,9 @@ class Drafter:
     """The stand-in drafter of post_step(): each request's drafts follow its acceptance
     pattern, indexed by its verify steps so far (engines/PROTOCOL.md, `steps`, step 7)."""
 
-    def __init__(self, workload: dict, k: int) -> None:
+    def __init__(self, workload: dict, k: int, manager=None) -> None:
         self.seed, self.vocab, self.k = workload["seed"], workload["vocab_size"], k
+        self.manager = manager  # the StructuredOutputManager, for requests with a grammar
         self.patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
         self.verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
 
@@ -210,9 +224,13 @@ class Drafter:
         if counts_as_verify_step(drafts):
             self.verified[rid] += 1
 
-    def propose(self, rid: str, tokens: list[int]) -> list[int]:
+    def propose(self, rid: str, request) -> list[int]:
         pattern = self.patterns[rid]
-        return draft(self.seed, tokens, self.k, pattern[self.verified[rid] % len(pattern)], self.vocab)
+        accept = pattern[self.verified[rid] % len(pattern)]
+        if request.use_structured_output and not request.is_finished():  # it follows its grammar
+            return grammar.masked_draft(self.seed, request.all_token_ids, self.k, accept, self.vocab, request,
+                                        self.manager)
+        return draft(self.seed, request.all_token_ids, self.k, accept, self.vocab)
 
 
 def counts_as_verify_step(drafts: list[int]) -> bool:

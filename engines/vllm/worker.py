@@ -62,9 +62,9 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
         except ValueError as exc:
             send({"type": "error", "id": None, "kind": "bad_request", "message": str(exc)})
             return 2
-    if release and vllm.__version__ != release:
+    if release and runtime.pin_version() != release:
         send({"type": "error", "id": None, "kind": "internal",
-              "message": f"expected vllm {release} in this environment, found {vllm.__version__}"})
+              "message": f"expected vllm {release} in this environment, found {runtime.pin_version()}"})
         return 1
     if args.warm:
         print(f"vllm {vllm.__version__} imports on {args.device}", file=sys.stderr)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
             else:
                 yield layer, runtime.LAYERS[layer](scenario)
 
-    hello = {"engine": engine, "version": vllm.__version__, "capabilities": sorted(runtime.LAYERS),
+    hello = {"engine": engine, "version": runtime.pin_version(), "capabilities": sorted(runtime.LAYERS),
              "environment": runtime.environment()}
     # A malformed workload (ScenarioError) is a bad request; any other failure is internal.
     return serve.serve(hello, answer, bad_request=(ScenarioError,), send=send)

@@ -1,0 +1,1 @@
+"""`parity bisect`: the port queue of an upstream commit range (search.py, command.py)."""

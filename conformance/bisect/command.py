@@ -1,0 +1,47 @@
+"""`parity bisect --from A --to B`: the port queue of an upstream range (bisect/search.py).
+
+The source and base release default to those of the declared commit pin A or B names (else
+the first declared commit's): --source and --base say otherwise. --scenario and --rows pick the
+scenarios (default: the library); --layers the layers (default: each scenario's stand-in
+layers). The queue is printed as text; --markdown writes it for a pull request or a ticket.
+"""
+
+from __future__ import annotations
+
+from conformance.bisect.search import bisect
+from conformance.formats.errors import InputError
+from conformance.formats.files import check_output_file, write_text_atomic
+from conformance.formats.pins import Pins
+from conformance.formats.scenario import Scenario
+from conformance.process.commit_env import local_repo
+from conformance.report.port_queue import render_markdown, render_text
+
+
+def origin(pins: Pins, start: str, end: str, source: str | None, base: str | None) -> tuple[str, str]:
+    """(source, base) of the range: given, else the declared commit A or B names, else the first."""
+    named = [c for c in pins.commits if any(c.commit.startswith(rev.removeprefix("vllm@")) and len(rev) >= 7
+                                            for rev in (start, end))]
+    known = named[0] if named else (pins.commits[0] if pins.commits else None)
+    if (source is None or base is None) and known is None:
+        raise InputError("parity bisect: no --source and --base given, and no commit is declared in "
+                         "[tool.vllm-parity.commits] to take them from")
+    return source or known.source, base or known.base
+
+
+def run_bisect(args, pins: Pins, scenarios: list[Scenario], log) -> int:
+    if args.markdown:
+        check_output_file(args.markdown, "--markdown")
+    if args.rows:
+        wanted = {r.strip() for r in args.rows.split(",") if r.strip()}
+        scenarios = [s for s in scenarios if wanted & set(s.rows)]
+        if not scenarios:
+            raise InputError(f"--rows {args.rows}: no scenario belongs to these engine-matrix rows")
+    source, base = origin(pins, args.start, args.end, args.source, args.base)
+    start, end = args.start.removeprefix("vllm@"), args.end.removeprefix("vllm@")
+    repo = local_repo(source, base, log)
+    queue = bisect(repo, source, base, start, end, pins, scenarios, args.layers, log)
+    print(render_text(queue))
+    if args.markdown:
+        write_text_atomic(args.markdown, render_markdown(queue))
+        log(f"[bisect] the port queue in markdown: {args.markdown}")
+    return 0
