@@ -36,6 +36,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <iostream>
 #include <list>
 #include <memory>
@@ -70,7 +71,7 @@ const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
     "prefix_caching_off", "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts",
-    "shared_prefixes", "stop_token_ids", "min_tokens", "eos", "repetition_detection", "async_scheduling",
+    "shared_prefixes", "stop_token_ids", "min_tokens", "eos", "repetition_detection", "lora", "async_scheduling",
     "vllm_log_lines"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 bool g_sync_loop = false;             // --sync-loop: a TEST DEVICE (see the usage above)
@@ -91,6 +92,7 @@ struct Settings {
     bool priority_policy = false;  // scheduling_policy "priority" (the default is "fcfs")
     bool eagle_family = false;     // eagle, eagle3, mtp, dflash, dspark: a prefix-cache hit drops its last block
     bool async_scheduling = false;  // async_scheduling_gpu: vLLM's AsyncScheduler over its Scheduler
+    std::int64_t max_loras = 0;     // LoRAConfig.max_loras with enable_lora, else 0: no LoRA config
 };
 
 // Resolves engine_args the way vLLM 0.27.1 does for the fields the config layer records.
@@ -130,6 +132,10 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
 
     const auto& spec = args.speculative_config;
     const std::int64_t k = spec ? spec->num_speculative_tokens : 0;
+    // EngineArgs.create_engine_config, after the scheduler config and before VllmConfig: LoRA
+    // with speculative decoding needs room for every sequence's drafts in one batch.
+    if (args.enable_lora && spec && args.max_num_batched_tokens < args.max_num_seqs * (k + 1))
+        return refuse("Consider increasing max_num_batched_tokens or decreasing num_speculative_tokens");
     const std::string method = spec ? spec->method : "";
     // SpeculativeConfig: DFlash and DSpark always draft in parallel.
     const bool parallel = spec && (spec->parallel_drafting.value_or(false) || method == "dflash" || method == "dspark");
@@ -214,6 +220,7 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
                             method == "dspark";
     settings.priority_policy = args.scheduling_policy.value_or("fcfs") == "priority";
     settings.async_scheduling = async_gpu;
+    settings.max_loras = args.enable_lora ? args.max_loras : 0;
     // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/runtime.py).
     const std::int64_t blocks_per_seq = (args.max_model_len + args.block_size - 1) / args.block_size;
     settings.num_gpu_blocks = args.num_gpu_blocks_override.value_or(args.max_num_seqs * blocks_per_seq + 1);
@@ -295,16 +302,19 @@ class BlockPool {
     bool caching_;
 };
 
-// Block hashes: block i's is a function of block i-1's and its tokens. Interned exactly (no
-// collisions): equal hashes mean equal tokens from the prompt's start.
+// Block hashes: block i's is a function of block i-1's, its tokens and its extra keys (the
+// request's LoRA adapter name: vLLM's generate_block_hash_extra_keys; empty without one).
+// Interned exactly (no collisions): equal hashes mean equal tokens from the prompt's start
+// under the same adapter.
 class BlockHashes {
   public:
-    std::int64_t of(std::int64_t parent, const Tokens& tokens) {
-        return ids_.emplace(std::make_pair(parent, tokens), static_cast<std::int64_t>(ids_.size())).first->second;
+    std::int64_t of(std::int64_t parent, const Tokens& tokens, const std::string& extra) {
+        return ids_.emplace(std::make_tuple(parent, tokens, extra), static_cast<std::int64_t>(ids_.size()))
+            .first->second;
     }
 
   private:
-    std::map<std::pair<std::int64_t, Tokens>, std::int64_t> ids_;
+    std::map<std::tuple<std::int64_t, Tokens, std::string>, std::int64_t> ids_;
 };
 
 class SimpleScheduler : public parity::PortScheduler {
@@ -323,6 +333,7 @@ class SimpleScheduler : public parity::PortScheduler {
         r->min_tokens = spec.min_tokens;
         r->eos_token_id = spec.eos_token_id;
         r->repetition = spec.repetition_detection;
+        r->lora = spec.lora;
         Request* added = r.get();
         requests_[spec.id] = std::move(r);
         enqueue_waiting(*added);
@@ -400,9 +411,17 @@ class SimpleScheduler : public parity::PortScheduler {
 
         // Then the waiting requests, in order, while nothing was preempted this step.
         const bool running_scheduled = !scheduled.empty();  // requests of the running queue
-        while (out.preempted.empty() && !waiting_.empty() && budget > 0) {
+        // The adapters of the running requests scheduled so far: a waiting request of another
+        // adapter is skipped once they number max_loras (vLLM 0.27.1 counts only the running
+        // requests scheduled in this step, not one whose last token is in flight).
+        std::set<std::int64_t> loras;
+        for (Request* r : scheduled)
+            if (s_.max_loras > 0 && r->lora) loras.insert(r->lora->id);
+        std::vector<Request*> skipped;  // skipped this step, in order: to skipped_ after the loop
+        while (out.preempted.empty() && !(waiting_.empty() && skipped_.empty()) && budget > 0) {
             if (static_cast<std::int64_t>(running_.size()) >= s_.max_num_seqs) break;
-            Request* r = waiting_.front();
+            std::deque<Request*>& queue = next_queue();
+            Request* r = queue.front();
             // vLLM moves a request whose stale output is still in flight to a side queue
             // (skipped_waiting) and resumes it later. With a batch queue of 2 its output always
             // arrives before the next schedule() (engines/PROTOCOL.md), so that queue stays empty
@@ -410,6 +429,13 @@ class SimpleScheduler : public parity::PortScheduler {
             if (r->stale > 0)
                 throw RunError(ErrorKind::internal, "request " + r->id + " would be resumed with stale output in "
                                "flight: the reference engine keeps no skipped_waiting queue");
+            // max_loras: skipped (before any prefix-cache lookup or allocation), the loop goes on
+            if (s_.max_loras > 0 && r->lora && static_cast<std::int64_t>(loras.size()) == s_.max_loras &&
+                !loras.count(r->lora->id)) {
+                queue.pop_front();
+                skipped.push_back(r);
+                continue;
+            }
             // Prefix-cache hits (a waiting request has 0 computed tokens, new or preempted).
             const std::vector<BlockPool::Block> hits = lookup(*r);
             const std::int64_t hit_tokens = static_cast<std::int64_t>(hits.size()) * s_.block_size;
@@ -446,12 +472,19 @@ class SimpleScheduler : public parity::PortScheduler {
             out.block_ids[r->id] = r->block_ids;  // at admission: the whole table
             out.cached_tokens[r->id] = hit_tokens;
             if (r->num_preemptions > 0) out.resent_token_ids.push_back(r->id);
-            waiting_.pop_front();
+            queue.pop_front();
             running_.push_back(r);
             (r->num_preemptions > 0 ? out.resumed : out.new_).push_back(r->id);
             r->running = true;
             take(r, n);
             if (pad) out.spec_tokens[r->id] = Tokens(s_.num_speculative_tokens, -1);
+            if (s_.max_loras > 0 && r->lora) loras.insert(r->lora->id);
+        }
+        // The skipped requests go to the side queue (vLLM 0.27.1's skipped_waiting): FCFS at its
+        // front in their order, the priority policy by its order.
+        for (auto it = skipped.rbegin(); it != skipped.rend(); ++it) {
+            if (s_.priority_policy) skipped_.insert(std::find_if(skipped_.begin(), skipped_.end(), after(**it)), *it);
+            else skipped_.push_front(*it);
         }
 
         // The common prefix: the leading blocks of the running queue's first request held by
@@ -524,6 +557,7 @@ class SimpleScheduler : public parity::PortScheduler {
                 r.running = false;
                 running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
                 waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());  // a stale output
+                skipped_.erase(std::remove(skipped_.begin(), skipped_.end(), &r), skipped_.end());
             }
         }
     }
@@ -533,6 +567,7 @@ class SimpleScheduler : public parity::PortScheduler {
         if (r.finish_reason) return;
         running_.erase(std::remove(running_.begin(), running_.end(), &r), running_.end());
         waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), &r), waiting_.end());
+        skipped_.erase(std::remove(skipped_.begin(), skipped_.end(), &r), skipped_.end());
         release(r);
         r.spec.clear();
         r.running = false;
@@ -566,7 +601,11 @@ class SimpleScheduler : public parity::PortScheduler {
     parity::KvBlocks kv_blocks() const override {
         return {pool_.num_free(), s_.num_gpu_blocks - 1 - pool_.num_free(), pool_.num_cached()};
     }
-    std::vector<std::string> waiting() const override { return ids(waiting_); }
+    std::vector<std::string> waiting() const override {  // the side queue first, as vLLM's recorder lists them
+        std::vector<std::string> out = ids(skipped_);
+        for (const auto& id : ids(waiting_)) out.push_back(id);
+        return out;
+    }
     std::vector<std::string> running() const override { return ids(running_); }
     std::int64_t num_output_placeholders(const std::string& id) const override { return get(id).placeholders; }
     std::int64_t num_stale_output_tokens(const std::string& id) const override { return get(id).stale; }
@@ -584,6 +623,7 @@ class SimpleScheduler : public parity::PortScheduler {
         std::int64_t min_tokens = 0;
         std::optional<Token> eos_token_id;
         std::optional<parity::standin::Repetition> repetition;
+        std::optional<parity::Lora> lora;  // its adapter, if any
         std::optional<Token> stop_reason;
         Tokens spec;  // drafts proposed for the next step (under async scheduling: K placeholders, -1)
         bool running = false, is_prefill_chunk = false;
@@ -655,7 +695,7 @@ class SimpleScheduler : public parity::PortScheduler {
         while (static_cast<std::int64_t>(r.hashes.size()) <= i) {
             const std::int64_t j = static_cast<std::int64_t>(r.hashes.size());
             const Tokens block(r.tokens.begin() + j * s_.block_size, r.tokens.begin() + (j + 1) * s_.block_size);
-            r.hashes.push_back(hashes_.of(j == 0 ? -1 : r.hashes.back(), block));
+            r.hashes.push_back(hashes_.of(j == 0 ? -1 : r.hashes.back(), block, r.lora ? r.lora->name : ""));
         }
         return r.hashes[i];
     }
@@ -703,10 +743,22 @@ class SimpleScheduler : public parity::PortScheduler {
             else waiting_.push_back(&r);
             return;
         }
-        auto later = [&](const Request* w) {
+        waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), after(r)), &r);
+    }
+
+    // Whether a queued request comes after `r` in the priority heap's order.
+    static std::function<bool(const Request*)> after(const Request& r) {
+        return [&r](const Request* w) {
             return std::make_tuple(w->priority, w->arrival_step, w->id) > std::make_tuple(r.priority, r.arrival_step, r.id);
         };
-        waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), later), &r);
+    }
+
+    // The queue the next waiting request comes from (Scheduler._select_waiting_queue_for_scheduling):
+    // FCFS drains the side queue first; the priority policy takes the earlier of the two heads.
+    std::deque<Request*>& next_queue() {
+        if (skipped_.empty()) return waiting_;
+        if (waiting_.empty() || !s_.priority_policy) return skipped_;
+        return after(*skipped_.front())(waiting_.front()) ? skipped_ : waiting_;
     }
 
     // Back to the waiting queue (FCFS: at its front); everything is recomputed on resumption.
@@ -730,6 +782,9 @@ class SimpleScheduler : public parity::PortScheduler {
     std::map<std::string, std::unique_ptr<Request>> requests_;
     std::vector<Request*> running_;
     std::deque<Request*> waiting_;
+    // vLLM 0.27.1's skipped_waiting: requests a step skipped for a reason of their own (an
+    // adapter over max_loras), taken before `waiting_` under FCFS
+    std::deque<Request*> skipped_;
 };
 
 // ---- the run handler: layers -> records ----------------------------------------------------

@@ -24,6 +24,7 @@ constexpr std::size_t kMaxList = 1024;  // stop_token_ids, acceptance
 constexpr std::int64_t kMaxAccept = 1024;
 constexpr std::int64_t kMaxPattern = 1024;  // repetition_detection's sizes and count
 constexpr std::size_t kMaxPrefixes = 64;
+constexpr std::int64_t kMaxLoraId = (std::int64_t{1} << 31) - 1;  // vLLM's lora_int_id: 1 and up
 constexpr std::int64_t kMinPriority = -(std::int64_t{1} << 31), kMaxPriority = (std::int64_t{1} << 31) - 1;
 
 struct SpeculativeConfig {
@@ -45,6 +46,15 @@ struct EngineArgs {
     std::optional<std::int64_t> seed, max_num_scheduled_tokens, long_prefill_token_threshold,
         num_gpu_blocks_override;
     std::optional<SpeculativeConfig> speculative_config;
+    bool enable_lora = false;  // LoRA: vLLM's LoRAConfig, whose max_loras bounds a step's adapters
+    std::int64_t max_loras = 1, max_lora_rank = 16;  // vLLM's defaults
+};
+
+// A request's LoRA adapter (vLLM's LoRARequest): the scheduler counts adapters by id, the block
+// hashes tell them apart by name (a workload keeps the two one-to-one).
+struct Lora {
+    std::int64_t id = 0;
+    std::string name;
 };
 
 struct RequestSpec {
@@ -59,6 +69,7 @@ struct RequestSpec {
     std::int64_t min_tokens = 0;           // no stop before this many outputs
     std::optional<std::int64_t> eos_token_id;  // it stops there (vLLM's ignore_eos false); none: ignore_eos
     std::optional<standin::Repetition> repetition_detection;  // only when max_pattern_size > 0
+    std::optional<Lora> lora;  // the adapter it runs under (with engine_args.enable_lora)
 };
 
 // A request's stop conditions as the stand-in's check_stop takes them.
