@@ -126,16 +126,29 @@ test: envs cpp
 # times: (e) make test, (f) make test on a fresh machine, (g) make parity without and with the
 # engine layers, (j) make parity on a fresh machine and its cold gate against the warm one
 # (BENCH_FRESH=0 leaves (f) and (j) out); (k) the engine layers' logprob noise across ISA
-# caps, thread counts and batch layouts, against each scenario's tolerance.
+# caps, thread counts and batch layouts, against each scenario's tolerance. A bench that fails
+# stops the target with the end of its stderr (all of it in out/bench/). BENCH_QUICK=1 runs each
+# bench's smallest case (--quick: a check that every one runs, its figures meaningless; the
+# self-tests run it).
+BENCH_QUICK ?=
+QUICK = $(if $(BENCH_QUICK),--quick)
+# $(call bench_step,NAME,COMMAND): COMMAND's figures on stdout; its stderr (progress, engine logs)
+# kept in out/bench/NAME.log and, when it fails, its last lines shown with its status
+bench_step = { $(2) 2>out/bench/$(1).log || { status=$$?; tail -n 30 out/bench/$(1).log >&2; \
+	echo "make bench: $(1) failed with status $$status (the end of its stderr above, all of it in out/bench/$(1).log)" >&2; \
+	exit $$status; }; }
 bench: envs
-	@$(BIN)/python benchmarks/bench_compare.py
-	@$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json 2>/dev/null | grep '^(b)'
-	@$(BIN)/parity gate 2>&1 >/dev/null | grep 'cold starts' | sed 's/^\[gate\]/(c) make parity:/'
-	@$(BIN)/python benchmarks/bench_engine.py 2>/dev/null
-	@$(BIN)/python benchmarks/bench_scale.py --real 2>/dev/null
-	@$(BIN)/python benchmarks/bench_fuzz.py 2>/dev/null
-	@$(BIN)/python benchmarks/bench_times.py
-	@$(BIN)/python benchmarks/bench_noise.py 2>/dev/null
+	@mkdir -p out/bench
+	@$(call bench_step,bench_compare,$(BIN)/python benchmarks/bench_compare.py $(QUICK))
+	@$(call bench_step,bench_driver,$(BIN)/python benchmarks/bench_driver.py scenarios/steady_decode.json $(QUICK) \
+		>out/bench/bench_driver.out) && grep '^(b)' out/bench/bench_driver.out
+	@$(call bench_step,gate,$(BIN)/parity gate $(if $(BENCH_QUICK),--scenario scenarios/steady_decode.json) \
+		>out/bench/gate.out) && grep 'cold starts' out/bench/gate.log | sed 's/^\[gate\]/(c) make parity:/'
+	@$(call bench_step,bench_engine,$(BIN)/python benchmarks/bench_engine.py $(QUICK))
+	@$(call bench_step,bench_scale,$(BIN)/python benchmarks/bench_scale.py --real $(QUICK))
+	@$(call bench_step,bench_fuzz,$(BIN)/python benchmarks/bench_fuzz.py $(QUICK))
+	@$(call bench_step,bench_times,$(BIN)/python benchmarks/bench_times.py $(QUICK))
+	@$(call bench_step,bench_noise,$(BIN)/python benchmarks/bench_noise.py $(QUICK))
 
 # Goldens are written only by the pinned oracles, through `parity goldens` (conformance/regenerate/):
 # a summary of each change is printed before the file is replaced atomically. PINS= (releases),
@@ -162,10 +175,13 @@ goldens: envs
 # nothing changed, status 2), edits [tool.vllm-parity], locks its GPU set, builds it, writes the
 # goldens it lacks and the pull request's text (out/bump/pull-request.md).
 PIN ?=
+# $(call shell_quoted,TEXT): TEXT as one shell word, whatever it holds (a ' closes and reopens)
+shell_quoted = '$(subst ','\'',$(1))'
 BUMP_STATUSES = 2: refused (the checkout unchanged) or stopped, with every reason named
 bump: setup
-	@test -n '$(PIN)' || { echo "make bump: set PIN, e.g. make bump PIN=0.28.0"; exit 2; }
-	$(info $(BIN)/parity bump $(PIN))@$(BIN)/parity bump '$(PIN)'; $(call SAY_STATUS,parity bump,$(BUMP_STATUSES))
+	@test -n $(call shell_quoted,$(PIN)) || { echo "make bump: set PIN, e.g. make bump PIN=0.28.0"; exit 2; }
+	$(info $(BIN)/parity bump $(call shell_quoted,$(PIN)))@$(BIN)/parity bump $(call shell_quoted,$(PIN)); \
+		$(call SAY_STATUS,parity bump,$(BUMP_STATUSES))
 
 # The TEST FIXTURE upstream repository (conformance/process/commit_fixture.py) in out/vllm-fixture,
 # built from the 0.27.1 and 0.28.0 environments with the same shas on every machine: the source of

@@ -4,6 +4,9 @@ worker side + decode on the harness side) vs a bare schedule/update loop on the 
 Run from the harness (`make bench`): it re-executes itself inside the oracle pin's environment.
 Both loops are timed in CPU time of this process (the best of REPEATS): the ratio is the work the
 driver adds, and does not move when other processes share the machine's cores.
+
+--quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): one run of each loop,
+to check that it runs; its figures mean nothing.
 """
 
 import importlib.util
@@ -22,7 +25,7 @@ from engines.vllm import runtime  # noqa: E402
 REPEATS = 5
 
 
-def main(path: str) -> None:
+def main(path: str, repeats: int = REPEATS) -> None:
     runtime.boot("cpu")
     from vllm.v1.core.sched.scheduler import Scheduler
 
@@ -48,8 +51,8 @@ def main(path: str) -> None:
         return time.process_time() - t0
 
     bare(), driven()  # warm both paths
-    b = min(bare() for _ in range(REPEATS))
-    d = min(driven() for _ in range(REPEATS))
+    b = min(bare() for _ in range(repeats))
+    d = min(driven() for _ in range(repeats))
     print(f"(b) {Path(path).stem}: bare schedule/update loop {b * 1000:.1f} ms, with the driver "
           f"{d * 1000:.1f} ms, overhead {100 * (d / b - 1):.0f}% (target <= 25%)")
 
@@ -61,4 +64,5 @@ if __name__ == "__main__":
 
         python = str(ensure_env(load_pins().oracle))
         os.execv(python, [python, __file__, *sys.argv[1:]])
-    main(sys.argv[1])
+    paths = [a for a in sys.argv[1:] if a != "--quick"]
+    main(paths[0], 1 if "--quick" in sys.argv[1:] else REPEATS)

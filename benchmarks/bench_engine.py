@@ -1,6 +1,9 @@
 """(d) The engine layers' cost per pin, from one run: cold start of the pin's worker, then each
 engine scenario once in that warm worker (as `make parity` runs them; the oracle runs each
 twice there), and the worker's peak memory. A pin with no CPU engine prints its reason.
+
+--quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): the gate oracle on the
+first engine scenario alone, to check that it runs; its figures mean nothing.
 """
 
 import sys
@@ -27,9 +30,11 @@ def peak_rss_gib(pid: int) -> float:
 
 
 def main() -> None:
+    quick = "--quick" in sys.argv[1:]
     scenarios = [s for s in (load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json")))
-                 if s.engine is not None]
-    for release in load_pins().releases:
+                 if s.engine is not None][:1 if quick else None]
+    pins = load_pins()
+    for release in (pins.oracle,) if quick else pins.releases:
         session = EngineSession(prepare_engine(EngineRef.pin(release), log=lambda m: None))
         t0 = time.perf_counter()
         proc = session.start()

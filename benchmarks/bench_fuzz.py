@@ -11,6 +11,9 @@
     the oracle measured in both runs and the search guided by what it reached in one;
 (m) the engine layers (the whole engine on the tiny models): the time to find, shrink and
     confirm the TEST DEVICE mutant drop-bonus-token, which only the engine layers see.
+
+--quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): (h) on 5 examples of
+the small part, the rest left out, to check that it runs; its figures mean nothing.
 """
 
 import sys
@@ -35,6 +38,7 @@ EXAMPLES = 200
 PRODUCTION_EXAMPLES = 12  # two production rounds
 GUIDED_EXAMPLES = 150
 GUIDED_SEEDS = (7, 8)
+QUICK_EXAMPLES = 5
 
 
 def timed_search(pair: Pair, seed: int, examples: int, **options) -> tuple[Search, float, list]:
@@ -64,6 +68,11 @@ def main() -> None:
     oracle = load_pins().oracle
     spec = prepare_engine(EngineRef.pin(oracle), log=QUIET)
     copy = replace(spec, label=f"{spec.label} (copy)")
+    if "--quick" in sys.argv[1:]:
+        search, seconds, _ = timed_search(Pair(spec, copy, list(STAND_IN_LAYERS)), 7, QUICK_EXAMPLES)
+        print(f"(h) parity fuzz, stand-in layers: {QUICK_EXAMPLES / seconds:.1f} examples/s ({QUICK_EXAMPLES} "
+              f"examples, {search.stats.refused} refused, {search.stats.skipped} skipped); (i) (l) (m): left out (--quick)")
+        return
     python = ensure_env(oracle, log=QUIET)
     coverage_dir = ensure_coverage(python, log=QUIET)
 

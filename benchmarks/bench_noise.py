@@ -13,6 +13,10 @@ is the largest |difference| of one token's logprob over every variant and pin
 --json writes the figures; --write records each scenario's noise (rounded up to two
 significant digits) as `engine.logprob_noise` in its scenario file, from where every golden
 written after it states the noise beside the tolerance.
+
+--quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): the gate oracle, the
+first engine scenario (or the --scenario given) and one variant (threads-2), to check that it
+runs; its figures mean nothing.
 """
 
 from __future__ import annotations
@@ -73,17 +77,22 @@ def main() -> None:
     parser.add_argument("--scenario", action="append")
     parser.add_argument("--json", type=Path)
     parser.add_argument("--write", action="store_true")
+    parser.add_argument("--quick", action="store_true")
     opts = parser.parse_args()
+    if opts.quick and opts.write:
+        parser.error("--write records measured noise: not with --quick")
     scenarios = [s for s in (load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json")))
-                 if s.engine is not None and (not opts.scenario or s.name in opts.scenario)]
+                 if s.engine is not None and (not opts.scenario or s.name in opts.scenario)][:1 if opts.quick else None]
+    pins = load_pins()
+    variants = {"threads-2": VARIANTS["threads-2"]} if opts.quick else VARIANTS
     figures = {s.name: {"noise": 0.0, "compared": 0, "token_flips": 0, "by_variant": {}}
                for s in scenarios}
-    for release in load_pins().releases:
+    for release in (pins.oracle,) if opts.quick else pins.releases:
         base = outputs(release, scenarios, {}, {})
         if not base:
             print(f"(k) vllm {release}: no engine on this machine", file=sys.stderr)
             continue
-        for name, (env, args) in VARIANTS.items():
+        for name, (env, args) in variants.items():
             try:
                 other = outputs(release, scenarios, env, args)
             except EngineFailure as failure:  # a cap the engine cannot run under is a finding too
@@ -98,7 +107,7 @@ def main() -> None:
                 f["compared"] += n.compared
                 f["token_flips"] += n.token_flips
             print(f"(k) vllm {release} {name}: done", file=sys.stderr, flush=True)
-    print(f"(k) logprob noise per engine scenario (largest over {len(VARIANTS)} variants x CPU pins), "
+    print(f"(k) logprob noise per engine scenario (largest over {len(variants)} variants x CPU pins), "
           "tolerance, ratio:")
     for s in scenarios:
         f = figures[s.name]

@@ -12,6 +12,9 @@ measured by running the command itself, once, on this machine:
 
 (f) and (j) take minutes and download about 1 GB each: BENCH_FRESH=0 leaves them out (it then
 says so).
+
+--quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): `make envs` alone, (e),
+(f), (g) and (j) left out (each a whole make test or gate run), to check that it runs.
 """
 
 from __future__ import annotations
@@ -49,6 +52,9 @@ def main() -> None:
     make = ["make", "--no-print-directory"]
     parity = [str(REPO / ".venv" / "bin" / "parity"), "gate"]
     timed(make + ["envs"], REPO)  # built before anything is timed
+    if "--quick" in sys.argv[1:]:  # each is a whole make test or gate run: minutes
+        print("(e) (f) (g) (j): left out (--quick)")
+        return
 
     seconds = timed(make + ["test"], REPO)
     print(f"(e) make test, environments built: {seconds:.0f} s, {verdict(seconds, 120)}")

@@ -21,7 +21,7 @@ SOURCES = ("conformance", "engines", "parity", "benchmarks")
 CONSTANT = re.compile(r"\b[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+\b")
 # conformance/report/render_text.py, conformance/report.render_verdict, engines/PROTOCOL.md
 PATH = re.compile(r"(?<![\w/.-])((?:conformance|engines|parity|benchmarks|docs|scenarios)(?:/[\w-]+)+"
-                  r"(?:\.(?:py|md|hpp|cpp|json|toml|sh))?)(?:\.([A-Za-z_]\w*))?([*<]?)")
+                  r"(?:\.(?:py|md|hpp|cpp|json|toml|sh|txt))?)(?:\.([A-Za-z_]\w*))?([*<]?)")
 # Words standing for a value, not names of the code: the keeper's arguments in its usage line
 # (process/keeper.py), a run's id in the line coverage_worker.py writes
 PLACEHOLDERS = {"CONTROL_FD", "REPORT_FD", "RUN_ID"}

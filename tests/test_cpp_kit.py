@@ -240,11 +240,15 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "stop_eos", "stop_min_tokens", "stop_repetition", "stop_repetition_edges", "stop_dflash",
             # two KV cache groups (gpt-oss: sliding-window and full attention) over one block pool
             "sliding_window_chunked", "sliding_window_kv_pressure", "sliding_window_prefix_hits",
-            # a running request's prefill continued by more than 2048 tokens in one step
-            "long_running_chunk", "long_running_chunk_dflash",
             # a KV connector (the stand-in's remote store): synchronous and asynchronous loads,
             # failed loads under both policies
-            "kv_connector_sync", "kv_connector_async", "kv_connector_failures", "kv_connector_fail_policy")
+            "kv_connector_sync", "kv_connector_async", "kv_connector_failures", "kv_connector_fail_policy",
+            # LoRA: admission under max_loras (a skipped request in the side queue, drained first),
+            # adapters in the block hashes
+            "lora_max_loras_admission", "lora_adapters_come_and_go", "lora_preemption", "lora_prefix_caching",
+            "lora_priority", "lora_abort_skipped",
+            # a running prefill continued by more than 2048 tokens in one step (the budget left)
+            "long_running_chunk", "long_running_chunk_dflash")
 # The scenarios whose GPU rule turns async scheduling on: the reference engine drives its
 # AsyncScheduler through the kit's batch-queue loop (run_workload_async, a port of
 # engines/vllm/async_loop.py), and agrees with 0.27.1 on each of them.
@@ -253,7 +257,7 @@ ASYNC_AGREEING = ("async_worked_example", "abort_states_async", "async_draft_mod
                   "kv_pressure_async", "kv_pressure_no_spec_async", "long_prefill_threshold_async",
                   "max_model_len_edge_async", "prefix_caching_resume_async", "priority_kv_pressure_async",
                   "staggered_arrivals_async", "steady_decode_async", "stop_conditions_async", "stop_dflash_async",
-                  "kv_connector_async_scheduling")
+                  "kv_connector_async_scheduling", "lora_async_in_flight")
 
 
 def _async_goldens() -> set[str]:

@@ -5,15 +5,18 @@ its reason, the edit of [tool.vllm-parity], and a release's Requires-Dist agains
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
+
+from conformance import cli
 
 from conformance.bump.edit import bumped_text, read_back
 from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.trace import dumps
 from conformance.judging.goldens import GoldenStore
 from conformance.process.dependencies import Metadata, conflicts
-from conformance.report.drift import DEPARTS, SAME, drift_rows, missing_reason, render_drift, shown_apart
+from conformance.report.drift import DEPARTS, SAME, compare_pins, drift_rows, missing_reason, render_drift, shown_apart
 
 PINS = load_pins()
 PYPROJECT = (REPO_ROOT / "pyproject.toml").read_text(encoding="utf-8")
@@ -165,3 +168,49 @@ def test_values_with_backticks_are_one_code_span_each_in_the_pull_request_text()
     assert parts[3] == [("code_inline", json.dumps(was))] and parts[4] == [("code_inline", json.dumps(now))], parts
     headings = ["".join(c.content for c in t.children) for t in inline if t.map and "#" in text.splitlines()[t.map[0]][:3]]
     assert headings[0] == f"Bump the gate oracle: vLLM {old} -> {new}" and "What `changed`" in headings, headings
+
+
+def _bad_goldens(store: GoldenStore, name: str, release: str) -> dict:
+    """A stand-in golden of `release` that is not its pin's, in each way a file can be: bad
+    provenance, another pin's file, truncated."""
+    older = PINS.releases[0]
+    source = {r: (REPO_ROOT / "goldens" / name / f"vllm-{r}.json").read_text(encoding="utf-8") for r in (older, release)}
+    provenance = json.loads(source[release])
+    provenance["provenance"]["environment"]["build"] = "vllm==0.0.1"
+    return {"bad provenance": dumps(provenance), "another pin's file": source[older],
+            "truncated": source[release][:len(source[release]) // 2]}
+
+
+@pytest.mark.parametrize("how", ["bad provenance", "another pin's file", "truncated"])
+def test_a_golden_that_is_not_its_pins_is_an_invalid_golden_in_the_drift(tmp_path, how):
+    name, older, newer = "steady_decode", PINS.releases[0], PINS.releases[1]
+    store = GoldenStore(tmp_path, pins=PINS)
+    store.path(name, older).parent.mkdir(parents=True)
+    store.path(name, older).write_text((REPO_ROOT / "goldens" / name / f"vllm-{older}.json").read_text(encoding="utf-8"),
+                                       encoding="utf-8")
+    store.path(name, newer).write_text(_bad_goldens(store, name, newer)[how], encoding="utf-8")
+    row = compare_pins(name, older, newer, store)
+    assert row.status.startswith("invalid golden: ") and str(store.path(name, newer)) in row.status, row.status
+    assert f"   {name}: {older} -> {newer}: invalid golden: " in render_drift([row])
+    assert missing_reason(name, (older, newer, "9.9.9"), store) == "no golden for 9.9.9: write it with `make goldens`"
+
+
+@pytest.mark.oracle
+def test_the_gate_with_drift_reports_a_bad_stand_in_golden_as_invalid_golden(tmp_path, capsys, warm_gate, monkeypatch):
+    """`parity gate --drift` with a truncated stand-in golden: the stand-in's cell is
+    invalid_golden and the drift row says why; the report is printed (it crashed after the
+    oracle ran, with no report)."""
+    from conformance.judging import goldens
+
+    name, newer = "steady_decode", PINS.releases[1]
+    for release in PINS.releases:
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / f"vllm-{release}.json").write_bytes((REPO_ROOT / "goldens" / name / f"vllm-{release}.json").read_bytes())
+    (tmp_path / name / f"vllm-{newer}.json").write_text(_bad_goldens(goldens.GOLDENS, name, newer)["truncated"],
+                                                        encoding="utf-8")
+    monkeypatch.setattr(goldens.GOLDENS, "root", tmp_path)  # the one store every stage reads
+    status = cli.main(["gate", "--drift", "--scenario", str(REPO_ROOT / "scenarios" / f"{name}.json")])
+    out = capsys.readouterr().out
+    assert status == 0, out
+    assert re.search(rf"^{name}\s+pass\s+invalid_golden", out, re.M), out
+    assert f"   {name}: {PINS.releases[0]} -> {newer}: invalid golden: " in out

@@ -47,3 +47,30 @@ def test_an_unknown_required_feature_is_bad_input(capsys):
     assert cli.main(["gate", "--scenario", str(GATE), "--require-features", "spec:dflsh"]) == 2
     err = capsys.readouterr().err
     assert "unknown ['spec:dflsh']" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("release, words", [
+    ("../../x", "'../../x' is neither a release (like 0.28.0) nor a commit declared"),
+    ("latest", "'latest' is neither a release"),
+    ("0.28.0; rm -rf .", "'0.28.0; rm -rf .' is neither a release"),
+    # shaped like a release, but no version PyPI names (InvalidVersion, or a local version)
+    ("0.28.0..x", "parity bump '0.28.0..x': not a vLLM release version"),
+    ("0.28.0+goldens", "parity bump '0.28.0+goldens': not a vLLM release version"),
+])
+def test_a_bump_to_a_string_that_is_not_a_release_is_bad_input(capsys, release, words):
+    assert cli.main(["bump", release]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err, err
+
+
+def test_make_bump_hands_pin_to_parity_as_one_word(tmp_path):
+    """PIN is quoted in the shell line: a ' in it cannot end the word and run what follows."""
+    import subprocess
+
+    planted = tmp_path / "planted"
+    pin = f"x'; touch {planted}; echo '"  # unquoted, parity would get x, then touch run
+    done = subprocess.run(["make", "--no-print-directory", "-C", str(REPO_ROOT), "bump", f"PIN={pin}"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert not planted.exists()
+    assert f"{pin!r} is neither a release" in done.stderr, done.stderr

@@ -65,6 +65,9 @@ BASE = {"enable_prefix_caching": False, "enable_chunked_prefill": True, "async_s
      ("repetition_detection",)),
     (BASE, {"requests": [{"id": "a", "repetition_detection": {"max_pattern_size": 0}}]}, None, None, ()),
     (dict(BASE, async_scheduling=True), None, None, None, ("async_scheduling",)),
+    (dict(BASE, enable_lora=True), None, None, None, ("lora",)),
+    (dict(BASE, enable_lora=False), None, None, None, ()),
+    (BASE, {"requests": [{"id": "a"}, {"id": "b", "lora": {"id": 1, "name": "x"}}]}, None, None, ("lora",)),
     # left to vLLM's default (null): the oracle's config record decides, as each release resolves it
     (dict(BASE, async_scheduling=None), None, None, {"async_scheduling_gpu": True}, ("async_scheduling",)),
     (dict(BASE, async_scheduling=None), None, None, {"async_scheduling_gpu": False}, ()),
@@ -142,6 +145,8 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("stop_min_tokens", ("prefix_caching", "min_tokens", "stop_token_ids", "eos")),
     ("stop_repetition", ("prefix_caching", "min_tokens", "stop_token_ids", "repetition_detection")),
     ("stop_dflash", ("spec:dflash", "prefix_caching", "min_tokens", "stop_token_ids", "eos", "repetition_detection")),
+    ("lora_prefix_caching", ("prefix_caching", "shared_prefixes", "lora")),
+    ("lora_async_in_flight", ("prefix_caching", "lora", "async_scheduling")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])

@@ -122,7 +122,7 @@ KNOWN_KEYS = sorted(set(ENGINE_ARGS) | set(SPECULATIVE_CONFIG) | TOP_LEVEL | set
                        "max_tokens", "stop_token_ids", "acceptance", "ks", "rows", "name", "target",
                        "prefixes", "len", "prefix", "continues", "abort_step", "priority", "min_tokens",
                        "eos_token_id", "repetition_detection", "max_pattern_size", "min_pattern_size",
-                       "min_count"})
+                       "min_count", "lora"})
 
 
 @st.composite

@@ -143,7 +143,9 @@ def test_the_production_space_draws_every_family_the_small_space_draws():
             ("repetition_detection", any("repetition_detection" in r for r in reqs)),
             ("kv_connector", "kv_transfer_config" in args and any("external" in r for r in reqs)),
             ("hybrid model", args["model"] == strategies.HYBRID),
+            ("lora", args.get("enable_lora") is True and any("lora" in r for r in reqs)),
         ) if there)
 
     draw()
-    assert seen == {"priorities", "eos", "min_tokens", "repetition_detection", "kv_connector", "hybrid model"}, seen
+    assert seen == {"priorities", "eos", "min_tokens", "repetition_detection", "kv_connector", "hybrid model",
+                    "lora"}, seen

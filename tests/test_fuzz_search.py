@@ -199,7 +199,7 @@ def test_the_library_advice_is_a_command_that_writes_that_scenario_s_golden():
     parses and names that scenario only (`make goldens -k NAME` did not: make swallows -k,
     regenerates every golden, then fails)."""
     raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
-    finding = Finding("diverged steps.new", raw, 1, 1, path=Path("out/fuzz/fuzz_steps_new.json"))
+    finding = Finding("diverged steps.new", raw, 1, 1, path=Path("out/fuzz/fuzz_steps_new.json"), confirmed=True)
     text = fuzz_cli.report(finding, "0.27.1", 1, "double", "0.27.1")
     [line] = [line for line in text.splitlines() if "library:" in line]
     argv = shlex.split(line.split(", then ", 1)[1])
@@ -671,7 +671,8 @@ def test_the_advice_for_a_finding_is_a_make_command_that_works(tmp_path):
     from conftest import REPO
 
     raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
-    finding = Finding("diverged config.max_num_seqs", raw, 3, 2, path=tmp_path / "fuzz_config_max_num_seqs.json")
+    finding = Finding("diverged config.max_num_seqs", raw, 3, 2, path=tmp_path / "fuzz_config_max_num_seqs.json",
+                      confirmed=True)
     advice = next(line for line in fuzz_cli.report(finding, "0.27.1", 1, "cand", "0.27.1").splitlines()
                   if "library:" in line)
     command = advice.split("then ", 1)[1]
@@ -693,3 +694,44 @@ def test_the_default_layers_are_steps_and_outputs_among_those_served():
     assert fuzz_cli.served_defaults(["config", "steps"], "port") == ["steps"]
     with pytest.raises(FuzzError, match=r"port serves neither of the default layers .*--layers"):
         fuzz_cli.served_defaults(["config"], "port")
+
+
+class FlakyPair(DoublePair):
+    """TEST DOUBLE: the planted bug shows during the search only; on the confirming reruns the
+    candidate passes (`then="pass"`) or the oracle cannot run the written file (`then="oracle"`)."""
+
+    def __init__(self, then: str):
+        super().__init__()
+        self.then, self.confirming = then, False
+
+    def judge(self, scenario, timeout=None):
+        if not self.confirming:
+            return super().judge(scenario, timeout)
+        if self.then == "oracle":
+            return None, {"failure": {"kind": "crash", "message": "the oracle's worker exited"}}
+        self.bug = False
+        return super().judge(scenario, timeout)
+
+
+@pytest.mark.parametrize("then, said", [("pass", "it passed on the rerun (verdict pass)"),
+                                        ("oracle", "the oracle could not run it (crash: the oracle's worker exited)")])
+def test_a_finding_that_does_not_repeat_is_kept_under_an_unconfirmed_name_saying_why(tmp_path, then, said):
+    """It was kept as fuzz_steps_new.json, its description saying the candidate diverged on it,
+    and the log said "got no oracle trace" when the rerun simply passed."""
+    pair = FlakyPair(then)
+    [finding] = Search(pair, 1, QUIET, examples=300).run()
+    pair.confirming = True
+    logged, printed = [], []
+    assert fuzz_cli.deliver(pair, [finding], tmp_path, 1, "double", "0.27.1", "0.27.1", logged.append,
+                            printed.append) == 0
+    assert not finding.confirmed
+    assert finding.path == tmp_path / "fuzz_steps_new_unconfirmed.json"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fuzz_steps_new_unconfirmed.json"]
+    written = load_scenario(finding.path)
+    assert written.name == "fuzz_steps_new_unconfirmed"
+    assert written.description.endswith(f"but a rerun of this file did not repeat it: {said}. Not confirmed."), \
+        written.description
+    assert any(f"did not repeat 'diverged steps.new': {said}" in line for line in logged), logged
+    assert not any("no oracle trace" in line for line in logged), logged
+    [text] = printed
+    assert "NOT confirmed on a rerun" in text and "library:" not in text

@@ -135,6 +135,47 @@ def test_write_is_atomic_when_interrupted(tmp_path):
     assert json.loads(path.read_text())["layers"]["config"][0]["max_num_scheduled_tokens"] == 1
 
 
+def _unfaithful(text: str) -> str:
+    """A golden whose provenance says its build's sources are not the official wheel's."""
+    golden = json.loads(text)
+    golden["provenance"]["environment"]["fidelity"]["equal"] = False
+    return dumps(golden)
+
+
+def test_goldens_check_fails_a_golden_written_by_an_unfaithful_build_naming_it():
+    """goldens-check judged only the records, so a golden whose provenance says
+    `fidelity.equal: false` held (from another CPU, by the tolerance rule)."""
+    run = GOLDENS.load("steady_decode", ORACLE)
+    run["provenance"] = {**run["provenance"], "environment": {**run["provenance"]["environment"], "cpu": ENV["cpu"]}}
+    path = GOLDENS.path("steady_decode", ORACLE)
+    assert GOLDENS.update(run, ORACLE, path.read_text(encoding="utf-8")).action == KEEP  # as committed
+    update = GOLDENS.update(run, ORACLE, _unfaithful(path.read_text(encoding="utf-8")))
+    words = update.explain()
+    assert update.action == REWRITE and words.startswith(f"goldens/steady_decode/vllm-{ORACLE}.json does not hold"), words
+    assert "provenance.environment.fidelity.equal: expected true" in words, words
+    with pytest.raises(TraceError, match="fidelity.equal"):
+        GOLDENS.check(json.loads(_unfaithful(path.read_text(encoding="utf-8"))), ORACLE, path)
+
+
+@pytest.mark.oracle
+def test_the_goldens_suite_fails_an_unfaithful_golden_from_a_real_oracle_run(tmp_path, warm_sessions):
+    """The goldens suite's front door (parity/test_goldens.py: regenerate, then explain) on the
+    oracle's real run, against a golden whose provenance says fidelity.equal false."""
+    from conformance.formats.scenario import load_scenario
+    from conformance.regenerate.lifecycle import golden_trace
+    from conftest import REPO
+
+    store = GoldenStore(tmp_path)
+    store.path("steady_decode", ORACLE).parent.mkdir()
+    store.path("steady_decode", ORACLE).write_text(_unfaithful(GOLDENS.path("steady_decode", ORACLE).read_text(
+        encoding="utf-8")), encoding="utf-8")
+    scenario = load_scenario(REPO / "scenarios" / "steady_decode.json")
+    outcome = store.regenerate(golden_trace(warm_sessions(ORACLE), scenario), ORACLE)
+    assert outcome.update.changes and outcome.update.action == REWRITE
+    assert str(store.path("steady_decode", ORACLE)) in outcome.update.explain()
+    assert "fidelity.equal" in outcome.update.explain()
+
+
 def test_a_missing_or_invalid_golden_is_looked_up_as_such(tmp_path):
     store = GoldenStore(tmp_path)
     missing = store.lookup("s", ORACLE)

@@ -203,6 +203,38 @@ def test_a_kv_connector_scenario_is_checked_field_by_field(tmp_path, args, reque
     assert f"{field}:" in str(err.value) and words in str(err.value), str(err.value)
 
 
+# -- LoRA: engine_args.enable_lora, max_loras, max_lora_rank and a request's `lora` -------------
+
+@pytest.mark.parametrize("args, engine, field, words", [
+    ({"max_loras": 0}, None, "engine_args.max_loras", "between 1 and"),
+    ({"max_loras": True}, None, "engine_args.max_loras", "must be int"),
+    ({"max_lora_rank": 0}, None, "engine_args.max_lora_rank", "between 1 and"),
+    ({"enable_lora": "yes"}, None, "engine_args.enable_lora", "must be bool"),
+    ({"enable_lora": False}, None, "workload.requests[0].lora", "needs engine_args.enable_lora true"),
+    ({}, {}, "engine_args.enable_lora", "not run by the engine layers"),
+])
+def test_a_lora_scenario_is_checked_field_by_field(tmp_path, args, engine, field, words):
+    shutil.copytree(GATE.parent / "models", tmp_path / "models")
+    raw = json.loads((GATE.parent / "lora_max_loras_admission.json").read_text(encoding="utf-8"))
+    raw["engine_args"].update(args)
+    if engine is not None:
+        raw["engine"] = engine
+    (tmp_path / "s.json").write_text(json.dumps(raw), encoding="utf-8")
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(tmp_path / "s.json")
+    assert f"{field}:" in str(err.value) and words in str(err.value), str(err.value)
+
+
+def test_a_requests_adapter_is_refused_by_the_engine_layers(tmp_path):
+    shutil.copytree(GATE.parent / "models", tmp_path / "models")
+    data = json.loads((GATE.parent / "engine_ngram.json").read_text())
+    data["workload"]["requests"][0]["lora"] = {"id": 1, "name": "alpha"}
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(tmp_path / "s.json")
+    assert err.value.field == "workload.requests[0].lora"
+
+
 def _grammar(tmp_path, mutate=None) -> Path:
     shutil.copytree(GATE.parent / "models", tmp_path / "models", dirs_exist_ok=True)
     data = json.loads((GATE.parent / "grammar_eagle3.json").read_text())

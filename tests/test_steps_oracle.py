@@ -44,6 +44,56 @@ def test_speculation_is_lossless(warm_sessions, release, scenario):
     assert all(r["output_token_ids"] or r["finish_reason"] in ("abort", "error") for r in spec)
 
 
+LORA = [s for s in WORKLOADS if "lora" in s.features]
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+@pytest.mark.parametrize("scenario", LORA, ids=[s.name for s in LORA])
+def test_no_step_runs_more_adapters_than_max_loras(scenario, release):
+    """vLLM's per-step bound, checked from the workload on each pin's golden: the adapters of the
+    requests a step schedules number at most max_loras, and some step reaches it."""
+    bound = scenario.engine_args.get("max_loras", 1)
+    adapters = {r["id"]: r["lora"]["id"] for r in scenario.workload["requests"] if "lora" in r}
+    counts = [len({adapters[rid] for rid in st["requests"] if rid in adapters})
+              for st in golden(scenario, release)["layers"]["steps"]]
+    assert max(counts) == bound, counts
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+def test_lora_scenarios_show_admission_and_hashing(release):
+    """What the LoRA scenarios' descriptions claim, on every pin's golden."""
+    steps = {s.name: golden(s, release)["layers"]["steps"] for s in LORA}
+    admission = steps["lora_max_loras_admission"]
+    assert admission[0]["new"] == ["r0"] and admission[0]["waiting"] == ["r1"]
+    assert admission[0]["total_num_scheduled_tokens"] < admission[0]["token_budget"]  # not the budget
+    assert admission[1]["new"] == ["r2", "r3"] and admission[1]["waiting"] == ["r1"]  # admitted past it
+    assert next(i for i, st in enumerate(admission) if "r1" in st["new"]) == 12
+    # the priority policy takes from the side queue and the waiting queue by priority
+    priority = steps["lora_priority"]
+    assert [st["new"] for st in priority[:3]] == [["r0"], ["r3"], ["r4"]] and priority[8]["new"] == ["r1", "r2", "r5"]
+    assert all(st["waiting"] == ["r2", "r1"] for st in priority[1:8]) and priority[8]["running"] == ["r2", "r1", "r5"]
+    # an abort takes a skipped request out of the side queue
+    aborted = steps["lora_abort_skipped"]
+    assert aborted[1]["waiting"] == ["r1", "r2"] and aborted[2]["aborted"] == ["r1"] and aborted[2]["waiting"] == ["r2"]
+    assert next(i for i, st in enumerate(aborted) if "r2" in st["new"]) == 6
+    # the same prompt shares blocks under the same adapter only
+    cached = steps["lora_prefix_caching"]
+    hits = {rid: r["cached_tokens"] for st in cached for rid, r in st["requests"].items() if rid in st["new"]}
+    blocks: dict = {}  # each request's blocks in order: all at its admission, then those added
+    for st in cached:
+        for rid, r in st["requests"].items():
+            blocks.setdefault(rid, []).extend(r["block_ids"][0] if r["block_ids"] else [])
+    blocks = {rid: ids[:4] for rid, ids in blocks.items()}  # the shared prefix's 4 blocks
+    assert hits == {"r0": 0, "r1": 0, "r2": 64, "r3": 0, "r4": 64, "r5": 64}
+    assert blocks["r2"] == blocks["r0"] and blocks["r4"] == blocks["r3"] and blocks["r5"] == blocks["r1"]
+    assert not set(blocks["r0"]) & set(blocks["r1"]) and not set(blocks["r0"]) & set(blocks["r3"])
+    assert not set(blocks["r1"]) & set(blocks["r3"])
+    # 0.33.0 counts the adapter of a running request not scheduled in the step (upstream-changes.toml)
+    in_flight = steps["lora_async_in_flight"]
+    admitted = next(i for i, st in enumerate(in_flight) if "r1" in st["new"])
+    assert admitted == (6 if _version(release) >= (0, 33, 0) else 5)
+
+
 # vLLM 0.33.0 moved check_stop's min_tokens gate after the eos, stop token and length checks
 # (upstream-changes.toml): where the stand-in gives an eos or stop token before min_tokens
 # outputs, the releases' outputs differ, each following its own order.
@@ -211,6 +261,9 @@ MUTANTS = {
     "ignore-invalid-kv-blocks": ("kv_connector_failures", "steps", None),
     # r1, running, continues by the 8191 tokens the step has left at step 1; capped, by 2048
     "cap-running-chunk-2048": ("long_running_chunk", "steps", "requests.r1.tokens"),
+    # r0 runs adapter alpha and max_loras is 1: the oracle skips r1 (beta) at step 0, the
+    # mutant admits it beside r0
+    "ignore-max-loras": ("lora_max_loras_admission", "steps", "requests.r1"),
     # regex's drafts at step 0: its grammar cuts the fourth, the first wrong one (a token the
     # regex does not allow there), the mutant keeps all four
     "ignore-grammar-cut": ("grammar_eagle3", "steps", "requests.regex.next_draft_token_ids"),
@@ -245,6 +298,9 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 0 and found[field] == (step0["requests"]["r1"]["tokens"], unreserved)
         assert "total_num_scheduled_tokens" in found
+    if mutant == "ignore-max-loras":
+        assert comparison.index == 0 and comparison.actual_record["new"] == ["r0", "r1"], comparison.first
+        assert comparison.record["new"] == ["r0"] and comparison.record["waiting"] == ["r1"]
     if mutant == "ignore-grammar-cut":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         kept, proposed = found[field]

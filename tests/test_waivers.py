@@ -116,6 +116,30 @@ def test_a_waivers_path_that_does_not_exist_is_an_error(tmp_path, capsys):
     assert status == 2 and f"--waivers {missing}: no such file" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("expires", ["2020-01-01T00:00:00", "2027-01-01 08:00:00Z", "07:32:00"])
+def test_a_waiver_expiring_at_a_date_time_is_refused_before_any_engine_runs(tmp_path, capsys, expires):
+    from conformance.gate.context import ENGINE_SESSIONS
+
+    path = tmp_path / "waivers.toml"
+    path.write_text(f"[[waiver]]\nrow='R'\nscenario='s'\nfield='f'\nreason='r'\nowner='o'\nexpires={expires}\n",
+                    encoding="utf-8")
+    with pytest.raises(WaiverError, match=r"waiver\[0\]\.expires: .*a TOML date like 2027-01-31, not a date-time"):
+        load_waivers(path)
+
+    started = []
+
+    def no_engine(spec, **options):
+        started.append(spec)
+        raise AssertionError("an engine started before the waivers were read")
+
+    token = ENGINE_SESSIONS.set(no_engine)  # the gate's seam: every engine session it makes
+    try:
+        status = cli.main(["gate", "--waivers", str(path), "--scenario", str(cli.SCENARIO_DIR / "steady_decode.json")])
+    finally:
+        ENGINE_SESSIONS.reset(token)
+    assert status == 2 and "waiver[0].expires" in capsys.readouterr().err and started == []
+
+
 def test_the_default_waivers_file_may_be_absent(tmp_path, monkeypatch):
     default = tmp_path / "waivers.toml"
     monkeypatch.setattr(cli, "DEFAULT_WAIVERS", default)
@@ -141,3 +165,20 @@ def test_an_applied_waiver_shows_a_hostile_candidate_label_escaped_in_every_sink
     fenced = re.sub(r"(?ms)^(`{3,})text\n.*?^\1$", "", summary)
     assert fenced != summary and "<script>" not in fenced.replace("`<script>", "")
     ET.fromstring(junit(view))  # parses: the ESC shown as its escape
+
+
+def test_a_waiver_reason_with_a_newline_cannot_start_a_line_of_the_report():
+    """A reason's newline was printed raw in the terminal's "waived by" line, so the reason could
+    start a line that reads like the gate's own header."""
+    forged = "== vllm-parity gate: PASS (exit status 0)"
+    waiver = Waiver(**{**WAIVER.__dict__, "reason": f"known\n{forged}\r\x1b[1A", "owner": "kit\nteam"})
+    view = waived_view([waiver])
+    text = render_gate(view) + "\n" + render_requirement_rows(view)
+    lines = text.splitlines()
+    assert not any(line.startswith(forged) for line in lines[1:]) and lines[0] != forged
+    waived = next(line for line in lines if line.startswith("   waived by "))
+    assert waived.endswith(f"(owner kit\\nteam, expires 2027-12-31): known\\n{forged}\\r\\x1b[1A"), waived
+    applied = next(line for line in lines if line.startswith("   waiver applied:"))
+    assert f"known\\n{forged}" in applied
+    for sink in (markdown(view), junit(view), html_report(view)):
+        assert f"\n{forged}" not in sink and "\x1b" not in sink

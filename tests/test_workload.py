@@ -287,6 +287,39 @@ def test_the_stop_scenarios_stop_where_their_descriptions_say():
     assert {k: len(v) for k, v in outputs("stop_dflash").items()} == {"r0": 6, "r1": 12, "r2": 8, "r3": 3, "r4": 45}
 
 
+# -- LoRA adapters ------------------------------------------------------------------------------
+
+LORA_ON = {"max_model_len": 100, "enable_lora": True}
+ALPHA = {"id": 1, "name": "alpha"}
+
+
+@pytest.mark.parametrize("raw, args, field, words", [
+    (workload(req("a", 1, lora=ALPHA)), {"max_model_len": 100}, "workload.requests[0].lora",
+     "needs engine_args.enable_lora true"),
+    (workload(req("a", 1, lora=ALPHA)), dict(LORA_ON, enable_lora=False), "workload.requests[0].lora",
+     "needs engine_args.enable_lora true"),
+    (workload(req("a", 1, lora={"id": 0, "name": "alpha"})), LORA_ON, "workload.requests[0].lora.id",
+     "between 1 and 2147483647, got 0"),
+    (workload(req("a", 1, lora={"id": True, "name": "alpha"})), LORA_ON, "workload.requests[0].lora.id",
+     "must be an integer"),
+    (workload(req("a", 1, lora={"id": 1})), LORA_ON, "workload.requests[0].lora.name", "is required"),
+    (workload(req("a", 1, lora={"id": 1, "name": "a/b"})), LORA_ON, "workload.requests[0].lora.name",
+     "1-32 characters"),
+    (workload(req("a", 1, lora={"id": 1, "name": "x", "path": "/p"})), LORA_ON, "workload.requests[0].lora.path",
+     "unknown key"),
+    (workload(req("a", 1, lora="alpha")), LORA_ON, "workload.requests[0].lora", "must be an object"),
+    (workload(req("a", 1, lora=ALPHA), req("b", 1, lora={"id": 1, "name": "beta"})), LORA_ON,
+     "workload.requests[1].lora.name", "id 1 names adapter 'alpha' in an earlier request, got 'beta'"),
+    (workload(req("a", 1, lora=ALPHA), req("b", 1, lora={"id": 2, "name": "alpha"})), LORA_ON,
+     "workload.requests[1].lora.id", "adapter 'alpha' has id 1 in an earlier request, got 2"),
+])
+def test_bad_adapters_name_the_field(raw, args, field, words):
+    with pytest.raises(ScenarioError) as err:
+        validate_workload(raw, "s.json", args)
+    assert err.value.field == field, err.value
+    assert words in err.value.problem, err.value
+
+
 @pytest.mark.parametrize("spec, field, words", [
     ({}, "workload.requests[0].structured_output", "exactly one of"),
     ({"regex": "a", "choice": ["a"]}, "workload.requests[0].structured_output", "exactly one of"),
@@ -305,6 +338,15 @@ def test_bad_structured_outputs_name_the_field(spec, field, words):
         validate_workload(workload(req("a", 1, structured_output=spec)), "s.json", {"max_model_len": 100})
     assert err.value.field == field, err.value
     assert words in err.value.problem, err.value
+
+
+def test_an_adapter_is_kept_as_given_and_changes_no_token():
+    """The stand-in plays the base model under every adapter: LoRA changes what the scheduler
+    admits and which blocks are shared, not the tokens."""
+    w = validate_workload(workload(req("a", 3, lora=ALPHA), req("b", 3)), "s", LORA_ON)
+    assert w["requests"][0]["lora"] == ALPHA and "lora" not in w["requests"][1]
+    plain = validate_workload(workload(req("a", 3), req("b", 3)), "s", {"max_model_len": 100})
+    assert request_prompts(w, 100) == request_prompts(plain, 100)
 
 
 def test_structured_outputs_are_kept_as_given_and_a_grammar_request_is_never_continued():

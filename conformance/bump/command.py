@@ -18,6 +18,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from packaging.version import InvalidVersion, Version
+
 from conformance.bump.checks import check_commit, check_release
 from conformance.bump.edit import PYPROJECT, bumped_text, read_back
 from conformance.formats.files import check_output_file, shown, write_text_atomic
@@ -42,6 +44,8 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
         raise PinError(f"{release!r} is neither a release (like 0.28.0) nor a commit declared in "
                        f"[tool.vllm-parity.commits] ({', '.join(c.name for c in pins.commits) or 'none'}): "
                        "declare a commit with its commit, base and source first")
+    if commit is None:
+        check_release_name(release)
     if release == pins.oracle:
         raise PinError(f"vLLM {release} is already the gate oracle: nothing to bump")
     text_out = text_out or DEFAULT_TEXT
@@ -119,6 +123,18 @@ def _write_goldens(release: str, scenarios: list[Scenario], log) -> int:
         argv += ["--scenario", str(scenario.source)]
     log(f"[bump] writing the goldens of {release} on {len(scenarios)} scenario(s): parity goldens --engine {release}")
     return subprocess.run(argv, cwd=REPO_ROOT, stdin=subprocess.DEVNULL).returncode
+
+
+def check_release_name(release: str) -> None:
+    """A release to bump to is a public version, as PyPI names vLLM's (0.28.0, 0.29.0rc1): a
+    path, a local version (+...) or any other string is refused before anything runs."""
+    try:
+        version = Version(release)
+    except InvalidVersion:
+        version = None
+    if version is None or version.local is not None or version.epoch or str(version) != release:
+        raise PinError(f"parity bump {release!r}: not a vLLM release version; expected one like 0.28.0 "
+                       "(a public version as PyPI names it, no local part)")
 
 
 def _rewrite_docs() -> list[str]:

@@ -52,6 +52,8 @@ FEATURES: dict[str, str] = {
                           "and grammar backend mask what is sampled and cut the drafts the grammar refuses",
     "sliding_window": "the model's `layer_types` mix sliding-window and full attention (gpt-oss): hybrid KV "
                       "cache groups, one block table per group",
+    "lora": "`engine_args.enable_lora` true, or a request of the workload has a `lora` adapter (vLLM's "
+            "`max_loras` bound on a step's adapters; block hashes keyed by the adapter's name)",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
@@ -96,6 +98,7 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("kv_connector", args.get("kv_transfer_config") is not None),
         ("structured_outputs", any(r.get("structured_output") is not None for r in requests)),
         ("sliding_window", _hybrid(args.get("model"))),
+        ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
         ("async_scheduling", _async(args, config)),
     ) if needs}
     return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))

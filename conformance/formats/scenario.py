@@ -55,6 +55,11 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "scheduling_policy": (str, False),
     "speculative_config": (dict, False),
     "kv_transfer_config": (dict, False),
+    # LoRA: what the scheduler reads (LoRAConfig.max_loras bounds the adapters of a step); the
+    # rank only sizes the adapters' weights, kept so a file states the whole LoRA configuration
+    "enable_lora": (bool, False),
+    "max_loras": (int, False),
+    "max_lora_rank": (int, False),
 }
 DEFAULTS = {"enable_prefix_caching": True}
 # Keys of --speculative-config.
@@ -80,7 +85,7 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")  # vLLM's default: fail
 SIZE_FIELDS = (
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
     "max_num_scheduled_tokens", "num_gpu_blocks_override", "num_speculative_tokens",
-    "prompt_lookup_max", "prompt_lookup_min",
+    "prompt_lookup_max", "prompt_lookup_min", "max_loras", "max_lora_rank",
 )
 # Other integers and their allowed ranges (inclusive).
 RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
@@ -108,9 +113,10 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # Workload keys the engine layers do not run: the engine's outputs are its model's, not the
 # stand-in's a continuation is built from, its loop has no aborts, its eos token is its
 # tokenizer's (not a stand-in token id), its outputs record no repetition stop, and it has no
-# remote KV store. (A request's `priority`, `min_tokens` and `structured_output` are run: the engine's add_request
-# and SamplingParams take them.)
-STEPS_ONLY = ("prefix", "continues", "abort_step", "eos_token_id", "repetition_detection", "external")
+# remote KV store, nor adapters. (A request's `priority`, `min_tokens` and `structured_output` are run: the
+# engine's add_request and SamplingParams take them.)
+STEPS_ONLY = ("prefix", "continues", "abort_step", "eos_token_id", "repetition_detection", "external",
+              "lora")
 # A grammar judges text: a workload with a structured_output needs its model folder's tokenizer
 # (the project's own, engines/vllm/tiny_tokenizer.py), whose files the scenario hash then covers
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -315,6 +321,9 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
     if args.get("kv_transfer_config") is not None:
         raise ScenarioError(src, "engine_args.kv_transfer_config", "is not run by the engine layers (the "
                             "stand-in's connector has no worker side): a scenario with `engine` cannot use it")
+    if args.get("enable_lora") is True:
+        raise ScenarioError(src, "engine_args.enable_lora", "is not run by the engine layers (the tiny models "
+                            "have no adapters): a scenario with `engine` cannot use it")
     for i, req in enumerate(workload["requests"]):
         for key in STEPS_ONLY:
             if key in req:

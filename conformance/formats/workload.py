@@ -41,6 +41,11 @@ The workload schema (every key below; no others):
                                          "choice": [str]},        #   StructuredOutputsParams
                                           #   takes it; its grammar constrains what the stand-in
                                           #   samples (below); needs the model folder's tokenizer
+                   "lora": {"id": int,    # optional, with engine_args.enable_lora: the LoRA
+                            "name": str},  #   adapter it runs under (vLLM's LoRARequest
+                                          #   lora_int_id, 1..2**31-1, and lora_name, as a
+                                          #   request id); within a workload an id names one
+                                          #   adapter and a name one id
                    "acceptance": [int]}]}    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
                                              # (verify step: engines/PROTOCOL.md, `steps`)
@@ -135,9 +140,11 @@ TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
 TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
                 "prefix", "continues", "abort_step", "priority", "min_tokens", "eos_token_id",
-                "repetition_detection", "external", "structured_output"}
+                "repetition_detection", "external", "structured_output", "lora"}
 REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
 EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
+LORA_KEYS = {"id", "name"}
+MAX_LORA_ID = (1 << 31) - 1
 PREFIX_KEYS = {"name", "len"}
 STRUCTURED_KEYS = ("json", "regex", "choice")  # vLLM's StructuredOutputsParams, the ones run here
 MAX_GRAMMAR_TEXT = 4096  # characters of a JSON schema (as JSON text) or a regex
@@ -173,6 +180,7 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
         if "external" in req and not connector:
             check.fail(f"workload.requests[{i}].external", "needs engine_args.kv_transfer_config: only a KV "
                        "connector loads what the remote store holds")
+    _check_adapters(check, out, engine_args)
     return workload
 
 
@@ -267,6 +275,10 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
         out["external"] = _external(check, f"{where}.external", req["external"], max_steps, limit)
     if "structured_output" in req:
         out["structured_output"] = _structured(check, f"{where}.structured_output", req["structured_output"])
+    if "lora" in req:
+        check.keys(f"{where}.lora", req["lora"], LORA_KEYS, ("id", "name"))
+        out["lora"] = {"id": check.integer(f"{where}.lora.id", req["lora"]["id"], 1, MAX_LORA_ID),
+                       "name": check.name(f"{where}.lora.name", req["lora"]["name"], "an adapter's name")}
     return out
 
 
@@ -293,6 +305,28 @@ def _structured(check: FieldChecker, where: str, raw: object) -> dict:
                 isinstance(c, str) and 1 <= len(c) <= 256 for c in value):
             check.fail(f"{where}.choice", f"must be a list of 1 to {MAX_CHOICES} strings of 1 to 256 characters")
     return {key: value}
+
+
+def _check_adapters(check: FieldChecker, requests: list[dict], engine_args: dict) -> None:
+    """Adapters need LoRA turned on, and name one adapter each way: vLLM's scheduler counts
+    adapters by id (max_loras) and its block hashes tell them apart by name, so an id under two
+    names (or a name under two ids) would be counted as one adapter and hashed as two."""
+    enabled = isinstance(engine_args, dict) and engine_args.get("enable_lora") is True
+    by_id: dict[int, str] = {}
+    by_name: dict[str, int] = {}
+    for i, req in enumerate(requests):
+        if "lora" not in req:
+            continue
+        where = f"workload.requests[{i}].lora"
+        if not enabled:
+            check.fail(where, "needs engine_args.enable_lora true: without it vLLM refuses a LoRA request")
+        lora_id, name = req["lora"]["id"], req["lora"]["name"]
+        if by_id.setdefault(lora_id, name) != name:
+            check.fail(f"{where}.name", f"id {lora_id} names adapter {by_id[lora_id]!r} in an earlier request, "
+                       f"got {name!r}: one id, one adapter")
+        if by_name.setdefault(name, lora_id) != lora_id:
+            check.fail(f"{where}.id", f"adapter {name!r} has id {by_name[name]} in an earlier request, "
+                       f"got {lora_id}: one adapter, one id")
 
 
 def _external(check: FieldChecker, where: str, raw: object, max_steps: int, limit: int) -> dict:

@@ -254,9 +254,11 @@ def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: st
             log) -> None:
     """Write the minimal example as a scenario file, load it back, run it again: confirmed when
     the verdict's signature is the finding's. Should the minimal one not repeat (a flaky
-    candidate), the examples found before it are tried, newest first. NotWritten when the
-    file cannot be written."""
+    candidate), the examples found before it are tried, newest first. None repeating, the last
+    one tried is kept as `..._unconfirmed`, its description saying what the reruns gave.
+    NotWritten when the file cannot be written."""
     name = scenario_name(finding.signature, folder)
+    outcomes = []
     for raw in reversed(finding.failing[-3:] or [finding.raw]):
         path = write_scenario(raw, name, folder, describe(finding, raw, seed, candidate, against))
         scenario = load_scenario(path)
@@ -267,8 +269,27 @@ def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: st
             finding.confirmed = True
             log(f"[fuzz] confirmed {finding.signature!r} on {path}")
             return
-        log(f"[fuzz] {path} did not repeat {finding.signature!r} "
-            f"(got {got or 'no oracle trace'})")
+        outcomes.append(rerun_outcome(verdict, got, oracle))
+        log(f"[fuzz] {path} did not repeat {finding.signature!r}: {outcomes[-1]}")
+    unconfirmed = scenario_name(finding.signature, folder, suffix="_unconfirmed")
+    said = "; ".join(dict.fromkeys(outcomes))
+    kept = write_scenario(finding.raw, unconfirmed, folder, describe(finding, finding.raw, seed, candidate, against,
+                                                                     rerun=said))
+    finding.path.unlink(missing_ok=True)  # a normal name is a confirmed finding's
+    finding.path = kept
+    log(f"[fuzz] {finding.signature!r} did not repeat on {count_of(len(outcomes), 'rerun')}: the last example "
+        f"tried is kept, named as not confirmed, in {kept}")
+
+
+def rerun_outcome(verdict, got: str | None, oracle: dict) -> str:
+    """What a confirming rerun gave, when not the finding: another failure, a pass, or no
+    verdict because the oracle could not run the written scenario."""
+    if verdict is None:
+        failure = oracle.get("failure") or {}
+        return f"the oracle could not run it ({failure.get('kind', 'no trace')}: {failure.get('message', '')})"
+    if got is None:
+        return f"it passed on the rerun (verdict {verdict.kind})"
+    return f"got {got}"
 
 
 def replay(pair: Pair, path: Path, oracle: str, out=print) -> int:
@@ -295,7 +316,8 @@ def report(finding: Finding, oracle: str, seed: int, candidate: str, against: st
     lines.append(f"   scenario: {finding.path}")
     lines.append(f"   replay:   parity fuzz --replay {shlex.quote(str(finding.path))} "
                  f"--candidate {shlex.quote(candidate)} --against {against}")
-    lines.append(f"   library:  move it into scenarios/, then make goldens SCENARIOS={finding.path.stem}")
+    if finding.confirmed:  # an unconfirmed one is no scenario for the library
+        lines.append(f"   library:  move it into scenarios/, then make goldens SCENARIOS={finding.path.stem}")
     return "\n".join(lines)
 
 
@@ -310,11 +332,17 @@ def scenario_name(sig: str, folder: Path, suffix: str = "") -> str:
     return name
 
 
-def describe(finding: Finding, raw: dict, seed: int, candidate: str, against: str) -> str:
+def describe(finding: Finding, raw: dict, seed: int, candidate: str, against: str, rerun: str = "") -> str:
+    """The written scenario's description; `rerun`: what the confirming reruns gave instead,
+    for a finding that did not repeat."""
     n = len(raw["workload"]["requests"])
+    shrunk = f"shrunk from {finding.first_requests} to {n} request{'s' if n != 1 else ''}"
+    if rerun:
+        return (f"Found by `parity fuzz --seed {seed}` against vLLM {against}: during the search the candidate "
+                f"{candidate} gave `{finding.signature}` on this scenario ({shrunk}), but a rerun of this file "
+                f"did not repeat it: {rerun}. Not confirmed.")
     return (f"Found by `parity fuzz --seed {seed}` against vLLM {against}: the candidate "
-            f"{candidate} gave `{finding.signature}` on this scenario, shrunk from "
-            f"{finding.first_requests} to {n} request{'s' if n != 1 else ''}.")
+            f"{candidate} gave `{finding.signature}` on this scenario, {shrunk}.")
 
 
 def write_scenario(raw: dict, name: str, folder: Path, description: str) -> Path:

@@ -15,7 +15,7 @@ Shared prefixes, continued turns, aborts and, under the priority policy, per-req
 priorities are drawn last, now and then, each only when its feature is allowed; after them
 vLLM's other stops (an eos token, min_tokens, repetition detection), a KV connector with what
 the remote store holds of each prompt, and a model mixing sliding-window and full attention
-(models/gpt-oss-20b: one KV cache group per attention type).
+(models/gpt-oss-20b: one KV cache group per attention type), and LoRA adapters under max_loras.
 
 Sizes stay small (max_model_len <= 512, at most MAX_REQUESTS requests) so one example runs in
 tens of milliseconds on the stand-in layers.
@@ -233,11 +233,13 @@ def scenarios(draw, name: str = "fuzz", allowed=None) -> dict:
 def families(draw, args: dict, reqs: list[dict], vocab_size: int, allowed) -> None:
     """The families both spaces draw after every other draw (a seed keeps the examples it had
     before each existed), each now and then and only where its feature is allowed: request
-    priorities, vLLM's other stops, a KV connector, a hybrid model. Edits `args` and `reqs`."""
+    priorities, vLLM's other stops, a KV connector, a hybrid model, LoRA adapters. Edits `args` and
+    `reqs`."""
     draw(priorities(reqs, args, allowed))
     draw(stop_conditions(reqs, vocab_size, allowed))
     draw(remote_kv(args, reqs, allowed))
     draw(hybrid_model(args, allowed))
+    draw(adapters(args, reqs, allowed))
 
 
 # async scheduling: off (shrinking goes there), on, or vLLM's default for the configuration (the
@@ -575,3 +577,25 @@ def within(raw: dict, allowed) -> bool:
     """Whether a raw scenario needs only `allowed` features (None: any)."""
     return allowed is None or all(name in allowed for name in needed(
         raw.get("engine_args"), raw.get("workload"), raw.get("method_matrix")))
+
+
+ADAPTERS = 4  # a request's adapter: one of a few, so steps both share and exceed max_loras
+MAX_LORAS = st.integers(1, 3)  # shrinks toward vLLM's default, 1
+
+
+@st.composite
+def adapters(draw, args: dict, reqs: list[dict], allowed) -> None:
+    """Now and then, LoRA on (max_loras 1 to 3) and, for some requests, one of ADAPTERS adapters
+    (id i, name `lora<i>`), so waiting requests are skipped for max_loras and the same prompt
+    hashes apart under two adapters. Edits `args` and `reqs`."""
+    if not allows(allowed, "lora") or not draw(FLAG):
+        return
+    args["enable_lora"] = True
+    max_loras = draw(MAX_LORAS)
+    if max_loras != 1:
+        args["max_loras"] = max_loras
+    for req in reqs:
+        if draw(FLAG):
+            i = draw(ints(1, ADAPTERS))
+            req["lora"] = {"id": i, "name": f"lora{i}"}
+

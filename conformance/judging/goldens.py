@@ -398,6 +398,12 @@ def check_provenance(golden: dict, release: str, pins: Pins) -> None:
                                    pins.golden_build(release))):
         if value != expected:
             raise RecordError(f"{expected!r} (the pin's)", value, tuple(path.split(".")))
+    # a CPU rebuild whose sources differ from the official wheel's outside the allowlist is not
+    # the release it names: its runs are no oracle's words (process/fidelity.py)
+    fidelity = golden["provenance"]["environment"]["fidelity"]
+    if fidelity is not None and fidelity["equal"] is not True:
+        raise RecordError(f"true (written by a build whose sources are {fidelity['official']}'s but for "
+                          "allowed differences)", fidelity["equal"], ("provenance", "environment", "fidelity", "equal"))
 
 
 def writer(trace: dict) -> dict:

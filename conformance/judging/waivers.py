@@ -84,9 +84,12 @@ def load_waivers(path: Path | None) -> list[Waiver]:
             raise WaiverError(f"{where}.{sorted(extra)[0]}: unknown key; allowed: "
                               f"{sorted(WAIVER_KEYS)}, optional {sorted(OPTIONAL_KEYS)}")
         for key, typ in WAIVER_KEYS.items():
-            if not isinstance(raw.get(key), typ) or (typ is str and not raw[key].strip()):
+            # a TOML date-time is a datetime, a subclass of date: it would pass isinstance and
+            # then fail the gate's comparison with today's date after every engine ran
+            if not isinstance(raw.get(key), typ) or isinstance(raw[key], dt.datetime) \
+                    or (typ is str and not raw[key].strip()):
                 raise WaiverError(f"{where}.{key}: required, of type {typ.__name__} "
-                                  f"(expires is a TOML date like 2027-01-31), got {raw.get(key)!r}")
+                                  f"(expires is a TOML date like 2027-01-31, not a date-time), got {raw.get(key)!r}")
         for key, typ in OPTIONAL_KEYS.items():
             if key in raw and (not isinstance(raw[key], typ) or not raw[key].strip()):
                 raise WaiverError(f"{where}.{key}: optional, but when given a non-empty {typ.__name__} "

@@ -67,7 +67,11 @@ def compare_pins(name: str, older: str, newer: str, store: GoldenStore = GOLDENS
     pins it was made with judge them: a bump's edited pins)."""
     if not (store.exists(name, older) and store.exists(name, newer)):
         return Drift(name, older, newer, missing_reason(name, (older, newer), store))
-    old, new = store.load(name, older), store.load(name, newer)
+    old, new = store.lookup(name, older), store.lookup(name, newer)
+    invalid = [g.message for g in (old, new) if g.trace is None]
+    if invalid:  # a golden that is not its pin's (truncated, another pin's, bad provenance)
+        return Drift(name, older, newer, "invalid golden: " + "; ".join(invalid))
+    old, new = old.trace, new.trace
     a, b = old["layers"], new["layers"]
     layers = []
     for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
@@ -91,8 +95,8 @@ def missing_reason(name: str, releases, store: GoldenStore = GOLDENS) -> str:
     """Why a pair has no drift: a pin without a CPU engine has no engine-layer goldens, and
     pyproject.toml says why it has none (no CPU rebuild on PyPI, or one the fidelity check refuses)."""
     pins = store.pins
-    present = [store.load(name, r) for r in releases if store.exists(name, r)]
-    engine = any(layer in ENGINE_LAYERS for g in present for layer in g["layers"])
+    present = [store.lookup(name, r).trace for r in releases if store.exists(name, r)]
+    engine = any(layer in ENGINE_LAYERS for g in present if g is not None for layer in g["layers"])
     for release in releases:
         if not store.exists(name, release) and engine and not pins.cpu_engine_build(release):
             return (f"no golden for {release}: its whole engine cannot run on CPU "

@@ -273,7 +273,7 @@ def render_gate(view: GateView) -> str:
         head, _, body = text.partition("\n")
         waiver = view.grid[v.key].waiver
         if waiver is not None:  # said first, under the verdict's head
-            body = f"   waived by {waiver.name} {waiver_words(waiver)}" + (f"\n{body}" if body else "")
+            body = f"   waived by {visible(waiver.name)} {waiver_words(waiver)}" + (f"\n{body}" if body else "")
             text = f"{head}\n{body}"
         said = body.replace(visible(v.scenario), "<scenario>")  # the same failure on another scenario
         if body and not v.comparisons and said in messages:  # said once, then referred to

@@ -337,8 +337,10 @@ def _counted(counts: Counter) -> str:
 
 
 def waiver_words(w: Waiver) -> str:
-    """`(owner kit-team, expires 2027-12-31): reason`: what every report says of an applied waiver."""
-    return f"(owner {w.owner}, expires {w.expires}): {w.reason}"
+    """`(owner kit-team, expires 2027-12-31): reason`: what every report says of an applied waiver,
+    made visible: a reason's newline must not start a line of its own (one that reads like the
+    gate's header) in a report that splits its text into lines."""
+    return visible(f"(owner {w.owner}, expires {w.expires}): {w.reason}")
 
 
 def feature_rows(grid: dict[tuple[str, str], Cell], engines: list[str], features: dict[str, tuple],

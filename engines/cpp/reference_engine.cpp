@@ -38,6 +38,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <iostream>
 #include <list>
 #include <memory>
@@ -75,7 +76,7 @@ const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
     "prefix_caching_off", "chunked_prefill_off", "long_prefill_threshold", "max_num_scheduled_tokens", "aborts",
-    "shared_prefixes", "stop_token_ids", "min_tokens", "eos", "repetition_detection", "async_scheduling",
+    "shared_prefixes", "stop_token_ids", "min_tokens", "eos", "repetition_detection", "lora", "async_scheduling",
     "vllm_log_lines", "sliding_window", "kv_connector"};
 bool g_no_draft_reservation = false;  // --no-draft-reservation (see the usage above)
 bool g_sync_loop = false;             // --sync-loop: a TEST DEVICE (see the usage above)
@@ -101,6 +102,7 @@ struct Settings {
     bool kv_connector = false, kv_recompute = false;  // kv_transfer_config; its kv_load_failure_policy recompute
     bool defer_block_free = false;      // a consumer connector under async scheduling
     bool requires_kv_delivery = false;  // a producer connector: a preempted request's output in flight is dropped
+    std::int64_t max_loras = 0;     // LoRAConfig.max_loras with enable_lora, else 0: no LoRA config
 };
 
 // Resolves engine_args the way vLLM 0.27.1 does for the fields the config layer records.
@@ -140,6 +142,10 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
 
     const auto& spec = args.speculative_config;
     const std::int64_t k = spec ? spec->num_speculative_tokens : 0;
+    // EngineArgs.create_engine_config, after the scheduler config and before VllmConfig: LoRA
+    // with speculative decoding needs room for every sequence's drafts in one batch.
+    if (args.enable_lora && spec && args.max_num_batched_tokens < args.max_num_seqs * (k + 1))
+        return refuse("Consider increasing max_num_batched_tokens or decreasing num_speculative_tokens");
     const std::string method = spec ? spec->method : "";
     // SpeculativeConfig: DFlash and DSpark always draft in parallel.
     const bool parallel = spec && (spec->parallel_drafting.value_or(false) || method == "dflash" || method == "dspark");
@@ -224,6 +230,7 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
                             method == "dspark";
     settings.priority_policy = args.scheduling_policy.value_or("fcfs") == "priority";
     settings.async_scheduling = async_gpu;
+    settings.max_loras = args.enable_lora ? args.max_loras : 0;
     // As the oracle's CPU steps layer sizes its KV cache (engines/vllm/release.py build_scheduler):
     // enough for max_num_seqs whole sequences in every group.
     settings.kv_groups = parity::kv::model_kv_cache_groups(args.model);
@@ -247,16 +254,19 @@ ConfigRecord resolve_config(const parity::EngineArgs& args, Settings& settings) 
 // The KV cache (its block pool, its groups, prefix-cache hits and the sliding window) is
 // src/kv_cache_manager.hpp: vLLM 0.27.1's KVCacheManager.
 
-// Block hashes: block i's is a function of block i-1's and its tokens. Interned exactly (no
-// collisions): equal hashes mean equal tokens from the prompt's start.
+// Block hashes: block i's is a function of block i-1's, its tokens and its extra keys (the
+// request's LoRA adapter name: vLLM's generate_block_hash_extra_keys; empty without one).
+// Interned exactly (no collisions): equal hashes mean equal tokens from the prompt's start
+// under the same adapter.
 class BlockHashes {
   public:
-    std::int64_t of(std::int64_t parent, const Tokens& tokens) {
-        return ids_.emplace(std::make_pair(parent, tokens), static_cast<std::int64_t>(ids_.size())).first->second;
+    std::int64_t of(std::int64_t parent, const Tokens& tokens, const std::string& extra) {
+        return ids_.emplace(std::make_tuple(parent, tokens, extra), static_cast<std::int64_t>(ids_.size()))
+            .first->second;
     }
 
   private:
-    std::map<std::pair<std::int64_t, Tokens>, std::int64_t> ids_;
+    std::map<std::tuple<std::int64_t, Tokens, std::string>, std::int64_t> ids_;
 };
 
 class SimpleScheduler : public parity::PortScheduler {
@@ -278,6 +288,7 @@ class SimpleScheduler : public parity::PortScheduler {
         r->eos_token_id = spec.eos_token_id;
         r->repetition = spec.repetition_detection;
         r->external = spec.external;
+        r->lora = spec.lora;
         Request* added = r.get();
         requests_[spec.id] = std::move(r);
         enqueue_waiting(*added);
@@ -357,14 +368,20 @@ class SimpleScheduler : public parity::PortScheduler {
         // whose KV connector load is in flight (WAITING_FOR_REMOTE_KVS) waits in a side queue
         // (vLLM's skipped_waiting), taken first, until a model runner output reports the load.
         const bool running_scheduled = !scheduled.empty();  // requests of the running queue
-        std::deque<Request*> step_skipped;
-        while (out.preempted.empty() && (!waiting_.empty() || !skipped_.empty()) && budget > 0) {
+        // The adapters of the running requests scheduled so far: a waiting request of another
+        // adapter is skipped once they number max_loras (vLLM 0.27.1 counts only the running
+        // requests scheduled in this step, not one whose last token is in flight).
+        std::set<std::int64_t> loras;
+        for (Request* r : scheduled)
+            if (s_.max_loras > 0 && r->lora) loras.insert(r->lora->id);
+        std::vector<Request*> skipped;  // skipped this step, in order: to skipped_ after the loop
+        while (out.preempted.empty() && !(waiting_.empty() && skipped_.empty()) && budget > 0) {
             if (static_cast<std::int64_t>(running_.size()) >= s_.max_num_seqs) break;
-            std::deque<Request*>& queue = waiting_queue();
+            std::deque<Request*>& queue = next_queue();
             Request* r = queue.front();
-            if (r->remote_kvs && !promote(*r)) {
+            if (r->remote_kvs && !promote(*r)) {  // its KV connector load is still in flight
                 queue.pop_front();
-                step_skipped.push_front(r);
+                skipped.push_back(r);
                 continue;
             }
             // vLLM moves a request whose stale output is still in flight to a side queue
@@ -374,6 +391,13 @@ class SimpleScheduler : public parity::PortScheduler {
             if (r->stale > 0 && !r->drop_stale)
                 throw RunError(ErrorKind::internal, "request " + r->id + " would be resumed with stale output in "
                                "flight: the reference engine does not expect it");
+            // max_loras: skipped (before any prefix-cache lookup or allocation), the loop goes on
+            if (s_.max_loras > 0 && r->lora && static_cast<std::int64_t>(loras.size()) == s_.max_loras &&
+                !loras.count(r->lora->id)) {
+                queue.pop_front();
+                skipped.push_back(r);
+                continue;
+            }
             // Prefix-cache hits (a new or preempted request has 0 computed tokens; one whose
             // asynchronous load arrived has them), then what the KV connector loads beyond them.
             parity::kv::Hit hits{parity::kv::Tables(kv_.num_groups()), 0};
@@ -420,7 +444,7 @@ class SimpleScheduler : public parity::PortScheduler {
             r->num_computed = computed;
             if (load_async) {  // its blocks are held while it waits
                 r->remote_kvs = true;
-                step_skipped.push_front(r);
+                skipped.push_back(r);
                 inflight_.insert(r->id);
                 continue;
             }
@@ -433,8 +457,14 @@ class SimpleScheduler : public parity::PortScheduler {
             if (computed + n < r->num_tokens()) inflight_.insert(r->id);  // still prefilling after this chunk
             take(r, n);
             if (pad) out.spec_tokens[r->id] = Tokens(s_.num_speculative_tokens, -1);
+            if (s_.max_loras > 0 && r->lora) loras.insert(r->lora->id);
         }
-        for (Request* r : step_skipped) enqueue_skipped(*r);  // ahead of those skipped before
+        // The skipped requests go to the side queue (vLLM 0.27.1's skipped_waiting): FCFS at its
+        // front in their order, the priority policy by its order.
+        for (auto it = skipped.rbegin(); it != skipped.rend(); ++it) {
+            if (s_.priority_policy) skipped_.insert(std::find_if(skipped_.begin(), skipped_.end(), after(**it)), *it);
+            else skipped_.push_front(*it);
+        }
         if (connector_) out.kv_loads = connector_->take_loads();
         out.finished_by_scheduler = std::exchange(errored_, {});
         if (s_.defer_block_free && !scheduled.empty()) ++sched_seq_;  // a step with tokens
@@ -567,7 +597,7 @@ class SimpleScheduler : public parity::PortScheduler {
     parity::KvBlocks kv_blocks() const override {
         return {kv_.num_free(), s_.num_gpu_blocks - 1 - kv_.num_free(), kv_.num_cached()};
     }
-    std::vector<std::string> waiting() const override {  // the side queue first: it is taken first
+    std::vector<std::string> waiting() const override {  // the side queue first, as vLLM's recorder lists them
         std::vector<std::string> out = ids(skipped_);
         for (const auto& id : ids(waiting_)) out.push_back(id);
         return out;
@@ -589,6 +619,7 @@ class SimpleScheduler : public parity::PortScheduler {
         std::int64_t min_tokens = 0;
         std::optional<Token> eos_token_id;
         std::optional<parity::standin::Repetition> repetition;
+        std::optional<parity::Lora> lora;  // its adapter, if any
         std::optional<Token> stop_reason;
         Tokens spec;  // drafts proposed for the next step (under async scheduling: K placeholders, -1)
         bool running = false, is_prefill_chunk = false;
@@ -684,7 +715,7 @@ class SimpleScheduler : public parity::PortScheduler {
         while (static_cast<std::int64_t>(r.hashes.size()) <= i) {
             const std::int64_t j = static_cast<std::int64_t>(r.hashes.size());
             const Tokens block(r.tokens.begin() + j * s_.block_size, r.tokens.begin() + (j + 1) * s_.block_size);
-            r.hashes.push_back(hashes_.of(j == 0 ? -1 : r.hashes.back(), block));
+            r.hashes.push_back(hashes_.of(j == 0 ? -1 : r.hashes.back(), block, r.lora ? r.lora->name : ""));
         }
         return r.hashes[i];
     }
@@ -735,27 +766,6 @@ class SimpleScheduler : public parity::PortScheduler {
         }
         inflight_.erase(r.id);
         kv_.remove_skipped_blocks(r.id, std::max<std::int64_t>(0, r.num_computed - r.in_flight));
-    }
-
-    // _select_waiting_queue_for_scheduling: FCFS takes the side queue first; the priority policy
-    // the queue whose head comes first.
-    std::deque<Request*>& waiting_queue() {
-        if (skipped_.empty()) return waiting_;
-        if (waiting_.empty() || !s_.priority_policy) return skipped_;
-        return first_of(*waiting_.front(), *skipped_.front()) ? waiting_ : skipped_;
-    }
-    static bool first_of(const Request& a, const Request& b) {
-        return std::make_tuple(a.priority, a.arrival_step, a.id) < std::make_tuple(b.priority, b.arrival_step, b.id);
-    }
-    // Back into the side queue: at its front under FCFS (after the others skipped in the same
-    // pass, in their order), in priority order under the priority policy.
-    void enqueue_skipped(Request& r) {
-        if (!s_.priority_policy) {
-            skipped_.push_front(&r);
-            return;
-        }
-        skipped_.insert(std::find_if(skipped_.begin(), skipped_.end(), [&](const Request* w) { return first_of(r, *w); }),
-                        &r);
     }
 
     // _try_promote_blocked_waiting_request: a request whose load a model runner output reported
@@ -866,10 +876,22 @@ class SimpleScheduler : public parity::PortScheduler {
             else waiting_.push_back(&r);
             return;
         }
-        auto later = [&](const Request* w) {
+        waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), after(r)), &r);
+    }
+
+    // Whether a queued request comes after `r` in the priority heap's order.
+    static std::function<bool(const Request*)> after(const Request& r) {
+        return [&r](const Request* w) {
             return std::make_tuple(w->priority, w->arrival_step, w->id) > std::make_tuple(r.priority, r.arrival_step, r.id);
         };
-        waiting_.insert(std::find_if(waiting_.begin(), waiting_.end(), later), &r);
+    }
+
+    // The queue the next waiting request comes from (Scheduler._select_waiting_queue_for_scheduling):
+    // FCFS drains the side queue first; the priority policy takes the earlier of the two heads.
+    std::deque<Request*>& next_queue() {
+        if (skipped_.empty()) return waiting_;
+        if (waiting_.empty() || !s_.priority_policy) return skipped_;
+        return after(*skipped_.front())(waiting_.front()) ? skipped_ : waiting_;
     }
 
     // Back to the waiting queue (FCFS: at its front); everything is recomputed on resumption.
@@ -891,11 +913,10 @@ class SimpleScheduler : public parity::PortScheduler {
     parity::kv::KvCacheManager kv_;
     BlockHashes hashes_;
     // A KV connector (src/kv_connector.hpp, the stand-in's remote store), if configured, and the
-    // scheduler's state about its loads: the side queue of requests waiting for one (vLLM's
-    // skipped_waiting), the loads reported finished and those that failed, and the prefills in
-    // flight whose remaining blocks an asynchronous load must leave free.
+    // scheduler's state about its loads (requests waiting for one are in skipped_): the loads
+    // reported finished and those that failed, and the prefills in flight whose remaining blocks
+    // an asynchronous load must leave free.
     std::optional<parity::kv::StandInConnector> connector_;
-    std::deque<Request*> skipped_;
     std::set<std::string> finished_recving_, failed_recving_, inflight_;
     std::vector<std::string> emitted_;  // the requests the last update made a client output for
     std::vector<std::string> errored_;  // finished as an error since the last schedule()
@@ -908,6 +929,9 @@ class SimpleScheduler : public parity::PortScheduler {
     std::map<std::string, std::unique_ptr<Request>> requests_;
     std::vector<Request*> running_;
     std::deque<Request*> waiting_;
+    // vLLM 0.27.1's skipped_waiting: requests a step skipped for a reason of their own (an
+    // adapter over max_loras, a KV connector load in flight), taken before `waiting_` under FCFS
+    std::deque<Request*> skipped_;
 };
 
 // ---- the run handler: layers -> records ----------------------------------------------------

@@ -33,6 +33,9 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     cap-running-chunk-2048  a running request's chunk is capped at 2048 tokens (the running loop
                           of Scheduler.schedule takes min(new tokens, budget left, 2048)): a port
                           with a fixed chunk size for requests already running.
+    ignore-max-loras      the scheduler has no LoRA bound: a waiting request is admitted whatever
+                          adapters the step already runs, past max_loras (its adapter still keys
+                          its block hashes): a port that never counts a step's adapters.
     min-tokens-unmasked   the sampler does not mask a request's stop tokens before min_tokens
                           outputs (engine_outputs): check_stop still holds the stop back, so the
                           stop token is emitted and the request goes on. Its raw logprobs are the
@@ -191,6 +194,20 @@ def _ignore_invalid_kv_blocks() -> None:
     Scheduler._handle_invalid_blocks = lambda self, invalid_block_ids, num_scheduled_tokens: set()
 
 
+def _ignore_max_loras() -> None:
+    """Scheduler.schedule reads self.lora_config for both the max_loras skip and its per-step
+    assert; without it neither runs. The config itself (and the block hashes) keep LoRA on."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    original = Scheduler.__init__
+
+    def __init__(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        self.lora_config = None
+
+    Scheduler.__init__ = __init__
+
+
 def _min_tokens_unmasked() -> None:
     """MinTokensLogitsProcessor leaves the logits as they are, with or without drafts."""
     from vllm.v1.sample.logits_processor.builtin import MinTokensLogitsProcessor
@@ -248,6 +265,7 @@ MUTANTS = {
     "sliding-window-as-full": _sliding_window_as_full,
     "ignore-invalid-kv-blocks": _ignore_invalid_kv_blocks,
     "min-tokens-unmasked": _min_tokens_unmasked,
+    "ignore-max-loras": _ignore_max_loras,
     "cap-running-chunk-2048": _cap_running_chunk(2048),
     "ignore-grammar-cut": _ignore_grammar_cut,
 }

@@ -14,7 +14,23 @@ def new_request(req: dict, prompt, arrival: int, block_hasher):
     kwargs = {"block_hasher": block_hasher} if block_hasher is not None else {}
     return Request(request_id=req["id"], prompt_token_ids=list(prompt), sampling_params=params,
                    pooling_params=None, arrival_time=ARRIVAL_TIME_BASE + arrival,
-                   priority=req.get("priority", 0), **kwargs)
+                   priority=req.get("priority", 0), lora_request=lora_request(req), **kwargs)
+
+
+LORA_PATH = "/stand-in-lora/"  # a path the scheduler never opens: no adapter weights are loaded
+
+
+def lora_request(req: dict):
+    """vLLM's own LoRARequest for the request's adapter (None without one). The scheduler reads
+    its lora_int_id against max_loras; the block hasher keys each block by its lora_name (and,
+    from 0.33.0, its path: one path per name here, so the name alone tells adapters apart). It
+    is made before the Request, because the Request computes its block hashes as it is built."""
+    if "lora" not in req:
+        return None
+    from vllm.lora.request import LoRARequest
+
+    name = req["lora"]["name"]
+    return LoRARequest(lora_name=name, lora_int_id=req["lora"]["id"], lora_path=LORA_PATH + name)
 
 
 def sampling_params(req: dict):

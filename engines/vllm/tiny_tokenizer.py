@@ -1,4 +1,4 @@
-"""The tiny tokenizer the project makes itself: scenarios/models/tiny-tokenizer/, byte-identical.
+"""The tiny tokenizer the project makes itself: scenarios/models/tiny-qwen3/tokenizer.json and tokenizer_config.json, byte-identical.
 
 Structured outputs need text: a grammar judges what token ids decode to. The stand-in's token ids
 are those of the tiny models (vocabulary 2048, scenarios/models/tiny-qwen3/config.json), so this
@@ -13,8 +13,8 @@ The recipe (a byte-level BPE, as GPT-2 and Qwen tokenizers are):
     ids 259..2047   multi-character tokens from POOL, in order, each with every prefix before
                     it (the merge of a token is its prefix and its last character)
 
-    python engines/vllm/tiny_tokenizer.py --write scenarios/models/tiny-tokenizer
-    python engines/vllm/tiny_tokenizer.py --check scenarios/models/tiny-tokenizer   # exit 1 if not identical
+    python engines/vllm/tiny_tokenizer.py --write scenarios/models/tiny-qwen3
+    python engines/vllm/tiny_tokenizer.py --check scenarios/models/tiny-qwen3   # exit 1 if not identical
 """
 
 from __future__ import annotations

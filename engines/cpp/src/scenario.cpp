@@ -212,6 +212,17 @@ Workload read_workload(const json& raw, std::int64_t max_model_len, bool connect
             q.acceptance = int_list(*v, where + ".acceptance", 0, kMaxAccept, false);
         read_stops(r, where, w.vocab_size, q);
         read_external(r, where, w.max_steps, connector, q);
+        if (const json* v = find(r, "lora"); v && !v->is_null()) {
+            const json& l = object(*v, where + ".lora");
+            Lora lora;
+            lora.id = integer(require(l, where + ".lora.", "id"), where + ".lora.id", 1, kMaxLoraId);
+            lora.name = string(require(l, where + ".lora.", "name"), where + ".lora.name");
+            if (!valid_id(lora.name)) fail(where + ".lora.name", "must be 1-32 characters of A-Z a-z 0-9 _ -");
+            for (const auto& e : w.requests)
+                if (e.lora && (e.lora->id == lora.id) != (e.lora->name == lora.name))
+                    fail(where + ".lora", "names an adapter two ways: one id, one name");
+            q.lora = std::move(lora);
+        }
         w.requests.push_back(std::move(q));
     }
     return w;
@@ -248,8 +259,15 @@ Scenario read_scenario(const json& raw) {
     if (const json* v = find(a, "speculative_config"); v && !v->is_null())
         e.speculative_config = read_spec(*v, "engine_args.speculative_config", true);
     if (const json* v = find(a, "kv_transfer_config"); v && !v->is_null()) e.kv_transfer_config = read_kv_transfer(*v);
+    if (const json* v = find(a, "enable_lora"); v && !v->is_null()) e.enable_lora = boolean(*v, w + "enable_lora");
+    e.max_loras = opt_int(a, w, "max_loras", 1, kMaxTokensLimit).value_or(1);
+    e.max_lora_rank = opt_int(a, w, "max_lora_rank", 1, kMaxTokensLimit).value_or(16);
 
     if (const json* v = find(raw, "workload"); v && !v->is_null()) s.workload = read_workload(*v, e.max_model_len, e.kv_transfer_config.has_value());
+    if (s.workload && !e.enable_lora)
+        for (std::size_t i = 0; i < s.workload->requests.size(); ++i)
+            if (s.workload->requests[i].lora)
+                fail("workload.requests[" + std::to_string(i) + "].lora", "needs engine_args.enable_lora true");
     if (const json* v = find(raw, "method_matrix"); v && !v->is_null()) {
         object(*v, "method_matrix");
         MethodMatrix m;

@@ -24,6 +24,7 @@ constexpr std::size_t kMaxList = 1024;  // stop_token_ids, acceptance
 constexpr std::int64_t kMaxAccept = 1024;
 constexpr std::int64_t kMaxPattern = 1024;  // repetition_detection's sizes and count
 constexpr std::size_t kMaxPrefixes = 64;
+constexpr std::int64_t kMaxLoraId = (std::int64_t{1} << 31) - 1;  // vLLM's lora_int_id: 1 and up
 constexpr std::int64_t kMinPriority = -(std::int64_t{1} << 31), kMaxPriority = (std::int64_t{1} << 31) - 1;
 
 struct SpeculativeConfig {
@@ -53,6 +54,8 @@ struct EngineArgs {
         num_gpu_blocks_override;
     std::optional<SpeculativeConfig> speculative_config;
     std::optional<KvTransferConfig> kv_transfer_config;
+    bool enable_lora = false;  // LoRA: vLLM's LoRAConfig, whose max_loras bounds a step's adapters
+    std::int64_t max_loras = 1, max_lora_rank = 16;  // vLLM's defaults
 };
 
 // A request's `external`: what the remote KV store holds of its prompt.
@@ -60,6 +63,13 @@ struct External {
     std::int64_t tokens = 0;                 // its first `tokens` prompt tokens
     std::optional<std::int64_t> async_steps;  // none: a synchronous load; k: reported k steps after it was issued
     bool fail = false;                       // its first load fails
+};
+
+// A request's LoRA adapter (vLLM's LoRARequest): the scheduler counts adapters by id, the block
+// hashes tell them apart by name (a workload keeps the two one-to-one).
+struct Lora {
+    std::int64_t id = 0;
+    std::string name;
 };
 
 struct RequestSpec {
@@ -75,6 +85,7 @@ struct RequestSpec {
     std::optional<std::int64_t> eos_token_id;  // it stops there (vLLM's ignore_eos false); none: ignore_eos
     std::optional<standin::Repetition> repetition_detection;  // only when max_pattern_size > 0
     std::optional<External> external;  // with engine_args.kv_transfer_config only
+    std::optional<Lora> lora;  // the adapter it runs under (with engine_args.enable_lora)
 };
 
 // A request's stop conditions as the stand-in's check_stop takes them.
