@@ -37,11 +37,11 @@ from conformance.adequacy.trace_mutants import EXCEPTIONS, Known, Mutant, mutant
 from conformance.formats.digest import LAYERS as DIGEST_LAYERS, DigestSink, digest_of, expand_context
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
-from conformance.formats.trace import make_trace
 from conformance.gate.run import assemble
 from conformance.gate.shards import plan
 from conformance.judging.goldens import GOLDENS, Golden, GoldenStore, without_windows
 from conformance.judging.judging import judge_layers, served_layers
+from conformance.process.session import trace_of_records
 from conformance.judging.verdict import CANDIDATE, DIVERGED, MISSING_GOLDEN, PASS, PROTOCOL, Verdict
 
 CAUGHT = (DIVERGED, PROTOCOL)
@@ -169,7 +169,7 @@ def judge_run(target: Target, layers: dict) -> Verdict:
                 sent[layer] = sink
             else:
                 sent[layer] = items
-        traces[unit.key] = make_trace(engine.label, hello, scenario, sent)
+        traces[unit.key] = trace_of_records(engine.label, hello, scenario, sent)
     # the gate then checks the assembled trace for its reports; judge_trace checks it again
     [(_, trace)] = assemble([engine], [scenario.name], units, traces)
     info = {"name": scenario.name, "layers": scenario.layers}

@@ -239,3 +239,10 @@ class RecordedSession:
         if digests:
             trace["digests"] = digests
         return trace
+
+
+def trace_of_records(label: str, hello: dict, scenario, records: dict) -> dict:
+    """A unit's trace made from records an engine would have sent, without a process: the
+    trace-mutation catalog's candidate (conformance/adequacy/trace_catalog.py), each of its
+    records as edited. The one place besides the sessions above where a trace is made."""
+    return make_trace(label, hello, scenario, records)
