@@ -581,13 +581,14 @@ def test_the_fuzz_report_says_what_each_sides_records_say(candidate, words):
 
 
 # Built-in TEST DEVICE mutants whose bug shows in the stand-in layers, each with a seed that
-# finds it within the example budget here (same seed, same examples): seed 5 finds
-# ignore-max-num-seqs at its 38th example and shrinks it to 2 requests in 82 runs. The
+# finds it within the example budget here (same seed, same examples): seed 1 finds
+# ignore-max-num-seqs and shrinks it to 2 requests (the seeds moved when the spaces began to
+# draw LoRA adapters). The
 # last two need the space's KV connector (a failed load's blocks) and hybrid model (two KV cache
 # groups), drawn now and then after every other draw.
 @pytest.mark.oracle
-@pytest.mark.parametrize("mutant, seed", [("ignore-max-num-seqs", 5), ("draft-plus-one", 2),
-                                          ("ignore-invalid-kv-blocks", 10), ("sliding-window-as-full", 8)])
+@pytest.mark.parametrize("mutant, seed", [("ignore-max-num-seqs", 1), ("draft-plus-one", 2),
+                                          ("ignore-invalid-kv-blocks", 2), ("sliding-window-as-full", 8)])
 def test_finds_and_shrinks_a_mutant(mutant, seed, warm_sessions, tmp_path):
     oracle = load_pins().oracle
     pair = Pair.warm(warm_sessions(oracle), warm_sessions(f"{oracle}+mutant:{mutant}"), list(STAND_IN_LAYERS))
