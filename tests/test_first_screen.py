@@ -12,27 +12,17 @@ drafting slots reserved)."""
 
 from __future__ import annotations
 
-import json
-import shlex
-import sys
-
 import pytest
 
-from conftest import REPO, gate_engine
+from conftest import gate_engine
 from conformance.formats.pins import load_pins
 from conformance.judging.goldens import GOLDENS
+from test_hostile import verdicts_double  # the hostile TEST DOUBLE's command line with its plan
 
 PINS = load_pins()
-HOSTILE = REPO / "tests" / "doubles" / "hostile_engine.py"
 FIRST = 40  # lines a reader sees before scrolling
 # the planted bug: at step 5 of kv_pressure_no_spec, request r1 is given 2 tokens, not the oracle's 1
 BUG = {"scenario": "kv_pressure_no_spec", "layer": "steps", "seq": 5, "path": ["requests", "r1", "tokens"], "value": 2}
-
-
-def double(tmp_path, name: str, plan: dict) -> str:
-    path = tmp_path / f"plan-{name}.json"
-    path.write_text(json.dumps(plan), encoding="utf-8")
-    return shlex.join([sys.executable, str(HOSTILE), "--plan", str(path)])
 
 
 @pytest.fixture
@@ -43,8 +33,8 @@ def doubles_gate(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def run(oracle_plan: dict, plan: dict, *argv: str):
-        engines = [gate_engine("TEST-DOUBLE-oracle=" + double(tmp_path, "oracle", oracle_plan), "oracle"),
-                   gate_engine("port=" + double(tmp_path, "port", plan), "candidate")]
+        engines = [gate_engine("TEST-DOUBLE-oracle=" + verdicts_double(tmp_path, "oracle", oracle_plan), "oracle"),
+                   gate_engine("port=" + verdicts_double(tmp_path, "port", plan), "candidate")]
         monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         capsys.readouterr()
         status = cli.main(["gate", "--waivers", "/dev/null", "--jobs", "2", *argv])
