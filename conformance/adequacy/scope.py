@@ -16,7 +16,11 @@ A `line` rule matches a statement whose first line (for a compound statement: it
 the whole condition of an `if`) contains the pattern; the statement and, for an `if`, its body
 (not its `else`), for a loop, `with` or `try`, everything in it, are out of scope. A `branch`
 rule matches an `if` header the same way and puts only one direction out of scope: "true" (the
-arc into its body, and the body) or "false" (the other arcs, and the `else` body).
+arc into its body, and the body) or "false" (the other arcs, and the `else` body). With
+`after = true`, a "false" rule on an `if` without `else` whose body always leaves its block
+(return, raise, continue, break) puts the statements after it in that block out too: only the
+false direction reaches them (e.g. `if reasoner is None: return True` and the reasoning code
+after it).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class Rule:
     line: str | None = None
     branch: str | None = None
     taken: str | None = None  # "true" or "false", for a branch rule
+    after: bool = False  # a "false" branch rule: the statements after an `if` that always leaves
 
     @property
     def label(self) -> str:
@@ -106,17 +111,20 @@ def load_scope(path: Path = SCOPE_FILE) -> Scope:
     rules = []
     for i, r in enumerate(data.get("out_of_scope", [])):
         kinds = [k for k in ("function", "line", "branch") if k in r]
-        if len(kinds) != 1 or set(r) - {"function", "line", "branch", "taken", "reason"} or \
-                not str(r.get("reason", "")).strip() or ("branch" in r) != (r.get("taken") in ("true", "false")):
+        if len(kinds) != 1 or set(r) - {"function", "line", "branch", "taken", "after", "reason"} or \
+                not str(r.get("reason", "")).strip() or ("branch" in r) != (r.get("taken") in ("true", "false")) \
+                or ("after" in r and (r["after"] is not True or r.get("taken") != "false")):
             raise ScopeError(f"{path}: out_of_scope[{i}]: expected one of function / line / branch "
-                             "(a branch with taken = \"true\" or \"false\"), and a reason")
+                             "(a branch with taken = \"true\" or \"false\", and after = true only with "
+                             "\"false\"), and a reason")
         for key in ("line", "branch"):
             if key in r:
                 try:
                     re.compile(r[key])
                 except re.error as exc:
                     raise ScopeError(f"{path}: out_of_scope[{i}].{key}: bad regex: {exc}") from None
-        rules.append(Rule(r["reason"], r.get("function"), r.get("line"), r.get("branch"), r.get("taken")))
+        rules.append(Rule(r["reason"], r.get("function"), r.get("line"), r.get("branch"), r.get("taken"),
+                          r.get("after", False)))
     equivalent = {}
     for i, e in enumerate(data.get("equivalent", [])):
         if set(e) != {"id", "reason"} or not re.fullmatch(r"m[0-9a-f]{10}", str(e["id"])) or not str(e["reason"]).strip():
@@ -173,7 +181,16 @@ def _scan(source: str, scope: Scope):
     def text(a: int, b: int) -> str:
         return "\n".join(lines[a - 1:b])
 
-    for node in ast.walk(ast.parse(source)):
+    tree = ast.parse(source)
+    after: dict[int, list[ast.stmt]] = {}  # an `if` (by id) -> the statements after it in its block
+    for parent in ast.walk(tree):
+        for name in ("body", "orelse", "finalbody"):
+            block = getattr(parent, name, None)
+            if isinstance(block, list):
+                for i, stmt in enumerate(block):
+                    if isinstance(stmt, ast.If):
+                        after[id(stmt)] = block[i + 1:]
+    for node in ast.walk(tree):
         if not isinstance(node, ast.stmt) or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
             continue
         if isinstance(node, (ast.If, ast.While)):
@@ -190,7 +207,11 @@ def _scan(source: str, scope: Scope):
             if b is not None:
                 arcs[node.lineno] = (node.body[0].lineno, b)
                 # the code only that direction reaches is out of scope with it
-                for stmt in node.body if b.taken == "true" else node.orelse:
+                only = node.body if b.taken == "true" else node.orelse
+                if b.after and not node.orelse and \
+                        isinstance(node.body[-1], (ast.Return, ast.Raise, ast.Continue, ast.Break)):
+                    only = after.get(id(node), [])
+                for stmt in only:
                     for n in range(stmt.lineno, stmt.end_lineno + 1):
                         found.setdefault(n, b)
         rule = next((r for r in line_rules if re.search(r.line, header)), None)
