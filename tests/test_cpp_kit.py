@@ -240,6 +240,7 @@ AGREEING = ("prefill_budget_binds", "steady_decode", "kv_pressure", "staggered_a
             "stop_eos", "stop_min_tokens", "stop_repetition", "stop_repetition_edges", "stop_dflash",
             # two KV cache groups (gpt-oss: sliding-window and full attention) over one block pool
             "sliding_window_chunked", "sliding_window_kv_pressure", "sliding_window_prefix_hits",
+            "sliding_window_eagle3_hits",
             # a KV connector (the stand-in's remote store): synchronous and asynchronous loads,
             # failed loads under both policies
             "kv_connector_sync", "kv_connector_async", "kv_connector_failures", "kv_connector_fail_policy",
