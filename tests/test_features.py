@@ -143,6 +143,7 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("grammar_mixed", ("spec:dflash", "eos", "structured_outputs")),
     ("grammar_full_bitmask", ("spec:eagle3", "eos", "structured_outputs")),
     ("grammar_many_requests", ("eos", "structured_outputs")),
+    ("grammar_many_requests_drafts", ("spec:eagle3", "eos", "structured_outputs")),
     ("grammar_ignore_eos", ("eos", "structured_outputs")),
     ("sliding_window_eagle3_hits", ("spec:eagle3", "prefix_caching", "shared_prefixes", "sliding_window")),
     ("stop_eos", ("prefix_caching", "stop_token_ids", "eos")),
