@@ -118,6 +118,6 @@ def test_the_bytes_prove_a_plain_record():
     """The fast path is taken for a steps record as the recorder writes it, and refused for a
     line it cannot prove (an escape, a quoted quote)."""
     line = record({"requests": {"r0": {"block_ids": [[1, 2]], "draft_token_ids": [7]}}, "new": ["r0"]})
-    assert protocol._nesting(line) == 5
+    assert protocol._nesting(line) == 6  # message, data, requests, r0, block_ids, a group
     assert protocol._nesting(record({"v": "\u00e9"})) is None  # written as \\u00e9
     assert protocol._nesting(b'{"a":"\\"[[["}') is None
