@@ -98,10 +98,14 @@ class LimitExceeded(ProtocolError):
     error that names the limit, its value and what arrived."""
 
 
+# json.dumps(message, sort_keys=True, separators=(",", ":"), allow_nan=False), built once
+# instead of once a line
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 def encode(message: dict) -> bytes:
     check(message)
-    text = json.dumps(message, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return text.encode() + b"\n"
+    return _ENCODER.encode(message).encode() + b"\n"
 
 
 def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
