@@ -121,3 +121,9 @@ def test_the_bytes_prove_a_plain_record():
     assert protocol._nesting(line) == 6  # message, data, requests, r0, block_ids, a group
     assert protocol._nesting(record({"v": "\u00e9"})) is None  # written as \\u00e9
     assert protocol._nesting(b'{"a":"\\"[[["}') is None
+
+
+@pytest.mark.parametrize("line", ["\ufeff{}".encode(), b'{"a":1} x', b'{"a":NaN}', b'{"a":-Infinity}',
+                                  b'{"a":1e400}', b'[1]', b'{"type":"done","id":"a","records":1}  \n'])
+def test_refusals_word_for_word(line):
+    same(line)

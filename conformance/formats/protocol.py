@@ -117,8 +117,8 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
         # recursive reader sees it. A line without a run of 19 digits holds no integer outside
         # the 64-bit range, so its integers are read by json's own C code, not one call each.
         text = line.decode("utf-8")
-        message = loads(text) if _LONG_DIGITS in line.translate(_DIGITS_AS_ZERO) else json.loads(
-            text, parse_constant=_no_constants, parse_float=_finite_float)
+        strict = _LONG_DIGITS in line.translate(_DIGITS_AS_ZERO) or text.startswith("\ufeff")  # json.loads' BOM error
+        message = loads(text) if strict else _READER.decode(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, RecursionError):
             exc = f"nested deeper than {MAX_DEPTH} levels"
@@ -273,6 +273,10 @@ def _digits(text: str) -> str:
 
 def _no_constants(token: str):
     raise ValueError(f"{token} is not JSON")
+
+
+# loads' reader for a line whose integers all fit (decode): its integers read by json's C code
+_READER = json.JSONDecoder(parse_constant=_no_constants, parse_float=_finite_float)
 
 
 def _preview(line: bytes) -> str:
