@@ -29,7 +29,7 @@ from conformance.judging.goldens import GOLDENS
 from conformance.process import commit_env, commit_fixture, envs
 from conformance.process.launch import prepare_engine
 from conformance.process.session import EngineSession
-from conftest import REPO
+from tests.helpers import REPO
 
 # one process: the fixture repository is built in place (out/vllm-fixture) at most once
 pytestmark = pytest.mark.xdist_group("commit-pins")

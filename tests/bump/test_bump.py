@@ -20,7 +20,7 @@ from packaging.version import Version
 from conformance.formats.pins import load_pins
 from conformance.judging.goldens import GOLDENS
 from conformance.report.bump_text import load_notes
-from conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.oracle  # slow: wheels from the package index, the pins' environments
 PINS = load_pins()

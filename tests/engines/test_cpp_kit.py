@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from conformance.formats import protocol
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 KIT = REPO / "engines" / "cpp"
 ENGINE = KIT / "build" / "reference_engine"
 CHECK_VECTORS = KIT / "build" / "check_vectors"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
+from tests.helpers import REPO
 MODELS = REPO / "scenarios" / "models"
 TINY = sorted(p for p in MODELS.glob("tiny-*") if p.is_dir())
 SCHEMA = "vllm-parity/tiny-weights/1"

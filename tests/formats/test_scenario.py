@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from conformance.formats.scenario import ScenarioError, load_scenario
+from tests.helpers import GATE, REPO
 
-GATE = Path(__file__).resolve().parents[2] / "scenarios" / "dflash_27b_gate.json"
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 
 from conformance.formats.scenario import parse_scenario
 from conformance.fuzz import strategies
-from conftest import REPO
+from tests.helpers import REPO
 
 LONG = strategies.LONG_PROMPT[0]
 

@@ -503,7 +503,7 @@ def test_ctrl_c_while_shrinking_writes_what_was_found_and_exits_130(tmp_path):
     import sys
     import threading
 
-    from conftest import REPO
+    from tests.helpers import REPO
 
     out = tmp_path / "out"
     # seed 2: its first failing example (5 requests) takes hundreds of 50 ms runs to shrink, so the
@@ -669,7 +669,7 @@ def test_the_advice_for_a_finding_is_a_make_command_that_works(tmp_path):
     reaches `parity goldens` (a bare `-k NAME` is swallowed by make)."""
     import subprocess
 
-    from conftest import REPO
+    from tests.helpers import REPO
 
     raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
     finding = Finding("diverged config.max_num_seqs", raw, 3, 2, path=tmp_path / "fuzz_config_max_num_seqs.json",

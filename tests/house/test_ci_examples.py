@@ -32,8 +32,8 @@ import yaml
 from conformance.formats.pins import load_pins
 from conformance.formats.settings import cache_root
 from conformance.process.envs import env_cache_key
+from tests.helpers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "ci-examples"
 ENGINE = REPO / "engines" / "cpp" / "build" / "reference_engine"
 LOCAL = {"VLLM_PARITY_DEVICE": "cpu", "VLLM_PARITY_CACHE": str(cache_root())}

@@ -5,7 +5,7 @@ No network: links to other sites are not followed."""
 import re
 from pathlib import Path
 
-from conftest import REPO
+from tests.helpers import REPO
 
 PAGES = [REPO / "README.md", REPO / "scenarios" / "README.md", REPO / "engines" / "PROTOCOL.md",
          *sorted((REPO / "docs").rglob("*.md"))]

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import gate_engine
 from conformance.formats.pins import load_pins
 from conformance.judging.goldens import GOLDENS
-from tests.gate.test_hostile import verdicts_double  # the hostile TEST DOUBLE's command line with its plan
+from tests.helpers import gate_engine, hostile_double
 
 PINS = load_pins()
 FIRST = 40  # lines a reader sees before scrolling
@@ -33,8 +32,8 @@ def doubles_gate(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def run(oracle_plan: dict, plan: dict, *argv: str):
-        engines = [gate_engine("TEST-DOUBLE-oracle=" + verdicts_double(tmp_path, "oracle", oracle_plan), "oracle"),
-                   gate_engine("port=" + verdicts_double(tmp_path, "port", plan), "candidate")]
+        engines = [gate_engine("TEST-DOUBLE-oracle=" + hostile_double(tmp_path, "oracle", oracle_plan), "oracle"),
+                   gate_engine("port=" + hostile_double(tmp_path, "port", plan), "candidate")]
         monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         capsys.readouterr()
         status = cli.main(["gate", "--waivers", "/dev/null", "--jobs", "2", *argv])

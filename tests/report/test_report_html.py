@@ -23,6 +23,7 @@ from conformance.judging.requirement_rows import apply_gate
 from conformance.judging.verdict import CANDIDATE, ORACLE, judge
 from conformance.report.report_files import write_reports
 from conformance.report.view import gate_view
+from tests.helpers import REPO
 
 PINS = load_pins()
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -143,7 +144,7 @@ def test_the_first_screen_of_a_40_scenario_gate_shows_what_failed(tmp_path):
     production scale runs only when asked): the rows that did not pass come first, on the first
     screen of a 1366x768 window."""
     other = next(r for r in PINS.releases if r != PINS.oracle and PINS.cpu_engine_build(r))
-    scenarios = [load_scenario(p) for p in (Path(__file__).resolve().parents[2] / "scenarios").glob("*.json")]
+    scenarios = [load_scenario(p) for p in (REPO / "scenarios").glob("*.json")]
     names = sorted(s.name for s in scenarios if s.scale != "production")
     verdicts, traces = [], {}
     for name in names:
