@@ -18,6 +18,13 @@ GATE = REPO / "scenarios" / "dflash_27b_gate.json"
 DOUBLE = REPO / "tests" / "doubles" / "double_engine.py"
 HOSTILE = REPO / "tests" / "doubles" / "hostile_engine.py"
 CANDIDATE_PINS = "candidate pins"  # the xdist group of the tests driving a pin other than the oracle
+# The release the C++ reference engine implements (engines/cpp/reference_engine.cpp): its records
+# are judged against that release's goldens, whichever pin is the gate oracle.
+KIT_RELEASE = "0.27.1"
+# The pages the docs are: their links are followed (tests/house/test_links.py), their command lines run
+# (tests/house/test_doc_commands.py, all but docs/results/)
+DOC_PAGES = [REPO / "README.md", REPO / "scenarios" / "README.md", REPO / "engines" / "PROTOCOL.md",
+             *sorted((REPO / "docs").rglob("*.md"))]
 
 
 def gate_engine(text: str, role: str):

@@ -33,13 +33,11 @@ import pytest
 
 from conformance import cli
 from conformance.formats.pins import load_pins
-from tests.helpers import CANDIDATE_PINS, REPO
-from tests.house.test_links import PAGES as LINKED
+from tests.helpers import CANDIDATE_PINS, DOC_PAGES, KIT_RELEASE, REPO
 
-PAGES = [p for p in LINKED if "results" not in p.relative_to(REPO).parts]
+PAGES = [p for p in DOC_PAGES if "results" not in p.relative_to(REPO).parts]
 PINS = load_pins()
 PORT = REPO / "engines" / "cpp" / "build" / "reference_engine"
-KIT_RELEASE = "0.27.1"  # the release the reference engine ports (tests/engines/test_cpp_kit.py)
 SMALL = "scenarios/steady_decode.json"
 # the values a step's text names by {name}
 PLACES = {"small": SMALL, "port": str(PORT), "oracle": PINS.oracle, "engine_scenario": "scenarios/engine_ngram.json",

@@ -249,17 +249,22 @@ def test_conftest_patches_no_production_code():
 
 
 def test_conftest_holds_only_pytests_hooks_and_fixtures_and_no_test_imports_it():
-    """What test files share is plain code in tests/helpers.py; conftest.py is pytest's alone."""
+    """What test files share is plain code in tests/helpers.py (or a package's helper module, such
+    as tests/report/chromium.py); conftest.py is pytest's alone, and no test file imports another."""
     tree = ast.parse((REPO / "conftest.py").read_text(encoding="utf-8"))
     functions = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
     not_pytests = [n.name for n in functions if not n.name.startswith("pytest_")
                    and not any("fixture" in ast.unparse(d) for d in getattr(n, "decorator_list", []))]
-    assert not not_pytests, f"conftest.py defines more than hooks and fixtures (move them to tests/helpers.py): {not_pytests}"
+    assert not not_pytests, f"conftest.py defines more than hooks and fixtures (to tests/helpers.py): {not_pytests}"
     importers = [str(p.relative_to(REPO)) for top in ("tests", "parity") for p in sorted((REPO / top).rglob("*.py"))
                  for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
                  if (isinstance(n, ast.ImportFrom) and n.module == "conftest")
                  or (isinstance(n, ast.Import) and any(a.name == "conftest" for a in n.names))]
     assert not importers, f"import from tests/helpers.py, not conftest: {importers}"
+    borrowers = [f"{p.relative_to(REPO)}: {n.module}" for p in sorted((REPO / "tests").rglob("test_*.py"))
+                 for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                 if isinstance(n, ast.ImportFrom) and (n.module or "").rsplit(".", 1)[-1].startswith("test_")]
+    assert not borrowers, f"a test file's helpers are shared through a helper module, not imported from it: {borrowers}"
 
 
 # tests/ is laid out like the code: tests/PACKAGE/ tests conformance/PACKAGE/; these folders hold

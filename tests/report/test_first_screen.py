@@ -17,6 +17,7 @@ import pytest
 from conformance.formats.pins import load_pins
 from conformance.judging.goldens import GOLDENS
 from tests.helpers import gate_engine, hostile_double
+from tests.report.chromium import CHROMIUM, check_first_screen, render
 
 PINS = load_pins()
 FIRST = 40  # lines a reader sees before scrolling
@@ -71,8 +72,6 @@ def test_a_layered_port_with_one_planted_bug_is_named_on_every_first_screen(doub
 
 def check_page(page, scenario: str, said: str) -> None:
     """The page's first screen (1366x768) lists the failing cell with its first divergence."""
-    from tests.report.test_report_html import CHROMIUM, check_first_screen, render
-
     text = page.read_text(encoding="utf-8")
     assert said in text, said
     if CHROMIUM is None:  # `make report-check` installs chromium; without it the page is read as text

@@ -491,7 +491,8 @@ def test_sinks_e2e_report_html_holds_no_raw_script_from_the_candidate(sinks_runs
 def test_sinks_the_log_shows_a_crashing_engines_stderr_escaped(tmp_path):
     """`parity run` logs a failure's message, the engine's last stderr lines in it: the log,
     the terminal's other sink, escapes them as the report does."""
-    engine = hostile_double(tmp_path, "crash", {"exit": {"status": 3, "stderr": f"{SINKS_CLEAR}{SINKS_TITLE}{SINKS_CTRL}"}})
+    crash = {"exit": {"status": 3, "stderr": f"{SINKS_CLEAR}{SINKS_TITLE}{SINKS_CTRL}"}}
+    engine = hostile_double(tmp_path, "crash", crash)
     done = subprocess.run([str(Path(sys.executable).with_name("parity")), "run", "--engine", engine,
                                   "--scenario", str(REPO / "scenarios" / "steady_decode.json"),
                                   "--layers", "config", "--out", str(tmp_path / "trace.json")],
@@ -506,7 +507,8 @@ def test_sinks_the_log_shows_a_crashing_engines_stderr_escaped(tmp_path):
 def test_sinks_a_shards_report_shows_an_engine_error_escaped(tmp_path):
     """A shard prints each unit that did not pass with its first line: the candidate's error
     message, escaped."""
-    hostile = hostile_double(tmp_path, "error", {"error": {"kind": "internal", "message": f"{SINKS_CLEAR}{SINKS_CTRL}"}})
+    error = {"error": {"kind": "internal", "message": f"{SINKS_CLEAR}{SINKS_CTRL}"}}
+    hostile = hostile_double(tmp_path, "error", error)
     oracle = double_command("--steps", "3")
     engines = [gate_engine(oracle, "oracle"),
                gate_engine("hostile=" + hostile, "candidate")]
