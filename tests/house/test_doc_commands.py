@@ -276,7 +276,6 @@ SHOWN: dict[str, Run | Same | Skip | Elsewhere] = {
         "tests/benchmarks/test_gpu_precision.py::test_the_precision_measure_runs_on_cpu_and_sees_bfloat16"),
     "make envs": Same("parity envs"),
     "make setup": run(Step(sh="make --no-print-directory setup")),
-    "make fuzz": Same("make fuzz CANDIDATE='...'"),
     "make goldens-check SCALE=production": run(M("goldens-check SCALE=production",
                                                  add="--scenario {production} --engine {oracle}")),
     "make parity CANDIDATE=... DRIFT=1": run(M("parity CANDIDATE={port} DRIFT=1", add="--scenario {small}"), port=True),
