@@ -83,3 +83,34 @@ def test_a_step_batching_rows_with_and_without_an_adapter_is_refused_on_a_cpu_pi
     assert failure["kind"] == "unsupported", failure
     assert "slot -1" in failure["message"] and "['base'] without an adapter and ['alpha', 'beta'] with one" \
         in failure["message"], failure["message"]
+
+
+# TEST DEVICE mutants of the gate oracle (engines/vllm/mutants.py) that engine_lora must catch:
+# a port that loads the adapter and never adds its update, and one whose block hashes forget it
+@pytest.mark.oracle
+def test_an_engine_that_never_adds_the_adapters_update_is_caught(warm_sessions):
+    from conformance.judging.verdict import DIVERGED, judge
+
+    session = warm_sessions(f"{PINS.oracle}+mutant:lora-ignored")
+    assert session.start().hello["engine"] == "vllm+mutant:lora-ignored"
+    trace = session.trace(SCENARIO)
+    tokens = {o["id"]: o["output_token_ids"] for o in trace["layers"]["engine_outputs"]}
+    assert tokens["alpha"] == tokens["beta"] == tokens["base"]  # the base model's, three times
+    verdict = judge(trace, GOLDENS.load(SCENARIO.name, PINS.oracle), "candidate")
+    outputs = next(c for c in verdict.comparisons if c.layer == "engine_outputs")
+    assert verdict.kind == DIVERGED and outputs.cause == "mismatch"
+    assert outputs.first.path == "alpha.output_token_ids[0]", outputs.first
+
+
+@pytest.mark.oracle
+def test_an_engine_whose_block_hashes_forget_the_adapter_is_caught(warm_sessions):
+    from conformance.judging.verdict import DIVERGED, judge
+
+    session = warm_sessions(f"{PINS.oracle}+mutant:lora-hash-ignored")
+    trace = session.trace(SCENARIO)
+    verdict = judge(trace, GOLDENS.load(SCENARIO.name, PINS.oracle), "candidate")
+    steps = next(c for c in verdict.comparisons if c.layer == "engine_steps")
+    assert verdict.kind == DIVERGED and steps.cause == "scheduling"
+    # alpha and beta hit base's cached block (16 of their 32 tokens; the last is always computed)
+    found = {f.path: (f.expected, f.actual) for f in steps.fields}
+    assert found["requests.alpha.tokens"] == (PROMPT_LEN, PROMPT_LEN - 16), found
