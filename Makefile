@@ -77,17 +77,21 @@ gate: plan-envs
 		--reports out/gate --waivers waivers.toml $(GATE_OPTIONS); \
 		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
 
-# No two places in conformance/ share six or more lines of the same shape (the `duplicates`
-# command of the developers' tool library, where installed; its rows marked `boilerplate`, a
-# small class's or table's shape, pass). Fails on any other row.
+# No two places in conformance/, nor two in tests/, share six or more lines of the same shape
+# (the `duplicates` command of the developers' tool library, where installed; its rows marked
+# `boilerplate`, a small class's or table's shape, pass): the code has one piece for one job, and
+# the test files share their helpers (tests/helpers.py) instead of copying them. Fails on any
+# other row.
+DUPLICATES_IN = conformance tests
 duplicates:
 	@command -v duplicates >/dev/null || { echo "make duplicates: the duplicates command is not installed here" >&2; exit 2; }
-	@duplicates --repo conformance --most 40 --seconds 120 | tee /dev/stderr | grep -E '^D[0-9]+ ' | grep -v ' boilerplate' >/dev/null \
+	@for tree in $(DUPLICATES_IN); do echo "$$tree/:"; duplicates --repo $$tree --most 40 --seconds 120; done | tee /dev/stderr \
+		| grep -E '^D[0-9]+ ' | grep -v ' boilerplate' >/dev/null \
 		&& { echo "make duplicates: places above share six or more lines: make one piece of code serve both" >&2; exit 1; } || true
 
 # The HTML report as a reader sees it: installs chromium with apt-get where it is missing (root
 # only), gates the no-draft-reservation mutant (a TEST DEVICE) on the default scenarios, and
-# renders its report in headless Chromium in a 1366x768 window (tests/test_report_html.py):
+# renders its report in headless Chromium in a 1366x768 window (tests/report/test_report_html.py):
 # the first screen shows every verdict that did not pass, before the folded grid and the layers
 # table; no script error, both budget lines (4036 and 4096) labelled apart, the difference
 # panel, the zoom with its per-request table scrolling in its box, the capacity table. The gate
@@ -103,7 +107,7 @@ report-check: envs
 		--candidate "$$($(BIN)/python -c "$(ORACLE_PIN)")+mutant:no-draft-reservation" \
 		--reports out/report-check > out/report-check/report.txt; \
 		test $$? -le 2 && test -s out/report-check/report.html  # the mutant diverges, and crashes where it overruns
-	VLLM_PARITY_REPORT=out/report-check/report.html $(BIN)/python -m pytest -q tests/test_report_html.py
+	VLLM_PARITY_REPORT=out/report-check/report.html $(BIN)/python -m pytest -q tests/report/test_report_html.py
 
 # The C++ adapter kit and its reference engine (engines/cpp/build/): installs g++, make,
 # nlohmann-json3-dev and libb2-dev with apt-get where they are missing (root only), then
