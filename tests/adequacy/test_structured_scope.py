@@ -29,25 +29,22 @@ SOURCE = textwrap.dedent('''\
                 item.go()
             return items
     ''')
-RULES = '''
-[[measure]]
-file = "m.py"
-functions = ["*"]
-[[out_of_scope]]
-branch = "^if reasoner is None:$|^if item is None:$"
-taken = "false"
-{after}reason = "test: only the false direction reaches the code after it"
-'''
+# the toy module measured whole, and one false branch rule (`after` filled in by each test)
+RULES = (
+    'measure = [{file = "m.py", functions = ["*"]}]\n'
+    'out_of_scope = [{branch = "^if reasoner is None:$|^if item is None:$", taken = "false", '
+    '{after}reason = "test: only the false direction reaches the code after it"}]\n'
+)
 
 
 def _scope(tmp_path, after: str):
     path = tmp_path / "scope.toml"
-    path.write_text(RULES.format(after=after))
+    path.write_text(RULES.replace("{after}", after))
     return load_scope(path)
 
 
 def test_after_true_takes_the_code_after_an_if_that_always_leaves(tmp_path):
-    out = out_of_scope_lines(SOURCE, _scope(tmp_path, "after = true\n"))
+    out = out_of_scope_lines(SOURCE, _scope(tmp_path, "after = true, "))
     # should_advance's reasoning tail (8-9); in the loop, what follows `continue` in the loop's
     # body (15), not what follows the loop (16)
     assert sorted(out) == [8, 9, 15]
