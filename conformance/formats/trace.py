@@ -314,9 +314,10 @@ def _failure(data: dict, path) -> Failure | None:
     if "failure" not in data:
         return None
     failure = data["failure"]
-    if not isinstance(failure, dict) or not all(isinstance(failure.get(k), str) for k in ("kind", "message")):
+    if (not isinstance(failure, dict) or not isinstance(failure.get("kind"), str)
+            or not isinstance(failure.get("message", ""), str)):
         raise TraceError(f"{path}: failure must be an object with a kind and a message (strings)")
-    return Failure(failure["kind"], failure["message"])
+    return Failure(failure["kind"], failure.get("message", ""))
 
 
 def checked(trace: Trace) -> Trace:
