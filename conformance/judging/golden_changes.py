@@ -38,15 +38,15 @@ def change_summary(path: Path, old_text: str | None, trace: Trace) -> str:
         held = ", ".join(f"{layer} {len(records)} record(s)" for layer, records in trace.layers.items())
         return f"[goldens] new: {rel}: {held or 'no layer'}"
     try:
-        old = json.loads(old_text)
+        old_json = json.loads(old_text)  # plain JSON: the old file need not be a valid trace
         parts = []
         for layer, form in trace.forms.items():
-            c = compare_digest_layer(layer, old.get("digests", {}).get(layer) or {"records": []}, form)
+            c = compare_digest_layer(layer, old_json.get("digests", {}).get(layer) or {"records": []}, form)
             if not c.equal:
                 parts.append(f"{layer} record {c.index} (by its digest; {c.expected_count} -> {c.actual_count} "
-                             f"records{_checkpoint_change(layer, old.get('digests', {}).get(layer) or {}, form)})")
+                             f"records{_checkpoint_change(layer, old_json.get('digests', {}).get(layer) or {}, form)})")
         for layer, records in trace.layers.items():
-            c = compare_layer(layer, old.get("layers", {}).get(layer, []), records)
+            c = compare_layer(layer, old_json.get("layers", {}).get(layer, []), records)
             if not c.equal:
                 f = c.first
                 parts.append(f"{layer} {c.where}, {said(f.path, f.expected, f.actual)}"
