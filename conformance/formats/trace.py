@@ -117,7 +117,8 @@ class Trace(Mapping):
         if layers is None:
             return self
         return replace(self, layers={k: v for k, v in self.layers.items() if k in layers},
-                       digests={k: v for k, v in self.forms.items() if k in layers})
+                       digests=None if self.digests is None else
+                       {k: v for k, v in self.digests.items() if k in layers})
 
     def with_label(self, label: str) -> Trace:
         return replace(self, engine=dict(self.engine, label=label))
