@@ -12,6 +12,7 @@ from conformance import cli
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
+from conformance.formats.trace import Failure, Trace
 from conformance.gate.context import RunContext
 from conformance.gate.plan import plan_run
 from conformance.gate.results import write_results
@@ -133,7 +134,8 @@ def test_a_pin_that_cannot_serve_the_layers_here_is_not_a_failure(monkeypatch, c
     failure stays a failure (exit 2)."""
     def runs(kind):
         def fake(selection, scenarios, pins, log, write):
-            yield "0.33.0", {"scenario": {"name": GATE.stem}, "failure": {"kind": kind, "message": "no CPU build"}}
+            yield "0.33.0", Trace(engine={"label": "vllm-0.33.0"}, scenario={"name": GATE.stem, "sha256": "x"},
+                                  provenance={}, layers={}, failure=Failure(kind, "no CPU build"))
         return fake
 
     argv = ["goldens", "--check", "--engine", "0.33.0", "--scenario", str(GATE)]
