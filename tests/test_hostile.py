@@ -954,7 +954,7 @@ def test_schema_nan_in_a_candidates_trace_does_not_pass_merge(schema_gate, tmp_p
 def schema_golden_file(tmp_path, scenario: str, edit):
     """A copy of the oracle's committed golden, edited, in a store of its own."""
     golden = GOLDENS.load(scenario, SCHEMA_PINS.oracle)
-    edited = copy.deepcopy(golden)
+    edited = copy.deepcopy(golden.to_json())
     edit(edited)
     store = GoldenStore(tmp_path / "goldens")
     path = store.path(scenario, SCHEMA_PINS.oracle)
@@ -982,10 +982,10 @@ def test_schema_a_non_finite_golden_is_an_invalid_golden(tmp_path, capsys, value
             golden["scenario"]["logprob_atol"] = value
     golden = schema_golden_file(tmp_path, "engine_ngram", edit)
     candidate = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
-    candidate["engine"] = dict(candidate["engine"], label="port")
+    candidate = candidate.with_label("port")
     candidate["layers"]["engine_outputs"][0]["logprobs"][3][0][1] -= 0.5
     trace = tmp_path / "candidate.json"
-    trace.write_text(json.dumps(candidate), encoding="utf-8")
+    trace.write_text(dumps(candidate), encoding="utf-8")
     status = cli.main(["compare", "--trace", str(trace), "--golden", str(golden)])
     out = capsys.readouterr().out
     assert status == 2 and ": INVALID_GOLDEN" in out and "finite numbers only" in out, out
