@@ -16,7 +16,6 @@ def explain(update) -> str:
     """Why a regenerated golden (a GoldenUpdate) does not hold, in goldens-check's words: per
     layer, what the golden (its path from the repository root) says and what the oracle run now
     gives."""
-
     shown = shown_path(update.path)
     rule = f" ({update.check.rule} rule)" if update.check else ""
     verdict = update.check.verdict if update.check else None
