@@ -66,7 +66,7 @@ class Trace(Mapping):
     whole and a golden carrying one is refused (judging/provenance.py).
 
     As a read-only Mapping it reads as its JSON (trace["layers"] is trace.layers), for tests
-    and whoever inspects one; the house reads the attributes (tests/test_house.py)."""
+    and whoever inspects one; the house reads the attributes (tests/house/test_house_trace.py)."""
 
     engine: dict
     scenario: dict
