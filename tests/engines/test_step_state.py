@@ -20,7 +20,7 @@ from conformance.process.launch import EngineSpec
 from conformance.report.render_html import html_report
 from conformance.report.render_text import render
 from conformance.report.view import gate_view
-from conftest import REPO, trace_of
+from tests.helpers import REPO, trace_of
 
 
 def judge(trace, golden, role):

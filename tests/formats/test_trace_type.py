@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 
 from conformance.formats.trace import Failure, Trace, TraceError, dumps, load_trace, loads_trace
-from conftest import REPO
+from tests.helpers import REPO
 
 
 def test_every_committed_golden_reads_and_writes_byte_for_byte():

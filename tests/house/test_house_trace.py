@@ -5,7 +5,7 @@ allowed only on the names NOT_TRACES lists, each with what it is."""
 
 import ast
 
-from conftest import REPO
+from tests.helpers import REPO
 
 # the parts of a trace's JSON (formats/trace.py's schema)
 TRACE_KEYS = {"schema", "engine", "scenario", "provenance", "layers", "digests", "failure", "not_served",

@@ -6,19 +6,19 @@ conformance/judging/provenance.py check_golden every one holds, and a real numer
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
 from conformance.formats.trace import Trace, dumps
 from conformance.judging import provenance
+from tests.helpers import REPO
 
 
 def check_golden(trace: dict, golden: dict):
     """provenance.check_golden of two traces given as their JSON."""
     return provenance.check_golden(Trace.from_json(dict(trace), "trace"), Trace.from_json(dict(golden), "golden"))
 
-DATA = Path(__file__).parents[1] / "data" / "cross_machine"
+DATA = REPO / "tests" / "data" / "cross_machine"
 PAIRS = sorted(p.name for p in (DATA / "avx2").glob("*.json"))
 
 
@@ -105,7 +105,7 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
     with EngineSession(prepare_engine(EngineRef.pin(oracle), log=lambda m: None)) as session:
         assert session.start().hello["environment"]["cpu"]["onednn_max_isa"] == "SSE41"
         for name in ("engine_kv_pressure", "engine_eagle3"):
-            scenario = load_scenario(Path(__file__).parents[2] / "scenarios" / f"{name}.json")
+            scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
             trace = session.trace(scenario)
             assert "failure" not in trace, trace["failure"]
             golden = GOLDENS.load(name, oracle)

@@ -7,7 +7,7 @@ from conformance.judging.numerics import capacity_excess
 from conformance.judging import verdict as verdicts
 from conformance.judging.verdict import DIVERGED, NUMERICS, PASS
 from conformance.report.render_text import render_verdict
-from conftest import trace_of
+from tests.helpers import trace_of
 
 
 def judge(trace, golden, role):
