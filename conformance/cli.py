@@ -404,8 +404,8 @@ def cmd_run(args) -> int:
             trace = session.trace(scenario, layers)
     remove_dead_writers_temporaries(args.out)  # what an earlier run killed while writing it left
     write_text_atomic(args.out, dumps(trace))
-    if "failure" in trace:
-        log(f"parity run: {trace['failure']['kind']}: {trace['failure']['message']}\n"
+    if trace.failure is not None:
+        log(f"parity run: {trace.failure.kind}: {trace.failure.message}\n"
             f"partial trace kept in {args.out}")
         return 2
     log(f"parity run: trace written to {args.out}")
@@ -417,16 +417,16 @@ def cmd_compare(args) -> int:
     trace = load_trace(args.trace)
     if args.replay:
         scenario = load_scenario(args.replay)
-        if scenario.name != trace["scenario"]["name"]:
+        if scenario.name != trace.scenario_name:
             raise InputError(f"--replay {args.replay}: scenario {scenario.name!r}, the trace's is "
-                             f"{trace['scenario']['name']!r}")
+                             f"{trace.scenario_name!r}")
         trace = oracle_windows(trace, scenario, pins, log)
-    golden = lookup(args.golden) if args.golden else GOLDENS.lookup(trace["scenario"]["name"], pins.oracle)
-    engine = trace["engine"]
+    golden = lookup(args.golden) if args.golden else GOLDENS.lookup(trace.scenario_name, pins.oracle)
+    engine = trace.engine
     name = engine.get("name")
-    if isinstance(name, str) and name and not str(engine.get("label", "")).startswith(name):
+    if isinstance(name, str) and name and not trace.label.startswith(name):
         # a command's run is named by its hello, as the gate names it, not by its command line
-        trace = dict(trace, engine=dict(engine, label=f"{name} {engine.get('version') or ''}".strip()))
+        trace = trace.with_label(f"{name} {engine.get('version') or ''}".strip())
     verdict = judge_trace(trace, golden, CANDIDATE)
     print(render([verdict], pins.oracle))
     return exit_status([verdict])
@@ -501,7 +501,7 @@ def cmd_comparable(args) -> int:
     except NotComparable as exc:
         print(f"NOT COMPARABLE: {exc}")
         return 1
-    print(f"comparable: {a['engine']['label']} and {b['engine']['label']} ran {a['scenario']['name']} "
+    print(f"comparable: {a.label} and {b.label} ran {a.scenario_name} "
           "under equal per-step token budgets")
     return 0
 

@@ -166,3 +166,17 @@ def bounded(fn, seconds: float, cleanup_pids=lambda: []):
     if "error" in result:
         raise result["error"]
     return result["value"], time.monotonic() - start
+
+
+def trace_of(data):
+    """A Trace (conformance/formats/trace.py) from a test's JSON of one, a dict or a Trace read
+    as one, the parts it leaves out empty: tests edit a trace as JSON, the harness takes the type."""
+    from conformance.formats.trace import Failure, Trace
+
+    data = dict(data)
+    failure = data.get("failure")
+    lists = {k: tuple(data[k]) for k in ("not_served", "capabilities", "features", "unsupported_features")
+             if k in data}
+    return Trace(engine=data.get("engine", {}), scenario=data.get("scenario", {}),
+                 provenance=data.get("provenance", {}), layers=data.get("layers", {}), digests=data.get("digests"),
+                 failure=None if failure is None else Failure(failure["kind"], failure.get("message", "")), **lists)

@@ -35,6 +35,7 @@ from conformance.formats.mutant import Mutant
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import Scenario
 from conformance.formats.settings import cache_root
+from conformance.formats.trace import Trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.judging import judge_trace
 from conformance.judging.requirement_rows import where_of
@@ -112,10 +113,10 @@ def measure_coverage(release: str, scenarios: list[Scenario], scope: Scope, log=
     return PinCoverage(release, functions, sources, time.monotonic() - started, scope.callees)
 
 
-def measured(trace: dict) -> None:
+def measured(trace: Trace) -> None:
     """A run under coverage.py counts only when it ran to its end: a failure stops the measure."""
-    if "failure" in trace:
-        raise EngineFailure(trace["failure"]["kind"], trace["failure"]["message"])
+    if trace.failure is not None:
+        raise EngineFailure(trace.failure.kind, trace.failure.message)
 
 
 # -- mutants --------------------------------------------------------------------------------

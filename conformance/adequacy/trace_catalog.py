@@ -28,7 +28,7 @@ from __future__ import annotations
 import random
 import time
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cache
 from pathlib import Path
 from types import SimpleNamespace
@@ -37,6 +37,7 @@ from conformance.adequacy.trace_mutants import EXCEPTIONS, Known, Mutant, mutant
 from conformance.formats.digest import LAYERS as DIGEST_LAYERS, DigestSink, digest_of, expand_context
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
+from conformance.formats.trace import Trace
 from conformance.gate.run import assemble
 from conformance.gate.shards import plan
 from conformance.judging.goldens import GOLDENS, Golden, GoldenStore, without_windows
@@ -57,7 +58,7 @@ class Target:
 
     name: str
     scenario: object
-    golden: dict
+    golden: Trace
     layers: dict
     digest_layers: frozenset = frozenset()
     twin: bool = False  # a library golden judged again in the digest form
@@ -75,27 +76,27 @@ def targets(scenarios, releases, store: GoldenStore = GOLDENS, twins: bool = Tru
                     yield name, golden.message
                 continue
             trace = without_windows(golden.trace)
-            digests = trace.get("digests", {})
+            digests = trace.forms
             if digests:  # a production golden
                 held = {layer: _held(layer, form) for layer, form in digests.items()}
-                yield Target(name, scenario, trace, {**trace["layers"], **held}, frozenset(digests))
+                yield Target(name, scenario, trace, {**trace.layers, **held}, frozenset(digests))
                 continue
-            yield Target(name, scenario, trace, dict(trace["layers"]))
-            twin = [layer for layer in DIGEST_LAYERS if layer in trace["layers"]]
+            yield Target(name, scenario, trace, dict(trace.layers))
+            twin = [layer for layer in DIGEST_LAYERS if layer in trace.layers]
             if twins and twin:
                 yield Target(f"{name} (digest form)", scenario, digest_twin(trace, twin),
-                             dict(trace["layers"]), frozenset(twin), twin=True)
+                             dict(trace.layers), frozenset(twin), twin=True)
 
 
-def digest_twin(golden: dict, layers: list[str]) -> dict:
+def digest_twin(golden: Trace, layers: list[str]) -> Trace:
     """The golden with `layers` in the digest form, digested from its records."""
     forms = {}
     for layer in layers:
         sink = DigestSink(layer)
-        for record in golden["layers"][layer]:
+        for record in golden.layers[layer]:
             sink.append(record)
         forms[layer] = sink.to_json()
-    return dict(golden, layers={k: v for k, v in golden["layers"].items() if k not in layers}, digests=forms)
+    return replace(golden, layers={k: v for k, v in golden.layers.items() if k not in layers}, digests=forms)
 
 
 def _held(layer: str, form: dict) -> list:
@@ -144,7 +145,7 @@ class Received(DigestSink):
 class _Held:
     """The golden store of one golden (judge_layers' `store`)."""
 
-    def __init__(self, trace: dict):
+    def __init__(self, trace: Trace):
         self.trace = trace
 
     def lookup(self, scenario: str, release: str) -> Golden:
@@ -155,15 +156,15 @@ def judge_run(target: Target, layers: dict) -> Verdict:
     """A candidate's run of `target`'s scenario that sent `layers`, judged as the gate judges it."""
     engine, scenario, golden = CANDIDATE_ENGINE, target.scenario, target.golden
     units = plan([(engine.key, 1)], [scenario], None)
-    hello = {"engine": golden["engine"].get("name"), "version": golden["engine"].get("version"),
-             "protocol": golden["engine"].get("protocol")}
+    hello = {"engine": golden.engine.get("name"), "version": golden.engine.get("version"),
+             "protocol": golden.engine.get("protocol")}
     traces = {}
     for unit in units:
         sent = {}
         for layer in unit.layers:
             items = layers.get(layer, [])
             if layer in target.digest_layers:
-                sink = Received(layer, golden["digests"][layer])
+                sink = Received(layer, golden.forms[layer])
                 for item in items:
                     sink.feed(item)
                 sent[layer] = sink

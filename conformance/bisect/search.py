@@ -21,6 +21,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import NamedTuple
 
 from conformance.adequacy.scope import load_scope
 from conformance.formats.engine_ref import EngineRef
@@ -28,6 +29,7 @@ from conformance.formats.log import log
 from conformance.formats.pins import CommitPin, Pins
 from conformance.formats.protocol import ENGINE_LAYERS
 from conformance.formats.scenario import Scenario
+from conformance.formats.trace import Failure
 from conformance.judging.compare import compare_layer
 from conformance.process.commit_env import changed_files, git
 from conformance.process.envs import env_dir, ensure_env
@@ -35,6 +37,13 @@ from conformance.process.launch import prepare_engine
 from conformance.process.progress import duration
 from conformance.process.session import EngineSession
 from conformance.report.port_queue import Change, PortQueue, QueueEntry
+
+
+class Outcome(NamedTuple):
+    """What a commit's run of one scenario gave: its records, and its failure if it had one."""
+
+    layers: dict
+    failure: Failure | None
 
 
 def scheduling_files() -> set[str]:
@@ -82,7 +91,7 @@ class Bisect:
         with EngineSession(prepare_engine(EngineRef.pin(pin.name), pins, self.log)) as session:
             for name, scenario in self.scenarios.items():
                 trace = session.trace(scenario, self.layers_of(scenario))
-                out[name] = {"layers": trace.get("layers", {}), "failure": trace.get("failure")}
+                out[name] = Outcome(trace.layers, trace.failure)
         self.log(f"[bisect] {pin.label}: environment {'cached' if cached else 'built in ' + duration(built)}, "
                  f"{len(out)} scenarios in "
                  f"{duration(time.monotonic() - started - built)}")
@@ -97,12 +106,12 @@ class Bisect:
         """The first field where scenario `name` differs between two commits."""
         a, b = self.traces(before)[name], self.traces(after)[name]
         rows = self.scenarios[name].rows
-        if a["failure"] != b["failure"]:
-            return Change(name, rows, "run", "failure", "failure", (a["failure"] or {}).get("message"),
-                          (b["failure"] or {}).get("message"))
-        for layer in sorted(set(a["layers"]) | set(b["layers"]), key=lambda x: self.scenarios[name].layers.index(x)
+        if a.failure != b.failure:
+            return Change(name, rows, "run", "failure", "failure", a.failure and a.failure.message,
+                          b.failure and b.failure.message)
+        for layer in sorted(set(a.layers) | set(b.layers), key=lambda x: self.scenarios[name].layers.index(x)
                             if x in self.scenarios[name].layers else 99):
-            compared = compare_layer(layer, a["layers"].get(layer, []), b["layers"].get(layer, []))
+            compared = compare_layer(layer, a.layers.get(layer, []), b.layers.get(layer, []))
             if not compared.equal:
                 first = compared.first
                 return Change(name, rows, layer, compared.where, first.path if first else "?",

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.errors import InputError
+from conformance.formats.trace import Trace
 from conformance.formats.files import write_text_atomic
 from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import load_scenario
@@ -281,12 +282,13 @@ def confirm(pair: Pair, finding: Finding, folder: Path, seed: int, candidate: st
         f"tried is kept, named as not confirmed, in {kept}")
 
 
-def rerun_outcome(verdict, got: str | None, oracle: dict) -> str:
+def rerun_outcome(verdict, got: str | None, oracle: Trace | None) -> str:
     """What a confirming rerun gave, when not the finding: another failure, a pass, or no
     verdict because the oracle could not run the written scenario."""
     if verdict is None:
-        failure = oracle.get("failure") or {}
-        return f"the oracle could not run it ({failure.get('kind', 'no trace')}: {failure.get('message', '')})"
+        failure = oracle.failure if oracle is not None else None
+        kind, message = (failure.kind, failure.message) if failure is not None else ("no trace", "")
+        return f"the oracle could not run it ({kind}: {message})"
     if got is None:
         return f"it passed on the rerun (verdict {verdict.kind})"
     return f"got {got}"

@@ -57,6 +57,7 @@ from conformance.formats.errors import InputError
 from conformance.formats.features import declared
 from conformance.formats.pins import REPO_ROOT
 from conformance.formats.scenario import Scenario, ScenarioError, parse_scenario
+from conformance.formats.trace import Failure, Trace
 from conformance.fuzz import strategies as fuzz_strategies
 from conformance.fuzz.cause import cause
 from conformance.fuzz.reduce import reduce_production, shape
@@ -153,11 +154,11 @@ class Pair:
         oracle, candidate = (side.result() for side in sides)
         return oracle, candidate
 
-    def judge(self, scenario: Scenario, timeout: float | None = None) -> tuple[Verdict | None, dict]:
+    def judge(self, scenario: Scenario, timeout: float | None = None) -> tuple[Verdict | None, Trace]:
         """The candidate's verdict against the oracle's trace as its golden (None when the
         oracle could not run the scenario), and the oracle's trace."""
         oracle, candidate = self.run(scenario, timeout)
-        if "failure" in oracle:
+        if oracle.failure is not None:
             return None, oracle
         verdict = judge_trace(candidate, oracle, CANDIDATE)
         if verdict.kind == Kind.UNSUPPORTED:
@@ -165,12 +166,12 @@ class Pair:
                             f"({', '.join(self.layers)}): {verdict.message}; choose them with --layers")
         return verdict, oracle
 
-    def _trace(self, session: EngineSession, scenario: Scenario, until: float | None) -> dict:
+    def _trace(self, session: EngineSession, scenario: Scenario, until: float | None) -> Trace:
         session.start(until)  # an engine that cannot start (or restart) stops the run: EngineFailure
         return session.trace(scenario, self.layers, until=until)
 
 
-def signature(verdict: Verdict, scenario: Scenario | None = None, oracle: dict | None = None) -> str | None:
+def signature(verdict: Verdict, scenario: Scenario | None = None, oracle: Trace | None = None) -> str | None:
     """What a failing verdict is, for shrinking and for telling findings apart:
     `diverged steps.requests.*.tokens @ prefill-continuation+budget-bound`, `crash`, ...; None
     when it passes. The cause after `@` (conformance/fuzz/cause.py) is read from the oracle's
@@ -180,9 +181,9 @@ def signature(verdict: Verdict, scenario: Scenario | None = None, oracle: dict |
     where = re.sub(r"\br\d+\b", "*", where_of(verdict))  # request ids: renumbered by shrinking
     where = re.sub(r"\[(token )?\d+\]", lambda m: f"[{m[1] or ''}*]", where)  # positions, token ids
     text = f"{verdict.kind} {where}".strip()
-    if oracle is not None and "layers" in oracle:
+    if oracle is not None:
         why = cause(verdict, scenario.workload if scenario is not None else None,
-                    oracle["layers"].get("steps") or [])
+                    oracle.layers.get("steps") or [])
         text = f"{text} @ {why}" if why else text
     return f"{text} then {verdict.failure}" if verdict.failure else text
 
@@ -285,10 +286,10 @@ def count_of(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 
 
-def _why(failure: dict) -> str:
+def _why(failure: Failure) -> str:
     """A failure's message without the scenario name and the engine's stderr tail."""
-    text = failure["message"].split("; last stderr lines:")[0].splitlines()[0]
-    return f"{failure['kind']}: " + re.sub(r"^.*?: engine reported ", "", text)[:160]
+    text = failure.message.split("; last stderr lines:")[0].splitlines()[0]
+    return f"{failure.kind}: " + re.sub(r"^.*?: engine reported ", "", text)[:160]
 
 
 @dataclass
@@ -531,12 +532,12 @@ class Search:
                 self.branches.new()
             if not shrinking:  # a shrink run is counted apart (shrink_runs), its causes not kept
                 self.stats.skipped += 1
-                self.stats.why_skipped[_why(oracle["failure"])] += 1
+                self.stats.why_skipped[_why(oracle.failure)] += 1
             event("the oracle could not run it")
             reject()
-        refused = any(r.get("refused") for records in oracle["layers"].values() for r in records[:1])
+        refused = any(r.get("refused") for records in oracle.layers.values() for r in records[:1])
         self.stats.refused += refused and not shrinking
-        seen = behaviours(scenario, oracle["layers"])
+        seen = behaviours(scenario, oracle.layers)
         new_branches = self.branches.new() if self.branches is not None else 0
         if not shrinking:
             self.stats.behaviours |= seen

@@ -54,8 +54,8 @@ def report_labels(engines: list[EngineRef], units: list[Unit], traces: dict) -> 
         label = engine.name or (engine.key if engine.command is None else None)
         if label is None:
             argv = engine.argv
-            hello = next((traces[u.key]["engine"] for u in units
-                          if u.engine == engine.key and traces[u.key]["engine"].get("name")), None)
+            hello = next((traces[u.key].engine for u in units
+                          if u.engine == engine.key and traces[u.key].engine.get("name")), None)
             label = f"{hello['name']} {hello['version']}" if hello else Path(argv[0]).name
             if label in labels.values() and argv[1:]:
                 label += f" ({shlex.join(argv[1:])})"

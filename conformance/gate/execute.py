@@ -14,6 +14,7 @@ from dataclasses import replace
 from conformance.formats import digest
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.settings import device_mode
+from conformance.formats.trace import Trace
 from conformance.gate.context import RunContext
 from conformance.gate.recorded import recorded_session
 from conformance.gate.shards import COLD_START, Unit, assign, share_cost
@@ -25,16 +26,16 @@ from conformance.process.reaper import end_all, ended_unwinding, resume
 
 
 def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: list[Unit],
-              features: dict | None = None) -> dict[str, dict]:
+              features: dict | None = None) -> dict[str, Trace]:
     """Run `units` (in plan order), one warm session per engine (two where a balanced cut
     splits one, side_by_side_pieces), up to `context.parallel` side by side; unit key -> its
     trace. `features`: scenario name -> the features it needs (the manifest's); a candidate is
     not sent a scenario needing one its hello does not declare."""
     log, parallel = context.log, context.parallel
     by_name = {s.name: s for s in scenarios}
-    traces: dict[str, dict] = {}
+    traces: dict[str, Trace] = {}
     with Progress(share_cost(units), log) as progress:
-        def run_engine(number: int, engine: EngineRef, mine: list[Unit]) -> tuple[list[dict], int]:
+        def run_engine(number: int, engine: EngineRef, mine: list[Unit]) -> tuple[list[Trace], int]:
             progress.say(f"[gate] engine {number}/{len(engines)}: {engine.key} ({engine.role}), "
                          f"{len(mine)} unit{'s' if len(mine) != 1 else ''}"
                          + ("" if engine.kind.runs else ", read from its goldens"))
@@ -59,7 +60,7 @@ def run_share(context: RunContext, engines: list[EngineRef], scenarios, units: l
         numbers = {engine.key: (number, engine) for number, engine in enumerate(engines, 1)}
         pieces = side_by_side_pieces(units, parallel)
 
-        def run_piece(piece: list[Unit]) -> tuple[list[dict], int]:
+        def run_piece(piece: list[Unit]) -> tuple[list[Trace], int]:
             done, starts = [], 0
             for key, mine in segments(piece):
                 traced, started = run_engine(*numbers[key], mine)
@@ -103,7 +104,7 @@ def golden_sinks(oracle: str):
     the `oracle` pin as they arrive (the records around the first difference are kept)."""
     def sinks(scenario, layers: list[str]) -> dict:
         golden = GOLDENS.lookup(scenario.name, oracle).trace
-        return digest.sinks(layers, None if golden is None else golden.get("digests"))
+        return digest.sinks(layers, None if golden is None else golden.digests)
     return sinks
 
 

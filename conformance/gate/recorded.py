@@ -20,6 +20,7 @@ from conformance.formats.kinds import Kind
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.protocol import ENGINE_LAYERS
 from conformance.formats.scenario import Scenario
+from conformance.formats.trace import Failure, Trace
 from conformance.judging.goldens import GOLDENS, GoldenStore
 from conformance.process.session import RecordedSession
 
@@ -30,32 +31,31 @@ def recorded_session(engine: EngineRef, device: str, store: GoldenStore = GOLDEN
 
 
 def from_goldens(engine: EngineRef, device: str, store: GoldenStore, scenario: Scenario,
-                 layers: list[str]) -> tuple[dict | None, dict | None]:
+                 layers: list[str]) -> tuple[Trace | None, Failure | None]:
     """(the pin's golden of `scenario`, None) when it records every layer of `layers`, else
     (None, the failure saying why not)."""
     golden = store.lookup(scenario.name, engine.release)
-    if golden.trace is None or golden.trace["scenario"]["sha256"] != scenario.sha256:
+    if golden.trace is None or golden.trace.sha256 != scenario.sha256:
         return None, _none(engine, device, store, scenario, layers, golden)
     recorded = golden.trace
-    absent = [layer for layer in layers if layer not in recorded["layers"] and layer not in recorded.get("digests", {})]
+    absent = [layer for layer in layers if layer not in recorded.layers and layer not in recorded.forms]
     if absent:
         return None, _none(engine, device, store, scenario, absent, golden)
     return recorded, None
 
 
-def _none(engine: EngineRef, device: str, store: GoldenStore, scenario: Scenario, layers: list[str], golden) -> dict:
+def _none(engine: EngineRef, device: str, store: GoldenStore, scenario: Scenario, layers: list[str], golden) -> Failure:
     """Why the goldens hold no record of `layers` for this unit, as a trace's failure."""
     release, pins = engine.release, store.pins
     # a pin without a CPU engine refuses a scenario with engine layers whole, as its worker does
     if device == "cpu" and set(scenario.layers) & set(ENGINE_LAYERS) and not pins.cpu_engine_build(release):
-        return {"kind": Kind.UNSUPPORTED,
-                "message": f"no golden of vllm {release} for {scenario.name}: its whole engine cannot run on "
-                           f"CPU ({pins.no_cpu_engine_reason(release)}); its engine layers run on GPU runners"}
+        return Failure(Kind.UNSUPPORTED,
+                       f"no golden of vllm {release} for {scenario.name}: its whole engine cannot run on "
+                       f"CPU ({pins.no_cpu_engine_reason(release)}); its engine layers run on GPU runners")
     if golden.trace is not None:  # a golden of another version of the scenario
-        return {"kind": Kind.MISSING_GOLDEN,
-                "message": f"{golden.path} records another version of scenario {scenario.name}: write it with "
-                           f"`make goldens`, or run the pin with --stand-ins live"}
+        return Failure(Kind.MISSING_GOLDEN,
+                       f"{golden.path} records another version of scenario {scenario.name}: write it with "
+                       f"`make goldens`, or run the pin with --stand-ins live")
     message = golden.message if golden.kind else f"{golden.path} holds no record of {', '.join(layers)}"
-    return {"kind": golden.kind or Kind.MISSING_GOLDEN,
-            "message": f"{message} (the stand-in {engine.key} is read from its goldens; "
-                       f"--stand-ins live runs the pin)"}
+    return Failure(golden.kind or Kind.MISSING_GOLDEN,
+                   f"{message} (the stand-in {engine.key} is read from its goldens; --stand-ins live runs the pin)")

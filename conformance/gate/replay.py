@@ -22,11 +22,13 @@ digest at its place before it shows one.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from conformance.formats.pins import pin_label
 from conformance.formats.digest import WINDOW, DigestSink, digest, digest_of
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.scenario import Scenario
+from conformance.formats.trace import Trace
 from conformance.formats.workload import prompt_tokens, target_next
 from conformance.judging.digest_compare import compare_digest_layer
 from conformance.judging.goldens import GOLDENS, GoldenStore
@@ -34,30 +36,31 @@ from conformance.process.launch import prepare_engine
 from conformance.process.session import EngineSession
 
 
-def with_oracle_windows(traces: dict[str, dict], scenarios, pins, log, store: GoldenStore = GOLDENS) -> dict[str, dict]:
+def with_oracle_windows(traces: dict[str, Trace], scenarios, pins, log,
+                        store: GoldenStore = GOLDENS) -> dict[str, Trace]:
     """Every trace of a production scenario that differs from the oracle's golden, with the
     oracle's records at its first difference (one replay per scenario and step)."""
     by_name = {s.name: s for s in scenarios}
     replays: dict[tuple[str, int], dict] = {}
     out = {}
     for key, trace in traces.items():
-        scenario = by_name.get(trace["scenario"]["name"])
-        if scenario is not None and scenario.scale == "production" and "digests" in trace:
+        scenario = by_name.get(trace.scenario_name)
+        if scenario is not None and scenario.scale == "production" and trace.digests is not None:
             trace = oracle_windows(trace, scenario, pins, log, store, replays)
         out[key] = trace
     return out
 
 
-def oracle_windows(trace: dict, scenario: Scenario, pins, log, store: GoldenStore = GOLDENS,
-                   replays: dict | None = None) -> dict:
+def oracle_windows(trace: Trace, scenario: Scenario, pins, log, store: GoldenStore = GOLDENS,
+                   replays: dict | None = None) -> Trace:
     """The trace with `oracle_window` in each digest layer that differs from the golden."""
     golden = store.lookup(scenario.name, pins.oracle).trace
-    if golden is None or golden["scenario"]["sha256"] != trace["scenario"]["sha256"]:
+    if golden is None or golden.sha256 != trace.sha256:
         return trace  # judged as missing or invalid: nothing to show
     replays = {} if replays is None else replays
-    digests = dict(trace["digests"])
-    for layer, form in trace["digests"].items():
-        expected = golden.get("digests", {}).get(layer)
+    digests = dict(trace.digests)
+    for layer, form in trace.digests.items():
+        expected = golden.forms.get(layer)
         if expected is None or "problem" in form:
             continue
         c = compare_digest_layer(layer, expected, form)
@@ -71,7 +74,7 @@ def oracle_windows(trace: dict, scenario: Scenario, pins, log, store: GoldenStor
             window = replays[(scenario.name, c.index)]
         if window is not None:
             digests[layer] = dict(form, oracle_window=window)
-    return dict(trace, digests=digests)
+    return replace(trace, digests=digests)
 
 
 def _shown(expected: dict, index: int) -> bool:
@@ -90,9 +93,9 @@ def replay_steps(scenario: Scenario, expected: dict, index: int, pins, log) -> d
     sink = DigestSink("steps", keep_last=2 * WINDOW + 1)
     spec = prepare_engine(EngineRef.pin(pins.oracle), pins, log)
     with EngineSession(spec, sinks=lambda _scenario, _layers: {"steps": sink}) as session:
-        failure = session.trace(scenario, ["steps"], stop_after_step=last).get("failure")
+        failure = session.trace(scenario, ["steps"], stop_after_step=last).failure
     if failure is not None:
-        return _failed(index, started, f"the oracle's replay failed: {failure['kind']}: {failure['message']}")
+        return _failed(index, started, f"the oracle's replay failed: {failure.kind}: {failure.message}")
     golden = [digest_of(e) for e in expected["records"]]
     ran = [digest_of(e) for e in sink.entries]
     wrong = next((i for i, (x, y) in enumerate(zip(golden, ran)) if x != y), None)

@@ -24,7 +24,7 @@ from conformance.formats.files import (InputFileError, read_bytes, read_text, re
                                        write_text_atomic)
 from conformance.formats.pins import Pins
 from conformance.formats.protocol import LAYERS
-from conformance.formats.trace import TraceError, dumps, loads_trace
+from conformance.formats.trace import Trace, TraceError, dumps, loads_trace
 from conformance.gate.plan import RunManifest, digest, goldens_digest, tool_identity
 from conformance.gate.shards import GROUPS, ShardError, Unit
 from conformance.judging.verdict import ROLES
@@ -35,7 +35,7 @@ IDENTITY = ("tool", "oracle", "pins", "scenario_set", "goldens", "engines", "lay
             "require_layers", "require_features", "plan", "device", "count")
 
 
-def write_results(folder: Path, manifest: RunManifest, index: int, done: list[tuple[Unit, dict, dict]]) -> None:
+def write_results(folder: Path, manifest: RunManifest, index: int, done: list[tuple[Unit, Trace, dict]]) -> None:
     """The results folder of shard `index` (1 for a whole run); done: (unit, its trace, its
     verdict summary) for each unit of its share. Called while the run holds the folder's claim.
 
@@ -69,7 +69,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)[:100]
 
 
-def read_results(folders: list[Path], pins: Pins) -> tuple[RunManifest, dict[str, dict]]:
+def read_results(folders: list[Path], pins: Pins) -> tuple[RunManifest, dict[str, Trace]]:
     """Every shard's results folder, checked (load_results) and made by this checkout: the
     run's manifest and each unit's trace by unit key."""
     manifest, traces = load_results(folders)
@@ -109,7 +109,7 @@ def _units(engines: list[EngineRef], manifest: dict) -> list[Unit]:
         raise ShardError(f"the shards' manifests name a unit outside their plan ({exc})") from None
 
 
-def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:
+def load_results(folders: list[Path]) -> tuple[dict, dict[str, Trace]]:
     """Check that `folders` are every shard of one gate run, once each; return the common
     manifest (its `units` those of every shard) and each unit's trace by unit key. Anything else is a ShardError saying which
     folder and what."""
@@ -136,7 +136,7 @@ def load_results(folders: list[Path]) -> tuple[dict, dict[str, dict]]:
         raise ShardError(f"shard{'s' if len(missing) > 1 else ''} "
                          f"{', '.join(f'{i}/{count}' for i in missing)} missing: a merge needs every "
                          f"shard of the run (given: {', '.join(f'{i}/{count}' for i in sorted(seen))})")
-    traces: dict[str, dict] = {}
+    traces: dict[str, Trace] = {}
     for folder, manifest in manifests:
         for entry in manifest["units"]:
             if entry["key"] in traces:

@@ -1,6 +1,6 @@
 """A gate run put together, stage by stage: plan (gate/plan.py), run the share
 (gate/execute.py), then either write a shard's results folder (gate/results.py) or judge every
-trace and report (`finish`).
+trace and report (`finish`: `judge_all`, then `report`).
 
 `parity gate` runs every unit and finishes; `parity gate --shard I/N` runs its share and writes
 a results folder; `parity merge` reads every shard's folder and finishes. Both ways end in
@@ -10,14 +10,13 @@ status and reports one unsharded run gives.
 
 from __future__ import annotations
 
-import copy
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.files import claim_folder
-from conformance.formats.trace import checked
+from conformance.formats.trace import Trace, checked
 from conformance.gate.context import RunContext
 from conformance.gate.engines import report_labels
 from conformance.gate.execute import run_share
@@ -77,43 +76,75 @@ def merge(context: RunContext, folders: list[Path]) -> int:
         return finish(context, manifest, traces)
 
 
-def finish(context: RunContext, manifest: RunManifest, traces: dict[str, dict]) -> int:
-    """Judge the assembled traces, print the report, write the reports; the exit status.
-    With a candidate configured, its verdicts come first, and the drift across pins and the
-    per-pin tables (for whoever bumps the oracle pin) only with `drift`. A whole run given a
-    results folder writes it too, each unit with its engine's verdict on its scenario."""
-    pins, log, out, units = context.pins, context.log, context.out, manifest.units
-    engines = manifest.engines
-    candidates = any(e.role == CANDIDATE for e in engines)
-    scenarios = manifest.scenarios
-    names = [s["name"] for s in scenarios]
-    verdicts: list[Verdict] = []
-    judged: dict = {}
-    by_engine: dict[tuple[str, str], Verdict] = {}  # (engine key, scenario) -> its verdict
+def finish(context: RunContext, manifest: RunManifest, traces: dict[str, Trace]) -> int:
+    """Judge every unit's trace, then report; the exit status."""
+    return report(context, manifest, traces, judge_all(context, manifest, traces))
+
+
+@dataclass(frozen=True)
+class Judged:
+    """Every engine's verdict on every scenario of a gate run, the candidates' first."""
+
+    verdicts: list[Verdict]
+    traces: dict  # verdict key -> (the trace as judged, its golden on the layers judged, or None)
+    by_unit: dict[tuple[str, str], Verdict]  # (engine key, scenario) -> its verdict
+
+
+def judge_all(context: RunContext, manifest: RunManifest, traces: dict[str, Trace]) -> Judged:
+    """Each engine's units of a scenario put together into one trace (assemble), judged on the
+    layers it was asked and serves. A porter reads its own verdicts first: the candidates'
+    before the oracle's."""
+    engines, units = manifest.engines, manifest.units
     served = served_layers(engines, units, traces)
-    # a porter reads its own verdicts first: the candidates' columns before the oracle's
-    for engine, trace in sorted(assemble(engines, names, units, traces), key=lambda p: p[0].role != CANDIDATE):
-        own = next(s for s in scenarios if s["name"] == trace["scenario"]["name"])
+    judged = Judged([], {}, {})
+    assembled = assemble(engines, [s["name"] for s in manifest.scenarios], units, traces)
+    for engine, trace in sorted(assembled, key=lambda p: p[0].role != CANDIDATE):
+        own = next(s for s in manifest.scenarios if s["name"] == trace.scenario_name)
         trace = checked(trace)  # the reports read the records as judged: declared fields only
-        verdict, golden = judge_layers(trace, engine, own, units, manifest, pins, served[engine.key])
-        verdicts.append(verdict)
-        judged[verdict.key] = (trace, golden)
-        by_engine[(engine.key, verdict.scenario)] = verdict
+        verdict, golden = judge_layers(trace, engine, own, units, manifest, context.pins, served[engine.key])
+        judged.verdicts.append(verdict)
+        judged.traces[verdict.key] = (trace, golden)
+        judged.by_unit[(engine.key, verdict.scenario)] = verdict
+    return judged
+
+
+def report(context: RunContext, manifest: RunManifest, traces: dict[str, Trace], judged: Judged) -> int:
+    """The verdicts reported: a whole run given a results folder writes it (each unit with its
+    engine's verdict on its scenario), then the view is printed and the reports written; the
+    exit status. With a candidate configured, the drift across pins and the per-pin tables (for
+    whoever bumps the oracle pin) come only with `drift`."""
+    units = manifest.units
     if context.results is not None:
         _write_results(context, manifest, units, traces, [
-            _unit_summary(u, traces[u.key], by_engine[(u.engine, u.scenario)]) for u in units])
-    result = apply_gate(verdicts, {s["name"]: tuple(s["rows"]) for s in scenarios}, context.waivers)
-    commands = {label: e.command for e, label in report_labels(engines, units, traces).items() if e.command}
+            _unit_summary(u, traces[u.key], judged.by_unit[(u.engine, u.scenario)]) for u in units])
+    view = _view(context, manifest, traces, judged)
+    context.out(render_gate(view))
+    context.out(render_requirement_rows(view))
+    context.out(render_pin_tables(view))
+    return _write_reports(context, view)
+
+
+def _view(context: RunContext, manifest: RunManifest, traces: dict[str, Trace], judged: Judged):
+    """The gate's view of its verdicts (report/view.py), waivers applied."""
+    pins, engines, scenarios = context.pins, manifest.engines, manifest.scenarios
+    names = [s["name"] for s in scenarios]
+    result = apply_gate(judged.verdicts, {s["name"]: tuple(s["rows"]) for s in scenarios}, context.waivers)
+    commands = {label: e.command for e, label in report_labels(engines, manifest.units, traces).items()
+                if e.command}
+    candidates = any(e.role == CANDIDATE for e in engines)
     drift = drift_rows(names, pins.releases) if context.drift or not candidates else None
     methods = ((pins.releases, *table_rows(pins.releases))
                if drift is not None and any(s["method_matrix"] for s in scenarios) else None)
     required = manifest.require_features
-    view = gate_view(result, pins.oracle, commands, judged, {s["name"]: tuple(s["features"]) for s in scenarios},
-                     required, drift, methods,
-                     required_by_default=required is not None and required == gate_configuration_features(pins.oracle))
-    out(render_gate(view))
-    out(render_requirement_rows(view))
-    out(render_pin_tables(view))
+    return gate_view(result, pins.oracle, commands, judged.traces,
+                     {s["name"]: tuple(s["features"]) for s in scenarios}, required, drift, methods,
+                     required_by_default=required is not None
+                     and required == gate_configuration_features(pins.oracle))
+
+
+def _write_reports(context: RunContext, view) -> int:
+    """The report files and CI summaries written; the exit status (2 when they cannot be)."""
+    log = context.log
     try:
         if context.reports:
             for path in write_reports(context.reports, view):
@@ -128,25 +159,24 @@ def finish(context: RunContext, manifest: RunManifest, traces: dict[str, dict]) 
     return view.status
 
 
-def _write_results(context: RunContext, manifest: RunManifest, share: list[Unit], traces: dict[str, dict],
+def _write_results(context: RunContext, manifest: RunManifest, share: list[Unit], traces: dict[str, Trace],
                    summaries: list[dict]) -> None:
     index, count = context.shard or (1, 1)
     write_results(context.results, manifest, index, [(u, traces[u.key], s) for u, s in zip(share, summaries)])
     context.log(f"[gate] results of shard {index}/{count} written to {context.results}")
 
 
-def _judge_unit(unit: Unit, trace: dict, role: str, context: RunContext) -> Verdict:
+def _judge_unit(unit: Unit, trace: Trace, role: str, context: RunContext) -> Verdict:
     """A shard's unit judged alone, with its engine's role, against the golden's same layers."""
-    served = [layer for layer in unit.layers if layer not in trace.get("not_served", [])]
-    return judge_unit(trace, unit.scenario, context.pins.oracle, served, role)
+    return judge_unit(trace, unit.scenario, context.pins.oracle, trace.served(unit.layers), role)
 
 
-def _unit_summary(unit: Unit, trace: dict, verdict: Verdict) -> dict:
+def _unit_summary(unit: Unit, trace: Trace, verdict: Verdict) -> dict:
     """A unit and its verdict, for reading a results folder (verdicts.json) and a shard's output."""
     first = where_of(verdict) or next(iter(verdict.message.splitlines()), "")[:200]
     summary = {"engine": unit.engine, "scenario": unit.scenario, "layers": list(unit.layers),
                "kind": verdict.kind, "first": first}
-    served = [layer for layer in unit.layers if layer not in trace.get("not_served", [])]
+    served = trace.served(unit.layers)
     if len(served) < len(unit.layers):  # judged by `parity merge` against --require-layers
         summary["not_served"] = [layer for layer in unit.layers if layer not in served]
         if not served:
@@ -169,36 +199,16 @@ def _shard_report(context: RunContext, share: list[Unit], summaries: list[dict])
 
 
 def assemble(engines: list[EngineRef], names: list[str], units: list[Unit],
-             traces: dict[str, dict]) -> list[tuple[EngineRef, dict]]:
-    """One trace per engine and scenario, its units' layers together, labelled for the report."""
+             traces: dict[str, Trace]) -> list[tuple[EngineRef, Trace]]:
+    """One trace per engine and scenario, its units' layers together (Trace.joined, which
+    keeps every part), labelled for the report."""
     labels = report_labels(engines, units, traces)
     out = []
     for engine in engines:
         for name in names:
             parts = [traces[u.key] for u in units if u.engine == engine.key and u.scenario == name]
-            if not parts:
-                continue
-            base = next((p for p in parts if p["engine"].get("name")), parts[0])
-            trace = {k: copy.deepcopy(v) for k, v in base.items()
-                     if k not in ("layers", "digests", "failure", "not_served", "capabilities", "features",
-                                  "unsupported_features")}
-            trace["layers"] = {}
-            for part in parts:
-                trace["layers"].update(part["layers"])
-                if part.get("digests"):  # a production run's steps and outputs, digested as they came
-                    trace.setdefault("digests", {}).update(part["digests"])
-                if "failure" in part and "failure" not in trace:
-                    trace["failure"] = part["failure"]
-                if part.get("not_served"):
-                    trace.setdefault("not_served", []).extend(part["not_served"])
-                if "capabilities" in part:
-                    trace["capabilities"] = part["capabilities"]
-                if "features" in part:
-                    trace["features"] = part["features"]
-                if part.get("unsupported_features"):  # not run: every unit of the scenario alike
-                    trace["unsupported_features"] = part["unsupported_features"]
-            trace["engine"]["label"] = labels[engine]
-            out.append((engine, trace))
+            if parts:
+                out.append((engine, Trace.joined(parts, labels[engine])))
     return out
 
 

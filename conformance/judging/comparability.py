@@ -7,6 +7,8 @@ The seed's DFlash throughput rows compared the port (4096 tokens per step) with 
 
 from __future__ import annotations
 
+from conformance.formats.trace import Trace
+
 BUDGET_FIELDS = ("max_num_batched_tokens", "max_num_scheduled_tokens")
 STEP_BUDGET_FIELDS = ("token_budget", "input_budget")
 
@@ -15,23 +17,23 @@ class NotComparable(ValueError):
     """The two runs' throughput figures must not be compared; the message says why."""
 
 
-def check_comparable(a: dict, b: dict) -> None:
+def check_comparable(a: Trace, b: Trace) -> None:
     """Raise NotComparable unless traces a and b share the scenario and per-step budgets."""
-    name_a, name_b = a["engine"]["label"], b["engine"]["label"]
-    if a["scenario"]["sha256"] != b["scenario"]["sha256"]:
-        raise NotComparable(f"{name_a} ran scenario {a['scenario']['name']} and {name_b} ran "
-                            f"{b['scenario']['name']} (different scenario hashes)")
-    config_a = (a["layers"].get("config") or [{}])[0]
-    config_b = (b["layers"].get("config") or [{}])[0]
+    name_a, name_b = a.label, b.label
+    if a.sha256 != b.sha256:
+        raise NotComparable(f"{name_a} ran scenario {a.scenario_name} and {name_b} ran "
+                            f"{b.scenario_name} (different scenario hashes)")
+    config_a = (a.layers.get("config") or [{}])[0]
+    config_b = (b.layers.get("config") or [{}])[0]
     for field in BUDGET_FIELDS:
         if config_a.get(field) != config_b.get(field):
-            raise NotComparable(f"unequal per-step token budgets on {a['scenario']['name']}: "
+            raise NotComparable(f"unequal per-step token budgets on {a.scenario_name}: "
                                 f"{field} is {config_a.get(field)} for {name_a} and "
                                 f"{config_b.get(field)} for {name_b}")
-    steps_a, steps_b = a["layers"].get("steps") or [], b["layers"].get("steps") or []
+    steps_a, steps_b = a.layers.get("steps") or [], b.layers.get("steps") or []
     for sa, sb in zip(steps_a, steps_b):
         for field in STEP_BUDGET_FIELDS:
             if sa.get(field) != sb.get(field):
-                raise NotComparable(f"unequal per-step token budgets on {a['scenario']['name']} at "
+                raise NotComparable(f"unequal per-step token budgets on {a.scenario_name} at "
                                     f"step {sa.get('step')}: {field} is {sa.get(field)} for {name_a} "
                                     f"and {sb.get(field)} for {name_b}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from conformance.formats.kinds import FAILURE_KINDS, PARTIAL_KINDS, Kind
+from conformance.formats.trace import Trace
 from conformance.judging.comparators import DIGEST, RECORDS, Basis, compare
 from conformance.judging.compare import LayerComparison
 from conformance.judging.digest_compare import truncated
@@ -103,24 +104,24 @@ def exit_status(verdicts: list[Verdict], waived: frozenset[tuple[str, str]] = fr
     return 0
 
 
-def judge(trace: dict, golden: dict, role: str) -> Verdict:
+def judge(trace: Trace, golden: Trace, role: str) -> Verdict:
     """Compare one trace with the oracle's golden for the same scenario."""
 
-    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
-    if "failure" in trace:
+    engine, scenario = trace.label, trace.scenario_name
+    if trace.failure is not None:
         return _judge_failure(trace, golden, role)
-    if trace["scenario"]["sha256"] != golden["scenario"]["sha256"]:
+    if trace.sha256 != golden.sha256:
         return Verdict(engine, scenario, INVALID_GOLDEN, role, message=(
             f"the golden was written for another version of scenario {scenario} "
-            f"(sha256 {golden['scenario']['sha256'][:12]} vs {trace['scenario']['sha256'][:12]}); "
+            f"(sha256 {golden.sha256[:12]} vs {trace.sha256[:12]}); "
             "regenerate it with `make goldens`"))
-    stated, asked = golden["scenario"].get("logprob_atol"), trace["scenario"].get("logprob_atol")
+    stated, asked = golden.scenario.get("logprob_atol"), trace.scenario.get("logprob_atol")
     if asked is not None and stated != asked:
         # the tolerance is the scenario file's: a golden stating another cannot loosen the judging
         return Verdict(engine, scenario, INVALID_GOLDEN, role, message=(
             f"the golden states the tolerance logprob_atol {stated!r}, the scenario {asked!r}; "
             "regenerate it with `make goldens`"))
-    written, speaks = golden.get("engine", {}).get("protocol"), trace["engine"].get("protocol")
+    written, speaks = golden.engine.get("protocol"), trace.engine.get("protocol")
     if isinstance(written, int) and isinstance(speaks, int) and written != speaks:
         # records change shape between protocol versions (2 added the state after each step)
         return Verdict(engine, scenario, INVALID_GOLDEN, role, message=(
@@ -128,77 +129,76 @@ def judge(trace: dict, golden: dict, role: str) -> Verdict:
             "whose records have another shape; regenerate it with `make goldens`"))
     from conformance.formats.protocol import LAYERS
 
-    digests = golden.get("digests", {})  # a production scenario's steps and outputs, in the digest form
-    order = sorted(golden["layers"], key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
-    missing = next((layer for layer in order if layer not in trace["layers"]), None) or next(
-        (layer for layer in digests if layer not in trace.get("digests", {})), None)
+    digests = golden.forms  # a production scenario's steps and outputs, in the digest form
+    order = sorted(golden.layers, key=lambda name: LAYERS.index(name) if name in LAYERS else len(LAYERS))
+    missing = next((layer for layer in order if layer not in trace.layers), None) or next(
+        (layer for layer in digests if layer not in trace.forms), None)
     if missing is not None:
         return Verdict(engine, scenario, UNSUPPORTED, role, message=f"the engine produced no {missing!r} layer")
-    comparisons = compared(golden, {layer: trace["layers"][layer] for layer in order},
-                           {layer: trace["digests"][layer] for layer in digests})
+    comparisons = compared(golden, {layer: trace.layers[layer] for layer in order},
+                           {layer: trace.forms[layer] for layer in digests})
     differing = [c for c in comparisons if not c.equal]
     kind = (PASS if not differing else
             NUMERICS if all(c.cause in NUMERICS_CAUSES for c in differing) else DIVERGED)
-    build = lambda t: t.get("provenance", {}).get("environment", {}).get("build")  # noqa: E731
-    expected_config, actual_config = golden["layers"].get("config"), trace["layers"].get("config")
+    expected_config, actual_config = golden.layers.get("config"), trace.layers.get("config")
     lines = bool(expected_config and actual_config)
     return Verdict(engine, scenario, kind, role, comparisons,
                    expected_lines=expected_config[0].get("budget_log_lines", []) if lines else [],
                    actual_lines=actual_config[0].get("budget_log_lines", []) if lines else [],
-                   capacity=capacity_excess(trace["layers"].get("engine_steps", [])),
-                   oracle_capacity=capacity_excess(golden["layers"].get("engine_steps", [])),
-                   same_build=build(trace) == build(golden))
+                   capacity=capacity_excess(trace.layers.get("engine_steps", [])),
+                   oracle_capacity=capacity_excess(golden.layers.get("engine_steps", [])),
+                   same_build=trace.environment.get("build") == golden.environment.get("build"))
 
 
 # Failures after which the records the engine did send are compared with the golden: a port
 # that diverged at step 3 and crashed at step 40 is reported at step 3.
 
 
-def _judge_failure(trace: dict, golden: dict | None, role: str) -> Verdict:
+def _judge_failure(trace: Trace, golden: Trace | None, role: str) -> Verdict:
     """A run that did not finish. Its partial records are compared with the golden's first
     records; a difference there is the verdict (DIVERGED, naming the failure that followed),
     otherwise the failure is, with how far the engine agreed before it."""
-    engine, scenario = trace["engine"]["label"], trace["scenario"]["name"]
-    failure = trace["failure"]
-    kind = Kind(failure["kind"]) if failure["kind"] in FAILURE_KINDS else Kind.ENGINE_ERROR
-    verdict = Verdict(engine, scenario, kind, role, message=failure["message"])
-    sent = {layer: records for layer, records in trace["layers"].items() if records}
-    sent_digests = any(form["count"] for form in trace.get("digests", {}).values())
+    engine, scenario = trace.label, trace.scenario_name
+    failure = trace.failure
+    kind = Kind(failure.kind) if failure.kind in FAILURE_KINDS else Kind.ENGINE_ERROR
+    verdict = Verdict(engine, scenario, kind, role, message=failure.message)
+    sent = {layer: records for layer, records in trace.layers.items() if records}
+    sent_digests = any(form["count"] for form in trace.forms.values())
     if (kind not in PARTIAL_KINDS or not golden or not (sent or sent_digests)
-            or trace["scenario"]["sha256"] != golden["scenario"]["sha256"]):
+            or trace.sha256 != golden.sha256):
         return verdict
-    comparisons = compared(golden, {layer: records for layer, records in sent.items() if layer in golden["layers"]},
-                           {layer: form for layer, form in trace.get("digests", {}).items()
-                            if form["count"] and layer in golden.get("digests", {})}, partial=True)
+    comparisons = compared(golden, {layer: records for layer, records in sent.items() if layer in golden.layers},
+                           {layer: form for layer, form in trace.forms.items()
+                            if form["count"] and layer in golden.forms}, partial=True)
     differing = [c for c in comparisons if not c.equal]
     if differing and not all(c.cause in NUMERICS_CAUSES for c in differing):
         return replace(verdict, kind=DIVERGED, failure=kind, comparisons=comparisons, message=(
             f"then the engine failed ({kind}); the divergence below is in the "
-            f"records it sent before that:\n{failure['message']}"))
+            f"records it sent before that:\n{failure.message}"))
     agreed = ", ".join(f"{c.layer}: {c.actual_count} records" for c in comparisons)
-    return replace(verdict, message=(f"{failure['message']}\nbefore it failed, every record it "
+    return replace(verdict, message=(f"{failure.message}\nbefore it failed, every record it "
                                      f"sent agreed with the golden ({agreed or 'none comparable'})"))
 
 
-def compared(golden: dict, layers: dict[str, list], digests: dict[str, dict] | None = None,
+def compared(golden: Trace, layers: dict[str, list], digests: dict[str, dict] | None = None,
              partial: bool = False) -> list[LayerComparison]:
     """Each of `layers` (a run's records) and of `digests` (a run's layers in the digest form)
     compared with the golden's by the layer's comparator (judging/comparators.py), in layer
     order; `partial`: a failed run's records against as many of the golden's first records."""
     from conformance.formats.protocol import LAYERS
 
-    basis = Basis(logprob_atol(golden), golden["layers"])
-    sides = [(layer, golden["layers"][layer][:len(records)] if partial else golden["layers"][layer], records, RECORDS)
+    basis = Basis(logprob_atol(golden), golden.layers)
+    sides = [(layer, golden.layers[layer][:len(records)] if partial else golden.layers[layer], records, RECORDS)
              for layer, records in layers.items()]
-    sides += [(layer, truncated(golden["digests"][layer], form["count"]) if partial else golden["digests"][layer],
+    sides += [(layer, truncated(golden.forms[layer], form["count"]) if partial else golden.forms[layer],
                form, DIGEST) for layer, form in (digests or {}).items()]
     sides.sort(key=lambda side: LAYERS.index(side[0]) if side[0] in LAYERS else len(LAYERS))
     return [compare(layer, expected, actual, basis, how) for layer, expected, actual, how in sides]
 
 
-def logprob_atol(golden: dict) -> float:
+def logprob_atol(golden: Trace) -> float:
     """The tolerance the scenario states for engine-layer logprobs (kept in its traces)."""
     from conformance.formats.scenario import DEFAULT_ATOL
 
-    value = golden.get("scenario", {}).get("logprob_atol")
+    value = golden.scenario.get("logprob_atol")
     return float(value) if isinstance(value, (int, float)) else DEFAULT_ATOL["float32"]

@@ -92,11 +92,11 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=log,
     for scenario, layers in plan:
         log(f"[selfcheck] {scenario.name}: layers {layers}")
         trace = session.trace(scenario, layers, repeat=2)  # the same scenario twice
-        failure = trace.get("failure")
-        if failure is not None and failure["kind"] != Kind.NONDETERMINISTIC:
+        failure = trace.failure
+        if failure is not None and failure.kind != Kind.NONDETERMINISTIC:
             session.close()
-            return problems + [f"run of {scenario.name} ({', '.join(layers)}): {failure['message']}"]
-        first = trace["layers"]
+            return problems + [f"run of {scenario.name} ({', '.join(layers)}): {failure.message}"]
+        first = trace.layers
         answers.append((scenario, first))
         if failure is not None:
             problems.append(f"{scenario.name}: the same scenario run twice gave different records "
@@ -119,10 +119,10 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=log,
     problems += _expect_error(proc, line, run_id, Kind.UNSUPPORTED, "an unknown layer")
     if not proc.alive:  # it broke the protocol answering bad input, and was ended
         return problems
-    failure = session.trace(scenario, layers).get("failure")
+    failure = session.trace(scenario, layers).failure
     if failure is not None:
         session.close()
-        return problems + [f"the engine did not survive bad input: {failure['message']}"]
+        return problems + [f"the engine did not survive bad input: {failure.message}"]
     if not session.close():
         problems.append(f"shutdown: the engine was still running {SHUTDOWN_GRACE:.0f} s after shutdown")
     return problems

@@ -26,12 +26,13 @@ difference from it); else plain ones are made.
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 from conformance.formats.kinds import Kind
 from conformance.formats import digest
 from conformance.formats.features import declared, not_declared
 from conformance.formats.scenario import Scenario
-from conformance.formats.trace import make_trace
+from conformance.formats.trace import Failure, Trace, make_trace
 from conformance.process.client import HANDSHAKE_TIMEOUT, RUN_TIMEOUT, EngineFailure, EngineProcess, timeout_setting
 from conformance.process.launch import EngineSpec
 
@@ -98,7 +99,7 @@ class EngineSession:
 
     def trace(self, scenario: Scenario, layers: list[str] | None = None, repeat: int = 1,
               until: float | None = None, timeout: float | None = None, needs=None,
-              stop_after_step: int | None = None) -> dict:
+              stop_after_step: int | None = None) -> Trace:
         """The trace of one unit: `scenario` on `layers` (default: the scenario's own), run
         `repeat` times in the warm engine (records that differ make a `nondeterministic`
         failure, never a golden). `timeout` bounds each run (default: the session's);
@@ -118,7 +119,7 @@ class EngineSession:
         return proc.close() if proc is not None else False
 
     def _outcome(self, scenario: Scenario, layers: list[str], repeat: int, until: float | None,
-                 timeout: float | None, needs, stop_after_step: int | None = None) -> dict:
+                 timeout: float | None, needs, stop_after_step: int | None = None) -> Trace:
         try:
             proc = self.start(until)
         except EngineFailure as failure:
@@ -157,16 +158,17 @@ class EngineSession:
 
     def _made(self, scenario: Scenario, proc: EngineProcess | None, records: dict,
               failure: EngineFailure | None = None, not_served: list[str] | None = None,
-              unsupported_features=()) -> dict:
+              unsupported_features=()) -> Trace:
         hello = proc.hello if proc is not None else {}
-        trace = make_trace(self.spec.label, hello, scenario, records, not_served=not_served,
-                           failure=None if failure is None else {"kind": failure.kind, "message": str(failure)},
-                           unsupported_features=unsupported_features)
+        capabilities = features = None
         if self.declared_only and proc is not None:  # such a trace is never a golden
-            trace["capabilities"] = [c for c in hello.get("capabilities", []) if isinstance(c, str)]
+            capabilities = [c for c in hello.get("capabilities", []) if isinstance(c, str)]
             if isinstance(hello.get("features"), list):  # how it is judged: vllm_log_lines
-                trace["features"] = [f for f in hello["features"] if isinstance(f, str)]
-        return trace
+                features = [f for f in hello["features"] if isinstance(f, str)]
+        return make_trace(self.spec.label, hello, scenario, records, not_served=not_served,
+                          failure=None if failure is None else Failure(failure.kind, str(failure)),
+                          unsupported_features=unsupported_features, capabilities=capabilities,
+                          features=features)
 
     @staticmethod
     def _within(seconds: float | None, setting: str, default: float, until: float | None) -> tuple[float | None, bool]:
@@ -225,23 +227,21 @@ class RecordedSession:
     def __exit__(self, *exc) -> None:
         pass
 
-    def trace(self, scenario: Scenario, layers: list[str], repeat: int = 1, needs=None) -> dict:
+    def trace(self, scenario: Scenario, layers: list[str], repeat: int = 1, needs=None) -> Trace:
         """The unit's records as recorded, under the hello the record holds (`repeat` and
         `needs` are a run's: nothing runs here)."""
         recorded, failure = self.recorded(scenario, layers)
         if failure is not None:
             return make_trace(self.label, {}, scenario, {}, failure=failure)
-        hello = {"engine": recorded["engine"]["name"], "version": recorded["engine"]["version"],
-                 "protocol": recorded["engine"]["protocol"], "environment": recorded["provenance"]["environment"]}
-        trace = make_trace(self.label, hello, scenario, {layer: recorded["layers"][layer] for layer in layers
-                                                        if layer in recorded["layers"]})
-        digests = {layer: form for layer, form in recorded.get("digests", {}).items() if layer in layers}
-        if digests:
-            trace["digests"] = digests
-        return trace
+        hello = {"engine": recorded.engine["name"], "version": recorded.engine["version"],
+                 "protocol": recorded.engine["protocol"], "environment": recorded.environment}
+        trace = make_trace(self.label, hello, scenario, {layer: recorded.layers[layer] for layer in layers
+                                                        if layer in recorded.layers})
+        digests = {layer: form for layer, form in recorded.forms.items() if layer in layers}
+        return replace(trace, digests=digests) if digests else trace
 
 
-def trace_of_records(label: str, hello: dict, scenario, records: dict) -> dict:
+def trace_of_records(label: str, hello: dict, scenario, records: dict) -> Trace:
     """A unit's trace made from records an engine would have sent, without a process: the
     trace-mutation catalog's candidate (conformance/adequacy/trace_catalog.py), each of its
     records as edited. The one place besides the sessions above where a trace is made."""

@@ -72,7 +72,7 @@ def compare_pins(name: str, older: str, newer: str, store: GoldenStore = GOLDENS
     if invalid:  # a golden that is not its pin's (truncated, another pin's, bad provenance)
         return Drift(name, older, newer, "invalid golden: " + "; ".join(invalid))
     old, new = old.trace, new.trace
-    a, b = old["layers"], new["layers"]
+    a, b = old.layers, new.layers
     layers = []
     for layer in sorted(set(a) | set(b), key=lambda x: LAYERS.index(x) if x in LAYERS else 99):
         # engine layers within the scenario's logprob tolerance are the same
@@ -83,8 +83,8 @@ def compare_pins(name: str, older: str, newer: str, store: GoldenStore = GOLDENS
         where = c.record or c.actual_record or {}
         at = where.get("row") or (f"step {where['step']}" if "step" in where else f"record {c.index}")
         layers.append((layer, LayerDrift(at, c.first.path, c.first.expected, c.first.actual)))
-    for layer, form in old.get("digests", {}).items():  # production: where, by digest
-        c = compare(layer, form, new.get("digests", {}).get(layer) or {"records": []}, form=DIGEST)
+    for layer, form in old.forms.items():  # production: where, by digest
+        c = compare(layer, form, new.forms.get(layer) or {"records": []}, form=DIGEST)
         layers.append((layer, None if c.equal else
                        LayerDrift(f"record {c.index}", c.first.path, c.first.expected, c.first.actual)))
     status = DEPARTS if any(d for _, d in layers) else SAME
@@ -96,7 +96,7 @@ def missing_reason(name: str, releases, store: GoldenStore = GOLDENS) -> str:
     pyproject.toml says why it has none (no CPU rebuild on PyPI, or one the fidelity check refuses)."""
     pins = store.pins
     present = [store.lookup(name, r).trace for r in releases if store.exists(name, r)]
-    engine = any(layer in ENGINE_LAYERS for g in present if g is not None for layer in g["layers"])
+    engine = any(layer in ENGINE_LAYERS for g in present if g is not None for layer in g.layers)
     for release in releases:
         if not store.exists(name, release) and engine and not pins.cpu_engine_build(release):
             return (f"no golden for {release}: its whole engine cannot run on CPU "

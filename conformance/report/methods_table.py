@@ -17,7 +17,7 @@ def table_rows(releases: tuple[str, ...], scenario: str = SCENARIO) -> tuple[lis
     labels: list[str] = []
     for release in releases:
         present = GOLDENS.exists(scenario, release)
-        records = GOLDENS.load(scenario, release)["layers"].get("methods", []) if present else []
+        records = GOLDENS.load(scenario, release).layers.get("methods", []) if present else []
         slots[release], refusals[release] = {}, {}
         for r in records:
             row = r["row"]

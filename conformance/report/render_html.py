@@ -22,6 +22,7 @@ import html
 import re
 
 from conformance.formats.pins import pin_label
+from conformance.formats.trace import Trace
 from conformance.judging.verdict import FAILURE_KINDS, ORACLE, PASS, Verdict
 from conformance.report.render_text import likely_cause, render_pin_tables, render_verdict, shown_pair
 from conformance.report.view import FEATURES_HEAD, REASONS, Cell, GateView, visible, visible_lines, waiver_words
@@ -185,13 +186,13 @@ def _matrix(view: GateView) -> list[str]:
 def _scenario_section(view: GateView, scenario: str, cells: list[Cell]) -> list[str]:
     body = [f"<section id='{_anchor(scenario)}'><h2>{_h(scenario)}</h2>"]
     golden = next((c.golden for c in cells if c.golden), None)
-    layer, oracle_steps = _steps(golden or {})
+    layer, oracle_steps = _steps(golden)
     series = []  # (label, steps records, first divergent step or None)
     if oracle_steps:
         series.append((f"oracle {pin_label(view.oracle)} (golden)", oracle_steps, None))
     for cell in cells:
         v = cell.verdict
-        _, steps = _steps(cell.trace or {})
+        _, steps = _steps(cell.trace)
         if steps and v.role != ORACLE:
             c = next((c for c in v.comparisons if c.layer == layer and not c.equal), None)
             series.append((v.engine, steps, c.index if c is not None else None))
@@ -272,9 +273,9 @@ def _record(record) -> dict:
     return record if isinstance(record, dict) else {}
 
 
-def _steps(trace: dict) -> tuple[str, list[dict]]:
+def _steps(trace: Trace | None) -> tuple[str, list[dict]]:
     """The per-step layer of a trace: the whole engine's where it ran, else the stand-in's."""
-    layers = trace.get("layers", {})
+    layers = trace.layers if trace is not None else {}
     for layer in ("engine_steps", "steps"):
         if layers.get(layer) and isinstance(layers[layer], list):
             return layer, [_record(r) for r in layers[layer]]

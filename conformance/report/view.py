@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from conformance.formats.kinds import Kind
 from conformance.formats.features import CORE, FEATURES
 from conformance.formats.protocol import ENGINE_LAYERS, LAYERS
+from conformance.formats.trace import Trace
 from conformance.formats.visible import SHORT_ESCAPES, visible, visible_lines  # noqa: F401 - the reports' escape
 from conformance.judging.requirement_rows import GateResult, where_of
 from conformance.judging.compare import LayerComparison
@@ -66,8 +67,8 @@ class Cell:
     where: str  # layer.field of its first divergence ("" when none)
     first_line: FirstLine  # its first divergence, else the first line of its message
     waiver: Waiver | None = None
-    trace: dict | None = None  # the trace judged and its golden (the HTML page draws them)
-    golden: dict | None = None
+    trace: Trace | None = None  # the trace judged and its golden (the HTML page draws them)
+    golden: Trace | None = None
     # the config fields that differ but change no scheduling decision, when they are all its
     # config layer differs in (the headline is then the steps' or outputs' first divergence)
     bookkeeping: tuple[str, ...] = ()

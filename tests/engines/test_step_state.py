@@ -12,14 +12,20 @@ from conformance.formats.trace import make_trace
 from conformance.judging.compare import compare_layer
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.requirement_rows import apply_gate
-from conformance.judging.verdict import Verdict, judge
+from conformance.judging import verdict as verdicts
+from conformance.judging.verdict import Verdict
 from conformance.process.client import EngineProcess
 from conformance.process.envs import device_args
 from conformance.process.launch import EngineSpec
 from conformance.report.render_html import html_report
 from conformance.report.render_text import render
 from conformance.report.view import gate_view
-from tests.helpers import REPO
+from tests.helpers import REPO, trace_of
+
+
+def judge(trace, golden, role):
+    """verdict.judge of traces a test made as their JSON."""
+    return verdicts.judge(trace_of(trace), trace_of(golden), role)
 
 PINS = load_pins()
 SCENARIOS = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
@@ -162,9 +168,9 @@ def test_html_report_shows_the_state_beside_the_decision():
     c = compare_layer("steps", ORACLE_STEPS, CANDIDATE_STEPS)
     v = Verdict("port", "kv_pressure", "diverged", "candidate", [c])
     result = apply_gate([v], {"kv_pressure": ("ENG-SCHED-CORE",)}, [], dt.date(2026, 12, 1))
-    golden = {"layers": {"steps": ORACLE_STEPS}}
-    page = html_report(gate_view(result, "0.27.1",
-                                 traces={("port", "kv_pressure"): ({"layers": {"steps": CANDIDATE_STEPS}}, golden)}))
+    golden = trace_of({"layers": {"steps": ORACLE_STEPS}})
+    page = html_report(gate_view(result, "0.27.1", traces={
+        ("port", "kv_pressure"): (trace_of({"layers": {"steps": CANDIDATE_STEPS}}), golden)}))
     table = page[page.index("<table class='per-request'>"):]
     table = table[:table.index("</table>")]
     for name in REQUEST_STATE + ("admitted",):

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import REPO, gate_engine
+from tests.helpers import REPO, gate_engine, trace_of
 from conformance.formats import protocol
 from conformance.formats.features import FEATURES, SPEC, decided_by_config, needed, not_declared, parse_required
 from conformance.formats.scenario import load_scenario
@@ -116,7 +116,7 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
 
         def lookup(self, name, release):
             self.asked.append((name, release))
-            return Golden(REPO / "x", {"layers": {"config": [self.config]}})
+            return Golden(REPO / "x", trace_of({"layers": {"config": [self.config]}}))
 
     scenario = SimpleNamespace(name="async_default", engine_args=dict(BASE, async_scheduling=None),
                                workload=None, method_matrix=None)
@@ -510,7 +510,7 @@ def test_a_fuzz_search_asks_only_for_scenarios_within_the_candidates_features():
 
         def judge(self, scenario, timeout=None):
             self.seen.append(scenario.features)
-            return Verdict("double", scenario.name, "pass", CANDIDATE), {"layers": {}}
+            return Verdict("double", scenario.name, "pass", CANDIDATE), trace_of({})
 
     allowed = frozenset({"chunked_prefill_off", "spec:ngram"})
     pair = RecordingPair()

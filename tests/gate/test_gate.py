@@ -5,6 +5,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from conformance.formats.trace import Trace
 from conformance.judging.compare import compare_layer
 from conformance.judging.requirement_rows import apply_gate
 from conformance.judging.verdict import Verdict
@@ -115,14 +116,20 @@ def test_malformed_waivers_name_the_field(tmp_path, body, words):
         load_waivers(path)
 
 
+def _layers_only(layers: dict) -> Trace:
+    """A trace of which the reports read the records only."""
+    return Trace(engine={"label": "x"}, scenario={"name": "prefill_budget_binds", "sha256": "x"},
+                 provenance={}, layers=layers)
+
+
 def test_three_reports_from_one_run(tmp_path):
-    golden = {"layers": {"steps": STEPS_O}}
-    cand_trace = {"layers": {"steps": STEPS_C}}
+    golden = _layers_only({"steps": STEPS_O})
+    cand_trace = _layers_only({"steps": STEPS_C})
     ok = Verdict("vllm-0.27.1", "prefill_budget_binds", "pass", "oracle",
                  [compare_layer("steps", STEPS_O, STEPS_O)])
     bad = diverged()
     result = apply_gate([ok, bad], ROWS, [], TODAY)
-    traces = {("vllm-0.27.1", "prefill_budget_binds"): ({"layers": {"steps": STEPS_O}}, golden),
+    traces = {("vllm-0.27.1", "prefill_budget_binds"): (_layers_only({"steps": STEPS_O}), golden),
               ("port", "prefill_budget_binds"): (cand_trace, golden)}
     junit, md, html = write_reports(tmp_path / "r", gate_view(result, "0.27.1", traces=traces))
     suites = ET.parse(junit).getroot()

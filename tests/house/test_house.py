@@ -283,7 +283,7 @@ def test_tests_are_laid_out_like_the_code():
 # Strings that spell a kind and are not one, each with its reason: the house test below finds any
 # other string literal of a kind outside the enum (conformance/formats/kinds.py).
 NOT_KINDS = {
-    ("conformance/judging/goldens.py", "numerics"): "a golden's rule (bytes, tolerance, numerics), not a verdict",
+    ("conformance/judging/provenance.py", "numerics"): "a golden's rule (bytes, tolerance, numerics), not a verdict",
     ("conformance/adequacy/mutation.py", "pass"): "Python's pass statement, put in the place of a removed one",
 }
 

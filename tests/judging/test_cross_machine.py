@@ -2,16 +2,21 @@
 all 8 engine scenarios on 0.27.1 and 0.28.0, judged against the goldens an AVX-512 machine wrote
 (both from commit 5f9d4a1, kept in tests/data/cross_machine/). Written that way, 12 of the 16
 differ from their golden's bytes in a logprob one rounding step away; by the rule of
-conformance/judging/goldens.py check_golden every one holds, and a real numeric bug still does not."""
+conformance/judging/provenance.py check_golden every one holds, and a real numeric bug still does not."""
 
 import copy
 import json
 
 import pytest
 
-from conformance.formats.trace import dumps
-from conformance.judging.goldens import check_golden
+from conformance.formats.trace import Trace, dumps
+from conformance.judging import provenance
 from tests.helpers import REPO
+
+
+def check_golden(trace: dict, golden: dict):
+    """provenance.check_golden of two traces given as their JSON."""
+    return provenance.check_golden(Trace.from_json(dict(trace), "trace"), Trace.from_json(dict(golden), "golden"))
 
 DATA = REPO / "tests" / "data" / "cross_machine"
 PAIRS = sorted(p.name for p in (DATA / "avx2").glob("*.json"))

@@ -5,6 +5,7 @@ the full form's comparison finds, and the report still shows it in full."""
 import copy
 import json
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -14,6 +15,7 @@ from conformance.formats.protocol import encode
 from conformance.formats.record_schema import check_record
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
+from conformance.formats.trace import dumps
 from conformance.judging.compare import CONTEXT_FIELDS, compare_layer
 from conformance.judging.digest_compare import compare_digest_layer, truncated
 from conformance.judging.goldens import GOLDENS
@@ -209,15 +211,14 @@ def test_a_golden_in_the_digest_form_is_written_and_read_back(tmp_path):
     steps = DigestSink("steps")
     for record in STEPS:
         steps.append(copy.deepcopy(record))
-    trace = {key: GOLDEN[key] for key in ("schema", "engine", "scenario", "provenance")}
-    trace = dict(trace, scenario={"name": "s", "sha256": "x"}, layers={"config": GOLDEN["layers"]["config"]},
-                 digests={"steps": steps.to_json()})
+    trace = replace(GOLDEN, scenario={"name": "s", "sha256": "x"}, layers={"config": GOLDEN["layers"]["config"]},
+                    digests={"steps": steps.to_json()})
     store = GoldenStore(tmp_path)
     update = store.update(trace, "0.27.1")
     assert update.action == NEW and store.write(update)
     assert store.load("s", "0.27.1")["digests"]["steps"]["records"] == steps.to_json()["records"]
-    bad = dict(trace, digests={"steps": dict(steps.to_json(), count=1)})
-    store.path("s", "0.27.1").write_text(json.dumps(bad), encoding="utf-8")
+    bad = replace(trace, digests={"steps": dict(steps.to_json(), count=1)})
+    store.path("s", "0.27.1").write_text(dumps(bad), encoding="utf-8")
     assert store.lookup("s", "0.27.1").kind == "invalid_golden"
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from conformance.formats import files
 from conformance.formats.pins import load_pins
-from conformance.formats.trace import SCHEMA, TraceError, dumps
-from conformance.judging import goldens
+from conformance.formats.trace import SCHEMA, Trace, TraceError, dumps
+from conformance.judging import goldens, provenance
 from conformance.judging.goldens import GOLDENS, KEEP, NEW, REWRITE, GoldenRefused, GoldenStore, read_golden
 
 # A golden of the gate oracle as it writes one (every field of its provenance and record), for
@@ -20,8 +20,16 @@ OTHER = next(r for r in load_pins().releases if r != ORACLE)
 GATE = GOLDENS.load("dflash_27b_gate", ORACLE)
 BUDGET = GATE["layers"]["config"][0]["max_num_scheduled_tokens"]  # what the oracle resolves
 ENV = {**GATE["provenance"]["environment"], "cpu": {"model": "x", "isa": "avx2", "flags_sha256": "f"}}
-TRACE = {"schema": SCHEMA, "engine": GATE["engine"], "scenario": {"name": "s", "sha256": "x"},
-         "provenance": {"harness": "0", "environment": ENV}, "layers": GATE["layers"]}
+TRACE_JSON = {"schema": SCHEMA, "engine": GATE["engine"], "scenario": {"name": "s", "sha256": "x"},
+              "provenance": {"harness": "0", "environment": ENV}, "layers": GATE["layers"]}
+
+
+def T(data) -> Trace:
+    """A trace from its JSON (a test's edit of one)."""
+    return Trace.from_json(dict(data), "test")
+
+
+TRACE = T(TRACE_JSON)
 
 
 def test_candidate_may_not_write(tmp_path):
@@ -32,7 +40,7 @@ def test_candidate_may_not_write(tmp_path):
 
 def test_failed_run_may_not_write(tmp_path):
     with pytest.raises(GoldenRefused, match="failed"):
-        GoldenStore(tmp_path).update({**TRACE, "failure": {"kind": "crash"}}, release=ORACLE)
+        GoldenStore(tmp_path).update(T({**TRACE, "failure": {"kind": "crash"}}), release=ORACLE)
 
 
 def test_another_releases_trace_may_not_write(tmp_path):
@@ -47,7 +55,7 @@ def test_one_lifecycle_new_kept_rewritten(tmp_path):
     assert store.write(first) and store.path("s", ORACLE).read_text() == dumps(TRACE)
     again = store.update(TRACE, ORACLE)
     assert again.action == KEEP and again.check.rule == "bytes" and not store.write(again)
-    changed = {**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}}
+    changed = T({**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}})
     rewrite = store.update(changed, ORACLE)
     assert rewrite.action == REWRITE and "byte for byte" in rewrite.reason
     assert (f"config record 0, max_num_scheduled_tokens: golden says {BUDGET}, the oracle run now gives 1"
@@ -68,11 +76,11 @@ def test_an_unreadable_golden_is_rewritten(tmp_path):
     assert outcome.written and path.read_text() == dumps(TRACE)
 
 
-def on_gpu(trace: dict, release: str) -> dict:
+def on_gpu(trace: Trace, release: str) -> Trace:
     """`trace` as pin `release` run on a GPU would have written it (its provenance says so)."""
     env = {**trace["provenance"]["environment"], "device": "gpu", "vllm": release, "build": f"vllm=={release}"}
-    return {**trace, "engine": {**trace["engine"], "version": release, "label": f"vllm-{release}"},
-            "provenance": {"harness": "0", "environment": env}}
+    return T({**trace, "engine": {**trace["engine"], "version": release, "label": f"vllm-{release}"},
+              "provenance": {"harness": "0", "environment": env}})
 
 
 def test_a_gpu_run_never_writes_a_golden_a_cpu_writes(tmp_path):
@@ -93,7 +101,7 @@ def test_a_gpu_run_never_writes_a_golden_a_cpu_writes(tmp_path):
 def test_a_golden_from_another_machine_holds_within_tolerance(tmp_path):
     store = GoldenStore(tmp_path)
     store.write(store.update(TRACE, ORACLE))
-    elsewhere = {**TRACE, "provenance": {"harness": "0", "environment": {**ENV, "cpu": {**ENV["cpu"], "model": "y"}}}}
+    elsewhere = T({**TRACE, "provenance": {"harness": "0", "environment": {**ENV, "cpu": {**ENV["cpu"], "model": "y"}}}})
     update = store.update(elsewhere, ORACLE)
     assert update.action == KEEP and update.check.rule == "tolerance"
 
@@ -104,7 +112,7 @@ def test_goldens_check_words_the_golden_then_the_fresh_run():
     now gives. Before, the edited golden read as "oracle 271" and the fresh run as "candidate 270",
     naming only the golden's base name."""
     run = GOLDENS.load("steady_decode", ORACLE)
-    run["provenance"] = {**run["provenance"], "environment": {**run["provenance"]["environment"], "cpu": ENV["cpu"]}}
+    run = T({**run, "provenance": {**run["provenance"], "environment": {**run["provenance"]["environment"], "cpu": ENV["cpu"]}}})
     edited = json.loads(GOLDENS.path("steady_decode", ORACLE).read_text(encoding="utf-8"))
     step = edited["layers"]["steps"][3]
     request = sorted(step["requests"])[0]
@@ -124,7 +132,7 @@ def test_write_is_atomic_when_interrupted(tmp_path):
     path = store.path("s", ORACLE)
     store.write(store.update(TRACE, ORACLE))
     before = path.read_bytes()
-    changed = {**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}}
+    changed = T({**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}})
     with mock.patch.object(files.os, "replace", side_effect=KeyboardInterrupt):  # the one durable writer
         with pytest.raises(KeyboardInterrupt):
             store.write(store.update(changed, ORACLE))
@@ -146,7 +154,7 @@ def test_goldens_check_fails_a_golden_written_by_an_unfaithful_build_naming_it()
     """goldens-check judged only the records, so a golden whose provenance says
     `fidelity.equal: false` held (from another CPU, by the tolerance rule)."""
     run = GOLDENS.load("steady_decode", ORACLE)
-    run["provenance"] = {**run["provenance"], "environment": {**run["provenance"]["environment"], "cpu": ENV["cpu"]}}
+    run = T({**run, "provenance": {**run["provenance"], "environment": {**run["provenance"]["environment"], "cpu": ENV["cpu"]}}})
     path = GOLDENS.path("steady_decode", ORACLE)
     assert GOLDENS.update(run, ORACLE, path.read_text(encoding="utf-8")).action == KEEP  # as committed
     update = GOLDENS.update(run, ORACLE, _unfaithful(path.read_text(encoding="utf-8")))
@@ -154,7 +162,7 @@ def test_goldens_check_fails_a_golden_written_by_an_unfaithful_build_naming_it()
     assert update.action == REWRITE and words.startswith(f"goldens/steady_decode/vllm-{ORACLE}.json does not hold"), words
     assert "provenance.environment.fidelity.equal: expected true" in words, words
     with pytest.raises(TraceError, match="fidelity.equal"):
-        GOLDENS.check(json.loads(_unfaithful(path.read_text(encoding="utf-8"))), ORACLE, path)
+        GOLDENS.check(T(json.loads(_unfaithful(path.read_text(encoding="utf-8")))), ORACLE, path)
 
 
 @pytest.mark.oracle
@@ -192,9 +200,9 @@ def test_a_missing_or_invalid_golden_is_looked_up_as_such(tmp_path):
     (None, "no such file"),
     (dumps(TRACE)[:40], "not valid JSON"),
     ("[]", "expected schema"),
-    (json.dumps({**TRACE, "schema": "vllm-parity/trace/0"}), "older schema"),
-    (json.dumps({**TRACE, "layers": {"config": 3}}), "must be a list"),
-    (json.dumps({**TRACE, "failure": {"kind": "crash"}}), "finished oracle run"),
+    (json.dumps({**TRACE_JSON, "schema": "vllm-parity/trace/0"}), "older schema"),
+    (json.dumps({**TRACE_JSON, "layers": {"config": 3}}), "must be a list"),
+    (json.dumps({**TRACE_JSON, "failure": {"kind": "crash"}}), "finished oracle run"),
 ])
 def test_broken_golden_names_the_file(tmp_path, content, words):
     path = tmp_path / "g.json"
@@ -272,8 +280,8 @@ def test_every_golden_is_at_most_2_mb_in_git_and_not_compressed():
 NUMERICS = {"float32_matmul_precision": "highest", "batch_invariant": False, "cuda": None}
 
 
-def with_env(trace: dict, **env) -> dict:
-    return {**trace, "provenance": {**trace["provenance"], "environment": {**trace["provenance"]["environment"], **env}}}
+def with_env(trace: Trace, **env) -> Trace:
+    return T({**trace, "provenance": {**trace["provenance"], "environment": {**trace["provenance"]["environment"], **env}}})
 
 
 def test_every_committed_golden_keeps_a_valid_provenance_with_or_without_the_precision():
@@ -282,7 +290,7 @@ def test_every_committed_golden_keeps_a_valid_provenance_with_or_without_the_pre
     assert len(paths) > 300
     for path in paths:
         golden = json.loads(path.read_text(encoding="utf-8"))
-        goldens.check_provenance(golden, golden["engine"]["version"], load_pins())
+        provenance.check_provenance(T(golden), golden["engine"]["version"], load_pins())
         assert golden["provenance"]["environment"].get("float32_matmul_precision", "highest") == "highest"
 
 
@@ -295,8 +303,8 @@ def test_a_golden_records_the_precision_and_only_full_float32(tmp_path):
         GoldenStore(tmp_path / "tf32").update(with_env(TRACE, **{**NUMERICS, "float32_matmul_precision": "high"}), ORACLE)
     edited = json.loads(store.path("s", ORACLE).read_text())
     edited["provenance"]["environment"]["float32_matmul_precision"] = "high"
-    with pytest.raises(goldens.RecordError, match="float32_matmul_precision"):
-        goldens.check_provenance(edited, ORACLE, load_pins())
+    with pytest.raises(provenance.RecordError, match="float32_matmul_precision"):
+        provenance.check_provenance(T(edited), ORACLE, load_pins())
 
 
 def test_a_golden_written_before_the_precision_was_recorded_still_holds_byte_for_byte(tmp_path):
@@ -309,4 +317,4 @@ def test_a_golden_written_before_the_precision_was_recorded_still_holds_byte_for
     assert kept.action == KEEP and kept.check.rule == "bytes"
     moved = store.update(with_env(now, torch="0.0"), ORACLE)
     assert moved.action == REWRITE and moved.check.rule == "bytes"
-    assert goldens.as_written(now, TRACE) == TRACE and goldens.as_written(now, now) is now
+    assert provenance.as_written(now, TRACE) == TRACE and provenance.as_written(now, now) is now

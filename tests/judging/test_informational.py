@@ -4,12 +4,14 @@ only where the schema declares them. A name's shape decides nothing: a request w
 
 import copy
 import json
+from dataclasses import replace
 
 import pytest
 
 from conformance.formats import digest
 from conformance.formats.record_schema import RecordError, check_record, without_informational
 from conformance.formats.scenario import ScenarioError, load_scenario
+from conformance.formats.trace import Trace
 from conformance.judging.compare import compare_layer
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.judging import judge_trace
@@ -24,11 +26,8 @@ def _golden(name: str) -> dict:
     return GOLDENS.load(name, ORACLE)
 
 
-def _candidate(golden: dict) -> dict:
-    trace = copy.deepcopy(golden)
-    trace.pop("provenance", None)
-    trace["engine"] = {"name": "port", "label": "port"}
-    return trace
+def _candidate(golden: Trace) -> Trace:
+    return replace(copy.deepcopy(golden), provenance={}, engine={"name": "port", "label": "port"})
 
 
 def test_a_ghost_text_request_in_every_step_does_not_pass():

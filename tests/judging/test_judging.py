@@ -1,18 +1,17 @@
 """judge_trace (conformance/judging/judging.py): the one way from a trace to its verdict."""
 
-import copy
+from dataclasses import replace
 
 from conformance.formats.pins import load_pins
+from conformance.formats.trace import Failure, Trace
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import CANDIDATE, MISSING_GOLDEN, PASS
 
 
-def _trace(name: str = "steady_decode") -> dict:
+def _trace(name: str = "steady_decode") -> Trace:
     """An engine's run that reproduces the oracle's golden."""
-    trace = copy.deepcopy(GOLDENS.load(name, load_pins().oracle))
-    trace["engine"] = dict(trace["engine"], label="port")
-    return trace
+    return GOLDENS.load(name, load_pins().oracle).with_label("port")
 
 
 def test_no_golden_is_a_missing_golden_verdict_not_a_type_error():
@@ -25,7 +24,6 @@ def test_no_golden_is_a_missing_golden_verdict_not_a_type_error():
 
 
 def test_no_golden_leaves_a_failed_run_its_failure():
-    trace = _trace()
-    trace["failure"] = {"kind": "crash", "message": "the engine exited with status 1"}
+    trace = replace(_trace(), failure=Failure("crash", "the engine exited with status 1"))
     verdict = judge_trace(trace, None, CANDIDATE)
     assert verdict.kind == "crash" and verdict.message == "the engine exited with status 1"

@@ -96,4 +96,4 @@ def test_a_row_that_cannot_be_built_stays_with_the_engines_error(tmp_path, warm_
     assert bad["constructible"] is False and bad["refusal_kind"]
     assert "vocabulary size" in bad["refusal_text"]  # the engine's own words, kept
     assert rows["ngram/K=8"]["constructible"]
-    json.dumps(trace)  # records are plain JSON
+    json.dumps(trace.to_json())  # records are plain JSON

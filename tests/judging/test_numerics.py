@@ -4,8 +4,15 @@ import copy
 
 from conformance.judging.comparators import Basis, compare
 from conformance.judging.numerics import capacity_excess
-from conformance.judging.verdict import DIVERGED, NUMERICS, PASS, judge
+from conformance.judging import verdict as verdicts
+from conformance.judging.verdict import DIVERGED, NUMERICS, PASS
 from conformance.report.render_text import render_verdict
+from tests.helpers import trace_of
+
+
+def judge(trace, golden, role):
+    """verdict.judge of traces a test made as their JSON."""
+    return verdicts.judge(trace_of(trace), trace_of(golden), role)
 
 
 def compare_engine_steps(expected, actual, oracle_outputs=(), atol=0.0):

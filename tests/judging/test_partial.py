@@ -1,6 +1,7 @@
 """A run that failed midway: the records it sent are still compared with the golden, so a port
 that diverged at step 3 and crashed at step 40 is reported at step 3, with its stderr tail."""
 
+from conformance.formats.trace import Failure, Trace
 from conformance.judging.requirement_rows import apply_gate
 from conformance.judging.verdict import DIVERGED, exit_status, judge
 from conformance.judging.waivers import Waiver
@@ -13,12 +14,10 @@ def steps(n: int, bad_at: int | None = None) -> list[dict]:
     return [{"step": i, "total_num_scheduled_tokens": 64 + (1 if i == bad_at else 0)} for i in range(n)]
 
 
-def trace(records: list[dict], failure: dict | None, sha: str = "s" * 64) -> dict:
-    t = {"engine": {"label": "port"}, "scenario": {"name": "sc", "sha256": sha},
-         "provenance": {}, "layers": {"config": [{"max_num_scheduled_tokens": 4036}], "steps": records}}
-    if failure:
-        t["failure"] = failure
-    return t
+def trace(records: list[dict], failure: dict | None, sha: str = "s" * 64) -> Trace:
+    return Trace(engine={"label": "port"}, scenario={"name": "sc", "sha256": sha}, provenance={},
+                 layers={"config": [{"max_num_scheduled_tokens": 4036}], "steps": records},
+                 failure=Failure(**failure) if failure else None)
 
 
 GOLDEN = trace(steps(40), None)

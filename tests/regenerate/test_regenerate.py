@@ -4,6 +4,7 @@ goes through the same code once per golden. The oracle's runs are replayed here 
 DOUBLE session from the committed goldens: real oracle traces, with no engine started."""
 
 import subprocess
+from dataclasses import replace
 
 import pytest
 
@@ -11,6 +12,7 @@ from conformance import cli
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
+from conformance.formats.trace import Failure, Trace
 from conformance.gate.context import RunContext
 from conformance.gate.plan import plan_run
 from conformance.gate.results import write_results
@@ -41,10 +43,10 @@ class ReplaySession:
     def __exit__(self, *exc):
         pass
 
-    def trace(self, scenario, layers=None, repeat=1, until=None, timeout=None) -> dict:
+    def trace(self, scenario, layers=None, repeat=1, until=None, timeout=None):
         ReplaySession.asked.append((self.spec.release, scenario.name, list(layers), repeat))
         golden = COMMITTED.load(scenario.name, self.spec.release)
-        return dict(golden, layers={k: v for k, v in golden["layers"].items() if k in layers})
+        return replace(golden, layers={k: v for k, v in golden.layers.items() if k in layers})
 
 
 @pytest.fixture
@@ -132,7 +134,8 @@ def test_a_pin_that_cannot_serve_the_layers_here_is_not_a_failure(monkeypatch, c
     failure stays a failure (exit 2)."""
     def runs(kind):
         def fake(selection, scenarios, pins, log, write):
-            yield "0.33.0", {"scenario": {"name": GATE.stem}, "failure": {"kind": kind, "message": "no CPU build"}}
+            yield "0.33.0", Trace(engine={"label": "vllm-0.33.0"}, scenario={"name": GATE.stem, "sha256": "x"},
+                                  provenance={}, layers={}, failure=Failure(kind, "no CPU build"))
         return fake
 
     argv = ["goldens", "--check", "--engine", "0.33.0", "--scenario", str(GATE)]
@@ -149,7 +152,7 @@ def test_results_of_a_gate_on_some_layers_give_no_golden(tmp_path, capsys):
     context = RunContext(PINS, log=lambda m: None, layers=["config"])
     manifest = plan_run(context, CHOSEN[:1], [EngineRef.pin(PINS.oracle).with_role(ORACLE)])
     trace = COMMITTED.load(CHOSEN[0].name, PINS.oracle)
-    write_results(results, manifest, 1, [(u, dict(trace, layers={"config": trace["layers"]["config"]}), {})
+    write_results(results, manifest, 1, [(u, replace(trace, layers={"config": trace.layers["config"]}), {})
                                          for u in manifest.units])
     assert cli.main(["goldens", "--from-results", str(results)]) == 2
     assert "the gate ran only --layers config; a golden holds every layer" in capsys.readouterr().err

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import (GATE, REPO, double_command, double_gate_engines, gate_driver, gate_engine, hostile_double,
-                           run_gate)
+                           run_gate, trace_of)
 
 SINKS_CORPUS = [
     "<script>alert(1)</script>",
@@ -73,7 +73,7 @@ def sinks_verdicts(h: str):
     extra = compare_layer("steps", golden_steps, golden_steps + hostile_steps)  # c.record is None
     config = compare_layer("config", [{"refused": None, "max_num_scheduled_tokens": 4036}],
                            [{"refused": {"type": h, "message": f"{h}\n{h}"}, h: h}])
-    golden = {"layers": {"steps": golden_steps}}
+    golden = trace_of({"layers": {"steps": golden_steps}})
     verdicts = [
         Verdict(label, scenario, "diverged", CANDIDATE, [config, steps], expected_lines=["set to 4036"],
                 actual_lines=[h, f"{h}\n{h}"], not_judged={"engine_steps": NOT_SERVED}, judged=["config", "steps"]),
@@ -84,10 +84,10 @@ def sinks_verdicts(h: str):
         Verdict(label, f"v {h}", "diverged", CANDIDATE, [compare_layer("steps", golden_steps, [h]),
                                                          compare_layer("outputs", [{"id": "r1"}], [[h]])]),
     ]
-    traces = {verdicts[0].key: ({"layers": {"steps": hostile_steps}}, golden),
-              verdicts[1].key: ({"layers": {"steps": golden_steps + hostile_steps}}, golden),
-              verdicts[3].key: ({"layers": {"steps": golden_steps}}, golden),
-              verdicts[4].key: ({"layers": {"steps": [h, [h], None]}}, golden)}
+    traces = {verdicts[0].key: (trace_of({"layers": {"steps": hostile_steps}}), golden),
+              verdicts[1].key: (trace_of({"layers": {"steps": golden_steps + hostile_steps}}), golden),
+              verdicts[3].key: (trace_of({"layers": {"steps": golden_steps}}), golden),
+              verdicts[4].key: (trace_of({"layers": {"steps": [h, [h], None]}}), golden)}
     today = dt.date(2026, 12, 1)
     waivers = [Waiver(h, h, h, h, h, dt.date(2027, 1, 1)),  # unused
                Waiver(h, scenario, h, h, h, dt.date(2026, 1, 1))]  # expired
