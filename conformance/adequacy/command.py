@@ -17,9 +17,46 @@ from conformance.adequacy.report import render_coverage, render_goals, render_mu
 from conformance.adequacy.scope import load_scope
 from conformance.adequacy.trace_catalog import render_catalog, run_catalog
 from conformance.formats.errors import InputError
+from conformance.formats.log import log
 from conformance.formats.pins import load_pins
+from conformance.gate.options import read_scenarios
 from conformance.process.coverage_run import CoverageError
 from conformance.process.mutant_server import MutantServerError
+
+
+def register(sub) -> None:
+    p = sub.add_parser("adequacy", help="coverage of vLLM's scheduler by the scenarios, and the "
+                       "mutants of the scheduler and the engine path the gate catches (make adequacy)")
+    p.add_argument("--pin", action="append", help="coverage of these pins only (default: all pins)")
+    p.add_argument("--sample", type=int, help="run a deterministic sample of this many of the scheduler's mutants")
+    p.add_argument("--kv-sample", type=int, help="run a deterministic sample of this many of the KV cache "
+                   "manager's and block pool's mutants (default: all)")
+    p.add_argument("--seed", type=int, default=13, help="the sample's seed (default 13)")
+    p.add_argument("--no-mutants", action="store_true", help="coverage only")
+    p.add_argument("--no-coverage", action="store_true", help="mutants only")
+    p.add_argument("--engine-layers", action="store_true",
+                   help="measure coverage on the engine-layer scenarios too (about 100 s per pin)")
+    p.add_argument("--no-engine-tier", action="store_true",
+                   help="mutants run the stand-in scenarios only, not the engine-layer tier after them")
+    p.add_argument("--engine-sample", type=int,
+                   help="run a deterministic sample of this many engine-path mutants (default: all)")
+    p.add_argument("--catalog", choices=("scheduler", "kv", "engine", "all", "traces"), default="all",
+                   help="which mutant catalog to run: the scheduler's, the KV cache manager's and block "
+                   "pool's, the engine path's (sampler, drafters, model runner, numerics), or all of these "
+                   "(default); or traces: the oracle's own goldens mutated and served back as candidates, "
+                   "every golden of every scale (the judge's adequacy; alone, no coverage pass, no vLLM)")
+    p.add_argument("--trace-sample", type=int,
+                   help="traces: a deterministic sample of this many mutants of each family per golden "
+                   "(default: all)")
+    p.add_argument("--trace-scenario", action="append",
+                   help="traces: this scenario's goldens only (by name; repeatable; default: every scenario)")
+    p.set_defaults(handler=command)
+
+
+def command(args) -> int:
+    if args.catalog == "traces":  # every golden: the production scenarios' digests too
+        return trace_adequacy(args, read_scenarios(None, "all"), log)
+    return adequacy(args, read_scenarios(None, "library"), log)
 
 
 def adequacy(args, scenarios, log) -> int:

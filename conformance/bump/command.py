@@ -23,8 +23,10 @@ from packaging.version import InvalidVersion, Version
 from conformance.bump.checks import check_commit, check_release
 from conformance.bump.edit import PYPROJECT, bumped_text, read_back
 from conformance.formats.files import check_output_file, shown, write_text_atomic
+from conformance.formats.log import log
 from conformance.formats.pins import REPO_ROOT, PinError, is_release_name, load_pins
 from conformance.formats.scenario import Scenario
+from conformance.gate.options import read_scenarios
 from conformance.judging.goldens import GoldenStore
 from conformance.process.envs import ensure_env, gpu_lock
 from conformance.report.bump_text import load_notes, pull_request_text
@@ -32,6 +34,20 @@ from conformance.report.drift import compare_pins
 from conformance.report.readme_tables import FILES as DOC_FILES
 
 DEFAULT_TEXT = REPO_ROOT / "out" / "bump" / "pull-request.md"
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bump", help="make a release the gate oracle: check its CPU rebuild and dependencies, "
+                       "edit [tool.vllm-parity], lock its GPU set, build it, write its goldens and the "
+                       "pull request's text (make bump PIN=X)")
+    p.add_argument("release", help="the release to make the gate oracle, e.g. 0.28.0")
+    p.add_argument("--pr-text", type=Path, help="where the pull request's text (markdown) is written "
+                   "(default: out/bump/pull-request.md; it is also printed)")
+    p.set_defaults(handler=command)
+
+
+def command(args) -> int:
+    return bump(args.release, read_scenarios(None), log, args.pr_text)
 
 
 def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = None) -> int:
