@@ -70,8 +70,9 @@ import sys
 sys.path[:0] = [sys.argv[1]]
 from conformance import cli
 from conformance.formats.engine_ref import EngineRef
+from conformance.gate import plan
 oracle, candidate = sys.argv[2], sys.argv[3]
-cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
+plan.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse(oracle, pins).with_role("oracle"),
     EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[4:]))
@@ -258,10 +259,11 @@ def test_merge_names_the_engine_two_shards_disagree_on(tmp_path, monkeypatch):
 def gate_cli(tmp_path, monkeypatch, capsys):
     """`parity gate` in this process, its engines TEST DOUBLEs that log each start."""
     from conformance import cli
+    from conformance.gate import plan as gate_plan
 
     starts = tmp_path / "starts"
     engines = gate_engines_of(tmp_path, "--steps", "1", "--startfile", str(starts))
-    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
+    monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def run(*argv: str) -> tuple[int, str, str]:

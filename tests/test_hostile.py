@@ -33,6 +33,7 @@ def verdicts_gate(tmp_path, monkeypatch, capsys):
     goldens (unedited unless `oracle_plan` says), its candidate the hostile TEST DOUBLE; both
     are judged against the committed goldens, as the real oracle and a port would be."""
     from conformance import cli
+    from conformance.gate import plan as gate_plan
     from conftest import gate_engine
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
@@ -42,7 +43,7 @@ def verdicts_gate(tmp_path, monkeypatch, capsys):
         candidate = verdicts_double(tmp_path, "candidate", plan)
         engines = [gate_engine("TEST-DOUBLE-oracle=" + oracle, "oracle"),
                    gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")]
-        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
+        monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         capsys.readouterr()
         status = cli.main(["gate", "--scenario", str(REPO / "scenarios" / f"{scenario}.json"),
                            "--jobs", "1", *argv])
@@ -170,10 +171,11 @@ import sys
 sys.path[:0] = [{repo!r}]
 from conformance import cli
 from conformance.formats.engine_ref import EngineRef
+from conformance.gate import plan
 if sys.argv[1] != "gate":
     sys.exit(0)  # `parity envs`: nothing to build for TEST DOUBLEs
 oracle, candidate = {oracle!r}, {candidate!r}
-cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
+plan.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse("TEST-DOUBLE-oracle=" + oracle, pins, named=True).with_role("oracle"),
     EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[1:] + ["--scenario", {scenario!r}, "--layers", "config", "--jobs", "1",
@@ -656,8 +658,9 @@ SINKS_DRIVER = """
 import sys
 from conformance import cli
 from conformance.formats.engine_ref import EngineRef
+from conformance.gate import plan
 oracle, candidate = sys.argv[1], sys.argv[2]
-cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
+plan.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse(oracle, pins).with_role("oracle"),
     EngineRef.parse(candidate, pins).with_role("candidate")]
 sys.exit(cli.main(sys.argv[3:]))
@@ -900,7 +903,8 @@ def schema_gate(tmp_path_factory):
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         patch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-        patch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
+        from conformance.gate import plan as gate_plan
+        patch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         status = cli.main(argv)
     verdicts = folder / "results" / "verdicts.json"
     kinds = ({(v["engine"], v["scenario"]): v["kind"] for v in json.loads(verdicts.read_text(encoding="utf-8"))}
@@ -1255,19 +1259,20 @@ def limits_gate(tmp_path, monkeypatch, capsys):
     """`parity gate` in this process, its engines two TEST DOUBLEs that note each start in
     `limits_gate.starts`; (status, stdout, stderr)."""
     from conformance import cli
+    from conformance.gate import plan as gate_plan
     from conftest import gate_engine
 
     starts = tmp_path / "starts"
     oracle, candidate = (limits_double("--steps", "3", "--startfile", str(starts)),
                          limits_double("--startfile", str(starts)))
-    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
+    monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
         gate_engine(oracle, "oracle"),
         gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")])
 
     def gate(*argv: str, candidate: str | None = None) -> tuple[int, str, str]:
         """`candidate`: another command line for the candidate (a hostile double, say)."""
         if candidate is not None:
-            monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
+            monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
                 gate_engine(oracle, "oracle"),
                 gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")])
         capsys.readouterr()
@@ -1702,8 +1707,9 @@ import sys
 sys.path[:0] = [sys.argv[1]]
 from conformance import cli
 from conformance.formats.engine_ref import EngineRef
+from conformance.gate import plan
 oracle, candidate = sys.argv[2], sys.argv[3]
-cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
+plan.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse(oracle, pins).with_role("oracle"),
     EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[4:]))

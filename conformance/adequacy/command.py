@@ -2,26 +2,18 @@
 scheduler's, the KV cache manager's and block pool's) and the engine path's
 (conformance/adequacy/engine_path.py) on the gate oracle; prints conformance/adequacy/report.py's
 report, each catalog in a block of its own. Exit 0 when every goal is met, 1 when one is missed.
-`--catalog traces` runs the trace-mutation catalog alone (conformance/adequacy/trace_catalog.py)."""
+`--catalog traces` runs the trace-mutation catalog alone (conformance/adequacy/trace_catalog.py).
+The catalogs' modules are imported when the command runs, not when `parity` parses its options."""
 
 from __future__ import annotations
 
 import signal
 import sys
 
-from conformance.adequacy.engine_path import (ENGINE_SCOPE_FILE, engine_catalog, engine_scenarios,
-                                              executed_lines)
-from conformance.adequacy.measure import (CATALOGS, ENGINE_TIER, ResultCache, catalog, measure_coverage,
-                                          run_mutants, sample)
-from conformance.adequacy.report import render_coverage, render_goals, render_mutants
-from conformance.adequacy.scope import load_scope
-from conformance.adequacy.trace_catalog import render_catalog, run_catalog
 from conformance.formats.errors import InputError
 from conformance.formats.log import log
 from conformance.formats.pins import load_pins
 from conformance.gate.options import read_scenarios
-from conformance.process.coverage_run import CoverageError
-from conformance.process.mutant_server import MutantServerError
 
 
 def register(sub) -> None:
@@ -60,6 +52,9 @@ def command(args) -> int:
 
 
 def adequacy(args, scenarios, log) -> int:
+    from conformance.process.coverage_run import CoverageError
+    from conformance.process.mutant_server import MutantServerError
+
     # A run can be long: on SIGTERM, unwind (SystemExit) so the mutant server and its forks
     # are ended by their `finally`, and the results cached so far are kept.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -80,6 +75,8 @@ def trace_adequacy(args, scenarios, log) -> int:
     intended exception, 1 otherwise."""
     if args.trace_sample is not None and args.trace_sample <= 0:
         raise InputError(f"--trace-sample {args.trace_sample}: expected a positive number of mutants")
+    from conformance.adequacy.trace_catalog import render_catalog, run_catalog
+
     pins = load_pins()
     for release in args.pin or ():
         if release not in pins.releases:
@@ -98,6 +95,13 @@ def trace_adequacy(args, scenarios, log) -> int:
 
 
 def _adequacy(args, scenarios, log) -> int:
+    from conformance.adequacy.engine_path import (ENGINE_SCOPE_FILE, engine_catalog, engine_scenarios,
+                                                  executed_lines)
+    from conformance.adequacy.measure import (CATALOGS, ENGINE_TIER, ResultCache, catalog, measure_coverage,
+                                              run_mutants, sample)
+    from conformance.adequacy.report import render_coverage, render_goals, render_mutants
+    from conformance.adequacy.scope import load_scope
+
     pins = load_pins()
     scope = load_scope()
     # The engine layers run the whole engine: costly, and the stand-in scenarios drive the

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conformance.bisect.search import bisect
 from conformance.formats.errors import InputError
 from conformance.formats.files import check_output_file, write_text_atomic
 from conformance.formats.log import log
 from conformance.formats.pins import Pins, load_pins
 from conformance.formats.scenario import Scenario
 from conformance.gate.options import parse_layers, read_scenarios
-from conformance.process.commit_env import local_repo
-from conformance.report.port_queue import render_markdown, render_text
 
 
 def register(sub) -> None:
@@ -53,6 +50,10 @@ def origin(pins: Pins, start: str, end: str, source: str | None, base: str | Non
 
 
 def run_bisect(args, pins: Pins, scenarios: list[Scenario], log) -> int:
+    from conformance.bisect.search import bisect  # the search's modules, only when it runs
+    from conformance.process.commit_env import local_repo
+    from conformance.report.port_queue import render_markdown, render_text
+
     if args.markdown:
         check_output_file(args.markdown, "--markdown")
     if args.rows:
