@@ -87,7 +87,7 @@ duplicates:
 
 # The HTML report as a reader sees it: installs chromium with apt-get where it is missing (root
 # only), gates the no-draft-reservation mutant (a TEST DEVICE) on the default scenarios, and
-# renders its report in headless Chromium in a 1366x768 window (tests/test_report_html.py):
+# renders its report in headless Chromium in a 1366x768 window (tests/report/test_report_html.py):
 # the first screen shows every verdict that did not pass, before the folded grid and the layers
 # table; no script error, both budget lines (4036 and 4096) labelled apart, the difference
 # panel, the zoom with its per-request table scrolling in its box, the capacity table. The gate
@@ -103,7 +103,7 @@ report-check: envs
 		--candidate "$$($(BIN)/python -c "$(ORACLE_PIN)")+mutant:no-draft-reservation" \
 		--reports out/report-check > out/report-check/report.txt; \
 		test $$? -le 2 && test -s out/report-check/report.html  # the mutant diverges, and crashes where it overruns
-	VLLM_PARITY_REPORT=out/report-check/report.html $(BIN)/python -m pytest -q tests/test_report_html.py
+	VLLM_PARITY_REPORT=out/report-check/report.html $(BIN)/python -m pytest -q tests/report/test_report_html.py
 
 # The C++ adapter kit and its reference engine (engines/cpp/build/): installs g++, make,
 # nlohmann-json3-dev and libb2-dev with apt-get where they are missing (root only), then

@@ -2,7 +2,7 @@
 
 Both run in this process on the same pair of traces; the figure is their ratio.
 
---quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): 500 steps, to check
+--quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): 500 steps, to check
 that it runs; its figures mean nothing.
 """
 

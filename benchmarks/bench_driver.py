@@ -5,7 +5,7 @@ Run from the harness (`make bench`): it re-executes itself inside the oracle pin
 Both loops are timed in CPU time of this process (the best of REPEATS): the ratio is the work the
 driver adds, and does not move when other processes share the machine's cores.
 
---quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): one run of each loop,
+--quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): one run of each loop,
 to check that it runs; its figures mean nothing.
 """
 

@@ -2,7 +2,7 @@
 engine scenario once in that warm worker (as `make parity` runs them; the oracle runs each
 twice there), and the worker's peak memory. A pin with no CPU engine prints its reason.
 
---quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): the gate oracle on the
+--quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): the gate oracle on the
 first engine scenario alone, to check that it runs; its figures mean nothing.
 """
 

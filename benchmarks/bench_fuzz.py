@@ -12,7 +12,7 @@
 (m) the engine layers (the whole engine on the tiny models): the time to find, shrink and
     confirm the TEST DEVICE mutant drop-bonus-token, which only the engine layers see.
 
---quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): (h) on 5 examples of
+--quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): (h) on 5 examples of
 the small part, the rest left out, to check that it runs; its figures mean nothing.
 """
 

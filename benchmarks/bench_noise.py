@@ -14,7 +14,7 @@ is the largest |difference| of one token's logprob over every variant and pin
 significant digits) as `engine.logprob_noise` in its scenario file, from where every golden
 written after it states the noise beside the tolerance.
 
---quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): the gate oracle, the
+--quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): the gate oracle, the
 first engine scenario (or the --scenario given) and one variant (threads-2), to check that it
 runs; its figures mean nothing.
 """

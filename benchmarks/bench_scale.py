@@ -13,7 +13,7 @@ form, per 10,000 steps, and each production scenario against its golden.
 
 Goals (issue 26): judge < 30 s, a golden <= 2 MB in git.
 
---quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): 200 synthetic steps;
+--quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): 200 synthetic steps;
 with --real, prod_deep_midsize alone and no mutant, to check that it runs; its figures mean
 nothing.
 """

@@ -13,7 +13,7 @@ measured by running the command itself, once, on this machine:
 (f) and (j) take minutes and download about 1 GB each: BENCH_FRESH=0 leaves them out (it then
 says so).
 
---quick (`make bench BENCH_QUICK=1`, run by tests/test_doc_commands.py): `make envs` alone, (e),
+--quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): `make envs` alone, (e),
 (f), (g) and (j) left out (each a whole make test or gate run), to check that it runs.
 """
 

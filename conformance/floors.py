@@ -1,5 +1,5 @@
 """The floors of the house: which way imports go. A module imports only modules on its own
-floor or below, and never in a circle; tests/test_house.py checks every module of
+floor or below, and never in a circle; tests/house/test_house.py checks every module of
 conformance/, engines/ and parity/, and `parity docs` renders FLOORS into docs/architecture.md
 ("Floors"), where the same test finds it unchanged.
 

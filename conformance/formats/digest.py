@@ -25,7 +25,7 @@ spaces, UTF-8, finite numbers): of the record as its table declares it (fields n
 left out), without its `*_text` fields and, in `steps`, without the context fields (the budgets
 each step repeats), which are kept in the clear as runs. That is the projection the comparison's
 first-divergence search uses (conformance/judging/compare.py CONTEXT_FIELDS, checked equal by
-tests/test_digest.py): the first record whose digest differs is the first differing step. The
+tests/judging/test_digest.py): the first record whose digest differs is the first differing step. The
 harness computes every digest from records it judged itself; no engine sends a digest.
 
 Standard library only.

@@ -4,7 +4,7 @@ take, and how many engines fit side by side (whether there is a GPU: formats/set
 Standard library only: the harness reads the GPU through `nvidia-smi` (it never imports
 torch), and engines/vllm/engine_layer.py imports this module inside a pin's environment for
 the same budget. Every decision here is a plain function of what `nvidia-smi` reports, so
-tests/test_gpu_simulation.py drives all of them on CPU with a fake `nvidia-smi`.
+tests/process/test_gpu_simulation.py drives all of them on CPU with a fake `nvidia-smi`.
 """
 
 from __future__ import annotations

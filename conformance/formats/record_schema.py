@@ -3,7 +3,7 @@ declared once, and the one check of a record against its layer's declaration.
 
 The declaration is the tables' source of truth in code: each `Record` below has a table in
 PROTOCOL.md (marked `<!-- record: NAME -->`) with one row per field and its type as `describe`
-words it, and tests/test_record_schema.py checks that the two agree.
+words it, and tests/formats/test_record_schema.py checks that the two agree.
 
 A record is judged before anything compares it: a missing required field, a value of another
 type, out of range (a negative count, a positive logprob) or not finite is a `RecordError`

@@ -476,7 +476,7 @@ class Context:
     """A request's tokens as the stand-in reads them: how many there are and the last CONTEXT.
     Every stand-in function reads a token list only through `len(tokens)` and
     `tokens[-CONTEXT:]`, so a Context gives the same answers as the whole list, bit for bit,
-    at O(CONTEXT) cost: a 16k-token prompt is never copied per step (tests/test_workload_gen.py
+    at O(CONTEXT) cost: a 16k-token prompt is never copied per step (tests/formats/test_workload_gen.py
     checks it against the list form)."""
 
     __slots__ = ("n", "tail")

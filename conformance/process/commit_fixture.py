@@ -1,5 +1,5 @@
 """TEST FIXTURE: a local vLLM repository with a known history, for commit pins and `parity bisect`
-without a network (tests/test_commit_pins.py; docs/porting.md's worked example).
+without a network (tests/bisect/test_commit_pins.py; docs/porting.md's worked example).
 
 Built from the pins' built CPU environments, never downloaded. Every commit has a fixed author
 and date, so the same environments give the same shas on every machine:

@@ -31,10 +31,10 @@
 //   --sync-loop: a TEST DEVICE, a bug on purpose: where async scheduling resolves on, it runs
 //   the async scheduler with a batch queue of 1, so each batch's output is processed before
 //   the next is scheduled (the synchronous loop's order, not vLLM's). The gate must report it
-//   as diverged on every async scenario (tests/test_cpp_kit.py).
+//   as diverged on every async scenario (tests/engines/test_cpp_kit.py).
 //   --ignore-min-tokens: a TEST DEVICE, a bug on purpose: check_stop has no min_tokens gate, so
 //   an eos or stop token before min_tokens outputs stops the request. The gate must report it as
-//   diverged on stop_min_tokens (tests/test_cpp_kit.py).
+//   diverged on stop_min_tokens (tests/engines/test_cpp_kit.py).
 #include <algorithm>
 #include <cstdio>
 #include <deque>

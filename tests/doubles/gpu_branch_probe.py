@@ -1,5 +1,5 @@
 """TEST DEVICE: drives the GPU branches of the oracle's own code inside a pin's environment on a
-CPU machine, and prints what each decided as one JSON object (tests/test_gpu_simulation.py).
+CPU machine, and prints what each decided as one JSON object (tests/process/test_gpu_simulation.py).
 
 Real vLLM is imported and booted as a GPU worker would boot it (runtime.boot("gpu")); only the
 two answers a CPU cannot give are faked, and named here: vLLM's platform says it is not a CPU,

@@ -18,7 +18,7 @@
 //   verify:        the longest prefix of drafts the target agrees with, plus a bonus token.
 // BLAKE2b is libb2's (Debian: libb2-dev), with its parameter block for the personalization.
 // Tests: engines/cpp/tests/gen_vectors.py writes vectors from the Python stand-in;
-// engines/cpp/tests/check_vectors.cpp reproduces them (tests/test_cpp_kit.py runs both).
+// engines/cpp/tests/check_vectors.cpp reproduces them (tests/engines/test_cpp_kit.py runs both).
 #pragma once
 
 #include <cstdint>
