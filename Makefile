@@ -77,12 +77,16 @@ gate: plan-envs
 		--reports out/gate --waivers waivers.toml $(GATE_OPTIONS); \
 		$(call SAY_STATUS,parity gate,$(GATE_STATUSES))
 
-# No two places in conformance/ share six or more lines of the same shape (the `duplicates`
-# command of the developers' tool library, where installed; its rows marked `boilerplate`, a
-# small class's or table's shape, pass). Fails on any other row.
+# No two places in conformance/, nor two in tests/, share six or more lines of the same shape
+# (the `duplicates` command of the developers' tool library, where installed; its rows marked
+# `boilerplate`, a small class's or table's shape, pass): the code has one piece for one job, and
+# the test files share their helpers (tests/helpers.py) instead of copying them. Fails on any
+# other row.
+DUPLICATES_IN = conformance tests
 duplicates:
 	@command -v duplicates >/dev/null || { echo "make duplicates: the duplicates command is not installed here" >&2; exit 2; }
-	@duplicates --repo conformance --most 40 --seconds 120 | tee /dev/stderr | grep -E '^D[0-9]+ ' | grep -v ' boilerplate' >/dev/null \
+	@for tree in $(DUPLICATES_IN); do echo "$$tree/:"; duplicates --repo $$tree --most 40 --seconds 120; done | tee /dev/stderr \
+		| grep -E '^D[0-9]+ ' | grep -v ' boilerplate' >/dev/null \
 		&& { echo "make duplicates: places above share six or more lines: make one piece of code serve both" >&2; exit 1; } || true
 
 # The HTML report as a reader sees it: installs chromium with apt-get where it is missing (root

@@ -1,16 +1,15 @@
-"""Shared fixtures. The harness's self-tests live in tests/; the vLLM oracles they drive are
-real pinned releases, one warm engine session per pin for the whole session."""
+"""pytest's hooks and fixtures for the whole suite, nothing else (the constants and helpers test
+files share are plain code, in tests/helpers.py). The harness's self-tests live in tests/; the vLLM
+oracles they drive are real pinned releases, one warm engine session per pin for the whole session."""
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent
-GATE = REPO / "scenarios" / "dflash_27b_gate.json"
-DOUBLE = REPO / "tests" / "doubles" / "double_engine.py"
+from tests.helpers import CANDIDATE_PINS, DOUBLE
+
 # every test driving a real pin is marked `oracle` (tests/oracle_marker.py checks it)
 pytest_plugins = ("tests.oracle_marker", "tests.warm_engines")
 
@@ -52,9 +51,6 @@ def pytest_collection_modifyitems(config, items):
         item.add_marker(pytest.mark.xdist_group(CANDIDATE_PINS if other_pin else engine.text))
 
 
-CANDIDATE_PINS = "candidate pins"  # the xdist group of the tests driving a pin other than the oracle
-
-
 @pytest.fixture
 def double_engine():
     """Argv of the TEST DOUBLE engine with extra options."""
@@ -62,17 +58,3 @@ def double_engine():
         return (sys.executable, str(DOUBLE), *options)
     return make
 
-
-def gate_engine(text: str, role: str):
-    """An engine of a gate run with its role, as `parity gate` makes one (NAME=COMMAND names it)."""
-    from conformance.formats.engine_ref import EngineRef
-    from conformance.formats.pins import load_pins
-
-    return EngineRef.parse(text, load_pins(), named=True).with_role(role)
-
-
-def records_of(session, scenario, layers=None) -> dict:
-    """The records of a unit that must run to its end on `session` (its failure said otherwise)."""
-    trace = session.trace(scenario, layers)
-    assert "failure" not in trace, trace["failure"]
-    return trace["layers"]

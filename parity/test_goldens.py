@@ -11,7 +11,7 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import at_scale, load_scenario
 from conformance.judging.goldens import GOLDENS, NEW
 from conformance.regenerate.lifecycle import golden_trace
-from conftest import REPO
+from tests.helpers import REPO
 from parity.golden_extension import GoldenExtension
 
 pytestmark = pytest.mark.oracle

@@ -1,9 +1,7 @@
 """The `parity` command line, driven with the TEST DOUBLE engine (no vLLM needed)."""
 
 import json
-import shlex
 import shutil
-import sys
 
 import pytest
 
@@ -13,17 +11,13 @@ from conformance.gate.options import read_scenarios
 from conformance.formats.pins import load_pins
 from conformance.formats.trace import SCHEMA
 from conformance.judging.goldens import GOLDENS
-from conftest import DOUBLE, GATE
+from tests.helpers import GATE, double_command
 
 # the gate's config record as the oracle wrote it: every field PROTOCOL.md declares
 ORACLE_CONFIG = GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0]
 BUDGET = ORACLE_CONFIG["max_num_scheduled_tokens"]  # 4036 on 0.27.1, 4096 on 0.28.0
 RECORD = {**ORACLE_CONFIG, "budget_log_lines": [
     f"max_num_scheduled_tokens is set to {BUDGET} based on the speculative decoding settings."]}
-
-
-def double_cmd(*options) -> str:
-    return shlex.join([sys.executable, str(DOUBLE), *options])
 
 
 @pytest.fixture
@@ -42,7 +36,7 @@ def test_bad_scenario_is_refused_before_any_engine_starts(tmp_path, capsys):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(bad))
     pidfile = tmp_path / "started"
-    status = cli.main(["run", "--engine", double_cmd("--fault", "fork-hang", "--pidfile", str(pidfile)),
+    status = cli.main(["run", "--engine", double_command("--fault", "fork-hang", "--pidfile", str(pidfile)),
                        "--scenario", str(path), "--out", str(tmp_path / "t.json")])
     assert status == 2
     assert "engine_args.speculative_config.model" in capsys.readouterr().err
@@ -51,7 +45,7 @@ def test_bad_scenario_is_refused_before_any_engine_starts(tmp_path, capsys):
 
 def test_run_then_compare(tmp_path, record_file, capsys):
     golden_trace = tmp_path / "golden.json"
-    assert cli.main(["run", "--engine", double_cmd("--record", record_file(RECORD)),
+    assert cli.main(["run", "--engine", double_command("--record", record_file(RECORD)),
                      "--scenario", str(GATE), "--out", str(golden_trace)]) == 0
     trace = json.loads(golden_trace.read_text())
     assert trace["schema"] == SCHEMA and trace["layers"]["config"] == [RECORD]
@@ -60,7 +54,7 @@ def test_run_then_compare(tmp_path, record_file, capsys):
     port = dict(RECORD, max_num_scheduled_tokens=other,
                 budget_log_lines=[f"max_num_scheduled_tokens is set to {other} based on the speculative decoding settings."])
     port_trace = tmp_path / "port.json"
-    assert cli.main(["run", "--engine", double_cmd("--record", record_file(port)),
+    assert cli.main(["run", "--engine", double_command("--record", record_file(port)),
                      "--scenario", str(GATE), "--out", str(port_trace)]) == 0
     capsys.readouterr()
     assert cli.main(["compare", "--trace", str(port_trace), "--golden", str(golden_trace)]) == 1
@@ -78,7 +72,7 @@ def test_run_then_compare(tmp_path, record_file, capsys):
 
 def test_compare_with_missing_or_corrupt_golden(tmp_path, record_file, capsys):
     trace = tmp_path / "t.json"
-    cli.main(["run", "--engine", double_cmd("--record", record_file(RECORD)), "--scenario", str(GATE),
+    cli.main(["run", "--engine", double_command("--record", record_file(RECORD)), "--scenario", str(GATE),
               "--out", str(trace)])
     assert cli.main(["compare", "--trace", str(trace), "--golden", str(tmp_path / "none.json")]) == 2
     assert "MISSING_GOLDEN" in capsys.readouterr().out
@@ -89,7 +83,7 @@ def test_compare_with_missing_or_corrupt_golden(tmp_path, record_file, capsys):
 
 def test_crashing_engine_keeps_a_partial_trace(tmp_path, record_file, capsys):
     out = tmp_path / "t.json"
-    status = cli.main(["run", "--engine", double_cmd("--record", record_file(RECORD), "--fault", "crash"),
+    status = cli.main(["run", "--engine", double_command("--record", record_file(RECORD), "--fault", "crash"),
                        "--scenario", str(GATE), "--out", str(out)])
     assert status == 2
     trace = json.loads(out.read_text())
@@ -97,7 +91,7 @@ def test_crashing_engine_keeps_a_partial_trace(tmp_path, record_file, capsys):
 
 
 def test_goldens_refuse_a_candidate(capsys):
-    assert cli.main(["goldens", "--engine", double_cmd()]) == 2
+    assert cli.main(["goldens", "--engine", double_command()]) == 2
     assert "only a pinned vLLM oracle" in capsys.readouterr().err
 
 
@@ -107,13 +101,13 @@ def test_unknown_engine_is_named(capsys):
 
 
 def test_selfcheck_passes_a_well_behaved_engine(record_file, capsys):
-    assert cli.main(["selfcheck", "--engine", double_cmd("--record", record_file(RECORD))]) == 0
+    assert cli.main(["selfcheck", "--engine", double_command("--record", record_file(RECORD))]) == 0
     assert "protocol self-check: passed" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("fault", ["garbage", "out-of-order", "wrong-version", "crash"])
 def test_selfcheck_fails_a_broken_engine(record_file, capsys, fault):
-    assert cli.main(["selfcheck", "--engine", double_cmd("--record", record_file(RECORD), "--fault", fault)]) == 1
+    assert cli.main(["selfcheck", "--engine", double_command("--record", record_file(RECORD), "--fault", fault)]) == 1
     assert "FAIL" in capsys.readouterr().out
 
 

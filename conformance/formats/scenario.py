@@ -113,10 +113,13 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # Workload keys the engine layers do not run: the engine's outputs are its model's, not the
 # stand-in's a continuation is built from, its loop has no aborts, its eos token is its
 # tokenizer's (not a stand-in token id), its outputs record no repetition stop, and it has no
-# remote KV store, nor adapters. (A request's `priority`, `min_tokens` and `structured_output` are run: the
-# engine's add_request and SamplingParams take them.)
-STEPS_ONLY = ("prefix", "continues", "abort_step", "eos_token_id", "repetition_detection", "external",
-              "lora")
+# remote KV store. (A request's `priority`, `min_tokens`, `structured_output`, `prefix` and `lora`
+# are run: the engine's add_request and SamplingParams take them, a prefix's tokens are the
+# stand-in's, and an adapter is the model folder's adapters/<name>, ADAPTER_FILES.)
+STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external")
+# An adapter the engine layers load: <model folder>/adapters/<name>/ with PEFT's config and the
+# recipe of its weights (engines/vllm/tiny_adapters.py), whose files the scenario hash covers
+ADAPTER_FILES = ("adapter_config.json", "weights.json")
 # A grammar judges text: a workload with a structured_output needs its model folder's tokenizer
 # (the project's own, engines/vllm/tiny_tokenizer.py), whose files the scenario hash then covers
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json")
@@ -231,6 +234,8 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     engine, atol, noise = _engine_options(src, raw.get("engine"), args, workload)
     if engine is not None:
         identity["engine"] = engine
+        if any("lora" in r for r in workload["requests"]):  # the engine loads each adapter's weights
+            identity["adapters"] = _adapters(src, Path(args["model"]), workload["requests"])
     digest = hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
     rows = raw.get("rows", ["ENG-SCHED-CORE"])
     if not isinstance(rows, list) or not rows or not all(isinstance(r, str) and ROW.fullmatch(r) for r in rows):
@@ -296,6 +301,28 @@ def _tokenizer(src: str, folder: Path) -> str:
     return "sha256:" + digest.hexdigest()
 
 
+def _adapters(src: str, folder: Path, requests: list[dict]) -> dict[str, str]:
+    """The hash of each adapter's files, by name: the engine layers load a request's adapter
+    from its model folder's adapters/<name>/ (a tiny model's, made from its recipe)."""
+    hashes: dict[str, str] = {}
+    for i, req in enumerate(requests):
+        name = req.get("lora", {}).get("name")
+        if name is None or name in hashes:
+            continue
+        digest = hashlib.sha256()
+        for file in ADAPTER_FILES:
+            path = folder / "adapters" / name / file
+            try:
+                digest.update(read_bytes(path, "model config"))
+            except (OSError, InputFileError) as exc:
+                raise ScenarioError(src, f"workload.requests[{i}].lora.name", f"the engine layers load adapter "
+                                    f"{name!r} from the model folder's adapters/{name}/ (engines/vllm/"
+                                    f"tiny_adapters.py makes the tiny models' ones): {path} cannot be read: "
+                                    f"{exc}") from None
+        hashes[name] = "sha256:" + digest.hexdigest()
+    return hashes
+
+
 def _kv_transfer(src: str, raw: dict) -> dict:
     where = "engine_args.kv_transfer_config"
     config = _check_fields(src, where, raw, KV_TRANSFER_CONFIG)
@@ -332,17 +359,11 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
     if args.get("kv_transfer_config") is not None:
         raise ScenarioError(src, "engine_args.kv_transfer_config", "is not run by the engine layers (the "
                             "stand-in's connector has no worker side): a scenario with `engine` cannot use it")
-    if args.get("enable_lora") is True:
-        raise ScenarioError(src, "engine_args.enable_lora", "is not run by the engine layers (the tiny models "
-                            "have no adapters): a scenario with `engine` cannot use it")
     for i, req in enumerate(workload["requests"]):
         for key in STEPS_ONLY:
             if key in req:
                 raise ScenarioError(src, f"workload.requests[{i}].{key}", "is not run by the engine layers "
                                     "(the stand-in's steps layer only): a scenario with `engine` cannot use it")
-    if "prefixes" in workload:
-        raise ScenarioError(src, "workload.prefixes", "is not run by the engine layers (the stand-in's "
-                            "steps layer only): a scenario with `engine` cannot use it")
     engine = {k: raw.get(k, v) for k, v in DEFAULT_ENGINE.items()}
     atol = float(raw.get("logprob_atol", DEFAULT_ATOL.get(args.get("dtype", "float32"), 0.1)))
     noise = raw.get("logprob_noise")

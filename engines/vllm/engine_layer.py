@@ -195,6 +195,11 @@ def run_engine(scenario: dict):
     if rule.gpu and current_platform.is_cpu():
         raise RunError("unsupported", CPU_FORCES_SYNC)
     kwargs = llm_kwargs(scenario, async_gpu=bool(rule.gpu))
+    from . import engine_lora
+
+    loras = engine_lora.lora_requests(workload, engine_args["model"], source)
+    guard = (engine_lora.MixedBatchGuard(workload, release.build())
+             if loras and current_platform.is_cpu() and engine_lora.cpu_kernels_misapply() else None)
     if (engine_args.get("speculative_config") or {}).get("method") == "ngram":
         cache_numba_kernels()
 
@@ -225,7 +230,7 @@ def run_engine(scenario: dict):
         refused = precision_in_effect()
         if refused:  # set by something other than the setting boot checked: still not judged
             raise RunError("unsupported", refused)
-        return _generate(llm, workload, lines, num_logprobs, decimals, rule)
+        return _generate(llm, workload, lines, num_logprobs, decimals, rule, loras, guard)
     finally:
         with _collections_deferred():
             llm.llm_engine.engine_core.shutdown()
@@ -244,7 +249,8 @@ def _is_refusal(exc: Exception) -> bool:
     return isinstance(exc, (ValueError, NotImplementedError)) and not loading
 
 
-def _generate(llm, workload: dict, lines: list[str], num_logprobs: int, decimals: int, rule=None):
+def _generate(llm, workload: dict, lines: list[str], num_logprobs: int, decimals: int, rule=None,
+              loras=None, guard=None):
     """Add the workload's requests at their arrival steps and step the engine until done."""
     from . import worker_counts
     from .config_layer import budget_record
@@ -259,23 +265,27 @@ def _generate(llm, workload: dict, lines: list[str], num_logprobs: int, decimals
     for req in workload["requests"]:
         arrivals.setdefault(req["arrival_step"], []).append(req)
     try:
-        outputs = _drive(engine, workload, arrivals, num_logprobs, decimals)
+        outputs = _drive(engine, workload, arrivals, num_logprobs, decimals, loras or {}, guard)
     except Exception as exc:  # what the engine did before failing still goes out
         per_run.keep_partial(exc, engine_config=[config], engine_steps=scheduler.parity_steps)
         raise
     return [config], list(scheduler.parity_steps), outputs
 
 
-def _drive(engine, workload: dict, arrivals: dict, num_logprobs: int, decimals: int) -> list[dict]:
+def _drive(engine, workload: dict, arrivals: dict, num_logprobs: int, decimals: int, loras: dict,
+           guard=None) -> list[dict]:
     from vllm import SamplingParams
 
     from . import grammar
 
     grammar.lm_format_enforcer_importable()  # the input processor's check imports it
 
-    from conformance.formats.workload import prompt_tokens
+    from conformance.formats.workload import request_prompts
 
-    seed, vocab = workload["seed"], workload["vocab_size"]
+    # prompt_tokens of each request, after its prefix's tokens where it names one (no request
+    # continues another here: scenario.STEPS_ONLY)
+    prompts = request_prompts(workload, None)
+    scheduler = engine.engine_core.engine_core.scheduler
     finished: dict[str, object] = {}
     added, step = 0, 0
     total = len(workload["requests"])
@@ -290,21 +300,26 @@ def _drive(engine, workload: dict, arrivals: dict, num_logprobs: int, decimals: 
                 stop_token_ids=list(req["stop_token_ids"]), logprobs=num_logprobs,
                 detokenize=False, seed=0,
                 structured_outputs=grammar.params(structured) if structured is not None else None)
-            prompt = {"prompt_token_ids": prompt_tokens(seed, req["id"], req["prompt_len"], vocab)}
+            prompt = {"prompt_token_ids": prompts[req["id"]]}
             # the priority policy's key (the stand-in's too); 0 when the workload gives none
-            engine.add_request(req["id"], prompt, params, priority=req.get("priority", 0))
+            engine.add_request(req["id"], prompt, params, priority=req.get("priority", 0),
+                               lora_request=loras.get(req["id"]))
             if structured is not None:  # compiled before the step, as the stand-in layers wait
-                grammar.compiled(engine.engine_core.engine_core.scheduler.requests[req["id"]])
+                grammar.compiled(scheduler.requests[req["id"]])
             added += 1
         if added == total and not engine.has_unfinished_requests():
             break
         if step >= workload["max_steps"]:
             raise RuntimeError(f"the workload did not finish within max_steps={workload['max_steps']}")
         # the recorder stamps each step's iteration under async scheduling (AsyncRecording)
-        engine.engine_core.engine_core.scheduler.parity_iteration = step
+        scheduler.parity_iteration = step
+        recorded = len(scheduler.parity_steps)
         for out in engine.step():
             if out.finished:
                 finished[out.request_id] = out
+        if guard is not None:  # engine_lora.MixedBatchGuard: a step the CPU LoRA kernels got wrong
+            for record in scheduler.parity_steps[recorded:]:
+                guard.check(record)
         step += 1
     return [_output_record(rid, finished[rid], decimals) for rid in sorted(finished)]
 

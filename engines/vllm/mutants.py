@@ -43,6 +43,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     ignore-grammar-cut    the scheduler keeps every draft of a request with a grammar: its
                           grammar's validate_tokens returns the drafts whole (xgrammar and
                           llguidance alike), so drafts the grammar refuses are scheduled.
+    lora-ignored          the LoRA layers add no adapter's update to their output: a request
+                          under an adapter generates the base model's tokens (engine_outputs).
+    lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
+                          blocks another adapter (or none) cached for the same tokens.
 """
 
 from __future__ import annotations
@@ -226,6 +230,20 @@ def _ignore_grammar_cut() -> None:
         grammar.validate_tokens = lambda self, tokens: list(tokens)
 
 
+def _lora_ignored() -> None:
+    """Every linear layer with LoRA (qkv, o, gate_up, down) returns its base output as it is."""
+    from vllm.lora.layers.base_linear import BaseLinearLayerWithLoRA
+
+    BaseLinearLayerWithLoRA._apply_lora_to_output = lambda self, x, output: output
+
+
+def _lora_hash_ignored() -> None:
+    """generate_block_hash_extra_keys reads a request's adapter keys from this function."""
+    from vllm.v1.core import kv_cache_utils
+
+    kv_cache_utils._gen_lora_extra_hash_keys = lambda request: []
+
+
 def _cap_running_chunk(cap: int):
     """The first `min(num_new_tokens, token_budget)` of Scheduler.schedule is the running
     loop's (the waiting loop's comes after it); the edit goes there alone, installed as a
@@ -268,6 +286,8 @@ MUTANTS = {
     "ignore-max-loras": _ignore_max_loras,
     "cap-running-chunk-2048": _cap_running_chunk(2048),
     "ignore-grammar-cut": _ignore_grammar_cut,
+    "lora-ignored": _lora_ignored,
+    "lora-hash-ignored": _lora_hash_ignored,
 }
 
 

@@ -273,30 +273,40 @@ def materialize(model_dir: Path, cache_root: Path) -> Path:
     reused when present)."""
     model_dir = Path(model_dir).resolve()
     _cfg, meta = _load_spec(model_dir)
-    expected = str(meta.get("sha256") or "")
+    return build_folder(model_dir.name, str(meta.get("sha256") or ""), model_dir / "weights.json",
+                        {"config.json": (model_dir / "config.json").read_bytes()}, "model.safetensors",
+                        lambda path: write_safetensors(model_dir, path), cache_root)
+
+
+def build_folder(name: str, expected: str, spec: Path, copies: dict, weights_name: str, write,
+                 cache_root: Path) -> Path:
+    """``cache_root/tiny-models/<name>-<sha12>/``: the files ``copies`` (name -> bytes) and the
+    weights file ``write(path)`` generates (it returns their sha256, which must be ``expected``).
+    Built once in a temporary folder, verified, renamed in atomically; reused when complete.
+    Shared by the tiny models and their adapters (tiny_adapters.py)."""
     if len(expected) != 64:
-        raise ValueError(f"{model_dir.name}: weights.json has no sha256 (fill it with "
-                         f"`python {Path(__file__).name} --print-sha {model_dir}`)")
+        raise ValueError(f"{name}: {spec.name} has no sha256 (fill it with "
+                         f"`python engines/vllm/{Path(__file__).name} --print-sha ...`)")
     parent = Path(cache_root) / "tiny-models"
-    final = parent / f"{model_dir.name}-{expected[:12]}"
-    config_bytes = (model_dir / "config.json").read_bytes()
-    if _is_complete(final, config_bytes, expected):
+    final = parent / f"{name}-{expected[:12]}"
+    if _is_complete(final, copies, weights_name, expected):
         return final
     parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=parent))
     try:
-        got = write_safetensors(model_dir, tmp / "model.safetensors")
+        got = write(tmp / weights_name)
         if got != expected:
-            raise ValueError(f"tiny model {model_dir.name}: model.safetensors sha256 mismatch: "
+            raise ValueError(f"tiny model {name}: {weights_name} sha256 mismatch: "
                              f"expected {expected}, got {got}")
-        (tmp / "config.json").write_bytes(config_bytes)
+        for file, data in copies.items():
+            (tmp / file).write_bytes(data)
         os.chmod(tmp, 0o755)  # mkdtemp makes it 0700; the cache may be shared
         try:
             os.rename(tmp, final)
         except OSError:
             # Another caller won the race (final exists and is non-empty) or a stale,
             # incomplete folder is in the way.
-            if not _is_complete(final, config_bytes, expected):
+            if not _is_complete(final, copies, weights_name, expected):
                 stale = parent / f".{final.name}.stale-{os.getpid()}"
                 try:
                     os.rename(final, stale)
@@ -307,17 +317,17 @@ def materialize(model_dir: Path, cache_root: Path) -> Path:
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
-    if not _is_complete(final, config_bytes, expected):
-        raise RuntimeError(f"tiny model {model_dir.name}: {final} incomplete after build")
+    if not _is_complete(final, copies, weights_name, expected):
+        raise RuntimeError(f"tiny model {name}: {final} incomplete after build")
     return final
 
 
-def _is_complete(folder: Path, config_bytes: bytes, sha256: str) -> bool:
-    """The folder holds this config and weights of this sha256 (checked on every reuse: a few
+def _is_complete(folder: Path, copies: dict, weights_name: str, sha256: str) -> bool:
+    """The folder holds these files and weights of this sha256 (checked on every reuse: a few
     MB, milliseconds; a cache edited by hand is rebuilt, never loaded)."""
     try:
-        return ((folder / "config.json").read_bytes() == config_bytes
-                and _sha256_file(folder / "model.safetensors") == sha256)
+        return (all((folder / file).read_bytes() == data for file, data in copies.items())
+                and _sha256_file(folder / weights_name) == sha256)
     except OSError:
         return False
 

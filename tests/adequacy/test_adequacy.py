@@ -213,7 +213,7 @@ def test_results_are_cached_by_pin_mutant_and_scenario(tmp_path):
 
 def test_the_scenario_set_hash_follows_the_scenarios():
     from conformance.formats.scenario import load_scenario
-    from conftest import REPO
+    from tests.helpers import REPO
 
     a = load_scenario(REPO / "scenarios" / "dflash_27b_gate.json")
     b = load_scenario(REPO / "scenarios" / "steady_decode.json")
@@ -276,7 +276,7 @@ def test_a_fixed_sample_of_generated_mutants_is_caught():
     from conformance.formats.pins import load_pins
     from conformance.formats.scenario import load_scenario
     from conformance.judging.goldens import GOLDENS
-    from conftest import REPO
+    from tests.helpers import REPO
 
     pins = load_pins()
     assert pins.oracle in BY_RELEASE, f"choose the budget mutants of vLLM {pins.oracle}'s catalog (BY_RELEASE)"
@@ -363,7 +363,7 @@ def test_run_lines_take_a_statement_whole_and_a_compound_header_only():
 def test_the_engine_scope_file_loads_and_orders_the_engine_scenarios():
     from conformance.adequacy.engine_path import ENGINE_ORDER, ENGINE_SCOPE_FILE, engine_scenarios
     from conformance.formats.scenario import load_scenario
-    from conftest import REPO
+    from tests.helpers import REPO
 
     s = load_scope(ENGINE_SCOPE_FILE)
     assert s.measure and len(s.edits) >= 4 and all(e.reason for e in s.edits)
@@ -405,7 +405,7 @@ def test_a_fixed_sample_of_engine_path_mutants_is_caught():
     from conformance.formats.pins import load_pins
     from conformance.formats.scenario import load_scenario
     from conformance.judging.goldens import GOLDENS
-    from conftest import REPO
+    from tests.helpers import REPO
 
     pins = load_pins()
     engine_scope = load_scope(ENGINE_SCOPE_FILE)

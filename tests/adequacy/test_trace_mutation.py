@@ -17,7 +17,7 @@ from conformance.adequacy.trace_mutants import EXCEPTIONS, Known, mutants, site_
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.judging.goldens import GOLDENS
-from conftest import REPO
+from tests.helpers import REPO
 
 PINS = load_pins()
 SEED = 13

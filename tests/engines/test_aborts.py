@@ -10,7 +10,7 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import parse_scenario
-from conftest import REPO
+from tests.helpers import REPO
 
 PINS = load_pins()
 

@@ -10,7 +10,7 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
-from conftest import REPO
+from tests.helpers import REPO
 
 PINS = load_pins()
 SCENARIOS = {s.name: s for s in (load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json")))}

@@ -8,7 +8,7 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.judging.goldens import GOLDENS
-from conftest import REPO
+from tests.helpers import REPO
 
 PROTOCOL_MD = REPO / "engines" / "PROTOCOL.md"
 MARKER = "<!-- worked example: block_pool_contract -->"

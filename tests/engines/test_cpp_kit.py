@@ -17,14 +17,11 @@ from pathlib import Path
 import pytest
 
 from conformance.formats import protocol
+from tests.helpers import KIT_RELEASE, REPO
 
-REPO = Path(__file__).resolve().parents[2]
 KIT = REPO / "engines" / "cpp"
 ENGINE = KIT / "build" / "reference_engine"
 CHECK_VECTORS = KIT / "build" / "check_vectors"
-# The release the reference engine implements (engines/cpp/reference_engine.cpp): its records are
-# judged against that release's goldens, whichever pin is the gate oracle.
-KIT_RELEASE = "0.27.1"
 
 
 def kit_golden(name: str) -> dict:

@@ -17,7 +17,7 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.numerics import capacity_excess
-from conftest import GATE, records_of
+from tests.helpers import GATE, records_of
 
 pytestmark = pytest.mark.gpu
 MODELS_ENV = "VLLM_PARITY_GATE_MODELS"

@@ -19,7 +19,7 @@ from conformance.judging.noise import STORAGE_UNDER_TOLERANCE, TOLERANCE_OVER_NO
 from conformance.judging.numerics import capacity_excess
 from conformance.judging.verdict import DIVERGED, judge
 from conformance.report.render_text import render_verdict
-from conftest import REPO, records_of
+from tests.helpers import REPO, records_of
 from tests.engines.tiny_text import decode, follows
 
 pytestmark = pytest.mark.oracle

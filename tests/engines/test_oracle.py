@@ -13,7 +13,7 @@ from conformance.judging.compare import compare_layer
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
 from conformance.report.render_text import render
-from conftest import GATE, REPO
+from tests.helpers import GATE, REPO
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()

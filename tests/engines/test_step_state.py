@@ -19,7 +19,7 @@ from conformance.process.launch import EngineSpec
 from conformance.report.render_html import html_report
 from conformance.report.render_text import render
 from conformance.report.view import gate_view
-from conftest import REPO
+from tests.helpers import REPO
 
 PINS = load_pins()
 SCENARIOS = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]

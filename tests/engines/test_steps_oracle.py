@@ -8,7 +8,7 @@ from conformance.formats.workload import check_stop, request_prompts, target_nex
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
 from conformance.report.render_text import render
-from conftest import REPO, records_of
+from tests.helpers import REPO, records_of
 from tests.engines.tiny_text import decode, follows
 
 pytestmark = pytest.mark.oracle

@@ -9,7 +9,7 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.process.envs import env_dir, env_python
-from conftest import REPO
+from tests.helpers import REPO
 
 FOLDER = REPO / "scenarios" / "models" / "tiny-qwen3"
 SCRIPT = REPO / "engines" / "vllm" / "tiny_tokenizer.py"

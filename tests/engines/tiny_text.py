@@ -6,7 +6,7 @@ import json
 import re
 from functools import cache
 
-from conftest import REPO
+from tests.helpers import REPO
 
 
 @cache

@@ -6,7 +6,7 @@ import pytest
 
 from conformance import cli
 from conformance.formats.pins import REPO_ROOT
-from conftest import GATE
+from tests.helpers import GATE
 
 # Bare ValueErrors that are not bad input reaching the CLI: JSON hooks whose callers turn them
 # into a TraceError / ScenarioError / ProtocolError, and invariants of the harness itself.

@@ -15,7 +15,7 @@ from conformance.process.envs import EnvError
 from conformance.process.fidelity import FidelityError
 from conformance.process.mutant_server import MutantServerError
 from conformance.report.bump_text import NotesError
-from conftest import REPO
+from tests.helpers import REPO
 
 
 def test_every_named_refusal_is_a_parity_error_with_exit_2():

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO, gate_engine
+from tests.helpers import REPO, gate_engine
 from conformance.formats import protocol
 from conformance.formats.features import FEATURES, SPEC, decided_by_config, needed, not_declared, parse_required
 from conformance.formats.scenario import load_scenario

@@ -37,7 +37,7 @@ from conformance.formats.trace import dumps
 from conformance.formats.workload import expected_output, request_prompts
 from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
-from conftest import GATE, REPO
+from tests.helpers import GATE, REPO, alive
 
 SCENARIOS = sorted((REPO / "scenarios").glob("*.json"))
 BASES = {p.name: json.loads(p.read_text()) for p in SCENARIOS}
@@ -594,14 +594,6 @@ def reference_outcome(layers: list[str], lines: list[bytes], exit_mode: str):
             return "protocol", records
         records[message["layer"]].append(message["data"])
     return ("crash" if exit_mode == "exit" else "timeout"), records
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from conftest import REPO
+from tests.helpers import REPO
 from conformance.formats.features import SPEC
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
@@ -85,12 +85,16 @@ def test_the_counter_counts_only_scenarios_without_speculation_or_priority():
     assert not orthogonal(SCENARIOS["drafts_use_input_budget"])  # draft_model, parallel drafting
 
 
+def admitted_in_arrival_order(name: str) -> int:
+    """Every request of scenario `name` is admitted in the order it arrived; its max_num_seqs."""
+    arrivals = [r["id"] for r in SCENARIOS[name].workload["requests"]]
+    assert [rid for st in steps(name) for rid in st["new"]] == arrivals
+    return SCENARIOS[name].engine_args["max_num_seqs"]
+
+
 def test_admission_fills_the_max_num_seqs_cap_in_arrival_order():
     name = "core_admission"
-    cap = SCENARIOS[name].engine_args["max_num_seqs"]
-    arrivals = [r["id"] for r in SCENARIOS[name].workload["requests"]]
-    admitted = [rid for st in steps(name) for rid in st["new"]]
-    assert admitted == arrivals
+    cap = admitted_in_arrival_order(name)
     waited = [st for st in steps(name) if "r2" in st["waiting"]]
     # the cap, not the budget: as many requests scheduled as max_num_seqs allows, tokens to spare
     assert waited and all(len(st["requests"]) == cap and st["token_budget"] > st["total_num_scheduled_tokens"]
@@ -160,10 +164,7 @@ def test_requests_end_exactly_at_max_model_len():
 
 def test_a_full_batch_admits_the_oldest_waiting_request_first():
     name = "core_fcfs_full_batch"
-    cap = SCENARIOS[name].engine_args["max_num_seqs"]
-    arrivals = [r["id"] for r in SCENARIOS[name].workload["requests"]]
-    admitted = [rid for st in steps(name) for rid in st["new"]]
-    assert admitted == arrivals
+    cap = admitted_in_arrival_order(name)
     for st in steps(name):  # a request waits only while the batch is full (scheduled: running before the update)
         assert not st["waiting"] or len(st["requests"]) == cap, st["step"]
     assert first_step(name, "new", "r4") > first_step(name, "new", "r3")  # the short one does not overtake

@@ -17,7 +17,7 @@ from conformance.formats.trace import checked
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.judging import judge_trace
 from conformance.judging.verdict import PASS
-from conftest import REPO
+from tests.helpers import REPO
 
 PROTOCOL_MD = REPO / "engines" / "PROTOCOL.md"
 MARKER = re.compile(r"^<!-- record: (?P<name>[a-z_ ]+) -->\n\| field \| type \| meaning \|\n\|---\|---\|---\|\n"

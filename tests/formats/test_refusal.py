@@ -8,7 +8,7 @@ from conformance.formats.refusal import meaning
 from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import DIVERGED, PASS, judge
 from conformance.report.render_text import render_verdict
-from conftest import REPO
+from tests.helpers import REPO
 
 PINS = load_pins()
 WORDS = "long_prefill_token_threshold (1025) cannot be greater than the max_model_len (1024)."

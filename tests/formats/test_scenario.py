@@ -7,9 +7,8 @@ from pathlib import Path
 import pytest
 
 from conformance.formats.scenario import ScenarioError, load_scenario
+from tests.helpers import GATE, REPO
 
-GATE = Path(__file__).resolve().parents[2] / "scenarios" / "dflash_27b_gate.json"
-REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
@@ -118,22 +117,29 @@ def test_prefix_caching_left_out_is_vllms_default_written_in_before_hashing(scen
     assert off.engine_args["enable_prefix_caching"] is False
 
 
-@pytest.mark.parametrize("key, value", [("prefix", "sys"), ("continues", "r0"), ("abort_step", 1)])
+@pytest.mark.parametrize("key, value", [("continues", "r0"), ("abort_step", 1)])
 def test_the_engine_layers_refuse_what_only_the_stand_in_runs(tmp_path, key, value):
     shutil.copytree(GATE.parent / "models", tmp_path / "models")
     data = json.loads((GATE.parent / "engine_ngram.json").read_text())
-    data["workload"]["prefixes"] = [{"name": "sys", "len": 4}]
     data["workload"]["requests"].append(dict(data["workload"]["requests"][0], id="extra", **{key: value}))
-    data["workload"]["requests"][-1].pop("prefix" if key == "continues" else "continues", None)
     (tmp_path / "s.json").write_text(json.dumps(data))
     with pytest.raises(ScenarioError) as err:
         load_scenario(tmp_path / "s.json")
     assert err.value.field == f"workload.requests[{len(data['workload']['requests']) - 1}].{key}"
     assert "not run by the engine layers" in err.value.problem
-    data["workload"]["requests"].pop()
+
+
+def test_the_engine_layers_run_a_shared_prefix(tmp_path):
+    """A prefix's tokens are the stand-in's (workload.prefix_tokens): the engine's prompt is
+    them, then the request's own, so two requests can share a prompt exactly."""
+    shutil.copytree(GATE.parent / "models", tmp_path / "models")
+    data = json.loads((GATE.parent / "engine_ngram.json").read_text())
+    data["workload"]["prefixes"] = [{"name": "sys", "len": 4}]
+    data["workload"]["requests"].append(dict(data["workload"]["requests"][0], id="extra", prefix="sys",
+                                             prompt_len=0))
     (tmp_path / "s.json").write_text(json.dumps(data))
-    with pytest.raises(ScenarioError, match="workload.prefixes: is not run by the engine layers"):
-        load_scenario(tmp_path / "s.json")
+    scenario = load_scenario(tmp_path / "s.json")
+    assert scenario.engine is not None and scenario.workload["requests"][-1]["prefix"] == "sys"
 
 
 def test_the_engine_layers_run_a_requests_priority(tmp_path):
@@ -211,7 +217,8 @@ def test_a_kv_connector_scenario_is_checked_field_by_field(tmp_path, args, reque
     ({"max_lora_rank": 0}, None, "engine_args.max_lora_rank", "between 1 and"),
     ({"enable_lora": "yes"}, None, "engine_args.enable_lora", "must be bool"),
     ({"enable_lora": False}, None, "workload.requests[0].lora", "needs engine_args.enable_lora true"),
-    ({}, {}, "engine_args.enable_lora", "not run by the engine layers"),
+    # the engine layers load an adapter from the model folder: qwen3-27b's has none
+    ({}, {}, "workload.requests[0].lora.name", "adapters/alpha/adapter_config.json cannot be read"),
 ])
 def test_a_lora_scenario_is_checked_field_by_field(tmp_path, args, engine, field, words):
     shutil.copytree(GATE.parent / "models", tmp_path / "models")
@@ -225,14 +232,23 @@ def test_a_lora_scenario_is_checked_field_by_field(tmp_path, args, engine, field
     assert f"{field}:" in str(err.value) and words in str(err.value), str(err.value)
 
 
-def test_a_requests_adapter_is_refused_by_the_engine_layers(tmp_path):
+def test_a_requests_adapter_on_the_engine_layers_is_the_model_folders(tmp_path):
+    """The engine layers load adapter NAME from <model>/adapters/NAME/; the scenario hash
+    covers its files, so an adapter's recipe edited changes the scenario's identity."""
     shutil.copytree(GATE.parent / "models", tmp_path / "models")
     data = json.loads((GATE.parent / "engine_ngram.json").read_text())
-    data["workload"]["requests"][0]["lora"] = {"id": 1, "name": "alpha"}
+    data["engine_args"].update(enable_lora=True, max_loras=1, max_lora_rank=8)
+    data["workload"]["requests"][0]["lora"] = {"id": 1, "name": "gamma"}
     (tmp_path / "s.json").write_text(json.dumps(data))
     with pytest.raises(ScenarioError) as err:
         load_scenario(tmp_path / "s.json")
-    assert err.value.field == "workload.requests[0].lora"
+    assert err.value.field == "workload.requests[0].lora.name" and "adapters/gamma" in err.value.problem
+    data["workload"]["requests"][0]["lora"] = {"id": 1, "name": "alpha"}
+    (tmp_path / "s.json").write_text(json.dumps(data))
+    before = load_scenario(tmp_path / "s.json").sha256
+    recipe = tmp_path / "models" / "tiny-qwen3" / "adapters" / "alpha" / "weights.json"
+    recipe.write_text(recipe.read_text().replace('"seed": 1', '"seed": 3'))
+    assert load_scenario(tmp_path / "s.json").sha256 != before
 
 
 def _grammar(tmp_path, mutate=None) -> Path:

@@ -10,7 +10,7 @@ from conformance.formats.scenario import ScenarioError, load_scenario
 from conformance.formats.workload import (allowed_ids, check_stop, draft, expected_output, masked_choice, prefix_tokens,
                                           prompt_tokens, repeats, request_prompts, target_next, validate_workload,
                                           verify, verify_masked)
-from conftest import REPO
+from tests.helpers import REPO
 
 
 def test_stand_in_is_a_pure_function():

@@ -12,7 +12,7 @@ import pytest
 from conformance.formats import workload_gen
 from conformance.formats.scenario import ScenarioError, at_scale, load_scenario, parse_scenario
 from conformance.formats.workload import CONTEXT, Context, draft, verify
-from conftest import REPO
+from tests.helpers import REPO
 
 STORM = json.loads((REPO / "scenarios" / "prod_kv_storm.json").read_text(encoding="utf-8"))
 ARGS = {"max_model_len": 20480, "max_num_batched_tokens": 8192}

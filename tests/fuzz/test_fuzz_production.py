@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 
 from conformance.formats.scenario import parse_scenario
 from conformance.fuzz import strategies
-from conftest import REPO
+from tests.helpers import REPO
 
 LONG = strategies.LONG_PROMPT[0]
 
@@ -85,7 +85,7 @@ def test_async_scheduling_is_drawn_on_off_and_left_to_vllm_with_aborts_too():
 
 def test_each_part_s_examples_are_counted_and_said():
     """The progress lines and the summary give each part's examples and rate (TEST DOUBLE pair)."""
-    from tests.fuzz.test_fuzz_search import DoublePair
+    from tests.fuzz.double_pair import DoublePair
 
     from conformance.fuzz.search import PRODUCTION, SMALL, Search
 

@@ -29,6 +29,7 @@ from conformance.fuzz.strategies import engine_scenarios, scenarios
 from conformance.judging.requirement_rows import where_of
 from conformance.judging.verdict import CANDIDATE, Verdict, judge
 from conformance.report.render_text import render_verdict
+from tests.fuzz.double_pair import DoublePair
 
 QUIET = lambda message: None  # noqa: E731
 
@@ -131,34 +132,6 @@ def test_generated_engine_scenarios_run_the_whole_engine_on_the_tiny_models(raw)
     for model in (raw["engine_args"]["model"], spec.get("model")):
         assert model is None or (SCENARIO_DIR / model / "weights.json").is_file()  # tiny weights
     assert len(raw["workload"]["requests"]) <= 3
-
-
-class DoublePair:
-    """TEST DOUBLE of conformance.fuzz.search.Pair: no engine runs. The "oracle" admits at most
-    max_num_seqs requests at step 0; the "candidate" has a planted bug and admits every
-    request arriving at step 0. Both traces are judged by the real verdict.judge."""
-
-    layers = ["config", "steps"]
-
-    def __init__(self, bug: bool = True):
-        self.bug, self.seen = bug, []
-
-    def candidate_features(self):
-        return None  # its hello says nothing of features: every feature
-
-    def candidate_layers(self):
-        return None  # nor of the layers it serves
-
-    def judge(self, scenario, timeout=None):
-        self.seen.append(json.dumps(scenario.workload, sort_keys=True))
-        args = scenario.engine_args
-        at_zero = [r["id"] for r in scenario.workload["requests"] if r["arrival_step"] == 0]
-        layers = {"config": [{"refused": None, "max_num_seqs": args["max_num_seqs"]}]}
-        oracle = dict(layers, steps=[{"step": 0, "new": at_zero[:args["max_num_seqs"]]}])
-        candidate = dict(layers, steps=[{"step": 0, "new": at_zero if self.bug else oracle["steps"][0]["new"]}])
-        hello = {"engine": "double", "version": "0", "protocol": 1}
-        golden = make_trace("oracle", hello, scenario, oracle)
-        return judge(make_trace("double", hello, scenario, candidate), golden, CANDIDATE), golden
 
 
 def test_same_seed_same_examples():
@@ -467,7 +440,7 @@ sys.path[:0] = [sys.argv[1]]
 from conformance import cli
 from conformance.fuzz import campaign as fuzz_cli
 from conformance.process.launch import EngineSpec
-from tests.fuzz.test_fuzz_search import DoublePair
+from tests.fuzz.double_pair import DoublePair
 
 class SlowDoublePair(DoublePair):
     def __init__(self, oracle, candidate, layers):
@@ -503,7 +476,7 @@ def test_ctrl_c_while_shrinking_writes_what_was_found_and_exits_130(tmp_path):
     import sys
     import threading
 
-    from conftest import REPO
+    from tests.helpers import REPO
 
     out = tmp_path / "out"
     # seed 2: its first failing example (5 requests) takes hundreds of 50 ms runs to shrink, so the
@@ -669,7 +642,7 @@ def test_the_advice_for_a_finding_is_a_make_command_that_works(tmp_path):
     reaches `parity goldens` (a bare `-k NAME` is swallowed by make)."""
     import subprocess
 
-    from conftest import REPO
+    from tests.helpers import REPO
 
     raw = json.loads((SCENARIO_DIR / "steady_decode.json").read_text(encoding="utf-8"))
     finding = Finding("diverged config.max_num_seqs", raw, 3, 2, path=tmp_path / "fuzz_config_max_num_seqs.json",

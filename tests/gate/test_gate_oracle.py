@@ -14,7 +14,7 @@ import pytest
 
 from conformance.formats.pins import load_pins
 from conformance.judging.goldens import GOLDENS
-from conftest import DOUBLE, GATE
+from tests.helpers import DOUBLE, GATE
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()

@@ -21,7 +21,7 @@ from conformance.formats.scenario import load_scenario
 from conformance.gate import run as gate_run
 from conformance.gate.context import RunContext
 from conformance.judging.verdict import CANDIDATE, ORACLE
-from conftest import DOUBLE, REPO, gate_engine
+from tests.helpers import DOUBLE, REPO, gate_engine
 
 PINS = load_pins()
 # config only; steps and outputs; the whole engine; methods

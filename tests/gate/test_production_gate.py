@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from conformance.formats.pins import load_pins
-from conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.oracle
 ORACLE = load_pins().oracle

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -20,11 +19,9 @@ from conformance.gate.plan import pins_needed, plan_inputs, shard_plan
 from conformance.gate.recorded import recorded_session
 from conformance.judging.goldens import GoldenStore
 from conformance.process.launch import prepare_engine
-from conftest import CANDIDATE_PINS
+from tests.helpers import CANDIDATE_PINS, GATE, REPO
 
-REPO = Path(__file__).resolve().parents[2]
 PINS = load_pins()
-GATE = REPO / "scenarios" / "dflash_27b_gate.json"
 ENGINE = REPO / "scenarios" / "engine_ngram.json"
 
 

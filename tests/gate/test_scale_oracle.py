@@ -15,7 +15,7 @@ from conformance.judging.judging import judge_trace
 from conformance.process.launch import prepare_engine
 from conformance.process.session import EngineSession
 from conformance.report.render_text import render
-from conftest import REPO
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()

@@ -22,7 +22,7 @@ from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import CANDIDATE, ORACLE
 from conformance.report import ci
 from conformance.report.view import gate_view
-from conftest import DOUBLE, REPO, gate_engine
+from tests.helpers import REPO, double_command, gate_engine
 
 PINS = load_pins()
 OTHER = PINS.candidates[0]  # a pin besides the gate oracle
@@ -31,19 +31,15 @@ CHEAP = [s for s in SCENARIOS if s.name in ("dflash_27b_gate", "steady_decode", 
 REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
 
 
-def command(*options) -> str:
-    return shlex.join([sys.executable, str(DOUBLE), *options])
-
-
 @pytest.fixture
 def engines(tmp_path):
     record = tmp_path / "record.json"
     # a budget the oracle does not resolve (its golden's, 60 tokens more: the reservation left out)
     budget = GOLDENS.load("dflash_27b_gate", PINS.oracle)["layers"]["config"][0]["max_num_scheduled_tokens"] + 60
     record.write_text(json.dumps({"max_num_scheduled_tokens": budget, "budget_log_lines": ["candidate line"]}))
-    oracle = command("--steps", "3")
+    oracle = double_command("--steps", "3")
     return [gate_engine("TEST-DOUBLE-oracle=" + oracle, ORACLE),
-            gate_engine("double-candidate=" + command("--record", str(record)), CANDIDATE)]
+            gate_engine("double-candidate=" + double_command("--record", str(record)), CANDIDATE)]
 
 
 def run(collect, *args, **context):
@@ -243,10 +239,10 @@ def test_a_candidate_is_named_by_its_hello_and_its_command_shown_once(tmp_path, 
 
 
 def test_named_candidates_on_the_command_line(monkeypatch):
-    found = gate_engines_mod.gate_engines(PINS, [f"port={command('--steps', '1')}", OTHER], log=lambda m: None)
+    found = gate_engines_mod.gate_engines(PINS, [f"port={double_command('--steps', '1')}", OTHER], log=lambda m: None)
     assert [(e.key, e.role, e.name) for e in found] == [
         (f"vllm-{PINS.oracle}", ORACLE, None), ("port", CANDIDATE, "port"), (f"vllm-{OTHER}", CANDIDATE, None)]
-    assert found[1].command == command("--steps", "1") and found[2].command is None
+    assert found[1].command == double_command("--steps", "1") and found[2].command is None
     with pytest.raises(ValueError, match="same name"):
         gate_engines_mod.gate_engines(PINS, [OTHER, f"vllm=={OTHER}"], log=lambda m: None)
 

@@ -32,8 +32,8 @@ import yaml
 from conformance.formats.pins import load_pins
 from conformance.formats.settings import cache_root
 from conformance.process.envs import env_cache_key
+from tests.helpers import KIT_RELEASE, REPO
 
-REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "ci-examples"
 ENGINE = REPO / "engines" / "cpp" / "build" / "reference_engine"
 LOCAL = {"VLLM_PARITY_DEVICE": "cpu", "VLLM_PARITY_CACHE": str(cache_root())}
@@ -153,10 +153,8 @@ def github_if(condition: str, context: dict) -> bool:
 
 
 def ported_release_is_the_oracle() -> None:
-    """The examples gate the C++ reference engine, a port of vLLM 0.27.1 (test_cpp_kit.py
-    KIT_RELEASE): green only while that release is the gate oracle."""
-    from tests.engines.test_cpp_kit import KIT_RELEASE
-
+    """The examples gate the C++ reference engine, a port of vLLM 0.27.1 (KIT_RELEASE): green
+    only while that release is the gate oracle."""
     oracle = load_pins().oracle
     if oracle != KIT_RELEASE:
         pytest.skip(f"needs the oracle pin {KIT_RELEASE}: the reference engine ports vLLM {KIT_RELEASE}, "

@@ -33,13 +33,11 @@ import pytest
 
 from conformance import cli
 from conformance.formats.pins import load_pins
-from conftest import CANDIDATE_PINS, REPO
-from tests.house.test_links import PAGES as LINKED
+from tests.helpers import CANDIDATE_PINS, DOC_PAGES, KIT_RELEASE, REPO
 
-PAGES = [p for p in LINKED if "results" not in p.relative_to(REPO).parts]
+PAGES = [p for p in DOC_PAGES if "results" not in p.relative_to(REPO).parts]
 PINS = load_pins()
 PORT = REPO / "engines" / "cpp" / "build" / "reference_engine"
-KIT_RELEASE = "0.27.1"  # the release the reference engine ports (tests/engines/test_cpp_kit.py)
 SMALL = "scenarios/steady_decode.json"
 # the values a step's text names by {name}
 PLACES = {"small": SMALL, "port": str(PORT), "oracle": PINS.oracle, "engine_scenario": "scenarios/engine_ngram.json",
@@ -135,6 +133,7 @@ RUN_PORT = P("run --engine {port} --scenario {small} --out trace.json")
 RESULTS = P("gate --results out/results --scenario {small}")
 RUN_PORT_SHOWN = "parity run --engine './build/port-engine --parity' --scenario scenarios/steady_decode.json --out trace.json"
 RUN_PIN_SHOWN = "parity run --engine 0.28.0 --scenario my/scenario.json --out trace.json"
+MERGE_SHOWN = "parity merge out/results/shard-* --reports out/gate"
 COMMITS = "tests/bisect/test_commit_pins.py::"
 LOCK_GPU = ("resolves each pin's GPU set from the package index with uv (network) and rewrites "
             "engines/vllm/requirements-gpu-*.txt")
@@ -193,7 +192,7 @@ SHOWN: dict[str, Run | Same | Skip | Elsewhere] = {
     "parity docs": Same("parity docs [--check]"),
     "parity fuzz --guide coverage": run(P("fuzz --candidate {port} --examples 2 --seed 1 --guide coverage "
                                           "--out out/fuzz"), port=True),
-    "parity merge": Same("parity merge out/results/shard-* --reports out/gate"),
+    "parity merge": Same(MERGE_SHOWN),
     "parity run": Same(RUN_PIN_SHOWN),
     # docs/porting.md
     "parity selfcheck --engine './build/port-engine --parity'": run(P("selfcheck --engine {port}"), port=True),
@@ -241,21 +240,17 @@ SHOWN: dict[str, Run | Same | Skip | Elsewhere] = {
         P("compare --trace trace.json --golden goldens/dflash_27b_gate/vllm-0.33.0.json", status=1), pins=True),
     "parity compare --trace trace.json --golden goldens/dflash_27b_gate/vllm-0.33.0.json": Same(RUN_PIN_SHOWN),
     "parity gate [--candidate [NAME=]CMD ...]": run(P("gate --candidate port={port} --scenario {small}"), port=True),
-    "parity gate --shard 2/3 --results DIR": Same("parity merge out/results/shard-* --reports out/gate"),
-    "parity merge DIR...": Same("parity merge out/results/shard-* --reports out/gate"),
+    "parity gate --shard 2/3 --results DIR": Same(MERGE_SHOWN),
+    "parity merge DIR...": Same(MERGE_SHOWN),
     "parity goldens [--check]": Same("parity goldens --check"),
     "parity envs": run(P("envs")),
     "parity selfcheck --engine CMD": Same("parity selfcheck --engine './build/port-engine --parity'"),
     "parity drift": run(P("drift")),
     "parity docs [--check]": run(P("docs --check")),
     "parity comparable A.json B.json": run(RUN_PORT, P("comparable trace.json trace.json")),
-    "parity gate --shard 1/3 --results out/results/shard-1 --candidate 'port=./build/port-engine --parity'": Same(
-        "parity merge out/results/shard-* --reports out/gate"),
-    "parity gate --shard 2/3 --results out/results/shard-2 --candidate 'port=./build/port-engine --parity'": Same(
-        "parity merge out/results/shard-* --reports out/gate"),
-    "parity gate --shard 3/3 --results out/results/shard-3 --candidate 'port=./build/port-engine --parity'": Same(
-        "parity merge out/results/shard-* --reports out/gate"),
-    "parity merge out/results/shard-* --reports out/gate": run(
+    **{f"parity gate --shard {i}/3 --results out/results/shard-{i} --candidate 'port=./build/port-engine --parity'":
+       Same(MERGE_SHOWN) for i in (1, 2, 3)},
+    MERGE_SHOWN: run(
         *SHARDS, P("merge out/results/shard-1 out/results/shard-2 out/results/shard-3 --reports out/gate"),
         P("merge out/results/shard-1 out/results/shard-2 out/results/shard-3 --drift"), port=True),
     "parity envs --key --shard 1/3 --candidate 'port=./build/port-engine --parity' --layers config,steps,outputs": run(
@@ -281,7 +276,6 @@ SHOWN: dict[str, Run | Same | Skip | Elsewhere] = {
         "tests/benchmarks/test_gpu_precision.py::test_the_precision_measure_runs_on_cpu_and_sees_bfloat16"),
     "make envs": Same("parity envs"),
     "make setup": run(Step(sh="make --no-print-directory setup")),
-    "make fuzz": Same("make fuzz CANDIDATE='...'"),
     "make goldens-check SCALE=production": run(M("goldens-check SCALE=production",
                                                  add="--scenario {production} --engine {oracle}")),
     "make parity CANDIDATE=... DRIFT=1": run(M("parity CANDIDATE={port} DRIFT=1", add="--scenario {small}"), port=True),
@@ -294,13 +288,13 @@ SHOWN: dict[str, Run | Same | Skip | Elsewhere] = {
     "parity gate --drift": run(P("gate --drift --scenario {small}")),
     "parity gate --layers config,steps": run(P("gate --layers config,steps --scenario {small}")),
     "parity gate --results DIR": Same("make goldens RESULTS=out/results"),
-    "parity gate --shard": Same("parity merge out/results/shard-* --reports out/gate"),
+    "parity gate --shard": Same(MERGE_SHOWN),
     "parity gate > report.txt": Same("make parity"),
     "parity goldens --check": run(P("goldens --check --scenario {small} --engine {oracle}")),
     "parity goldens --check --scale production": Same("make goldens-check SCALE=production"),
     "parity goldens --engine X": run(P("goldens --engine {oracle} --scenario {small}"), goldens=True),
     "parity goldens --from-results DIR": Same("make goldens RESULTS=out/results"),
-    "parity merge --drift": Same("parity merge out/results/shard-* --reports out/gate"),
+    "parity merge --drift": Same(MERGE_SHOWN),
     # declared commits and the port queue (tests/bisect/test_commit_pins.py builds the fixture's commit environments)
     "make commit-fixture": Elsewhere(COMMITS + "test_the_fixture_is_reproducible_and_its_commits_are_the_declared_ones"),
     "make bisect FROM=A TO=B": Same(BISECT_SHOWN),

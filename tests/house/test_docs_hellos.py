@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from conftest import REPO
+from tests.helpers import REPO
 from conformance.formats import protocol
 
 DOCS = [REPO / "README.md", REPO / "engines" / "PROTOCOL.md", REPO / "scenarios" / "README.md",

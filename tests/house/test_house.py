@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conformance.floors import FLOORS, floor_of
 from conformance.report.readme_tables import stale
-from conftest import REPO
+from tests.helpers import REPO
 
 TREES = ("conformance", "engines", "parity")
 
@@ -246,6 +246,38 @@ def test_conftest_patches_no_production_code():
     for path in (REPO / "conftest.py", REPO / "tests" / "warm_engines.py"):
         text = path.read_text(encoding="utf-8")
         assert "setattr" not in text and "monkeypatch" not in text and "mock." not in text, path
+
+
+def test_conftest_holds_only_pytests_hooks_and_fixtures_and_no_test_imports_it():
+    """What test files share is plain code in tests/helpers.py (or a package's helper module, such
+    as tests/report/chromium.py); conftest.py is pytest's alone, and no test file imports another."""
+    tree = ast.parse((REPO / "conftest.py").read_text(encoding="utf-8"))
+    functions = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))]
+    not_pytests = [n.name for n in functions if not n.name.startswith("pytest_")
+                   and not any("fixture" in ast.unparse(d) for d in getattr(n, "decorator_list", []))]
+    assert not not_pytests, f"conftest.py defines more than hooks and fixtures (to tests/helpers.py): {not_pytests}"
+    importers = [str(p.relative_to(REPO)) for top in ("tests", "parity") for p in sorted((REPO / top).rglob("*.py"))
+                 for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                 if (isinstance(n, ast.ImportFrom) and n.module == "conftest")
+                 or (isinstance(n, ast.Import) and any(a.name == "conftest" for a in n.names))]
+    assert not importers, f"import from tests/helpers.py, not conftest: {importers}"
+    borrowers = [f"{p.relative_to(REPO)}: {n.module}" for p in sorted((REPO / "tests").rglob("test_*.py"))
+                 for n in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+                 if isinstance(n, ast.ImportFrom) and (n.module or "").rsplit(".", 1)[-1].startswith("test_")]
+    assert not borrowers, f"a test file's helpers are shared through a helper module, not imported from it: {borrowers}"
+
+
+# tests/ is laid out like the code: tests/PACKAGE/ tests conformance/PACKAGE/; these folders hold
+# the rest, and test_cli.py sits at the top as cli.py does in conformance/.
+TEST_FOLDERS_BESIDE_THE_PACKAGES = {"engines", "house", "benchmarks", "doubles", "data"}
+
+
+def test_tests_are_laid_out_like_the_code():
+    packages = {p.parent.name for p in (REPO / "conformance").glob("*/__init__.py")}
+    folders = {p.name for p in (REPO / "tests").iterdir() if p.is_dir() and p.name != "__pycache__"}
+    assert folders <= packages | TEST_FOLDERS_BESIDE_THE_PACKAGES, sorted(folders - packages)
+    at_the_top = sorted(p.name for p in (REPO / "tests").glob("test_*.py"))
+    assert at_the_top == ["test_cli.py"], f"put each test file in the folder of what it tests: {at_the_top}"
 
 
 # Strings that spell a kind and are not one, each with its reason: the house test below finds any

@@ -8,7 +8,7 @@ import ast
 import re
 from pathlib import Path
 
-from conftest import REPO
+from tests.helpers import REPO
 
 LIMIT = 60
 DOC = REPO / "docs" / "architecture.md"

@@ -5,10 +5,7 @@ No network: links to other sites are not followed."""
 import re
 from pathlib import Path
 
-from conftest import REPO
-
-PAGES = [REPO / "README.md", REPO / "scenarios" / "README.md", REPO / "engines" / "PROTOCOL.md",
-         *sorted((REPO / "docs").rglob("*.md"))]
+from tests.helpers import DOC_PAGES as PAGES, REPO
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 
 

@@ -7,7 +7,7 @@ import pytest
 from conformance import cli
 from conformance.formats.scenario import load_scenario
 from conformance.report.readme_tables import FILES, render, stale
-from conftest import REPO
+from tests.helpers import REPO
 
 SCENARIOS = [load_scenario(p) for p in sorted((REPO / "scenarios").glob("*.json"))]
 LIBRARY = REPO / "scenarios" / "README.md"

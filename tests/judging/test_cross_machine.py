@@ -6,14 +6,14 @@ conformance/judging/goldens.py check_golden every one holds, and a real numeric 
 
 import copy
 import json
-from pathlib import Path
 
 import pytest
 
 from conformance.formats.trace import dumps
 from conformance.judging.goldens import check_golden
+from tests.helpers import REPO
 
-DATA = Path(__file__).parents[1] / "data" / "cross_machine"
+DATA = REPO / "tests" / "data" / "cross_machine"
 PAIRS = sorted(p.name for p in (DATA / "avx2").glob("*.json"))
 
 
@@ -100,7 +100,7 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
     with EngineSession(prepare_engine(EngineRef.pin(oracle), log=lambda m: None)) as session:
         assert session.start().hello["environment"]["cpu"]["onednn_max_isa"] == "SSE41"
         for name in ("engine_kv_pressure", "engine_eagle3"):
-            scenario = load_scenario(Path(__file__).parents[2] / "scenarios" / f"{name}.json")
+            scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
             trace = session.trace(scenario)
             assert "failure" not in trace, trace["failure"]
             golden = GOLDENS.load(name, oracle)

@@ -5,7 +5,6 @@ the full form's comparison finds, and the report still shows it in full."""
 import copy
 import json
 import sys
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from conformance.judging.digest_compare import compare_digest_layer, truncated
 from conformance.judging.goldens import GOLDENS
 from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
-from conftest import GATE
+from tests.helpers import GATE, REPO
 
 # real records of the oracle, from a library golden (124 steps, 4 outputs)
 PINS = load_pins()
@@ -175,8 +174,8 @@ def test_only_steps_and_outputs_are_kept_in_the_digest_form():
 
 
 # the harness's reader, end to end with a real (scripted TEST DOUBLE) process
-SCRIPTED = Path(__file__).parents[1] / "doubles" / "scripted_engine.py"
-PRODUCTION = load_scenario(Path(__file__).parents[2] / "scenarios" / "prod_deep_midsize.json")
+SCRIPTED = REPO / "tests" / "doubles" / "scripted_engine.py"
+PRODUCTION = load_scenario(REPO / "scenarios" / "prod_deep_midsize.json")
 
 
 def scripted_run(tmp_path, scenario, records: list[dict], **limits):
@@ -227,7 +226,7 @@ PRODUCTION_NAMES = ("prod_dflash_k16", "prod_dflash_k16_async", "prod_prefix_cac
 
 @pytest.mark.parametrize("name", PRODUCTION_NAMES)
 def test_a_production_scenario_has_production_shapes(name):
-    s = load_scenario(Path(__file__).parents[2] / "scenarios" / f"{name}.json")
+    s = load_scenario(REPO / "scenarios" / f"{name}.json")
     prompts = [r["prompt_len"] for r in s.workload["requests"]]
     arrivals = {r["arrival_step"] for r in s.workload["requests"]}
     assert s.scale == "production" and s.engine_args["max_num_seqs"] >= 128
@@ -247,7 +246,7 @@ def test_the_storm_is_a_storm():
 def test_the_prefix_cache_scenario_shares_prefixes_across_requests():
     """prod_prefix_cache: requests start with shared system prompts, so admissions hit blocks
     that other requests cached (not only a preempted request's own)."""
-    s = load_scenario(Path(__file__).parents[2] / "scenarios" / "prod_prefix_cache.json")
+    s = load_scenario(REPO / "scenarios" / "prod_prefix_cache.json")
     prefixes = {p["name"]: p["len"] for p in s.workload["prefixes"]}
     users = [r["prefix"] for r in s.workload["requests"] if "prefix" in r]
     assert s.engine_args["enable_prefix_caching"] is True and s.engine_args.get("speculative_config") is None

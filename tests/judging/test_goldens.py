@@ -163,7 +163,7 @@ def test_the_goldens_suite_fails_an_unfaithful_golden_from_a_real_oracle_run(tmp
     oracle's real run, against a golden whose provenance says fidelity.equal false."""
     from conformance.formats.scenario import load_scenario
     from conformance.regenerate.lifecycle import golden_trace
-    from conftest import REPO
+    from tests.helpers import REPO
 
     store = GoldenStore(tmp_path)
     store.path("steady_decode", ORACLE).parent.mkdir()

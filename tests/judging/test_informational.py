@@ -15,7 +15,7 @@ from conformance.judging.goldens import GOLDENS
 from conformance.judging.judging import judge_trace
 from conformance.formats.pins import load_pins
 from conformance.judging.verdict import PASS
-from conftest import REPO
+from tests.helpers import REPO
 
 ORACLE = load_pins().oracle
 

@@ -12,7 +12,7 @@ from conformance.judging.goldens import GOLDENS
 from conformance.judging.verdict import judge
 from conformance.report.methods_table import render_methods_table
 from conformance.report.render_text import render
-from conftest import REPO
+from tests.helpers import REPO
 
 PINS = load_pins()
 # The port ticket's eight cases at K = 8, carried by upstream vllm#51256 (first in 0.28.0).

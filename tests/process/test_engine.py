@@ -10,7 +10,7 @@ from conformance.formats.scenario import load_scenario
 from conformance.judging.goldens import GOLDENS
 from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
-from conftest import GATE
+from tests.helpers import GATE, alive
 
 # a complete config record (the double lays a partial one over a complete record of its own)
 RECORD = {**GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0], "budget_log_lines": ["line"]}
@@ -84,14 +84,6 @@ def test_hang_is_timed_out_and_children_are_ended(double_engine, tmp_path):
     time.sleep(0.2)
     for pid in pids:
         assert not alive(pid), f"process {pid} outlived the timeout"  # no orphan left behind
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")  # a zombie has ended; only its parent's reaping is left
 
 
 def test_handshake_timeout(double_engine):

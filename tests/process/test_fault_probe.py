@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shlex
 import signal
 import subprocess
 import sys
@@ -22,16 +21,8 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.process.client import EngineFailure, EngineProcess
 from conformance.process.launch import EngineSpec
-from conftest import DOUBLE, GATE, REPO
-from tests.process.test_faults import alive, assert_ended, bounded, read_pids
-
-
-def double_cmd(*options: str) -> str:
-    return shlex.join([sys.executable, str(DOUBLE), *options])
-
-
-def double_spec(*options: str) -> EngineSpec:
-    return EngineSpec("double", (sys.executable, str(DOUBLE), *options))
+from tests.helpers import (GATE, REPO, alive, assert_ended, bounded, double_command, double_gate_engines, double_spec,
+                           gate_driver, read_pids, run_gate)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,31 +54,17 @@ def test_a_child_that_left_the_process_group_is_ended_by_pid_and_named(tmp_path,
 # restarted, a message and status 128 + the signal, no traceback
 # ---------------------------------------------------------------------------------------------
 
-# `parity gate` in a process of its own, its engines two hanging TEST DOUBLEs (in place of the
-# oracle's and a candidate's worker: the stop does not depend on which engine hangs).
-GATE_DRIVER = """
-import sys
-sys.path[:0] = [sys.argv[1]]
-from conformance import cli
-from conformance.formats.engine_ref import EngineRef
-from conformance.gate import plan
-oracle, candidate = sys.argv[2], sys.argv[3]
-plan.gate_engines = lambda pins, candidates, log, stand_ins=None: [
-    EngineRef.parse(oracle, pins).with_role("oracle"),
-    EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
-sys.exit(cli.main(sys.argv[4:]))
-"""
-
-
 def start_gate(tmp_path, jobs: int, faults=("fork-hang", "no-read")) -> tuple[subprocess.Popen, list[Path], Path]:
-    """Two engines, each hanging on its first unit of two scenarios; their pid files."""
+    """`parity gate` in a process of its own, its two engines hanging TEST DOUBLEs (in place of
+    the oracle's and a candidate's worker: the stop does not depend on which engine hangs), each
+    hanging on its first unit of two scenarios; their pid files."""
     pidfiles = [tmp_path / f"pids-{i}" for i in range(2)]
     starts = tmp_path / "starts"
-    engines = [double_cmd("--fault", fault, "--pidfile", str(pidfile), "--startfile", str(starts))
-               for fault, pidfile in zip(faults, pidfiles)]
-    argv = [sys.executable, "-c", GATE_DRIVER, str(REPO), *engines, "gate", "--scenario", str(GATE),
-            "--scenario", str(REPO / "scenarios" / "steady_decode.json"), "--layers", "config",
-            "--waivers", "/dev/null", "--jobs", str(jobs), "--reports", str(tmp_path / "reports")]
+    oracle, candidate = [double_command("--fault", fault, "--pidfile", str(pidfile), "--startfile", str(starts))
+                         for fault, pidfile in zip(faults, pidfiles)]
+    argv = gate_driver(oracle, "TEST-DOUBLE-candidate=" + candidate, "gate", "--scenario", str(GATE),
+                       "--scenario", str(REPO / "scenarios" / "steady_decode.json"), "--layers", "config",
+                       "--waivers", "/dev/null", "--jobs", str(jobs), "--reports", str(tmp_path / "reports"))
     gate = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return gate, pidfiles, starts
 
@@ -147,32 +124,11 @@ def test_a_signal_stops_the_gate_ends_every_engine_and_restarts_none(tmp_path, j
 REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
 
 
-def gate_engines_of(tmp_path, *candidate_options: str):
-    from conftest import gate_engine
-
-    oracle = double_cmd("--steps", "3")
-    candidate = double_cmd(*candidate_options)
-    return [gate_engine(oracle, "oracle"),
-            gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")]
-
-
-def run_gate(engines, reports: Path | None, scenarios=(GATE,), shard=None, results=None, said=None):
-    from conformance.formats.pins import load_pins
-    from conformance.gate import run as gate_run
-    from conformance.gate.context import RunContext
-
-    lines = said if said is not None else []
-    context = RunContext(load_pins(), log=lines.append, out=lines.append, reports=reports, shard=shard,
-                         results=results, layers=["config"])
-    status = gate_run.gate(context, [load_scenario(s) for s in scenarios], engines)
-    return status, "\n".join(lines)
-
-
 def test_a_huge_integer_in_a_record_is_a_protocol_error_and_the_reports_are_written(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     record = tmp_path / "record.json"
     record.write_text('{"max_num_scheduled_tokens": ' + "9" * 1000 + "}")
-    status, text = run_gate(gate_engines_of(tmp_path, "--record", str(record)), tmp_path / "reports")
+    status, text = run_gate(double_gate_engines("--record", str(record)), tmp_path / "reports")
     assert status == 2
     assert "TEST-DOUBLE-candidate" in text and "PROTOCOL" in text.upper()
     assert "out of the 64-bit range" in text and "(1000 digits)" in text
@@ -187,7 +143,7 @@ def test_a_huge_integer_in_a_record_is_a_protocol_error_and_the_reports_are_writ
 def test_a_huge_stderr_line_is_cut_in_the_message_and_the_reports(tmp_path, monkeypatch):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     huge = 20 * 1024 * 1024
-    engines = gate_engines_of(tmp_path, "--stderr-line", str(huge), "--fault", "crash", "--crash-after", "0")
+    engines = double_gate_engines("--stderr-line", str(huge), "--fault", "crash", "--crash-after", "0")
     status, text = run_gate(engines, tmp_path / "reports")
     assert status == 2 and "exited (status 3)" in text
     assert "characters cut ...]" in text and "x" * 300 in text and "x" * 1000 not in text
@@ -216,7 +172,7 @@ def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, caps
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
     record = tmp_path / "record.json"
     record.write_text('{"max_num_scheduled_tokens": 4096}')  # the golden says 4036: a divergence
-    folders = two_shards(tmp_path, gate_engines_of(tmp_path, "--record", str(record)))
+    folders = two_shards(tmp_path, double_gate_engines("--record", str(record)))
     assert cli.main(["merge", *map(str, folders), "--waivers", "/dev/null"]) == 1  # untouched: FAIL
     capsys.readouterr()
     # rewrite the candidate's trace with the golden's records: it would now pass
@@ -240,7 +196,7 @@ def test_merge_names_the_engine_two_shards_disagree_on(tmp_path, monkeypatch):
     from conformance.gate.shards import ShardError
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-    folders = two_shards(tmp_path, gate_engines_of(tmp_path, "--steps", "1"))
+    folders = two_shards(tmp_path, double_gate_engines("--steps", "1"))
     manifest = json.loads((folders[1] / "manifest.json").read_text())
     manifest["engines"][1]["command"] += " --extra"
     (folders[1] / "manifest.json").write_text(json.dumps(manifest))
@@ -262,7 +218,7 @@ def gate_cli(tmp_path, monkeypatch, capsys):
     from conformance.gate import plan as gate_plan
 
     starts = tmp_path / "starts"
-    engines = gate_engines_of(tmp_path, "--steps", "1", "--startfile", str(starts))
+    engines = double_gate_engines("--steps", "1", "--startfile", str(starts))
     monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 

@@ -14,12 +14,8 @@ import hashlib
 import json
 import os
 import re
-import shlex
 import shutil
 import signal
-import sys
-import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -32,76 +28,16 @@ from conformance.formats.scenario import ScenarioError, load_scenario
 from conformance.judging.verdict import (CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS,
                                          ROLES, STAND_IN, Verdict, exit_status, judge)
 from conformance.process.client import EngineFailure, EngineProcess
-from conformance.process.launch import EngineSpec
 from conformance.process.session import EngineSession
 from conformance.report.render_text import render, render_summary
-from conftest import DOUBLE, GATE, REPO
+from tests.helpers import (GATE, REPO, alive, assert_ended, bounded, double_command, double_spec,
+                           read_pids)
 
 # the double lays these over a complete config record of its own (tests/doubles/double_engine.py)
 RECORD = {"max_num_scheduled_tokens": 4036, "max_num_batched_tokens": 4096,
           "budget_log_lines": ["max_num_scheduled_tokens is set to 4036 based on the speculative decoding settings."]}
 GOLDENS = REPO / "goldens"
 ORACLE_PIN = load_pins().oracle
-
-
-def double_cmd(*options: str) -> str:
-    return shlex.join([sys.executable, str(DOUBLE), *options])
-
-
-def double_spec(*options: str) -> EngineSpec:
-    return EngineSpec("double", (sys.executable, str(DOUBLE), *options))
-
-
-def alive(pid: int) -> bool:
-    """A zombie counts as ended: only its parent's reaping is left."""
-    try:
-        state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")
-
-
-def read_pids(pidfile: Path) -> list[int]:
-    deadline = time.monotonic() + 10
-    while not (pidfile.exists() and pidfile.read_text().endswith("\n")):
-        assert time.monotonic() < deadline, "the double never wrote its pids"
-        time.sleep(0.02)
-    return [int(p) for p in pidfile.read_text().split()]
-
-
-def assert_ended(pids: list[int], grace: float = 2.0) -> None:
-    deadline = time.monotonic() + grace
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    left = [p for p in pids if alive(p)]
-    assert not left, f"processes outlived the engine's failure: {left}"
-
-
-def bounded(fn, seconds: float, cleanup_pids=lambda: []):
-    """fn() in a thread; fail (and kill what it left) if it takes longer than `seconds`, so a
-    regression into a hang fails this test instead of hanging the suite."""
-    result: dict = {}
-
-    def target():
-        try:
-            result["value"] = fn()
-        except BaseException as exc:  # noqa: BLE001 - re-raised in the test's thread
-            result["error"] = exc
-
-    thread = threading.Thread(target=target, daemon=True)
-    start = time.monotonic()
-    thread.start()
-    thread.join(seconds)
-    if thread.is_alive():
-        for pid in cleanup_pids():
-            try:
-                os.killpg(pid, 9)
-            except (ProcessLookupError, PermissionError):
-                pass
-        pytest.fail(f"still running after {seconds} s: the harness hung")
-    if "error" in result:
-        raise result["error"]
-    return result["value"], time.monotonic() - start
 
 
 @pytest.fixture
@@ -132,7 +68,7 @@ def run_cli(capsys, *argv: str) -> tuple[int, str, str]:
 
 def good_trace(tmp_path, record_file, capsys, scenario: Path = GATE) -> Path:
     path = tmp_path / f"good-{scenario.stem}.json"
-    status, _, err = run_cli(capsys, "run", "--engine", double_cmd("--record", record_file),
+    status, _, err = run_cli(capsys, "run", "--engine", double_command("--record", record_file),
                              "--scenario", str(scenario), "--out", str(path), "--layers", "config")
     assert status == 0, err
     return path
@@ -145,7 +81,7 @@ def good_trace(tmp_path, record_file, capsys, scenario: Path = GATE) -> Path:
 def test_crash_mid_scenario_names_scenario_and_record_and_keeps_partial_trace(
         tmp_path, record_file, capsys):
     out = tmp_path / "crash.json"
-    engine = double_cmd("--record", record_file, "--steps", "5", "--fault", "crash", "--crash-after", "3")
+    engine = double_command("--record", record_file, "--steps", "5", "--fault", "crash", "--crash-after", "3")
     status, _, err = run_cli(capsys, "run", "--engine", engine, "--scenario", str(GATE),
                              "--out", str(out), "--layers", "config,steps")
     assert status == 2
@@ -169,7 +105,7 @@ def test_crash_mid_scenario_names_scenario_and_record_and_keeps_partial_trace(
 
 def test_crash_before_any_record_says_so(tmp_path, record_file, capsys):
     out = tmp_path / "crash0.json"
-    status, _, _ = run_cli(capsys, "run", "--engine", double_cmd("--fault", "crash", "--crash-after", "0"),
+    status, _, _ = run_cli(capsys, "run", "--engine", double_command("--fault", "crash", "--crash-after", "0"),
                            "--scenario", str(GATE), "--out", str(out), "--layers", "config")
     assert status == 2
     trace = json.loads(out.read_text())
@@ -182,7 +118,7 @@ def test_hang_is_ended_by_the_run_timeout_from_the_environment(tmp_path, monkeyp
     the hung engine and the child it forked are both ended (no orphan)."""
     monkeypatch.setenv("VLLM_PARITY_RUN_TIMEOUT", "1")
     pidfile, out = tmp_path / "pids", tmp_path / "hang.json"
-    engine = double_cmd("--fault", "fork-hang", "--pidfile", str(pidfile))
+    engine = double_command("--fault", "fork-hang", "--pidfile", str(pidfile))
     (status, _), took = bounded(
         lambda: (cli.main(["run", "--engine", engine, "--scenario", str(GATE), "--out", str(out),
                            "--layers", "config"]), None),
@@ -195,20 +131,27 @@ def test_hang_is_ended_by_the_run_timeout_from_the_environment(tmp_path, monkeyp
     assert_ended(read_pids(pidfile))
 
 
-def test_hang_is_ended_by_the_timeout_argument(tmp_path):
+def failed_run(tmp_path, fault: str, timeout: float = 60) -> EngineFailure:
+    """One run of the gate's config on the TEST DOUBLE with `fault`, bounded: the EngineFailure it
+    ended in, once every process of it is gone."""
     pidfile = tmp_path / "pids"
-    proc = EngineProcess(double_spec("--fault", "fork-hang", "--pidfile", str(pidfile)))
+    proc = EngineProcess(double_spec("--fault", fault, "--pidfile", str(pidfile)))
     proc.start()
-    with pytest.raises(EngineFailure) as err:
-        bounded(lambda: proc.run(load_scenario(GATE), ["config"], timeout=0.5), 30, lambda: read_pids(pidfile))
-    assert err.value.kind == "timeout"
+    with pytest.raises(EngineFailure) as failure:
+        bounded(lambda: proc.run(load_scenario(GATE), ["config"], timeout=timeout), 30, lambda: read_pids(pidfile))
     assert_ended(read_pids(pidfile))
+    return failure.value
+
+
+def test_hang_is_ended_by_the_timeout_argument(tmp_path):
+    failure = failed_run(tmp_path, "fork-hang", timeout=0.5)
+    assert failure.kind == "timeout"
 
 
 @pytest.mark.parametrize("value", ["abc", "-1", "0", "nan", "inf"])
 def test_bad_timeout_setting_is_bad_input(tmp_path, monkeypatch, capsys, value):
     monkeypatch.setenv("VLLM_PARITY_RUN_TIMEOUT", value)
-    status, _, err = run_cli(capsys, "run", "--engine", double_cmd(), "--scenario", str(GATE),
+    status, _, err = run_cli(capsys, "run", "--engine", double_command(), "--scenario", str(GATE),
                              "--out", str(tmp_path / "t.json"), "--layers", "config")
     assert status == 2
     assert "VLLM_PARITY_RUN_TIMEOUT" in err
@@ -224,7 +167,7 @@ def test_bad_timeout_setting_is_bad_input(tmp_path, monkeypatch, capsys, value):
 ])
 def test_protocol_violation_is_a_named_verdict(tmp_path, record_file, capsys, fault, words):
     out = tmp_path / f"{fault}.json"
-    status, _, err = run_cli(capsys, "run", "--engine", double_cmd("--record", record_file, "--fault", fault),
+    status, _, err = run_cli(capsys, "run", "--engine", double_command("--record", record_file, "--fault", fault),
                              "--scenario", str(GATE), "--out", str(out), "--layers", "config")
     assert status == 2
     trace = json.loads(out.read_text())
@@ -238,7 +181,7 @@ def test_protocol_violation_is_a_named_verdict(tmp_path, record_file, capsys, fa
 
 def test_engine_error_is_a_named_verdict(tmp_path, record_file, capsys):
     out = tmp_path / "error.json"
-    status, _, _ = run_cli(capsys, "run", "--engine", double_cmd("--fault", "error"), "--scenario", str(GATE),
+    status, _, _ = run_cli(capsys, "run", "--engine", double_command("--fault", "error"), "--scenario", str(GATE),
                            "--out", str(out), "--layers", "config")
     assert status == 2
     trace = json.loads(out.read_text())
@@ -247,34 +190,19 @@ def test_engine_error_is_a_named_verdict(tmp_path, record_file, capsys):
 
 
 def test_closing_stdout_without_exiting_is_a_crash_not_a_hang(tmp_path):
-    pidfile = tmp_path / "pids"
-    proc = EngineProcess(double_spec("--fault", "close-stdout", "--pidfile", str(pidfile)))
-    proc.start()
-    with pytest.raises(EngineFailure) as err:
-        bounded(lambda: proc.run(load_scenario(GATE), ["config"], timeout=60), 30, lambda: read_pids(pidfile))
-    assert err.value.kind == "crash" and "closed its stdout" in str(err.value)
-    assert_ended(read_pids(pidfile))
+    failure = failed_run(tmp_path, "close-stdout")
+    assert failure.kind == "crash" and "closed its stdout" in str(failure)
 
 
 def test_crash_while_a_child_holds_stdout_is_a_crash_and_the_child_is_ended(tmp_path):
-    pidfile = tmp_path / "pids"
-    proc = EngineProcess(double_spec("--fault", "crash-with-child", "--pidfile", str(pidfile)))
-    proc.start()
-    with pytest.raises(EngineFailure) as err:
-        bounded(lambda: proc.run(load_scenario(GATE), ["config"], timeout=60), 30, lambda: read_pids(pidfile))
-    assert err.value.kind == "crash" and "exited (status 3)" in str(err.value)
-    assert "child" in str(err.value)
-    assert_ended(read_pids(pidfile))
+    failure = failed_run(tmp_path, "crash-with-child")
+    assert failure.kind == "crash" and "exited (status 3)" in str(failure)
+    assert "child" in str(failure)
 
 
 def test_crash_leaves_no_orphan_child(tmp_path):
-    pidfile = tmp_path / "pids"
-    proc = EngineProcess(double_spec("--fault", "crash-orphan", "--pidfile", str(pidfile)))
-    proc.start()
-    with pytest.raises(EngineFailure) as err:
-        bounded(lambda: proc.run(load_scenario(GATE), ["config"], timeout=60), 30, lambda: read_pids(pidfile))
-    assert err.value.kind == "crash"
-    assert_ended(read_pids(pidfile))
+    failure = failed_run(tmp_path, "crash-orphan")
+    assert failure.kind == "crash"
 
 
 def test_endless_records_are_ended_by_the_timeout(tmp_path):
@@ -419,7 +347,7 @@ def test_missing_default_golden_is_not_created(tmp_path, record_file, capsys, go
 def test_failed_run_compared_with_the_committed_golden_leaves_it_untouched(
         tmp_path, record_file, capsys, goldens_untouched):
     out = tmp_path / "crash.json"
-    run_cli(capsys, "run", "--engine", double_cmd("--record", record_file, "--fault", "crash"),
+    run_cli(capsys, "run", "--engine", double_command("--record", record_file, "--fault", "crash"),
             "--scenario", str(GATE), "--out", str(out), "--layers", "config")
     status, report, _ = run_cli(capsys, "compare", "--trace", str(out))
     # the one record the double sent before crashing is not the oracle's: reported first

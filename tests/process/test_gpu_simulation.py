@@ -24,7 +24,7 @@ from conformance.process import envs
 from conformance.process.client import EngineProcess
 from conformance.process.launch import prepare_engine
 from conformance.process.session import EngineSession
-from conftest import REPO
+from tests.helpers import REPO
 
 PINS = load_pins()
 GiB = 1 << 30

@@ -12,7 +12,7 @@ from conformance.formats.scenario import load_scenario
 from conformance.judging.goldens import GOLDENS
 from conformance.process.launch import EngineSpec
 from conformance.process.session import EngineSession, OutOfTime
-from conftest import GATE, REPO
+from tests.helpers import GATE, REPO
 
 RECORD = {**GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0], "budget_log_lines": ["line"]}
 SCENARIO = load_scenario(GATE)

@@ -18,7 +18,7 @@ from conformance.judging.goldens import GOLDENS, ORACLE_RUNS, GoldenStore
 from conformance.judging.verdict import ORACLE
 from conformance.process.launch import EngineSpec
 from conformance.regenerate import lifecycle
-from conftest import GATE, REPO
+from tests.helpers import GATE, REPO
 
 PINS = load_pins()
 COMMITTED = GoldenStore()  # goldens/ itself, whatever GOLDENS is pointed at in a test

@@ -14,10 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import gate_engine
 from conformance.formats.pins import load_pins
 from conformance.judging.goldens import GOLDENS
-from tests.gate.test_hostile import verdicts_double  # the hostile TEST DOUBLE's command line with its plan
+from tests.helpers import gate_engine, hostile_double
+from tests.report.chromium import CHROMIUM, check_first_screen, render
 
 PINS = load_pins()
 FIRST = 40  # lines a reader sees before scrolling
@@ -34,8 +34,8 @@ def doubles_gate(tmp_path, monkeypatch, capsys):
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def run(oracle_plan: dict, plan: dict, *argv: str):
-        engines = [gate_engine("TEST-DOUBLE-oracle=" + verdicts_double(tmp_path, "oracle", oracle_plan), "oracle"),
-                   gate_engine("port=" + verdicts_double(tmp_path, "port", plan), "candidate")]
+        engines = [gate_engine("TEST-DOUBLE-oracle=" + hostile_double(tmp_path, "oracle", oracle_plan), "oracle"),
+                   gate_engine("port=" + hostile_double(tmp_path, "port", plan), "candidate")]
         monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         capsys.readouterr()
         status = cli.main(["gate", "--waivers", "/dev/null", "--jobs", "2", *argv])
@@ -73,8 +73,6 @@ def test_a_layered_port_with_one_planted_bug_is_named_on_every_first_screen(doub
 
 def check_page(page, scenario: str, said: str) -> None:
     """The page's first screen (1366x768) lists the failing cell with its first divergence."""
-    from tests.report.test_report_html import CHROMIUM, check_first_screen, render
-
     text = page.read_text(encoding="utf-8")
     assert said in text, said
     if CHROMIUM is None:  # `make report-check` installs chromium; without it the page is read as text
