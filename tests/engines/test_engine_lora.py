@@ -13,7 +13,7 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.formats.settings import device_mode
 from conformance.judging.goldens import GOLDENS
-from conftest import REPO, records_of
+from tests.helpers import REPO, records_of
 
 PINS = load_pins()
 CPU_ENGINES = [r for r in PINS.releases if PINS.cpu_engine_build(r)]

@@ -13,7 +13,7 @@ import subprocess
 
 import pytest
 
-from conftest import REPO
+from tests.helpers import REPO
 
 MODELS = REPO / "scenarios" / "models"
 ADAPTERS = sorted(p for p in MODELS.glob("tiny-*/adapters/*") if p.is_dir())
