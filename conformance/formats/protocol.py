@@ -98,10 +98,14 @@ class LimitExceeded(ProtocolError):
     error that names the limit, its value and what arrived."""
 
 
+# json.dumps(message, sort_keys=True, separators=(",", ":"), allow_nan=False), built once
+# instead of once a line
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
 def encode(message: dict) -> bytes:
     check(message)
-    text = json.dumps(message, sort_keys=True, separators=(",", ":"), allow_nan=False)
-    return text.encode() + b"\n"
+    return _ENCODER.encode(message).encode() + b"\n"
 
 
 def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
@@ -110,13 +114,17 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
     try:
         # Strict UTF-8 (json.loads would also guess UTF-16/32 from raw bytes); a number too
         # large for a float is as non-finite as Infinity; nesting is bounded before any
-        # recursive reader sees it.
-        message = loads(line.decode("utf-8"))
+        # recursive reader sees it. A line without a run of 19 digits holds no integer outside
+        # the 64-bit range, so its integers are read by json's own C code, not one call each.
+        text = line.decode("utf-8")
+        strict = _LONG_DIGITS in line.translate(_DIGITS_AS_ZERO) or text.startswith("\ufeff")  # json.loads' BOM error
+        message = loads(text) if strict else _READER.decode(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, RecursionError):
             exc = f"nested deeper than {MAX_DEPTH} levels"
         raise ProtocolError(f"expected a JSON object on one line, got {_preview(line)} ({exc})") from None
-    _check_values(message)
+    if _nesting(line) is None:  # not proved carriable from the line's bytes: walk the values
+        _check_values(message)
     check(message, expect)
     if message["type"] == "hello":  # what the harness accepts; an engine's encode does not check it
         _check_hello_limits(message)
@@ -201,6 +209,31 @@ def _check_values(message: object) -> None:
             stack.pop()
 
 
+# _nesting's tables: a digit read as "0" (a run of 19 is a number that may not fit 64 bits, or
+# digits in a string); of a line, only its quotes and brackets kept, each bracket as ( or )
+_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+_LONG_DIGITS = b"0" * 19
+_BRACKETS = bytes.maketrans(b"[{]}", b"(())")
+_NOT_STRUCTURE = bytes(set(range(256)) - set(b'"[]{}'))
+
+
+def _nesting(line: bytes) -> int | None:
+    """The nesting depth of a decoded line, when its bytes prove that _check_values would pass
+    it (at most MAX_DEPTH - 1 levels, no lone surrogate); else None, and the values are walked.
+    The proof, in C loops instead of a Python step per value: a line with no backslash has no
+    escape, so its strings are the UTF-8 text as read (no surrogate), and no quote inside a
+    string; its brackets outside quotes are then its containers, and each pass removing every
+    innermost "()" removes one level."""
+    if b"\\" in line:
+        return None
+    brackets = b"".join(line.translate(_BRACKETS, _NOT_STRUCTURE).split(b'"')[::2])
+    for depth in range(MAX_DEPTH):
+        if not brackets:
+            return depth
+        brackets = brackets.replace(b"()", b"")
+    return None
+
+
 def _check_text(text: str) -> None:
     try:
         text.encode("utf-8")
@@ -240,6 +273,10 @@ def _digits(text: str) -> str:
 
 def _no_constants(token: str):
     raise ValueError(f"{token} is not JSON")
+
+
+# loads' reader for a line whose integers all fit (decode): its integers read by json's C code
+_READER = json.JSONDecoder(parse_constant=_no_constants, parse_float=_finite_float)
 
 
 def _preview(line: bytes) -> str:

@@ -96,6 +96,7 @@ class RecordingScheduler(Scheduler):
         self.parity_grammar = False
         self.parity_refused: list[str] = []
         self._parity_proposed: dict[str, list[int]] = {}
+        self._parity_record_path = os.environ.get(RECORD_PATH_ENV)  # read once, not at each step
 
     def schedule(self, *args, **kwargs):
         output = super().schedule(*args, **kwargs)
@@ -110,8 +111,9 @@ class RecordingScheduler(Scheduler):
         return finished
 
     def update_draft_token_ids(self, draft_token_ids) -> None:
-        self._parity_proposed = {str(rid): [int(t) for t in drafts] for rid, drafts in
-                                 zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)}
+        if self.parity_grammar:  # only grammar requests record the drafts proposed
+            self._parity_proposed = {str(rid): list(map(int, drafts)) for rid, drafts in
+                                     zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)}
         super().update_draft_token_ids(draft_token_ids)
         if self._parity_last is not None:
             self._parity_next_drafts(self._parity_last)
@@ -148,7 +150,7 @@ class RecordingScheduler(Scheduler):
         self._parity_after_update(record)
         self._parity_last = record  # its next_draft_token_ids come after, in update_draft_token_ids()
         self.parity_sink(record)
-        path = os.environ.get(RECORD_PATH_ENV)
+        path = self._parity_record_path
         if path:
             line = dict(record, requests={rid: {k: v for k, v in entry.items() if k != "next_draft_token_ids"}
                                           for rid, entry in record["requests"].items()})
@@ -165,7 +167,7 @@ class RecordingScheduler(Scheduler):
         spec_tokens = output.scheduled_spec_decode_tokens or {}
         entries = record["requests"]
         for rid, entry in entries.items():
-            entry["draft_token_ids"] = [int(t) for t in spec_tokens.get(rid, ())]
+            entry["draft_token_ids"] = list(map(int, spec_tokens.get(rid, ())))
             entry["resent_token_ids"] = False
             entry["next_draft_token_ids"] = []  # until update_draft_token_ids() says otherwise
         for data in output.scheduled_new_reqs:
@@ -182,7 +184,7 @@ class RecordingScheduler(Scheduler):
             entry["resent_token_ids"] = rid in (cached.all_token_ids or {})
         record["aborted"] = sorted(self._parity_aborted)
         self._parity_aborted = []
-        record["num_common_prefix_blocks"] = [int(n) for n in (output.num_common_prefix_blocks or ())]
+        record["num_common_prefix_blocks"] = list(map(int, output.num_common_prefix_blocks or ()))
         if self.parity_grammar:
             from engines.vllm.grammar import errors
 
@@ -204,7 +206,7 @@ class RecordingScheduler(Scheduler):
         for rid, entry in record["requests"].items():
             req = self.requests.get(rid)
             entry["next_draft_token_ids"] = ([] if req is None or req.is_finished()
-                                             else [int(t) for t in req.spec_token_ids])
+                                             else list(map(int, req.spec_token_ids)))
             if "proposed_draft_token_ids" in entry:
                 entry["proposed_draft_token_ids"] = self._parity_proposed.get(rid, [])
         self._parity_proposed = {}
@@ -229,8 +231,10 @@ class RecordingScheduler(Scheduler):
 
     def _parity_request_blocks(self, rid) -> int:
         """KV blocks the request holds, over every KV cache group (none once it finished)."""
-        groups = self.kv_cache_manager.coordinator.get_blocks(rid)
-        return sum(len(blocks) - sum(map(_IS_NULL, blocks)) for blocks in groups)  # map: no Python frame a block
+        held = 0
+        for blocks in self.kv_cache_manager.coordinator.get_blocks(rid):
+            held += len(blocks) - sum(map(_IS_NULL, blocks))  # map: no Python frame a block
+        return held
 
     def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
         """Fields a subclass adds to the step's record (per request under "requests"), read
@@ -266,9 +270,9 @@ class RecordingScheduler(Scheduler):
             "total_num_scheduled_tokens": int(output.total_num_scheduled_tokens),
             "token_budget": int(self.max_num_scheduled_tokens),
             "requests": requests,
-            "new": sorted(str(r) for r in new),
-            "resumed": sorted(str(r) for r in resumed),
-            "preempted": sorted(str(r) for r in (output.preempted_req_ids or ())),
+            "new": sorted(map(str, new)),
+            "resumed": sorted(map(str, resumed)),
+            "preempted": sorted(map(str, output.preempted_req_ids or ())),
         }
         if PER_STEP_INPUT_BUDGET:
             spec = self.vllm_config.speculative_config
@@ -426,4 +430,7 @@ def _cached_blocks(pool) -> int:
     cache = getattr(getattr(pool, "cached_block_hash_to_block", None), "_cache", None)
     if not isinstance(cache, dict):
         return sum(1 for block in pool.blocks if block.block_hash is not None)
+    # Mostly every entry is one block: counted by type in C, without a Python step an entry
+    if operator.countOf(map(type, cache.values()), type(pool.null_block)) == len(cache):
+        return len(cache)
     return sum(len(entry) if isinstance(entry, dict) else 1 for entry in cache.values())
