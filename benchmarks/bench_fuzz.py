@@ -27,7 +27,7 @@ sys.path.insert(0, str(REPO))
 
 from conformance.formats.engine_ref import EngineRef  # noqa: E402
 from conformance.formats.pins import load_pins  # noqa: E402
-from conformance.fuzz import command as fuzz_cli  # noqa: E402
+from conformance.fuzz import campaign as fuzz_cli  # noqa: E402
 from conformance.fuzz.search import STAND_IN_LAYERS, Pair, Search  # noqa: E402
 from conformance.process.coverage_run import BranchesReached, ensure_coverage, guided_worker  # noqa: E402
 from conformance.process.envs import ensure_env  # noqa: E402

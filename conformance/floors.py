@@ -45,10 +45,11 @@ FLOORS = (
                                      "conformance.bump.*", "conformance.bisect.*", "parity.*"),
           "runs of their own on the floors below: the fuzzer, the adequacy measures, the golden front door, "
           "an oracle bump's checks and edits, the port queue's search, and the goldens suite"),
-    Floor(7, "commands", ("conformance.cli", "conformance.fuzz.command", "conformance.adequacy.command",
-                          "conformance.regenerate.command", "conformance.bump.command",
-                          "conformance.bisect.command"),
-          "command lines: parse arguments, call a run, exit"),
+    Floor(7, "commands", ("conformance.cli", "conformance.commands.*", "conformance.fuzz.command",
+                          "conformance.adequacy.command", "conformance.regenerate.command",
+                          "conformance.bump.command", "conformance.bisect.command"),
+          "command lines: each command's module declares its arguments and calls a run; `parity` "
+          "assembles them, parses, exits"),
 )
 
 

@@ -93,8 +93,9 @@ import sys
 sys.path[:0] = [sys.argv[1]]
 from conformance import cli
 from conformance.formats.engine_ref import EngineRef
+from conformance.gate import plan
 oracle, candidate = sys.argv[2], sys.argv[3]
-cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
+plan.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse(oracle, pins, named=True).with_role("oracle"),
     EngineRef.parse(candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[4:]))

@@ -6,6 +6,8 @@ import shutil
 import pytest
 
 from conformance import cli
+from conformance.commands import compare
+from conformance.gate.options import read_scenarios
 from conformance.formats.pins import load_pins
 from conformance.formats.trace import SCHEMA
 from conformance.judging.goldens import GOLDENS
@@ -110,13 +112,13 @@ def test_selfcheck_fails_a_broken_engine(record_file, capsys, fault):
 
 
 def test_the_gate_runs_the_library_unless_asked_for_another_scale():
-    library = {s.name for s in cli._scenarios(None, "library")}
-    production = {s.name for s in cli._scenarios(None, "production")}
+    library = {s.name for s in read_scenarios(None, "library")}
+    production = {s.name for s in read_scenarios(None, "production")}
     assert {"prod_kv_storm", "prod_dflash_k16", "prod_dflash_k16_async", "prod_prefix_cache"} <= production
     assert "steady_decode" in library and not library & production
-    assert {s.name for s in cli._scenarios(None, "all")} == library | production
+    assert {s.name for s in read_scenarios(None, "all")} == library | production
     # a scenario named on the command line runs whatever its scale
-    assert [s.name for s in cli._scenarios([GATE.parent / "prod_kv_storm.json"], "library")] == ["prod_kv_storm"]
+    assert [s.name for s in read_scenarios([GATE.parent / "prod_kv_storm.json"], "library")] == ["prod_kv_storm"]
     with pytest.raises(SystemExit):
         cli.main(["gate", "--scale", "huge"])
 
@@ -127,7 +129,7 @@ def test_a_bug_of_the_harness_is_not_bad_input(tmp_path, monkeypatch, capsys, bu
     3 with its traceback, not exit 2 "bad input" with one line that hides where it came from."""
     def broken(*_):
         raise bug("a bug of the harness")
-    monkeypatch.setattr(cli, "judge_trace", broken)
+    monkeypatch.setattr(compare, "judge_trace", broken)
     trace = tmp_path / "t.json"
     trace.write_text(json.dumps({"schema": SCHEMA, "engine": {"label": "x"},
                                  "scenario": {"name": "dflash_27b_gate", "sha256": "0"},

@@ -2,27 +2,59 @@
 scheduler's, the KV cache manager's and block pool's) and the engine path's
 (conformance/adequacy/engine_path.py) on the gate oracle; prints conformance/adequacy/report.py's
 report, each catalog in a block of its own. Exit 0 when every goal is met, 1 when one is missed.
-`--catalog traces` runs the trace-mutation catalog alone (conformance/adequacy/trace_catalog.py)."""
+`--catalog traces` runs the trace-mutation catalog alone (conformance/adequacy/trace_catalog.py).
+The catalogs' modules are imported when the command runs, not when `parity` parses its options."""
 
 from __future__ import annotations
 
 import signal
 import sys
 
-from conformance.adequacy.engine_path import (ENGINE_SCOPE_FILE, engine_catalog, engine_scenarios,
-                                              executed_lines)
-from conformance.adequacy.measure import (CATALOGS, ENGINE_TIER, ResultCache, catalog, measure_coverage,
-                                          run_mutants, sample)
-from conformance.adequacy.report import render_coverage, render_goals, render_mutants
-from conformance.adequacy.scope import load_scope
-from conformance.adequacy.trace_catalog import render_catalog, run_catalog
 from conformance.formats.errors import InputError
+from conformance.formats.log import log
 from conformance.formats.pins import load_pins
-from conformance.process.coverage_run import CoverageError
-from conformance.process.mutant_server import MutantServerError
+from conformance.gate.options import read_scenarios
+
+
+def register(sub) -> None:
+    p = sub.add_parser("adequacy", help="coverage of vLLM's scheduler by the scenarios, and the "
+                       "mutants of the scheduler and the engine path the gate catches (make adequacy)")
+    p.add_argument("--pin", action="append", help="coverage of these pins only (default: all pins)")
+    p.add_argument("--sample", type=int, help="run a deterministic sample of this many of the scheduler's mutants")
+    p.add_argument("--kv-sample", type=int, help="run a deterministic sample of this many of the KV cache "
+                   "manager's and block pool's mutants (default: all)")
+    p.add_argument("--seed", type=int, default=13, help="the sample's seed (default 13)")
+    p.add_argument("--no-mutants", action="store_true", help="coverage only")
+    p.add_argument("--no-coverage", action="store_true", help="mutants only")
+    p.add_argument("--engine-layers", action="store_true",
+                   help="measure coverage on the engine-layer scenarios too (about 100 s per pin)")
+    p.add_argument("--no-engine-tier", action="store_true",
+                   help="mutants run the stand-in scenarios only, not the engine-layer tier after them")
+    p.add_argument("--engine-sample", type=int,
+                   help="run a deterministic sample of this many engine-path mutants (default: all)")
+    p.add_argument("--catalog", choices=("scheduler", "kv", "engine", "all", "traces"), default="all",
+                   help="which mutant catalog to run: the scheduler's, the KV cache manager's and block "
+                   "pool's, the engine path's (sampler, drafters, model runner, numerics), or all of these "
+                   "(default); or traces: the oracle's own goldens mutated and served back as candidates, "
+                   "every golden of every scale (the judge's adequacy; alone, no coverage pass, no vLLM)")
+    p.add_argument("--trace-sample", type=int,
+                   help="traces: a deterministic sample of this many mutants of each family per golden "
+                   "(default: all)")
+    p.add_argument("--trace-scenario", action="append",
+                   help="traces: this scenario's goldens only (by name; repeatable; default: every scenario)")
+    p.set_defaults(handler=command)
+
+
+def command(args) -> int:
+    if args.catalog == "traces":  # every golden: the production scenarios' digests too
+        return trace_adequacy(args, read_scenarios(None, "all"), log)
+    return adequacy(args, read_scenarios(None, "library"), log)
 
 
 def adequacy(args, scenarios, log) -> int:
+    from conformance.process.coverage_run import CoverageError
+    from conformance.process.mutant_server import MutantServerError
+
     # A run can be long: on SIGTERM, unwind (SystemExit) so the mutant server and its forks
     # are ended by their `finally`, and the results cached so far are kept.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -43,6 +75,8 @@ def trace_adequacy(args, scenarios, log) -> int:
     intended exception, 1 otherwise."""
     if args.trace_sample is not None and args.trace_sample <= 0:
         raise InputError(f"--trace-sample {args.trace_sample}: expected a positive number of mutants")
+    from conformance.adequacy.trace_catalog import render_catalog, run_catalog
+
     pins = load_pins()
     for release in args.pin or ():
         if release not in pins.releases:
@@ -61,6 +95,13 @@ def trace_adequacy(args, scenarios, log) -> int:
 
 
 def _adequacy(args, scenarios, log) -> int:
+    from conformance.adequacy.engine_path import (ENGINE_SCOPE_FILE, engine_catalog, engine_scenarios,
+                                                  executed_lines)
+    from conformance.adequacy.measure import (CATALOGS, ENGINE_TIER, ResultCache, catalog, measure_coverage,
+                                              run_mutants, sample)
+    from conformance.adequacy.report import render_coverage, render_goals, render_mutants
+    from conformance.adequacy.scope import load_scope
+
     pins = load_pins()
     scope = load_scope()
     # The engine layers run the whole engine: costly, and the stand-in scenarios drive the

@@ -75,29 +75,14 @@ def generate(source: str, relpath: str, scope: Scope) -> list[Mutant]:
     def visit_function(fn, qualname: str) -> None:
         if not scope.measured(relpath, qualname) or any(fnmatch.fnmatchcase(qualname, g) for g in whole_out):
             return
-        skip = set()  # nodes inside logging calls and docstrings: never a scheduling decision
-        for part in [fn.args, *fn.decorator_list] + ([fn.returns] if fn.returns else []):
-            skip.update(id(n) for n in ast.walk(part))
-        for node in ast.walk(fn):
-            if isinstance(node, ast.Assert) or (isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
-                                                 and _dead_store(node, fn, reads)):
-                skip.update(id(n) for n in ast.walk(node))
-            if isinstance(node, ast.Call) and _is_logging(node):
-                skip.update(id(n) for n in ast.walk(node))
-            if isinstance(node, ast.JoinedStr):
-                skip.update(id(n) for n in ast.walk(node))
+        skip = _skipped(fn, reads)
         for node in ast.walk(fn):
             if node is fn or id(node) in skip or not hasattr(node, "lineno") or node.lineno in out_lines:
                 continue
             for operator, line, a, b, replacement in _edits(node, span, text):
                 add(qualname, operator, line, a, b, replacement)
 
-    # where each self.attribute is read in scope (locals are looked up in their function)
-    reads: dict = {"__in_scope_lines__": set(range(1, len(starts))) - set(out_lines)}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and \
-                isinstance(node.value, ast.Name) and node.value.id == "self" and node.lineno not in out_lines:
-            reads.setdefault(("self", node.attr), set()).add(node.lineno)
+    reads = _self_reads(tree, len(starts), out_lines)
 
     def walk(body, prefix: str) -> None:
         for node in body:
@@ -108,6 +93,34 @@ def generate(source: str, relpath: str, scope: Scope) -> list[Mutant]:
 
     walk(tree.body, "")
     return sorted(found.values(), key=lambda m: (m.start, m.end, m.replacement))
+
+
+def _self_reads(tree: ast.Module, lines: int, out_lines) -> dict:
+    """Where each self.attribute is read in scope (locals are looked up in their function), and
+    the lines in scope ("__in_scope_lines__"): what _dead_store reads."""
+    reads: dict = {"__in_scope_lines__": set(range(1, lines)) - set(out_lines)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) and \
+                isinstance(node.value, ast.Name) and node.value.id == "self" and node.lineno not in out_lines:
+            reads.setdefault(("self", node.attr), set()).add(node.lineno)
+    return reads
+
+
+def _skipped(fn, reads: dict) -> set[int]:
+    """The ids of a function's nodes never mutated: its signature and decorators, asserts, dead
+    stores, and what is inside logging calls and f-strings (never a scheduling decision)."""
+    skip = set()
+    for part in [fn.args, *fn.decorator_list] + ([fn.returns] if fn.returns else []):
+        skip.update(id(n) for n in ast.walk(part))
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Assert) or (isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign))
+                                             and _dead_store(node, fn, reads)):
+            skip.update(id(n) for n in ast.walk(node))
+        if isinstance(node, ast.Call) and _is_logging(node):
+            skip.update(id(n) for n in ast.walk(node))
+        if isinstance(node, ast.JoinedStr):
+            skip.update(id(n) for n in ast.walk(node))
+    return skip
 
 
 def run_lines(source: str, executed: set[int]) -> set[int]:

@@ -8,13 +8,34 @@ layers). The queue is printed as text; --markdown writes it for a pull request o
 
 from __future__ import annotations
 
-from conformance.bisect.search import bisect
+from pathlib import Path
+
 from conformance.formats.errors import InputError
 from conformance.formats.files import check_output_file, write_text_atomic
-from conformance.formats.pins import Pins
+from conformance.formats.log import log
+from conformance.formats.pins import Pins, load_pins
 from conformance.formats.scenario import Scenario
-from conformance.process.commit_env import local_repo
-from conformance.report.port_queue import render_markdown, render_text
+from conformance.gate.options import parse_layers, read_scenarios
+
+
+def register(sub) -> None:
+    p = sub.add_parser("bisect", help="the port queue of an upstream range: the first-parent commits of "
+                       "A..B that change a scenario's trace, found by building commit pins")
+    p.add_argument("--from", dest="start", required=True, help="A: a commit (sha, vllm@sha12) or tag of the source")
+    p.add_argument("--to", dest="end", required=True, help="B: a commit or tag of the source, after A")
+    p.add_argument("--scenario", action="append", type=Path, help="default: every library scenario")
+    p.add_argument("--rows", help="comma-separated engine-matrix rows: only the scenarios filed under them")
+    p.add_argument("--layers", help="comma-separated layers (default: each scenario's stand-in layers)")
+    p.add_argument("--source", help="the repository: a git URL, a local path or file:// (default: that of "
+                   "the declared commit A or B names, else of the first declared commit)")
+    p.add_argument("--base", help="the release each commit's CPU environment is laid over (default: as --source)")
+    p.add_argument("--markdown", type=Path, help="also write the port queue in markdown here")
+    p.set_defaults(handler=command)
+
+
+def command(args) -> int:
+    args.layers = parse_layers(args.layers)
+    return run_bisect(args, load_pins(), read_scenarios(args.scenario, "library"), log)
 
 
 def origin(pins: Pins, start: str, end: str, source: str | None, base: str | None) -> tuple[str, str]:
@@ -29,6 +50,10 @@ def origin(pins: Pins, start: str, end: str, source: str | None, base: str | Non
 
 
 def run_bisect(args, pins: Pins, scenarios: list[Scenario], log) -> int:
+    from conformance.bisect.search import bisect  # the search's modules, only when it runs
+    from conformance.process.commit_env import local_repo
+    from conformance.report.port_queue import render_markdown, render_text
+
     if args.markdown:
         check_output_file(args.markdown, "--markdown")
     if args.rows:

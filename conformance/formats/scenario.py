@@ -211,34 +211,8 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise ScenarioError(src, "description", f"must be a string, got {_tname(description)}")
-    args = raw.get("engine_args")
-    if not isinstance(args, dict):
-        raise ScenarioError(src, "engine_args", f"must be an object, got {_tname(args)}")
-    args = {**DEFAULTS, **_check_fields(src, "engine_args", args, ENGINE_ARGS)}
     base = path.resolve().parent
-    hashed = dict(args)
-    args["model"], hashed["model"] = _model_dir(src, "engine_args.model", args["model"], base)
-    if args["load_format"] != "dummy":
-        raise ScenarioError(src, "engine_args.load_format",
-                            f"must be 'dummy' (no weights are ever loaded), got {args['load_format']!r}")
-    spec = args.get("speculative_config")
-    if spec is not None:
-        spec = _check_fields(src, "engine_args.speculative_config", spec, SPECULATIVE_CONFIG)
-        hashed_spec = dict(spec)
-        method = spec["method"]
-        if method not in METHODS:
-            raise ScenarioError(src, "engine_args.speculative_config.method",
-                                f"unknown method {method!r}; expected one of {sorted(METHODS)}")
-        if method in METHODS_WITH_DRAFT_MODEL and method != "mtp" and "model" not in spec:
-            raise ScenarioError(src, "engine_args.speculative_config.model",
-                                f"method {method!r} needs a draft model config folder")
-        if "model" in spec:
-            spec["model"], hashed_spec["model"] = _model_dir(
-                src, "engine_args.speculative_config.model", spec["model"], base)
-        args["speculative_config"], hashed["speculative_config"] = spec, hashed_spec
-    if args.get("kv_transfer_config") is not None:
-        args["kv_transfer_config"] = hashed["kv_transfer_config"] = _kv_transfer(src, args["kv_transfer_config"])
-    _check_sizes(src, args)
+    args, hashed = _engine_args(src, raw.get("engine_args"), base)
     workload, generated = raw.get("workload"), raw.get("generate")
     if generated is not None:  # parameters, expanded here (conformance/formats/workload_gen.py)
         if workload is not None:
@@ -273,6 +247,43 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     # rows are how verdicts are grouped, not what an engine runs: they are not in the hash
     return Scenario(name, description, args, workload, path, digest, matrix, tuple(rows), engine, atol,
                     noise, scale=scale)
+
+
+def _engine_args(src: str, args: object, base: Path) -> tuple[dict, dict]:
+    """`engine_args` checked, defaults filled in, model folders made absolute: (args, hashed),
+    `hashed` naming each model folder by its config's hash, for the scenario's hash."""
+    if not isinstance(args, dict):
+        raise ScenarioError(src, "engine_args", f"must be an object, got {_tname(args)}")
+    args = {**DEFAULTS, **_check_fields(src, "engine_args", args, ENGINE_ARGS)}
+    hashed = dict(args)
+    args["model"], hashed["model"] = _model_dir(src, "engine_args.model", args["model"], base)
+    if args["load_format"] != "dummy":
+        raise ScenarioError(src, "engine_args.load_format",
+                            f"must be 'dummy' (no weights are ever loaded), got {args['load_format']!r}")
+    if args.get("speculative_config") is not None:
+        args["speculative_config"], hashed["speculative_config"] = _speculative_config(
+            src, args["speculative_config"], base)
+    if args.get("kv_transfer_config") is not None:
+        args["kv_transfer_config"] = hashed["kv_transfer_config"] = _kv_transfer(src, args["kv_transfer_config"])
+    _check_sizes(src, args)
+    return args, hashed
+
+
+def _speculative_config(src: str, spec: object, base: Path) -> tuple[dict, dict]:
+    """`engine_args.speculative_config`: (spec, hashed), its draft model folder made absolute."""
+    spec = _check_fields(src, "engine_args.speculative_config", spec, SPECULATIVE_CONFIG)
+    hashed_spec = dict(spec)
+    method = spec["method"]
+    if method not in METHODS:
+        raise ScenarioError(src, "engine_args.speculative_config.method",
+                            f"unknown method {method!r}; expected one of {sorted(METHODS)}")
+    if method in METHODS_WITH_DRAFT_MODEL and method != "mtp" and "model" not in spec:
+        raise ScenarioError(src, "engine_args.speculative_config.model",
+                            f"method {method!r} needs a draft model config folder")
+    if "model" in spec:
+        spec["model"], hashed_spec["model"] = _model_dir(
+            src, "engine_args.speculative_config.model", spec["model"], base)
+    return spec, hashed_spec
 
 
 def _tokenizer(src: str, folder: Path) -> str:

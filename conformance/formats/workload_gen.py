@@ -108,7 +108,6 @@ def expand(params: object, source: str, engine_args: dict) -> dict:
     vocab = check.integer("generate.vocab_size", params["vocab_size"], 2, workload_schema.MAX_VOCAB_SIZE)
     groups = check.array("generate.groups", params["groups"], 1, MAX_GROUPS)
     max_model_len = engine_args.get("max_model_len", MAX_LENGTH)
-    budget = engine_args.get("max_num_batched_tokens", 1)
     draws = Draws(seed)
     prefixes = _prefixes(check, draws, params.get("shared_prefixes"), max_model_len)
     aborts = _aborts(check, params.get("aborts"))
@@ -148,6 +147,12 @@ def expand(params: object, source: str, engine_args: dict) -> dict:
             if aborts is not None and draws.chance(f"{name}.abort", i, aborts["share"]):
                 req["abort_step"] = arrival + draws.integer(f"{name}.abort_after", i, *aborts["after"])
             requests.append((arrival, g, i, req))
+    return _workload(requests, prefixes, seed, vocab, engine_args.get("max_num_batched_tokens", 1))
+
+
+def _workload(requests: list, prefixes: list, seed: int, vocab: int, budget: int) -> dict:
+    """The requests drawn, (arrival, group, index, request) each, in that order, and a step
+    limit every request can finish within, however the engine schedules them."""
     requests.sort(key=lambda item: item[:3])
     out = [req for *_, req in requests]
     last = max(req["arrival_step"] for req in out)

@@ -519,14 +519,7 @@ class Search:
         except EngineFailure as failure:  # a restart that failed: the run cannot go on
             self._fatal = failure
             raise
-        if shrinking:
-            self.stats.shrink_runs += 1
-        else:
-            self.stats.examples += 1
-            part = self.stats.parts[self._part]
-            part.examples += 1
-            part.seconds += self.clock() - began
-        self._say()
+        self._count(shrinking, began)
         if verdict is None:
             if self.branches is not None:
                 self.branches.new()
@@ -545,7 +538,22 @@ class Search:
             if self.guide:  # examples that take more of the scheduler's branches, and new ones
                 target(float(self.branches.reached), label="branches reached")
                 target(float(new_branches), label="new branches")
-        sig = signature(verdict, scenario, oracle)
+        self._divergence(signature(verdict, scenario, oracle), raw, key, shrinking)
+
+    def _count(self, shrinking: bool, began: float) -> None:
+        """One run counted: a shrink run, or an example of the current part and its time."""
+        if shrinking:
+            self.stats.shrink_runs += 1
+        else:
+            self.stats.examples += 1
+            part = self.stats.parts[self._part]
+            part.examples += 1
+            part.seconds += self.clock() - began
+        self._say()
+
+    def _divergence(self, sig: str | None, raw: dict, key: str, shrinking: bool) -> None:
+        """A run's signature: a new finding starts shrinking; one of the target's fails the
+        example for hypothesis (Diverged), the smallest kept; any other passes."""
         if sig is None or any(f.signature == sig for f in self.findings[:-1 if shrinking else None]):
             return
         if self._target is None:

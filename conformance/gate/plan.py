@@ -1,7 +1,9 @@
-"""The plan of a gate run, made before any engine starts: its units of work (gate/shards.py) and
-the `RunManifest`, what the run is: the tool, the pins, the scenarios, the goldens, the engines,
-the layers and the plan. Every shard of one run computes the same manifest; it becomes JSON only
-when a results folder is written (gate/results.py), and a merge reads it back from there."""
+"""The plan of a gate run, made before any engine starts: what it is made of, read from the
+plan options alike by `parity gate` and `parity envs` (`plan_inputs`); its units of work
+(gate/shards.py) and the `RunManifest`, what the run is: the tool, the pins, the scenarios, the
+goldens, the engines, the layers and the plan. Every shard of one run computes the same manifest;
+it becomes JSON only when a results folder is written (gate/results.py), and a merge reads it
+back from there."""
 
 from __future__ import annotations
 
@@ -13,8 +15,9 @@ from conformance import __version__
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.pins import REPO_ROOT
 from conformance.gate.context import RunContext
-from conformance.gate.engines import refused
-from conformance.gate.shards import ShardError, Unit, assign, plan
+from conformance.gate.engines import gate_engines, refused
+from conformance.gate.options import parse_layers, read_scenarios
+from conformance.gate.shards import ShardError, Unit, assign, parse_shard, plan
 from conformance.judging.goldens import GOLDENS, ORACLE_RUNS
 from conformance.judging.judging import scenario_features
 from conformance.judging.verdict import ORACLE
@@ -50,6 +53,30 @@ class RunManifest:
                 "engines": [e.to_json() for e in self.engines], "layers": self.layers,
                 "require_layers": self.require_layers, "plan": self.plan, "planned": len(self.units),
                 "device": self.device, "count": self.count, "require_features": self.require_features}
+
+
+def default_stand_ins(scale: str) -> str:
+    """The library's stand-ins are read from their goldens; a production scenario's golden holds
+    digests, not the records a report shows at a first difference, so there they run live."""
+    return "goldens" if scale == "library" else "live"
+
+
+def plan_inputs(args, pins, log) -> tuple:
+    """What the gate's plan is made of, read from the plan options (gate/options.py plan_options)
+    alike by `parity gate` and `parity envs`: (shard, scenarios, layers, engines)."""
+    shard = parse_shard(args.shard) if args.shard else None
+    scenarios = read_scenarios(args.scenario, args.scale)
+    layers = parse_layers(args.layers)
+    stand_ins = args.stand_ins or default_stand_ins(args.scale)
+    return shard, scenarios, layers, gate_engines(pins, args.candidate, log, stand_ins)
+
+
+def share_pins(args, pins, log) -> list[str]:
+    """The pins this share of the gate's plan runs: the plan `parity gate` makes of the same
+    options (plan_inputs), cut by the same function (shard_plan)."""
+    shard, scenarios, layers, engines = plan_inputs(args, pins, lambda m: None)
+    manifest, share = shard_plan(RunContext(pins, log, shard=shard, layers=layers), scenarios, engines)
+    return pins_needed(manifest, share, pins)
 
 
 def plan_run(context: RunContext, scenarios, engines: list[EngineRef]) -> RunManifest:

@@ -414,21 +414,8 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
         downloads.shutdown(wait=False)  # the download goes on; its result is asked for below
 
     def run(number: int, argv: list[str], out) -> None:
-        out.write(f"$ {argv}\n")
-        out.flush()
-        # each phase says what it does, repeats itself while it lasts, and times itself
-        with heartbeat(log, f"[envs] vllm {release}: phase {number}/{phases}: {_phase(argv)}"):
-            result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    env=uv_environ())  # the warm-up writes bytecode itself (runtime.boot)
-        if result.returncode != 0:
-            out.flush()
-            text = build_log.read_text(encoding="utf-8")
-            # a module the CPU path imports and the recipe left out: named with its requirement
-            site = next(Path(argv[0]).parent.parent.glob("lib/python*/site-packages"), None)
-            ran_vllm = site is not None and "--warm" in argv
-            advice = missing_module(text[-20000:], site) if ran_vllm else ""
-            raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{text[-3000:]}"
-                           + (f"\n{advice}" if advice else ""))
+        _run_phase(argv, out, f"[envs] vllm {release}: phase {number}/{phases}: {_phase(argv)}", release,
+                   build_log, log)
 
     with open(build_log, "w", encoding="utf-8") as out:
         for number, argv in enumerate(steps, 1):
@@ -450,6 +437,26 @@ def _build(release: str, mode: str, pins: Pins, final: Path, log) -> None:
         capture_output=True, check=True, encoding="utf-8", errors="replace").stdout
     (final / "READY").write_text(freeze, encoding="utf-8")  # last: only a whole, warmed environment is used
     log(f"[envs] vllm {release} ready, built in {duration(time.monotonic() - started)}")
+
+
+def _run_phase(argv: list[str], out, heading: str, release: str, build_log: Path, log) -> None:
+    """One phase of a build, its output into the build's log; EnvError with the log's end (and
+    the requirement of a module the CPU path imports and the recipe left out) when it fails."""
+    out.write(f"$ {argv}\n")
+    out.flush()
+    # each phase says what it does, repeats itself while it lasts, and times itself
+    with heartbeat(log, heading):
+        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=uv_environ())  # the warm-up writes bytecode itself (runtime.boot)
+    if result.returncode != 0:
+        out.flush()
+        text = build_log.read_text(encoding="utf-8")
+        # a module the CPU path imports and the recipe left out: named with its requirement
+        site = next(Path(argv[0]).parent.parent.glob("lib/python*/site-packages"), None)
+        ran_vllm = site is not None and "--warm" in argv
+        advice = missing_module(text[-20000:], site) if ran_vllm else ""
+        raise EnvError(f"building the vllm {release} environment failed at {argv[1:4]}:\n{text[-3000:]}"
+                       + (f"\n{advice}" if advice else ""))
 
 
 def _phase(argv: list[str]) -> str:

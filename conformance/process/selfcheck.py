@@ -108,10 +108,14 @@ def selfcheck(spec: EngineSpec, scenarios: list[Scenario], log=log,
             problems.append(f"{scenario.name}: a record that is not what protocol "
                             f"{protocol.PROTOCOL_VERSION} declares (engines/PROTOCOL.md): {wrong}")
     problems += refusals_only(answers)
-    scenario, layers = plan[0]
+    return problems + _bad_input(session, *plan[0])
 
+
+def _bad_input(session: EngineSession, scenario: Scenario, layers: list[str]) -> list[str]:
+    """The rules on bad input: a garbage line and an unknown layer each answered by an error,
+    then the scenario run again and a clean shutdown."""
     proc = session.start()
-    problems += _expect_error(proc, b"this is not json\n", None, "bad_request", "a garbage line")
+    problems = _expect_error(proc, b"this is not json\n", None, "bad_request", "a garbage line")
     if not proc.alive:
         return problems
     run_id = "selfcheck-unknown-layer"

@@ -4,12 +4,37 @@ only checked (--check), through the golden front door (regenerate/lifecycle.py).
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from conformance.formats.engine_ref import EngineRef
 from conformance.formats.errors import InputError
+from conformance.formats.log import log
 from conformance.formats.pins import load_pins
 from conformance.formats.protocol import LAYERS
+from conformance.gate.options import read_scenarios
 from conformance.judging.goldens import GOLDENS, GoldenRefused
 from conformance.regenerate.lifecycle import Selection, oracle_runs, regenerate, report, results_runs
+
+
+def register(sub) -> None:
+    p = sub.add_parser("goldens", help="regenerate every pin's goldens from real oracle runs (make goldens)")
+    p.add_argument("--check", action="store_true",
+                   help="regenerate in memory; fail if any golden would change or has no scenario")
+    p.add_argument("--engine", action="append", help="only these pins (a candidate is refused)")
+    p.add_argument("--scenario", action="append", type=Path, help="default: every scenarios/*.json")
+    p.add_argument("--layers", help="only the goldens of scenarios with any of these layers (comma-separated; "
+                   "`engine`: the engine layers); a golden always holds every layer of its scenario")
+    p.add_argument("--from-results", action="append", type=Path, metavar="DIR",
+                   help="the oracle's traces from a gate's results folder (`parity gate --results DIR`; "
+                   "repeat for every shard's) instead of running it again")
+    p.add_argument("--scale", choices=("library", "production", "all"), default="all",
+                   help="without --scenario, the goldens of which scenarios/*.json: the library, the "
+                        "production-scale scenarios (minutes of oracle time each), or all (default)")
+    p.set_defaults(handler=command)
+
+
+def command(args) -> int:
+    return goldens_command(args, read_scenarios(args.scenario, args.scale), read_scenarios(None), log)
 
 
 def goldens_command(args, scenarios, library, log) -> int:

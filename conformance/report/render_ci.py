@@ -24,8 +24,6 @@ from conformance.report.view import (FEATURES_HEAD, REASONS, FirstLine, GateView
 def junit(view: GateView) -> str:
     """One test case per verdict and layer, named `row / scenario / engine / layer` so CI
     views group them; a run that could not be compared is one case for all its layers."""
-    from conformance.judging.numerics import NUMERICS_CAUSES
-
     suites = ET.Element("testsuites", name="vllm-parity")
     properties = ET.SubElement(suites, "properties")
     ET.SubElement(properties, "property", name="judged", value=view.judged)  # the first line's clause
@@ -37,52 +35,60 @@ def junit(view: GateView) -> str:
         suite = ET.SubElement(suites, "testsuite", name=row)
         counts = Counter()
         for cell in cells:
-            v, status = cell.verdict, cell.status
-            text = render_verdict(v, view.oracle)
-            layers = [(c.layer, c) for c in v.comparisons] or [("all layers", None)]
-            for layer, c in layers:
-                case = ET.SubElement(suite, "testcase", classname=row,
-                                     name=f"{row} / {v.scenario} / {v.engine} / {layer}")
-                counts["tests"] += 1
-                if c is not None and c.equal:
-                    continue
-                numerics = c is not None and c.cause in NUMERICS_CAUSES
-                if status == PASS or (numerics and not (v.role == ORACLE and v.same_build)):
-                    if numerics:  # passes; what arithmetic explained is kept
-                        ET.SubElement(case, "system-out").text = text
-                    continue
-                if status == "waived" or not v.gating or v.declined:
-                    counts["skipped"] += 1
-                    reason = (f"waived by {cell.waiver.name} {waiver_words(cell.waiver)}" if status == "waived" else
-                              v.message if v.declined else f"informational stand-in: {v.kind}")
-                    ET.SubElement(case, "skipped", message=reason).text = text
-                elif c is not None:
-                    counts["failures"] += 1
-                    first = cell.where
-                    if c.first:  # where, and both values
-                        said, expected, actual = shown_pair(c.first.expected, c.first.actual)
-                        first = (f"{c.layer}.{c.first.path} at {c.where}: {said}oracle {expected}, "
-                                 f"candidate {actual}")
-                    ET.SubElement(case, "failure", type="divergence", message=first).text = text
-                else:
-                    counts["errors"] += 1
-                    ET.SubElement(case, "error", type=v.kind, message=v.message[:200]).text = text
-            for layer, reason in v.not_judged.items():  # a layer not judged is said, never passed
-                case = ET.SubElement(suite, "testcase", classname=row,
-                                     name=f"{row} / {v.scenario} / {v.engine} / {layer}")
-                counts["tests"] += 1
-                said = f"{layer} not judged: {REASONS.get(reason, reason)}"
-                if reason == MISSING and v.gating:  # a required layer the engine does not serve
-                    counts["errors"] += 1
-                    ET.SubElement(case, "error", type=Kind.UNSUPPORTED, message=said).text = text
-                else:
-                    counts["skipped"] += 1
-                    ET.SubElement(case, "skipped", message=said)
+            _cases(suite, row, cell, view.oracle, counts)
         for key in ("tests", "failures", "errors", "skipped"):
             suite.set(key, str(counts[key]))
     _visible_tree(suites)
     ET.indent(suites)
     return ET.tostring(suites, encoding="unicode", xml_declaration=True) + "\n"
+
+
+def _cases(suite: ET.Element, row: str, cell, oracle: str, counts: Counter) -> None:
+    """A verdict's test cases under its requirement row: one per layer compared (or one for all
+    its layers when it could not be compared), one per layer not judged; counted in `counts`."""
+    from conformance.judging.numerics import NUMERICS_CAUSES
+
+    v, status = cell.verdict, cell.status
+    text = render_verdict(v, oracle)
+    layers = [(c.layer, c) for c in v.comparisons] or [("all layers", None)]
+    for layer, c in layers:
+        case = ET.SubElement(suite, "testcase", classname=row,
+                             name=f"{row} / {v.scenario} / {v.engine} / {layer}")
+        counts["tests"] += 1
+        if c is not None and c.equal:
+            continue
+        numerics = c is not None and c.cause in NUMERICS_CAUSES
+        if status == PASS or (numerics and not (v.role == ORACLE and v.same_build)):
+            if numerics:  # passes; what arithmetic explained is kept
+                ET.SubElement(case, "system-out").text = text
+            continue
+        if status == "waived" or not v.gating or v.declined:
+            counts["skipped"] += 1
+            reason = (f"waived by {cell.waiver.name} {waiver_words(cell.waiver)}" if status == "waived" else
+                      v.message if v.declined else f"informational stand-in: {v.kind}")
+            ET.SubElement(case, "skipped", message=reason).text = text
+        elif c is not None:
+            counts["failures"] += 1
+            first = cell.where
+            if c.first:  # where, and both values
+                said, expected, actual = shown_pair(c.first.expected, c.first.actual)
+                first = (f"{c.layer}.{c.first.path} at {c.where}: {said}oracle {expected}, "
+                         f"candidate {actual}")
+            ET.SubElement(case, "failure", type="divergence", message=first).text = text
+        else:
+            counts["errors"] += 1
+            ET.SubElement(case, "error", type=v.kind, message=v.message[:200]).text = text
+    for layer, reason in v.not_judged.items():  # a layer not judged is said, never passed
+        case = ET.SubElement(suite, "testcase", classname=row,
+                             name=f"{row} / {v.scenario} / {v.engine} / {layer}")
+        counts["tests"] += 1
+        said = f"{layer} not judged: {REASONS.get(reason, reason)}"
+        if reason == MISSING and v.gating:  # a required layer the engine does not serve
+            counts["errors"] += 1
+            ET.SubElement(case, "error", type=Kind.UNSUPPORTED, message=said).text = text
+        else:
+            counts["skipped"] += 1
+            ET.SubElement(case, "skipped", message=said)
 
 
 def _visible_tree(root: ET.Element) -> None:

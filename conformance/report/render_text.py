@@ -261,6 +261,13 @@ def render_gate(view: GateView) -> str:
                                initial_indent="   ", subsequent_indent="     ")
     lines += _features(view, [column[e] for e in engines], wide)
     lines.append(f"-- {view.count_line()}")
+    return _join(lines + _details(view))
+
+
+def _details(view: GateView) -> list[str]:
+    """Every field of every cell that did not pass, each distinct block of budget log lines
+    printed once, a failure said alike on another scenario referred to."""
+    lines = []
     # a scenario not run for a feature the engine does not declare is said by its cell and the
     # per-feature table; unless the feature is required it is no failure to detail
     failing = [c.verdict for c in view.failing() if not c.verdict.declined]
@@ -281,7 +288,7 @@ def render_gate(view: GateView) -> str:
         elif body and not v.comparisons:
             messages[said] = f"{v.scenario}, {v.engine}"
         lines += text.split("\n")
-    return _join(lines)
+    return lines
 
 
 GRID_WIDTH = 117

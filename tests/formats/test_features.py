@@ -240,6 +240,7 @@ def features_gate(monkeypatch, capsys):
     """`parity gate` in this process: the oracle a TEST DOUBLE replaying the oracle's goldens (its
     hello says nothing of features), the candidate the declared TEST DOUBLE (`options`)."""
     from conformance import cli
+    from conformance.gate import plan as gate_plan
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
@@ -247,7 +248,7 @@ def features_gate(monkeypatch, capsys):
         oracle, candidate = double("--no-features", "--engine", "oracle-double"), double(*options)
         engines = [gate_engine("TEST-DOUBLE-oracle=" + oracle, ORACLE),
                    gate_engine("TEST-DOUBLE-port=" + candidate, CANDIDATE)]
-        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
+        monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         capsys.readouterr()
         status = cli.main([command, "--waivers", "/dev/null", *argv] if command == "gate" else [command, *argv])
         out, err = capsys.readouterr()

@@ -88,7 +88,8 @@ def schema_gate(tmp_path_factory):
     out, err = io.StringIO(), io.StringIO()
     with pytest.MonkeyPatch.context() as patch, contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         patch.delenv("GITHUB_STEP_SUMMARY", raising=False)
-        patch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
+        from conformance.gate import plan as gate_plan
+        patch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         status = cli.main(argv)
     verdicts = folder / "results" / "verdicts.json"
     kinds = ({(v["engine"], v["scenario"]): v["kind"] for v in json.loads(verdicts.read_text(encoding="utf-8"))}

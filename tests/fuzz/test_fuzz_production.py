@@ -107,7 +107,7 @@ def test_a_production_finding_is_shrunk_to_a_small_scenario(mutant, warm_session
     shrunk (hypothesis, then fuzz/reduce.py, then the polish) to a few requests, confirmed, and
     its report shows the shape it was found at and the one it was shrunk to."""
     from conformance.formats.pins import load_pins
-    from conformance.fuzz import command as fuzz_cli
+    from conformance.fuzz import campaign as fuzz_cli
     from conformance.fuzz.search import PRODUCTION, Pair, Search
 
     oracle = load_pins().oracle

@@ -1,4 +1,4 @@
-"""`parity fuzz` (conformance/fuzz/search.py, fuzz/command.py, fuzz/strategies.py).
+"""`parity fuzz` (conformance/fuzz/search.py, fuzz/campaign.py, fuzz/command.py, fuzz/strategies.py).
 
 The search, its shrinking and its determinism are tested first against a TEST DOUBLE pair of
 engines (pure Python, milliseconds per example) whose candidate has a planted admission bug;
@@ -22,7 +22,7 @@ from conformance.formats.pins import REPO_ROOT, load_pins
 from conformance.formats.scenario import load_scenario, parse_scenario
 from conformance.formats.trace import make_trace
 from conformance.formats.workload import validate_workload
-from conformance.fuzz import command as fuzz_cli
+from conformance.fuzz import campaign as fuzz_cli
 from conformance.fuzz.search import (ENGINE_LAYERS, SCENARIO_DIR, STAND_IN_LAYERS, Finding, Pair, Search,
                                      signature)
 from conformance.fuzz.strategies import engine_scenarios, scenarios
@@ -250,7 +250,7 @@ def test_signature_leaves_out_request_ids_and_positions():
 
 @pytest.mark.parametrize("text, seconds", [("90s", 90), ("10m", 600), ("1h", 3600), ("45", 45), ("168h", 604800)])
 def test_budget(text, seconds):
-    from conformance.cli import budget_seconds
+    from conformance.gate.options import budget_seconds
 
     assert budget_seconds(text) == seconds
 
@@ -438,7 +438,7 @@ FUZZ_DRIVER = """
 import sys, time
 sys.path[:0] = [sys.argv[1]]
 from conformance import cli
-from conformance.fuzz import command as fuzz_cli
+from conformance.fuzz import campaign as fuzz_cli
 from conformance.process.launch import EngineSpec
 from tests.fuzz.double_pair import DoublePair
 

@@ -15,7 +15,7 @@ from conformance.formats.pins import load_pins
 from conformance.formats.scenario import load_scenario
 from conformance.gate.context import RunContext
 from conformance.gate.engines import gate_engines
-from conformance.gate.plan import pins_needed, shard_plan
+from conformance.gate.plan import pins_needed, plan_inputs, shard_plan
 from conformance.gate.recorded import recorded_session
 from conformance.judging.goldens import GoldenStore
 from conformance.process.launch import prepare_engine
@@ -52,10 +52,10 @@ def test_the_stand_ins_run_live_by_default_where_goldens_hold_digests(scale, def
     """A production scenario's golden holds digests, not the records a report shows at a first
     difference: with --scale production or all the stand-ins run live unless told otherwise."""
     args = cli.build_parser().parse_args(["gate", "--scale", scale])
-    engines = cli.plan_inputs(args, PINS, lambda m: None)[3]
+    engines = plan_inputs(args, PINS, lambda m: None)[3]
     assert {e.kind.runs for e in engines[1:]} == {default == "live"}
     args = cli.build_parser().parse_args(["gate", "--scale", scale, "--stand-ins", "goldens"])
-    assert not any(e.kind.runs for e in cli.plan_inputs(args, PINS, lambda m: None)[3][1:])
+    assert not any(e.kind.runs for e in plan_inputs(args, PINS, lambda m: None)[3][1:])
 
 
 def test_parity_envs_with_the_default_stand_ins_builds_the_oracles_environment_alone(capsys):

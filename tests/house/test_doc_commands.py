@@ -462,6 +462,7 @@ def _served_warm(monkeypatch, warm_sessions) -> None:
     """`parity goldens`, `parity run` and `parity fuzz` start their engines as the gate does: a
     pin by the warm session warm_gate lends the gate (a worker of its own, one under coverage.py
     say, starts as it would)."""
+    from conformance.commands import run
     from conformance.fuzz import search
     from conformance.gate.context import ENGINE_SESSIONS
     from conformance.process.session import EngineSession
@@ -484,7 +485,7 @@ def _served_warm(monkeypatch, warm_sessions) -> None:
         def close(self):
             return self.close()
 
-    for module in (lifecycle, cli, search):
+    for module in (lifecycle, run, search):
         monkeypatch.setattr(module, "EngineSession", Lending)
 
 

@@ -22,6 +22,7 @@ def verdicts_gate(tmp_path, monkeypatch, capsys):
     goldens (unedited unless `oracle_plan` says), its candidate the hostile TEST DOUBLE; both
     are judged against the committed goldens, as the real oracle and a port would be."""
     from conformance import cli
+    from conformance.gate import plan as gate_plan
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
@@ -30,7 +31,7 @@ def verdicts_gate(tmp_path, monkeypatch, capsys):
         candidate = hostile_double(tmp_path, "candidate", plan)
         engines = [gate_engine("TEST-DOUBLE-oracle=" + oracle, "oracle"),
                    gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")]
-        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
+        monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         capsys.readouterr()
         status = cli.main(["gate", "--scenario", str(REPO / "scenarios" / f"{scenario}.json"),
                            "--jobs", "1", *argv])
@@ -158,10 +159,11 @@ import sys
 sys.path[:0] = [{repo!r}]
 from conformance import cli
 from conformance.formats.engine_ref import EngineRef
+from conformance.gate import plan
 if sys.argv[1] != "gate":
     sys.exit(0)  # `parity envs`: nothing to build for TEST DOUBLEs
 oracle, candidate = {oracle!r}, {candidate!r}
-cli.gate_engines = lambda pins, candidates, log, stand_ins=None: [
+plan.gate_engines = lambda pins, candidates, log, stand_ins=None: [
     EngineRef.parse("TEST-DOUBLE-oracle=" + oracle, pins, named=True).with_role("oracle"),
     EngineRef.parse("TEST-DOUBLE-candidate=" + candidate, pins, named=True).with_role("candidate")]
 sys.exit(cli.main(sys.argv[1:] + ["--scenario", {scenario!r}, "--layers", "config", "--jobs", "1",

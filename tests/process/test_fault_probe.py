@@ -215,10 +215,11 @@ def test_merge_names_the_engine_two_shards_disagree_on(tmp_path, monkeypatch):
 def gate_cli(tmp_path, monkeypatch, capsys):
     """`parity gate` in this process, its engines TEST DOUBLEs that log each start."""
     from conformance import cli
+    from conformance.gate import plan as gate_plan
 
     starts = tmp_path / "starts"
     engines = double_gate_engines("--steps", "1", "--startfile", str(starts))
-    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
+    monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def run(*argv: str) -> tuple[int, str, str]:

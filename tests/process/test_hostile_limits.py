@@ -142,18 +142,19 @@ def limits_gate(tmp_path, monkeypatch, capsys):
     """`parity gate` in this process, its engines two TEST DOUBLEs that note each start in
     `limits_gate.starts`; (status, stdout, stderr)."""
     from conformance import cli
+    from conformance.gate import plan as gate_plan
 
     starts = tmp_path / "starts"
     oracle, candidate = (double_command("--steps", "3", "--startfile", str(starts)),
                          double_command("--startfile", str(starts)))
-    monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
+    monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
         gate_engine(oracle, "oracle"),
         gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")])
 
     def gate(*argv: str, candidate: str | None = None) -> tuple[int, str, str]:
         """`candidate`: another command line for the candidate (a hostile double, say)."""
         if candidate is not None:
-            monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
+            monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: [
                 gate_engine(oracle, "oracle"),
                 gate_engine("TEST-DOUBLE-candidate=" + candidate, "candidate")])
         capsys.readouterr()

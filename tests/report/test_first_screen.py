@@ -29,13 +29,14 @@ BUG = {"scenario": "kv_pressure_no_spec", "layer": "steps", "seq": 5, "path": ["
 def doubles_gate(tmp_path, monkeypatch, capsys):
     """`parity gate` in this process, the oracle and the candidate TEST DOUBLES (their plans)."""
     from conformance import cli
+    from conformance.gate import plan as gate_plan
 
     monkeypatch.delenv("GITHUB_STEP_SUMMARY", raising=False)
 
     def run(oracle_plan: dict, plan: dict, *argv: str):
         engines = [gate_engine("TEST-DOUBLE-oracle=" + hostile_double(tmp_path, "oracle", oracle_plan), "oracle"),
                    gate_engine("port=" + hostile_double(tmp_path, "port", plan), "candidate")]
-        monkeypatch.setattr(cli, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
+        monkeypatch.setattr(gate_plan, "gate_engines", lambda pins, candidates, log, stand_ins=None: engines)
         capsys.readouterr()
         status = cli.main(["gate", "--waivers", "/dev/null", "--jobs", "2", *argv])
         out, err = capsys.readouterr()

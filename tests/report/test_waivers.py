@@ -11,6 +11,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from conformance import cli
+from conformance.gate import options
 from conformance.judging.compare import compare_layer
 from conformance.judging.requirement_rows import apply_gate
 from conformance.judging.verdict import CANDIDATE, ORACLE, Verdict
@@ -110,7 +111,7 @@ def test_a_waivers_path_that_does_not_exist_is_an_error(tmp_path, capsys):
     missing = tmp_path / "waivers-typo.toml"
     with pytest.raises(WaiverError, match="waivers-typo.toml: no such file"):
         load_waivers(missing)
-    status = cli.main(["gate", "--waivers", str(missing), "--scenario", str(cli.SCENARIO_DIR / "steady_decode.json")])
+    status = cli.main(["gate", "--waivers", str(missing), "--scenario", str(options.SCENARIO_DIR / "steady_decode.json")])
     assert status == 2 and f"--waivers {missing}: no such file" in capsys.readouterr().err
     status = cli.main(["merge", str(tmp_path), "--waivers", str(missing)])
     assert status == 2 and f"--waivers {missing}: no such file" in capsys.readouterr().err
@@ -134,7 +135,7 @@ def test_a_waiver_expiring_at_a_date_time_is_refused_before_any_engine_runs(tmp_
 
     token = ENGINE_SESSIONS.set(no_engine)  # the gate's seam: every engine session it makes
     try:
-        status = cli.main(["gate", "--waivers", str(path), "--scenario", str(cli.SCENARIO_DIR / "steady_decode.json")])
+        status = cli.main(["gate", "--waivers", str(path), "--scenario", str(options.SCENARIO_DIR / "steady_decode.json")])
     finally:
         ENGINE_SESSIONS.reset(token)
     assert status == 2 and "waiver[0].expires" in capsys.readouterr().err and started == []
@@ -142,11 +143,11 @@ def test_a_waiver_expiring_at_a_date_time_is_refused_before_any_engine_runs(tmp_
 
 def test_the_default_waivers_file_may_be_absent(tmp_path, monkeypatch):
     default = tmp_path / "waivers.toml"
-    monkeypatch.setattr(cli, "DEFAULT_WAIVERS", default)
-    assert cli._waivers(None) == [] and cli._waivers(default) == []  # named or not, the default
+    monkeypatch.setattr(options, "DEFAULT_WAIVERS", default)
+    assert options.read_waivers(None) == [] and options.read_waivers(default) == []  # named or not, the default
     default.write_text('[[waiver]]\nrow="R"\nscenario="s"\nfield="f"\nreason="r"\nowner="o"\nexpires=2027-01-01\n',
                        encoding="utf-8")
-    assert [w.owner for w in cli._waivers(None)] == ["o"]
+    assert [w.owner for w in options.read_waivers(None)] == ["o"]
 
 
 def test_an_applied_waiver_shows_a_hostile_candidate_label_escaped_in_every_sink():
