@@ -55,12 +55,13 @@ from hypothesis.errors import Unsatisfiable
 from conformance.formats.kinds import Kind
 from conformance.formats.errors import InputError
 from conformance.formats.features import declared
-from conformance.formats.pins import REPO_ROOT
+from conformance.formats.protocol import ENGINE_LAYERS  # the whole engine on the tiny models
 from conformance.formats.scenario import Scenario, ScenarioError, parse_scenario
 from conformance.formats.trace import Failure, Trace
 from conformance.fuzz import strategies as fuzz_strategies
 from conformance.fuzz.cause import cause
 from conformance.fuzz.reduce import reduce_production, shape
+from conformance.gate.options import SCENARIO_DIR  # generated model paths are relative to it
 from conformance.judging.judging import judge_trace
 from conformance.judging.requirement_rows import where_of
 from conformance.judging.verdict import CANDIDATE, NUMERICS, PASS, Verdict
@@ -71,8 +72,6 @@ from conformance.process.progress import duration
 from conformance.process.session import EngineSession, OutOfTime
 
 STAND_IN_LAYERS = ("config", "steps", "outputs")  # fast, no model
-# The whole engine on the tiny models (about a second an example): strategies.engine_scenarios
-ENGINE_LAYERS = ("engine_config", "engine_steps", "engine_outputs")
 ROUND = 100  # examples per hypothesis run
 PRODUCTION_EVERY = 3  # every third round is a production round (stand-in layers only)
 PRODUCTION_ROUND = 6  # examples of a production round (seconds each)
@@ -80,7 +79,6 @@ SMALL, PRODUCTION = "small", "production"  # the parts of a run
 RUN_TIMEOUT = 60.0  # one example on one engine (a candidate's loop may never end)
 SHRINK_LIMIT = 120.0  # seconds hypothesis may spend shrinking one finding
 REPORT_EVERY = 5.0  # seconds between progress lines
-SCENARIO_DIR = REPO_ROOT / "scenarios"  # generated model paths are relative to it
 
 
 class FuzzError(InputError):

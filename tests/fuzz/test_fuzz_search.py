@@ -30,6 +30,7 @@ from conformance.judging.requirement_rows import where_of
 from conformance.judging.verdict import CANDIDATE, Verdict, judge
 from conformance.report.render_text import render_verdict
 from tests.fuzz.double_pair import DoublePair
+from tests.helpers import trace_of
 
 QUIET = lambda message: None  # noqa: E731
 
@@ -356,7 +357,7 @@ class FailingWhileShrinkingPair(DoublePair):
         reqs = len(scenario.workload["requests"])
         if (self.found and self.runs % 2) or (not self.found and reqs == 2):
             why = "crashed while shrinking" if self.found else "crashed on two requests"
-            return None, {"failure": {"kind": "internal", "message": f"x: engine reported {why}"}, "layers": {}}
+            return None, trace_of({"failure": {"kind": "internal", "message": f"x: engine reported {why}"}})
         verdict, golden = super().judge(scenario)
         self.found = self.found or signature(verdict) is not None
         return verdict, golden
@@ -682,7 +683,7 @@ class FlakyPair(DoublePair):
         if not self.confirming:
             return super().judge(scenario, timeout)
         if self.then == "oracle":
-            return None, {"failure": {"kind": "crash", "message": "the oracle's worker exited"}}
+            return None, trace_of({"failure": {"kind": "crash", "message": "the oracle's worker exited"}})
         self.bug = False
         return super().judge(scenario, timeout)
 
