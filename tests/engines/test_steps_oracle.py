@@ -176,6 +176,12 @@ def test_scenario_library_exercises_what_it_claims():
 
 # the grammar scenarios whose every grammar compiles (grammar_compile_error: below)
 GRAMMARS = [s for s in WORKLOADS if "structured_outputs" in s.features and s.name != "grammar_compile_error"]
+# the ones whose golden cannot show a draft cut short and a draft rejected, and why
+NO_PARTIAL_CUT = {
+    "grammar_ignore_eos": "no speculation",
+    "grammar_many_requests": "no speculation (the thread-pool bitmask fill)",
+    "grammar_many_requests_drafts": "K 1: a cut leaves no draft, and every kept draft is accepted",
+}
 
 
 @pytest.mark.parametrize("release", PINS.releases)
@@ -197,7 +203,7 @@ def test_grammars_cut_drafts_and_outputs_follow_them(scenario, release):
             assert proposed[:len(kept)] == kept, (step["step"], rid)
             cut += bool(kept) and len(kept) < len(proposed)
             rejected += entry["accepted_draft_tokens"] < entry["draft_tokens"]
-    assert cut and rejected, (cut, rejected)
+    assert bool(cut and rejected) == (scenario.name not in NO_PARTIAL_CUT), (cut, rejected)
     for out in layers["outputs"]:
         if specs[out["id"]] is not None and out["finish_reason"] == "stop":
             assert out["output_token_ids"][-1] == 2  # the grammar ended: the eos, the one id it allows

@@ -15,7 +15,7 @@ from conformance.judging.judging import judge_trace
 from conformance.process.launch import prepare_engine
 from conformance.process.session import EngineSession
 from conformance.report.render_text import render
-from tests.helpers import REPO
+from tests.helpers import REPO, trace_of
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -48,8 +48,9 @@ def test_a_deep_divergence_is_reported_at_its_first_step_in_full():
     assert "total_num_scheduled_tokens" in paths and paths[-1] == "token_budget"  # the budget last
     assert steps.first.path != "token_budget"
     # without the oracle's records there (no replay, no checkpoint), the step is still exact
-    digests = golden.trace["digests"]
-    bare = dict(golden.trace, digests=dict(digests, steps=dict(digests["steps"], checkpoints={})))
+    bare = golden.trace.to_json()  # its parts are the golden's own: replaced, never edited
+    bare["digests"] = dict(bare["digests"], steps=dict(bare["digests"]["steps"], checkpoints={}))
+    bare = trace_of(bare)
     blind = judge_trace(trace, bare, "candidate")
     blind_steps = next(c for c in blind.comparisons if c.layer == "steps" and not c.equal)
     assert blind_steps.index == n and "live replay" in blind_steps.explanation
