@@ -471,7 +471,7 @@ def test_gate_reference_engine_against_the_oracle(kit, capsys, warm_gate):
 
     oracle = load_pins().oracle
     if oracle != KIT_RELEASE:  # the reference engine differs from this oracle where the goldens do
-        first = compare_layer("config", GOLDENS.load("dflash_27b_gate", oracle)["layers"]["config"],
+        first = compare_layer("config", GOLDENS.load("dflash_27b_gate", oracle).layers["config"],
                               kit_golden("dflash_27b_gate")["layers"]["config"]).first
         assert row.split()[1:3] == ["diverged", f"config.{first.path}"], out
         return

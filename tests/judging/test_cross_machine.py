@@ -107,9 +107,9 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
         for name in ("engine_kv_pressure", "engine_eagle3"):
             scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
             trace = session.trace(scenario)
-            assert "failure" not in trace, trace["failure"]
+            assert trace.failure is None, trace.failure
             golden = GOLDENS.load(name, oracle)
             check = check_golden(trace, golden)
             assert check.holds and check.rule == "tolerance", check.reason
-            moved += trace["layers"]["engine_outputs"] != golden["layers"]["engine_outputs"]
+            moved += trace.layers["engine_outputs"] != golden.layers["engine_outputs"]
     assert moved, "the capped ISA moved no stored logprob: this test would prove nothing"

@@ -192,7 +192,7 @@ def test_a_refused_golden_closes_the_runs_before_the_error_goes_on():
 
     class Refusing:
         def regenerate(self, trace, release, write, say):
-            raise GoldenRefused(f"refusing to write {trace['scenario']['name']}")
+            raise GoldenRefused(f"refusing to write {trace.scenario_name}")
 
     pending = runs()  # held here, so only regenerate can close it (as the CLI's frame held it)
     with pytest.raises(GoldenRefused, match="refusing to write first"):
