@@ -126,9 +126,9 @@ def test_schema_nan_in_a_candidates_trace_does_not_pass_merge(schema_gate, tmp_p
     manifest = json.loads((results / "manifest.json").read_text(encoding="utf-8"))
     entry = next(u for u in manifest["units"] if u["key"] == "extra-fields / engine_ngram / engine")
     path = results / entry["trace"]
-    trace = json.loads(path.read_text(encoding="utf-8"))
-    trace["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = float("nan")
-    path.write_text(json.dumps(trace, allow_nan=True), encoding="utf-8")
+    edited = json.loads(path.read_text(encoding="utf-8"))
+    edited["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = float("nan")
+    path.write_text(json.dumps(edited, allow_nan=True), encoding="utf-8")
     entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()  # as a forger would
     (results / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     capsys.readouterr()
@@ -151,8 +151,8 @@ def schema_golden_file(tmp_path, scenario: str, edit):
 
 
 def _set_logprob(value):
-    def edit(golden):
-        golden["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = value
+    def edit(edited):
+        edited["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = value
     return edit
 
 
@@ -165,8 +165,8 @@ def test_schema_a_non_finite_golden_is_an_invalid_golden(tmp_path, capsys, value
     if where == "a logprob":
         edit = _set_logprob(value)
     else:
-        def edit(golden):
-            golden["scenario"]["logprob_atol"] = value
+        def edit(edited):
+            edited["scenario"]["logprob_atol"] = value
     golden = schema_golden_file(tmp_path, "engine_ngram", edit)
     candidate = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
     candidate = candidate.with_label("port")

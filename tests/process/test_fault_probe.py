@@ -179,10 +179,10 @@ def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, caps
     manifest = json.loads((folders[1] / "manifest.json").read_text())
     entry = next(u for u in manifest["units"] if u["engine"] == "TEST-DOUBLE-candidate")
     path = folders[1] / entry["trace"]
-    trace = json.loads(path.read_text())
+    edited = json.loads(path.read_text())
     golden = goldens.GOLDENS.load("dflash_27b_gate", "0.27.1")
-    trace["layers"]["config"] = golden.layers["config"]
-    path.write_text(json.dumps(trace))
+    edited["layers"]["config"] = golden.layers["config"]
+    path.write_text(json.dumps(edited))
     status = cli.main(["merge", *map(str, folders), "--waivers", "/dev/null", "--reports", str(tmp_path / "r")])
     out, err = capsys.readouterr()
     assert status == 2 and out == "" and not written(tmp_path / "r")

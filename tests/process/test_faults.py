@@ -385,7 +385,7 @@ def test_golden_without_scenario_sha256_is_invalid_golden(tmp_path, record_file,
 
 
 def test_trace_without_scenario_name_is_a_clear_error(tmp_path, record_file, capsys):
-    trace, _ = _mangled(tmp_path, record_file, capsys, mutate_trace=lambda t: t["scenario"].pop("name"))
+    trace, _ = _mangled(tmp_path, record_file, capsys, mutate_trace=lambda edited: edited["scenario"].pop("name"))
     status, _, err = run_cli(capsys, "compare", "--trace", str(trace))
     assert status == 2 and str(trace) in err
 
