@@ -40,9 +40,9 @@ def main() -> None:
         proc = session.start()
         cold = time.perf_counter() - t0
         if served(["engine_steps"], proc.hello)[1]:
-            failure = session.trace(scenarios[0], ["engine_steps"])["failure"]
+            failure = session.trace(scenarios[0], ["engine_steps"]).failure
             session.close()
-            print(f"(d) engine layer, vllm {release}: unsupported: {failure['message'].split('unsupported: ', 1)[-1]}")
+            print(f"(d) engine layer, vllm {release}: unsupported: {failure.message.split('unsupported: ', 1)[-1]}")
             continue
         times = {}
         for s in scenarios:

@@ -63,10 +63,10 @@ def outputs(release: str, scenarios: list, env: dict, args: dict) -> dict:
             if served(["engine_outputs"], session.start().hello)[1]:
                 return {}
             traces = {s.name: session.trace(full_precision(s, args), ["engine_outputs"]) for s in scenarios}
-        failure = next((t["failure"] for t in traces.values() if "failure" in t), None)
+        failure = next((t.failure for t in traces.values() if t.failure is not None), None)
         if failure is not None:
-            raise EngineFailure(failure["kind"], failure["message"])
-        return {name: t["layers"]["engine_outputs"] for name, t in traces.items()}
+            raise EngineFailure(failure.kind, failure.message)
+        return {name: t.layers["engine_outputs"] for name, t in traces.items()}
     finally:
         for k, v in saved.items():
             os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)

@@ -138,7 +138,7 @@ def real(quick: bool = False) -> None:
             verdict = judge_trace(trace, golden, "candidate")
             judged = time.perf_counter() - started
             path = GOLDENS.path(s.name, pins.oracle)
-            print(f"(n) {s.name}: {trace['digests']['steps']['count']} steps; the oracle run and received "
+            print(f"(n) {s.name}: {trace.digests['steps']['count']} steps; the oracle run and received "
                   f"{ran:.0f} s, judged {judged:.2f} s (goal < 30 s): {verdict.kind}; golden "
                   f"{git_bytes(path):,} bytes in git (goal <= 2,000,000)")
     s = load_scenario(REPO / "scenarios" / "prod_dflash_k16.json")

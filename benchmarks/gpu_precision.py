@@ -102,7 +102,7 @@ def teacher_forced(model, device: str, setting: str) -> dict:
         golden = GOLDENS.load(name, RELEASE)
         workload = scenario["workload"]
         requests = {r["id"]: r for r in workload["requests"]}
-        for record in golden["layers"]["engine_outputs"]:
+        for record in golden.layers["engine_outputs"]:
             req, out = requests[record["id"]], record["output_token_ids"]
             prompt = prompt_tokens(workload["seed"], req["id"], req["prompt_len"], workload["vocab_size"])
             rows = logprobs(model, torch.tensor([prompt + out[:-1]]), device, setting)[0, len(prompt) - 1:]

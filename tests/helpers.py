@@ -38,8 +38,8 @@ def gate_engine(text: str, role: str):
 def records_of(session, scenario, layers=None) -> dict:
     """The records of a unit that must run to its end on `session` (its failure said otherwise)."""
     trace = session.trace(scenario, layers)
-    assert "failure" not in trace, trace["failure"]
-    return trace["layers"]
+    assert trace.failure is None, trace.failure
+    return trace.layers
 
 
 # -- the TEST DOUBLE engines' command lines ---------------------------------------------------
@@ -174,7 +174,7 @@ def trace_of(data):
     as one, the parts it leaves out empty: tests edit a trace as JSON, the harness takes the type."""
     from conformance.formats.trace import Failure, Trace
 
-    data = dict(data)
+    data = data.to_json() if isinstance(data, Trace) else dict(data)
     failure = data.get("failure")
     lists = {k: tuple(data[k]) for k in ("not_served", "capabilities", "features", "unsupported_features")
              if k in data}

@@ -9,12 +9,12 @@ from conformance import cli
 from conformance.commands import compare
 from conformance.gate.options import read_scenarios
 from conformance.formats.pins import load_pins
-from conformance.formats.trace import SCHEMA
+from conformance.formats.trace import SCHEMA, load_trace
 from conformance.judging.goldens import GOLDENS
 from tests.helpers import GATE, double_command
 
 # the gate's config record as the oracle wrote it: every field PROTOCOL.md declares
-ORACLE_CONFIG = GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0]
+ORACLE_CONFIG = GOLDENS.load("dflash_27b_gate", load_pins().oracle).layers["config"][0]
 BUDGET = ORACLE_CONFIG["max_num_scheduled_tokens"]  # 4036 on 0.27.1, 4096 on 0.28.0
 RECORD = {**ORACLE_CONFIG, "budget_log_lines": [
     f"max_num_scheduled_tokens is set to {BUDGET} based on the speculative decoding settings."]}
@@ -47,8 +47,9 @@ def test_run_then_compare(tmp_path, record_file, capsys):
     golden_trace = tmp_path / "golden.json"
     assert cli.main(["run", "--engine", double_command("--record", record_file(RECORD)),
                      "--scenario", str(GATE), "--out", str(golden_trace)]) == 0
-    trace = json.loads(golden_trace.read_text())
-    assert trace["schema"] == SCHEMA and trace["layers"]["config"] == [RECORD]
+    assert json.loads(golden_trace.read_text())["schema"] == SCHEMA
+    trace = load_trace(golden_trace)
+    assert trace.layers["config"] == [RECORD]
 
     other = BUDGET + 60  # a port's budget that is not the oracle's
     port = dict(RECORD, max_num_scheduled_tokens=other,
@@ -64,7 +65,7 @@ def test_run_then_compare(tmp_path, record_file, capsys):
     assert f"! oracle   : max_num_scheduled_tokens is set to {BUDGET}" in out
     assert f"! candidate: max_num_scheduled_tokens is set to {other}" in out
     # the run is named by its hello (engine and version), as the gate names it, not by its command line
-    hello = trace["engine"]
+    hello = trace.engine
     assert f"== {hello['name']} {hello['version']} [candidate] on " in out, out
     assert "double_engine.py" not in out.splitlines()[0]
     assert cli.main(["compare", "--trace", str(golden_trace), "--golden", str(golden_trace)]) == 0
@@ -86,8 +87,8 @@ def test_crashing_engine_keeps_a_partial_trace(tmp_path, record_file, capsys):
     status = cli.main(["run", "--engine", double_command("--record", record_file(RECORD), "--fault", "crash"),
                        "--scenario", str(GATE), "--out", str(out)])
     assert status == 2
-    trace = json.loads(out.read_text())
-    assert trace["failure"]["kind"] == "crash" and trace["layers"]["config"] == [RECORD]
+    trace = load_trace(out)
+    assert trace.failure.kind == "crash" and trace.layers["config"] == [RECORD]
 
 
 def test_goldens_refuse_a_candidate(capsys):

@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
@@ -60,13 +59,13 @@ class Failure:
 
 
 @dataclass(frozen=True)
-class Trace(Mapping):
+class Trace:
     """One trace (the module's schema). The optional parts are None where the file has no such
     key. `extra`: top-level keys the schema does not name, kept so that the file reads back
     whole and a golden carrying one is refused (judging/provenance.py).
 
-    As a read-only Mapping it reads as its JSON (trace["layers"] is trace.layers), for tests
-    and whoever inspects one; the house reads the attributes (tests/house/test_house_trace.py)."""
+    It is read by its attributes only, never by its JSON's keys (tests/house/test_house_trace.py):
+    to_json() is its JSON."""
 
     engine: dict
     scenario: dict
@@ -151,16 +150,6 @@ class Trace(Mapping):
         base = next((p for p in parts if p.engine.get("name")), parts[0])
         joined = cls(**{name: rule(base, parts) for name, rule in JOIN.items()})
         return joined.with_label(label)
-
-    # -- read as a Mapping (its JSON)
-    def __getitem__(self, key):
-        return self.to_json()[key]
-
-    def __iter__(self):
-        return iter(self.to_json())
-
-    def __len__(self) -> int:
-        return len(self.to_json())
 
     __hash__ = None  # a trace holds lists: compared, never hashed
 

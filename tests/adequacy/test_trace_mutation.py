@@ -88,7 +88,7 @@ def test_each_family_is_judged_by_the_gates_path():
 def test_a_production_golden_served_back_is_its_own_digest_form():
     scenario = next(s for s in sample() if s.scale == "production")
     [target] = [t for t in targets([scenario], (PINS.oracle,))]
-    form = target.golden["digests"]["steps"]
+    form = target.golden.digests["steps"]
     assert any(not isinstance(x, Known) for x in target.layers["steps"])  # its checkpoints, whole
     sink = Received("steps", form)
     for item in target.layers["steps"]:

@@ -107,8 +107,8 @@ def test_a_commit_pin_at_the_base_commit_reproduces_the_releases_goldens_exactly
     with EngineSession(spec) as session:
         for name in ("steady_decode", "prefix_eviction", "dflash_27b_gate"):
             trace = session.trace(load_scenario(REPO / "scenarios" / f"{name}.json"))
-            assert trace["layers"] == GOLDENS.load(name, "0.27.1")["layers"], name
-            env = trace["provenance"]["environment"]
+            assert trace.layers == GOLDENS.load(name, "0.27.1").layers, name
+            env = trace.provenance["environment"]
             assert env["vllm"] == BASE and env["commit"]["base"] == "0.27.1"
             assert env["commit"]["commit"] == fixture_repo["base"] and env["commit"]["overlay"]["equal"]
     record = commit_env.read_record(Path(spec.argv[0]).parent.parent)
@@ -189,8 +189,8 @@ def test_bisect_names_the_reservation_commit_for_the_dflash_gate(port_queue, fix
     status, text, markdown = port_queue
     assert status == 0
     # the direction, from the releases' own goldens: 0.27.1 subtracts the reservation, 0.28.0 does not
-    old = GOLDENS.load("dflash_27b_gate", "0.27.1")["layers"]["config"][0]["max_num_scheduled_tokens"]
-    new = GOLDENS.load("dflash_27b_gate", "0.28.0")["layers"]["config"][0]["max_num_scheduled_tokens"]
+    old = GOLDENS.load("dflash_27b_gate", "0.27.1").layers["config"][0]["max_num_scheduled_tokens"]
+    new = GOLDENS.load("dflash_27b_gate", "0.28.0").layers["config"][0]["max_num_scheduled_tokens"]
     assert (old, new) == (4036, 4096)
     entries = text.split("\n1. ")[1]
     first, second = entries.split("\n2. ")

@@ -85,7 +85,7 @@ def test_a_bump_makes_the_release_the_oracle_and_writes_the_pull_request(tmp_pat
     rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len({row[0][2:] for row in rows}) == int(counted.group(1))
     # the gate's budget, as the two releases' goldens hold it
-    budgets = [GOLDENS.load("dflash_27b_gate", r)["layers"]["config"][0]["max_num_scheduled_tokens"] for r in (old, new)]
+    budgets = [GOLDENS.load("dflash_27b_gate", r).layers["config"][0]["max_num_scheduled_tokens"] for r in (old, new)]
     gate_row = f"| dflash_27b_gate | config | record 0 `max_num_scheduled_tokens` | `{budgets[0]}` | `{budgets[1]}` |"
     assert (gate_row in text) == (budgets[0] != budgets[1]), text
     low, high = sorted((Version(old), Version(new)))

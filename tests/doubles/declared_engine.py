@@ -51,7 +51,7 @@ def main() -> int:
     served = LAYERS if args.serve is None else args.serve.split(",")
 
     def run(scenario: dict, layers: list) -> serve.Answer:
-        golden = GOLDENS.load(scenario["name"], release)["layers"]
+        golden = GOLDENS.load(scenario["name"], release).layers
         # the features as the gate decides them: async scheduling left to vLLM's default is
         # what the oracle's config record resolved (its golden's)
         config = (golden.get("config") or [None])[0] if decided_by_config(scenario.get("engine_args")) else None

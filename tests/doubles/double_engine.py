@@ -139,7 +139,7 @@ def main() -> int:
         if args.replay:
             from conformance.judging.goldens import GOLDENS
 
-            golden = GOLDENS.load(scenario["name"], args.replay)["layers"]
+            golden = GOLDENS.load(scenario["name"], args.replay).layers
             return [(layer, golden[layer]) for layer in layers]
         answer = []
         for layer in layers:

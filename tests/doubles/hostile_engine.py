@@ -112,7 +112,7 @@ def main() -> int:
             raise serve.RunError(error.get("kind", "internal"), error.get("message", ""))
         if any(layer not in served for layer in layers):
             raise serve.RunError("unsupported", f"only {served}, not {layers}")
-        golden = GOLDENS.load(name, release)["layers"]
+        golden = GOLDENS.load(name, release).layers
         edits = [e for e in plan.get("edits", []) if applies(e, name)]
         return [(layer, edited(layer, golden.get(layer, []), edits)) for layer in layers]
 

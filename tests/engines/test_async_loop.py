@@ -25,7 +25,7 @@ METHODS = sorted(n for n in LOOPS if n not in TWINS and n != "async_worked_examp
 
 
 def layers(name: str, release: str = PINS.oracle) -> dict:
-    return GOLDENS.load(name, release)["layers"]
+    return GOLDENS.load(name, release).layers
 
 
 def sync_layers(name: str, release: str = PINS.oracle) -> dict:
@@ -187,4 +187,4 @@ def test_an_async_loop_mutant_is_caught_where_it_acts(warm_sessions, mutant):
     assert verdict.kind == "diverged" and not steps.equal
     assert (steps.index, steps.first.path) == (index, path), [f.path for f in steps.fields]
     plain = session.trace(SCENARIOS["kv_pressure"], ["steps"])
-    assert plain["layers"]["steps"] == sync_layers("kv_pressure")["steps"]
+    assert plain.layers["steps"] == sync_layers("kv_pressure")["steps"]

@@ -45,7 +45,7 @@ def recorded(steps: list[dict]) -> dict[int, dict]:
 
 def test_the_worked_example_is_what_the_oracle_recorded():
     golden = GOLDENS.load("block_pool_contract", load_pins().oracle)
-    assert doc_rows(PROTOCOL_MD.read_text(encoding="utf-8")) == recorded(golden["layers"]["steps"])
+    assert doc_rows(PROTOCOL_MD.read_text(encoding="utf-8")) == recorded(golden.layers["steps"])
 
 
 @pytest.mark.parametrize("old, new", [("`b` new `[[1, 2, 5]]` (8)", "`b` new `[[1, 2, 6]]` (8)"),
@@ -55,4 +55,4 @@ def test_the_check_sees_a_table_that_drifts(old, new):
     text = PROTOCOL_MD.read_text(encoding="utf-8")
     assert old in text
     golden = GOLDENS.load("block_pool_contract", load_pins().oracle)
-    assert doc_rows(text.replace(old, new, 1)) != recorded(golden["layers"]["steps"])
+    assert doc_rows(text.replace(old, new, 1)) != recorded(golden.layers["steps"])

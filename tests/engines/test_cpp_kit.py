@@ -190,11 +190,10 @@ def test_layers_it_does_not_serve_are_unsupported(kit):
 
 def test_config_record_is_the_oracles_on_the_gate_configuration(kit):
     """The 0.27.1 reservation, without the oracle: 4096 - 4 x 15 = 4036, and vLLM's log lines."""
-    golden = kit_golden("dflash_27b_gate")
     engine = Engine()
     try:
         answers = engine.run("r-gate", _wire("dflash_27b_gate"), ["config"])
-        assert answers[0]["data"] == golden["layers"]["config"][0]
+        assert answers[0]["data"] == kit_golden("dflash_27b_gate")["layers"]["config"][0]
         engine.close()
     finally:
         engine.proc.kill()
@@ -471,7 +470,7 @@ def test_gate_reference_engine_against_the_oracle(kit, capsys, warm_gate):
 
     oracle = load_pins().oracle
     if oracle != KIT_RELEASE:  # the reference engine differs from this oracle where the goldens do
-        first = compare_layer("config", GOLDENS.load("dflash_27b_gate", oracle)["layers"]["config"],
+        first = compare_layer("config", GOLDENS.load("dflash_27b_gate", oracle).layers["config"],
                               kit_golden("dflash_27b_gate")["layers"]["config"]).first
         assert row.split()[1:3] == ["diverged", f"config.{first.path}"], out
         return

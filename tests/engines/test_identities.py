@@ -12,11 +12,11 @@ ORACLE = load_pins().oracle
 
 
 def steps(name: str) -> list[dict]:
-    return GOLDENS.load(name, ORACLE)["layers"]["steps"]
+    return GOLDENS.load(name, ORACLE).layers["steps"]
 
 
 def outputs(name: str) -> dict[str, dict]:
-    return {o["id"]: o for o in GOLDENS.load(name, ORACLE)["layers"]["outputs"]}
+    return {o["id"]: o for o in GOLDENS.load(name, ORACLE).layers["outputs"]}
 
 
 def admissions(name: str) -> dict[str, list[tuple[int, int]]]:

@@ -24,7 +24,7 @@ RESERVES_IN_CONFIG = {"0.27.1": True, "0.28.0": False, "0.33.0": False}
 
 def gate_config(release: str) -> dict:
     """The gate scenario's config record as the release's golden holds it."""
-    return GOLDENS.load("dflash_27b_gate", release)["layers"]["config"][0]
+    return GOLDENS.load("dflash_27b_gate", release).layers["config"][0]
 
 
 def budget_line(release: str) -> str:
@@ -34,12 +34,12 @@ def budget_line(release: str) -> str:
 
 def trace_of(warm_sessions, release, scenario, layers=("config",)):
     trace = warm_sessions(release).trace(scenario, list(layers))
-    assert "failure" not in trace, trace["failure"]
+    assert trace.failure is None, trace.failure
     return trace
 
 
 def test_gate_oracle_resolves_the_seed_budget(warm_sessions):
-    record = trace_of(warm_sessions, PINS.oracle, load_scenario(GATE))["layers"]["config"][0]
+    record = trace_of(warm_sessions, PINS.oracle, load_scenario(GATE)).layers["config"][0]
     batched, slots = record["max_num_batched_tokens"], record["drafting_slots_per_request"]
     assert batched == 4096  # the scenario's
     assert slots == gate_config(PINS.oracle)["drafting_slots_per_request"]
@@ -50,9 +50,9 @@ def test_gate_oracle_resolves_the_seed_budget(warm_sessions):
 
 def test_committed_gate_golden_holds_the_seed_line():
     golden = GOLDENS.load("dflash_27b_gate", PINS.oracle)
-    assert golden["provenance"]["environment"]["vllm"] == PINS.oracle
+    assert golden.provenance["environment"]["vllm"] == PINS.oracle
     assert RESERVES_IN_CONFIG.keys() >= set(PINS.releases), "say how each pin resolves the budget"
-    assert any(line.startswith(budget_line(PINS.oracle)) for line in golden["layers"]["config"][0]["budget_log_lines"])
+    assert any(line.startswith(budget_line(PINS.oracle)) for line in golden.layers["config"][0]["budget_log_lines"])
 
 
 @pytest.mark.parametrize("release", PINS.candidates)
@@ -78,7 +78,7 @@ def test_no_draft_reservation_double_of_the_port_is_caught(warm_sessions):
     """A candidate resolving the budget by the other rule than the oracle's (the seed's port left
     the reservation out where 0.27.1 makes it) diverges."""
     trace = trace_of(warm_sessions, PINS.oracle, load_scenario(GATE))
-    record = trace["layers"]["config"][0]
+    record = trace.layers["config"][0]
     batched, slots = record["max_num_batched_tokens"], record["drafting_slots_per_request"] or 15
     record["max_num_scheduled_tokens"] = batched if RESERVES_IN_CONFIG[PINS.oracle] else batched - 4 * slots
     golden = GOLDENS.load("dflash_27b_gate", PINS.oracle)
@@ -95,8 +95,8 @@ def test_each_pin_runs_a_scenario_outside_the_repository(tmp_path, warm_sessions
     scenario["engine_args"]["max_num_batched_tokens"] = 2048
     (tmp_path / "s.json").write_text(json.dumps(scenario))
     trace = trace_of(warm_sessions, release, load_scenario(tmp_path / "s.json"))
-    record = trace["layers"]["config"][0]
-    assert trace["engine"]["version"] == release
+    record = trace.layers["config"][0]
+    assert trace.engine["version"] == release
     assert record["max_num_batched_tokens"] == 2048
     expected = 2048 - 4 * record["drafting_slots_per_request"] if RESERVES_IN_CONFIG[release] else 2048
     assert record["max_num_scheduled_tokens"] == expected
@@ -116,6 +116,6 @@ def test_parity_run_per_step_layer_on_a_scenario_outside_the_repository(tmp_path
     layers = json.loads(out.read_text())["layers"]
     assert set(layers) == {"config", "steps", "outputs"}
     # the budget binds at step 0, as in the oracle's golden of the whole scenario
-    step0 = GOLDENS.load("prefill_budget_binds", PINS.oracle)["layers"]["steps"][0]
+    step0 = GOLDENS.load("prefill_budget_binds", PINS.oracle).layers["steps"][0]
     assert layers["steps"][0]["total_num_scheduled_tokens"] == step0["total_num_scheduled_tokens"]
     assert sorted(r["id"] for r in layers["outputs"]) == ["r0", "r1", "r2"]

@@ -232,10 +232,10 @@ def test_miscounted_verify_steps_are_reported_at_the_step_whose_drafts_differ():
             assert ".next_draft_token_ids" in steps.first.path, steps.first.path
             # every decision and the state are equal there: only the drafts it made differ
             assert _without_next_drafts([steps.record]) == _without_next_drafts([steps.actual_record])
-            later = compare_layer("steps", _without_next_drafts(golden["layers"]["steps"]),
-                                  _without_next_drafts(trace["layers"]["steps"]))
-            old = compare_layer("steps", _without_state(golden["layers"]["steps"]),
-                                _without_state(trace["layers"]["steps"]))
+            later = compare_layer("steps", _without_next_drafts(golden.layers["steps"]),
+                                  _without_next_drafts(trace.layers["steps"]))
+            old = compare_layer("steps", _without_state(golden.layers["steps"]),
+                                _without_state(trace.layers["steps"]))
             found[name] = (steps.index, later.index, old.index)
             text = render([verdict], PINS.oracle)
             assert f"layer steps: first divergence at step {steps.index}, field {steps.first.path}" in text

@@ -55,14 +55,14 @@ def test_no_step_runs_more_adapters_than_max_loras(scenario, release):
     bound = scenario.engine_args.get("max_loras", 1)
     adapters = {r["id"]: r["lora"]["id"] for r in scenario.workload["requests"] if "lora" in r}
     counts = [len({adapters[rid] for rid in st["requests"] if rid in adapters})
-              for st in golden(scenario, release)["layers"]["steps"]]
+              for st in golden(scenario, release).layers["steps"]]
     assert max(counts) == bound, counts
 
 
 @pytest.mark.parametrize("release", PINS.releases)
 def test_lora_scenarios_show_admission_and_hashing(release):
     """What the LoRA scenarios' descriptions claim, on every pin's golden."""
-    steps = {s.name: golden(s, release)["layers"]["steps"] for s in LORA}
+    steps = {s.name: golden(s, release).layers["steps"] for s in LORA}
     admission = steps["lora_max_loras_admission"]
     assert admission[0]["new"] == ["r0"] and admission[0]["waiting"] == ["r1"]
     assert admission[0]["total_num_scheduled_tokens"] < admission[0]["token_budget"]  # not the budget
@@ -109,7 +109,7 @@ JSON_GRAMMARS = [s for s in WORKLOADS if any("json" in r.get("structured_output"
 @pytest.mark.parametrize("scenario", WORKLOADS, ids=IDS)
 def test_outputs_identical_across_pins(scenario):
     releases = [r for r in PINS.releases if scenario not in MIN_TOKENS + JSON_GRAMMARS or _version(r) < GATE_LAST]
-    outputs = {r: golden(scenario, r)["layers"]["outputs"] for r in releases}
+    outputs = {r: golden(scenario, r).layers["outputs"] for r in releases}
     assert all(o == outputs[PINS.oracle] for o in outputs.values()), scenario.name
 
 
@@ -123,7 +123,7 @@ def test_outputs_with_min_tokens_follow_each_releases_check_stop(scenario, relea
     prompts = request_prompts(w, limit)
     expected = [_stopped(w, r, prompts[r["id"]], limit, _version(release) >= GATE_LAST)
                 for r in sorted(w["requests"], key=lambda r: r["id"])]
-    assert golden(scenario, release)["layers"]["outputs"] == expected
+    assert golden(scenario, release).layers["outputs"] == expected
 
 
 def _version(release: str) -> tuple[int, ...]:
@@ -149,8 +149,8 @@ def _stopped(w: dict, r: dict, prompt: list[int], limit: int, gate_last: bool) -
 
 
 def test_scenario_library_exercises_what_it_claims():
-    steps = {s.name: golden(s)["layers"]["steps"] for s in WORKLOADS}
-    outputs = {s.name: golden(s)["layers"]["outputs"] for s in WORKLOADS}
+    steps = {s.name: golden(s).layers["steps"] for s in WORKLOADS}
+    outputs = {s.name: golden(s).layers["outputs"] for s in WORKLOADS}
     assert any(st["preempted"] for st in steps["kv_pressure"]) and any(st["resumed"] for st in steps["kv_pressure"])
     step0 = steps["prefill_budget_binds"][0]
     assert step0["total_num_scheduled_tokens"] == binding_budget(step0)  # the budget binds
@@ -190,7 +190,7 @@ def test_grammars_cut_drafts_and_outputs_follow_them(scenario, release):
     """Each pin's golden: the drafter's proposals pass the grammar's cut as a prefix, some are
     cut, some drafts inside the grammar are scheduled and rejected; what the grammar requests
     output is text their grammar accepts; requests without one carry no grammar fields."""
-    layers = golden(scenario, release)["layers"]
+    layers = golden(scenario, release).layers
     specs = {r["id"]: r.get("structured_output") for r in scenario.workload["requests"]}
     cut = rejected = 0
     for step in layers["steps"]:
@@ -217,7 +217,7 @@ def test_a_grammar_that_fails_is_an_error_and_the_others_go_on(release):
     0.27.1 and 0.28.0 add it and finish it as an error at the step that reaches it (its
     grammar_compile_error_reqs), 0.33.0 refuses it at add_request; never scheduled either way."""
     scenario = next(s for s in WORKLOADS if s.name == "grammar_compile_error")
-    layers = golden(scenario, release)["layers"]
+    layers = golden(scenario, release).layers
     errors = {st["step"]: st["grammar_errors"] for st in layers["steps"] if st["grammar_errors"]}
     assert errors == {2: ["badregex"]}
     added = _version(release) < (0, 33, 0)
@@ -230,8 +230,8 @@ def test_a_grammar_that_fails_is_an_error_and_the_others_go_on(release):
 
 BINDS = next(s for s in WORKLOADS if s.name == "prefill_budget_binds")
 # the pins whose scheduler gives r1 another share of the binding budget than the oracle's does
-BUDGET_DRIFT = [r for r in PINS.releases if golden(BINDS, r)["layers"]["steps"][0]["requests"]["r1"]["tokens"]
-                != golden(BINDS)["layers"]["steps"][0]["requests"]["r1"]["tokens"]]
+BUDGET_DRIFT = [r for r in PINS.releases if golden(BINDS, r).layers["steps"][0]["requests"]["r1"]["tokens"]
+                != golden(BINDS).layers["steps"][0]["requests"]["r1"]["tokens"]]
 
 
 @pytest.mark.parametrize("release", BUDGET_DRIFT[-1:])  # the newest such pin, on its warm worker
@@ -241,7 +241,7 @@ def test_another_pin_is_reported_where_the_budget_binds(warm_sessions, release):
     trace = warm_sessions(release).trace(BINDS)
     verdict = judge(trace, golden(BINDS), "candidate")
     steps = next(c for c in verdict.comparisons if c.layer == "steps")
-    r1 = [golden(BINDS, r)["layers"]["steps"][0]["requests"]["r1"]["tokens"] for r in (PINS.oracle, release)]
+    r1 = [golden(BINDS, r).layers["steps"][0]["requests"]["r1"]["tokens"] for r in (PINS.oracle, release)]
     # the decision that differs first is named first: on a release whose block pool hands out
     # other ids, r1's block ids; the budget's share is among the fields of that step
     tokens = next(f for f in steps.fields if f.path == "requests.r1.tokens")
@@ -292,14 +292,14 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         assert verdict.failure == "engine_error" and "AssertionError" in verdict.message
         assert "Traceback (most recent call last)" in verdict.message
         assert "assert self._parity_calls < 4" in verdict.message
-        assert len(trace["layers"]["steps"]) == 3
+        assert len(trace.layers["steps"]) == 3
     comparison = next(c for c in verdict.comparisons if c.layer == layer)
     assert not comparison.equal
     if mutant in ("no-draft-reservation", "crash-after-divergence"):
         # the seed's bug: named at its first step, with the token counts on both sides: the
         # oracle's share for r1, and without any drafting slot the whole budget left by r0
-        step0 = golden(scenario)["layers"]["steps"][0]
-        batched = golden(scenario)["layers"]["config"][0]["max_num_batched_tokens"]
+        step0 = golden(scenario).layers["steps"][0]
+        batched = golden(scenario).layers["config"][0]["max_num_batched_tokens"]
         unreserved = batched - step0["requests"]["r0"]["tokens"]
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 0 and found[field] == (step0["requests"]["r1"]["tokens"], unreserved)

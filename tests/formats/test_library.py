@@ -40,7 +40,7 @@ def orthogonal(scenario) -> bool:
 
 
 def golden(name: str) -> dict:
-    return GOLDENS.load(name, load_pins().oracle)["layers"]
+    return GOLDENS.load(name, load_pins().oracle).layers
 
 
 def steps(name: str) -> list[dict]:

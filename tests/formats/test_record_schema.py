@@ -79,14 +79,14 @@ def every_golden():
 def test_every_committed_golden_is_what_the_tables_declare_every_field_named(path):
     golden = GOLDENS.load(path.parent.name, path.stem.removeprefix("vllm-"))  # strict, provenance too
     raw = json.loads(path.read_text(encoding="utf-8"))
-    assert golden["layers"] == raw["layers"]  # nothing left out: every field is named
+    assert golden.layers == raw["layers"]  # nothing left out: every field is named
 
 
 def gate_golden(scenario="steady_decode") -> dict:
     return GOLDENS.load(scenario, ORACLE)
 
 
-STEP = gate_golden()["layers"]["steps"][3]
+STEP = gate_golden().layers["steps"][3]
 
 
 @pytest.mark.parametrize("edit, path, words", [
@@ -119,7 +119,7 @@ def test_a_record_error_names_the_field_and_the_value(edit, path, words):
 
 
 def test_non_finite_and_out_of_range_numbers_are_errors():
-    outputs = gate_golden("engine_ngram")["layers"]["engine_outputs"][0]
+    outputs = gate_golden("engine_ngram").layers["engine_outputs"][0]
     for value, words in ((math.nan, "NaN (a non-finite number)"), (math.inf, "Infinity"), (0.5, "0.5 (a number)")):
         record = copy.deepcopy(outputs)
         record["logprobs"][0][0][1] = value
@@ -139,7 +139,7 @@ def test_optional_fields_and_variants():
     # optional, absent (0.27.1's steps hold neither; 0.28.0 on charge drafting per step)
     steps = {k: copy.deepcopy(v) for k, v in STEP.items() if k not in ("input_budget", "drafting_slots_per_request")}
     assert check_record("steps", steps) == steps
-    engine = gate_golden("engine_ngram")["layers"]["engine_steps"][0]
+    engine = gate_golden("engine_ngram").layers["engine_steps"][0]
     assert "free" not in engine["kv_blocks"] and check_record("engine_steps", engine) == engine
     with pytest.raises(RecordError, match="field target_forward_tokens"):
         check_record("engine_steps", steps)  # engine_steps has fields of its own
@@ -158,7 +158,7 @@ def test_optional_fields_and_variants():
     assert check_record("outputs", repeated) == repeated
     with pytest.raises(RecordError, match='field stop_reason: expected int >= 0 or "repetition_detected" or null, got "repeated"'):
         check_record("outputs", dict(repeated, stop_reason="repeated"))
-    probe = next(r for r in gate_golden("method_matrix")["layers"]["methods"] if "probe" in r)
+    probe = next(r for r in gate_golden("method_matrix").layers["methods"] if "probe" in r)
     assert check_record("methods", probe) == probe
     with pytest.raises(RecordError, match='field probe: expected "below" or "at" or "above"'):
         check_record("methods", dict(probe, probe="under"))
@@ -169,21 +169,21 @@ def test_unknown_fields_are_ignored_and_never_compared():
     so a port's own debugging fields never make a divergence (and a golden may hold none)."""
     golden = gate_golden()
     trace = copy.deepcopy(golden).with_label("port")
-    for layer in trace["layers"].values():
+    for layer in trace.layers.values():
         for record in layer:
             record["zzz_debug"] = {"anything": [1, "x"]}
-    trace["layers"]["steps"][3]["requests"]["r0"]["zzz"] = 1
-    assert checked(trace)["layers"] == golden["layers"]
+    trace.layers["steps"][3]["requests"]["r0"]["zzz"] = 1
+    assert checked(trace).layers == golden.layers
     assert judge_trace(trace, golden, "candidate").kind == PASS
-    _, problem = check_layers(trace["layers"], strict=True)
+    _, problem = check_layers(trace.layers, strict=True)
     assert "field zzz_debug: expected no such field" in str(problem)
 
 
 def test_the_first_bad_record_ends_the_records_compared():
     trace = copy.deepcopy(gate_golden())
-    trace["layers"]["steps"][7]["token_budget"] = "4036"
-    layers, problem = check_layers(trace["layers"])
+    trace.layers["steps"][7]["token_budget"] = "4036"
+    layers, problem = check_layers(trace.layers)
     assert (problem.layer, problem.seq, problem.error.path) == ("steps", 7, "token_budget")
     assert list(layers) == ["config", "steps"] and len(layers["steps"]) == 7  # outputs come after steps
     judged = checked(trace)
-    assert judged["failure"]["kind"] == "protocol" and "record #7 (step 7)" in judged["failure"]["message"]
+    assert judged.failure.kind == "protocol" and "record #7 (step 7)" in judged.failure.message

@@ -40,10 +40,10 @@ def test_pydantics_own_errors_stay_validation_errors_without_the_repr():
 
 def golden_and_candidate(refused: dict):
     golden = GOLDENS.load("budget_threshold_over_max_len", PINS.oracle)
-    golden["layers"]["config"][0]["refused"] = {"type": "ValueError", "message": WORDS}
+    golden.layers["config"][0]["refused"] = {"type": "ValueError", "message": WORDS}
     candidate = copy.deepcopy(golden)
-    candidate["engine"]["label"] = "port"
-    candidate["layers"]["config"][0]["refused"] = refused
+    candidate.engine["label"] = "port"
+    candidate.layers["config"][0]["refused"] = refused
     return golden, candidate
 
 

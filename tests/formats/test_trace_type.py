@@ -2,6 +2,7 @@
 committed golden reads back and writes out byte for byte), and joining a unit's parts keeps
 every part of each (Trace.joined, as the gate's assemble uses it)."""
 
+import operator
 from dataclasses import replace
 
 import pytest
@@ -42,10 +43,21 @@ def test_joined_keeps_every_part():
 def test_optional_parts_are_absent_from_the_json_unless_set():
     bare = _part()
     assert set(bare.to_json()) == {"schema", "engine", "scenario", "provenance", "layers"}
-    assert "failure" not in bare and bare.failure is None and bare.sent
+    assert bare.failure is None and bare.sent
     failed = replace(bare, failure=Failure("crash", "x"), unsupported_features=("lora",))
-    assert failed["failure"] == {"kind": "crash", "message": "x"} and not failed.sent
+    assert failed.to_json()["failure"] == {"kind": "crash", "message": "x"} and not failed.sent
     assert loads_trace(dumps(failed), "t") == failed
+
+
+def test_a_trace_is_read_by_its_attributes_never_by_its_json_keys():
+    """No code reads a part of a trace by its JSON key (issue 44): the type has no such view."""
+    trace = _part()
+    with pytest.raises(TypeError):
+        operator.getitem(trace, "layers")
+    with pytest.raises(TypeError):
+        dict(trace)
+    assert not hasattr(trace, "get") and not hasattr(trace, "keys")
+    assert trace.to_json()["layers"] is trace.layers
 
 
 @pytest.mark.parametrize("edit, words", [

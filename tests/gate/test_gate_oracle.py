@@ -18,7 +18,7 @@ from tests.helpers import DOUBLE, GATE
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
-RECORD = GOLDENS.load("dflash_27b_gate", PINS.oracle)["layers"]["config"][0]
+RECORD = GOLDENS.load("dflash_27b_gate", PINS.oracle).layers["config"][0]
 BUDGET, BATCHED = RECORD["max_num_scheduled_tokens"], RECORD["max_num_batched_tokens"]
 # the seed's bug where the oracle reserves the drafting slots of 4 requests in the config (all
 # 4096); where it does not, a port reserving them anyway (4096 - 4 x 15)

@@ -72,26 +72,26 @@ def test_a_stand_in_without_its_golden_is_missing_golden_naming_it(tmp_path):
     release = PINS.candidates[0]
     session = recorded_session(EngineRef.recorded(release), "cpu", store)
     trace = session.trace(load_scenario(GATE), ["config"])
-    assert trace["failure"]["kind"] == "missing_golden"
-    assert str(tmp_path / "dflash_27b_gate" / f"vllm-{release}.json") in trace["failure"]["message"]
-    assert "--stand-ins live runs the pin" in trace["failure"]["message"]
+    assert trace.failure.kind == "missing_golden"
+    assert str(tmp_path / "dflash_27b_gate" / f"vllm-{release}.json") in trace.failure.message
+    assert "--stand-ins live runs the pin" in trace.failure.message
 
 
 def test_a_stand_ins_golden_of_another_version_of_the_scenario_is_not_read():
     other = replace(load_scenario(GATE), sha256="0" * 64)  # the scenario edited since its goldens
     trace = recorded_session(EngineRef.recorded(PINS.candidates[0]), "cpu").trace(other, ["config"])
-    assert trace["failure"]["kind"] == "missing_golden" and "another version of scenario" in trace["failure"]["message"]
-    assert trace["layers"] == {}
+    assert trace.failure.kind == "missing_golden" and "another version of scenario" in trace.failure.message
+    assert trace.layers == {}
 
 
 def test_a_stand_ins_trace_is_its_golden_under_its_recorded_hello():
     release = PINS.candidates[0]
     trace = recorded_session(EngineRef.recorded(release), "cpu").trace(load_scenario(GATE), ["config"])
     golden = GoldenStore(REPO / "goldens", PINS).load("dflash_27b_gate", release)
-    assert "failure" not in trace
-    assert trace["layers"] == {"config": golden["layers"]["config"]}
-    assert trace["engine"]["version"] == release
-    assert trace["provenance"]["environment"] == golden["provenance"]["environment"]
+    assert trace.failure is None
+    assert trace.layers == {"config": golden.layers["config"]}
+    assert trace.engine["version"] == release
+    assert trace.provenance["environment"] == golden.provenance["environment"]
 
 
 @pytest.mark.oracle

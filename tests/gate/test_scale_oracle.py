@@ -3,6 +3,8 @@
 reported at its first step, with both sides' records there in full: the candidate's kept as
 they arrived, the oracle's replayed live from step 0 and checked against the golden's digests."""
 
+from dataclasses import replace
+
 import pytest
 
 from conformance.formats.engine_ref import EngineRef
@@ -15,7 +17,7 @@ from conformance.judging.judging import judge_trace
 from conformance.process.launch import prepare_engine
 from conformance.process.session import EngineSession
 from conformance.report.render_text import render
-from tests.helpers import REPO, trace_of
+from tests.helpers import REPO
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
@@ -28,10 +30,10 @@ def test_a_deep_divergence_is_reported_at_its_first_step_in_full():
     mutant = prepare_engine(EngineRef.test_device(PINS.oracle, "budget-minus-one-after-1000"), PINS, lambda m: None)
     with EngineSession(mutant, sinks=golden_sinks(PINS.oracle)) as session:  # checked as the gate does
         trace = session.trace(MIDSIZE)
-    assert "failure" not in trace, trace.get("failure")
-    assert "window" in trace["digests"]["steps"] and "steps" not in trace["layers"]
+    assert trace.failure is None, trace.failure
+    assert "window" in trace.digests["steps"] and "steps" not in trace.layers
     replayed = oracle_windows(trace, MIDSIZE, PINS, log=lambda message: None)
-    window = replayed["digests"]["steps"]["oracle_window"]
+    window = replayed.digests["steps"]["oracle_window"]
     assert "problem" not in window, window.get("problem")
 
     verdict = judge_trace(replayed, golden, "candidate")
@@ -48,9 +50,8 @@ def test_a_deep_divergence_is_reported_at_its_first_step_in_full():
     assert "total_num_scheduled_tokens" in paths and paths[-1] == "token_budget"  # the budget last
     assert steps.first.path != "token_budget"
     # without the oracle's records there (no replay, no checkpoint), the step is still exact
-    bare = golden.trace.to_json()  # its parts are the golden's own: replaced, never edited
-    bare["digests"] = dict(bare["digests"], steps=dict(bare["digests"]["steps"], checkpoints={}))
-    bare = trace_of(bare)
+    digests = golden.trace.digests
+    bare = replace(golden.trace, digests=dict(digests, steps=dict(digests["steps"], checkpoints={})))
     blind = judge_trace(trace, bare, "candidate")
     blind_steps = next(c for c in blind.comparisons if c.layer == "steps" and not c.equal)
     assert blind_steps.index == n and "live replay" in blind_steps.explanation

@@ -35,7 +35,7 @@ REPORTS = ("junit.xml", "summary.md", "report.html", "annotation.md")
 def engines(tmp_path):
     record = tmp_path / "record.json"
     # a budget the oracle does not resolve (its golden's, 60 tokens more: the reservation left out)
-    budget = GOLDENS.load("dflash_27b_gate", PINS.oracle)["layers"]["config"][0]["max_num_scheduled_tokens"] + 60
+    budget = GOLDENS.load("dflash_27b_gate", PINS.oracle).layers["config"][0]["max_num_scheduled_tokens"] + 60
     record.write_text(json.dumps({"max_num_scheduled_tokens": budget, "budget_log_lines": ["candidate line"]}))
     oracle = double_command("--steps", "3")
     return [gate_engine("TEST-DOUBLE-oracle=" + oracle, ORACLE),

@@ -1,7 +1,9 @@
 """A trace is a type (conformance/formats/trace.py Trace), read by its attributes: no module of
 conformance/ but formats/trace.py looks a trace's part up by its JSON key (trace["layers"],
 golden.get("digests"), "failure" in trace). Such a lookup on a dict that is not a trace is
-allowed only on the names NOT_TRACES lists, each with what it is."""
+allowed only on the names NOT_TRACES lists, each with what it is. The tests and benchmarks are
+held to it too, by the last name an expression is read through (TESTS_NOT_TRACES adds theirs):
+a test that edits a trace as JSON reads it with json.loads or .to_json() and names it `edited`."""
 
 import ast
 
@@ -29,6 +31,21 @@ NOT_TRACES = {
     "caught": "adequacy's cached result of a mutant (adequacy/measure.py)",
     "g": "a report's group of rows (report/)",
     "old_json": "an old golden's text read as plain JSON for the change text (judging/golden_changes.py)",
+}
+
+
+# dicts of the tests and benchmarks that share a key with a trace, by the last name they are read through
+TESTS_NOT_TRACES = {
+    "loads": "a file read as plain JSON (json.loads), to check or edit its text",
+    "to_json": "a trace's JSON (Trace.to_json), to check what the file holds",
+    "edited": "a trace's JSON that a test edits, then writes or reads back (tests.helpers.trace_of)",
+    "kit_golden": "a golden of the C++ kit read as plain JSON (tests/engines/test_cpp_kit.py)",
+    "v": "an entry of a results folder's verdicts.json",
+    "u": "a results folder's unit entry (gate/results.py)",
+    "meta": "a tiny model's meta.json (tests/engines/tiny_*.py)",
+    "outputs": "output records by request id (a request named `schema`)",
+    "older": "a golden's JSON given an older schema (tests/process/test_faults.py)",
+    "rule": "a hostile engine's rule (tests/doubles/hostile_engine.py)",
 }
 
 
@@ -65,6 +82,34 @@ def test_no_trace_is_read_by_its_json_keys_outside_formats_trace():
                        "not a trace, name it in NOT_TRACES\n" + "\n".join(found))
 
 
+def _last_name(node: ast.expr) -> str:
+    """The last name an expression is read through: `hello` for session.start().hello,
+    `loads` for json.loads(text), `kit_golden` for kit_golden(name)."""
+    while True:
+        if isinstance(node, ast.Name):
+            return node.id
+        if isinstance(node, ast.Attribute):
+            return node.attr
+        if isinstance(node, (ast.Call, ast.Subscript)):
+            node = node.func if isinstance(node, ast.Call) else node.value
+        else:
+            return ast.unparse(node)
+
+
+def test_no_test_or_benchmark_reads_a_trace_by_its_json_keys():
+    allowed = set(NOT_TRACES) | set(TESTS_NOT_TRACES)
+    found = []
+    for root in ("tests", "benchmarks"):
+        for path in sorted((REPO / root).rglob("*.py")):
+            for line, value, key in lookups(ast.parse(path.read_text(encoding="utf-8"))):
+                if key in TRACE_KEYS and _last_name(value) not in allowed:
+                    found.append(f"{path.relative_to(REPO).as_posix()}:{line} {_root(value)}[{key!r}]")
+    assert not found, ("a trace read by its JSON key: use the Trace's attributes (trace.layers, "
+                       "trace.failure.kind, trace.failure is None, trace.scenario_name); a trace edited as "
+                       "JSON is read with .to_json() or json.loads and named `edited`; another dict is "
+                       "named in TESTS_NOT_TRACES\n" + "\n".join(found))
+
+
 def test_the_check_finds_a_trace_read_by_its_keys():
     """The check itself: each form of lookup is found, and a listed name is not."""
     code = ('trace["layers"]\ngolden.get("digests")\n"failure" in part\ntraces[key]["engine"]\n'
@@ -72,6 +117,13 @@ def test_the_check_finds_a_trace_read_by_its_keys():
     hits = [(ast.unparse(value), key) for _, value, key in lookups(ast.parse(code))
             if key in TRACE_KEYS and ast.unparse(value) not in NOT_TRACES]
     assert hits == [("trace", "layers"), ("golden", "digests"), ("part", "failure"), ("traces[key]", "engine")]
+    # in the tests, by the last name: a session's hello and a file read as JSON are not traces
+    code += '\nsession.start().hello["engine"]\njson.loads(text)["layers"]\nGOLDENS.load(n, r)["layers"]'
+    allowed = set(NOT_TRACES) | set(TESTS_NOT_TRACES)
+    hits = [(ast.unparse(value), key) for _, value, key in lookups(ast.parse(code))
+            if key in TRACE_KEYS and _last_name(value) not in allowed]
+    assert hits == [("trace", "layers"), ("golden", "digests"), ("part", "failure"), ("traces[key]", "engine"),
+                    ("GOLDENS.load(n, r)", "layers")]
 
 
 def test_every_part_of_a_trace_has_its_join_rule():

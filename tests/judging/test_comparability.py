@@ -19,8 +19,8 @@ def test_unequal_budgets_are_refused_with_the_reason():
 
 def test_per_step_budget_is_checked_too():
     a, b = gold("steady_decode", "0.28.0"), gold("steady_decode", "0.28.0")
-    b["engine"]["label"] = "port"
-    b["layers"]["steps"][3]["input_budget"] = 4000
+    b.engine["label"] = "port"
+    b.layers["steps"][3]["input_budget"] = 4000
     with pytest.raises(NotComparable, match="at step 3: input_budget is 4096 for vllm-0.28.0 and 4000 for port"):
         check_comparable(a, b)
 

@@ -21,8 +21,8 @@ def _diverged_engine_trace() -> tuple[dict, dict]:
     """The oracle's engine-layer golden and a copy that differs in engine_steps and engine_outputs."""
     golden = GOLDENS.load("engine_dflash_gate", ORACLE)
     trace = copy.deepcopy(golden)
-    trace["layers"]["engine_steps"][2]["requests"]["r0"]["tokens"] += 1
-    trace["layers"]["engine_outputs"][0]["output_token_ids"][1] += 1
+    trace.layers["engine_steps"][2]["requests"]["r0"]["tokens"] += 1
+    trace.layers["engine_outputs"][0]["output_token_ids"][1] += 1
     return golden, trace
 
 
@@ -61,7 +61,7 @@ def test_the_judge_sends_each_layer_to_its_own_comparator(monkeypatch):
     monkeypatch.setattr(comparators, "COMPARATORS", {key: spy(key[0], c) for key, c in comparators.COMPARATORS.items()})
     verdict = judge_trace(trace, golden, CANDIDATE)
     assert verdict.kind == DIVERGED
-    assert sent == [layer for layer in LAYERS if layer in golden["layers"]]
+    assert sent == [layer for layer in LAYERS if layer in golden.layers]
     assert [c.layer for c in verdict.comparisons] == sent
 
 

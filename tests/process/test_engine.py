@@ -13,7 +13,7 @@ from conformance.process.launch import EngineSpec
 from tests.helpers import GATE, alive
 
 # a complete config record (the double lays a partial one over a complete record of its own)
-RECORD = {**GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0], "budget_log_lines": ["line"]}
+RECORD = {**GOLDENS.load("dflash_27b_gate", load_pins().oracle).layers["config"][0], "budget_log_lines": ["line"]}
 
 
 @pytest.fixture

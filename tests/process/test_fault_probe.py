@@ -179,10 +179,10 @@ def test_merge_refuses_a_trace_rewritten_after_its_shard_wrote_it(tmp_path, caps
     manifest = json.loads((folders[1] / "manifest.json").read_text())
     entry = next(u for u in manifest["units"] if u["engine"] == "TEST-DOUBLE-candidate")
     path = folders[1] / entry["trace"]
-    trace = json.loads(path.read_text())
+    edited = json.loads(path.read_text())
     golden = goldens.GOLDENS.load("dflash_27b_gate", "0.27.1")
-    trace["layers"]["config"] = golden["layers"]["config"]
-    path.write_text(json.dumps(trace))
+    edited["layers"]["config"] = golden.layers["config"]
+    path.write_text(json.dumps(edited))
     status = cli.main(["merge", *map(str, folders), "--waivers", "/dev/null", "--reports", str(tmp_path / "r")])
     out, err = capsys.readouterr()
     assert status == 2 and out == "" and not written(tmp_path / "r")
@@ -286,9 +286,9 @@ def test_corrupt_real_weights_are_an_engine_error_not_a_refusal(warm_sessions, t
     path = tmp_path / "engine_corrupt_weights.json"
     path.write_text(json.dumps(raw))
     scenario = load_scenario(path)
-    failure = warm_sessions(load_pins().oracle).trace(scenario)["failure"]
-    assert failure["kind"] == "engine_error", failure
-    assert "SafetensorError" in failure["message"] and "internal" in failure["message"]
+    failure = warm_sessions(load_pins().oracle).trace(scenario).failure
+    assert failure.kind == "engine_error", failure
+    assert "SafetensorError" in failure.message and "internal" in failure.message
 
 
 # ---------------------------------------------------------------------------------------------
@@ -350,9 +350,9 @@ def test_a_wrong_sha256_in_weights_json_is_a_clear_error_of_the_real_oracle(warm
     path = tmp_path / "engine_wrong_weights_sha.json"
     path.write_text(json.dumps(raw))
     scenario = load_scenario(path)
-    failure = warm_sessions(load_pins().oracle).trace(scenario)["failure"]
-    message = failure["message"]
-    assert failure["kind"] == "engine_error" and "engine reported bad_request" in message, message
+    failure = warm_sessions(load_pins().oracle).trace(scenario).failure
+    message = failure.message
+    assert failure.kind == "engine_error" and "engine reported bad_request" in message, message
     assert "engine_args.model" in message and "weights.json" in message
     assert "model.safetensors sha256 mismatch: expected 0000000000000000" in message
     assert "internal" not in message and "Traceback" not in message
@@ -378,7 +378,7 @@ def test_an_engine_that_failed_at_once_is_not_said_to_be_still_running(tmp_path)
         other.starting()  # still starting while the other engine fails
         session = EngineSession(crashing, progress=EngineProgress(progress, "gate", "crashing",
                                                                   [(GATE.stem, ["config"], 1.0)], 1.0))
-        assert session.trace(load_scenario(GATE), ["config"])["failure"]["kind"] == "crash"
+        assert session.trace(load_scenario(GATE), ["config"]).failure.kind == "crash"
         ended.append(len(said))
         assert beat.wait(60), said
         other.end()

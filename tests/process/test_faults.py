@@ -25,6 +25,7 @@ from hypothesis import strategies as st
 from conformance import cli
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import ScenarioError, load_scenario
+from conformance.formats.trace import load_trace
 from conformance.judging.verdict import (CANDIDATE, DIVERGED, FAILURE_KINDS, KINDS, NUMERICS, ORACLE, PASS,
                                          ROLES, STAND_IN, Verdict, exit_status, judge)
 from conformance.process.client import EngineFailure, EngineProcess
@@ -86,13 +87,13 @@ def test_crash_mid_scenario_names_scenario_and_record_and_keeps_partial_trace(
                              "--out", str(out), "--layers", "config,steps")
     assert status == 2
     assert f"partial trace kept in {out}" in err
-    trace = json.loads(out.read_text())
-    assert trace["failure"]["kind"] == "crash"
+    trace = load_trace(out)
+    assert trace.failure.kind == "crash"
     # the records that arrived before the crash are kept, in order
-    assert list(trace["layers"]) == ["config", "steps"] and len(trace["layers"]["config"]) == 1
-    assert trace["layers"]["config"][0].items() >= RECORD.items()
-    assert [record["step"] for record in trace["layers"]["steps"]] == [0, 1]
-    message = trace["failure"]["message"]
+    assert list(trace.layers) == ["config", "steps"] and len(trace.layers["config"]) == 1
+    assert trace.layers["config"][0].items() >= RECORD.items()
+    assert [record["step"] for record in trace.layers["steps"]] == [0, 1]
+    message = trace.failure.message
     assert "exited (status 3)" in message and "scenario dflash_27b_gate" in message
     assert "after 3 records (last: steps #1, step 1)" in message, message
 
@@ -108,9 +109,9 @@ def test_crash_before_any_record_says_so(tmp_path, record_file, capsys):
     status, _, _ = run_cli(capsys, "run", "--engine", double_command("--fault", "crash", "--crash-after", "0"),
                            "--scenario", str(GATE), "--out", str(out), "--layers", "config")
     assert status == 2
-    trace = json.loads(out.read_text())
-    assert trace["failure"]["kind"] == "crash" and trace["layers"] == {"config": []}
-    assert "before any record" in trace["failure"]["message"]
+    trace = load_trace(out)
+    assert trace.failure.kind == "crash" and trace.layers == {"config": []}
+    assert "before any record" in trace.failure.message
 
 
 def test_hang_is_ended_by_the_run_timeout_from_the_environment(tmp_path, monkeypatch, capsys):
@@ -124,10 +125,10 @@ def test_hang_is_ended_by_the_run_timeout_from_the_environment(tmp_path, monkeyp
                            "--layers", "config"]), None),
         30, lambda: read_pids(pidfile) if pidfile.exists() else [])
     assert status == 2 and took < 15
-    trace = json.loads(out.read_text())
-    assert trace["failure"]["kind"] == "timeout"
-    assert "scenario dflash_27b_gate" in trace["failure"]["message"]
-    assert "ended" in trace["failure"]["message"]
+    trace = load_trace(out)
+    assert trace.failure.kind == "timeout"
+    assert "scenario dflash_27b_gate" in trace.failure.message
+    assert "ended" in trace.failure.message
     assert_ended(read_pids(pidfile))
 
 
@@ -170,10 +171,10 @@ def test_protocol_violation_is_a_named_verdict(tmp_path, record_file, capsys, fa
     status, _, err = run_cli(capsys, "run", "--engine", double_command("--record", record_file, "--fault", fault),
                              "--scenario", str(GATE), "--out", str(out), "--layers", "config")
     assert status == 2
-    trace = json.loads(out.read_text())
-    assert trace["failure"]["kind"] == "protocol"
+    trace = load_trace(out)
+    assert trace.failure.kind == "protocol"
     for w in words:
-        assert w in trace["failure"]["message"], trace["failure"]["message"]
+        assert w in trace.failure.message, trace.failure.message
     golden = good_trace(tmp_path, record_file, capsys)
     status, report, _ = run_cli(capsys, "compare", "--trace", str(out), "--golden", str(golden))
     assert status == 2 and ": PROTOCOL" in report
@@ -184,9 +185,9 @@ def test_engine_error_is_a_named_verdict(tmp_path, record_file, capsys):
     status, _, _ = run_cli(capsys, "run", "--engine", double_command("--fault", "error"), "--scenario", str(GATE),
                            "--out", str(out), "--layers", "config")
     assert status == 2
-    trace = json.loads(out.read_text())
-    assert trace["failure"]["kind"] == "engine_error"
-    assert "internal: the double was told to fail" in trace["failure"]["message"]
+    trace = load_trace(out)
+    assert trace.failure.kind == "engine_error"
+    assert "internal: the double was told to fail" in trace.failure.message
 
 
 def test_closing_stdout_without_exiting_is_a_crash_not_a_hang(tmp_path):
@@ -384,7 +385,7 @@ def test_golden_without_scenario_sha256_is_invalid_golden(tmp_path, record_file,
 
 
 def test_trace_without_scenario_name_is_a_clear_error(tmp_path, record_file, capsys):
-    trace, _ = _mangled(tmp_path, record_file, capsys, mutate_trace=lambda t: t["scenario"].pop("name"))
+    trace, _ = _mangled(tmp_path, record_file, capsys, mutate_trace=lambda edited: edited["scenario"].pop("name"))
     status, _, err = run_cli(capsys, "compare", "--trace", str(trace))
     assert status == 2 and str(trace) in err
 
@@ -428,13 +429,13 @@ def test_report_counts_each_kind_and_a_crash_is_never_green(tmp_path, record_fil
         with EngineSession(spec) as session:
             return [session.trace(s, ["config"]) for s in scenarios], session.cold_starts
 
-    goldens = {t["scenario"]["name"]: t for t in run(double_spec("--record", record_file))[0]}
+    goldens = {t.scenario_name: t for t in run(double_spec("--record", record_file))[0]}
     # the oracle reproduces its goldens; the candidate crashes on the second scenario only
     oracle, _ = run(double_spec("--record", record_file))
     candidate, starts = run(double_spec("--record", record_file, "--fault", "crash", "--after-runs", "1"))
     assert starts == 2  # restarted after the crash: one bad scenario hides no other
-    verdicts = [judge(t, goldens[t["scenario"]["name"]], ORACLE) for t in oracle]
-    verdicts += [judge(t, goldens[t["scenario"]["name"]], CANDIDATE) for t in candidate]
+    verdicts = [judge(t, goldens[t.scenario_name], ORACLE) for t in oracle]
+    verdicts += [judge(t, goldens[t.scenario_name], CANDIDATE) for t in candidate]
     assert [v.kind for v in verdicts] == ["pass"] * 4 + ["crash", "pass"]
     assert verdicts[4].scenario == "beta" and "scenario beta" in verdicts[4].message
 

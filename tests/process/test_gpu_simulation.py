@@ -182,10 +182,10 @@ def test_a_gpu_worker_set_to_tf32_refuses_the_engine_layers_by_name(fake_gpu, mo
         config = session.trace(scenario, ["config"])
     assert not set(ENGINE_LAYERS) & set(hello["capabilities"]) and "config" in hello["capabilities"]
     assert hello["environment"]["float32_matmul_precision"] == "high"  # the provenance says what was asked
-    assert trace["failure"]["kind"] == "unsupported", trace.get("failure")
-    assert precision.refusal("high") in trace["failure"]["message"]
-    assert not any(trace["layers"].get(layer) for layer in ENGINE_LAYERS)
-    assert "failure" not in config and config["layers"]["config"]
+    assert trace.failure.kind == "unsupported", trace.failure
+    assert precision.refusal("high") in trace.failure.message
+    assert not any(trace.layers.get(layer) for layer in ENGINE_LAYERS)
+    assert config.failure is None and config.layers["config"]
 
 
 # --- GPU memory: a budget per engine, engines side by side from free memory ---------------

@@ -14,7 +14,7 @@ from conformance.process.launch import EngineSpec
 from conformance.process.session import EngineSession, OutOfTime
 from tests.helpers import GATE, REPO
 
-RECORD = {**GOLDENS.load("dflash_27b_gate", load_pins().oracle)["layers"]["config"][0], "budget_log_lines": ["line"]}
+RECORD = {**GOLDENS.load("dflash_27b_gate", load_pins().oracle).layers["config"][0], "budget_log_lines": ["line"]}
 SCENARIO = load_scenario(GATE)
 
 
@@ -34,7 +34,7 @@ def double(double_engine, tmp_path):
 
 
 def kinds(traces: list[dict]) -> list:
-    return [t.get("failure", {}).get("kind") for t in traces]
+    return [t.failure and t.failure.kind for t in traces]
 
 
 @pytest.mark.parametrize("fault, kind", [("crash", "crash"), ("garbage", "protocol"), ("hang", "timeout")])
@@ -44,7 +44,7 @@ def test_an_engine_the_client_ended_is_started_again_for_the_next_unit(double, f
     assert kinds(traces) == [None, kind, None]  # the restarted engine serves the third unit
     assert session.cold_starts == double.starts() == 2
     if fault == "crash":
-        assert traces[1]["layers"] == {"config": [RECORD]}  # the records that arrived are kept
+        assert traces[1].layers == {"config": [RECORD]}  # the records that arrived are kept
 
 
 @pytest.mark.parametrize("fault, repeat, kind", [("error", 1, "engine_error"), ("nondeterministic", 2, "nondeterministic")])
@@ -60,34 +60,34 @@ def test_an_unsupported_layer_is_a_trace_and_leaves_the_engine_warm(double):
     with double() as session:
         refused = session.trace(SCENARIO, ["config", "steps"])
         served = session.trace(SCENARIO, ["config"])
-    assert refused["failure"]["kind"] == "unsupported" and "only ['config']" in refused["failure"]["message"]
-    assert "failure" not in served and session.cold_starts == 1
+    assert refused.failure.kind == "unsupported" and "only ['config']" in refused.failure.message
+    assert served.failure is None and session.cold_starts == 1
 
 
 def test_two_runs_that_differ_are_nondeterministic_naming_where(double):
     with double("--fault", "nondeterministic") as session:
         trace = session.trace(SCENARIO, ["config"], repeat=2)
-    failure = trace["failure"]
-    assert failure["kind"] == "nondeterministic", failure
-    assert failure["message"] == (f"scenario {SCENARIO.name}: two runs of the same engine differ in layer config "
+    failure = trace.failure
+    assert failure.kind == "nondeterministic", failure
+    assert failure.message == (f"scenario {SCENARIO.name}: two runs of the same engine differ in layer config "
                                   "at record 0, field max_num_seqs: 1 then 2")
-    assert trace["layers"]["config"][0]["max_num_seqs"] == 1  # the first run's records are kept
+    assert trace.layers["config"][0]["max_num_seqs"] == 1  # the first run's records are kept
 
 
 def test_a_session_asking_only_what_is_declared_lists_the_rest(double):
     with double("--steps", "2", "--serve", "config", declared_only=True) as session:
         part = session.trace(SCENARIO, ["config", "steps"])
         none = session.trace(SCENARIO, ["steps"])
-    assert part["not_served"] == ["steps"] and list(part["layers"]) == ["config"]
-    assert part["capabilities"] == ["config"] and "failure" not in part
-    assert none["not_served"] == ["steps"] and none["layers"] == {}  # nothing asked of the engine
+    assert list(part.not_served) == ["steps"] and list(part.layers) == ["config"]
+    assert list(part.capabilities) == ["config"] and part.failure is None
+    assert list(none.not_served) == ["steps"] and none.layers == {}  # nothing asked of the engine
 
 
 def test_an_engine_that_cannot_start_is_a_trace_and_is_tried_again(tmp_path):
     with EngineSession(EngineSpec("nothing", (str(tmp_path / "no-such-engine"),))) as session:
         traces = [session.trace(SCENARIO, ["config"]) for _ in range(2)]
-    assert kinds(traces) == ["crash", "crash"] and "cannot start" in traces[0]["failure"]["message"]
-    assert traces[0]["engine"]["name"] is None and session.cold_starts == 2
+    assert kinds(traces) == ["crash", "crash"] and "cannot start" in traces[0].failure.message
+    assert traces[0].engine["name"] is None and session.cold_starts == 2
 
 
 def test_a_deadline_that_cuts_a_run_is_out_of_time_not_a_verdict(double):
@@ -131,8 +131,8 @@ def test_a_scenario_needing_an_undeclared_feature_is_not_sent_to_a_candidate(tmp
     with EngineSession(spec, declared_only=True) as session:
         skipped = session.trace(SCENARIO, ["config"])
         sent = session.trace(SCENARIO, ["config"], needs=())
-    assert skipped["unsupported_features"] == list(SCENARIO.features) and skipped["layers"] == {}
-    assert "failure" not in skipped and skipped["capabilities"]
-    assert sent["failure"]["kind"] == "engine_error" and "unsupported_features" not in sent
+    assert list(skipped.unsupported_features) == list(SCENARIO.features) and skipped.layers == {}
+    assert skipped.failure is None and list(skipped.capabilities)
+    assert sent.failure.kind == "engine_error" and sent.unsupported_features is None
     with EngineSession(spec) as session:  # an oracle's session sends everything
-        assert session.trace(SCENARIO, ["config"])["failure"]["kind"] == "engine_error"
+        assert session.trace(SCENARIO, ["config"]).failure.kind == "engine_error"

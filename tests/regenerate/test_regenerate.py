@@ -20,7 +20,7 @@ from conformance.judging.goldens import GOLDENS, ORACLE_RUNS, GoldenStore
 from conformance.judging.verdict import ORACLE
 from conformance.process.launch import EngineSpec
 from conformance.regenerate import lifecycle
-from tests.helpers import GATE, REPO
+from tests.helpers import GATE, REPO, trace_of
 
 PINS = load_pins()
 COMMITTED = GoldenStore()  # goldens/ itself, whatever GOLDENS is pointed at in a test
@@ -185,14 +185,14 @@ def test_a_refused_golden_closes_the_runs_before_the_error_goes_on():
 
     def runs():
         try:
-            yield "0.27.1", {"scenario": {"name": "first"}}
-            yield "0.27.1", {"scenario": {"name": "second"}}
+            yield "0.27.1", trace_of({"scenario": {"name": "first"}})
+            yield "0.27.1", trace_of({"scenario": {"name": "second"}})
         finally:
             closed.append(True)
 
     class Refusing:
         def regenerate(self, trace, release, write, say):
-            raise GoldenRefused(f"refusing to write {trace['scenario']['name']}")
+            raise GoldenRefused(f"refusing to write {trace.scenario_name}")
 
     pending = runs()  # held here, so only regenerate can close it (as the CLI's frame held it)
     with pytest.raises(GoldenRefused, match="refusing to write first"):

@@ -175,9 +175,9 @@ def _bad_goldens(store: GoldenStore, name: str, release: str) -> dict:
     provenance, another pin's file, truncated."""
     older = PINS.releases[0]
     source = {r: (REPO_ROOT / "goldens" / name / f"vllm-{r}.json").read_text(encoding="utf-8") for r in (older, release)}
-    provenance = json.loads(source[release])
-    provenance["provenance"]["environment"]["build"] = "vllm==0.0.1"
-    return {"bad provenance": dumps(provenance), "another pin's file": source[older],
+    edited = json.loads(source[release])
+    edited["provenance"]["environment"]["build"] = "vllm==0.0.1"
+    return {"bad provenance": dumps(edited), "another pin's file": source[older],
             "truncated": source[release][:len(source[release]) // 2]}
 
 

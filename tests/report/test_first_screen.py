@@ -99,7 +99,7 @@ def test_the_no_draft_reservation_mutant_on_the_default_gate_is_named_on_every_f
     out, err = capsys.readouterr()
     assert status in (1, 2), out  # it diverges, and crashes where it overruns
     assert out.startswith("== vllm-parity gate: ") and "[gate]" not in out
-    golden = GOLDENS.load("async_draft_model", PINS.oracle)["layers"]["config"][0]["max_num_scheduled_tokens"]
+    golden = GOLDENS.load("async_draft_model", PINS.oracle).layers["config"][0]["max_num_scheduled_tokens"]
     head = first_lines(out)
     label = f"vllm-{PINS.oracle}+mutant:no-draft-reservation"
     assert f"[1] async_draft_model, {label} (candidate): diverged" in head, head
@@ -127,7 +127,7 @@ def test_a_foreign_engine_is_headlined_by_its_scheduling_rule_not_by_vllms_log_l
     empty everywhere), has no lookahead slots (`num_lookahead_tokens` null) and differs from vLLM
     in one scheduling rule (planted at one step of one scenario it runs). Its hello says what it
     lacks, so it is judged on its behaviour: every sink headlines that rule, and nothing else fails."""
-    golden = GOLDENS.load("prefix_multi_turn", PINS.oracle)["layers"]["steps"]
+    golden = GOLDENS.load("prefix_multi_turn", PINS.oracle).layers["steps"]
     seq, rid = next((i, r) for i, step in enumerate(golden) for r, entry in (step.get("requests") or {}).items()
                     if i >= 2 and entry.get("tokens"))
     tokens = golden[seq]["requests"][rid]["tokens"]

@@ -53,12 +53,12 @@ def test_the_report_renders_with_budgets_difference_zoom_and_tables(tmp_path):
     oracle = GOLDENS.load(name, PINS.oracle)
     other = next(r for r in PINS.releases if r != PINS.oracle and PINS.cpu_engine_build(r))
     candidate = GOLDENS.load(name, other)
-    candidate["engine"]["label"] = f"vllm-{other}"
+    candidate.engine["label"] = f"vllm-{other}"
     verdicts = [judge(oracle, oracle, ORACLE), judge(candidate, oracle, CANDIDATE)]
     result = apply_gate(verdicts, {name: ("SPEC-DFLASH",)}, [], dt.date(2026, 11, 30))
     traces = {(v.engine, name): (t, oracle) for v, t in zip(verdicts, (oracle, candidate))}
     page = write_reports(tmp_path, gate_view(result, PINS.oracle, traces=traces))[2]
-    dom = check_page(page, tuple(t["layers"]["engine_steps"][0]["token_budget"] for t in (oracle, candidate)))
+    dom = check_page(page, tuple(t.layers["engine_steps"][0]["token_budget"] for t in (oracle, candidate)))
     assert any("first divergence: step 0" in text for _, text in dom.having("text", "divergence"))
     assert any("4096 and 4036 are 3 px apart" in text for _, text in dom.having("text", "budget-note"))
 
@@ -75,7 +75,7 @@ def test_the_first_screen_of_a_40_scenario_gate_shows_what_failed(tmp_path):
     for name in names:
         oracle = GOLDENS.load(name, PINS.oracle)
         candidate = GOLDENS.load(name, other)
-        candidate["engine"]["label"] = f"vllm-{other}"
+        candidate.engine["label"] = f"vllm-{other}"
         for trace, role in ((candidate, CANDIDATE), (oracle, ORACLE)):
             verdicts.append(judge(trace, oracle, role))
             traces[verdicts[-1].key] = (trace, oracle)
