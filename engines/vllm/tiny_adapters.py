@@ -25,10 +25,8 @@ model's tokens.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import sys
-import tempfile
 from pathlib import Path
 
 if __package__:
@@ -137,22 +135,7 @@ def materialize(folder: Path, cache_root: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--print-sha", metavar="DIR", nargs="+",
-                    help="print the sha256 of the adapter_model.safetensors each recipe makes")
-    ap.add_argument("--materialize", metavar="DIR", nargs="+")
-    ap.add_argument("--cache-root", type=Path, help="default: the harness's cache root")
-    args = ap.parse_args(argv)
-    for d in args.print_sha or ():
-        with tempfile.TemporaryDirectory() as td:
-            sha = write_safetensors(Path(d), Path(td) / WEIGHTS)
-        print(f"{sha}  {Path(d).name}" if len(args.print_sha) > 1 else sha)
-    for d in args.materialize or ():
-        print(materialize(Path(d), args.cache_root or tiny_models._cache_root()))
-    if not (args.print_sha or args.materialize):
-        ap.print_help()
-        return 2
-    return 0
+    return tiny_models.recipe_main(argv, __doc__.split("\n\n")[0], WEIGHTS, write_safetensors, materialize)
 
 
 if __name__ == "__main__":

@@ -340,26 +340,31 @@ def _cache_root() -> Path:
     return cache_root()
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def recipe_main(argv, description: str, weights: str, write, materialize_one) -> int:
+    """The command line of a recipe module (this one, tiny_adapters.py): --print-sha DIR... prints
+    the sha256 of the `weights` file each recipe folder makes (`write(folder, path)`),
+    --materialize DIR... builds each into the cache (`materialize_one(folder, cache_root)`)."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--print-sha", metavar="DIR", nargs="+",
-                    help="print the sha256 of the model.safetensors each recipe makes")
+                    help=f"print the sha256 of the {weights} each recipe makes")
     ap.add_argument("--materialize", metavar="DIR", nargs="+")
     ap.add_argument("--cache-root", type=Path, help="default: the harness's cache root "
                     "(conformance/formats/settings.py)")
     args = ap.parse_args(argv)
-    if args.print_sha:
-        for d in args.print_sha:
-            with tempfile.TemporaryDirectory() as td:
-                sha = write_safetensors(Path(d), Path(td) / "model.safetensors")
-            print(f"{sha}  {Path(d).name}" if len(args.print_sha) > 1 else sha)
-    if args.materialize:
-        for d in args.materialize:
-            print(materialize(Path(d), args.cache_root or _cache_root()))
+    for d in args.print_sha or ():
+        with tempfile.TemporaryDirectory() as td:
+            sha = write(Path(d), Path(td) / weights)
+        print(f"{sha}  {Path(d).name}" if len(args.print_sha) > 1 else sha)
+    for d in args.materialize or ():
+        print(materialize_one(Path(d), args.cache_root or _cache_root()))
     if not (args.print_sha or args.materialize):
         ap.print_help()
         return 2
     return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    return recipe_main(argv, __doc__.split("\n\n")[0], "model.safetensors", write_safetensors, materialize)
 
 
 if __name__ == "__main__":
