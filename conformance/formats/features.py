@@ -54,6 +54,11 @@ FEATURES: dict[str, str] = {
                       "cache groups, one block table per group",
     "lora": "`engine_args.enable_lora` true, or a request of the workload has a `lora` adapter (vLLM's "
             "`max_loras` bound on a step's adapters; block hashes keyed by the adapter's name)",
+    "kv_cache_events": "`engine_args.kv_events_config.enable_kv_cache_events` true: each step record carries "
+                       "the KV cache events (BlockStored, BlockRemoved, AllBlocksCleared) vLLM's scheduler "
+                       "publishes at that step's update",
+    "prefix_cache_resets": "the workload has `prefix_cache_resets`: the API server's reset_prefix_cache "
+                           "between steps, its result recorded (false while blocks are in use)",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
@@ -99,6 +104,8 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("structured_outputs", any(r.get("structured_output") is not None for r in requests)),
         ("sliding_window", _hybrid(args.get("model"))),
         ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
+        ("kv_cache_events", _dict(args.get("kv_events_config")).get("enable_kv_cache_events") is True),
+        ("prefix_cache_resets", bool(_dict(workload).get("prefix_cache_resets"))),
         ("async_scheduling", _async(args, config)),
     ) if needs}
     return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))

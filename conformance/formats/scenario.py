@@ -60,6 +60,9 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "enable_lora": (bool, False),
     "max_loras": (int, False),
     "max_lora_rank": (int, False),
+    # KV cache events (vLLM's --kv-events-config): recorded per step from the batch the
+    # scheduler publishes, through vLLM's "null" publisher (nothing goes on the network)
+    "kv_events_config": (dict, False),
 }
 DEFAULTS = {"enable_prefix_caching": True}
 # Keys of --speculative-config.
@@ -78,6 +81,10 @@ KV_TRANSFER_CONFIG: dict[str, tuple[type, bool]] = {
     "kv_connector": (str, True),
     "kv_role": (str, True),
     "kv_load_failure_policy": (str, False),
+}
+KV_EVENTS_CONFIG: dict[str, tuple[type, bool]] = {
+    "enable_kv_cache_events": (bool, True),
+    "publisher": (str, True),  # "null" only: vLLM's default with events on is "zmq", a socket
 }
 KV_CONNECTORS = ("StandInConnector",)
 KV_ROLES = ("kv_both", "kv_consumer")  # a producer alone loads nothing
@@ -116,7 +123,8 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # remote KV store. (A request's `priority`, `min_tokens`, `structured_output`, `prefix` and `lora`
 # are run: the engine's add_request and SamplingParams take them, a prefix's tokens are the
 # stand-in's, and an adapter is the model folder's adapters/<name>, ADAPTER_FILES.)
-STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external")
+STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external",
+              "kv_cache_report_mode")
 # An adapter the engine layers load: <model folder>/adapters/<name>/ with PEFT's config and the
 # recipe of its weights (engines/vllm/tiny_adapters.py), whose files the scenario hash covers
 ADAPTER_FILES = ("adapter_config.json", "weights.json")
@@ -265,8 +273,19 @@ def _engine_args(src: str, args: object, base: Path) -> tuple[dict, dict]:
             src, args["speculative_config"], base)
     if args.get("kv_transfer_config") is not None:
         args["kv_transfer_config"] = hashed["kv_transfer_config"] = _kv_transfer(src, args["kv_transfer_config"])
+    if args.get("kv_events_config") is not None:
+        args["kv_events_config"] = hashed["kv_events_config"] = _kv_events(src, args["kv_events_config"])
     _check_sizes(src, args)
     return args, hashed
+
+
+def _kv_events(src: str, raw: dict) -> dict:
+    config = _check_fields(src, "engine_args.kv_events_config", raw, KV_EVENTS_CONFIG)
+    if config["publisher"] != "null":
+        raise ScenarioError(src, "engine_args.kv_events_config.publisher", "must be 'null': the events are "
+                            "read from the batch the scheduler publishes, never sent on a network (vLLM's "
+                            f"zmq publisher would open a socket), got {config['publisher'][:40]!r}")
+    return config
 
 
 def _speculative_config(src: str, spec: object, base: Path) -> tuple[dict, dict]:
@@ -359,6 +378,13 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
     if args.get("kv_transfer_config") is not None:
         raise ScenarioError(src, "engine_args.kv_transfer_config", "is not run by the engine layers (the "
                             "stand-in's connector has no worker side): a scenario with `engine` cannot use it")
+    for key in ("kv_events_config",):
+        if args.get(key) is not None:
+            raise ScenarioError(src, f"engine_args.{key}", "is not run by the engine layers (their records "
+                                "hold no KV cache events): a scenario with `engine` cannot use it")
+    if "prefix_cache_resets" in workload:
+        raise ScenarioError(src, "workload.prefix_cache_resets", "is not run by the engine layers (their loop "
+                            "takes no API-server calls): a scenario with `engine` cannot use it")
     for i, req in enumerate(workload["requests"]):
         for key in STEPS_ONLY:
             if key in req:

@@ -46,9 +46,16 @@ The workload schema (every key below; no others):
                                           #   lora_int_id, 1..2**31-1, and lora_name, as a
                                           #   request id); within a workload an id names one
                                           #   adapter and a name one id
-                   "acceptance": [int]}]}    # optional, default [0]: drafts accepted at each
+                   "kv_cache_report_mode": str,  # optional, with KV cache events on:
+                                          #   "incremental" (vLLM's default) or "full" (its
+                                          #   prefix-cache hit is reported as BlockStored too)
+                   "acceptance": [int]}],    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
                                              # (verify step: engines/PROTOCOL.md, `steps`)
+     "prefix_cache_resets": [{"step": int,  # optional: the API server's reset_prefix_cache
+                              "reset_running_requests": bool,  # at that step (0..max_steps-1),
+                              "reset_connector": bool}]}  # after its arrivals and aborts, before
+                                             # schedule(); both options default false; one a step
 
 THE STAND-IN IS NOT A MODEL. It is a pure function from a request's tokens so far to its
 next token, so a scheduler can be driven without weights, identically on every machine:
@@ -136,11 +143,11 @@ PRIORITY = (-(1 << 31), (1 << 31) - 1)
 NO_MAX_MODEL_LEN = 1 << 20  # the bound on a length when engine_args has no max_model_len
 CONTEXT = 16  # target_next looks at the last CONTEXT tokens (and the length)
 
-TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
+TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes", "prefix_cache_resets"}
 TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
                 "prefix", "continues", "abort_step", "priority", "min_tokens", "eos_token_id",
-                "repetition_detection", "external", "structured_output", "lora"}
+                "repetition_detection", "external", "structured_output", "lora", "kv_cache_report_mode"}
 REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
 EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
 LORA_KEYS = {"id", "name"}
@@ -149,6 +156,8 @@ PREFIX_KEYS = {"name", "len"}
 STRUCTURED_KEYS = ("json", "regex", "choice")  # vLLM's StructuredOutputsParams, the ones run here
 MAX_GRAMMAR_TEXT = 4096  # characters of a JSON schema (as JSON text) or a regex
 MAX_CHOICES = 64
+RESET_KEYS = {"step", "reset_running_requests", "reset_connector"}
+REPORT_MODES = ("incremental", "full")  # vLLM's kv_cache_report_mode (a request's extra_args)
 
 
 def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
@@ -181,7 +190,38 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
             check.fail(f"workload.requests[{i}].external", "needs engine_args.kv_transfer_config: only a KV "
                        "connector loads what the remote store holds")
     _check_adapters(check, out, engine_args)
+    if "prefix_cache_resets" in raw:
+        workload["prefix_cache_resets"] = _resets(check, raw["prefix_cache_resets"], max_steps)
+    events = isinstance(engine_args, dict) and isinstance(engine_args.get("kv_events_config"), dict) \
+        and engine_args["kv_events_config"].get("enable_kv_cache_events") is True
+    for i, req in enumerate(out):
+        if "kv_cache_report_mode" in req and not events:
+            check.fail(f"workload.requests[{i}].kv_cache_report_mode", "needs engine_args.kv_events_config "
+                       "with enable_kv_cache_events true: the mode says which KV cache events a request reports")
     return workload
+
+
+def _resets(check: FieldChecker, raw: object, max_steps: int) -> list[dict]:
+    """The API server's reset_prefix_cache calls, by step (at most one a step), in step order."""
+    if not isinstance(raw, list):
+        check.fail("workload.prefix_cache_resets", f"must be an array, got {_tname(raw)}")
+    out: list[dict] = []
+    for i, entry in enumerate(raw):
+        where = f"workload.prefix_cache_resets[{i}]"
+        check.keys(where, entry, RESET_KEYS, ("step",))
+        step = check.integer(f"{where}.step", entry["step"], 0, max_steps - 1)
+        if out and step <= out[-1]["step"]:
+            check.fail(f"{where}.step", f"must come after the step before ({out[-1]['step']}): one reset a "
+                       f"step, in step order, got {step}")
+        reset = {"step": step}
+        for key in ("reset_running_requests", "reset_connector"):
+            if key in entry:
+                if not isinstance(entry[key], bool):
+                    check.fail(f"{where}.{key}", f"must be true or false, got {_tname(entry[key])}")
+                if entry[key]:
+                    reset[key] = True
+        out.append(reset)
+    return out
 
 
 class FieldChecker:
@@ -275,6 +315,12 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
         out["external"] = _external(check, f"{where}.external", req["external"], max_steps, limit)
     if "structured_output" in req:
         out["structured_output"] = _structured(check, f"{where}.structured_output", req["structured_output"])
+    if "kv_cache_report_mode" in req:
+        if req["kv_cache_report_mode"] not in REPORT_MODES:
+            check.fail(f"{where}.kv_cache_report_mode", f"must be one of {list(REPORT_MODES)}, got "
+                       f"{str(req['kv_cache_report_mode'])[:40]!r}")
+        if req["kv_cache_report_mode"] != "incremental":  # vLLM's default is left out
+            out["kv_cache_report_mode"] = req["kv_cache_report_mode"]
     if "lora" in req:
         check.keys(f"{where}.lora", req["lora"], LORA_KEYS, ("id", "name"))
         out["lora"] = {"id": check.integer(f"{where}.lora.id", req["lora"]["id"], 1, MAX_LORA_ID),

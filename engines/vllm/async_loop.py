@@ -24,6 +24,7 @@ from concurrent.futures import Future
 
 from conformance.formats.workload import draft, request_prompts, verify
 
+from . import kv_events
 from .kv_connector import Transfers
 from .new_requests import abort_requests, new_request, output_record
 
@@ -199,6 +200,8 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher):
             aborts.setdefault(req["abort_step"], []).append(req["id"])
     requests: dict = {}  # id -> the scheduler's Request, kept after it finishes
     total = len(workload["requests"])
+    resets = {r["step"]: r for r in workload.get("prefix_cache_resets", ())}
+    scheduler.parity_resets = bool(resets)
     iteration = 0
     while True:
         scheduler.parity_iteration = iteration
@@ -210,7 +213,10 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher):
         # iteration before may still be in flight: its output for them is dropped. A finished
         # request the next schedule() reports keeps has_requests() true, so it is recorded.
         abort_requests(scheduler, aborts.get(iteration, ()))
-        if len(requests) == total and not scheduler.has_requests() and not core.batch_queue:
+        if iteration in resets:  # the API server's call, through vLLM's EngineCore
+            kv_events.reset(core, resets[iteration])
+        if len(requests) == total and not scheduler.has_requests() and not core.batch_queue \
+                and not any(at >= iteration for at in resets):
             return requests
         if iteration >= workload["max_steps"]:
             unfinished = sorted(rid for rid, r in requests.items() if not r.is_finished())

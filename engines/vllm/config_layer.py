@@ -122,6 +122,10 @@ def resolve_with_rule(scenario: dict):
         from .kv_connector import kv_transfer_config
 
         args["kv_transfer_config"] = kv_transfer_config(args["kv_transfer_config"])
+    if args.get("kv_events_config") is not None:  # vLLM's own config; its publisher "null"
+        from vllm.config import KVEventsConfig
+
+        args["kv_events_config"] = KVEventsConfig(**args["kv_events_config"])
     _forget_once_caches()
     with _captured_vllm_log() as captured, platform_rule(keep_gpu_rule=True) as rule:
         try:

@@ -48,6 +48,8 @@ def sampling_params(req: dict):
     # a client's kv_transfer_params reach the KV connector through extra_args, as vLLM's
     # OpenAI server passes them (engines/vllm/kv_connector.py reads `external` there)
     extra = {"kv_transfer_params": {PARAMS: dict(req["external"])}} if "external" in req else None
+    if "kv_cache_report_mode" in req:  # read by the Request from extra_args, as a client sends it
+        extra = {**(extra or {}), "kv_cache_report_mode": req["kv_cache_report_mode"]}
     structured = None
     if "structured_output" in req:  # engines/vllm/grammar.py runs the processor's check on it
         from .grammar import params as structured_params
