@@ -191,7 +191,15 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
                        "connector loads what the remote store holds")
     _check_adapters(check, out, engine_args)
     if "prefix_cache_resets" in raw:
-        workload["prefix_cache_resets"] = _resets(check, raw["prefix_cache_resets"], max_steps)
+        workload["prefix_cache_resets"] = resets = _resets(check, raw["prefix_cache_resets"], max_steps)
+        last = max(req["arrival_step"] for req in out)
+        if resets and isinstance(engine_args, dict) and engine_args.get("async_scheduling") is not False \
+                and resets[-1]["step"] > last:
+            # vLLM's batch-queue loop schedules nothing while idle: a request must come after the
+            # reset for a schedule() to record its result
+            check.fail(f"workload.prefix_cache_resets[{len(resets) - 1}].step", f"must be at most the last "
+                       f"arrival step ({last}) unless engine_args.async_scheduling is false: under async "
+                       f"scheduling a reset's result is recorded by the next schedule(), got {resets[-1]['step']}")
     events = isinstance(engine_args, dict) and isinstance(engine_args.get("kv_events_config"), dict) \
         and engine_args["kv_events_config"].get("enable_kv_cache_events") is True
     for i, req in enumerate(out):

@@ -17,7 +17,8 @@
 //      this file has to change. Where async scheduling resolves on
 //      it behaves as vLLM's AsyncScheduler (output placeholders, stale output after a
 //      preemption), driven by the kit's batch-queue loop, run_workload_async(). Its hello
-//      lists every feature but structured_outputs (see kFeatures).
+//      lists every feature but structured_outputs, kv_cache_events and prefix_cache_resets
+//      (see kFeatures).
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
@@ -71,7 +72,10 @@ const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // xgrammar's: no such C or C++ library is in Debian's packages, and the kit links nothing but
 // nlohmann-json), whose scenarios come back `unsupported`. `sliding_window` runs through its KV
 // cache manager's hybrid groups (src/kv_cache_manager.hpp), `kv_connector` through the
-// stand-in connector (src/kv_connector.hpp) and the kit's worker side of it.
+// stand-in connector (src/kv_connector.hpp) and the kit's worker side of it. It lacks
+// `kv_cache_events` and `prefix_cache_resets` too, for now: its KV cache manager keeps the
+// hash chain but queues no events and has no reset; a port adds both to its own block pool
+// (engines/PROTOCOL.md "KV cache events", "Prefix-cache resets").
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",

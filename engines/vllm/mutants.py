@@ -47,6 +47,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
                           blocks another adapter (or none) cached for the same tokens.
+    no-block-removed-events  the block pool publishes no BlockRemoved when it evicts a cached
+                          block: a port whose router is never told a block left the cache.
+    reset-ignores-blocks-in-use  the prefix-cache reset clears every hash even while requests
+                          hold blocks, and says it succeeded: a port that never checks.
 """
 
 from __future__ import annotations
@@ -244,6 +248,30 @@ def _lora_hash_ignored() -> None:
     kv_cache_utils._gen_lora_extra_hash_keys = lambda request: []
 
 
+def _no_block_removed_events() -> None:
+    """Every BlockRemoved of the block pool goes through this method (eviction, promotion)."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    BlockPool._emit_block_removed_events = lambda self, block_hashes: None
+
+
+def _reset_ignores_blocks_in_use() -> None:
+    """BlockPool.reset_prefix_cache refuses while any block but the null one is out of the free
+    queue; the mutant's pool reports every block free for the check alone."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    original = BlockPool.reset_prefix_cache
+
+    def reset_prefix_cache(self) -> bool:
+        self.get_num_free_blocks = lambda: self.num_gpu_blocks - 1
+        try:
+            return original(self)
+        finally:
+            del self.get_num_free_blocks
+
+    BlockPool.reset_prefix_cache = reset_prefix_cache
+
+
 def _cap_running_chunk(cap: int):
     """The first `min(num_new_tokens, token_budget)` of Scheduler.schedule is the running
     loop's (the waiting loop's comes after it); the edit goes there alone, installed as a
@@ -288,6 +316,8 @@ MUTANTS = {
     "ignore-grammar-cut": _ignore_grammar_cut,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
+    "no-block-removed-events": _no_block_removed_events,
+    "reset-ignores-blocks-in-use": _reset_ignores_blocks_in_use,
 }
 
 
