@@ -273,6 +273,11 @@ MUTANTS = {
     # regex's drafts at step 0: its grammar cuts the fourth, the first wrong one (a token the
     # regex does not allow there), the mutant keeps all four
     "ignore-grammar-cut": ("grammar_eagle3", "steps", "requests.regex.next_draft_token_ids"),
+    # big's allocation at step 6 evicts a's two last prefix blocks: the oracle publishes their
+    # BlockRemoved before big's BlockStored, the mutant only the BlockStored
+    "no-block-removed-events": ("kv_events_eviction", "steps", "kv_events"),
+    # a and b hold blocks at step 4: the oracle's reset answers false, the mutant's clears the cache
+    "reset-ignores-blocks-in-use": ("prefix_cache_reset_idle", "steps", "prefix_cache_reset"),
 }
 
 
