@@ -49,7 +49,7 @@ def test_hashes_are_numbered_and_the_events_follow_the_cache(scenario, pin):
             if event["type"] == "BlockStored":
                 assert event["parent_block_hash"] is None or event["parent_block_hash"] in seen
                 assert len(event["token_ids"]) == event["block_size"] * len(event["block_hashes"])
-                assert event["medium"] == "GPU" and event["kv_cache_spec_kind"] == "full_attention"
+                assert event["medium"] == "GPU" and event["kv_cache_spec_kind"] in ("full_attention", "sliding_window")
                 view.update(event["block_hashes"])
             elif event["type"] == "BlockRemoved":
                 (number,) = event["block_hashes"]
@@ -131,3 +131,9 @@ def test_the_event_scenarios_do_what_their_descriptions_say(pin):
     eagle = steps("kv_events_eagle3", pin)
     assert eagle[4]["requests"]["b"]["cached_tokens"] == 32  # 48 shared tokens: the last hit block dropped
     assert [e["block_hashes"] for e in eagle[4]["kv_events"]] == [[2]]  # stored again, as a stored it
+    hybrid = steps("kv_events_sliding_window", pin)
+    assert {(e["group_idx"], e["kv_cache_spec_kind"], e["kv_cache_spec_sliding_window"])
+            for e in hybrid[0]["kv_events"]} in ({(0, "sliding_window", 128), (1, "full_attention", None)},
+                                                 {(0, "full_attention", None), (1, "sliding_window", 128)})
+    # b's full report: all 18 hit blocks in each group, then its own two
+    assert [e["block_hashes"] for e in hybrid[2]["kv_events"]] == [list(range(18))] * 2 + [[20, 21]] * 2
