@@ -25,9 +25,9 @@ def steps(name: str, pin: str) -> list[dict]:
 
 def test_the_families_have_their_scenarios():
     assert {s.name for s in WITH_EVENTS} >= {"kv_events_prefix_hits", "kv_events_eviction", "kv_events_eagle3",
-                                             "kv_events_async", "prefix_cache_reset_idle"}
+                                             "kv_events_async_scheduling", "prefix_cache_reset_idle"}
     assert {s.name for s in WITH_RESETS} == {"prefix_cache_reset_idle", "prefix_cache_reset_running",
-                                             "prefix_cache_reset_connector", "prefix_cache_reset_async"}
+                                             "prefix_cache_reset_connector", "prefix_cache_reset_async_scheduling"}
 
 
 @pytest.mark.parametrize("pin", EVERY_PIN)
@@ -104,7 +104,7 @@ def test_the_reset_scenarios_do_what_their_descriptions_say(pin):
     connector = steps("prefix_cache_reset_connector", pin)
     assert [connector[i]["prefix_cache_reset"] for i in (3, 4, 8)] == [False, True, True]
     assert hits(connector[9:]) == {"c": 0}
-    later = steps("prefix_cache_reset_async", pin)
+    later = steps("prefix_cache_reset_async_scheduling", pin)
     made = [(st["step"], st["prefix_cache_reset"], st["preempted"], st["new"]) for st in later
             if st["prefix_cache_reset"] is not None]
     assert made == [(4, True, ["a", "b"], []), (7, False, [], []), (13, True, [], ["c"])]

@@ -154,8 +154,8 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("lora_async_in_flight", ("prefix_caching", "lora", "async_scheduling")),
     ("kv_events_prefix_hits", ("prefix_caching", "shared_prefixes", "lora", "kv_cache_events")),
     ("prefix_cache_reset_connector", ("prefix_caching", "shared_prefixes", "kv_connector", "prefix_cache_resets")),
-    ("prefix_cache_reset_async", ("prefix_caching", "shared_prefixes", "kv_cache_events", "prefix_cache_resets",
-                                  "async_scheduling")),
+    ("prefix_cache_reset_async_scheduling",
+     ("prefix_caching", "shared_prefixes", "kv_cache_events", "prefix_cache_resets", "async_scheduling")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])
