@@ -116,7 +116,8 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # remote KV store. (A request's `priority`, `min_tokens`, `structured_output`, `prefix` and `lora`
 # are run: the engine's add_request and SamplingParams take them, a prefix's tokens are the
 # stand-in's, and an adapter is the model folder's adapters/<name>, ADAPTER_FILES.)
-STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external")
+STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external",
+              "session")  # a streaming session: the engine's loop takes no input chunks
 # An adapter the engine layers load: <model folder>/adapters/<name>/ with PEFT's config and the
 # recipe of its weights (engines/vllm/tiny_adapters.py), whose files the scenario hash covers
 ADAPTER_FILES = ("adapter_config.json", "weights.json")

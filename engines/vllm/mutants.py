@@ -47,6 +47,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
                           blocks another adapter (or none) cached for the same tokens.
+    streaming-sessions-free-slots  a streaming session waiting for its next input chunk holds no
+                          request slot: the scheduler's count of such sessions stays 0, so
+                          waiting requests are admitted as if the session were gone (vLLM counts
+                          it against max_num_seqs): a port that only counts running requests.
 """
 
 from __future__ import annotations
@@ -269,6 +273,15 @@ def _cap_running_chunk(cap: int):
     return apply
 
 
+def _streaming_sessions_free_slots() -> None:
+    """Scheduler.num_waiting_for_streaming_input, an instance attribute vLLM's __init__ sets
+    and its session code adds to and takes from, becomes a class property that reads 0 and
+    drops what is written: every use of it (max_num_seqs, the unfinished count) sees none."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler.num_waiting_for_streaming_input = property(lambda self: 0, lambda self, value: None)
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -288,6 +301,7 @@ MUTANTS = {
     "ignore-grammar-cut": _ignore_grammar_cut,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
+    "streaming-sessions-free-slots": _streaming_sessions_free_slots,
 }
 
 

@@ -28,10 +28,11 @@ from __future__ import annotations
 import inspect
 from collections import deque
 
+from conformance.formats.sessions import inputs_by_step
 from conformance.formats.workload import draft, request_prompts, validate_workload, verify, verify_masked
 
 from . import grammar, per_run
-from .new_requests import abort_requests, new_request, output_record
+from .new_requests import abort_requests, new_request, output_record, session_inputs
 
 
 
@@ -146,6 +147,7 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         arrivals.setdefault(req["arrival_step"], []).append(req)
         if "abort_step" in req:
             aborts.setdefault(req["abort_step"], []).append(req["id"])
+    inputs = inputs_by_step(workload)  # streaming sessions' later chunks and ends
     drafter = Drafter(workload, k, scheduler.structured_output_manager)
     if any("structured_output" in req for req in workload["requests"]):
         scheduler.parity_grammar = True  # the records carry the grammar's fields (recorder.py)
@@ -163,7 +165,9 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
             scheduler.add_request(requests[req["id"]])
         if hasattr(scheduler, "parity_refused"):
             scheduler.parity_refused = refused
-        aborted = abort_requests(scheduler, aborts.get(step, ()))
+        # a session ended while it waited for input is aborted: recorded as an abort is
+        aborted = session_inputs(scheduler, inputs.get(step, ()), step, seed, vocab, block_hasher)
+        aborted += abort_requests(scheduler, aborts.get(step, ()))
         # the step after an abort is recorded even when nothing is left: it shows the abort
         if len(requests) == total and all(r.is_finished() for r in requests.values()) and not aborted:
             break
