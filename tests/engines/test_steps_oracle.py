@@ -106,9 +106,15 @@ MIN_TOKENS = [s for s in WORKLOADS if "min_tokens" in s.features]
 JSON_GRAMMARS = [s for s in WORKLOADS if any("json" in r.get("structured_output", {}) for r in s.workload["requests"])]
 
 
+# vLLM 0.33.0 keeps one output fewer of a session's chunk where max_tokens cut its accepted drafts
+# (upstream-changes.toml): the next chunk's prompt differs.
+SESSION_DRAFTS = [s for s in WORKLOADS if "streaming_input" in s.features and s.engine_args.get("speculative_config")]
+
+
 @pytest.mark.parametrize("scenario", WORKLOADS, ids=IDS)
 def test_outputs_identical_across_pins(scenario):
-    releases = [r for r in PINS.releases if scenario not in MIN_TOKENS + JSON_GRAMMARS or _version(r) < GATE_LAST]
+    releases = [r for r in PINS.releases
+                if scenario not in MIN_TOKENS + JSON_GRAMMARS + SESSION_DRAFTS or _version(r) < GATE_LAST]
     outputs = {r: golden(scenario, r).layers["outputs"] for r in releases}
     assert all(o == outputs[PINS.oracle] for o in outputs.values()), scenario.name
 
@@ -273,6 +279,9 @@ MUTANTS = {
     # regex's drafts at step 0: its grammar cuts the fourth, the first wrong one (a token the
     # regex does not allow there), the mutant keeps all four
     "ignore-grammar-cut": ("grammar_eagle3", "steps", "requests.regex.next_draft_token_ids"),
+    # s0 waits for its next input chunk from step 2, holding one of max_num_seqs 2 slots: the
+    # oracle holds r2 back at step 4 beside the running r1, the mutant admits it
+    "streaming-sessions-free-slots": ("streaming_session_slots", "steps", "requests.r2"),
 }
 
 
@@ -307,6 +316,9 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
     if mutant == "ignore-max-loras":
         assert comparison.index == 0 and comparison.actual_record["new"] == ["r0", "r1"], comparison.first
         assert comparison.record["new"] == ["r0"] and comparison.record["waiting"] == ["r1"]
+    if mutant == "streaming-sessions-free-slots":
+        assert comparison.index == 4 and comparison.actual_record["new"] == ["r2"], comparison.first
+        assert comparison.record["new"] == [] and comparison.record["waiting"] == ["s0", "r2"]
     if mutant == "ignore-grammar-cut":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         kept, proposed = found[field]
