@@ -38,6 +38,13 @@ def test_speculation_is_lossless(warm_sessions, release, scenario):
     session = warm_sessions(release)
     spec = records_of(session, scenario, ["outputs"])["outputs"]
     plain = records_of(session, scenario.without_speculation(), ["outputs"])["outputs"]
+    if scenario in SESSION_DRAFTS and _version(release) < GATE_LAST:
+        # a session's chunk that max_tokens ends on an accepted draft keeps that draft, computed,
+        # where one ending on a sampled token drops it (upstream-changes.toml): the next chunk's
+        # prompt, so the session's output, depends on the drafts; the other requests' does not
+        sessions = {r["id"] for r in scenario.workload["requests"] if "session" in r}
+        assert [r for r in spec if r["id"] in sessions] != [r for r in plain if r["id"] in sessions]
+        spec, plain = ([r for r in out if r["id"] not in sessions] for out in (spec, plain))
     assert spec == plain
     # every request made tokens, but one aborted before its first sample (abort_states) and one
     # whose KV load failed under kv_load_failure_policy fail (kv_connector_fail_policy)
