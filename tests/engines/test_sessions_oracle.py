@@ -21,7 +21,7 @@ def layers(name: str, release: str) -> dict:
 def test_the_library_has_the_session_scenarios():
     assert {s.name for s in SESSIONS} >= {"streaming_session_chunks", "streaming_session_slots",
                                           "streaming_session_preemption", "streaming_session_drafts",
-                                          "streaming_session_batch_queue"}
+                                          "streaming_session_batch_queue", "streaming_session_stops"}
 
 
 @pytest.mark.parametrize("release", PINS.releases)
@@ -66,3 +66,10 @@ def test_the_session_scenarios_show_what_they_claim(release):
     assert [st["step"] for st in pressure if "s0" in st["preempted"]] == [33]
     resumed = next(st for st in pressure if "s0" in st["resumed"])
     assert resumed["step"] == 74 and resumed["requests"]["s0"]["cached_tokens"] == 80
+
+    # a chunk stopped by a stop token does not end the session, and leaves its stop_reason set
+    stops = layers("streaming_session_stops", release)
+    assert "s0" in stops["steps"][2]["waiting"] and stops["steps"][3]["new"] == ["s0"]
+    s0 = next(o for o in stops["outputs"] if o["id"] == "s0")
+    assert (s0["finish_reason"], s0["stop_reason"]) == ("length", 63672)
+    assert 63672 not in s0["output_token_ids"]

@@ -155,6 +155,7 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("streaming_session_drafts", ("spec:dflash", "prefix_caching", "streaming_input")),
     ("streaming_session_preemption", ("prefix_caching", "shared_prefixes", "streaming_input")),
     ("streaming_session_batch_queue", ("prefix_caching", "streaming_input", "async_scheduling")),
+    ("streaming_session_stops", ("prefix_caching", "stop_token_ids", "streaming_input")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])
