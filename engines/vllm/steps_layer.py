@@ -7,6 +7,7 @@ drafter. Each step mirrors the synchronous EngineCore.step() + post_step() of 0.
 and 0.33.0 (vllm/v1/engine/core.py), with a client's aborts between steps:
 
     add the requests arriving at this step
+    give the streaming sessions their input chunks and ends arriving at this step
     abort the requests whose abort_step this is, one finish_requests() call each
     scheduler.schedule()
     the stand-in "executes" it -> ModelRunnerOutput
