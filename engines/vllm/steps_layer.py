@@ -28,7 +28,8 @@ from __future__ import annotations
 import inspect
 from collections import deque
 
-from conformance.formats.workload import draft, request_prompts, validate_workload, verify, verify_masked
+from conformance.formats.workload import (draft, reasoning_end, request_prompts, validate_workload, verify,
+                                          verify_masked)
 
 from . import grammar, per_run
 from .new_requests import abort_requests, new_request, output_record
@@ -146,7 +147,10 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         arrivals.setdefault(req["arrival_step"], []).append(req)
         if "abort_step" in req:
             aborts.setdefault(req["abort_step"], []).append(req["id"])
-    drafter = Drafter(workload, k, scheduler.structured_output_manager)
+    # under a reasoning parser, where each grammar request's reasoning ends (workload module doc)
+    ends = {req["id"]: reasoning_end(req, len(prompts[req["id"]])) for req in workload["requests"]}
+    reasons = bool(scheduler.vllm_config.structured_outputs_config.reasoning_parser)
+    drafter = Drafter(workload, k, scheduler.structured_output_manager, ends if reasons else None)
     if any("structured_output" in req for req in workload["requests"]):
         scheduler.parity_grammar = True  # the records carry the grammar's fields (recorder.py)
     transfers = Transfers()  # the stand-in worker's side of a KV connector, if any
@@ -190,7 +194,7 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
             drafter.sampled(rid, drafts)
             # the stand-in reads a request's length and last tokens only (workload.Context)
             if rid in allowed:  # behind its grammar's bitmask, a row per position
-                sampled.append(verify_masked(seed, request.all_token_ids, drafts, vocab, allowed[rid]))
+                sampled.append(verify_masked(seed, request.all_token_ids, drafts, vocab, allowed[rid], ends[rid]))
             else:
                 sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
         model_output = ModelRunnerOutput(
@@ -213,9 +217,10 @@ class Drafter:
     """The stand-in drafter of post_step(): each request's drafts follow its acceptance
     pattern, indexed by its verify steps so far (engines/PROTOCOL.md, `steps`, step 7)."""
 
-    def __init__(self, workload: dict, k: int, manager=None) -> None:
+    def __init__(self, workload: dict, k: int, manager=None, ends: dict | None = None) -> None:
         self.seed, self.vocab, self.k = workload["seed"], workload["vocab_size"], k
         self.manager = manager  # the StructuredOutputManager, for requests with a grammar
+        self.ends = ends  # under a reasoning parser: request id -> its reasoning end, or None
         self.patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
         self.verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
 
@@ -228,8 +233,10 @@ class Drafter:
         pattern = self.patterns[rid]
         accept = pattern[self.verified[rid] % len(pattern)]
         if request.use_structured_output and not request.is_finished():  # it follows its grammar
+            end = self.ends[rid] if self.ends is not None else None
+            reasoning = self.ends is not None and grammar.still_reasoning(request.all_token_ids, end)
             return grammar.masked_draft(self.seed, request.all_token_ids, self.k, accept, self.vocab, request,
-                                        self.manager)
+                                        self.manager, end, reasoning)
         return draft(self.seed, request.all_token_ids, self.k, accept, self.vocab)
 
 
