@@ -65,7 +65,11 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     # `tokenizer` a folder beside the model holding the parser's tokens (TOKENIZER_FILES)
     "reasoning_parser": (str, False),
     "tokenizer": (str, False),
+    "structured_outputs_config": (dict, False),  # STRUCTURED_OUTPUTS_CONFIG's keys
 }
+# Keys of --structured-outputs-config run here: enable_in_reasoning, the grammar applied during
+# reasoning too (the manager's own switch)
+STRUCTURED_OUTPUTS_CONFIG: dict[str, tuple[type, bool]] = {"enable_in_reasoning": (bool, True)}
 REASONING_PARSER = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")  # a name in vLLM's ReasoningParserManager
 DEFAULTS = {"enable_prefix_caching": True}
 # Keys of --speculative-config.
@@ -122,7 +126,7 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # remote KV store. (A request's `priority`, `min_tokens`, `structured_output`, `prefix` and `lora`
 # are run: the engine's add_request and SamplingParams take them, a prefix's tokens are the
 # stand-in's, and an adapter is the model folder's adapters/<name>, ADAPTER_FILES.)
-STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external")
+STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external", "reasoning_end")
 # An adapter the engine layers load: <model folder>/adapters/<name>/ with PEFT's config and the
 # recipe of its weights (engines/vllm/tiny_adapters.py), whose files the scenario hash covers
 ADAPTER_FILES = ("adapter_config.json", "weights.json")
@@ -296,6 +300,9 @@ def _speculative_config(src: str, spec: object, base: Path) -> tuple[dict, dict]
 def _reasoning(src: str, args: dict, hashed: dict, base: Path) -> None:
     """`reasoning_parser` a registry name; `tokenizer` a folder (made absolute) holding
     TOKENIZER_FILES, hashed by their content (the scenario hash does not depend on where it is)."""
+    if args.get("structured_outputs_config") is not None:
+        args["structured_outputs_config"] = hashed["structured_outputs_config"] = _check_fields(
+            src, "engine_args.structured_outputs_config", args["structured_outputs_config"], STRUCTURED_OUTPUTS_CONFIG)
     parser = args.get("reasoning_parser")
     if parser is not None and not REASONING_PARSER.fullmatch(parser):
         raise ScenarioError(src, "engine_args.reasoning_parser", f"must be a reasoning parser's name in vLLM's "

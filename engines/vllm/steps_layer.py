@@ -149,7 +149,9 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
             aborts.setdefault(req["abort_step"], []).append(req["id"])
     # under a reasoning parser, where each grammar request's reasoning ends (workload module doc)
     ends = {req["id"]: reasoning_end(req, len(prompts[req["id"]])) for req in workload["requests"]}
-    reasons = bool(scheduler.vllm_config.structured_outputs_config.reasoning_parser)
+    # (enable_in_reasoning: the grammar applies during reasoning too, so no request is left unconstrained)
+    config = scheduler.vllm_config.structured_outputs_config
+    reasons = bool(config.reasoning_parser) and not config.enable_in_reasoning
     drafter = Drafter(workload, k, scheduler.structured_output_manager, ends if reasons else None)
     if any("structured_output" in req for req in workload["requests"]):
         scheduler.parity_grammar = True  # the records carry the grammar's fields (recorder.py)
