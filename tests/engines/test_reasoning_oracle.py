@@ -1,0 +1,87 @@
+"""Structured outputs after reasoning, in every pin's goldens (engines/PROTOCOL.md "Structured
+outputs after reasoning"): a grammar request samples freely and keeps every draft while it
+reasons, its reasoning ends where its reasoning_end says, the end token may arrive inside a
+scheduled draft window, and its grammar decides what follows."""
+
+import pytest
+
+from conformance.formats.pins import load_pins
+from conformance.formats.scenario import load_scenario
+from conformance.judging.goldens import GOLDENS
+from tests.engines.tiny_text import decode, follows
+from tests.helpers import REPO
+
+pytestmark = pytest.mark.oracle
+PINS = load_pins()
+NAMES = ("grammar_reasoning", "grammar_reasoning_eagle3", "grammar_reasoning_dflash")
+SCENARIOS = {name: load_scenario(REPO / "scenarios" / f"{name}.json") for name in
+             (*NAMES, "grammar_reasoning_constrained")}
+
+
+def _requests(name: str) -> dict:
+    return {r["id"]: r for r in SCENARIOS[name].workload["requests"]}
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+@pytest.mark.parametrize("name", NAMES)
+def test_drafts_are_kept_while_reasoning_and_the_grammar_follows_the_end(name, release):
+    layers = GOLDENS.load(name, release).layers
+    requests = _requests(name)
+    for step in layers["steps"]:
+        assert step["grammar_errors"] == []
+        for rid, entry in step["requests"].items():
+            spec = requests[rid].get("structured_output")
+            if spec is None:
+                assert "proposed_draft_token_ids" not in entry
+                continue
+            proposed, kept = entry["proposed_draft_token_ids"], entry["next_draft_token_ids"]
+            assert proposed[:len(kept)] == kept, (step["step"], rid)
+            end = requests[rid].get("reasoning_end")
+            if end is None or entry["output_tokens"] <= end["at"]:  # still reasoning: nothing cut
+                assert kept == proposed, (step["step"], rid)
+    outputs = {o["id"]: o for o in layers["outputs"]}
+    ended = 0
+    for rid, req in requests.items():
+        out = outputs[rid]["output_token_ids"]
+        end = req.get("reasoning_end")
+        if end is None:
+            continue
+        assert out[end["at"]] == end["token_id"] and end["token_id"] not in out[:end["at"]], rid
+        if outputs[rid]["finish_reason"] == "stop":
+            ended += 1
+            assert out[-1] == 2 and follows(decode(out[end["at"] + 1:]), req["structured_output"]), rid
+    assert ended
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+@pytest.mark.parametrize("name", NAMES[1:])
+def test_the_end_token_arrives_inside_a_scheduled_draft_window(name, release):
+    """The manager's mid-window reasoning end: a scheduled draft is the end token, so the rows
+    after it in the same step are the grammar's."""
+    requests = _requests(name)
+    inside = {(rid, step["step"]) for step in GOLDENS.load(name, release).layers["steps"]
+              for rid, entry in step["requests"].items()
+              if "reasoning_end" in requests[rid]
+              and requests[rid]["reasoning_end"]["token_id"] in entry["draft_token_ids"]}
+    assert inside
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+def test_a_request_that_never_ends_its_reasoning_keeps_its_grammar_off(release):
+    """muse has a grammar and no reasoning_end: every draft kept, its output not its regex's."""
+    layers = GOLDENS.load("grammar_reasoning_eagle3", release).layers
+    out = {o["id"]: o for o in layers["outputs"]}["muse"]
+    assert out["finish_reason"] == "length"
+    assert not follows(decode(out["output_token_ids"]), _requests("grammar_reasoning_eagle3")["muse"]["structured_output"])
+    drafts = [e for step in layers["steps"] for rid, e in step["requests"].items() if rid == "muse"]
+    assert all(e["next_draft_token_ids"] == e["proposed_draft_token_ids"] for e in drafts)
+
+
+@pytest.mark.parametrize("release", PINS.releases)
+def test_enable_in_reasoning_applies_the_grammar_from_the_first_token(release):
+    layers = GOLDENS.load("grammar_reasoning_constrained", release).layers
+    requests = _requests("grammar_reasoning_constrained")
+    for out in layers["outputs"]:
+        assert 2047 not in out["output_token_ids"]  # masked like any token the grammar refuses
+        assert out["finish_reason"] == "stop"
+        assert follows(decode(out["output_token_ids"]), requests[out["id"]]["structured_output"]), out["id"]
