@@ -37,8 +37,12 @@ def test_drafts_are_kept_while_reasoning_and_the_grammar_follows_the_end(name, r
             proposed, kept = entry["proposed_draft_token_ids"], entry["next_draft_token_ids"]
             assert proposed[:len(kept)] == kept, (step["step"], rid)
             end = requests[rid].get("reasoning_end")
-            if end is None or entry["output_tokens"] <= end["at"]:  # still reasoning: nothing cut
-                assert kept == proposed, (step["step"], rid)
+            if end is None or entry["output_tokens"] <= end["at"]:
+                # still reasoning: no draft up to the end token is cut (0.33.0 validates the
+                # drafts after one inside the window, 0.27.1 and 0.28.0 keep them too)
+                upto = proposed[:proposed.index(end["token_id"]) + 1] if end and end["token_id"] in proposed \
+                    else proposed
+                assert kept[:len(upto)] == upto, (step["step"], rid)
     outputs = {o["id"]: o for o in layers["outputs"]}
     ended = 0
     for rid, req in requests.items():
