@@ -34,6 +34,8 @@ def test_drafts_are_kept_while_reasoning_and_the_grammar_follows_the_end(name, r
             if spec is None:
                 assert "proposed_draft_token_ids" not in entry
                 continue
+            if rid in step["finished"]:  # a finished request keeps no draft
+                continue
             proposed, kept = entry["proposed_draft_token_ids"], entry["next_draft_token_ids"]
             assert proposed[:len(kept)] == kept, (step["step"], rid)
             end = requests[rid].get("reasoning_end")
@@ -77,7 +79,9 @@ def test_a_request_that_never_ends_its_reasoning_keeps_its_grammar_off(release):
     out = {o["id"]: o for o in layers["outputs"]}["muse"]
     assert out["finish_reason"] == "length"
     assert not follows(decode(out["output_token_ids"]), _requests("grammar_reasoning_eagle3")["muse"]["structured_output"])
-    drafts = [e for step in layers["steps"] for rid, e in step["requests"].items() if rid == "muse"]
+    drafts = [e for step in layers["steps"] for rid, e in step["requests"].items()
+              if rid == "muse" and rid not in step["finished"]]
+    assert len(drafts) > 3
     assert all(e["next_draft_token_ids"] == e["proposed_draft_token_ids"] for e in drafts)
 
 
@@ -89,3 +93,24 @@ def test_enable_in_reasoning_applies_the_grammar_from_the_first_token(release):
         assert 2047 not in out["output_token_ids"]  # masked like any token the grammar refuses
         assert out["finish_reason"] == "stop"
         assert follows(decode(out["output_token_ids"]), requests[out["id"]]["structured_output"]), out["id"]
+
+
+def test_the_reasoning_tokenizer_regenerates_byte_for_byte():
+    """engines/vllm/tiny_tokenizer.py --reasoning, with the oracle pin's `tokenizers`; the tiny
+    target's folder is not the reasoning variant."""
+    import subprocess
+
+    from conformance.process.envs import env_dir, env_python
+
+    python = env_python(env_dir(PINS.oracle))
+    if not python.exists():
+        pytest.skip(f"the oracle pin's environment is not built ({python}): `parity envs`")
+    script = REPO / "engines" / "vllm" / "tiny_tokenizer.py"
+    models = REPO / "scenarios" / "models"
+
+    def check(*args):
+        return subprocess.run([str(python), str(script), *args], capture_output=True, text=True).returncode
+
+    assert check("--reasoning", "--check", str(models / "reasoning-tokenizer")) == 0
+    assert check("--reasoning", "--check", str(models / "tiny-qwen3")) == 1
+    assert check("--check", str(models / "reasoning-tokenizer")) == 1

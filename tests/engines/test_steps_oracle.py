@@ -317,6 +317,10 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         kept, proposed = found[field]
         assert comparison.index == 0 and comparison.first.path == field
         assert len(kept) == 3 and proposed[:3] == kept and len(proposed) == 4, found[field]
+    if mutant == "grammar-in-reasoning":
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        kept, cut = found[field]
+        assert comparison.index == 0 and 2047 in kept and 2047 not in cut, found[field]  # </think> kept
     if mutant == "cap-running-chunk-2048":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 1 and found[field] == (8191, 2048), comparison.fields
