@@ -109,7 +109,7 @@ def test_bad_reasoning_fields_name_the_field(tmp_path, mutate, field, words):
 
 def test_the_engine_layers_refuse_a_reasoning_end(tmp_path):
     def engine(d):
-        d["engine"] = {}
+        d.update(engine={})  # the engine layers
         for req in d["workload"]["requests"]:
             req.pop("eos_token_id", None)
     with pytest.raises(ScenarioError, match="not run by the engine layers") as err:
