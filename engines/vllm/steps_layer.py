@@ -152,7 +152,7 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
     # (enable_in_reasoning: the grammar applies during reasoning too, so no request is left unconstrained)
     config = scheduler.vllm_config.structured_outputs_config
     reasons = bool(config.reasoning_parser) and not config.enable_in_reasoning
-    drafter = Drafter(workload, k, scheduler.structured_output_manager, ends if reasons else None)
+    drafter = Drafter(workload, k, scheduler.structured_output_manager, ends, reasons)
     if any("structured_output" in req for req in workload["requests"]):
         scheduler.parity_grammar = True  # the records carry the grammar's fields (recorder.py)
     transfers = Transfers()  # the stand-in worker's side of a KV connector, if any
@@ -219,10 +219,12 @@ class Drafter:
     """The stand-in drafter of post_step(): each request's drafts follow its acceptance
     pattern, indexed by its verify steps so far (engines/PROTOCOL.md, `steps`, step 7)."""
 
-    def __init__(self, workload: dict, k: int, manager=None, ends: dict | None = None) -> None:
+    def __init__(self, workload: dict, k: int, manager=None, ends: dict | None = None,
+                 reasons: bool = False) -> None:
         self.seed, self.vocab, self.k = workload["seed"], workload["vocab_size"], k
         self.manager = manager  # the StructuredOutputManager, for requests with a grammar
-        self.ends = ends  # under a reasoning parser: request id -> its reasoning end, or None
+        self.ends = ends or {}  # request id -> its reasoning end (workload.reasoning_end), or None
+        self.reasons = reasons  # a reasoning parser defers the grammars (not enable_in_reasoning)
         self.patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
         self.verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
 
@@ -235,8 +237,8 @@ class Drafter:
         pattern = self.patterns[rid]
         accept = pattern[self.verified[rid] % len(pattern)]
         if request.use_structured_output and not request.is_finished():  # it follows its grammar
-            end = self.ends[rid] if self.ends is not None else None
-            reasoning = self.ends is not None and grammar.still_reasoning(request.all_token_ids, end)
+            end = self.ends.get(rid)
+            reasoning = self.reasons and grammar.still_reasoning(request.all_token_ids, end)
             return grammar.masked_draft(self.seed, request.all_token_ids, self.k, accept, self.vocab, request,
                                         self.manager, end, reasoning)
         return draft(self.seed, request.all_token_ids, self.k, accept, self.vocab)

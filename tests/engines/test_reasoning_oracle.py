@@ -78,7 +78,8 @@ def test_a_request_that_never_ends_its_reasoning_keeps_its_grammar_off(release):
     layers = GOLDENS.load("grammar_reasoning_eagle3", release).layers
     out = {o["id"]: o for o in layers["outputs"]}["muse"]
     assert out["finish_reason"] == "length"
-    assert not follows(decode(out["output_token_ids"]), _requests("grammar_reasoning_eagle3")["muse"]["structured_output"])
+    spec = _requests("grammar_reasoning_eagle3")["muse"]["structured_output"]
+    assert not follows(decode(out["output_token_ids"]), spec)
     drafts = [e for step in layers["steps"] for rid, e in step["requests"].items()
               if rid == "muse" and rid not in step["finished"]]
     assert len(drafts) > 3
