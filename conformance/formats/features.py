@@ -54,6 +54,11 @@ FEATURES: dict[str, str] = {
                       "cache groups, one block table per group",
     "lora": "`engine_args.enable_lora` true, or a request of the workload has a `lora` adapter (vLLM's "
             "`max_loras` bound on a step's adapters; block hashes keyed by the adapter's name)",
+    "streaming_input": "a request of the workload has a `session`: a streaming input session (vLLM's resumable "
+                       "requests), its later input chunks and the end of its input arriving at given steps",
+    "reasoning": "`engine_args.reasoning_parser` given: the release's reasoning parser tells its "
+                 "StructuredOutputManager where a request's reasoning ends (a request's `reasoning_end`), and "
+                 "its grammar masks, advances and cuts drafts only after that",
     "kv_cache_events": "`engine_args.kv_events_config.enable_kv_cache_events` true: each step record carries "
                        "the KV cache events (BlockStored, BlockRemoved, AllBlocksCleared) vLLM's scheduler "
                        "publishes at that step's update",
@@ -104,6 +109,8 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("structured_outputs", any(r.get("structured_output") is not None for r in requests)),
         ("sliding_window", _hybrid(args.get("model"))),
         ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
+        ("streaming_input", any(r.get("session") is not None for r in requests)),
+        ("reasoning", bool(args.get("reasoning_parser"))),
         ("kv_cache_events", _dict(args.get("kv_events_config")).get("enable_kv_cache_events") is True),
         ("prefix_cache_resets", bool(_dict(workload).get("prefix_cache_resets"))),
         ("async_scheduling", _async(args, config)),

@@ -43,10 +43,17 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     ignore-grammar-cut    the scheduler keeps every draft of a request with a grammar: its
                           grammar's validate_tokens returns the drafts whole (xgrammar and
                           llguidance alike), so drafts the grammar refuses are scheduled.
+    grammar-in-reasoning  the structured output manager finds no reasoner for any request, so a
+                          grammar masks, advances and cuts drafts from a request's first token,
+                          through its reasoning: a port that ignores the reasoning parser.
     lora-ignored          the LoRA layers add no adapter's update to their output: a request
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
                           blocks another adapter (or none) cached for the same tokens.
+    streaming-sessions-free-slots  a streaming session waiting for its next input chunk holds no
+                          request slot: the scheduler's count of such sessions stays 0, so
+                          waiting requests are admitted as if the session were gone (vLLM counts
+                          it against max_num_seqs): a port that only counts running requests.
     no-block-removed-events  the block pool publishes no BlockRemoved when it evicts a cached
                           block: a port whose router is never told a block left the cache.
     reset-ignores-blocks-in-use  the prefix-cache reset clears every hash even while requests
@@ -234,6 +241,14 @@ def _ignore_grammar_cut() -> None:
         grammar.validate_tokens = lambda self, tokens: list(tokens)
 
 
+def _grammar_in_reasoning() -> None:
+    """StructuredOutputManager._get_reasoner (should_fill_bitmask's, should_advance's and the
+    bitmask filling's way to the request's reasoning parser) returns None."""
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    StructuredOutputManager._get_reasoner = lambda self, request: None
+
+
 def _lora_ignored() -> None:
     """Every linear layer with LoRA (qkv, o, gate_up, down) returns its base output as it is."""
     from vllm.lora.layers.base_linear import BaseLinearLayerWithLoRA
@@ -297,6 +312,15 @@ def _cap_running_chunk(cap: int):
     return apply
 
 
+def _streaming_sessions_free_slots() -> None:
+    """Scheduler.num_waiting_for_streaming_input, an instance attribute vLLM's __init__ sets
+    and its session code adds to and takes from, becomes a class property that reads 0 and
+    drops what is written: every use of it (max_num_seqs, the unfinished count) sees none."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler.num_waiting_for_streaming_input = property(lambda self: 0, lambda self, value: None)
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -314,8 +338,10 @@ MUTANTS = {
     "ignore-max-loras": _ignore_max_loras,
     "cap-running-chunk-2048": _cap_running_chunk(2048),
     "ignore-grammar-cut": _ignore_grammar_cut,
+    "grammar-in-reasoning": _grammar_in_reasoning,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
+    "streaming-sessions-free-slots": _streaming_sessions_free_slots,
     "no-block-removed-events": _no_block_removed_events,
     "reset-ignores-blocks-in-use": _reset_ignores_blocks_in_use,
 }

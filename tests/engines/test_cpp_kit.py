@@ -268,9 +268,10 @@ def _async_goldens() -> set[str]:
 
 
 # The features the reference engine does not have, and declares so (its kFeatures lacks them):
-# structured outputs (no grammar library), KV cache events and prefix-cache resets (its block
-# pool queues no events and has no reset).
-LACKS = frozenset({"structured_outputs", "kv_cache_events", "prefix_cache_resets"})
+# structured outputs (no grammar library), and with them structured outputs after reasoning
+# (a reasoning parser defers a grammar it has not got); streaming input sessions (not implemented yet);
+# KV cache events and prefix-cache resets (its block pool queues no events and has no reset).
+LACKS = frozenset({"structured_outputs", "reasoning", "streaming_input", "kv_cache_events", "prefix_cache_resets"})
 
 
 def test_agreeing_is_every_steps_scenario_of_the_kit_release(kit):
