@@ -69,7 +69,12 @@ const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // only those it has; this engine has every one but `structured_outputs` (a grammar needs a
 // grammar engine over the tokenizer, JSON schema and regex compilation and token bitmasks as
 // xgrammar's: no such C or C++ library is in Debian's packages, and the kit links nothing but
-// nlohmann-json), whose scenarios come back `unsupported`. `sliding_window` runs through its KV
+// nlohmann-json), whose scenarios come back `unsupported`, and `mamba`: a hybrid mamba model's
+// block sizes come from vLLM's page-size unification over the model class's mamba state shapes
+// and dtypes (Platform._align_hybrid_block_size, MambaStateShapeCalculator), and its KV cache
+// groups run vLLM's MambaManager (state blocks per cache mode, block-aligned prefill splits,
+// fine-grained hashes), none of which this engine's KV cache manager has yet; those scenarios
+// come back `unsupported` too. `sliding_window` runs through its KV
 // cache manager's hybrid groups (src/kv_cache_manager.hpp), `kv_connector` through the
 // stand-in connector (src/kv_connector.hpp) and the kit's worker side of it.
 const std::vector<std::string> kFeatures = {
