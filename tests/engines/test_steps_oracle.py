@@ -183,6 +183,9 @@ def test_scenario_library_exercises_what_it_claims():
     partial = [r["cached_tokens"] for st in steps["mamba_prefix_match_unit"] for r in st["requests"].values()
                if r["cached_tokens"] % 1312]
     assert partial and all(n % 32 == 0 for n in partial)  # fine-grained hits end inside a block
+    narrow = [st["requests"]["a"]["tokens"] for st in steps["mamba_align_narrow_budget"][:4]]
+    assert narrow == [1024, 288, 1024, 288]  # inside the block by the budget, then to its boundary
+    assert steps["mamba_all_eagle3"][0]["waiting"] == ["b"]  # a's states of this step: b waits
     for name in ("mamba_no_prefix_caching", "mamba_align_kv_pressure"):
         assert any(st["preempted"] for st in steps[name]) and any(st["resumed"] for st in steps[name]), name
     # a KV connector: an async load waits without being scheduled, then is admitted with its
@@ -334,6 +337,9 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         kept, proposed = found[field]
         assert comparison.index == 0 and comparison.first.path == field
         assert len(kept) == 3 and proposed[:3] == kept and len(proposed) == 4, found[field]
+    if mutant == "mamba-unaligned-split":
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        assert comparison.index == 0 and found[field] == (1312, 2048), comparison.fields
     if mutant == "cap-running-chunk-2048":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 1 and found[field] == (8191, 2048), comparison.fields

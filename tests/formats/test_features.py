@@ -153,6 +153,7 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("mamba_align_prefix_hits", ("prefix_caching", "shared_prefixes", "mamba")),
     ("mamba_no_prefix_caching", ("mamba",)),
     ("mamba_eagle3_align", ("spec:eagle3", "prefix_caching", "shared_prefixes", "mamba")),
+    ("mamba_all_eagle3", ("spec:eagle3", "prefix_caching", "shared_prefixes", "mamba")),
     ("lora_prefix_caching", ("prefix_caching", "shared_prefixes", "lora")),
     ("lora_async_in_flight", ("prefix_caching", "lora", "async_scheduling")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
