@@ -178,6 +178,11 @@ def test_scenario_library_exercises_what_it_claims():
             assert config["block_size"] == (1408 if mode == "all" else 1328 if k == 3 else 1312), s.name
             assert all(len(r["block_ids"]) == 8 for st in steps[s.name] for r in st["requests"].values()
                        if r["block_ids"] is not None), s.name
+            # the blocks to zero are some of those the step hands out (its full-attention group's)
+            for st in steps[s.name]:
+                given = {b for r in st["requests"].values() for group in r["block_ids"] or () for b in group}
+                assert set(st["zeroed_block_ids"]) <= given, (s.name, st["step"])
+            assert any(st["zeroed_block_ids"] for st in steps[s.name]), s.name
     assert [st["requests"]["a"]["tokens"] for st in steps["mamba_align_prefix_hits"][:2]] == [1312, 1312]
     assert steps["mamba_all_prefix_hits"][0]["requests"]["a"]["tokens"] == 2048  # mode all: no split
     hits = {rid: r["cached_tokens"] for st in steps["mamba_align_prefix_hits"] for rid, r in st["requests"].items()
