@@ -483,6 +483,8 @@ STEP = Record("steps", {
     "num_common_prefix_blocks": Field(ListOf(COUNT)),
     # a workload with grammars: the requests whose grammar failed at this step
     "grammar_errors": Field(IDS, optional=True),
+    # a KV cache that needs zeroing (a hybrid mamba model): the blocks the model runner zeroes
+    "zeroed_block_ids": Field(ListOf(COUNT), optional=True),
     # KV cache events on: the events published at this step's update
     "kv_events": Field(ListOf(KV_EVENT), optional=True),
     # a workload with prefix-cache resets: the result of the reset before this step's schedule

@@ -60,6 +60,11 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "enable_lora": (bool, False),
     "max_loras": (int, False),
     "max_lora_rank": (int, False),
+    # hybrid mamba models (engines/PROTOCOL.md "Hybrid mamba models"): which mamba states the
+    # prefix cache keeps (vLLM's CacheConfig.mamba_cache_mode), and the finer unit block hashes
+    # are computed by (CacheConfig.prefix_match_unit, hybrid models only)
+    "mamba_cache_mode": (str, False),
+    "prefix_match_unit": (int, False),
     # Structured outputs after reasoning: the release's reasoning parser (a name in its registry)
     # tells the StructuredOutputManager where reasoning ends, and the grammar applies after it;
     # `tokenizer` a folder beside the model holding the parser's tokens (TOKENIZER_FILES)
@@ -70,6 +75,7 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     # scheduler publishes, through vLLM's "null" publisher (nothing goes on the network)
     "kv_events_config": (dict, False),
 }
+MAMBA_CACHE_MODES = ("none", "align", "all")  # vLLM 0.27.1's MambaCacheMode
 # Keys of --structured-outputs-config run here: enable_in_reasoning, the grammar applied during
 # reasoning too (the manager's own switch)
 STRUCTURED_OUTPUTS_CONFIG: dict[str, tuple[type, bool]] = {"enable_in_reasoning": (bool, True)}
@@ -102,7 +108,7 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")  # vLLM's default: fail
 SIZE_FIELDS = (
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
     "max_num_scheduled_tokens", "num_gpu_blocks_override", "num_speculative_tokens",
-    "prompt_lookup_max", "prompt_lookup_min", "max_loras", "max_lora_rank",
+    "prompt_lookup_max", "prompt_lookup_min", "max_loras", "max_lora_rank", "prefix_match_unit",
 )
 # Other integers and their allowed ranges (inclusive).
 RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
@@ -284,6 +290,9 @@ def _engine_args(src: str, args: object, base: Path) -> tuple[dict, dict]:
             src, args["speculative_config"], base)
     if args.get("kv_transfer_config") is not None:
         args["kv_transfer_config"] = hashed["kv_transfer_config"] = _kv_transfer(src, args["kv_transfer_config"])
+    if args.get("mamba_cache_mode", "none") not in MAMBA_CACHE_MODES:
+        raise ScenarioError(src, "engine_args.mamba_cache_mode", f"must be one of {list(MAMBA_CACHE_MODES)} "
+                            f"(vLLM's CacheConfig.mamba_cache_mode), got {args['mamba_cache_mode']!r}")
     _reasoning(src, args, hashed, base)
     if args.get("kv_events_config") is not None:
         args["kv_events_config"] = hashed["kv_events_config"] = _kv_events(src, args["kv_events_config"])

@@ -28,6 +28,11 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     sliding-window-as-full  a sliding-window KV cache group skips no token, so it keeps every
                           block as full attention does: a port that runs a hybrid model's
                           groups (gpt-oss) with one rule.
+    mamba-unaligned-split  a hybrid mamba model's prefill chunk in mamba cache mode `align` is
+                          not split at block boundaries (Scheduler._mamba_block_aligned_split
+                          returns the chunk the budget allows): a port that chunks a mamba
+                          hybrid's prompts as it chunks full attention's, so the mamba state
+                          cached at a block boundary is not the state of that boundary.
     ignore-invalid-kv-blocks  the scheduler takes no notice of the blocks a KV connector reports
                           it failed to load: a port that trusts every load.
     cap-running-chunk-2048  a running request's chunk is capped at 2048 tokens (the running loop
@@ -201,6 +206,13 @@ def _sliding_window_as_full() -> None:
     SlidingWindowManager.get_num_skipped_tokens = lambda self, num_computed_tokens: 0
 
 
+def _mamba_unaligned_split() -> None:
+    """Scheduler._mamba_block_aligned_split keeps the number of new tokens it is given."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler._mamba_block_aligned_split = lambda self, request, num_new_tokens, *args, **kwargs: num_new_tokens
+
+
 def _ignore_invalid_kv_blocks() -> None:
     """Scheduler._handle_invalid_blocks rolls back the requests whose loaded blocks failed;
     this one finds none."""
@@ -333,6 +345,7 @@ MUTANTS = {
     "sync-loop-under-async": _sync_loop_under_async,
     "keep-placeholders-at-preemption": _keep_placeholders_at_preemption,
     "sliding-window-as-full": _sliding_window_as_full,
+    "mamba-unaligned-split": _mamba_unaligned_split,
     "ignore-invalid-kv-blocks": _ignore_invalid_kv_blocks,
     "min-tokens-unmasked": _min_tokens_unmasked,
     "ignore-max-loras": _ignore_max_loras,

@@ -266,15 +266,18 @@ def counts_as_verify_step(drafts: list[int]) -> bool:
 
 
 def _block_hasher(config):
-    """The request block hasher EngineCore builds when prefix caching is on, else None."""
+    """The request block hasher EngineCore builds when prefix caching is on, else None: over
+    blocks of the hash block size EngineCore resolves (release.hashing_block_sizes)."""
     if not config.cache_config.enable_prefix_caching:
         return None
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
+    from .release import hashing_block_sizes
+
     hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    args = [config.cache_config.block_size, hash_fn]
+    args = [hashing_block_sizes(config)[1], hash_fn]  # finer than a block with prefix_match_unit
     if "num_hash_lookahead_tokens" in inspect.signature(get_request_block_hasher).parameters:
         args.append(getattr(config, "num_hash_lookahead_tokens", 0))
     return get_request_block_hasher(*args)

@@ -179,6 +179,36 @@ def test_scenario_library_exercises_what_it_claims():
     hits = {rid: r["cached_tokens"] for st in steps["sliding_window_prefix_hits"] for rid, r in st["requests"].items()
             if r["cached_tokens"]}
     assert set(hits) == {"b", "c", "d"}
+    # Nemotron-H's eight KV cache groups (one full-attention, seven mamba): the block size
+    # vLLM unified with the mamba page, block-aligned chunks in mode align, hits, preemption
+    for s in WORKLOADS:
+        if "mamba" in s.features:
+            config = golden(s).layers["config"][0]
+            # mode all: the least multiple of the mamba chunk (128) that holds the state; else of
+            # 16; EAGLE-3's 3 drafts widen the conv state (1328), its 2 in mode all do not
+            mode = s.engine_args.get("mamba_cache_mode", "all" if s.engine_args["enable_prefix_caching"] else "none")
+            k = (s.engine_args.get("speculative_config") or {}).get("num_speculative_tokens", 0)
+            assert config["block_size"] == (1408 if mode == "all" else 1328 if k == 3 else 1312), s.name
+            assert all(len(r["block_ids"]) == 8 for st in steps[s.name] for r in st["requests"].values()
+                       if r["block_ids"] is not None), s.name
+            # the blocks to zero are some of those the step hands out (its full-attention group's)
+            for st in steps[s.name]:
+                given = {b for r in st["requests"].values() for group in r["block_ids"] or () for b in group}
+                assert set(st["zeroed_block_ids"]) <= given, (s.name, st["step"])
+            assert any(st["zeroed_block_ids"] for st in steps[s.name]), s.name
+    assert [st["requests"]["a"]["tokens"] for st in steps["mamba_align_prefix_hits"][:2]] == [1312, 1312]
+    assert steps["mamba_all_prefix_hits"][0]["requests"]["a"]["tokens"] == 2048  # mode all: no split
+    hits = {rid: r["cached_tokens"] for st in steps["mamba_align_prefix_hits"] for rid, r in st["requests"].items()
+            if r["cached_tokens"]}
+    assert set(hits) == {"b", "c", "d"} and all(n % 1312 == 0 for n in hits.values())
+    partial = [r["cached_tokens"] for st in steps["mamba_prefix_match_unit"] for r in st["requests"].values()
+               if r["cached_tokens"] % 1312]
+    assert partial and all(n % 32 == 0 for n in partial)  # fine-grained hits end inside a block
+    narrow = [st["requests"]["a"]["tokens"] for st in steps["mamba_align_narrow_budget"][:4]]
+    assert narrow == [1024, 288, 1024, 288]  # inside the block by the budget, then to its boundary
+    assert steps["mamba_all_eagle3"][0]["waiting"] == ["b"]  # a's states of this step: b waits
+    for name in ("mamba_no_prefix_caching", "mamba_align_kv_pressure"):
+        assert any(st["preempted"] for st in steps[name]) and any(st["resumed"] for st in steps[name]), name
     # a KV connector: an async load waits without being scheduled, then is admitted with its
     # external tokens; a failed load under the `fail` policy ends its request with an error
     first = steps["kv_connector_async"][0]
@@ -277,6 +307,9 @@ MUTANTS = {
     # the first chunk after r0's prompt passes the window (128 tokens): the oracle's
     # sliding-window group has freed the blocks before it, the mutant holds them
     "sliding-window-as-full": ("sliding_window_chunked", "steps", None),
+    # a's 3400-token prompt in mamba cache mode align: the oracle's first chunk ends at the
+    # block boundary (1312 tokens), the mutant's takes the whole budget (2048)
+    "mamba-unaligned-split": ("mamba_align_prefix_hits", "steps", "requests.a.tokens"),
     # a's synchronous load fails at step 0: the oracle rolls a back to 0 computed tokens, the
     # mutant keeps its 200 and samples
     "ignore-invalid-kv-blocks": ("kv_connector_failures", "steps", None),
@@ -342,6 +375,9 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         kept, proposed = found[field]
         assert comparison.index == 0 and comparison.first.path == field
         assert len(kept) == 3 and proposed[:3] == kept and len(proposed) == 4, found[field]
+    if mutant == "mamba-unaligned-split":
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        assert comparison.index == 0 and found[field] == (1312, 2048), comparison.fields
     if mutant == "grammar-in-reasoning":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         kept, cut = found[field]
