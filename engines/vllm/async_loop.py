@@ -94,7 +94,7 @@ class StandInExecutor:
         # Requests with a grammar draft lazily (engines/PROTOCOL.md "Structured outputs"): rid ->
         # (its tokens then, accept) until first read, when the scheduler's grammar stands after them
         self.grammar_drafts: dict[str, tuple[list[int], int]] = {}
-        self.last: list[str] = []  # the requests that sampled in the last batch with tokens, batch order
+        self.last: dict = {}  # the requests that sampled in the last batch with tokens: their drafts then
         # The KV connector's worker side, if any: the loads of each scheduled batch, reported in
         # the output of the batch `async_steps` schedule() calls later (kv_connector.py)
         self.transfers, self.executed = Transfers(), 0
@@ -163,7 +163,10 @@ class StandInExecutor:
                 else:
                     self.drafts[rid] = draft(self.seed, self.tokens[rid], self.k, accept, self.vocab)
         self.previous = {rid for rid, tokens in zip(req_ids, sampled) if tokens}
-        self.last = [rid for rid, tokens in zip(req_ids, sampled) if tokens]
+        # what take_draft_token_ids delivers: every request that sampled, even one finished or
+        # preempted since (the GPU runner keeps its batch's request ids with its drafts)
+        self.last = {rid: (self.drafts.get(rid), self.grammar_drafts.get(rid))
+                     for rid, tokens in zip(req_ids, sampled) if tokens and self.k}
         result = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
                                    sampled_token_ids=sampled, kv_connector_output=transfers)
         return _done(result) if non_block else result
@@ -174,17 +177,18 @@ class StandInExecutor:
         batch that sampled them has advanced the scheduler's grammar through its tokens (vLLM
         defers the next batch's sampling until it has), where the GPU's drafter would read no
         grammar at all."""
+        if rid in self.grammar_drafts:
+            self.drafts[rid] = self._grammar_draft(rid, *self.grammar_drafts.pop(rid))
+        return self.drafts[rid]
+
+    def _grammar_draft(self, rid: str, tokens: list[int], accept: int) -> list[int]:
         from . import grammar
 
-        if rid in self.grammar_drafts:
-            tokens, accept = self.grammar_drafts.pop(rid)
-            request = self.scheduler.requests.get(rid)
-            if request is not None and not request.is_finished():
-                self.drafts[rid] = grammar.masked_draft(self.seed, tokens, self.k, accept, self.vocab, request,
-                                                        self.scheduler.structured_output_manager)
-            else:
-                self.drafts[rid] = draft(self.seed, tokens, self.k, accept, self.vocab)
-        return self.drafts[rid]
+        request = self.scheduler.requests.get(rid)
+        if request is None or request.is_finished():  # no grammar to follow
+            return draft(self.seed, tokens, self.k, accept, self.vocab)
+        return grammar.masked_draft(self.seed, tokens, self.k, accept, self.vocab, request,
+                                    self.scheduler.structured_output_manager)
 
     def take_draft_token_ids(self):
         """vLLM's loop calls it under async scheduling for a deferred batch only (one with a
@@ -193,11 +197,15 @@ class StandInExecutor:
         place), as the GPU runner copies them to the CPU for structured output."""
         from vllm.v1.outputs import DraftTokenIds
 
-        # a request finished or preempted since has no drafts left (vLLM skips it either way)
-        req_ids = [rid for rid in self.last if rid in self.drafts or rid in self.grammar_drafts]
-        if not self.k or not req_ids:
+        if not self.last:
             return None
-        return DraftTokenIds(req_ids, [list(self._drafts(rid)) for rid in req_ids])
+        drafts = []
+        for rid, (plain, lazy) in self.last.items():
+            if rid in self.drafts or rid in self.grammar_drafts:
+                drafts.append(list(self._drafts(rid)))
+            else:  # finished or preempted since: what it proposed then
+                drafts.append(list(plain) if lazy is None else self._grammar_draft(rid, *lazy))
+        return DraftTokenIds(list(self.last), drafts)
 
 
 def iter_async(config, workload: dict, k: int, block_hasher):
