@@ -273,12 +273,17 @@ def test_a_grammar_needs_the_model_folders_tokenizer_and_the_hash_covers_it(tmp_
     assert err.value.field == "workload.requests"
 
 
-def test_a_grammar_runs_with_async_scheduling_false(tmp_path):
-    for value in (True, None):
+def test_a_grammar_runs_under_either_loop(tmp_path):
+    """The batch-queue loop runs grammars too (engines/PROTOCOL.md "Structured outputs"): async
+    scheduling on, or left to vLLM's default, is another scenario, with the same tokenizer."""
+    hashes = set()
+    for value in (False, True, None):
         path = _grammar(tmp_path, lambda d: d["engine_args"].update(async_scheduling=value))
-        with pytest.raises(ScenarioError, match="synchronous loop only") as err:
-            load_scenario(path)
-        assert err.value.field == "engine_args.async_scheduling"
+        scenario = load_scenario(path)
+        assert "structured_outputs" in scenario.features
+        assert ("async_scheduling" in scenario.features) == (value is True)
+        hashes.add(scenario.sha256)
+    assert len(hashes) == 3
 
 
 def test_the_engine_layers_run_a_grammar():
