@@ -14,6 +14,12 @@ schedules output placeholders for the tokens in flight, and zeroes them when it 
 
 engines/PROTOCOL.md ("Async scheduling: the batch-queue loop") states this loop and the
 stand-in model runner as the driver contract a port implements, with a worked example.
+
+Requests with a grammar (PROTOCOL.md "Grammars under async scheduling") run through the same
+loop: vLLM defers the sampling of a batch whose grammar request has tokens in flight, takes the
+stand-in's drafts (take_draft_token_ids) after the update of the batch before, lets the
+scheduler cut and pad them in the deferred output (update_draft_token_ids_in_output), and
+samples behind the bitmask computed over them.
 """
 
 from __future__ import annotations

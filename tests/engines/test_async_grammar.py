@@ -11,7 +11,7 @@ from conformance.judging.goldens import GOLDENS
 from tests.helpers import REPO
 
 PINS = load_pins()
-NAMES = ("grammar_dflash_async", "grammar_eagle3_async", "grammar_mixed_async")
+NAMES = ("grammar_dflash_async", "grammar_eagle3_async", "grammar_mixed_async", "grammar_kv_pressure_async")
 SCENARIOS = {n: load_scenario(REPO / "scenarios" / f"{n}.json") for n in NAMES}
 # the releases and the commit pin whose goldens were written (every pin of the gate)
 WRITTEN = tuple(p for p in PINS.declared if GOLDENS.path(NAMES[0], p).exists())
@@ -83,3 +83,15 @@ def test_every_pin_has_the_goldens():
     assert set(PINS.releases) < set(WRITTEN)
     for name in NAMES:
         assert all(GOLDENS.path(name, p).exists() for p in WRITTEN), name
+
+
+@pytest.mark.parametrize("release", WRITTEN)
+def test_a_preempted_grammar_request_takes_its_tokens_in_flight_stale(release):
+    """grammar_kv_pressure_async: a grammar request preempted while its batch is in flight gets
+    that batch's tokens stale (its grammar follows them), is resumed, and generates what its
+    synchronous twin does (tests/engines/test_async_loop.py), which is preempted too."""
+    records = steps("grammar_kv_pressure_async", release)
+    stale = {rid for s in records for rid, e in s["requests"].items() if e["delivery"] == "stale"}
+    assert stale & grammar_ids("grammar_kv_pressure_async")
+    assert any(s["resumed"] for s in records)
+    assert any(s["preempted"] for s in steps("grammar_kv_pressure", release))
