@@ -49,6 +49,9 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           its -1 placeholders, so every row after a request's first is
                           all-allowed and its bonus row skips the drafts: a port that never
                           delivers the model runner's drafts to its grammar.
+    grammar-in-reasoning  the structured output manager finds no reasoner for any request, so a
+                          grammar masks, advances and cuts drafts from a request's first token,
+                          through its reasoning: a port that ignores the reasoning parser.
     lora-ignored          the LoRA layers add no adapter's update to their output: a request
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
@@ -244,6 +247,14 @@ def _async_grammar_drafts_undelivered() -> None:
     Scheduler.update_draft_token_ids_in_output = lambda self, draft_token_ids, scheduler_output: None
 
 
+def _grammar_in_reasoning() -> None:
+    """StructuredOutputManager._get_reasoner (should_fill_bitmask's, should_advance's and the
+    bitmask filling's way to the request's reasoning parser) returns None."""
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    StructuredOutputManager._get_reasoner = lambda self, request: None
+
+
 def _lora_ignored() -> None:
     """Every linear layer with LoRA (qkv, o, gate_up, down) returns its base output as it is."""
     from vllm.lora.layers.base_linear import BaseLinearLayerWithLoRA
@@ -301,6 +312,7 @@ MUTANTS = {
     "cap-running-chunk-2048": _cap_running_chunk(2048),
     "ignore-grammar-cut": _ignore_grammar_cut,
     "async-grammar-drafts-undelivered": _async_grammar_drafts_undelivered,
+    "grammar-in-reasoning": _grammar_in_reasoning,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
 }

@@ -292,3 +292,16 @@ def test_the_engine_layers_run_a_grammar():
     s = load_scenario(GATE.parent / "engine_grammar_eagle3.json")
     assert "engine_steps" in s.layers and "structured_outputs" in s.features
     assert sum("structured_output" in r for r in s.workload["requests"]) == 3
+
+
+def test_reasoning_runs_in_the_synchronous_loop_only(tmp_path):
+    """The async stand-in runner follows grammars, not a reasoning end: a reasoning parser with
+    async scheduling on, or left to vLLM's default, is refused by its field."""
+    shutil.copytree(GATE.parent / "models", tmp_path / "models", dirs_exist_ok=True)
+    data = json.loads((GATE.parent / "grammar_reasoning.json").read_text())
+    for value in (True, None):
+        data["engine_args"]["async_scheduling"] = value
+        (tmp_path / "s.json").write_text(json.dumps(data))
+        with pytest.raises(ScenarioError, match="synchronous loop only") as err:
+            load_scenario(tmp_path / "s.json")
+        assert err.value.field == "engine_args.async_scheduling"
