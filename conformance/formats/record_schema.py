@@ -429,6 +429,8 @@ STEP = Record("steps", {
     "grammar_errors": Field(IDS, optional=True),
     # grammars under async scheduling: sampling waited for the update of the batch before
     "deferred_sampling": Field(Flag(), optional=True),
+    # a KV cache that needs zeroing (a hybrid mamba model): the blocks the model runner zeroes
+    "zeroed_block_ids": Field(ListOf(COUNT), optional=True),
 }, base=STEP_BASE)
 ENGINE_KV_BLOCKS = Record("engine kv blocks", {"free": Field(COUNT, optional=True), "used": Field(COUNT)})
 ENGINE_STEP = Record("engine_steps", {

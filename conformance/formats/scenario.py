@@ -60,6 +60,11 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "enable_lora": (bool, False),
     "max_loras": (int, False),
     "max_lora_rank": (int, False),
+    # hybrid mamba models (engines/PROTOCOL.md "Hybrid mamba models"): which mamba states the
+    # prefix cache keeps (vLLM's CacheConfig.mamba_cache_mode), and the finer unit block hashes
+    # are computed by (CacheConfig.prefix_match_unit, hybrid models only)
+    "mamba_cache_mode": (str, False),
+    "prefix_match_unit": (int, False),
     # Structured outputs after reasoning: the release's reasoning parser (a name in its registry)
     # tells the StructuredOutputManager where reasoning ends, and the grammar applies after it;
     # `tokenizer` a folder beside the model holding the parser's tokens (TOKENIZER_FILES)
@@ -67,6 +72,7 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "tokenizer": (str, False),
     "structured_outputs_config": (dict, False),  # STRUCTURED_OUTPUTS_CONFIG's keys
 }
+MAMBA_CACHE_MODES = ("none", "align", "all")  # vLLM 0.27.1's MambaCacheMode
 # Keys of --structured-outputs-config run here: enable_in_reasoning, the grammar applied during
 # reasoning too (the manager's own switch)
 STRUCTURED_OUTPUTS_CONFIG: dict[str, tuple[type, bool]] = {"enable_in_reasoning": (bool, True)}
@@ -95,7 +101,7 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")  # vLLM's default: fail
 SIZE_FIELDS = (
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
     "max_num_scheduled_tokens", "num_gpu_blocks_override", "num_speculative_tokens",
-    "prompt_lookup_max", "prompt_lookup_min", "max_loras", "max_lora_rank",
+    "prompt_lookup_max", "prompt_lookup_min", "max_loras", "max_lora_rank", "prefix_match_unit",
 )
 # Other integers and their allowed ranges (inclusive).
 RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
@@ -126,7 +132,8 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # remote KV store. (A request's `priority`, `min_tokens`, `structured_output`, `prefix` and `lora`
 # are run: the engine's add_request and SamplingParams take them, a prefix's tokens are the
 # stand-in's, and an adapter is the model folder's adapters/<name>, ADAPTER_FILES.)
-STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external", "reasoning_end")
+STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external", "reasoning_end",
+              "session")  # a streaming session: the engine's loop takes no input chunks
 # An adapter the engine layers load: <model folder>/adapters/<name>/ with PEFT's config and the
 # recipe of its weights (engines/vllm/tiny_adapters.py), whose files the scenario hash covers
 ADAPTER_FILES = ("adapter_config.json", "weights.json")
@@ -276,6 +283,9 @@ def _engine_args(src: str, args: object, base: Path) -> tuple[dict, dict]:
             src, args["speculative_config"], base)
     if args.get("kv_transfer_config") is not None:
         args["kv_transfer_config"] = hashed["kv_transfer_config"] = _kv_transfer(src, args["kv_transfer_config"])
+    if args.get("mamba_cache_mode", "none") not in MAMBA_CACHE_MODES:
+        raise ScenarioError(src, "engine_args.mamba_cache_mode", f"must be one of {list(MAMBA_CACHE_MODES)} "
+                            f"(vLLM's CacheConfig.mamba_cache_mode), got {args['mamba_cache_mode']!r}")
     _reasoning(src, args, hashed, base)
     _check_sizes(src, args)
     return args, hashed

@@ -28,6 +28,11 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     sliding-window-as-full  a sliding-window KV cache group skips no token, so it keeps every
                           block as full attention does: a port that runs a hybrid model's
                           groups (gpt-oss) with one rule.
+    mamba-unaligned-split  a hybrid mamba model's prefill chunk in mamba cache mode `align` is
+                          not split at block boundaries (Scheduler._mamba_block_aligned_split
+                          returns the chunk the budget allows): a port that chunks a mamba
+                          hybrid's prompts as it chunks full attention's, so the mamba state
+                          cached at a block boundary is not the state of that boundary.
     ignore-invalid-kv-blocks  the scheduler takes no notice of the blocks a KV connector reports
                           it failed to load: a port that trusts every load.
     cap-running-chunk-2048  a running request's chunk is capped at 2048 tokens (the running loop
@@ -56,6 +61,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
                           blocks another adapter (or none) cached for the same tokens.
+    streaming-sessions-free-slots  a streaming session waiting for its next input chunk holds no
+                          request slot: the scheduler's count of such sessions stays 0, so
+                          waiting requests are admitted as if the session were gone (vLLM counts
+                          it against max_num_seqs): a port that only counts running requests.
 """
 
 from __future__ import annotations
@@ -199,6 +208,13 @@ def _sliding_window_as_full() -> None:
     SlidingWindowManager.get_num_skipped_tokens = lambda self, num_computed_tokens: 0
 
 
+def _mamba_unaligned_split() -> None:
+    """Scheduler._mamba_block_aligned_split keeps the number of new tokens it is given."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler._mamba_block_aligned_split = lambda self, request, num_new_tokens, *args, **kwargs: num_new_tokens
+
+
 def _ignore_invalid_kv_blocks() -> None:
     """Scheduler._handle_invalid_blocks rolls back the requests whose loaded blocks failed;
     this one finds none."""
@@ -294,6 +310,15 @@ def _cap_running_chunk(cap: int):
     return apply
 
 
+def _streaming_sessions_free_slots() -> None:
+    """Scheduler.num_waiting_for_streaming_input, an instance attribute vLLM's __init__ sets
+    and its session code adds to and takes from, becomes a class property that reads 0 and
+    drops what is written: every use of it (max_num_seqs, the unfinished count) sees none."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler.num_waiting_for_streaming_input = property(lambda self: 0, lambda self, value: None)
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -306,6 +331,7 @@ MUTANTS = {
     "sync-loop-under-async": _sync_loop_under_async,
     "keep-placeholders-at-preemption": _keep_placeholders_at_preemption,
     "sliding-window-as-full": _sliding_window_as_full,
+    "mamba-unaligned-split": _mamba_unaligned_split,
     "ignore-invalid-kv-blocks": _ignore_invalid_kv_blocks,
     "min-tokens-unmasked": _min_tokens_unmasked,
     "ignore-max-loras": _ignore_max_loras,
@@ -315,6 +341,7 @@ MUTANTS = {
     "grammar-in-reasoning": _grammar_in_reasoning,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
+    "streaming-sessions-free-slots": _streaming_sessions_free_slots,
 }
 
 
