@@ -54,6 +54,9 @@ FEATURES: dict[str, str] = {
                       "cache groups, one block table per group",
     "lora": "`engine_args.enable_lora` true, or a request of the workload has a `lora` adapter (vLLM's "
             "`max_loras` bound on a step's adapters; block hashes keyed by the adapter's name)",
+    "encoder_inputs": "a request of the workload has `encoder_inputs` (multimodal items: vLLM's mm_features "
+                      "with their placeholders, scheduled under the encoder compute budget and the encoder "
+                      "cache, shared by hash, freed once the decoder has read them)",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
@@ -99,6 +102,7 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("structured_outputs", any(r.get("structured_output") is not None for r in requests)),
         ("sliding_window", _hybrid(args.get("model"))),
         ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
+        ("encoder_inputs", any(r.get("encoder_inputs") for r in requests)),
         ("async_scheduling", _async(args, config)),
     ) if needs}
     return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))

@@ -367,6 +367,10 @@ CONFIG = Record("config", {
     "scheduler_class": Field(Text()),
     "budget_log_lines": Field(ListOf(Text())),
     **ASYNC_CONFIG,
+    # a multimodal model: the scheduler's encoder compute budget per step and encoder cache size
+    # (tokens), as the release computes them from the model's processor (MultiModalBudget)
+    "encoder_compute_budget": Field(COUNT, optional=True),
+    "encoder_cache_size": Field(COUNT, optional=True),
 })
 REFUSED_CONFIG = Record("refused config", {
     "refused": Field(REFUSAL),
@@ -398,6 +402,7 @@ STEPS_REQUEST = Record("steps request entry", {
     # a request with a grammar (structured outputs): the drafts proposed, before the grammar's cut
     "proposed_draft_token_ids": Field(ListOf(COUNT), optional=True),
 }, base=REQUEST)
+ENCODER_CACHE = Record("encoder cache", {"free": Field(COUNT), "freeable": Field(COUNT)})
 KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT), "cached": Field(COUNT)})
 # the fields of every step record, steps and engine_steps alike
 STEP_BASE = Record("step", {
@@ -423,6 +428,11 @@ STEP = Record("steps", {
     "num_common_prefix_blocks": Field(ListOf(COUNT)),
     # a workload with grammars: the requests whose grammar failed at this step
     "grammar_errors": Field(IDS, optional=True),
+    # a workload with encoder inputs: the items whose encoder runs (indices in the request's
+    # encoder_inputs), the hashes evicted from the encoder cache, the cache's slots after the update
+    "encoder_inputs": Field(MapOf("request id", ListOf(COUNT), RequestId()), optional=True),
+    "freed_encoder_inputs": Field(ListOf(RequestId()), optional=True),
+    "encoder_cache": Field(ENCODER_CACHE, optional=True),
 }, base=STEP_BASE)
 ENGINE_KV_BLOCKS = Record("engine kv blocks", {"free": Field(COUNT, optional=True), "used": Field(COUNT)})
 ENGINE_STEP = Record("engine_steps", {
@@ -502,7 +512,7 @@ LAYERS: dict[str, Layer] = {
     "engine_outputs": Layer(ENGINE_OUTPUT, (("refused", REFUSED),)),
 }
 # Every record and object with a table in PROTOCOL.md
-RECORDS = (REFUSAL, CONFIG, REFUSED_CONFIG, REFUSED, STEP_BASE, STEP, REQUEST, STEPS_REQUEST, KV_BLOCKS,
+RECORDS = (REFUSAL, CONFIG, REFUSED_CONFIG, REFUSED, STEP_BASE, STEP, REQUEST, STEPS_REQUEST, KV_BLOCKS, ENCODER_CACHE,
            ENGINE_STEP, ENGINE_KV_BLOCKS, OUTPUT_BASE, OUTPUT, ENGINE_OUTPUT, METHOD_ROW, METHOD_PROBE)
 
 

@@ -117,6 +117,12 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # are run: the engine's add_request and SamplingParams take them, a prefix's tokens are the
 # stand-in's, and an adapter is the model folder's adapters/<name>, ADAPTER_FILES.)
 STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external")
+# ... nor multimodal items: the tiny models have no encoder (the stand-in's steps layer runs a
+# multimodal model's scheduler from its config and processor files, PROCESSOR_FILES)
+STEPS_ONLY += ("encoder_inputs",)
+# What a multimodal model's folder holds beside config.json, read by the release's processor to
+# compute the encoder budget (vLLM's MultiModalBudget): the scenario hash covers them
+PROCESSOR_FILES = ("preprocessor_config.json",) + ("tokenizer.json", "tokenizer_config.json")
 # An adapter the engine layers load: <model folder>/adapters/<name>/ with PEFT's config and the
 # recipe of its weights (engines/vllm/tiny_adapters.py), whose files the scenario hash covers
 ADAPTER_FILES = ("adapter_config.json", "weights.json")
@@ -226,6 +232,8 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
         if args["async_scheduling"] is not False:  # the batch-queue loop does not sample under a bitmask
             raise ScenarioError(src, "engine_args.async_scheduling", "must be false when a request has a "
                                 "structured_output: the stand-in runs grammars in the synchronous loop only")
+    if workload is not None and any("encoder_inputs" in r for r in workload["requests"]):
+        identity["processor"] = _processor(src, Path(args["model"]))
     if generated is not None:  # the hash covers the expansion and the generator that made it
         identity["generator"] = generated["generator"]
     matrix = raw.get("method_matrix")
@@ -297,6 +305,22 @@ def _tokenizer(src: str, folder: Path) -> str:
             raise ScenarioError(src, "workload.requests", f"a structured_output needs the model folder's "
                                 f"{name} (a grammar judges text; engines/vllm/tiny_tokenizer.py makes the "
                                 f"tiny models' one): {path} cannot be read: {exc}") from None
+        digest.update(data)
+    return "sha256:" + digest.hexdigest()
+
+
+def _processor(src: str, folder: Path) -> str:
+    """The hash of a multimodal model folder's processor files, from which the release computes
+    the encoder budget and cache size (the most tokens one item makes)."""
+    digest = hashlib.sha256()
+    for name in PROCESSOR_FILES:
+        path = folder / name
+        try:
+            data = read_bytes(path, "tokenizer" if name.startswith("tokenizer") else "model config")
+        except (OSError, InputFileError) as exc:
+            raise ScenarioError(src, "workload.requests", f"encoder_inputs need a multimodal model folder "
+                                f"with {name} (scenarios/models/tiny-qwen2-audio): {path} cannot be read: "
+                                f"{exc}") from None
         digest.update(data)
     return "sha256:" + digest.hexdigest()
 

@@ -24,6 +24,7 @@ from concurrent.futures import Future
 
 from conformance.formats.workload import draft, request_prompts, verify
 
+from . import encoder_inputs
 from .kv_connector import Transfers
 from .new_requests import abort_requests, new_request, output_record
 
@@ -166,6 +167,7 @@ def iter_async(config, workload: dict, k: int, block_hasher):
 
     scheduler = build_scheduler(config, config.cache_config.num_gpu_blocks_override,
                                 cls=RecordingAsyncScheduler)
+    encoder_inputs.prepare(scheduler, workload, "workload")
     pending: deque = deque()  # the records finished by the last iteration's update
     scheduler.parity_sink = pending.append
     core = shell_core(config, scheduler, StandInExecutor(scheduler, workload, k))

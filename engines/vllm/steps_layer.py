@@ -30,7 +30,7 @@ from collections import deque
 
 from conformance.formats.workload import draft, request_prompts, validate_workload, verify, verify_masked
 
-from . import grammar, per_run
+from . import encoder_inputs, grammar, per_run
 from .new_requests import abort_requests, new_request, output_record
 
 
@@ -112,6 +112,7 @@ def iter_steps(scenario_wire: dict, cls=None, config=None, stop_after_step: int 
     scheduler = build_scheduler(config, engine_args.get("num_gpu_blocks_override"),
                                 cls=cls or RecordingScheduler)
     block_hasher = _block_hasher(config)
+    encoder_inputs.prepare(scheduler, workload, source)
 
     pending: deque = deque()  # the records of the step just updated, yielded before the next
     if hasattr(scheduler, "parity_sink"):
