@@ -47,6 +47,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
                           blocks another adapter (or none) cached for the same tokens.
+    encoder-cache-per-request  the encoder cache finds an item's output only for a request that
+                          already holds it: a request whose item another request encoded runs
+                          the encoder again (a port that keys encoder outputs by request, not by
+                          the item's hash).
 """
 
 from __future__ import annotations
@@ -244,6 +248,22 @@ def _lora_hash_ignored() -> None:
     kv_cache_utils._gen_lora_extra_hash_keys = lambda request: []
 
 
+def _encoder_cache_per_request() -> None:
+    """EncoderCacheManager.check_and_update_cache misses unless the request itself references
+    the cached output; allocate() then adds the request to the item's entry as a new one."""
+    from vllm.v1.core.encoder_cache_manager import EncoderCacheManager
+
+    original = EncoderCacheManager.check_and_update_cache
+
+    def check_and_update_cache(self, request, input_id):
+        holders = self.cached.get(request.mm_features[input_id].identifier)
+        if not holders or request.request_id not in holders:
+            return False
+        return original(self, request, input_id)
+
+    EncoderCacheManager.check_and_update_cache = check_and_update_cache
+
+
 def _cap_running_chunk(cap: int):
     """The first `min(num_new_tokens, token_budget)` of Scheduler.schedule is the running
     loop's (the waiting loop's comes after it); the edit goes there alone, installed as a
@@ -288,6 +308,7 @@ MUTANTS = {
     "ignore-grammar-cut": _ignore_grammar_cut,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
+    "encoder-cache-per-request": _encoder_cache_per_request,
 }
 
 
