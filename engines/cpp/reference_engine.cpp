@@ -17,7 +17,7 @@
 //      this file has to change. Where async scheduling resolves on
 //      it behaves as vLLM's AsyncScheduler (output placeholders, stale output after a
 //      preemption), driven by the kit's batch-queue loop, run_workload_async(). Its hello
-//      lists every feature but structured_outputs (see kFeatures).
+//      lists every feature but structured_outputs and encoder_inputs (see kFeatures).
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
@@ -72,6 +72,11 @@ const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // nlohmann-json), whose scenarios come back `unsupported`. `sliding_window` runs through its KV
 // cache manager's hybrid groups (src/kv_cache_manager.hpp), `kv_connector` through the
 // stand-in connector (src/kv_connector.hpp) and the kit's worker side of it.
+// It lacks `encoder_inputs` too: vLLM computes the encoder budget and cache size from the
+// multimodal model's processor (MultiModalBudget over the model's processing info and its
+// processor files), which only the release's own Python code reads; a port states that number
+// from its own multimodal stack, and the reference engine has none, so those scenarios come back
+// `unsupported`.
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",
