@@ -47,10 +47,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
                           blocks another adapter (or none) cached for the same tokens.
-    encoder-cache-per-request  the encoder cache finds an item's output only for a request that
-                          already holds it: a request whose item another request encoded runs
-                          the encoder again (a port that keys encoder outputs by request, not by
-                          the item's hash).
+    encoder-cache-per-request  an item is known by its request and its hash (the encoder cache's
+                          key and its blocks' hash key): a request whose item another request
+                          encoded runs the encoder again (a port that keys encoder outputs by
+                          request, not by the item's hash alone).
 """
 
 from __future__ import annotations
@@ -249,19 +249,22 @@ def _lora_hash_ignored() -> None:
 
 
 def _encoder_cache_per_request() -> None:
-    """EncoderCacheManager.check_and_update_cache misses unless the request itself references
-    the cached output; allocate() then adds the request to the item's entry as a new one."""
-    from vllm.v1.core.encoder_cache_manager import EncoderCacheManager
+    """Each item's identifier (the encoder cache's key, and its block hash key) is prefixed with
+    its request's id as the Request is built: no two requests share an item's output."""
+    import dataclasses
 
-    original = EncoderCacheManager.check_and_update_cache
+    from vllm.v1.request import Request
 
-    def check_and_update_cache(self, request, input_id):
-        holders = self.cached.get(request.mm_features[input_id].identifier)
-        if not holders or request.request_id not in holders:
-            return False
-        return original(self, request, input_id)
+    original = Request.__init__
 
-    EncoderCacheManager.check_and_update_cache = check_and_update_cache
+    def __init__(self, *args, **kwargs):
+        features = kwargs.get("mm_features")
+        if features:
+            kwargs["mm_features"] = [dataclasses.replace(f, identifier=f"{kwargs['request_id']}-{f.identifier}")
+                                     for f in features]
+        original(self, *args, **kwargs)
+
+    Request.__init__ = __init__
 
 
 def _cap_running_chunk(cap: int):

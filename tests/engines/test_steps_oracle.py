@@ -273,6 +273,9 @@ MUTANTS = {
     # regex's drafts at step 0: its grammar cuts the fourth, the first wrong one (a token the
     # regex does not allow there), the mutant keeps all four
     "ignore-grammar-cut": ("grammar_eagle3", "steps", "requests.regex.next_draft_token_ids"),
+    # r1's clip `shared` is the one r0 encodes at step 0: the oracle hits it in the encoder cache,
+    # the mutant (keyed by request) encodes it again, 18 slots more
+    "encoder-cache-per-request": ("encoder_cache_hits", "steps", "encoder_inputs.r1"),
 }
 
 
@@ -312,6 +315,10 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         kept, proposed = found[field]
         assert comparison.index == 0 and comparison.first.path == field
         assert len(kept) == 3 and proposed[:3] == kept and len(proposed) == 4, found[field]
+    if mutant == "encoder-cache-per-request":
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        assert comparison.index == 0 and found[field][1] == [0], found  # r1 encodes: absent in the oracle's
+        assert found["encoder_cache.free"] == (46, 28), found
     if mutant == "cap-running-chunk-2048":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 1 and found[field] == (8191, 2048), comparison.fields
