@@ -56,7 +56,7 @@ FEATURES: dict[str, str] = {
             "`max_loras` bound on a step's adapters; block hashes keyed by the adapter's name)",
     "encoder_inputs": "a request of the workload has `encoder_inputs` (multimodal items: vLLM's mm_features "
                       "with their placeholders, scheduled under the encoder compute budget and the encoder "
-                      "cache, shared by hash, freed once the decoder has read them)",
+                      "cache, shared by hash, freed once the decoder has read them; `engine_args.disable_chunked_mm_input`)",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",

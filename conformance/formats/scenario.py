@@ -60,6 +60,8 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "enable_lora": (bool, False),
     "max_loras": (int, False),
     "max_lora_rank": (int, False),
+    # encoder inputs: a chunk may not end inside an item's placeholder (SchedulerConfig)
+    "disable_chunked_mm_input": (bool, False),
 }
 DEFAULTS = {"enable_prefix_caching": True}
 # Keys of --speculative-config.

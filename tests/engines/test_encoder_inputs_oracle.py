@@ -10,7 +10,8 @@ from tests.helpers import REPO, records_of
 
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
-NAMES = ("encoder_budget_binding", "encoder_cache_hits", "encoder_prefix_cache_miss", "encoder_preemption")
+NAMES = ("encoder_budget_binding", "encoder_cache_hits", "encoder_prefix_cache_miss", "encoder_preemption",
+         "encoder_unchunked_items")
 SCENARIOS = {name: load_scenario(REPO / "scenarios" / f"{name}.json") for name in NAMES}
 PIN_NAMES = PINS.releases  # the base commit's goldens equal 0.27.1's (tests/bisect/test_commit_pins.py)
 
@@ -66,3 +67,8 @@ def test_the_scenarios_show_what_they_claim(release):
     resumed = next(st for st in preempt if st["resumed"] == ["r1"])
     assert resumed["step"] == 21 and resumed["requests"]["r1"]["cached_tokens"] == 64
     assert resumed["encoder_inputs"] == {}  # b hit in the encoder cache
+
+    unchunked = steps("encoder_unchunked_items", release)
+    assert {r: e["tokens"] for r, e in unchunked[0]["requests"].items()} == {"r0": 40, "r1": 10}
+    assert unchunked[1]["encoder_inputs"] == {"r0": [0]} and "r1" not in unchunked[1]["requests"]
+    assert unchunked[2]["encoder_inputs"] == {"r1": [0]} and unchunked[2]["freed_encoder_inputs"] == ["x"]
