@@ -152,6 +152,9 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("stop_dflash", ("spec:dflash", "prefix_caching", "min_tokens", "stop_token_ids", "eos", "repetition_detection")),
     ("lora_prefix_caching", ("prefix_caching", "shared_prefixes", "lora")),
     ("lora_async_in_flight", ("prefix_caching", "lora", "async_scheduling")),
+    ("encoder_budget_binding", ("prefix_caching", "long_prefill_threshold", "encoder_inputs")),
+    ("encoder_preemption", ("priority_policy", "request_priorities", "prefix_caching", "long_prefill_threshold",
+                            "encoder_inputs")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])
