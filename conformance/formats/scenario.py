@@ -321,7 +321,7 @@ def _processor(src: str, folder: Path) -> str:
             data = read_bytes(path, "tokenizer" if name.startswith("tokenizer") else "model config")
         except (OSError, InputFileError) as exc:
             raise ScenarioError(src, "workload.requests", f"encoder_inputs need a multimodal model folder "
-                                f"with {name} (scenarios/models/tiny-qwen2-audio): {path} cannot be read: "
+                                f"with {name} (scenarios/models/qwen2-audio-tiny): {path} cannot be read: "
                                 f"{exc}") from None
         digest.update(data)
     return "sha256:" + digest.hexdigest()

@@ -18,7 +18,7 @@ def new_request(req: dict, prompt, arrival: int, block_hasher):
                    mm_features=mm_features(req), **kwargs)
 
 
-MODALITY = "audio"  # the one modality of the tiny multimodal model (scenarios/models/tiny-qwen2-audio)
+MODALITY = "audio"  # the one modality of the tiny multimodal model (scenarios/models/qwen2-audio-tiny)
 
 
 def mm_features(req: dict):

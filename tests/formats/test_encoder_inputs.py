@@ -82,8 +82,8 @@ def test_library_scenarios_need_the_feature(name):
 def test_the_hash_covers_the_processor_files_and_a_missing_one_is_named(tmp_path):
     """The encoder budget is computed from the model folder's processor files: a change to them
     is a new scenario; without them the scenario is refused, naming the file."""
-    model = tmp_path / "scenarios" / "models" / "tiny-qwen2-audio"
-    shutil.copytree(REPO / "scenarios" / "models" / "tiny-qwen2-audio", model)
+    model = tmp_path / "scenarios" / "models" / "qwen2-audio-tiny"
+    shutil.copytree(REPO / "scenarios" / "models" / "qwen2-audio-tiny", model)
     src = tmp_path / "scenarios" / "s.json"
     shutil.copy(REPO / "scenarios" / "encoder_budget_binding.json", src)
     before = load_scenario(src).sha256
@@ -99,7 +99,7 @@ def test_the_hash_covers_the_processor_files_and_a_missing_one_is_named(tmp_path
 def test_the_engine_layers_refuse_encoder_inputs(tmp_path):
     raw = json.loads((REPO / "scenarios" / "encoder_budget_binding.json").read_text())
     raw["engine"] = {}
-    shutil.copytree(REPO / "scenarios" / "models" / "tiny-qwen2-audio", tmp_path / "models" / "tiny-qwen2-audio")
+    shutil.copytree(REPO / "scenarios" / "models" / "qwen2-audio-tiny", tmp_path / "models" / "qwen2-audio-tiny")
     path = tmp_path / "probe.json"
     path.write_text(json.dumps(raw))
     with pytest.raises(ScenarioError) as err:
