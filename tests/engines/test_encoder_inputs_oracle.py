@@ -11,7 +11,7 @@ from tests.helpers import REPO, records_of
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
 NAMES = ("encoder_budget_binding", "encoder_cache_hits", "encoder_prefix_cache_miss", "encoder_preemption",
-         "encoder_unchunked_items")
+         "encoder_unchunked_items", "encoder_aborts")
 SCENARIOS = {name: load_scenario(REPO / "scenarios" / f"{name}.json") for name in NAMES}
 PIN_NAMES = PINS.releases  # the base commit's goldens equal 0.27.1's (tests/bisect/test_commit_pins.py)
 
@@ -72,3 +72,14 @@ def test_the_scenarios_show_what_they_claim(release):
     assert {r: e["tokens"] for r, e in unchunked[0]["requests"].items()} == {"r0": 40, "r1": 10}
     assert unchunked[1]["encoder_inputs"] == {"r0": [0]} and "r1" not in unchunked[1]["requests"]
     assert unchunked[2]["encoder_inputs"] == {"r1": [0]} and unchunked[2]["freed_encoder_inputs"] == ["x"]
+
+
+@pytest.mark.parametrize("release", PIN_NAMES)
+def test_aborts_free_the_encoder_cache(release):
+    aborts = steps("encoder_aborts", release)
+    assert aborts[0]["encoder_inputs"] == {"r0": [0]} and "r1" not in aborts[0]["requests"]
+    # 0.33.0 requeues r1, stuck at its placeholder, and schedules r2 behind it (upstream-changes.toml)
+    behind = release.startswith("0.33")
+    assert ("r2" in aborts[0]["requests"]) == behind and ("r2" in aborts[0]["waiting"]) != behind
+    assert aborts[1]["aborted"] == ["r2"] and aborts[2]["aborted"] == ["r0"]
+    assert aborts[2]["encoder_inputs"] == {"r1": [0]} and aborts[2]["freed_encoder_inputs"] == ["c0"]
