@@ -124,7 +124,7 @@ STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection",
 STEPS_ONLY += ("encoder_inputs",)
 # What a multimodal model's folder holds beside config.json, read by the release's processor to
 # compute the encoder budget (vLLM's MultiModalBudget): the scenario hash covers them
-PROCESSOR_FILES = ("preprocessor_config.json",) + ("tokenizer.json", "tokenizer_config.json")
+PROCESSOR_FILES = ("preprocessor_config.json", "tokenizer.json", "tokenizer_config.json")  # TOKENIZER_FILES too
 # An adapter the engine layers load: <model folder>/adapters/<name>/ with PEFT's config and the
 # recipe of its weights (engines/vllm/tiny_adapters.py), whose files the scenario hash covers
 ADAPTER_FILES = ("adapter_config.json", "weights.json")
@@ -296,35 +296,36 @@ def _speculative_config(src: str, spec: object, base: Path) -> tuple[dict, dict]
     return spec, hashed_spec
 
 
-def _tokenizer(src: str, folder: Path) -> str:
-    """The hash of the model folder's tokenizer files, which a grammar reads."""
+GRAMMAR_NEEDS = "a structured_output needs the model folder's {name} (a grammar judges text; " \
+                "engines/vllm/tiny_tokenizer.py makes the tiny models' one)"
+
+
+def _tokenizer(src: str, folder: Path, needs: str = GRAMMAR_NEEDS) -> str:
+    """The hash of the model folder's tokenizer files, which a grammar reads (`needs`: who
+    needs them, for the error)."""
     digest = hashlib.sha256()
     for name in TOKENIZER_FILES:
         path = folder / name
         try:
             data = read_bytes(path, "tokenizer")
         except (OSError, InputFileError) as exc:
-            raise ScenarioError(src, "workload.requests", f"a structured_output needs the model folder's "
-                                f"{name} (a grammar judges text; engines/vllm/tiny_tokenizer.py makes the "
-                                f"tiny models' one): {path} cannot be read: {exc}") from None
+            raise ScenarioError(src, "workload.requests", f"{needs.format(name=name)}: {path} cannot be read: "
+                                f"{exc}") from None
         digest.update(data)
     return "sha256:" + digest.hexdigest()
 
 
 def _processor(src: str, folder: Path) -> str:
-    """The hash of a multimodal model folder's processor files, from which the release computes
-    the encoder budget and cache size (the most tokens one item makes)."""
-    digest = hashlib.sha256()
-    for name in PROCESSOR_FILES:
-        path = folder / name
-        try:
-            data = read_bytes(path, "tokenizer" if name.startswith("tokenizer") else "model config")
-        except (OSError, InputFileError) as exc:
-            raise ScenarioError(src, "workload.requests", f"encoder_inputs need a multimodal model folder "
-                                f"with {name} (scenarios/models/qwen2-audio-tiny): {path} cannot be read: "
-                                f"{exc}") from None
-        digest.update(data)
-    return "sha256:" + digest.hexdigest()
+    """The hash of a multimodal model folder's processor files (its processor config and its
+    tokenizer), from which the release computes the encoder budget and cache size."""
+    needs = "encoder_inputs need a multimodal model folder with {name} (scenarios/models/qwen2-audio-tiny)"
+    path = folder / PROCESSOR_FILES[0]
+    try:
+        data = read_bytes(path, "model config")
+    except (OSError, InputFileError) as exc:
+        raise ScenarioError(src, "workload.requests", f"{needs.format(name=path.name)}: {path} cannot be read: "
+                            f"{exc}") from None
+    return f"sha256:{hashlib.sha256(data).hexdigest()} {_tokenizer(src, folder, needs)}"
 
 
 def _adapters(src: str, folder: Path, requests: list[dict]) -> dict[str, str]:
