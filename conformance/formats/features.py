@@ -57,6 +57,9 @@ FEATURES: dict[str, str] = {
     "encoder_inputs": "a request of the workload has `encoder_inputs` (multimodal items: vLLM's mm_features "
                       "with their placeholders, scheduled under the encoder compute budget and the encoder "
                       "cache, shared by hash, freed once the decoder has read them; `engine_args.disable_chunked_mm_input`)",
+    "reasoning": "`engine_args.reasoning_parser` given: the release's reasoning parser tells its "
+                 "StructuredOutputManager where a request's reasoning ends (a request's `reasoning_end`), and "
+                 "its grammar masks, advances and cuts drafts only after that",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
@@ -103,6 +106,7 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("sliding_window", _hybrid(args.get("model"))),
         ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
         ("encoder_inputs", any(r.get("encoder_inputs") for r in requests)),
+        ("reasoning", bool(args.get("reasoning_parser"))),
         ("async_scheduling", _async(args, config)),
     ) if needs}
     return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))

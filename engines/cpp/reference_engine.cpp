@@ -17,7 +17,7 @@
 //      this file has to change. Where async scheduling resolves on
 //      it behaves as vLLM's AsyncScheduler (output placeholders, stale output after a
 //      preemption), driven by the kit's batch-queue loop, run_workload_async(). Its hello
-//      lists every feature but structured_outputs and encoder_inputs (see kFeatures).
+//      lists every feature but structured_outputs, reasoning and encoder_inputs (see kFeatures).
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
@@ -69,7 +69,9 @@ const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // only those it has; this engine has every one but `structured_outputs` (a grammar needs a
 // grammar engine over the tokenizer, JSON schema and regex compilation and token bitmasks as
 // xgrammar's: no such C or C++ library is in Debian's packages, and the kit links nothing but
-// nlohmann-json), whose scenarios come back `unsupported`. `sliding_window` runs through its KV
+// nlohmann-json), whose scenarios come back `unsupported`; nor `reasoning` (a reasoning parser
+// only defers a request's grammar until its reasoning ends: without a grammar engine there is
+// nothing to defer, and every reasoning scenario also needs `structured_outputs`). `sliding_window` runs through its KV
 // cache manager's hybrid groups (src/kv_cache_manager.hpp), `kv_connector` through the
 // stand-in connector (src/kv_connector.hpp) and the kit's worker side of it.
 // It lacks `encoder_inputs` too: vLLM computes the encoder budget and cache size from the

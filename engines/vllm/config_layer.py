@@ -122,6 +122,10 @@ def resolve_with_rule(scenario: dict):
         from .kv_connector import kv_transfer_config
 
         args["kv_transfer_config"] = kv_transfer_config(args["kv_transfer_config"])
+    if args.get("structured_outputs_config") is not None:  # EngineArgs takes the config object
+        from vllm.config import StructuredOutputsConfig
+
+        args["structured_outputs_config"] = StructuredOutputsConfig(**args["structured_outputs_config"])
     _forget_once_caches()
     with _captured_vllm_log() as captured, platform_rule(keep_gpu_rule=True) as rule:
         try:
@@ -222,7 +226,8 @@ def batch_queue_size(config, gpu_rule: bool) -> int:
 def _scrub(text: str, args: dict) -> str:
     """Replace this machine's absolute model paths, so a golden regenerates anywhere."""
     spec = args.get("speculative_config") or {}
-    for path, alias in ((spec.get("model"), "<draft>"), (args.get("model"), "<model>")):
+    for path, alias in ((spec.get("model"), "<draft>"), (args.get("tokenizer"), "<tokenizer>"),
+                        (args.get("model"), "<model>")):
         if path:
             text = text.replace(path, alias)
     return text

@@ -43,6 +43,9 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     ignore-grammar-cut    the scheduler keeps every draft of a request with a grammar: its
                           grammar's validate_tokens returns the drafts whole (xgrammar and
                           llguidance alike), so drafts the grammar refuses are scheduled.
+    grammar-in-reasoning  the structured output manager finds no reasoner for any request, so a
+                          grammar masks, advances and cuts drafts from a request's first token,
+                          through its reasoning: a port that ignores the reasoning parser.
     lora-ignored          the LoRA layers add no adapter's update to their output: a request
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
@@ -234,6 +237,14 @@ def _ignore_grammar_cut() -> None:
         grammar.validate_tokens = lambda self, tokens: list(tokens)
 
 
+def _grammar_in_reasoning() -> None:
+    """StructuredOutputManager._get_reasoner (should_fill_bitmask's, should_advance's and the
+    bitmask filling's way to the request's reasoning parser) returns None."""
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    StructuredOutputManager._get_reasoner = lambda self, request: None
+
+
 def _lora_ignored() -> None:
     """Every linear layer with LoRA (qkv, o, gate_up, down) returns its base output as it is."""
     from vllm.lora.layers.base_linear import BaseLinearLayerWithLoRA
@@ -309,6 +320,7 @@ MUTANTS = {
     "ignore-max-loras": _ignore_max_loras,
     "cap-running-chunk-2048": _cap_running_chunk(2048),
     "ignore-grammar-cut": _ignore_grammar_cut,
+    "grammar-in-reasoning": _grammar_in_reasoning,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
     "encoder-cache-per-request": _encoder_cache_per_request,

@@ -28,7 +28,8 @@ from __future__ import annotations
 import inspect
 from collections import deque
 
-from conformance.formats.workload import draft, request_prompts, validate_workload, verify, verify_masked
+from conformance.formats.workload import (draft, reasoning_end, request_prompts, validate_workload, verify,
+                                          verify_masked)
 
 from . import encoder_inputs, grammar, per_run
 from .new_requests import abort_requests, new_request, output_record
@@ -147,7 +148,12 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         arrivals.setdefault(req["arrival_step"], []).append(req)
         if "abort_step" in req:
             aborts.setdefault(req["abort_step"], []).append(req["id"])
-    drafter = Drafter(workload, k, scheduler.structured_output_manager)
+    # under a reasoning parser, where each grammar request's reasoning ends (workload module doc)
+    ends = {req["id"]: reasoning_end(req, len(prompts[req["id"]])) for req in workload["requests"]}
+    # (enable_in_reasoning: the grammar applies during reasoning too, so no request is left unconstrained)
+    config = scheduler.vllm_config.structured_outputs_config
+    reasons = bool(config.reasoning_parser) and not config.enable_in_reasoning
+    drafter = Drafter(workload, k, scheduler.structured_output_manager, ends, reasons)
     if any("structured_output" in req for req in workload["requests"]):
         scheduler.parity_grammar = True  # the records carry the grammar's fields (recorder.py)
     transfers = Transfers()  # the stand-in worker's side of a KV connector, if any
@@ -191,7 +197,7 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
             drafter.sampled(rid, drafts)
             # the stand-in reads a request's length and last tokens only (workload.Context)
             if rid in allowed:  # behind its grammar's bitmask, a row per position
-                sampled.append(verify_masked(seed, request.all_token_ids, drafts, vocab, allowed[rid]))
+                sampled.append(verify_masked(seed, request.all_token_ids, drafts, vocab, allowed[rid], ends[rid]))
             else:
                 sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
         model_output = ModelRunnerOutput(
@@ -214,9 +220,12 @@ class Drafter:
     """The stand-in drafter of post_step(): each request's drafts follow its acceptance
     pattern, indexed by its verify steps so far (engines/PROTOCOL.md, `steps`, step 7)."""
 
-    def __init__(self, workload: dict, k: int, manager=None) -> None:
+    def __init__(self, workload: dict, k: int, manager=None, ends: dict | None = None,
+                 reasons: bool = False) -> None:
         self.seed, self.vocab, self.k = workload["seed"], workload["vocab_size"], k
         self.manager = manager  # the StructuredOutputManager, for requests with a grammar
+        self.ends = ends or {}  # request id -> its reasoning end (workload.reasoning_end), or None
+        self.reasons = reasons  # a reasoning parser defers the grammars (not enable_in_reasoning)
         self.patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
         self.verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
 
@@ -229,8 +238,10 @@ class Drafter:
         pattern = self.patterns[rid]
         accept = pattern[self.verified[rid] % len(pattern)]
         if request.use_structured_output and not request.is_finished():  # it follows its grammar
+            end = self.ends.get(rid)
+            reasoning = self.reasons and grammar.still_reasoning(request.all_token_ids, end)
             return grammar.masked_draft(self.seed, request.all_token_ids, self.k, accept, self.vocab, request,
-                                        self.manager)
+                                        self.manager, end, reasoning)
         return draft(self.seed, request.all_token_ids, self.k, accept, self.vocab)
 
 

@@ -174,8 +174,10 @@ def test_scenario_library_exercises_what_it_claims():
     assert {r["id"]: r["finish_reason"] for r in outputs["kv_connector_fail_policy"]}["a"] == "error"
 
 
-# the grammar scenarios whose every grammar compiles (grammar_compile_error: below)
-GRAMMARS = [s for s in WORKLOADS if "structured_outputs" in s.features and s.name != "grammar_compile_error"]
+# the grammar scenarios whose every grammar compiles (grammar_compile_error: below); those
+# whose grammars wait for a reasoning end: tests/engines/test_reasoning_oracle.py
+GRAMMARS = [s for s in WORKLOADS if "structured_outputs" in s.features and s.name != "grammar_compile_error"
+            and "reasoning" not in s.features]
 # the ones whose golden cannot show a draft cut short and a draft rejected, and why
 NO_PARTIAL_CUT = {
     "grammar_ignore_eos": "no speculation",
@@ -273,6 +275,9 @@ MUTANTS = {
     # regex's drafts at step 0: its grammar cuts the fourth, the first wrong one (a token the
     # regex does not allow there), the mutant keeps all four
     "ignore-grammar-cut": ("grammar_eagle3", "steps", "requests.regex.next_draft_token_ids"),
+    # obj's drafts at step 0 are reasoning, </think> among them: the oracle cuts none, the
+    # mutant's grammar (applied from the first token) refuses them
+    "grammar-in-reasoning": ("grammar_reasoning_eagle3", "steps", "requests.obj.next_draft_token_ids"),
     # r1's clip `shared` is the one r0 encodes at step 0: the oracle hits it in the encoder cache,
     # the mutant (keyed by request) encodes it again, 18 slots more
     "encoder-cache-per-request": ("encoder_cache_hits", "steps", "encoder_inputs.r1"),
@@ -315,6 +320,10 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         kept, proposed = found[field]
         assert comparison.index == 0 and comparison.first.path == field
         assert len(kept) == 3 and proposed[:3] == kept and len(proposed) == 4, found[field]
+    if mutant == "grammar-in-reasoning":
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        kept, cut = found[field]
+        assert comparison.index == 0 and 2047 in kept and 2047 not in cut, found[field]  # </think> kept
     if mutant == "encoder-cache-per-request":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 0 and found[field][1] == [0], found  # r1 encodes: absent in the oracle's
