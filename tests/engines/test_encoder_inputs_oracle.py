@@ -11,7 +11,7 @@ from tests.helpers import REPO, records_of
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
 NAMES = ("encoder_budget_binding", "encoder_cache_hits", "encoder_prefix_cache_miss", "encoder_preemption",
-         "encoder_unchunked_items", "encoder_aborts")
+         "encoder_unchunked_items", "encoder_aborts", "encoder_async")
 SCENARIOS = {name: load_scenario(REPO / "scenarios" / f"{name}.json") for name in NAMES}
 PIN_NAMES = PINS.releases  # the base commit's goldens equal 0.27.1's (tests/bisect/test_commit_pins.py)
 
@@ -83,3 +83,13 @@ def test_aborts_free_the_encoder_cache(release):
     assert ("r2" in aborts[0]["requests"]) == behind and ("r2" in aborts[0]["waiting"]) != behind
     assert aborts[1]["aborted"] == ["r2"] and aborts[2]["aborted"] == ["r0"]
     assert aborts[2]["encoder_inputs"] == {"r1": [0]} and aborts[2]["freed_encoder_inputs"] == ["c0"]
+
+
+@pytest.mark.parametrize("release", PIN_NAMES)
+def test_async_scheduling_evicts_one_schedule_later(release):
+    """The batch-queue loop: r2's prefill update in flight at step 4 keeps `shared` referenced."""
+    hits = steps("encoder_async", release)
+    assert hits[0]["encoder_inputs"] == {"r0": [0]} and hits[3]["requests"]["r3"]["tokens"] == 8
+    assert "r3" not in hits[4]["requests"]
+    assert hits[5]["encoder_inputs"] == {"r3": [0]} and hits[5]["freed_encoder_inputs"] == ["shared"]
+    assert hits[12]["encoder_inputs"] == {"r4": [0]} and hits[12]["freed_encoder_inputs"] == ["other"]
