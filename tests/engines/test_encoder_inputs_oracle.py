@@ -11,7 +11,7 @@ from tests.helpers import REPO, records_of
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
 NAMES = ("encoder_budget_binding", "encoder_cache_hits", "encoder_prefix_cache_miss", "encoder_preemption",
-         "encoder_unchunked_items", "encoder_aborts", "encoder_async")
+         "encoder_unchunked_items", "encoder_aborts", "encoder_cache_hits_async")
 SCENARIOS = {name: load_scenario(REPO / "scenarios" / f"{name}.json") for name in NAMES}
 PIN_NAMES = PINS.releases  # the base commit's goldens equal 0.27.1's (tests/bisect/test_commit_pins.py)
 
@@ -88,7 +88,7 @@ def test_aborts_free_the_encoder_cache(release):
 @pytest.mark.parametrize("release", PIN_NAMES)
 def test_async_scheduling_evicts_one_schedule_later(release):
     """The batch-queue loop: r2's prefill update in flight at step 4 keeps `shared` referenced."""
-    hits = steps("encoder_async", release)
+    hits = steps("encoder_cache_hits_async", release)
     assert hits[0]["encoder_inputs"] == {"r0": [0]} and hits[3]["requests"]["r3"]["tokens"] == 8
     assert "r3" not in hits[4]["requests"]
     assert hits[5]["encoder_inputs"] == {"r3": [0]} and hits[5]["freed_encoder_inputs"] == ["shared"]

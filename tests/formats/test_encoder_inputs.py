@@ -12,7 +12,7 @@ from tests.helpers import REPO
 
 ARGS = {"max_model_len": 200}
 ENCODER_SCENARIOS = ("encoder_budget_binding", "encoder_cache_hits", "encoder_prefix_cache_miss",
-                     "encoder_preemption", "encoder_unchunked_items", "encoder_aborts", "encoder_async")
+                     "encoder_preemption", "encoder_unchunked_items", "encoder_aborts", "encoder_cache_hits_async")
 
 
 def workload(*requests, prefixes=None):
