@@ -401,6 +401,10 @@ STEPS_REQUEST = Record("steps request entry", {
     "next_draft_token_ids": Field(ListOf(COUNT)),
     # a request with a grammar (structured outputs): the drafts proposed, before the grammar's cut
     "proposed_draft_token_ids": Field(ListOf(COUNT), optional=True),
+    # grammars under async scheduling: the drafts the step's bitmask was computed over (a
+    # deferred step's: cut by the grammar, padded with -1), and how many the grammar cut
+    "bitmask_draft_token_ids": Field(ListOf(Int(-1)), optional=True),
+    "invalid_draft_tokens": Field(COUNT, optional=True),
 }, base=REQUEST)
 ENCODER_CACHE = Record("encoder cache", {"free": Field(COUNT), "freeable": Field(COUNT)})
 KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT), "cached": Field(COUNT)})
@@ -433,6 +437,10 @@ STEP = Record("steps", {
     "encoder_inputs": Field(MapOf("request id", ListOf(COUNT), RequestId()), optional=True),
     "freed_encoder_inputs": Field(ListOf(RequestId()), optional=True),
     "encoder_cache": Field(ENCODER_CACHE, optional=True),
+    # grammars under async scheduling: sampling waited for the update of the batch before
+    "deferred_sampling": Field(Flag(), optional=True),
+    # a KV cache that needs zeroing (a hybrid mamba model): the blocks the model runner zeroes
+    "zeroed_block_ids": Field(ListOf(COUNT), optional=True),
 }, base=STEP_BASE)
 ENGINE_KV_BLOCKS = Record("engine kv blocks", {"free": Field(COUNT, optional=True), "used": Field(COUNT)})
 ENGINE_STEP = Record("engine_steps", {

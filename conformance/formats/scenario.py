@@ -62,6 +62,11 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "max_lora_rank": (int, False),
     # encoder inputs: a chunk may not end inside an item's placeholder (SchedulerConfig)
     "disable_chunked_mm_input": (bool, False),
+    # hybrid mamba models (engines/PROTOCOL.md "Hybrid mamba models"): which mamba states the
+    # prefix cache keeps (vLLM's CacheConfig.mamba_cache_mode), and the finer unit block hashes
+    # are computed by (CacheConfig.prefix_match_unit, hybrid models only)
+    "mamba_cache_mode": (str, False),
+    "prefix_match_unit": (int, False),
     # Structured outputs after reasoning: the release's reasoning parser (a name in its registry)
     # tells the StructuredOutputManager where reasoning ends, and the grammar applies after it;
     # `tokenizer` a folder beside the model holding the parser's tokens (TOKENIZER_FILES)
@@ -69,6 +74,7 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "tokenizer": (str, False),
     "structured_outputs_config": (dict, False),  # STRUCTURED_OUTPUTS_CONFIG's keys
 }
+MAMBA_CACHE_MODES = ("none", "align", "all")  # vLLM 0.27.1's MambaCacheMode
 # Keys of --structured-outputs-config run here: enable_in_reasoning, the grammar applied during
 # reasoning too (the manager's own switch)
 STRUCTURED_OUTPUTS_CONFIG: dict[str, tuple[type, bool]] = {"enable_in_reasoning": (bool, True)}
@@ -97,7 +103,7 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")  # vLLM's default: fail
 SIZE_FIELDS = (
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
     "max_num_scheduled_tokens", "num_gpu_blocks_override", "num_speculative_tokens",
-    "prompt_lookup_max", "prompt_lookup_min", "max_loras", "max_lora_rank",
+    "prompt_lookup_max", "prompt_lookup_min", "max_loras", "max_lora_rank", "prefix_match_unit",
 )
 # Other integers and their allowed ranges (inclusive).
 RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
@@ -128,7 +134,8 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # remote KV store. (A request's `priority`, `min_tokens`, `structured_output`, `prefix` and `lora`
 # are run: the engine's add_request and SamplingParams take them, a prefix's tokens are the
 # stand-in's, and an adapter is the model folder's adapters/<name>, ADAPTER_FILES.)
-STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external", "reasoning_end")
+STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external", "reasoning_end",
+              "session")  # a streaming session: the engine's loop takes no input chunks
 # ... nor multimodal items: the tiny models have no encoder (the stand-in's steps layer runs a
 # multimodal model's scheduler from its config and processor files, PROCESSOR_FILES)
 STEPS_ONLY += ("encoder_inputs",)
@@ -241,9 +248,10 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     identity = {"schema": SCHEMA, "name": name, "engine_args": hashed, "workload": workload}
     if workload is not None and any("structured_output" in r for r in workload["requests"]):
         identity["tokenizer"] = _tokenizer(src, Path(args.get("tokenizer", args["model"])))
-        if args["async_scheduling"] is not False:  # the batch-queue loop does not sample under a bitmask
-            raise ScenarioError(src, "engine_args.async_scheduling", "must be false when a request has a "
-                                "structured_output: the stand-in runs grammars in the synchronous loop only")
+        if args.get("reasoning_parser") and args["async_scheduling"] is not False:
+            # the async stand-in runner follows grammars, not a reasoning end (engines/vllm/async_loop.py)
+            raise ScenarioError(src, "engine_args.async_scheduling", "must be false under a reasoning_parser: "
+                                "the stand-in runs reasoning in the synchronous loop only")
     if workload is not None and any("encoder_inputs" in r for r in workload["requests"]):
         identity["processor"] = _processor(src, Path(args["model"]))
     if generated is not None:  # the hash covers the expansion and the generator that made it
@@ -285,6 +293,9 @@ def _engine_args(src: str, args: object, base: Path) -> tuple[dict, dict]:
             src, args["speculative_config"], base)
     if args.get("kv_transfer_config") is not None:
         args["kv_transfer_config"] = hashed["kv_transfer_config"] = _kv_transfer(src, args["kv_transfer_config"])
+    if args.get("mamba_cache_mode", "none") not in MAMBA_CACHE_MODES:
+        raise ScenarioError(src, "engine_args.mamba_cache_mode", f"must be one of {list(MAMBA_CACHE_MODES)} "
+                            f"(vLLM's CacheConfig.mamba_cache_mode), got {args['mamba_cache_mode']!r}")
     _reasoning(src, args, hashed, base)
     _check_sizes(src, args)
     return args, hashed

@@ -51,6 +51,8 @@ The workload schema (every key below; no others):
                                           #   lora_int_id, 1..2**31-1, and lora_name, as a
                                           #   request id); within a workload an id names one
                                           #   adapter and a name one id
+                   "session": {...},      # optional: a streaming input session, its chunks
+                                          #   and the end of its input (sessions.py)
                    "encoder_inputs": [{"offset": int,  # optional, not with `continues`: the
                                        "length": int,  #   request's multimodal items (vLLM's
                                        "hash": str}],  #   mm_features), each a placeholder of
@@ -76,6 +78,8 @@ next token, so a scheduler can be driven without weights, identically on every m
   read as a little-endian unsigned integer, modulo vocab_size.
 - `prefix_tokens(seed, name, n, vocab_size)`: prompt_tokens(seed, "prefix/" + name, n,
   vocab_size); a request id cannot hold "/", so no request's own tokens are a prefix's.
+- `chunk_tokens(seed, id, j, n, vocab_size)`: prompt_tokens(seed, "chunk/" + id + "/" + j,
+  n, vocab_size), j in decimal: a streaming session's chunk j (sessions.py).
 - `expected_output(seed, prompt, max_tokens, stop_token_ids, max_model_len, vocab_size,
   min_tokens, eos_token_id, repetition)`: what a request outputs under any scheduler: the
   target's tokens after its prompt, each checked as vLLM 0.27.1's check_stop checks it
@@ -148,6 +152,7 @@ import re
 
 from conformance.formats.fields import ScenarioError, type_name as _tname
 from conformance.formats.record_schema import INFORMATIONAL_SUFFIX
+from conformance.formats.sessions import check_sessions, validate_session
 
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 MAX_VOCAB_SIZE = 151936
@@ -167,7 +172,7 @@ TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
 TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
                 "prefix", "continues", "abort_step", "priority", "min_tokens", "eos_token_id",
-                "repetition_detection", "external", "structured_output", "lora", "reasoning_end",
+                "repetition_detection", "external", "structured_output", "lora", "reasoning_end", "session",
                 "encoder_inputs"}
 REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
 EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
@@ -320,6 +325,8 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
         out["encoder_inputs"] = _encoder_inputs(check, f"{where}.encoder_inputs", req["encoder_inputs"], limit)
     if "reasoning_end" in req:
         out["reasoning_end"] = _reasoning_end(check, f"{where}.reasoning_end", req["reasoning_end"], out, vocab_size)
+    if "session" in req:
+        out["session"] = validate_session(check, f"{where}.session", req["session"], {**req, **out}, max_steps, limit)
     return out
 
 
@@ -498,6 +505,7 @@ def _check_lengths(check: FieldChecker, workload: dict, max_model_len: int | Non
     """len(prompt) + max_tokens <= max_model_len for every request, a continuation's prompt
     holding the earlier request's prompt and output."""
     lengths = prompt_lengths(workload, max_model_len)
+    check_sessions(check, workload["requests"], lengths, max_model_len)
     if max_model_len is None:
         return
     for i, req in enumerate(workload["requests"]):
@@ -624,6 +632,12 @@ def prefix_tokens(seed: int, name: str, n: int, vocab_size: int) -> list[int]:
     """A named shared prefix's n tokens: a request id cannot contain "/", so they are never
     a request's own tokens."""
     return prompt_tokens(seed, "prefix/" + name, n, vocab_size)
+
+
+def chunk_tokens(seed: int, req_id: str, index: int, n: int, vocab_size: int) -> list[int]:
+    """A streaming session's input chunk `index` (0: the first after its prompt; sessions.py):
+    n tokens, never a request's own nor a prefix's (neither holds "/")."""
+    return prompt_tokens(seed, f"chunk/{req_id}/{index}", n, vocab_size)
 
 
 def expected_output(seed: int, prompt: list[int], max_tokens: int, stop_token_ids: list[int],

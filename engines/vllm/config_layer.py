@@ -117,6 +117,8 @@ def resolve_with_rule(scenario: dict):
     """resolve_config, and the AsyncRule read while resolving (its async log lines in it)."""
     from vllm.engine.arg_utils import EngineArgs
 
+    from .release import align_hybrid_block_size
+
     args = dict(scenario["engine_args"])
     if args.get("kv_transfer_config") is not None:  # the stand-in's connector, by module path
         from .kv_connector import kv_transfer_config
@@ -131,6 +133,7 @@ def resolve_with_rule(scenario: dict):
         try:
             config = EngineArgs(skip_tokenizer_init=not (uses_grammar(scenario) or uses_encoder(scenario)),
                                 **args).create_engine_config()
+            align_hybrid_block_size(config)  # a GPU executor's step before the KV cache is sized
             refusal = None
         except Exception as exc:  # the release refusing a configuration is a result, not a crash
             config, refusal = None, {"type": type(exc).__name__, "message": _scrub(str(exc), args)}

@@ -28,6 +28,11 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     sliding-window-as-full  a sliding-window KV cache group skips no token, so it keeps every
                           block as full attention does: a port that runs a hybrid model's
                           groups (gpt-oss) with one rule.
+    mamba-unaligned-split  a hybrid mamba model's prefill chunk in mamba cache mode `align` is
+                          not split at block boundaries (Scheduler._mamba_block_aligned_split
+                          returns the chunk the budget allows): a port that chunks a mamba
+                          hybrid's prompts as it chunks full attention's, so the mamba state
+                          cached at a block boundary is not the state of that boundary.
     ignore-invalid-kv-blocks  the scheduler takes no notice of the blocks a KV connector reports
                           it failed to load: a port that trusts every load.
     cap-running-chunk-2048  a running request's chunk is capped at 2048 tokens (the running loop
@@ -43,6 +48,12 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     ignore-grammar-cut    the scheduler keeps every draft of a request with a grammar: its
                           grammar's validate_tokens returns the drafts whole (xgrammar and
                           llguidance alike), so drafts the grammar refuses are scheduled.
+    async-grammar-drafts-undelivered  under async scheduling, the batch-queue loop computes a
+                          deferred batch's grammar bitmask without the drafts that arrived
+                          (update_draft_token_ids_in_output does nothing): the output keeps
+                          its -1 placeholders, so every row after a request's first is
+                          all-allowed and its bonus row skips the drafts: a port that never
+                          delivers the model runner's drafts to its grammar.
     grammar-in-reasoning  the structured output manager finds no reasoner for any request, so a
                           grammar masks, advances and cuts drafts from a request's first token,
                           through its reasoning: a port that ignores the reasoning parser.
@@ -50,6 +61,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
                           blocks another adapter (or none) cached for the same tokens.
+    streaming-sessions-free-slots  a streaming session waiting for its next input chunk holds no
+                          request slot: the scheduler's count of such sessions stays 0, so
+                          waiting requests are admitted as if the session were gone (vLLM counts
+                          it against max_num_seqs): a port that only counts running requests.
     encoder-cache-per-request  an item is known by its request and its hash (the encoder cache's
                           key and its blocks' hash key): a request whose item another request
                           encoded runs the encoder again (a port that keys encoder outputs by
@@ -197,6 +212,13 @@ def _sliding_window_as_full() -> None:
     SlidingWindowManager.get_num_skipped_tokens = lambda self, num_computed_tokens: 0
 
 
+def _mamba_unaligned_split() -> None:
+    """Scheduler._mamba_block_aligned_split keeps the number of new tokens it is given."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler._mamba_block_aligned_split = lambda self, request, num_new_tokens, *args, **kwargs: num_new_tokens
+
+
 def _ignore_invalid_kv_blocks() -> None:
     """Scheduler._handle_invalid_blocks rolls back the requests whose loaded blocks failed;
     this one finds none."""
@@ -235,6 +257,14 @@ def _ignore_grammar_cut() -> None:
 
     for grammar in (XgrammarGrammar, GuidanceGrammar):
         grammar.validate_tokens = lambda self, tokens: list(tokens)
+
+
+def _async_grammar_drafts_undelivered() -> None:
+    """Scheduler.update_draft_token_ids_in_output (called by step_with_batch_queue for a
+    deferred batch) leaves the scheduler output as schedule() made it."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler.update_draft_token_ids_in_output = lambda self, draft_token_ids, scheduler_output: None
 
 
 def _grammar_in_reasoning() -> None:
@@ -303,6 +333,15 @@ def _cap_running_chunk(cap: int):
     return apply
 
 
+def _streaming_sessions_free_slots() -> None:
+    """Scheduler.num_waiting_for_streaming_input, an instance attribute vLLM's __init__ sets
+    and its session code adds to and takes from, becomes a class property that reads 0 and
+    drops what is written: every use of it (max_num_seqs, the unfinished count) sees none."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler.num_waiting_for_streaming_input = property(lambda self: 0, lambda self, value: None)
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -315,14 +354,17 @@ MUTANTS = {
     "sync-loop-under-async": _sync_loop_under_async,
     "keep-placeholders-at-preemption": _keep_placeholders_at_preemption,
     "sliding-window-as-full": _sliding_window_as_full,
+    "mamba-unaligned-split": _mamba_unaligned_split,
     "ignore-invalid-kv-blocks": _ignore_invalid_kv_blocks,
     "min-tokens-unmasked": _min_tokens_unmasked,
     "ignore-max-loras": _ignore_max_loras,
     "cap-running-chunk-2048": _cap_running_chunk(2048),
     "ignore-grammar-cut": _ignore_grammar_cut,
+    "async-grammar-drafts-undelivered": _async_grammar_drafts_undelivered,
     "grammar-in-reasoning": _grammar_in_reasoning,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
+    "streaming-sessions-free-slots": _streaming_sessions_free_slots,
     "encoder-cache-per-request": _encoder_cache_per_request,
 }
 

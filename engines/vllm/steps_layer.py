@@ -7,6 +7,7 @@ drafter. Each step mirrors the synchronous EngineCore.step() + post_step() of 0.
 and 0.33.0 (vllm/v1/engine/core.py), with a client's aborts between steps:
 
     add the requests arriving at this step
+    give the streaming sessions their input chunks and ends arriving at this step
     abort the requests whose abort_step this is, one finish_requests() call each
     scheduler.schedule()
     the stand-in "executes" it -> ModelRunnerOutput
@@ -28,11 +29,12 @@ from __future__ import annotations
 import inspect
 from collections import deque
 
+from conformance.formats.sessions import inputs_by_step
 from conformance.formats.workload import (draft, reasoning_end, request_prompts, validate_workload, verify,
                                           verify_masked)
 
 from . import encoder_inputs, grammar, per_run
-from .new_requests import abort_requests, new_request, output_record
+from .new_requests import abort_requests, new_request, output_record, session_inputs
 
 
 
@@ -148,6 +150,7 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         arrivals.setdefault(req["arrival_step"], []).append(req)
         if "abort_step" in req:
             aborts.setdefault(req["abort_step"], []).append(req["id"])
+    inputs = inputs_by_step(workload)  # streaming sessions' later chunks and ends
     # under a reasoning parser, where each grammar request's reasoning ends (workload module doc)
     ends = {req["id"]: reasoning_end(req, len(prompts[req["id"]])) for req in workload["requests"]}
     # (enable_in_reasoning: the grammar applies during reasoning too, so no request is left unconstrained)
@@ -170,7 +173,9 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
             scheduler.add_request(requests[req["id"]])
         if hasattr(scheduler, "parity_refused"):
             scheduler.parity_refused = refused
-        aborted = abort_requests(scheduler, aborts.get(step, ()))
+        # a session ended while it waited for input is aborted: recorded as an abort is
+        aborted = session_inputs(scheduler, inputs.get(step, ()), step, seed, vocab, block_hasher)
+        aborted += abort_requests(scheduler, aborts.get(step, ()))
         # the step after an abort is recorded even when nothing is left: it shows the abort
         if len(requests) == total and all(r.is_finished() for r in requests.values()) and not aborted:
             break
@@ -254,15 +259,18 @@ def counts_as_verify_step(drafts: list[int]) -> bool:
 
 
 def _block_hasher(config):
-    """The request block hasher EngineCore builds when prefix caching is on, else None."""
+    """The request block hasher EngineCore builds when prefix caching is on, else None: over
+    blocks of the hash block size EngineCore resolves (release.hashing_block_sizes)."""
     if not config.cache_config.enable_prefix_caching:
         return None
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
+    from .release import hashing_block_sizes
+
     hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    args = [config.cache_config.block_size, hash_fn]
+    args = [hashing_block_sizes(config)[1], hash_fn]  # finer than a block with prefix_match_unit
     if "num_hash_lookahead_tokens" in inspect.signature(get_request_block_hasher).parameters:
         args.append(getattr(config, "num_hash_lookahead_tokens", 0))
     return get_request_block_hasher(*args)
