@@ -58,6 +58,9 @@ FEATURES: dict[str, str] = {
              "prefill splits in mode `align`, and `engine_args.prefix_match_unit`'s finer block hashes",
     "lora": "`engine_args.enable_lora` true, or a request of the workload has a `lora` adapter (vLLM's "
             "`max_loras` bound on a step's adapters; block hashes keyed by the adapter's name)",
+    "encoder_inputs": "a request of the workload has `encoder_inputs` (multimodal items: vLLM's mm_features "
+                      "with their placeholders, scheduled under the encoder compute budget and the encoder "
+                      "cache, shared by hash, freed once the decoder has read them; `engine_args.disable_chunked_mm_input`)",
     "streaming_input": "a request of the workload has a `session`: a streaming input session (vLLM's resumable "
                        "requests), its later input chunks and the end of its input arriving at given steps",
     "reasoning": "`engine_args.reasoning_parser` given: the release's reasoning parser tells its "
@@ -114,6 +117,7 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("sliding_window", _hybrid(args.get("model"))),
         ("mamba", _mamba(args.get("model"))),
         ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
+        ("encoder_inputs", any(r.get("encoder_inputs") for r in requests)),
         ("streaming_input", any(r.get("session") is not None for r in requests)),
         ("reasoning", bool(args.get("reasoning_parser"))),
         ("kv_cache_events", _dict(args.get("kv_events_config")).get("enable_kv_cache_events") is True),

@@ -402,6 +402,10 @@ CONFIG = Record("config", {
     "scheduler_class": Field(Text()),
     "budget_log_lines": Field(ListOf(Text())),
     **ASYNC_CONFIG,
+    # a multimodal model: the scheduler's encoder compute budget per step and encoder cache size
+    # (tokens), as the release computes them from the model's processor (MultiModalBudget)
+    "encoder_compute_budget": Field(COUNT, optional=True),
+    "encoder_cache_size": Field(COUNT, optional=True),
 })
 REFUSED_CONFIG = Record("refused config", {
     "refused": Field(REFUSAL),
@@ -462,6 +466,7 @@ BLOCK_REMOVED = Record("block removed event", {
 })
 ALL_CLEARED = Record("all blocks cleared event", {"type": Field(Text(("AllBlocksCleared",)))})
 KV_EVENT = Tagged("kv cache event", (BLOCK_STORED, BLOCK_REMOVED, ALL_CLEARED))
+ENCODER_CACHE = Record("encoder cache", {"free": Field(COUNT), "freeable": Field(COUNT)})
 KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT), "cached": Field(COUNT)})
 # the fields of every step record, steps and engine_steps alike
 STEP_BASE = Record("step", {
@@ -487,6 +492,11 @@ STEP = Record("steps", {
     "num_common_prefix_blocks": Field(ListOf(COUNT)),
     # a workload with grammars: the requests whose grammar failed at this step
     "grammar_errors": Field(IDS, optional=True),
+    # a workload with encoder inputs: the items whose encoder runs (indices in the request's
+    # encoder_inputs), the hashes evicted from the encoder cache, the cache's slots after the update
+    "encoder_inputs": Field(MapOf("request id", ListOf(COUNT), RequestId()), optional=True),
+    "freed_encoder_inputs": Field(ListOf(RequestId()), optional=True),
+    "encoder_cache": Field(ENCODER_CACHE, optional=True),
     # grammars under async scheduling: sampling waited for the update of the batch before
     "deferred_sampling": Field(Flag(), optional=True),
     # a KV cache that needs zeroing (a hybrid mamba model): the blocks the model runner zeroes
@@ -574,7 +584,7 @@ LAYERS: dict[str, Layer] = {
     "engine_outputs": Layer(ENGINE_OUTPUT, (("refused", REFUSED),)),
 }
 # Every record and object with a table in PROTOCOL.md
-RECORDS = (REFUSAL, CONFIG, REFUSED_CONFIG, REFUSED, STEP_BASE, STEP, REQUEST, STEPS_REQUEST, KV_BLOCKS,
+RECORDS = (REFUSAL, CONFIG, REFUSED_CONFIG, REFUSED, STEP_BASE, STEP, REQUEST, STEPS_REQUEST, KV_BLOCKS, ENCODER_CACHE,
            ENGINE_STEP, ENGINE_KV_BLOCKS, OUTPUT_BASE, OUTPUT, ENGINE_OUTPUT, METHOD_ROW, METHOD_PROBE,
            BLOCK_STORED, BLOCK_REMOVED, ALL_CLEARED)
 

@@ -56,6 +56,15 @@ The workload schema (every key below; no others):
                    "kv_cache_report_mode": str,  # optional, with KV cache events on:
                                           #   "incremental" (vLLM's default) or "full" (its
                                           #   prefix-cache hit is reported as BlockStored too)
+                   "encoder_inputs": [{"offset": int,  # optional, not with `continues`: the
+                                       "length": int,  #   request's multimodal items (vLLM's
+                                       "hash": str}],  #   mm_features), each a placeholder of
+                                          #   `length` tokens (1..) at `offset` in the prompt
+                                          #   (its prefix's tokens, then its own), in increasing
+                                          #   order, apart, inside the prompt; `hash` the item's
+                                          #   identifier (mm_hash, as a request id): one hash is
+                                          #   one item (its encoder output is shared through the
+                                          #   encoder cache), of one length in the workload
                    "acceptance": [int]}],    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
                                              # (verify step: engines/PROTOCOL.md, `steps`)
@@ -171,11 +180,13 @@ TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
                 "prefix", "continues", "abort_step", "priority", "min_tokens", "eos_token_id",
                 "repetition_detection", "external", "structured_output", "lora", "reasoning_end", "session",
-                "kv_cache_report_mode"}
+                "kv_cache_report_mode", "encoder_inputs"}
 REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
 EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
 LORA_KEYS = {"id", "name"}
 MAX_LORA_ID = (1 << 31) - 1
+ENCODER_INPUT_KEYS = {"offset", "length", "hash"}
+MAX_ENCODER_INPUTS = 64  # items per request
 PREFIX_KEYS = {"name", "len"}
 STRUCTURED_KEYS = ("json", "regex", "choice")  # vLLM's StructuredOutputsParams, the ones run here
 MAX_GRAMMAR_TEXT = 4096  # characters of a JSON schema (as JSON text) or a regex
@@ -220,6 +231,7 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
         if "reasoning_end" in req and not parser:
             check.fail(f"workload.requests[{i}].reasoning_end", "needs engine_args.reasoning_parser: without "
                        "one the release never looks for a reasoning end")
+    _check_encoder_inputs(check, out, prefixes)
     if "prefix_cache_resets" in raw:
         workload["prefix_cache_resets"] = resets = _resets(check, raw["prefix_cache_resets"], max_steps)
         last = max(req["arrival_step"] for req in out)
@@ -363,6 +375,8 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
         check.keys(f"{where}.lora", req["lora"], LORA_KEYS, ("id", "name"))
         out["lora"] = {"id": check.integer(f"{where}.lora.id", req["lora"]["id"], 1, MAX_LORA_ID),
                        "name": check.name(f"{where}.lora.name", req["lora"]["name"], "an adapter's name")}
+    if "encoder_inputs" in req:
+        out["encoder_inputs"] = _encoder_inputs(check, f"{where}.encoder_inputs", req["encoder_inputs"], limit)
     if "reasoning_end" in req:
         out["reasoning_end"] = _reasoning_end(check, f"{where}.reasoning_end", req["reasoning_end"], out, vocab_size)
     if "session" in req:
@@ -377,6 +391,48 @@ def _reasoning_end(check: FieldChecker, where: str, raw: object, out: dict, voca
         check.fail(where, "needs a structured_output: reasoning only defers a request's grammar")
     return {"token_id": check.integer(f"{where}.token_id", raw["token_id"], 0, vocab_size - 1),
             "at": check.integer(f"{where}.at", raw["at"], 0, out["max_tokens"] - 1)}
+
+
+def _encoder_inputs(check: FieldChecker, where: str, raw: object, limit: int) -> list[dict]:
+    """A request's multimodal items: placeholders in increasing order, apart (vLLM's input
+    processor makes them so, and the scheduler's window search relies on it)."""
+    if not isinstance(raw, list):
+        check.fail(where, f"must be an array, got {_tname(raw)}")
+    if not 1 <= len(raw) <= MAX_ENCODER_INPUTS:
+        check.fail(where, f"must hold 1 to {MAX_ENCODER_INPUTS} items, got {len(raw)}")
+    out: list[dict] = []
+    for j, item in enumerate(raw):
+        at = f"{where}[{j}]"
+        check.keys(at, item, ENCODER_INPUT_KEYS, ("offset", "length", "hash"))
+        offset = check.integer(f"{at}.offset", item["offset"], 0, limit - 1)
+        if out and offset < out[-1]["offset"] + out[-1]["length"]:
+            check.fail(f"{at}.offset", f"must be at least {out[-1]['offset'] + out[-1]['length']}, where "
+                       f"the item before it ends: placeholders in increasing order, apart; got {offset}")
+        out.append({"offset": offset, "length": check.integer(f"{at}.length", item["length"], 1, limit),
+                    "hash": check.name(f"{at}.hash", item["hash"], "an item's hash")})
+    return out
+
+
+def _check_encoder_inputs(check: FieldChecker, requests: list[dict], prefixes: dict[str, int]) -> None:
+    """Each item inside its request's prompt, and one length per hash: vLLM hashes an item's
+    content, so equal hashes are one item, which the encoder turns into as many tokens each time."""
+    lengths: dict[str, int] = {}
+    for i, req in enumerate(requests):
+        where = f"workload.requests[{i}].encoder_inputs"
+        if "encoder_inputs" not in req:
+            continue
+        if "continues" in req:
+            check.fail(where, "is not taken with `continues`: the continued request's items would be its "
+                       "prompt's too")
+        prompt = prefixes.get(req.get("prefix"), 0) + req["prompt_len"]
+        for j, item in enumerate(req["encoder_inputs"]):
+            if item["offset"] + item["length"] > prompt:
+                check.fail(f"{where}[{j}]", f"ends at {item['offset'] + item['length']}, past the prompt's "
+                           f"{prompt} tokens: a placeholder lies inside the prompt")
+            if lengths.setdefault(item["hash"], item["length"]) != item["length"]:
+                check.fail(f"{where}[{j}].length", f"item {item['hash']!r} has length "
+                           f"{lengths[item['hash']]} in an earlier placeholder, got {item['length']}: "
+                           "one hash, one item")
 
 
 def _structured(check: FieldChecker, where: str, raw: object) -> dict:

@@ -31,7 +31,7 @@ from concurrent.futures import Future
 from conformance.formats.sessions import inputs_by_step
 from conformance.formats.workload import draft, request_prompts, verify, verify_masked
 
-from . import kv_events
+from . import encoder_inputs, kv_events
 from .kv_connector import Transfers
 from .new_requests import abort_requests, new_request, output_record, session_inputs
 
@@ -231,6 +231,7 @@ def iter_async(config, workload: dict, k: int, block_hasher):
 
     scheduler = build_scheduler(config, config.cache_config.num_gpu_blocks_override,
                                 cls=RecordingAsyncScheduler)
+    encoder_inputs.prepare(scheduler, workload, "workload")
     pending: deque = deque()  # the records finished by the last iteration's update
     scheduler.parity_sink = pending.append
     if any("structured_output" in req for req in workload["requests"]):

@@ -69,6 +69,10 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           block: a port whose router is never told a block left the cache.
     reset-ignores-blocks-in-use  the prefix-cache reset clears every hash even while requests
                           hold blocks, and says it succeeded: a port that never checks.
+    encoder-cache-per-request  an item is known by its request and its hash (the encoder cache's
+                          key and its blocks' hash key): a request whose item another request
+                          encoded runs the encoder again (a port that keys encoder outputs by
+                          request, not by the item's hash alone).
 """
 
 from __future__ import annotations
@@ -313,6 +317,25 @@ def _reset_ignores_blocks_in_use() -> None:
     BlockPool.reset_prefix_cache = reset_prefix_cache
 
 
+def _encoder_cache_per_request() -> None:
+    """Each item's identifier (the encoder cache's key, and its block hash key) is prefixed with
+    its request's id as the Request is built: no two requests share an item's output."""
+    import dataclasses
+
+    from vllm.v1.request import Request
+
+    original = Request.__init__
+
+    def __init__(self, *args, **kwargs):
+        features = kwargs.get("mm_features")
+        if features:
+            kwargs["mm_features"] = [dataclasses.replace(f, identifier=f"{kwargs['request_id']}-{f.identifier}")
+                                     for f in features]
+        original(self, *args, **kwargs)
+
+    Request.__init__ = __init__
+
+
 def _cap_running_chunk(cap: int):
     """The first `min(num_new_tokens, token_budget)` of Scheduler.schedule is the running
     loop's (the waiting loop's comes after it); the edit goes there alone, installed as a
@@ -372,6 +395,7 @@ MUTANTS = {
     "streaming-sessions-free-slots": _streaming_sessions_free_slots,
     "no-block-removed-events": _no_block_removed_events,
     "reset-ignores-blocks-in-use": _reset_ignores_blocks_in_use,
+    "encoder-cache-per-request": _encoder_cache_per_request,
 }
 
 

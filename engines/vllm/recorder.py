@@ -52,8 +52,16 @@ One record per schedule() call, completed by the update_from_output() for that o
                                         #   requests refused before the scheduler at this step
      "kv_events": [event],              # only with KV cache events on: the events vLLM
                                         #   published at this step's update (kv_events.py)
-     "prefix_cache_reset": bool | None} # only where the workload has resets: the result of
+     "prefix_cache_reset": bool | None, # only where the workload has resets: the result of
                                         #   the reset before this schedule(), else null
+     # only where the workload has encoder inputs (steps only):
+     "encoder_inputs": {req_id: [int]}, # the output's scheduled_encoder_inputs: the items (their
+                                        #   indices in the request's encoder_inputs) whose
+                                        #   encoder runs this step
+     "freed_encoder_inputs": [hash],    # the output's free_encoder_mm_hashes, in its order: the
+                                        #   items evicted from the encoder cache by this schedule()
+     "encoder_cache": {"free": int,     # the encoder cache manager after the update: slots
+                       "freeable": int}}  #   (tokens) free now, and free or held by no request
 
 The state fields are read after update_from_output(), so a step's record says what the
 scheduler decided and what it then held: the first divergence falls on the step where the
@@ -99,6 +107,7 @@ class RecordingScheduler(Scheduler):
         # with the requests refused before the scheduler at the coming step
         self.parity_grammar = False
         self.parity_refused: list[str] = []
+        self.parity_encoder = False  # a workload with encoder inputs: their fields are recorded
         self._parity_proposed: dict[str, list[int]] = {}
         self._parity_record_path = os.environ.get(RECORD_PATH_ENV)  # read once, not at each step
         # KV cache events (engines/vllm/kv_events.py): the batches vLLM publishes, kept per step
@@ -219,6 +228,11 @@ class RecordingScheduler(Scheduler):
                 if self._parity_uses_grammar(rid):
                     entry["proposed_draft_token_ids"] = []  # until update_draft_token_ids() says otherwise
 
+        if self.parity_encoder:
+            record["encoder_inputs"] = {str(rid): list(map(int, items)) for rid, items in
+                                        (output.scheduled_encoder_inputs or {}).items()}
+            record["freed_encoder_inputs"] = list(map(str, output.free_encoder_mm_hashes or ()))
+
     def _parity_identities_after(self, record: dict, result) -> None:
         """After the update: the requests it emitted an output for, and the cached blocks."""
         record["emitted"] = sorted({str(out.request_id) for outputs in (result or {}).values()
@@ -228,6 +242,9 @@ class RecordingScheduler(Scheduler):
             from engines.vllm.kv_events import records
 
             record["kv_events"] = records(self._parity_events.take(), self._parity_hashes)
+        if self.parity_encoder:
+            cache = self.encoder_cache_manager
+            record["encoder_cache"] = {"free": int(cache.num_free_slots), "freeable": int(cache.num_freeable_slots)}
 
     def _parity_next_drafts(self, record: dict) -> None:
         """Each request's drafts as the scheduler kept them after update_draft_token_ids()

@@ -34,7 +34,7 @@ from conformance.formats.sessions import inputs_by_step
 from conformance.formats.workload import (draft, reasoning_end, request_prompts, validate_workload, verify,
                                           verify_masked)
 
-from . import grammar, kv_events, per_run
+from . import encoder_inputs, grammar, kv_events, per_run
 from .new_requests import abort_requests, new_request, output_record, session_inputs
 
 
@@ -116,6 +116,7 @@ def iter_steps(scenario_wire: dict, cls=None, config=None, stop_after_step: int 
     scheduler = build_scheduler(config, engine_args.get("num_gpu_blocks_override"),
                                 cls=cls or RecordingScheduler)
     block_hasher = _block_hasher(config)
+    encoder_inputs.prepare(scheduler, workload, source)
 
     pending: deque = deque()  # the records of the step just updated, yielded before the next
     if hasattr(scheduler, "parity_sink"):

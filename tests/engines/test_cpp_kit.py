@@ -271,9 +271,10 @@ def _async_goldens() -> set[str]:
 # structured outputs (no grammar library), and with them structured outputs after reasoning
 # (a reasoning parser defers a grammar it has not got); streaming input sessions (not implemented yet);
 # hybrid mamba models (no MambaManager); KV cache events and prefix-cache resets (its block pool
-# queues no events and has no reset).
+# queues no events and has no reset); encoder inputs (no multimodal processor to compute the
+# encoder budget from).
 LACKS = frozenset({"structured_outputs", "reasoning", "streaming_input", "mamba", "kv_cache_events",
-                   "prefix_cache_resets"})
+                   "prefix_cache_resets", "encoder_inputs"})
 
 
 def test_agreeing_is_every_steps_scenario_of_the_kit_release(kit):
