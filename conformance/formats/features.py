@@ -52,8 +52,17 @@ FEATURES: dict[str, str] = {
                           "and grammar backend mask what is sampled and cut the drafts the grammar refuses",
     "sliding_window": "the model's `layer_types` mix sliding-window and full attention (gpt-oss): hybrid KV "
                       "cache groups, one block table per group",
+    "mamba": "the model's config has mamba layers beside attention (`hybrid_override_pattern` with `M`: "
+             "Nemotron-H): vLLM's hybrid page-size unification, mamba KV cache groups "
+             "(MambaManager) in the mamba cache mode `engine_args.mamba_cache_mode` resolves, block-aligned "
+             "prefill splits in mode `align`, and `engine_args.prefix_match_unit`'s finer block hashes",
     "lora": "`engine_args.enable_lora` true, or a request of the workload has a `lora` adapter (vLLM's "
             "`max_loras` bound on a step's adapters; block hashes keyed by the adapter's name)",
+    "streaming_input": "a request of the workload has a `session`: a streaming input session (vLLM's resumable "
+                       "requests), its later input chunks and the end of its input arriving at given steps",
+    "reasoning": "`engine_args.reasoning_parser` given: the release's reasoning parser tells its "
+                 "StructuredOutputManager where a request's reasoning ends (a request's `reasoning_end`), and "
+                 "its grammar masks, advances and cuts drafts only after that",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
@@ -98,7 +107,10 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("kv_connector", args.get("kv_transfer_config") is not None),
         ("structured_outputs", any(r.get("structured_output") is not None for r in requests)),
         ("sliding_window", _hybrid(args.get("model"))),
+        ("mamba", _mamba(args.get("model"))),
         ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
+        ("streaming_input", any(r.get("session") is not None for r in requests)),
+        ("reasoning", bool(args.get("reasoning_parser"))),
         ("async_scheduling", _async(args, config)),
     ) if needs}
     return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))
@@ -115,14 +127,28 @@ def _hybrid(model: object) -> bool:
     """Whether the model folder's config.json mixes sliding-window layers with others: the
     stand-in then builds one KV cache group per attention type (engines/vllm/release.py). The
     scenario loader has read and checked that file; a path that is not one needs nothing."""
+    types = _model_config(model).get("layer_types")
+    return isinstance(types, list) and "sliding_attention" in types and len(set(map(str, types))) > 1
+
+
+def _mamba(model: object) -> bool:
+    """Whether the model folder's config.json has mamba layers beside attention layers: a
+    Nemotron-H `hybrid_override_pattern` with both `M` and `*` (engines/vllm/release.py's
+    layer_kinds reads the same pattern)."""
+    pattern = _model_config(model).get("hybrid_override_pattern")
+    return isinstance(pattern, str) and "M" in pattern and "*" in pattern
+
+
+def _model_config(model: object) -> dict:
+    """The model folder's config.json, or {} where there is none to read."""
     if not isinstance(model, str):
-        return False
+        return {}
     try:
         with open(os.path.join(model, "config.json"), encoding="utf-8") as f:
-            types = json.load(f).get("layer_types")
-    except (OSError, ValueError, AttributeError):
-        return False
-    return isinstance(types, list) and "sliding_attention" in types and len(set(map(str, types))) > 1
+            config = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return config if isinstance(config, dict) else {}
 
 
 def _async(args: dict, config: dict | None) -> bool:

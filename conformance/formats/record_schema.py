@@ -423,6 +423,8 @@ STEP = Record("steps", {
     "num_common_prefix_blocks": Field(ListOf(COUNT)),
     # a workload with grammars: the requests whose grammar failed at this step
     "grammar_errors": Field(IDS, optional=True),
+    # a KV cache that needs zeroing (a hybrid mamba model): the blocks the model runner zeroes
+    "zeroed_block_ids": Field(ListOf(COUNT), optional=True),
 }, base=STEP_BASE)
 ENGINE_KV_BLOCKS = Record("engine kv blocks", {"free": Field(COUNT, optional=True), "used": Field(COUNT)})
 ENGINE_STEP = Record("engine_steps", {

@@ -60,7 +60,23 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "enable_lora": (bool, False),
     "max_loras": (int, False),
     "max_lora_rank": (int, False),
+    # hybrid mamba models (engines/PROTOCOL.md "Hybrid mamba models"): which mamba states the
+    # prefix cache keeps (vLLM's CacheConfig.mamba_cache_mode), and the finer unit block hashes
+    # are computed by (CacheConfig.prefix_match_unit, hybrid models only)
+    "mamba_cache_mode": (str, False),
+    "prefix_match_unit": (int, False),
+    # Structured outputs after reasoning: the release's reasoning parser (a name in its registry)
+    # tells the StructuredOutputManager where reasoning ends, and the grammar applies after it;
+    # `tokenizer` a folder beside the model holding the parser's tokens (TOKENIZER_FILES)
+    "reasoning_parser": (str, False),
+    "tokenizer": (str, False),
+    "structured_outputs_config": (dict, False),  # STRUCTURED_OUTPUTS_CONFIG's keys
 }
+MAMBA_CACHE_MODES = ("none", "align", "all")  # vLLM 0.27.1's MambaCacheMode
+# Keys of --structured-outputs-config run here: enable_in_reasoning, the grammar applied during
+# reasoning too (the manager's own switch)
+STRUCTURED_OUTPUTS_CONFIG: dict[str, tuple[type, bool]] = {"enable_in_reasoning": (bool, True)}
+REASONING_PARSER = re.compile(r"^[a-z0-9][a-z0-9_]{0,63}$")  # a name in vLLM's ReasoningParserManager
 DEFAULTS = {"enable_prefix_caching": True}
 # Keys of --speculative-config.
 SPECULATIVE_CONFIG: dict[str, tuple[type, bool]] = {
@@ -85,7 +101,7 @@ KV_LOAD_FAILURE_POLICIES = ("recompute", "fail")  # vLLM's default: fail
 SIZE_FIELDS = (
     "max_num_seqs", "max_num_batched_tokens", "max_model_len", "block_size",
     "max_num_scheduled_tokens", "num_gpu_blocks_override", "num_speculative_tokens",
-    "prompt_lookup_max", "prompt_lookup_min", "max_loras", "max_lora_rank",
+    "prompt_lookup_max", "prompt_lookup_min", "max_loras", "max_lora_rank", "prefix_match_unit",
 )
 # Other integers and their allowed ranges (inclusive).
 RANGES = {"seed": (0, (1 << 63) - 1), "long_prefill_token_threshold": (0, MAX_TOKENS_LIMIT)}
@@ -116,7 +132,8 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # remote KV store. (A request's `priority`, `min_tokens`, `structured_output`, `prefix` and `lora`
 # are run: the engine's add_request and SamplingParams take them, a prefix's tokens are the
 # stand-in's, and an adapter is the model folder's adapters/<name>, ADAPTER_FILES.)
-STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external")
+STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external", "reasoning_end",
+              "session")  # a streaming session: the engine's loop takes no input chunks
 # An adapter the engine layers load: <model folder>/adapters/<name>/ with PEFT's config and the
 # recipe of its weights (engines/vllm/tiny_adapters.py), whose files the scenario hash covers
 ADAPTER_FILES = ("adapter_config.json", "weights.json")
@@ -222,7 +239,7 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
         workload = validate_workload(workload, src, args)
     identity = {"schema": SCHEMA, "name": name, "engine_args": hashed, "workload": workload}
     if workload is not None and any("structured_output" in r for r in workload["requests"]):
-        identity["tokenizer"] = _tokenizer(src, Path(args["model"]))
+        identity["tokenizer"] = _tokenizer(src, Path(args.get("tokenizer", args["model"])))
         if args["async_scheduling"] is not False:  # the batch-queue loop does not sample under a bitmask
             raise ScenarioError(src, "engine_args.async_scheduling", "must be false when a request has a "
                                 "structured_output: the stand-in runs grammars in the synchronous loop only")
@@ -265,6 +282,10 @@ def _engine_args(src: str, args: object, base: Path) -> tuple[dict, dict]:
             src, args["speculative_config"], base)
     if args.get("kv_transfer_config") is not None:
         args["kv_transfer_config"] = hashed["kv_transfer_config"] = _kv_transfer(src, args["kv_transfer_config"])
+    if args.get("mamba_cache_mode", "none") not in MAMBA_CACHE_MODES:
+        raise ScenarioError(src, "engine_args.mamba_cache_mode", f"must be one of {list(MAMBA_CACHE_MODES)} "
+                            f"(vLLM's CacheConfig.mamba_cache_mode), got {args['mamba_cache_mode']!r}")
+    _reasoning(src, args, hashed, base)
     _check_sizes(src, args)
     return args, hashed
 
@@ -284,6 +305,31 @@ def _speculative_config(src: str, spec: object, base: Path) -> tuple[dict, dict]
         spec["model"], hashed_spec["model"] = _model_dir(
             src, "engine_args.speculative_config.model", spec["model"], base)
     return spec, hashed_spec
+
+
+def _reasoning(src: str, args: dict, hashed: dict, base: Path) -> None:
+    """`reasoning_parser` a registry name; `tokenizer` a folder (made absolute) holding
+    TOKENIZER_FILES, hashed by their content (the scenario hash does not depend on where it is)."""
+    if args.get("structured_outputs_config") is not None:
+        args["structured_outputs_config"] = hashed["structured_outputs_config"] = _check_fields(
+            src, "engine_args.structured_outputs_config", args["structured_outputs_config"], STRUCTURED_OUTPUTS_CONFIG)
+    parser = args.get("reasoning_parser")
+    if parser is not None and not REASONING_PARSER.fullmatch(parser):
+        raise ScenarioError(src, "engine_args.reasoning_parser", f"must be a reasoning parser's name in vLLM's "
+                            f"registry (e.g. 'deepseek_r1'), 1-64 characters of a-z 0-9 _, got {parser[:80]!r}")
+    if "tokenizer" not in args:
+        return
+    value = args["tokenizer"]
+    try:
+        folder = (base / value).resolve() if "\x00" not in value else None
+        found = folder is not None and all((folder / name).is_file() for name in TOKENIZER_FILES)
+    except (OSError, ValueError):
+        found = False
+    if not found:
+        raise ScenarioError(src, "engine_args.tokenizer", f"{value[:80]!r} is not a local folder holding "
+                            f"{' and '.join(TOKENIZER_FILES)} (relative to the scenario); hub ids are not allowed")
+    args["tokenizer"] = str(folder)
+    hashed["tokenizer"] = _tokenizer(src, folder)
 
 
 def _tokenizer(src: str, folder: Path) -> str:

@@ -41,11 +41,18 @@ The workload schema (every key below; no others):
                                          "choice": [str]},        #   StructuredOutputsParams
                                           #   takes it; its grammar constrains what the stand-in
                                           #   samples (below); needs the model folder's tokenizer
+                   "reasoning_end": {"token_id": int,  # optional, with a structured_output and
+                                     "at": int},     #   engine_args.reasoning_parser: the
+                                          #   stand-in's target gives token_id (the parser's end
+                                          #   token) as output token `at` (0..max_tokens-1);
+                                          #   reasoning before it, the grammar after (below)
                    "lora": {"id": int,    # optional, with engine_args.enable_lora: the LoRA
                             "name": str},  #   adapter it runs under (vLLM's LoRARequest
                                           #   lora_int_id, 1..2**31-1, and lora_name, as a
                                           #   request id); within a workload an id names one
                                           #   adapter and a name one id
+                   "session": {...},      # optional: a streaming input session, its chunks
+                                          #   and the end of its input (sessions.py)
                    "acceptance": [int]}]}    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
                                              # (verify step: engines/PROTOCOL.md, `steps`)
@@ -62,6 +69,8 @@ next token, so a scheduler can be driven without weights, identically on every m
   read as a little-endian unsigned integer, modulo vocab_size.
 - `prefix_tokens(seed, name, n, vocab_size)`: prompt_tokens(seed, "prefix/" + name, n,
   vocab_size); a request id cannot hold "/", so no request's own tokens are a prefix's.
+- `chunk_tokens(seed, id, j, n, vocab_size)`: prompt_tokens(seed, "chunk/" + id + "/" + j,
+  n, vocab_size), j in decimal: a streaming session's chunk j (sessions.py).
 - `expected_output(seed, prompt, max_tokens, stop_token_ids, max_model_len, vocab_size,
   min_tokens, eos_token_id, repetition)`: what a request outputs under any scheduler: the
   target's tokens after its prompt, each checked as vLLM 0.27.1's check_stop checks it
@@ -101,6 +110,19 @@ draft, then the bonus), and what it leaves finite is that position's allowed ids
   thus break the grammar and the scheduler's `validate_tokens` cuts them; others are within
   it and the target rejects them.
 
+Under a reasoning parser (`engine_args.reasoning_parser`; engines/PROTOCOL.md "Structured
+outputs after reasoning"), a grammar request reasons first: the release fills full rows (every
+id allowed) until its reasoning ends, so the stand-in samples as without a grammar; then the
+grammar applies. Its reasoning ends where its `reasoning_end` says (never without one):
+
+- `reasoning_next(seed, tokens, vocab_size, end)`: target_next, except that with `end` =
+  (len(prompt) + at, token_id), a context of exactly len(prompt) + at tokens gives token_id.
+  verify_masked's target tokens are reasoning_next's, masked as above.
+- The drafter: while reasoning (the request's tokens do not hold token_id at index
+  len(prompt) + at), `draft` of reasoning_next's tokens with no grammar followed; once its
+  drafts reach that end (an accepted draft equal to token_id there), the grammar is followed
+  from the next draft on, as above.
+
 vLLM 0.33.0 moved check_stop's min_tokens gate after the eos, stop token and length checks (the
 sampler's min-tokens logits processor keeps a real model from sampling those early): where the
 stand-in's target gives an eos or stop token before min_tokens outputs, 0.33.0 stops there and
@@ -121,6 +143,7 @@ import re
 
 from conformance.formats.fields import ScenarioError, type_name as _tname
 from conformance.formats.record_schema import INFORMATIONAL_SUFFIX
+from conformance.formats.sessions import check_sessions, validate_session
 
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,32}$")
 MAX_VOCAB_SIZE = 151936
@@ -140,7 +163,7 @@ TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
 TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
                 "prefix", "continues", "abort_step", "priority", "min_tokens", "eos_token_id",
-                "repetition_detection", "external", "structured_output", "lora"}
+                "repetition_detection", "external", "structured_output", "lora", "reasoning_end", "session"}
 REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
 EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
 LORA_KEYS = {"id", "name"}
@@ -149,6 +172,7 @@ PREFIX_KEYS = {"name", "len"}
 STRUCTURED_KEYS = ("json", "regex", "choice")  # vLLM's StructuredOutputsParams, the ones run here
 MAX_GRAMMAR_TEXT = 4096  # characters of a JSON schema (as JSON text) or a regex
 MAX_CHOICES = 64
+REASONING_END_KEYS = {"token_id", "at"}
 
 
 def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
@@ -181,6 +205,11 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
             check.fail(f"workload.requests[{i}].external", "needs engine_args.kv_transfer_config: only a KV "
                        "connector loads what the remote store holds")
     _check_adapters(check, out, engine_args)
+    parser = isinstance(engine_args, dict) and bool(engine_args.get("reasoning_parser"))
+    for i, req in enumerate(out):
+        if "reasoning_end" in req and not parser:
+            check.fail(f"workload.requests[{i}].reasoning_end", "needs engine_args.reasoning_parser: without "
+                       "one the release never looks for a reasoning end")
     return workload
 
 
@@ -279,7 +308,20 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
         check.keys(f"{where}.lora", req["lora"], LORA_KEYS, ("id", "name"))
         out["lora"] = {"id": check.integer(f"{where}.lora.id", req["lora"]["id"], 1, MAX_LORA_ID),
                        "name": check.name(f"{where}.lora.name", req["lora"]["name"], "an adapter's name")}
+    if "reasoning_end" in req:
+        out["reasoning_end"] = _reasoning_end(check, f"{where}.reasoning_end", req["reasoning_end"], out, vocab_size)
+    if "session" in req:
+        out["session"] = validate_session(check, f"{where}.session", req["session"], {**req, **out}, max_steps, limit)
     return out
+
+
+def _reasoning_end(check: FieldChecker, where: str, raw: object, out: dict, vocab_size: int) -> dict:
+    """Where a grammar request's reasoning ends: a grammar is what reasoning defers."""
+    check.keys(where, raw, REASONING_END_KEYS, ("token_id", "at"))
+    if "structured_output" not in out:
+        check.fail(where, "needs a structured_output: reasoning only defers a request's grammar")
+    return {"token_id": check.integer(f"{where}.token_id", raw["token_id"], 0, vocab_size - 1),
+            "at": check.integer(f"{where}.at", raw["at"], 0, out["max_tokens"] - 1)}
 
 
 def _structured(check: FieldChecker, where: str, raw: object) -> dict:
@@ -406,6 +448,7 @@ def _check_lengths(check: FieldChecker, workload: dict, max_model_len: int | Non
     """len(prompt) + max_tokens <= max_model_len for every request, a continuation's prompt
     holding the earlier request's prompt and output."""
     lengths = prompt_lengths(workload, max_model_len)
+    check_sessions(check, workload["requests"], lengths, max_model_len)
     if max_model_len is None:
         return
     for i, req in enumerate(workload["requests"]):
@@ -534,6 +577,12 @@ def prefix_tokens(seed: int, name: str, n: int, vocab_size: int) -> list[int]:
     return prompt_tokens(seed, "prefix/" + name, n, vocab_size)
 
 
+def chunk_tokens(seed: int, req_id: str, index: int, n: int, vocab_size: int) -> list[int]:
+    """A streaming session's input chunk `index` (0: the first after its prompt; sessions.py):
+    n tokens, never a request's own nor a prefix's (neither holds "/")."""
+    return prompt_tokens(seed, f"chunk/{req_id}/{index}", n, vocab_size)
+
+
 def expected_output(seed: int, prompt: list[int], max_tokens: int, stop_token_ids: list[int],
                     max_model_len: int | None, vocab_size: int, min_tokens: int = 0,
                     eos_token_id: int | None = None, repetition: dict | None = None) -> list[int]:
@@ -657,16 +706,32 @@ def masked_choice(allowed: list[int], token: int) -> int:
     return allowed[token % len(allowed)] if allowed else token
 
 
-def verify_masked(seed: int, tokens, drafts: list[int], vocab_size: int, allowed) -> list[int]:
+def verify_masked(seed: int, tokens, drafts: list[int], vocab_size: int, allowed,
+                  end: tuple[int, int] | None = None) -> list[int]:
     """`verify` under a grammar: position i's target token is masked_choice(allowed[i], ...);
-    `allowed` holds the allowed ids of each draft's position and of the bonus token's."""
+    `allowed` holds the allowed ids of each draft's position and of the bonus token's. `end`:
+    the request's reasoning end (reasoning_next)."""
     context = Context.of(tokens)
     out = []
     for i, proposed in enumerate(drafts):
-        true = masked_choice(allowed[i], target_next(seed, context, vocab_size))
+        true = masked_choice(allowed[i], reasoning_next(seed, context, vocab_size, end))
         out.append(true)
         if proposed != true:
             return out
         context.append(true)
-    out.append(masked_choice(allowed[len(drafts)], target_next(seed, context, vocab_size)))
+    out.append(masked_choice(allowed[len(drafts)], reasoning_next(seed, context, vocab_size, end)))
     return out
+
+
+def reasoning_end(req: dict, prompt_len: int) -> tuple[int, int] | None:
+    """A request's reasoning end as reasoning_next takes it: (the context length at which the
+    target gives the end token, that token), or None."""
+    end = req.get("reasoning_end")
+    return None if end is None else (prompt_len + end["at"], end["token_id"])
+
+
+def reasoning_next(seed: int, tokens, vocab_size: int, end: tuple[int, int] | None) -> int:
+    """target_next, except at the request's reasoning end (module doc)."""
+    if end is not None and len(tokens) == end[0]:
+        return end[1]
+    return target_next(seed, tokens, vocab_size)

@@ -17,7 +17,7 @@
 //      this file has to change. Where async scheduling resolves on
 //      it behaves as vLLM's AsyncScheduler (output placeholders, stale output after a
 //      preemption), driven by the kit's batch-queue loop, run_workload_async(). Its hello
-//      lists every feature but structured_outputs (see kFeatures).
+//      lists every feature but structured_outputs, reasoning, streaming_input and mamba (see kFeatures).
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
@@ -69,9 +69,20 @@ const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // only those it has; this engine has every one but `structured_outputs` (a grammar needs a
 // grammar engine over the tokenizer, JSON schema and regex compilation and token bitmasks as
 // xgrammar's: no such C or C++ library is in Debian's packages, and the kit links nothing but
-// nlohmann-json), whose scenarios come back `unsupported`. `sliding_window` runs through its KV
+// nlohmann-json), whose scenarios come back `unsupported`; nor `reasoning` (a reasoning parser
+// only defers a request's grammar until its reasoning ends: without a grammar engine there is
+// nothing to defer, and every reasoning scenario also needs `structured_outputs`); nor `mamba`:
+// a hybrid mamba model's block sizes come from vLLM's page-size unification over the model
+// class's mamba state shapes and dtypes (Platform._align_hybrid_block_size,
+// MambaStateShapeCalculator), and its KV cache groups run vLLM's MambaManager (state blocks per
+// cache mode, block-aligned prefill splits, fine-grained hashes, blocks to zero), none of which
+// this engine's KV cache manager has yet, so those scenarios come back `unsupported` too.
+// `sliding_window` runs through its KV
 // cache manager's hybrid groups (src/kv_cache_manager.hpp), `kv_connector` through the
-// stand-in connector (src/kv_connector.hpp) and the kit's worker side of it.
+// stand-in connector (src/kv_connector.hpp) and the kit's worker side of it. `streaming_input`
+// (a session's later input chunks, vLLM's resumable requests) is not implemented yet: the kit's
+// scenario reader takes no `session` and its add_request knows no request id twice; the steps a
+// port must take are engines/PROTOCOL.md's "Streaming input sessions".
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",

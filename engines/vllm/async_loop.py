@@ -22,10 +22,11 @@ import queue
 from collections import deque
 from concurrent.futures import Future
 
+from conformance.formats.sessions import inputs_by_step
 from conformance.formats.workload import draft, request_prompts, verify
 
 from .kv_connector import Transfers
-from .new_requests import abort_requests, new_request, output_record
+from .new_requests import abort_requests, new_request, output_record, session_inputs
 
 # The attributes EngineCore.step, step_with_batch_queue and post_step read, per release
 # (vllm/v1/engine/core.py EngineCore.__init__): 0.27.1 and 0.28.0 read `is_ec_consumer`
@@ -199,6 +200,7 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher):
             aborts.setdefault(req["abort_step"], []).append(req["id"])
     requests: dict = {}  # id -> the scheduler's Request, kept after it finishes
     total = len(workload["requests"])
+    inputs = inputs_by_step(workload)  # streaming sessions' later chunks and ends
     iteration = 0
     while True:
         scheduler.parity_iteration = iteration
@@ -209,8 +211,12 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher):
         # input queue before the next step (EngineCore.abort_requests), while the batch of the
         # iteration before may still be in flight: its output for them is dropped. A finished
         # request the next schedule() reports keeps has_requests() true, so it is recorded.
+        session_inputs(scheduler, inputs.get(iteration, ()), iteration, workload["seed"], workload["vocab_size"],
+                       block_hasher)
         abort_requests(scheduler, aborts.get(iteration, ()))
-        if len(requests) == total and not scheduler.has_requests() and not core.batch_queue:
+        # a session waiting for input is not among has_requests()'s: it waits for its end
+        if len(requests) == total and not scheduler.has_requests() and not core.batch_queue \
+                and all(r.is_finished() for r in requests.values()):
             return requests
         if iteration >= workload["max_steps"]:
             unfinished = sorted(rid for rid, r in requests.items() if not r.is_finished())

@@ -117,15 +117,22 @@ def resolve_with_rule(scenario: dict):
     """resolve_config, and the AsyncRule read while resolving (its async log lines in it)."""
     from vllm.engine.arg_utils import EngineArgs
 
+    from .release import align_hybrid_block_size
+
     args = dict(scenario["engine_args"])
     if args.get("kv_transfer_config") is not None:  # the stand-in's connector, by module path
         from .kv_connector import kv_transfer_config
 
         args["kv_transfer_config"] = kv_transfer_config(args["kv_transfer_config"])
+    if args.get("structured_outputs_config") is not None:  # EngineArgs takes the config object
+        from vllm.config import StructuredOutputsConfig
+
+        args["structured_outputs_config"] = StructuredOutputsConfig(**args["structured_outputs_config"])
     _forget_once_caches()
     with _captured_vllm_log() as captured, platform_rule(keep_gpu_rule=True) as rule:
         try:
             config = EngineArgs(skip_tokenizer_init=not uses_grammar(scenario), **args).create_engine_config()
+            align_hybrid_block_size(config)  # a GPU executor's step before the KV cache is sized
             refusal = None
         except Exception as exc:  # the release refusing a configuration is a result, not a crash
             config, refusal = None, {"type": type(exc).__name__, "message": _scrub(str(exc), args)}
@@ -204,7 +211,8 @@ def batch_queue_size(config, gpu_rule: bool) -> int:
 def _scrub(text: str, args: dict) -> str:
     """Replace this machine's absolute model paths, so a golden regenerates anywhere."""
     spec = args.get("speculative_config") or {}
-    for path, alias in ((spec.get("model"), "<draft>"), (args.get("model"), "<model>")):
+    for path, alias in ((spec.get("model"), "<draft>"), (args.get("tokenizer"), "<tokenizer>"),
+                        (args.get("model"), "<model>")):
         if path:
             text = text.replace(path, alias)
     return text

@@ -139,7 +139,11 @@ def llm_kwargs(scenario: dict, async_gpu: bool = False) -> dict:
 
     grammar = uses_grammar(scenario)
     if grammar:  # a grammar judges text: the model folder's tokenizer (the tiny one's, made here)
-        args["tokenizer"] = scenario["engine_args"]["model"]
+        args["tokenizer"] = scenario["engine_args"].get("tokenizer", scenario["engine_args"]["model"])
+    if args.get("structured_outputs_config") is not None:  # EngineArgs takes the config object
+        from vllm.config import StructuredOutputsConfig
+
+        args["structured_outputs_config"] = StructuredOutputsConfig(**args["structured_outputs_config"])
     args.update(
         enforce_eager=True,  # no CUDA graphs: every forward is counted, CPU and GPU alike
         skip_tokenizer_init=not grammar,

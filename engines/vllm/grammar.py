@@ -21,7 +21,7 @@ import sys
 import types
 from concurrent.futures import Future, wait
 
-from conformance.formats.workload import Context, allowed_ids, masked_choice, target_next
+from conformance.formats.workload import Context, allowed_ids, masked_choice, reasoning_next
 
 LMFE = "vllm.v1.structured_output.backend_lm_format_enforcer"
 
@@ -117,25 +117,34 @@ def errors(scheduler) -> list[str]:
     return sorted(str(rid) for rid in scheduler.grammar_compile_error_reqs)
 
 
-def masked_draft(seed: int, tokens, k: int, accept: int, vocab_size: int, request, manager) -> list[int]:
+def masked_draft(seed: int, tokens, k: int, accept: int, vocab_size: int, request, manager,
+                 end: tuple[int, int] | None = None, reasoning: bool = False) -> list[int]:
     """The stand-in drafter's k tokens for a request with a grammar (workload module doc):
     while it follows the grammar, each target token is masked_choice of the row the request's
     grammar gives (a full row once the grammar terminated, as the manager fills it); the first
     wrong token is that target token plus one, after which the grammar is not followed. The
-    grammar is rolled back to where it was, as the manager's own bitmask filling does."""
+    grammar is rolled back to where it was, as the manager's own bitmask filling does.
+    `reasoning`: the request is still reasoning at the window's start (a reasoning parser, and
+    its tokens do not hold its reasoning `end` yet): its drafts are reasoning_next's, with no
+    grammar followed, until an accepted draft is the end token at the end's position."""
     grammar = request.structured_output_request.grammar
     row = manager.backend.allocate_token_bitmask(1) if manager.backend is not None else None
     context = Context.of(tokens)
     out, advanced, following = [], 0, row is not None
     for i in range(k):
-        usual = target_next(seed, context, vocab_size)
+        at_end = end is not None and len(context) == end[0]
+        usual = reasoning_next(seed, context, vocab_size, end)
         true = usual
-        if following and not grammar.is_terminated():
+        constrained = following and not reasoning and not grammar.is_terminated()
+        if constrained:
             grammar.fill_bitmask(row, 0)
             true = masked_choice(allowed_ids(row[0].tolist()), usual)
         token = true if i < accept else (true + 1) % vocab_size
-        if following and i < accept and not grammar.is_terminated() \
-                and grammar.accept_tokens(str(request.request_id), [token]):
+        if i >= accept:
+            following = False
+        elif reasoning:
+            reasoning = not (at_end and token == end[1])
+        elif constrained and grammar.accept_tokens(str(request.request_id), [token]):
             advanced += 1
         else:
             following = False
@@ -144,6 +153,12 @@ def masked_draft(seed: int, tokens, k: int, accept: int, vocab_size: int, reques
     if advanced:
         grammar.rollback(advanced)
     return out
+
+
+def still_reasoning(tokens, end: tuple[int, int] | None) -> bool:
+    """Under a reasoning parser: whether a request's tokens (a list, or vLLM's ConstantList) do
+    not hold its reasoning end yet (workload module doc)."""
+    return end is None or len(tokens) <= end[0] or tokens[end[0]] != end[1]
 
 
 def refuse(request) -> str:

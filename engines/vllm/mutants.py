@@ -28,6 +28,11 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     sliding-window-as-full  a sliding-window KV cache group skips no token, so it keeps every
                           block as full attention does: a port that runs a hybrid model's
                           groups (gpt-oss) with one rule.
+    mamba-unaligned-split  a hybrid mamba model's prefill chunk in mamba cache mode `align` is
+                          not split at block boundaries (Scheduler._mamba_block_aligned_split
+                          returns the chunk the budget allows): a port that chunks a mamba
+                          hybrid's prompts as it chunks full attention's, so the mamba state
+                          cached at a block boundary is not the state of that boundary.
     ignore-invalid-kv-blocks  the scheduler takes no notice of the blocks a KV connector reports
                           it failed to load: a port that trusts every load.
     cap-running-chunk-2048  a running request's chunk is capped at 2048 tokens (the running loop
@@ -43,10 +48,17 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     ignore-grammar-cut    the scheduler keeps every draft of a request with a grammar: its
                           grammar's validate_tokens returns the drafts whole (xgrammar and
                           llguidance alike), so drafts the grammar refuses are scheduled.
+    grammar-in-reasoning  the structured output manager finds no reasoner for any request, so a
+                          grammar masks, advances and cuts drafts from a request's first token,
+                          through its reasoning: a port that ignores the reasoning parser.
     lora-ignored          the LoRA layers add no adapter's update to their output: a request
                           under an adapter generates the base model's tokens (engine_outputs).
     lora-hash-ignored     block hashes take no adapter key: a request under an adapter hits the
                           blocks another adapter (or none) cached for the same tokens.
+    streaming-sessions-free-slots  a streaming session waiting for its next input chunk holds no
+                          request slot: the scheduler's count of such sessions stays 0, so
+                          waiting requests are admitted as if the session were gone (vLLM counts
+                          it against max_num_seqs): a port that only counts running requests.
 """
 
 from __future__ import annotations
@@ -190,6 +202,13 @@ def _sliding_window_as_full() -> None:
     SlidingWindowManager.get_num_skipped_tokens = lambda self, num_computed_tokens: 0
 
 
+def _mamba_unaligned_split() -> None:
+    """Scheduler._mamba_block_aligned_split keeps the number of new tokens it is given."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler._mamba_block_aligned_split = lambda self, request, num_new_tokens, *args, **kwargs: num_new_tokens
+
+
 def _ignore_invalid_kv_blocks() -> None:
     """Scheduler._handle_invalid_blocks rolls back the requests whose loaded blocks failed;
     this one finds none."""
@@ -228,6 +247,14 @@ def _ignore_grammar_cut() -> None:
 
     for grammar in (XgrammarGrammar, GuidanceGrammar):
         grammar.validate_tokens = lambda self, tokens: list(tokens)
+
+
+def _grammar_in_reasoning() -> None:
+    """StructuredOutputManager._get_reasoner (should_fill_bitmask's, should_advance's and the
+    bitmask filling's way to the request's reasoning parser) returns None."""
+    from vllm.v1.structured_output import StructuredOutputManager
+
+    StructuredOutputManager._get_reasoner = lambda self, request: None
 
 
 def _lora_ignored() -> None:
@@ -269,6 +296,15 @@ def _cap_running_chunk(cap: int):
     return apply
 
 
+def _streaming_sessions_free_slots() -> None:
+    """Scheduler.num_waiting_for_streaming_input, an instance attribute vLLM's __init__ sets
+    and its session code adds to and takes from, becomes a class property that reads 0 and
+    drops what is written: every use of it (max_num_seqs, the unfinished count) sees none."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler.num_waiting_for_streaming_input = property(lambda self: 0, lambda self, value: None)
+
+
 MUTANTS = {
     "no-draft-reservation": _no_draft_reservation,
     "draft-plus-one": _draft_count(+1),
@@ -281,13 +317,16 @@ MUTANTS = {
     "sync-loop-under-async": _sync_loop_under_async,
     "keep-placeholders-at-preemption": _keep_placeholders_at_preemption,
     "sliding-window-as-full": _sliding_window_as_full,
+    "mamba-unaligned-split": _mamba_unaligned_split,
     "ignore-invalid-kv-blocks": _ignore_invalid_kv_blocks,
     "min-tokens-unmasked": _min_tokens_unmasked,
     "ignore-max-loras": _ignore_max_loras,
     "cap-running-chunk-2048": _cap_running_chunk(2048),
     "ignore-grammar-cut": _ignore_grammar_cut,
+    "grammar-in-reasoning": _grammar_in_reasoning,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
+    "streaming-sessions-free-slots": _streaming_sessions_free_slots,
 }
 
 

@@ -5,16 +5,48 @@ from __future__ import annotations
 ARRIVAL_TIME_BASE = 1_000_000.0  # fixed arrival times: nothing depends on the clock
 
 
-def new_request(req: dict, prompt, arrival: int, block_hasher):
+def new_request(req: dict, prompt, arrival: int, block_hasher, resumable: bool | None = None):
     """The Request a workload entry becomes when it arrives at driver step `arrival` (the
-    synchronous driver's and the batch-queue loop's one way to make it)."""
+    synchronous driver's and the batch-queue loop's one way to make it). A streaming session's
+    first chunk is resumable (vLLM's AsyncLLM makes each input chunk so); `resumable` given
+    overrides that, for its later inputs (session_input)."""
     from vllm.v1.request import Request
 
     params = sampling_params(req)
     kwargs = {"block_hasher": block_hasher} if block_hasher is not None else {}
+    if resumable is None:
+        resumable = "session" in req
+    if resumable:  # only a session's Request takes it: every pin's Request knows it
+        kwargs["resumable"] = True
     return Request(request_id=req["id"], prompt_token_ids=list(prompt), sampling_params=params,
                    pooling_params=None, arrival_time=ARRIVAL_TIME_BASE + arrival,
                    priority=req.get("priority", 0), lora_request=lora_request(req), **kwargs)
+
+
+def session_inputs(scheduler, inputs, step: int, seed: int, vocab: int, block_hasher) -> list:
+    """A streaming session's inputs arriving at `step` (sessions.inputs_by_step), each given to
+    Scheduler.add_request as vLLM's AsyncLLM sends it to the engine core: a chunk as a resumable
+    request of the session's id with the chunk's tokens and max_tokens; the end of the input
+    stream as AsyncLLM's `final_req`, not resumable, prompt [0]. The scheduler queues it, starts
+    the chunk, or ends the session. Returns the sessions this ended (an end that came while the
+    session waited for input finishes it at once, as an abort)."""
+    from conformance.formats.workload import chunk_tokens
+
+    ended = []
+    for req, index in inputs:
+        if index is None:
+            update = new_request(req, [0], step, block_hasher, resumable=False)
+        else:
+            chunk = req["session"]["chunks"][index]
+            update = new_request({**req, "max_tokens": chunk["max_tokens"]},
+                                 chunk_tokens(seed, req["id"], index, chunk["prompt_len"], vocab), step,
+                                 block_hasher, resumable=True)
+        session = scheduler.requests.get(req["id"])
+        was_finished = session is None or session.is_finished()
+        scheduler.add_request(update)
+        if not was_finished and session.is_finished():
+            ended.append(session)
+    return ended
 
 
 LORA_PATH = "/stand-in-lora/"  # a path the scheduler never opens: no adapter weights are loaded

@@ -185,6 +185,8 @@ class RecordingScheduler(Scheduler):
         record["aborted"] = sorted(self._parity_aborted)
         self._parity_aborted = []
         record["num_common_prefix_blocks"] = _ints(output.num_common_prefix_blocks or ())
+        if getattr(self, "needs_kv_cache_zeroing", False):  # a hybrid mamba model's KV cache
+            record["zeroed_block_ids"] = sorted(map(int, output.new_block_ids_to_zero or ()))
         if self.parity_grammar:
             from engines.vllm.grammar import errors
 

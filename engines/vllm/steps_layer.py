@@ -7,6 +7,7 @@ drafter. Each step mirrors the synchronous EngineCore.step() + post_step() of 0.
 and 0.33.0 (vllm/v1/engine/core.py), with a client's aborts between steps:
 
     add the requests arriving at this step
+    give the streaming sessions their input chunks and ends arriving at this step
     abort the requests whose abort_step this is, one finish_requests() call each
     scheduler.schedule()
     the stand-in "executes" it -> ModelRunnerOutput
@@ -28,10 +29,12 @@ from __future__ import annotations
 import inspect
 from collections import deque
 
-from conformance.formats.workload import draft, request_prompts, validate_workload, verify, verify_masked
+from conformance.formats.sessions import inputs_by_step
+from conformance.formats.workload import (draft, reasoning_end, request_prompts, validate_workload, verify,
+                                          verify_masked)
 
 from . import grammar, per_run
-from .new_requests import abort_requests, new_request, output_record
+from .new_requests import abort_requests, new_request, output_record, session_inputs
 
 
 
@@ -146,7 +149,13 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         arrivals.setdefault(req["arrival_step"], []).append(req)
         if "abort_step" in req:
             aborts.setdefault(req["abort_step"], []).append(req["id"])
-    drafter = Drafter(workload, k, scheduler.structured_output_manager)
+    inputs = inputs_by_step(workload)  # streaming sessions' later chunks and ends
+    # under a reasoning parser, where each grammar request's reasoning ends (workload module doc)
+    ends = {req["id"]: reasoning_end(req, len(prompts[req["id"]])) for req in workload["requests"]}
+    # (enable_in_reasoning: the grammar applies during reasoning too, so no request is left unconstrained)
+    config = scheduler.vllm_config.structured_outputs_config
+    reasons = bool(config.reasoning_parser) and not config.enable_in_reasoning
+    drafter = Drafter(workload, k, scheduler.structured_output_manager, ends, reasons)
     if any("structured_output" in req for req in workload["requests"]):
         scheduler.parity_grammar = True  # the records carry the grammar's fields (recorder.py)
     transfers = Transfers()  # the stand-in worker's side of a KV connector, if any
@@ -163,7 +172,9 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
             scheduler.add_request(requests[req["id"]])
         if hasattr(scheduler, "parity_refused"):
             scheduler.parity_refused = refused
-        aborted = abort_requests(scheduler, aborts.get(step, ()))
+        # a session ended while it waited for input is aborted: recorded as an abort is
+        aborted = session_inputs(scheduler, inputs.get(step, ()), step, seed, vocab, block_hasher)
+        aborted += abort_requests(scheduler, aborts.get(step, ()))
         # the step after an abort is recorded even when nothing is left: it shows the abort
         if len(requests) == total and all(r.is_finished() for r in requests.values()) and not aborted:
             break
@@ -190,7 +201,7 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
             drafter.sampled(rid, drafts)
             # the stand-in reads a request's length and last tokens only (workload.Context)
             if rid in allowed:  # behind its grammar's bitmask, a row per position
-                sampled.append(verify_masked(seed, request.all_token_ids, drafts, vocab, allowed[rid]))
+                sampled.append(verify_masked(seed, request.all_token_ids, drafts, vocab, allowed[rid], ends[rid]))
             else:
                 sampled.append(verify(seed, request.all_token_ids, drafts, vocab))
         model_output = ModelRunnerOutput(
@@ -213,9 +224,12 @@ class Drafter:
     """The stand-in drafter of post_step(): each request's drafts follow its acceptance
     pattern, indexed by its verify steps so far (engines/PROTOCOL.md, `steps`, step 7)."""
 
-    def __init__(self, workload: dict, k: int, manager=None) -> None:
+    def __init__(self, workload: dict, k: int, manager=None, ends: dict | None = None,
+                 reasons: bool = False) -> None:
         self.seed, self.vocab, self.k = workload["seed"], workload["vocab_size"], k
         self.manager = manager  # the StructuredOutputManager, for requests with a grammar
+        self.ends = ends or {}  # request id -> its reasoning end (workload.reasoning_end), or None
+        self.reasons = reasons  # a reasoning parser defers the grammars (not enable_in_reasoning)
         self.patterns = {req["id"]: req["acceptance"] for req in workload["requests"]}
         self.verified = {req["id"]: 0 for req in workload["requests"]}  # verify steps so far
 
@@ -228,8 +242,10 @@ class Drafter:
         pattern = self.patterns[rid]
         accept = pattern[self.verified[rid] % len(pattern)]
         if request.use_structured_output and not request.is_finished():  # it follows its grammar
+            end = self.ends.get(rid)
+            reasoning = self.reasons and grammar.still_reasoning(request.all_token_ids, end)
             return grammar.masked_draft(self.seed, request.all_token_ids, self.k, accept, self.vocab, request,
-                                        self.manager)
+                                        self.manager, end, reasoning)
         return draft(self.seed, request.all_token_ids, self.k, accept, self.vocab)
 
 
@@ -242,15 +258,18 @@ def counts_as_verify_step(drafts: list[int]) -> bool:
 
 
 def _block_hasher(config):
-    """The request block hasher EngineCore builds when prefix caching is on, else None."""
+    """The request block hasher EngineCore builds when prefix caching is on, else None: over
+    blocks of the hash block size EngineCore resolves (release.hashing_block_sizes)."""
     if not config.cache_config.enable_prefix_caching:
         return None
     from vllm.utils.hashing import get_hash_fn_by_name
     from vllm.v1.core.kv_cache_utils import get_request_block_hasher, init_none_hash
 
+    from .release import hashing_block_sizes
+
     hash_fn = get_hash_fn_by_name(config.cache_config.prefix_caching_hash_algo)
     init_none_hash(hash_fn)
-    args = [config.cache_config.block_size, hash_fn]
+    args = [hashing_block_sizes(config)[1], hash_fn]  # finer than a block with prefix_match_unit
     if "num_hash_lookahead_tokens" in inspect.signature(get_request_block_hasher).parameters:
         args.append(getattr(config, "num_hash_lookahead_tokens", 0))
     return get_request_block_hasher(*args)

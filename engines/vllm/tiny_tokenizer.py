@@ -15,6 +15,16 @@ The recipe (a byte-level BPE, as GPT-2 and Qwen tokenizers are):
 
     python engines/vllm/tiny_tokenizer.py --write scenarios/models/tiny-qwen3
     python engines/vllm/tiny_tokenizer.py --check scenarios/models/tiny-qwen3   # exit 1 if not identical
+
+The reasoning variant (scenarios/models/reasoning-tokenizer, a scenario's `engine_args.tokenizer`
+beside the tiny target, for a `reasoning_parser`): the same recipe up to id 2045, then
+THINK's two tokens as ids 2046 "<think>" and 2047 "</think>" (added tokens, not special, as
+Qwen3's and DeepSeek-R1's tokenizers hold them), so the release's deepseek_r1 reasoning parser
+finds its start and end tokens. The tiny target's own tokenizer stays as it was: the grammar
+scenarios' hashes and goldens do not move.
+
+    python engines/vllm/tiny_tokenizer.py --reasoning --write scenarios/models/reasoning-tokenizer
+    python engines/vllm/tiny_tokenizer.py --reasoning --check scenarios/models/reasoning-tokenizer
 """
 
 from __future__ import annotations
@@ -27,6 +37,7 @@ from pathlib import Path
 VOCAB_SIZE = 2048
 SPECIALS = ("<|pad|>", "<|bos|>", "<|eos|>")
 FILES = ("tokenizer.json", "tokenizer_config.json")
+THINK = ("<think>", "</think>")  # the reasoning variant's last two ids (module doc)
 
 # What the multi-character tokens are made of: JSON's punctuation, words a schema, a regex or a
 # choice uses, and numbers, each also after a space. Order decides the ids.
@@ -62,8 +73,8 @@ def pool() -> list[str]:
     return out
 
 
-def vocabulary() -> tuple[dict[str, int], list[tuple[str, str]]]:
-    """(token -> id, merges) of the recipe."""
+def vocabulary(size: int = VOCAB_SIZE) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    """(token -> id, merges) of the recipe, its first `size` ids."""
     table = byte_chars()
     encode = {b: c for b, c in enumerate(table)}
     vocab = {tok: i for i, tok in enumerate(SPECIALS)}
@@ -76,30 +87,32 @@ def vocabulary() -> tuple[dict[str, int], list[tuple[str, str]]]:
             piece = chars[:end]
             if piece in vocab:
                 continue
-            if len(vocab) == VOCAB_SIZE:
+            if len(vocab) == size:
                 return vocab, merges
             vocab[piece] = len(vocab)
             merges.append((chars[:end - 1], chars[end - 1]))
     raise AssertionError(f"the pool fills {len(vocab)} of {VOCAB_SIZE} ids")
 
 
-def build():
-    """The tokenizer (a `tokenizers.Tokenizer`) of the recipe."""
+def build(reasoning: bool = False):
+    """The tokenizer (a `tokenizers.Tokenizer`) of the recipe, or of its reasoning variant."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers
 
-    vocab, merges = vocabulary()
+    vocab, merges = vocabulary(VOCAB_SIZE - len(THINK) if reasoning else VOCAB_SIZE)
     tokenizer = Tokenizer(models.BPE(vocab=vocab, merges=merges))
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
     tokenizer.add_special_tokens([AddedToken(tok, special=True, normalized=False) for tok in SPECIALS])
+    if reasoning:  # ids 2046 and 2047: the next ids after the model's vocabulary
+        tokenizer.add_tokens([AddedToken(tok, special=False, normalized=False) for tok in THINK])
     return tokenizer
 
 
-def files() -> dict[str, str]:
+def files(reasoning: bool = False) -> dict[str, str]:
     """File name -> its text, exactly as committed."""
     config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": SPECIALS[1], "eos_token": SPECIALS[2],
               "pad_token": SPECIALS[0], "model_max_length": 16384, "clean_up_tokenization_spaces": False}
-    return {"tokenizer.json": build().to_str(pretty=True) + "\n",
+    return {"tokenizer.json": build(reasoning).to_str(pretty=True) + "\n",
             "tokenizer_config.json": json.dumps(config, indent=2, sort_keys=True) + "\n"}
 
 
@@ -108,8 +121,9 @@ def main(argv: list[str] | None = None) -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--write", metavar="DIR", help="write the tokenizer files into DIR")
     group.add_argument("--check", metavar="DIR", help="exit 1 unless DIR holds exactly what the recipe makes")
+    parser.add_argument("--reasoning", action="store_true", help="the reasoning variant (<think> </think>)")
     args = parser.parse_args(argv)
-    made = files()
+    made = files(args.reasoning)
     if args.write:
         folder = Path(args.write)
         folder.mkdir(parents=True, exist_ok=True)

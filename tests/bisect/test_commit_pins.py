@@ -115,6 +115,22 @@ def test_a_commit_pin_at_the_base_commit_reproduces_the_releases_goldens_exactly
     assert record["compiled_inputs_changed"] == [] and record["dependencies"] == []
 
 
+def test_every_scenario_the_oracle_has_a_golden_for_has_one_by_the_base_commit_with_equal_layers():
+    """`VLLM_PARITY_ORACLE=aa8f6dc6e67f make parity` judges every scenario: a scenario added after the
+    commit pin's goldens were written would have none. The base commit's tree is 0.27.1's, so its
+    goldens equal the release's layer for layer (docs/release-gate.md); the engine layers' outputs carry
+    logprobs, which two runs of the CPU engine give within the golden's tolerance, not bit for bit."""
+    oracle, commit = PINS.oracle, f"vllm@{BASE}"
+    names = sorted(p.parent.name for p in (REPO / "goldens").glob(f"*/vllm-{oracle}.json"))
+    missing = [n for n in names if not (REPO / "goldens" / n / f"{commit}.json").exists()]
+    assert names and missing == [], f"no {commit} golden: {missing}"
+    for name in names:
+        ours, theirs = GOLDENS.load(name, BASE).layers, GOLDENS.load(name, oracle).layers
+        assert ours.keys() == theirs.keys(), name
+        assert {k: v for k, v in ours.items() if k != "engine_outputs"} == \
+               {k: v for k, v in theirs.items() if k != "engine_outputs"}, name
+
+
 def test_fidelity_refuses_an_overlay_whose_sources_differ_from_the_commits_tree(fixture_repo, tmp_path):
     tree = commit_env.extract_tree(FIXTURE, fixture_repo["base"], tmp_path / "tree")
     site = tmp_path / "site"
