@@ -397,6 +397,10 @@ STEPS_REQUEST = Record("steps request entry", {
     "next_draft_token_ids": Field(ListOf(COUNT)),
     # a request with a grammar (structured outputs): the drafts proposed, before the grammar's cut
     "proposed_draft_token_ids": Field(ListOf(COUNT), optional=True),
+    # grammars under async scheduling: the drafts the step's bitmask was computed over (a
+    # deferred step's: cut by the grammar, padded with -1), and how many the grammar cut
+    "bitmask_draft_token_ids": Field(ListOf(Int(-1)), optional=True),
+    "invalid_draft_tokens": Field(COUNT, optional=True),
 }, base=REQUEST)
 KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT), "cached": Field(COUNT)})
 # the fields of every step record, steps and engine_steps alike
@@ -423,6 +427,8 @@ STEP = Record("steps", {
     "num_common_prefix_blocks": Field(ListOf(COUNT)),
     # a workload with grammars: the requests whose grammar failed at this step
     "grammar_errors": Field(IDS, optional=True),
+    # grammars under async scheduling: sampling waited for the update of the batch before
+    "deferred_sampling": Field(Flag(), optional=True),
     # a KV cache that needs zeroing (a hybrid mamba model): the blocks the model runner zeroes
     "zeroed_block_ids": Field(ListOf(COUNT), optional=True),
 }, base=STEP_BASE)

@@ -240,9 +240,10 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
     identity = {"schema": SCHEMA, "name": name, "engine_args": hashed, "workload": workload}
     if workload is not None and any("structured_output" in r for r in workload["requests"]):
         identity["tokenizer"] = _tokenizer(src, Path(args.get("tokenizer", args["model"])))
-        if args["async_scheduling"] is not False:  # the batch-queue loop does not sample under a bitmask
-            raise ScenarioError(src, "engine_args.async_scheduling", "must be false when a request has a "
-                                "structured_output: the stand-in runs grammars in the synchronous loop only")
+        if args.get("reasoning_parser") and args["async_scheduling"] is not False:
+            # the async stand-in runner follows grammars, not a reasoning end (engines/vllm/async_loop.py)
+            raise ScenarioError(src, "engine_args.async_scheduling", "must be false under a reasoning_parser: "
+                                "the stand-in runs reasoning in the synchronous loop only")
     if generated is not None:  # the hash covers the expansion and the generator that made it
         identity["generator"] = generated["generator"]
     matrix = raw.get("method_matrix")

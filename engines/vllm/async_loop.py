@@ -14,6 +14,12 @@ schedules output placeholders for the tokens in flight, and zeroes them when it 
 
 engines/PROTOCOL.md ("Async scheduling: the batch-queue loop") states this loop and the
 stand-in model runner as the driver contract a port implements, with a worked example.
+
+Requests with a grammar (PROTOCOL.md "Grammars under async scheduling") run through the same
+loop: vLLM defers the sampling of a batch whose grammar request has tokens in flight, takes the
+stand-in's drafts (take_draft_token_ids) after the update of the batch before, lets the
+scheduler cut and pad them in the deferred output (update_draft_token_ids_in_output), and
+samples behind the bitmask computed over them.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from collections import deque
 from concurrent.futures import Future
 
 from conformance.formats.sessions import inputs_by_step
-from conformance.formats.workload import draft, request_prompts, verify
+from conformance.formats.workload import draft, request_prompts, verify, verify_masked
 
 from .kv_connector import Transfers
 from .new_requests import abort_requests, new_request, output_record, session_inputs
@@ -91,7 +97,11 @@ class StandInExecutor:
         self.tokens: dict[str, list[int]] = {}  # the runner's own copy of each request's tokens
         self.drafts: dict[str, list[int]] = {}  # what it proposed after the request's last sample
         self.previous: set = set()  # requests that sampled in the last batch with tokens
-        self.batch = None  # (scheduler output, which requests sample, KV transfers) between the two calls
+        self.batch = None  # (scheduler output, which requests sample, KV transfers, draft counts) between the two calls
+        # Requests with a grammar draft lazily (engines/PROTOCOL.md "Structured outputs"): rid ->
+        # (its tokens then, accept) until first read, when the scheduler's grammar stands after them
+        self.grammar_drafts: dict[str, tuple[list[int], int]] = {}
+        self.last: dict = {}  # the requests that sampled in the last batch with tokens: their drafts then
         # The KV connector's worker side, if any: the loads of each scheduled batch, reported in
         # the output of the batch `async_steps` schedule() calls later (kv_connector.py)
         self.transfers, self.executed = Transfers(), 0
@@ -102,6 +112,7 @@ class StandInExecutor:
         for rid in (*(output.finished_req_ids or ()), *(getattr(output, "preempted_req_ids", None) or ())):
             self.tokens.pop(rid, None)
             self.drafts.pop(rid, None)
+            self.grammar_drafts.pop(rid, None)
         transfers = self.transfers.output(self.executed, output)
         self.executed += 1
         if output.total_num_scheduled_tokens == 0:  # returns before the batch: `previous` stays
@@ -111,14 +122,21 @@ class StandInExecutor:
         # A request samples when its computed tokens after scheduling reach its tokens and
         # placeholders: vLLM's own `is_prefill_chunk`, set by schedule() just now.
         samples = {rid: not self.scheduler.requests[rid].is_prefill_chunk for rid in output.num_scheduled_tokens}
-        self.batch = (output, samples, transfers)
+        # its logits rows, laid out now: a deferred batch's drafts are rewritten in the output
+        # later (update_draft_token_ids_in_output), not their number
+        spec = output.scheduled_spec_decode_tokens
+        self.batch = (output, samples, transfers, {rid: len(spec.get(rid, ())) for rid in samples})
         return _done(None) if non_block else None
 
     def sample_tokens(self, grammar_output, non_block: bool = False):
         from vllm.v1.outputs import ModelRunnerOutput
 
-        output, samples, transfers = self.batch
+        from . import grammar
+
+        output, samples, transfers, slots_of = self.batch
         self.batch = None
+        # behind the grammar's bitmask, a row per position, as the runner applies it
+        allowed = grammar.allowed_rows(self.scheduler, output, grammar_output, slots_of)
         cached = output.scheduled_cached_reqs
         resumed = set(getattr(cached, "resumed_req_ids", None) or ())
         new = {data.req_id for data in output.scheduled_new_reqs}
@@ -130,26 +148,71 @@ class StandInExecutor:
             if not samples[rid]:
                 sampled.append([])  # a prefill chunk that does not reach the end: no sample
                 continue
-            slots = len(output.scheduled_spec_decode_tokens.get(rid, ()))
-            drafts = self.drafts[rid][:slots] if slots and rid in self.previous else [-1] * slots
+            slots = slots_of[rid]
+            # its own drafts, not the scheduler's copy the grammar cut: the runner put them in
+            # its inputs when it executed the batch
+            drafts = self._drafts(rid)[:slots] if slots and rid in self.previous else [-1] * slots
             if drafts:
                 self.verified[rid] += 1
-            tokens = verify(self.seed, self.tokens[rid], drafts, self.vocab)
+            if rid in allowed:
+                tokens = verify_masked(self.seed, self.tokens[rid], drafts, self.vocab, allowed[rid])
+            else:
+                tokens = verify(self.seed, self.tokens[rid], drafts, self.vocab)
             self.tokens[rid] += tokens  # not cut at a stop: the scheduler drops the rest
             sampled.append(tokens)
             if self.k:
                 pattern = self.patterns[rid]
-                self.drafts[rid] = draft(self.seed, self.tokens[rid], self.k,
-                                         pattern[self.verified[rid] % len(pattern)], self.vocab)
+                accept = pattern[self.verified[rid] % len(pattern)]
+                self.grammar_drafts.pop(rid, None)
+                request = self.scheduler.requests.get(rid)
+                if request is not None and request.use_structured_output:
+                    self.grammar_drafts[rid] = (list(self.tokens[rid]), accept)
+                else:
+                    self.drafts[rid] = draft(self.seed, self.tokens[rid], self.k, accept, self.vocab)
         self.previous = {rid for rid, tokens in zip(req_ids, sampled) if tokens}
+        # what take_draft_token_ids delivers: every request that sampled, even one finished or
+        # preempted since (the GPU runner keeps its batch's request ids with its drafts)
+        self.last = {rid: (self.drafts.get(rid), self.grammar_drafts.get(rid))
+                     for rid, tokens in zip(req_ids, sampled) if tokens and self.k}
         result = ModelRunnerOutput(req_ids=req_ids, req_id_to_index={rid: i for i, rid in enumerate(req_ids)},
                                    sampled_token_ids=sampled, kv_connector_output=transfers)
         return _done(result) if non_block else result
 
+    def _drafts(self, rid: str) -> list[int]:
+        """The drafts it proposed for the request after its last sample. A request with a
+        grammar drafts with masked_draft when they are first read: by then the update of the
+        batch that sampled them has advanced the scheduler's grammar through its tokens (vLLM
+        defers the next batch's sampling until it has), where the GPU's drafter would read no
+        grammar at all."""
+        if rid in self.grammar_drafts:
+            self.drafts[rid] = self._grammar_draft(rid, *self.grammar_drafts.pop(rid))
+        return self.drafts[rid]
+
+    def _grammar_draft(self, rid: str, tokens: list[int], accept: int) -> list[int]:
+        from . import grammar
+
+        request = self.scheduler.requests.get(rid)
+        if request is None or request.is_finished():  # no grammar to follow
+            return draft(self.seed, tokens, self.k, accept, self.vocab)
+        return grammar.masked_draft(self.seed, tokens, self.k, accept, self.vocab, request,
+                                    self.scheduler.structured_output_manager)
+
     def take_draft_token_ids(self):
-        """Called by vLLM only without async scheduling, or for structured output; no
-        workload has structured output."""
-        raise RuntimeError("the async stand-in proposes its drafts itself (no structured output)")
+        """vLLM's loop calls it under async scheduling for a deferred batch only (one with a
+        grammar request that has tokens in flight), after the update of the batch before: the
+        drafts of that batch's requests that sampled, fresh lists (the scheduler trims them in
+        place), as the GPU runner copies them to the CPU for structured output."""
+        from vllm.v1.outputs import DraftTokenIds
+
+        if not self.last:
+            return None
+        drafts = []
+        for rid, (plain, lazy) in self.last.items():
+            if rid in self.drafts or rid in self.grammar_drafts:
+                drafts.append(list(self._drafts(rid)))
+            else:  # finished or preempted since: what it proposed then
+                drafts.append(list(plain) if lazy is None else self._grammar_draft(rid, *lazy))
+        return DraftTokenIds(list(self.last), drafts)
 
 
 def iter_async(config, workload: dict, k: int, block_hasher):
@@ -169,6 +232,8 @@ def iter_async(config, workload: dict, k: int, block_hasher):
                                 cls=RecordingAsyncScheduler)
     pending: deque = deque()  # the records finished by the last iteration's update
     scheduler.parity_sink = pending.append
+    if any("structured_output" in req for req in workload["requests"]):
+        scheduler.parity_grammar = True  # the records carry the grammar's fields (recorder.py)
     core = shell_core(config, scheduler, StandInExecutor(scheduler, workload, k))
     drive = _drive(core, scheduler, workload, config.model_config.max_model_len, block_hasher)
     try:
@@ -191,6 +256,8 @@ def iter_async(config, workload: dict, k: int, block_hasher):
 def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher):
     """Yields after each iteration (its finished records are in the scheduler's sink); returns
     the scheduler's Request of each id, kept after it finished."""
+    from . import grammar
+
     prompts = request_prompts(workload, max_model_len)
     arrivals: dict[int, list[dict]] = {}
     aborts: dict[int, list[str]] = {}
@@ -204,9 +271,14 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher):
     iteration = 0
     while True:
         scheduler.parity_iteration = iteration
+        refused = []
         for req in arrivals.get(iteration, ()):
             requests[req["id"]] = new_request(req, prompts[req["id"]], iteration, block_hasher)
+            if "structured_output" in req and not grammar.admit(scheduler, requests[req["id"]]):
+                refused.append(grammar.refuse(requests[req["id"]]))  # as the synchronous loop
+                continue
             scheduler.add_request(requests[req["id"]])
+        scheduler.parity_refused += refused
         # A client's aborts land between two iterations, as vLLM's busy loop takes them from its
         # input queue before the next step (EngineCore.abort_requests), while the batch of the
         # iteration before may still be in flight: its output for them is dropped. A finished

@@ -91,24 +91,32 @@ def allowed_by_position(scheduler, output, batch: list[str]) -> dict[str, list[l
     applied by the release's own apply_grammar_bitmask (the GPU model runner's) to zero logits
     laid out as the runner's are, `batch` being its requests in batch order; what stays finite
     is allowed. The release decides how rows are packed (0.33.0 gives each request K + 1)."""
+    spec = output.scheduled_spec_decode_tokens or {}
+    return allowed_rows(scheduler, output, scheduler.get_grammar_bitmask(output),
+                        {rid: len(spec.get(rid, ())) for rid in batch})
+
+
+def allowed_rows(scheduler, output, grammar_output, drafts: dict[str, int]) -> dict[str, list[list[int]]]:
+    """allowed_by_position for a grammar output already computed (the batch-queue loop's, for a
+    deferred batch after its drafts arrived), `drafts` being each request's draft count in batch
+    order as the model runner laid out its logits when it executed the batch."""
+    import torch
     from types import SimpleNamespace
 
-    import torch
     from vllm.v1.structured_output.utils import apply_grammar_bitmask
 
-    grammar_output = scheduler.get_grammar_bitmask(output)
     if grammar_output is None:
         return {}
-    spec = output.scheduled_spec_decode_tokens or {}
+    batch = list(drafts)
     first, at = {}, 0  # each request's first logits row: one per draft and one more
     for rid in batch:
         first[rid] = at
-        at += 1 + len(spec.get(rid, ()))
+        at += 1 + drafts[rid]
     logits = torch.zeros(at, scheduler.vllm_config.model_config.get_vocab_size(), dtype=torch.float32)
     apply_grammar_bitmask(output, grammar_output, SimpleNamespace(req_ids=list(batch)), logits)
     finite = torch.isfinite(logits)
-    return {rid: [torch.nonzero(finite[first[rid] + i]).flatten().tolist() for i in range(1 + len(spec.get(rid, ())))]
-            for rid in grammar_output.structured_output_request_ids}
+    return {rid: [torch.nonzero(finite[first[rid] + i]).flatten().tolist() for i in range(1 + drafts[rid])]
+            for rid in grammar_output.structured_output_request_ids if rid in first}
 
 
 def errors(scheduler) -> list[str]:

@@ -48,6 +48,12 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
     ignore-grammar-cut    the scheduler keeps every draft of a request with a grammar: its
                           grammar's validate_tokens returns the drafts whole (xgrammar and
                           llguidance alike), so drafts the grammar refuses are scheduled.
+    async-grammar-drafts-undelivered  under async scheduling, the batch-queue loop computes a
+                          deferred batch's grammar bitmask without the drafts that arrived
+                          (update_draft_token_ids_in_output does nothing): the output keeps
+                          its -1 placeholders, so every row after a request's first is
+                          all-allowed and its bonus row skips the drafts: a port that never
+                          delivers the model runner's drafts to its grammar.
     grammar-in-reasoning  the structured output manager finds no reasoner for any request, so a
                           grammar masks, advances and cuts drafts from a request's first token,
                           through its reasoning: a port that ignores the reasoning parser.
@@ -249,6 +255,14 @@ def _ignore_grammar_cut() -> None:
         grammar.validate_tokens = lambda self, tokens: list(tokens)
 
 
+def _async_grammar_drafts_undelivered() -> None:
+    """Scheduler.update_draft_token_ids_in_output (called by step_with_batch_queue for a
+    deferred batch) leaves the scheduler output as schedule() made it."""
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    Scheduler.update_draft_token_ids_in_output = lambda self, draft_token_ids, scheduler_output: None
+
+
 def _grammar_in_reasoning() -> None:
     """StructuredOutputManager._get_reasoner (should_fill_bitmask's, should_advance's and the
     bitmask filling's way to the request's reasoning parser) returns None."""
@@ -323,6 +337,7 @@ MUTANTS = {
     "ignore-max-loras": _ignore_max_loras,
     "cap-running-chunk-2048": _cap_running_chunk(2048),
     "ignore-grammar-cut": _ignore_grammar_cut,
+    "async-grammar-drafts-undelivered": _async_grammar_drafts_undelivered,
     "grammar-in-reasoning": _grammar_in_reasoning,
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,

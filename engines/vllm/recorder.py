@@ -379,10 +379,36 @@ class AsyncRecording:
 
     def schedule(self, *args, **kwargs):
         output = super().schedule(*args, **kwargs)
-        self._parity_open[-1][1]["iteration"] = int(self.parity_iteration)
+        record = self._parity_open[-1][1]
+        record["iteration"] = int(self.parity_iteration)
         for rid in output.num_scheduled_tokens:
             self._parity_held[rid] = self.requests[rid]
+        if self.parity_grammar:  # grammars under async scheduling (engines/PROTOCOL.md "Structured outputs")
+            record["deferred_sampling"] = bool(output.pending_structured_output_tokens)
+            for entry in record["requests"].values():
+                entry["bitmask_draft_token_ids"] = list(entry["draft_token_ids"])
+                entry["invalid_draft_tokens"] = 0
         return output
+
+    def update_draft_token_ids_in_output(self, draft_token_ids, scheduler_output) -> None:
+        """A deferred batch's drafts, delivered by the model runner before its bitmask: the
+        record keeps, per request, the drafts proposed (before the grammar's cut, trimmed to
+        the drafts scheduled), what the output then holds (cut, padded with -1) and how many
+        were cut (num_invalid_spec_tokens)."""
+        taken = {str(rid): list(map(int, drafts)) for rid, drafts in
+                 zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)
+                 if (req := self.requests.get(rid)) is not None and not req.is_finished()}  # vLLM skips the rest
+        super().update_draft_token_ids_in_output(draft_token_ids, scheduler_output)
+        record = next((rec for output, rec in self._parity_open if output is scheduler_output), None)
+        if record is None or not self.parity_grammar:
+            return
+        spec = scheduler_output.scheduled_spec_decode_tokens or {}
+        invalid = scheduler_output.num_invalid_spec_tokens or {}
+        for rid, entry in record["requests"].items():
+            entry["bitmask_draft_token_ids"] = list(map(int, spec.get(rid, ())))
+            entry["invalid_draft_tokens"] = int(invalid.get(rid, 0))
+            if "proposed_draft_token_ids" in entry and rid in taken:
+                entry["proposed_draft_token_ids"] = taken[rid][:entry["draft_tokens"]]
 
     def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
         seen = super()._parity_observe(scheduler_output, model_runner_output)

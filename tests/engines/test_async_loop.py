@@ -172,6 +172,10 @@ MUTANTS = {
     # mutant: (scenario, first step, first field)
     "sync-loop-under-async": ("async_worked_example", 0, "update_iteration"),
     "keep-placeholders-at-preemption": ("async_worked_example", 0, "requests.r1.output_placeholders"),
+    # step 1 is deferred (json and regex have tokens in flight): without their drafts delivered
+    # the bitmask rows after the first allow every id, the target's unmasked tokens leave the
+    # grammar, and the update finishes both as errors
+    "async-grammar-drafts-undelivered": ("grammar_eagle3_async", 1, "finished"),
 }
 
 
@@ -186,5 +190,9 @@ def test_an_async_loop_mutant_is_caught_where_it_acts(warm_sessions, mutant):
     steps = next(c for c in verdict.comparisons if c.layer == "steps")
     assert verdict.kind == "diverged" and not steps.equal
     assert (steps.index, steps.first.path) == (index, path), [f.path for f in steps.fields]
+    if mutant == "async-grammar-drafts-undelivered":  # the placeholders the oracle replaced
+        found = {f.path: (f.expected, f.actual) for f in steps.fields}
+        assert found["requests.regex.invalid_draft_tokens"] == (1, 0)
+        assert found["requests.json.bitmask_draft_token_ids[0]"][1] == -1
     plain = session.trace(SCENARIOS["kv_pressure"], ["steps"])
     assert plain.layers["steps"] == sync_layers("kv_pressure")["steps"]

@@ -141,6 +141,9 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("kv_connector_failures", ("prefix_caching", "shared_prefixes", "kv_connector")),
     ("grammar_eagle3", ("spec:eagle3", "eos", "structured_outputs")),
     ("grammar_mixed", ("spec:dflash", "eos", "structured_outputs")),
+    ("grammar_eagle3_async", ("spec:eagle3", "eos", "structured_outputs", "async_scheduling")),
+    ("grammar_dflash_async", ("spec:dflash", "eos", "structured_outputs")),  # async: the oracle's config decides
+    ("grammar_kv_pressure_async", ("spec:eagle3", "eos", "structured_outputs", "async_scheduling")),
     ("grammar_full_bitmask", ("spec:eagle3", "eos", "structured_outputs")),
     ("grammar_many_requests", ("eos", "structured_outputs")),
     ("grammar_many_requests_drafts", ("spec:eagle3", "eos", "structured_outputs")),

@@ -273,12 +273,17 @@ def test_a_grammar_needs_the_model_folders_tokenizer_and_the_hash_covers_it(tmp_
     assert err.value.field == "workload.requests"
 
 
-def test_a_grammar_runs_with_async_scheduling_false(tmp_path):
-    for value in (True, None):
+def test_a_grammar_runs_under_either_loop(tmp_path):
+    """The batch-queue loop runs grammars too (engines/PROTOCOL.md "Structured outputs"): async
+    scheduling on, or left to vLLM's default, is another scenario, with the same tokenizer."""
+    hashes = set()
+    for value in (False, True, None):
         path = _grammar(tmp_path, lambda d: d["engine_args"].update(async_scheduling=value))
-        with pytest.raises(ScenarioError, match="synchronous loop only") as err:
-            load_scenario(path)
-        assert err.value.field == "engine_args.async_scheduling"
+        scenario = load_scenario(path)
+        assert "structured_outputs" in scenario.features
+        assert ("async_scheduling" in scenario.features) == (value is True)
+        hashes.add(scenario.sha256)
+    assert len(hashes) == 3
 
 
 def test_the_engine_layers_run_a_grammar():
@@ -287,3 +292,16 @@ def test_the_engine_layers_run_a_grammar():
     s = load_scenario(GATE.parent / "engine_grammar_eagle3.json")
     assert "engine_steps" in s.layers and "structured_outputs" in s.features
     assert sum("structured_output" in r for r in s.workload["requests"]) == 3
+
+
+def test_reasoning_runs_in_the_synchronous_loop_only(tmp_path):
+    """The async stand-in runner follows grammars, not a reasoning end: a reasoning parser with
+    async scheduling on, or left to vLLM's default, is refused by its field."""
+    shutil.copytree(GATE.parent / "models", tmp_path / "models", dirs_exist_ok=True)
+    data = json.loads((GATE.parent / "grammar_reasoning.json").read_text())
+    for value in (True, None):
+        data["engine_args"]["async_scheduling"] = value
+        (tmp_path / "s.json").write_text(json.dumps(data))
+        with pytest.raises(ScenarioError, match="synchronous loop only") as err:
+            load_scenario(tmp_path / "s.json")
+        assert err.value.field == "engine_args.async_scheduling"
