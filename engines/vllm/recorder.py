@@ -330,7 +330,7 @@ def _block_ids(groups) -> list[list[int]] | None:
 
 def _ints(values) -> list[int]:
     """list(map(int, values)), the values as Python ints. A list of ints (the drafts, block ids)
-    is copied and its types counted in C: int() a value was most of the recorder's time."""
+    is copied and its types counted in C, without a call of int() per value."""
     values = list(values)
     return values if operator.countOf(map(type, values), int) == len(values) else list(map(int, values))
 
