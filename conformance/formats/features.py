@@ -58,11 +58,19 @@ FEATURES: dict[str, str] = {
              "prefill splits in mode `align`, and `engine_args.prefix_match_unit`'s finer block hashes",
     "lora": "`engine_args.enable_lora` true, or a request of the workload has a `lora` adapter (vLLM's "
             "`max_loras` bound on a step's adapters; block hashes keyed by the adapter's name)",
+    "encoder_inputs": "a request of the workload has `encoder_inputs` (multimodal items: vLLM's mm_features "
+                      "with their placeholders, scheduled under the encoder compute budget and the encoder "
+                      "cache, shared by hash, freed once the decoder has read them; `engine_args.disable_chunked_mm_input`)",
     "streaming_input": "a request of the workload has a `session`: a streaming input session (vLLM's resumable "
                        "requests), its later input chunks and the end of its input arriving at given steps",
     "reasoning": "`engine_args.reasoning_parser` given: the release's reasoning parser tells its "
                  "StructuredOutputManager where a request's reasoning ends (a request's `reasoning_end`), and "
                  "its grammar masks, advances and cuts drafts only after that",
+    "kv_cache_events": "`engine_args.kv_events_config.enable_kv_cache_events` true: each step record carries "
+                       "the KV cache events (BlockStored, BlockRemoved, AllBlocksCleared) vLLM's scheduler "
+                       "publishes at that step's update",
+    "prefix_cache_resets": "the workload has `prefix_cache_resets`: the API server's reset_prefix_cache "
+                           "between steps, its result recorded (false while blocks are in use)",
     "async_scheduling": "async scheduling resolved on: the oracle's `config` record says "
                         "`async_scheduling_gpu` true (vLLM's default differs by release), or, without "
                         "one, `engine_args.async_scheduling` true",
@@ -109,8 +117,11 @@ def needed(engine_args: dict, workload: dict | None = None, method_matrix: dict 
         ("sliding_window", _hybrid(args.get("model"))),
         ("mamba", _mamba(args.get("model"))),
         ("lora", args.get("enable_lora") is True or any(r.get("lora") is not None for r in requests)),
+        ("encoder_inputs", any(r.get("encoder_inputs") for r in requests)),
         ("streaming_input", any(r.get("session") is not None for r in requests)),
         ("reasoning", bool(args.get("reasoning_parser"))),
+        ("kv_cache_events", _dict(args.get("kv_events_config")).get("enable_kv_cache_events") is True),
+        ("prefix_cache_resets", bool(_dict(workload).get("prefix_cache_resets"))),
         ("async_scheduling", _async(args, config)),
     ) if needs}
     return tuple(name for name in FEATURES if name in found) + tuple(sorted(found - set(FEATURES)))

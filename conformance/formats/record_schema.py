@@ -266,6 +266,41 @@ class MapOf:
         return dict(zip(value, _each(self.of.check, value.items(), strict)))
 
 
+@dataclass(frozen=True)
+class Tagged:
+    """An object whose `type` names which record it is (a KV cache event)."""
+
+    name: str
+    records: tuple  # the Records, each with a `type` field of one choice
+
+    def describe(self) -> str:
+        return self.name
+
+    def check(self, value, strict: bool = False):
+        kinds = {r.own["type"].type.choices[0]: r for r in self.records}
+        if value.__class__ is not dict or value.get("type") not in kinds:
+            raise RecordError(f"an object ({self.name}) whose type is one of {', '.join(kinds)}", value)
+        return kinds[value["type"]].check(value, strict)
+
+
+@dataclass(frozen=True)
+class Key:
+    """A part of a block hash's extra keys (vLLM's tuples, as lists): a string, an int, null,
+    or a list of them, nested at most `depth` deep."""
+
+    depth: int = 3
+
+    def describe(self) -> str:
+        return "extra key"
+
+    def check(self, value, strict: bool = False):
+        if value is None or value.__class__ is str or (value.__class__ is int and MIN_INT <= value <= MAX_INT):
+            return value
+        if value.__class__ is list and self.depth > 0:
+            return _each(Key(self.depth - 1).check, enumerate(value), strict)
+        raise RecordError("a string, an int, null or a list of them (an extra key)", value)
+
+
 def _each(check, items, strict: bool) -> list:
     """`check` of each (position, value) of a list or an object; an error names the position."""
     out = []
@@ -367,6 +402,10 @@ CONFIG = Record("config", {
     "scheduler_class": Field(Text()),
     "budget_log_lines": Field(ListOf(Text())),
     **ASYNC_CONFIG,
+    # a multimodal model: the scheduler's encoder compute budget per step and encoder cache size
+    # (tokens), as the release computes them from the model's processor (MultiModalBudget)
+    "encoder_compute_budget": Field(COUNT, optional=True),
+    "encoder_cache_size": Field(COUNT, optional=True),
 })
 REFUSED_CONFIG = Record("refused config", {
     "refused": Field(REFUSAL),
@@ -402,6 +441,32 @@ STEPS_REQUEST = Record("steps request entry", {
     "bitmask_draft_token_ids": Field(ListOf(Int(-1)), optional=True),
     "invalid_draft_tokens": Field(COUNT, optional=True),
 }, base=REQUEST)
+# KV cache events (engines/PROTOCOL.md "KV cache events"): vLLM's, field for field, each block
+# hash written as its number in the run (engines/vllm/kv_events.py)
+HASHES = ListOf(COUNT)
+BLOCK_STORED = Record("block stored event", {
+    "type": Field(Text(("BlockStored",))),
+    "block_hashes": Field(HASHES),
+    "parent_block_hash": Field(Nullable(COUNT)),
+    "token_ids": Field(ListOf(COUNT)),
+    "block_size": Field(COUNT),
+    "lora_id": Field(Nullable(COUNT)),
+    "lora_name": Field(Nullable(Text())),
+    "medium": Field(Nullable(Text())),
+    "group_idx": Field(Nullable(COUNT)),
+    "extra_keys": Field(Nullable(ListOf(Key()))),
+    "kv_cache_spec_kind": Field(Nullable(Text())),
+    "kv_cache_spec_sliding_window": Field(Nullable(COUNT)),
+})
+BLOCK_REMOVED = Record("block removed event", {
+    "type": Field(Text(("BlockRemoved",))),
+    "block_hashes": Field(HASHES),
+    "medium": Field(Nullable(Text())),
+    "group_idx": Field(Nullable(COUNT)),
+})
+ALL_CLEARED = Record("all blocks cleared event", {"type": Field(Text(("AllBlocksCleared",)))})
+KV_EVENT = Tagged("kv cache event", (BLOCK_STORED, BLOCK_REMOVED, ALL_CLEARED))
+ENCODER_CACHE = Record("encoder cache", {"free": Field(COUNT), "freeable": Field(COUNT)})
 KV_BLOCKS = Record("kv blocks", {"free": Field(COUNT), "used": Field(COUNT), "cached": Field(COUNT)})
 # the fields of every step record, steps and engine_steps alike
 STEP_BASE = Record("step", {
@@ -427,10 +492,19 @@ STEP = Record("steps", {
     "num_common_prefix_blocks": Field(ListOf(COUNT)),
     # a workload with grammars: the requests whose grammar failed at this step
     "grammar_errors": Field(IDS, optional=True),
+    # a workload with encoder inputs: the items whose encoder runs (indices in the request's
+    # encoder_inputs), the hashes evicted from the encoder cache, the cache's slots after the update
+    "encoder_inputs": Field(MapOf("request id", ListOf(COUNT), RequestId()), optional=True),
+    "freed_encoder_inputs": Field(ListOf(RequestId()), optional=True),
+    "encoder_cache": Field(ENCODER_CACHE, optional=True),
     # grammars under async scheduling: sampling waited for the update of the batch before
     "deferred_sampling": Field(Flag(), optional=True),
     # a KV cache that needs zeroing (a hybrid mamba model): the blocks the model runner zeroes
     "zeroed_block_ids": Field(ListOf(COUNT), optional=True),
+    # KV cache events on: the events published at this step's update
+    "kv_events": Field(ListOf(KV_EVENT), optional=True),
+    # a workload with prefix-cache resets: the result of the reset before this step's schedule
+    "prefix_cache_reset": Field(Nullable(Flag()), optional=True),
 }, base=STEP_BASE)
 ENGINE_KV_BLOCKS = Record("engine kv blocks", {"free": Field(COUNT, optional=True), "used": Field(COUNT)})
 ENGINE_STEP = Record("engine_steps", {
@@ -510,8 +584,9 @@ LAYERS: dict[str, Layer] = {
     "engine_outputs": Layer(ENGINE_OUTPUT, (("refused", REFUSED),)),
 }
 # Every record and object with a table in PROTOCOL.md
-RECORDS = (REFUSAL, CONFIG, REFUSED_CONFIG, REFUSED, STEP_BASE, STEP, REQUEST, STEPS_REQUEST, KV_BLOCKS,
-           ENGINE_STEP, ENGINE_KV_BLOCKS, OUTPUT_BASE, OUTPUT, ENGINE_OUTPUT, METHOD_ROW, METHOD_PROBE)
+RECORDS = (REFUSAL, CONFIG, REFUSED_CONFIG, REFUSED, STEP_BASE, STEP, REQUEST, STEPS_REQUEST, KV_BLOCKS, ENCODER_CACHE,
+           ENGINE_STEP, ENGINE_KV_BLOCKS, OUTPUT_BASE, OUTPUT, ENGINE_OUTPUT, METHOD_ROW, METHOD_PROBE,
+           BLOCK_STORED, BLOCK_REMOVED, ALL_CLEARED)
 
 
 def check_record(layer: str, record, strict: bool = False) -> dict:

@@ -60,6 +60,8 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "enable_lora": (bool, False),
     "max_loras": (int, False),
     "max_lora_rank": (int, False),
+    # encoder inputs: a chunk may not end inside an item's placeholder (SchedulerConfig)
+    "disable_chunked_mm_input": (bool, False),
     # hybrid mamba models (engines/PROTOCOL.md "Hybrid mamba models"): which mamba states the
     # prefix cache keeps (vLLM's CacheConfig.mamba_cache_mode), and the finer unit block hashes
     # are computed by (CacheConfig.prefix_match_unit, hybrid models only)
@@ -71,6 +73,9 @@ ENGINE_ARGS: dict[str, tuple[type, bool]] = {
     "reasoning_parser": (str, False),
     "tokenizer": (str, False),
     "structured_outputs_config": (dict, False),  # STRUCTURED_OUTPUTS_CONFIG's keys
+    # KV cache events (vLLM's --kv-events-config): recorded per step from the batch the
+    # scheduler publishes, through vLLM's "null" publisher (nothing goes on the network)
+    "kv_events_config": (dict, False),
 }
 MAMBA_CACHE_MODES = ("none", "align", "all")  # vLLM 0.27.1's MambaCacheMode
 # Keys of --structured-outputs-config run here: enable_in_reasoning, the grammar applied during
@@ -94,6 +99,10 @@ KV_TRANSFER_CONFIG: dict[str, tuple[type, bool]] = {
     "kv_connector": (str, True),
     "kv_role": (str, True),
     "kv_load_failure_policy": (str, False),
+}
+KV_EVENTS_CONFIG: dict[str, tuple[type, bool]] = {
+    "enable_kv_cache_events": (bool, True),
+    "publisher": (str, True),  # "null" only: vLLM's default with events on is "zmq", a socket
 }
 KV_CONNECTORS = ("StandInConnector",)
 KV_ROLES = ("kv_both", "kv_consumer")  # a producer alone loads nothing
@@ -133,7 +142,14 @@ DEFAULT_ATOL = {"float32": 0.001, "bfloat16": 0.5, "float16": 0.3}
 # are run: the engine's add_request and SamplingParams take them, a prefix's tokens are the
 # stand-in's, and an adapter is the model folder's adapters/<name>, ADAPTER_FILES.)
 STEPS_ONLY = ("continues", "abort_step", "eos_token_id", "repetition_detection", "external", "reasoning_end",
-              "session")  # a streaming session: the engine's loop takes no input chunks
+              "session",  # a streaming session: the engine's loop takes no input chunks
+              "kv_cache_report_mode")
+# ... nor multimodal items: the tiny models have no encoder (the stand-in's steps layer runs a
+# multimodal model's scheduler from its config and processor files, PROCESSOR_FILES)
+STEPS_ONLY += ("encoder_inputs",)
+# What a multimodal model's folder holds beside config.json, read by the release's processor to
+# compute the encoder budget (vLLM's MultiModalBudget): the scenario hash covers them
+PROCESSOR_FILES = ("preprocessor_config.json", "tokenizer.json", "tokenizer_config.json")  # TOKENIZER_FILES too
 # An adapter the engine layers load: <model folder>/adapters/<name>/ with PEFT's config and the
 # recipe of its weights (engines/vllm/tiny_adapters.py), whose files the scenario hash covers
 ADAPTER_FILES = ("adapter_config.json", "weights.json")
@@ -244,6 +260,8 @@ def parse_scenario(raw: object, path: Path) -> Scenario:
             # the async stand-in runner follows grammars, not a reasoning end (engines/vllm/async_loop.py)
             raise ScenarioError(src, "engine_args.async_scheduling", "must be false under a reasoning_parser: "
                                 "the stand-in runs reasoning in the synchronous loop only")
+    if workload is not None and any("encoder_inputs" in r for r in workload["requests"]):
+        identity["processor"] = _processor(src, Path(args["model"]))
     if generated is not None:  # the hash covers the expansion and the generator that made it
         identity["generator"] = generated["generator"]
     matrix = raw.get("method_matrix")
@@ -287,8 +305,19 @@ def _engine_args(src: str, args: object, base: Path) -> tuple[dict, dict]:
         raise ScenarioError(src, "engine_args.mamba_cache_mode", f"must be one of {list(MAMBA_CACHE_MODES)} "
                             f"(vLLM's CacheConfig.mamba_cache_mode), got {args['mamba_cache_mode']!r}")
     _reasoning(src, args, hashed, base)
+    if args.get("kv_events_config") is not None:
+        args["kv_events_config"] = hashed["kv_events_config"] = _kv_events(src, args["kv_events_config"])
     _check_sizes(src, args)
     return args, hashed
+
+
+def _kv_events(src: str, raw: dict) -> dict:
+    config = _check_fields(src, "engine_args.kv_events_config", raw, KV_EVENTS_CONFIG)
+    if config["publisher"] != "null":
+        raise ScenarioError(src, "engine_args.kv_events_config.publisher", "must be 'null': the events are "
+                            "read from the batch the scheduler publishes, never sent on a network (vLLM's "
+                            f"zmq publisher would open a socket), got {config['publisher'][:40]!r}")
+    return config
 
 
 def _speculative_config(src: str, spec: object, base: Path) -> tuple[dict, dict]:
@@ -333,19 +362,36 @@ def _reasoning(src: str, args: dict, hashed: dict, base: Path) -> None:
     hashed["tokenizer"] = _tokenizer(src, folder)
 
 
-def _tokenizer(src: str, folder: Path) -> str:
-    """The hash of the model folder's tokenizer files, which a grammar reads."""
+GRAMMAR_NEEDS = "a structured_output needs the model folder's {name} (a grammar judges text; " \
+                "engines/vllm/tiny_tokenizer.py makes the tiny models' one)"
+
+
+def _tokenizer(src: str, folder: Path, needs: str = GRAMMAR_NEEDS) -> str:
+    """The hash of the model folder's tokenizer files, which a grammar reads (`needs`: who
+    needs them, for the error)."""
     digest = hashlib.sha256()
     for name in TOKENIZER_FILES:
         path = folder / name
         try:
             data = read_bytes(path, "tokenizer")
         except (OSError, InputFileError) as exc:
-            raise ScenarioError(src, "workload.requests", f"a structured_output needs the model folder's "
-                                f"{name} (a grammar judges text; engines/vllm/tiny_tokenizer.py makes the "
-                                f"tiny models' one): {path} cannot be read: {exc}") from None
+            raise ScenarioError(src, "workload.requests", f"{needs.format(name=name)}: {path} cannot be read: "
+                                f"{exc}") from None
         digest.update(data)
     return "sha256:" + digest.hexdigest()
+
+
+def _processor(src: str, folder: Path) -> str:
+    """The hash of a multimodal model folder's processor files (its processor config and its
+    tokenizer), from which the release computes the encoder budget and cache size."""
+    needs = "encoder_inputs need a multimodal model folder with {name} (scenarios/models/qwen2-audio-tiny)"
+    path = folder / PROCESSOR_FILES[0]
+    try:
+        data = read_bytes(path, "model config")
+    except (OSError, InputFileError) as exc:
+        raise ScenarioError(src, "workload.requests", f"{needs.format(name=path.name)}: {path} cannot be read: "
+                            f"{exc}") from None
+    return f"sha256:{hashlib.sha256(data).hexdigest()} {_tokenizer(src, folder, needs)}"
 
 
 def _adapters(src: str, folder: Path, requests: list[dict]) -> dict[str, str]:
@@ -406,6 +452,13 @@ def _engine_options(src: str, raw, args: dict, workload) -> tuple[dict | None, f
     if args.get("kv_transfer_config") is not None:
         raise ScenarioError(src, "engine_args.kv_transfer_config", "is not run by the engine layers (the "
                             "stand-in's connector has no worker side): a scenario with `engine` cannot use it")
+    for key in ("kv_events_config",):
+        if args.get(key) is not None:
+            raise ScenarioError(src, f"engine_args.{key}", "is not run by the engine layers (their records "
+                                "hold no KV cache events): a scenario with `engine` cannot use it")
+    if "prefix_cache_resets" in workload:
+        raise ScenarioError(src, "workload.prefix_cache_resets", "is not run by the engine layers (their loop "
+                            "takes no API-server calls): a scenario with `engine` cannot use it")
     for i, req in enumerate(workload["requests"]):
         for key in STEPS_ONLY:
             if key in req:

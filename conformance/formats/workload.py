@@ -53,9 +53,25 @@ The workload schema (every key below; no others):
                                           #   adapter and a name one id
                    "session": {...},      # optional: a streaming input session, its chunks
                                           #   and the end of its input (sessions.py)
-                   "acceptance": [int]}]}    # optional, default [0]: drafts accepted at each
+                   "kv_cache_report_mode": str,  # optional, with KV cache events on:
+                                          #   "incremental" (vLLM's default) or "full" (its
+                                          #   prefix-cache hit is reported as BlockStored too)
+                   "encoder_inputs": [{"offset": int,  # optional, not with `continues`: the
+                                       "length": int,  #   request's multimodal items (vLLM's
+                                       "hash": str}],  #   mm_features), each a placeholder of
+                                          #   `length` tokens (1..) at `offset` in the prompt
+                                          #   (its prefix's tokens, then its own), in increasing
+                                          #   order, apart, inside the prompt; `hash` the item's
+                                          #   identifier (mm_hash, as a request id): one hash is
+                                          #   one item (its encoder output is shared through the
+                                          #   encoder cache), of one length in the workload
+                   "acceptance": [int]}],    # optional, default [0]: drafts accepted at each
                                              # successive verify step of the request, cycled
                                              # (verify step: engines/PROTOCOL.md, `steps`)
+     "prefix_cache_resets": [{"step": int,  # optional: the API server's reset_prefix_cache
+                              "reset_running_requests": bool,  # at that step (0..max_steps-1),
+                              "reset_connector": bool}]}  # after its arrivals and aborts, before
+                                             # schedule(); both options default false; one a step
 
 THE STAND-IN IS NOT A MODEL. It is a pure function from a request's tokens so far to its
 next token, so a scheduler can be driven without weights, identically on every machine:
@@ -159,20 +175,25 @@ PRIORITY = (-(1 << 31), (1 << 31) - 1)
 NO_MAX_MODEL_LEN = 1 << 20  # the bound on a length when engine_args has no max_model_len
 CONTEXT = 16  # target_next looks at the last CONTEXT tokens (and the length)
 
-TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes"}
+TOP_LEVEL = {"seed", "vocab_size", "max_steps", "requests", "prefixes", "prefix_cache_resets"}
 TOP_REQUIRED = ("max_steps", "requests", "seed", "vocab_size")
 REQUEST_KEYS = {"id", "arrival_step", "prompt_len", "max_tokens", "stop_token_ids", "acceptance",
                 "prefix", "continues", "abort_step", "priority", "min_tokens", "eos_token_id",
-                "repetition_detection", "external", "structured_output", "lora", "reasoning_end", "session"}
+                "repetition_detection", "external", "structured_output", "lora", "reasoning_end", "session",
+                "kv_cache_report_mode", "encoder_inputs"}
 REPETITION_KEYS = ("max_pattern_size", "min_pattern_size", "min_count")
 EXTERNAL_KEYS = {"tokens", "async_steps", "fail"}
 LORA_KEYS = {"id", "name"}
 MAX_LORA_ID = (1 << 31) - 1
+ENCODER_INPUT_KEYS = {"offset", "length", "hash"}
+MAX_ENCODER_INPUTS = 64  # items per request
 PREFIX_KEYS = {"name", "len"}
 STRUCTURED_KEYS = ("json", "regex", "choice")  # vLLM's StructuredOutputsParams, the ones run here
 MAX_GRAMMAR_TEXT = 4096  # characters of a JSON schema (as JSON text) or a regex
 MAX_CHOICES = 64
 REASONING_END_KEYS = {"token_id", "at"}
+RESET_KEYS = {"step", "reset_running_requests", "reset_connector"}
+REPORT_MODES = ("incremental", "full")  # vLLM's kv_cache_report_mode (a request's extra_args)
 
 
 def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
@@ -210,7 +231,47 @@ def validate_workload(raw: object, source: str, engine_args: dict) -> dict:
         if "reasoning_end" in req and not parser:
             check.fail(f"workload.requests[{i}].reasoning_end", "needs engine_args.reasoning_parser: without "
                        "one the release never looks for a reasoning end")
+    _check_encoder_inputs(check, out, prefixes)
+    if "prefix_cache_resets" in raw:
+        workload["prefix_cache_resets"] = resets = _resets(check, raw["prefix_cache_resets"], max_steps)
+        last = max(req["arrival_step"] for req in out)
+        if resets and isinstance(engine_args, dict) and engine_args.get("async_scheduling") is not False \
+                and resets[-1]["step"] > last:
+            # vLLM's batch-queue loop schedules nothing while idle: a request must come after the
+            # reset for a schedule() to record its result
+            check.fail(f"workload.prefix_cache_resets[{len(resets) - 1}].step", f"must be at most the last "
+                       f"arrival step ({last}) unless engine_args.async_scheduling is false: under async "
+                       f"scheduling a reset's result is recorded by the next schedule(), got {resets[-1]['step']}")
+    events = isinstance(engine_args, dict) and isinstance(engine_args.get("kv_events_config"), dict) \
+        and engine_args["kv_events_config"].get("enable_kv_cache_events") is True
+    for i, req in enumerate(out):
+        if "kv_cache_report_mode" in req and not events:
+            check.fail(f"workload.requests[{i}].kv_cache_report_mode", "needs engine_args.kv_events_config "
+                       "with enable_kv_cache_events true: the mode says which KV cache events a request reports")
     return workload
+
+
+def _resets(check: FieldChecker, raw: object, max_steps: int) -> list[dict]:
+    """The API server's reset_prefix_cache calls, by step (at most one a step), in step order."""
+    if not isinstance(raw, list):
+        check.fail("workload.prefix_cache_resets", f"must be an array, got {_tname(raw)}")
+    out: list[dict] = []
+    for i, entry in enumerate(raw):
+        where = f"workload.prefix_cache_resets[{i}]"
+        check.keys(where, entry, RESET_KEYS, ("step",))
+        step = check.integer(f"{where}.step", entry["step"], 0, max_steps - 1)
+        if out and step <= out[-1]["step"]:
+            check.fail(f"{where}.step", f"must come after the step before ({out[-1]['step']}): one reset a "
+                       f"step, in step order, got {step}")
+        reset = {"step": step}
+        for key in ("reset_running_requests", "reset_connector"):
+            if key in entry:
+                if not isinstance(entry[key], bool):
+                    check.fail(f"{where}.{key}", f"must be true or false, got {_tname(entry[key])}")
+                if entry[key]:
+                    reset[key] = True
+        out.append(reset)
+    return out
 
 
 class FieldChecker:
@@ -304,10 +365,18 @@ def _request(check: FieldChecker, where: str, req: object, earlier: list[dict], 
         out["external"] = _external(check, f"{where}.external", req["external"], max_steps, limit)
     if "structured_output" in req:
         out["structured_output"] = _structured(check, f"{where}.structured_output", req["structured_output"])
+    if "kv_cache_report_mode" in req:
+        if req["kv_cache_report_mode"] not in REPORT_MODES:
+            check.fail(f"{where}.kv_cache_report_mode", f"must be one of {list(REPORT_MODES)}, got "
+                       f"{str(req['kv_cache_report_mode'])[:40]!r}")
+        if req["kv_cache_report_mode"] != "incremental":  # vLLM's default is left out
+            out["kv_cache_report_mode"] = req["kv_cache_report_mode"]
     if "lora" in req:
         check.keys(f"{where}.lora", req["lora"], LORA_KEYS, ("id", "name"))
         out["lora"] = {"id": check.integer(f"{where}.lora.id", req["lora"]["id"], 1, MAX_LORA_ID),
                        "name": check.name(f"{where}.lora.name", req["lora"]["name"], "an adapter's name")}
+    if "encoder_inputs" in req:
+        out["encoder_inputs"] = _encoder_inputs(check, f"{where}.encoder_inputs", req["encoder_inputs"], limit)
     if "reasoning_end" in req:
         out["reasoning_end"] = _reasoning_end(check, f"{where}.reasoning_end", req["reasoning_end"], out, vocab_size)
     if "session" in req:
@@ -322,6 +391,48 @@ def _reasoning_end(check: FieldChecker, where: str, raw: object, out: dict, voca
         check.fail(where, "needs a structured_output: reasoning only defers a request's grammar")
     return {"token_id": check.integer(f"{where}.token_id", raw["token_id"], 0, vocab_size - 1),
             "at": check.integer(f"{where}.at", raw["at"], 0, out["max_tokens"] - 1)}
+
+
+def _encoder_inputs(check: FieldChecker, where: str, raw: object, limit: int) -> list[dict]:
+    """A request's multimodal items: placeholders in increasing order, apart (vLLM's input
+    processor makes them so, and the scheduler's window search relies on it)."""
+    if not isinstance(raw, list):
+        check.fail(where, f"must be an array, got {_tname(raw)}")
+    if not 1 <= len(raw) <= MAX_ENCODER_INPUTS:
+        check.fail(where, f"must hold 1 to {MAX_ENCODER_INPUTS} items, got {len(raw)}")
+    out: list[dict] = []
+    for j, item in enumerate(raw):
+        at = f"{where}[{j}]"
+        check.keys(at, item, ENCODER_INPUT_KEYS, ("offset", "length", "hash"))
+        offset = check.integer(f"{at}.offset", item["offset"], 0, limit - 1)
+        if out and offset < out[-1]["offset"] + out[-1]["length"]:
+            check.fail(f"{at}.offset", f"must be at least {out[-1]['offset'] + out[-1]['length']}, where "
+                       f"the item before it ends: placeholders in increasing order, apart; got {offset}")
+        out.append({"offset": offset, "length": check.integer(f"{at}.length", item["length"], 1, limit),
+                    "hash": check.name(f"{at}.hash", item["hash"], "an item's hash")})
+    return out
+
+
+def _check_encoder_inputs(check: FieldChecker, requests: list[dict], prefixes: dict[str, int]) -> None:
+    """Each item inside its request's prompt, and one length per hash: vLLM hashes an item's
+    content, so equal hashes are one item, which the encoder turns into as many tokens each time."""
+    lengths: dict[str, int] = {}
+    for i, req in enumerate(requests):
+        where = f"workload.requests[{i}].encoder_inputs"
+        if "encoder_inputs" not in req:
+            continue
+        if "continues" in req:
+            check.fail(where, "is not taken with `continues`: the continued request's items would be its "
+                       "prompt's too")
+        prompt = prefixes.get(req.get("prefix"), 0) + req["prompt_len"]
+        for j, item in enumerate(req["encoder_inputs"]):
+            if item["offset"] + item["length"] > prompt:
+                check.fail(f"{where}[{j}]", f"ends at {item['offset'] + item['length']}, past the prompt's "
+                           f"{prompt} tokens: a placeholder lies inside the prompt")
+            if lengths.setdefault(item["hash"], item["length"]) != item["length"]:
+                check.fail(f"{where}[{j}].length", f"item {item['hash']!r} has length "
+                           f"{lengths[item['hash']]} in an earlier placeholder, got {item['length']}: "
+                           "one hash, one item")
 
 
 def _structured(check: FieldChecker, where: str, raw: object) -> dict:

@@ -42,7 +42,7 @@ CONTEXT_FIELDS = {
 # dropped) and leaves its output placeholders: named after the drafts accepted, before the
 # state they led to (`iteration` and `update_iteration` rank as decisions).
 AFTER_UPDATE = ("accepted_draft_tokens", "delivery", "output_placeholders", "computed_tokens",
-                "output_tokens", "emitted", "kv_blocks", "waiting", "running", "next_draft_token_ids")
+                "output_tokens", "emitted", "kv_blocks", "kv_events", "waiting", "running", "next_draft_token_ids")
 
 
 @dataclass

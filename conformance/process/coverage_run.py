@@ -39,7 +39,9 @@ MEASURED = ("*/vllm/v1/core/sched/*.py", "*/vllm/config/scheduler.py",
             # (adequacy_scope.toml names the functions that count)
             "*/vllm/v1/core/kv_cache_utils.py",
             # the structured output manager's decisions on a request's grammar
-            "*/vllm/v1/structured_output/__init__.py")
+            "*/vllm/v1/structured_output/__init__.py",
+            # the encoder cache manager's decisions on a request's multimodal items
+            "*/vllm/v1/core/encoder_cache_manager.py")
 
 
 class CoverageError(ParityError, RuntimeError):

@@ -17,7 +17,8 @@
 //      this file has to change. Where async scheduling resolves on
 //      it behaves as vLLM's AsyncScheduler (output placeholders, stale output after a
 //      preemption), driven by the kit's batch-queue loop, run_workload_async(). Its hello
-//      lists every feature but structured_outputs, reasoning, streaming_input and mamba (see kFeatures).
+//      lists every feature but structured_outputs, reasoning, streaming_input, mamba,
+//      kv_cache_events, prefix_cache_resets and encoder_inputs (see kFeatures).
 //
 // It does not serve `methods` (the per-method drafting table) nor the engine layers
 // (engine_config / engine_steps / engine_outputs: they need a real model runner); runs asking
@@ -82,7 +83,15 @@ const std::vector<std::string> kServed = {"config", "steps", "outputs"};
 // stand-in connector (src/kv_connector.hpp) and the kit's worker side of it. `streaming_input`
 // (a session's later input chunks, vLLM's resumable requests) is not implemented yet: the kit's
 // scenario reader takes no `session` and its add_request knows no request id twice; the steps a
-// port must take are engines/PROTOCOL.md's "Streaming input sessions".
+// port must take are engines/PROTOCOL.md's "Streaming input sessions". It lacks
+// `kv_cache_events` and `prefix_cache_resets` too, for now: its KV cache manager keeps the
+// hash chain but queues no events and has no reset; a port adds both to its own block pool
+// (engines/PROTOCOL.md "KV cache events", "Prefix-cache resets").
+// It lacks `encoder_inputs` too: vLLM computes the encoder budget and cache size from the
+// multimodal model's processor (MultiModalBudget over the model's processing info and its
+// processor files), which only the release's own Python code reads; a port states that number
+// from its own multimodal stack, and the reference engine has none, so those scenarios come back
+// `unsupported`.
 const std::vector<std::string> kFeatures = {
     "spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle", "spec:eagle3", "spec:medusa", "spec:mtp",
     "spec:ngram", "spec:suffix", "parallel_drafting", "priority_policy", "request_priorities", "prefix_caching",

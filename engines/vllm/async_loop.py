@@ -31,6 +31,7 @@ from concurrent.futures import Future
 from conformance.formats.sessions import inputs_by_step
 from conformance.formats.workload import draft, request_prompts, verify, verify_masked
 
+from . import encoder_inputs, kv_events
 from .kv_connector import Transfers
 from .new_requests import abort_requests, new_request, output_record, session_inputs
 
@@ -230,6 +231,7 @@ def iter_async(config, workload: dict, k: int, block_hasher):
 
     scheduler = build_scheduler(config, config.cache_config.num_gpu_blocks_override,
                                 cls=RecordingAsyncScheduler)
+    encoder_inputs.prepare(scheduler, workload, "workload")
     pending: deque = deque()  # the records finished by the last iteration's update
     scheduler.parity_sink = pending.append
     if any("structured_output" in req for req in workload["requests"]):
@@ -268,6 +270,8 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher):
     requests: dict = {}  # id -> the scheduler's Request, kept after it finishes
     total = len(workload["requests"])
     inputs = inputs_by_step(workload)  # streaming sessions' later chunks and ends
+    resets = {r["step"]: r for r in workload.get("prefix_cache_resets", ())}
+    scheduler.parity_resets = bool(resets)
     iteration = 0
     while True:
         scheduler.parity_iteration = iteration
@@ -286,9 +290,11 @@ def _drive(core, scheduler, workload: dict, max_model_len: int, block_hasher):
         session_inputs(scheduler, inputs.get(iteration, ()), iteration, workload["seed"], workload["vocab_size"],
                        block_hasher)
         abort_requests(scheduler, aborts.get(iteration, ()))
+        if iteration in resets:  # the API server's call, through vLLM's EngineCore
+            kv_events.reset(core, resets[iteration])
         # a session waiting for input is not among has_requests()'s: it waits for its end
         if len(requests) == total and not scheduler.has_requests() and not core.batch_queue \
-                and all(r.is_finished() for r in requests.values()):
+                and all(r.is_finished() for r in requests.values()) and not any(at >= iteration for at in resets):
             return requests
         if iteration >= workload["max_steps"]:
             unfinished = sorted(rid for rid, r in requests.items() if not r.is_finished())

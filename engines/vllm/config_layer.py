@@ -128,10 +128,15 @@ def resolve_with_rule(scenario: dict):
         from vllm.config import StructuredOutputsConfig
 
         args["structured_outputs_config"] = StructuredOutputsConfig(**args["structured_outputs_config"])
+    if args.get("kv_events_config") is not None:  # vLLM's own config; its publisher "null"
+        from vllm.config import KVEventsConfig
+
+        args["kv_events_config"] = KVEventsConfig(**args["kv_events_config"])
     _forget_once_caches()
     with _captured_vllm_log() as captured, platform_rule(keep_gpu_rule=True) as rule:
         try:
-            config = EngineArgs(skip_tokenizer_init=not uses_grammar(scenario), **args).create_engine_config()
+            config = EngineArgs(skip_tokenizer_init=not (uses_grammar(scenario) or uses_encoder(scenario)),
+                                **args).create_engine_config()
             align_hybrid_block_size(config)  # a GPU executor's step before the KV cache is sized
             refusal = None
         except Exception as exc:  # the release refusing a configuration is a result, not a crash
@@ -146,6 +151,13 @@ def uses_grammar(scenario: dict) -> bool:
     folder's tokenizer (vLLM refuses structured outputs under skip_tokenizer_init)."""
     workload = scenario.get("workload") or {}
     return any("structured_output" in req for req in workload.get("requests", ()))
+
+
+def uses_encoder(scenario: dict) -> bool:
+    """Whether a request of the workload has encoder_inputs: the release's multimodal processor,
+    which computes the encoder budget, is built with the model folder's tokenizer."""
+    workload = scenario.get("workload") or {}
+    return any(req.get("encoder_inputs") for req in workload.get("requests", ()))
 
 
 def async_lines(captured: list[str], args: dict) -> list[str]:
@@ -193,7 +205,17 @@ def budget_record(config, lines: list[str], scheduler=None, rule: AsyncRule | No
         "async_scheduling_cpu": rule.cpu,
         "batch_queue_size": batch_queue_size(config, rule.gpu),
         "async_log_lines": rule.lines,
+        **encoder_budget(scheduler),
     }
+
+
+def encoder_budget(scheduler) -> dict:
+    """A multimodal model's encoder budget and cache size, as the scheduler holds them (vLLM's
+    MultiModalBudget computed them from the model's processor); nothing for a text-only model."""
+    budget = int(getattr(scheduler, "max_num_encoder_input_tokens", 0) or 0)
+    if not budget:
+        return {}
+    return {"encoder_compute_budget": budget, "encoder_cache_size": int(scheduler.encoder_cache_manager.cache_size)}
 
 
 def batch_queue_size(config, gpu_rule: bool) -> int:

@@ -65,6 +65,14 @@ any run, and then announces itself as engine "vllm+mutant:NAME", never as "vllm"
                           request slot: the scheduler's count of such sessions stays 0, so
                           waiting requests are admitted as if the session were gone (vLLM counts
                           it against max_num_seqs): a port that only counts running requests.
+    no-block-removed-events  the block pool publishes no BlockRemoved when it evicts a cached
+                          block: a port whose router is never told a block left the cache.
+    reset-ignores-blocks-in-use  the prefix-cache reset clears every hash even while requests
+                          hold blocks, and says it succeeded: a port that never checks.
+    encoder-cache-per-request  an item is known by its request and its hash (the encoder cache's
+                          key and its blocks' hash key): a request whose item another request
+                          encoded runs the encoder again (a port that keys encoder outputs by
+                          request, not by the item's hash alone).
 """
 
 from __future__ import annotations
@@ -285,6 +293,49 @@ def _lora_hash_ignored() -> None:
     kv_cache_utils._gen_lora_extra_hash_keys = lambda request: []
 
 
+def _no_block_removed_events() -> None:
+    """Every BlockRemoved of the block pool goes through this method (eviction, promotion)."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    BlockPool._emit_block_removed_events = lambda self, block_hashes: None
+
+
+def _reset_ignores_blocks_in_use() -> None:
+    """BlockPool.reset_prefix_cache refuses while any block but the null one is out of the free
+    queue; the mutant's pool reports every block free for the check alone."""
+    from vllm.v1.core.block_pool import BlockPool
+
+    original = BlockPool.reset_prefix_cache
+
+    def reset_prefix_cache(self) -> bool:
+        self.get_num_free_blocks = lambda: self.num_gpu_blocks - 1
+        try:
+            return original(self)
+        finally:
+            del self.get_num_free_blocks
+
+    BlockPool.reset_prefix_cache = reset_prefix_cache
+
+
+def _encoder_cache_per_request() -> None:
+    """Each item's identifier (the encoder cache's key, and its block hash key) is prefixed with
+    its request's id as the Request is built: no two requests share an item's output."""
+    import dataclasses
+
+    from vllm.v1.request import Request
+
+    original = Request.__init__
+
+    def __init__(self, *args, **kwargs):
+        features = kwargs.get("mm_features")
+        if features:
+            kwargs["mm_features"] = [dataclasses.replace(f, identifier=f"{kwargs['request_id']}-{f.identifier}")
+                                     for f in features]
+        original(self, *args, **kwargs)
+
+    Request.__init__ = __init__
+
+
 def _cap_running_chunk(cap: int):
     """The first `min(num_new_tokens, token_budget)` of Scheduler.schedule is the running
     loop's (the waiting loop's comes after it); the edit goes there alone, installed as a
@@ -342,6 +393,9 @@ MUTANTS = {
     "lora-ignored": _lora_ignored,
     "lora-hash-ignored": _lora_hash_ignored,
     "streaming-sessions-free-slots": _streaming_sessions_free_slots,
+    "no-block-removed-events": _no_block_removed_events,
+    "reset-ignores-blocks-in-use": _reset_ignores_blocks_in_use,
+    "encoder-cache-per-request": _encoder_cache_per_request,
 }
 
 

@@ -20,7 +20,26 @@ def new_request(req: dict, prompt, arrival: int, block_hasher, resumable: bool |
         kwargs["resumable"] = True
     return Request(request_id=req["id"], prompt_token_ids=list(prompt), sampling_params=params,
                    pooling_params=None, arrival_time=ARRIVAL_TIME_BASE + arrival,
-                   priority=req.get("priority", 0), lora_request=lora_request(req), **kwargs)
+                   priority=req.get("priority", 0), lora_request=lora_request(req),
+                   mm_features=mm_features(req), **kwargs)
+
+
+MODALITY = "audio"  # the one modality of the tiny multimodal model (scenarios/models/qwen2-audio-tiny)
+
+
+def mm_features(req: dict):
+    """vLLM's own MultiModalFeatureSpec per item of the request's `encoder_inputs` (None without
+    any), as its input processor leaves them: the placeholder's PlaceholderRange, the item's hash
+    as both identifier and mm_hash, no data (the scheduler reads none; no encoder runs). Made
+    before the Request, whose block hashes key each block by the items it overlaps."""
+    if not req.get("encoder_inputs"):
+        return None
+    from vllm.multimodal.inputs import MultiModalFeatureSpec, PlaceholderRange
+
+    return [MultiModalFeatureSpec(data=None, modality=MODALITY, identifier=item["hash"],
+                                  mm_position=PlaceholderRange(offset=item["offset"], length=item["length"]),
+                                  mm_hash=item["hash"])
+            for item in req["encoder_inputs"]]
 
 
 def session_inputs(scheduler, inputs, step: int, seed: int, vocab: int, block_hasher) -> list:
@@ -80,6 +99,8 @@ def sampling_params(req: dict):
     # a client's kv_transfer_params reach the KV connector through extra_args, as vLLM's
     # OpenAI server passes them (engines/vllm/kv_connector.py reads `external` there)
     extra = {"kv_transfer_params": {PARAMS: dict(req["external"])}} if "external" in req else None
+    if "kv_cache_report_mode" in req:  # read by the Request from extra_args, as a client sends it
+        extra = {**(extra or {}), "kv_cache_report_mode": req["kv_cache_report_mode"]}
     structured = None
     if "structured_output" in req:  # engines/vllm/grammar.py runs the processor's check on it
         from .grammar import params as structured_params

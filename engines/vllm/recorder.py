@@ -46,10 +46,22 @@ One record per schedule() call, completed by the update_from_output() for that o
      "aborted": [ids],                  # sorted; finish_requests() before this schedule()
      "emitted": [ids],                  # sorted; those update_from_output() made an output for
      "num_common_prefix_blocks": [int], # the scheduler output's, per KV cache group
-     "grammar_errors": [ids]}           # only where the workload has grammars: sorted; the
+     "grammar_errors": [ids],           # only where the workload has grammars: sorted; the
                                         #   scheduler's grammar_compile_error_reqs after
                                         #   schedule() (finished as errors by this update), and
                                         #   requests refused before the scheduler at this step
+     "kv_events": [event],              # only with KV cache events on: the events vLLM
+                                        #   published at this step's update (kv_events.py)
+     "prefix_cache_reset": bool | None, # only where the workload has resets: the result of
+                                        #   the reset before this schedule(), else null
+     # only where the workload has encoder inputs (steps only):
+     "encoder_inputs": {req_id: [int]}, # the output's scheduled_encoder_inputs: the items (their
+                                        #   indices in the request's encoder_inputs) whose
+                                        #   encoder runs this step
+     "freed_encoder_inputs": [hash],    # the output's free_encoder_mm_hashes, in its order: the
+                                        #   items evicted from the encoder cache by this schedule()
+     "encoder_cache": {"free": int,     # the encoder cache manager after the update: slots
+                       "freeable": int}}  #   (tokens) free now, and free or held by no request
 
 The state fields are read after update_from_output(), so a step's record says what the
 scheduler decided and what it then held: the first divergence falls on the step where the
@@ -95,8 +107,20 @@ class RecordingScheduler(Scheduler):
         # with the requests refused before the scheduler at the coming step
         self.parity_grammar = False
         self.parity_refused: list[str] = []
+        self.parity_encoder = False  # a workload with encoder inputs: their fields are recorded
         self._parity_proposed: dict[str, list[int]] = {}
         self._parity_record_path = os.environ.get(RECORD_PATH_ENV)  # read once, not at each step
+        # KV cache events (engines/vllm/kv_events.py): the batches vLLM publishes, kept per step
+        self._parity_events = None
+        if getattr(self, "enable_kv_cache_events", False):
+            from engines.vllm.kv_events import Captured, HashNumbers
+
+            self.kv_event_publisher = self._parity_events = Captured(self.kv_event_publisher)
+            self._parity_hashes = HashNumbers()
+        # a workload with prefix-cache resets (steps_layer sets it): each record says the result
+        # of the reset before its schedule(), null where there was none
+        self.parity_resets = False
+        self._parity_reset: bool | None = None
 
     def schedule(self, *args, **kwargs):
         output = super().schedule(*args, **kwargs)
@@ -104,6 +128,11 @@ class RecordingScheduler(Scheduler):
         self._parity_identities(output, record)
         self._parity_open.append((output, record))
         return output
+
+    def reset_prefix_cache(self, *args, **kwargs):
+        result = super().reset_prefix_cache(*args, **kwargs)
+        self._parity_reset = bool(result)
+        return result
 
     def finish_requests(self, request_ids, finished_status):
         finished = super().finish_requests(request_ids, finished_status)
@@ -187,6 +216,9 @@ class RecordingScheduler(Scheduler):
         record["num_common_prefix_blocks"] = _ints(output.num_common_prefix_blocks or ())
         if getattr(self, "needs_kv_cache_zeroing", False):  # a hybrid mamba model's KV cache
             record["zeroed_block_ids"] = sorted(map(int, output.new_block_ids_to_zero or ()))
+        if self.parity_resets:
+            record["prefix_cache_reset"] = self._parity_reset
+        self._parity_reset = None
         if self.parity_grammar:
             from engines.vllm.grammar import errors
 
@@ -196,11 +228,23 @@ class RecordingScheduler(Scheduler):
                 if self._parity_uses_grammar(rid):
                     entry["proposed_draft_token_ids"] = []  # until update_draft_token_ids() says otherwise
 
+        if self.parity_encoder:
+            record["encoder_inputs"] = {str(rid): list(map(int, items)) for rid, items in
+                                        (output.scheduled_encoder_inputs or {}).items()}
+            record["freed_encoder_inputs"] = list(map(str, output.free_encoder_mm_hashes or ()))
+
     def _parity_identities_after(self, record: dict, result) -> None:
         """After the update: the requests it emitted an output for, and the cached blocks."""
         record["emitted"] = sorted({str(out.request_id) for outputs in (result or {}).values()
                                     for out in outputs.outputs})
         record["kv_blocks"]["cached"] = _cached_blocks(self.kv_cache_manager.block_pool)
+        if self._parity_events is not None:
+            from engines.vllm.kv_events import records
+
+            record["kv_events"] = records(self._parity_events.take(), self._parity_hashes)
+        if self.parity_encoder:
+            cache = self.encoder_cache_manager
+            record["encoder_cache"] = {"free": int(cache.num_free_slots), "freeable": int(cache.num_freeable_slots)}
 
     def _parity_next_drafts(self, record: dict) -> None:
         """Each request's drafts as the scheduler kept them after update_draft_token_ids()

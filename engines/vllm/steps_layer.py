@@ -9,6 +9,7 @@ and 0.33.0 (vllm/v1/engine/core.py), with a client's aborts between steps:
     add the requests arriving at this step
     give the streaming sessions their input chunks and ends arriving at this step
     abort the requests whose abort_step this is, one finish_requests() call each
+    reset the prefix cache if the workload's prefix_cache_resets has this step
     scheduler.schedule()
     the stand-in "executes" it -> ModelRunnerOutput
     scheduler.update_from_output(...)   (the recorder reads the state after it)
@@ -33,7 +34,7 @@ from conformance.formats.sessions import inputs_by_step
 from conformance.formats.workload import (draft, reasoning_end, request_prompts, validate_workload, verify,
                                           verify_masked)
 
-from . import grammar, per_run
+from . import encoder_inputs, grammar, kv_events, per_run
 from .new_requests import abort_requests, new_request, output_record, session_inputs
 
 
@@ -115,6 +116,7 @@ def iter_steps(scenario_wire: dict, cls=None, config=None, stop_after_step: int 
     scheduler = build_scheduler(config, engine_args.get("num_gpu_blocks_override"),
                                 cls=cls or RecordingScheduler)
     block_hasher = _block_hasher(config)
+    encoder_inputs.prepare(scheduler, workload, source)
 
     pending: deque = deque()  # the records of the step just updated, yielded before the next
     if hasattr(scheduler, "parity_sink"):
@@ -159,6 +161,9 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
     if any("structured_output" in req for req in workload["requests"]):
         scheduler.parity_grammar = True  # the records carry the grammar's fields (recorder.py)
     transfers = Transfers()  # the stand-in worker's side of a KV connector, if any
+    resets = {r["step"]: r for r in workload.get("prefix_cache_resets", ())}
+    if resets and hasattr(scheduler, "parity_resets"):
+        scheduler.parity_resets = True  # every record says whether a reset ran before it
     requests: dict = {}  # id -> the scheduler's Request object, kept after it finishes
     total = len(workload["requests"])
     step = 0
@@ -175,8 +180,12 @@ def _drive(scheduler, workload: dict, max_model_len: int, k: int, block_hasher):
         # a session ended while it waited for input is aborted: recorded as an abort is
         aborted = session_inputs(scheduler, inputs.get(step, ()), step, seed, vocab, block_hasher)
         aborted += abort_requests(scheduler, aborts.get(step, ()))
-        # the step after an abort is recorded even when nothing is left: it shows the abort
-        if len(requests) == total and all(r.is_finished() for r in requests.values()) and not aborted:
+        if step in resets:  # the API server's call, between two steps (kv_events.py)
+            kv_events.reset(scheduler, resets[step])
+        # the step after an abort is recorded even when nothing is left: it shows the abort;
+        # the steps up to the last reset too: they show its result and its effect
+        if len(requests) == total and all(r.is_finished() for r in requests.values()) and not aborted \
+                and not any(at >= step for at in resets):
             break
         if step >= workload["max_steps"]:
             unfinished = sorted(rid for rid, r in requests.items() if not r.is_finished())

@@ -270,8 +270,11 @@ def _async_goldens() -> set[str]:
 # The features the reference engine does not have, and declares so (its kFeatures lacks them):
 # structured outputs (no grammar library), and with them structured outputs after reasoning
 # (a reasoning parser defers a grammar it has not got); streaming input sessions (not implemented yet);
-# hybrid mamba models (no MambaManager).
-LACKS = frozenset({"structured_outputs", "reasoning", "streaming_input", "mamba"})
+# hybrid mamba models (no MambaManager); KV cache events and prefix-cache resets (its block pool
+# queues no events and has no reset); encoder inputs (no multimodal processor to compute the
+# encoder budget from).
+LACKS = frozenset({"structured_outputs", "reasoning", "streaming_input", "mamba", "kv_cache_events",
+                   "prefix_cache_resets", "encoder_inputs"})
 
 
 def test_agreeing_is_every_steps_scenario_of_the_kit_release(kit):

@@ -329,6 +329,14 @@ MUTANTS = {
     # s0 waits for its next input chunk from step 2, holding one of max_num_seqs 2 slots: the
     # oracle holds r2 back at step 4 beside the running r1, the mutant admits it
     "streaming-sessions-free-slots": ("streaming_session_slots", "steps", "new"),
+    # big's allocation at step 6 evicts a's two last prefix blocks: the oracle publishes their
+    # BlockRemoved before big's BlockStored, the mutant only the BlockStored
+    "no-block-removed-events": ("kv_events_eviction", "steps", "kv_events"),
+    # a and b hold blocks at step 4: the oracle's reset answers false, the mutant's clears the cache
+    "reset-ignores-blocks-in-use": ("prefix_cache_reset_idle", "steps", "prefix_cache_reset"),
+    # r1's clip `shared` is the one r0 encodes at step 0: the oracle hits it in the encoder cache,
+    # the mutant (keyed by request) encodes it again, 18 slots more
+    "encoder-cache-per-request": ("encoder_cache_hits", "steps", "encoder_inputs.r1"),
 }
 
 
@@ -379,6 +387,10 @@ def test_every_mutant_is_caught(warm_sessions, mutant):
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         kept, cut = found[field]
         assert comparison.index == 0 and 2047 in kept and 2047 not in cut, found[field]  # </think> kept
+    if mutant == "encoder-cache-per-request":
+        found = {f.path: (f.expected, f.actual) for f in comparison.fields}
+        assert comparison.index == 0 and found[field][1] == [0], found  # r1 encodes: absent in the oracle's
+        assert found["encoder_cache.free"] == (46, 28), found
     if mutant == "cap-running-chunk-2048":
         found = {f.path: (f.expected, f.actual) for f in comparison.fields}
         assert comparison.index == 1 and found[field] == (8191, 2048), comparison.fields

@@ -167,6 +167,13 @@ def test_the_oracles_golden_decides_async_scheduling_left_to_the_default():
     ("streaming_session_preemption", ("prefix_caching", "shared_prefixes", "streaming_input")),
     ("streaming_session_batch_queue", ("prefix_caching", "streaming_input", "async_scheduling")),
     ("streaming_session_stops", ("prefix_caching", "stop_token_ids", "streaming_input")),
+    ("kv_events_prefix_hits", ("prefix_caching", "shared_prefixes", "lora", "kv_cache_events")),
+    ("prefix_cache_reset_connector", ("prefix_caching", "shared_prefixes", "kv_connector", "prefix_cache_resets")),
+    ("prefix_cache_reset_async_scheduling",
+     ("prefix_caching", "shared_prefixes", "kv_cache_events", "prefix_cache_resets", "async_scheduling")),
+    ("encoder_budget_binding", ("prefix_caching", "long_prefill_threshold", "encoder_inputs")),
+    ("encoder_preemption", ("priority_policy", "request_priorities", "prefix_caching", "long_prefill_threshold",
+                            "encoder_inputs")),
     ("method_matrix", ("spec:dflash", "spec:draft_model", "spec:dspark", "spec:eagle3", "spec:mtp",
                        "spec:ngram", "parallel_drafting")),
 ])
