@@ -8,9 +8,10 @@ and compact):
 - only printable ASCII and no backslash in msgspec's bytes: every string was written as is, as
   json writes a string that needs no escape (json escapes DEL and every non-ASCII character);
 - no digit followed by ".", "e" or "E": no finite float (msgspec writes 1e+16 as 1e16);
-- as many nulls in the bytes as None values where the records hold them (block_ids of a request
-  that got no new block, an output's finish_reason and stop_reason), counted on the values: so
-  no null stands for a NaN or an infinity, which msgspec writes as null and json refuses.
+- as many nulls in the bytes as None values where the records mostly hold them (block_ids of a
+  request that got no new block, an output's finish_reason and stop_reason), counted on the
+  values: so no null stands for a NaN or an infinity, which msgspec writes as null and json
+  refuses. A record with a null anywhere else (a KV cache event's field) is written by json.
 What neither shows is a value of a type json refuses and msgspec writes (a set, bytes, an Enum of
 another type, a dataclass): these records are built of dicts, lists, strings, ints, bools and
 None only (recorder.py, "Only JSON types"; new_requests.output_record). Every steps and outputs
@@ -53,8 +54,8 @@ def as_json(line: bytes, nones: int) -> bool:
 
 
 def _nones(data: dict) -> int:
-    """The None values of a steps record's block_ids and an outputs record's reasons: the only
-    places these records hold None (a NaN there is not counted)."""
+    """The None values of a steps record's block_ids and an outputs record's reasons, where these
+    records mostly hold None (a NaN there is not counted)."""
     requests = data.get("requests")
     held = [entry.get("block_ids", 0) for entry in requests.values() if isinstance(entry, dict)] \
         if isinstance(requests, dict) else []

@@ -30,18 +30,27 @@ def record(data, layer: str = "steps") -> dict:
     return {"type": "record", "id": "a", "layer": layer, "seq": 0, "data": data}
 
 
-def test_every_golden_record_is_written_the_same_and_by_msgspec():
-    count = 0
+def test_every_golden_record_is_written_the_same():
+    count, by_msgspec = 0, 0
     for path in sorted(GOLDENS.glob("*/*.json")):
         layers = json.loads(path.read_text(encoding="utf-8"))["layers"]
         for layer in ("steps", "outputs"):
             for data in layers.get(layer, ())[:40]:
                 message = record(data, layer)
-                line = lines.encode(message)
-                assert line == protocol.encode(message), (path, layer, data)
-                assert lines.as_json(lines._WRITER.encode(message), lines._nones(data)), (path, layer)  # msgspec wrote it
+                assert lines.encode(message) == protocol.encode(message), (path, layer, data)
+                by_msgspec += lines.as_json(lines._WRITER.encode(message), lines._nones(data))
                 count += 1
     assert count > 10_000
+    # msgspec writes nearly all (a record with nulls elsewhere, as a KV cache event's, is json's)
+    assert by_msgspec > 0.9 * count, (by_msgspec, count)
+
+
+def test_msgspec_writes_the_steady_decode_records():
+    """The records (b) of `make bench` measures all take msgspec's path."""
+    layers = json.loads((GOLDENS / "steady_decode" / "vllm-0.27.1.json").read_text(encoding="utf-8"))["layers"]
+    for layer in ("steps", "outputs"):
+        for data in layers[layer]:
+            assert lines.as_json(lines._WRITER.encode(record(data, layer)), lines._nones(data))
 
 
 @pytest.mark.parametrize("data", [
