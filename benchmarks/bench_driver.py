@@ -1,5 +1,6 @@
-"""(b) Driver overhead: the steps layer as served (recording scheduler + protocol encode on the
-worker side + decode on the harness side) vs a bare schedule/update loop on the same scenario.
+"""(b) Driver overhead: the steps layer as served (recording scheduler + the worker's encode,
+engines/vllm/lines.py, + the harness's decode, conformance/process/lines.py) vs a bare
+schedule/update loop on the same scenario.
 
 Run from the harness (`make bench`): it re-executes itself inside the oracle pin's environment.
 Both loops are timed in CPU time of this process (the best of REPEATS): the ratio is the work the
@@ -18,9 +19,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from conformance.formats import protocol  # noqa: E402
 from conformance.formats.scenario import load_scenario  # noqa: E402
-from engines.vllm import runtime  # noqa: E402
+from conformance.process import lines as harness_lines  # noqa: E402  (msgspec: in the pin's environment too)
+from engines.vllm import lines as worker_lines, runtime  # noqa: E402
 
 REPEATS = 5
 
@@ -46,8 +47,8 @@ def main(path: str, repeats: int = REPEATS) -> None:
         t0 = time.process_time()
         steps, outputs = run_steps(wire, cls=RecordingScheduler, config=config)
         for seq, data in enumerate(steps + outputs):  # what the worker sends, the harness reads
-            protocol.decode(protocol.encode({"type": "record", "id": "b", "layer": "steps",
-                                             "seq": seq, "data": data}))
+            harness_lines.decode(worker_lines.encode({"type": "record", "id": "b", "layer": "steps",
+                                                      "seq": seq, "data": data}))
         return time.process_time() - t0
 
     bare(), driven()  # warm both paths

@@ -7,6 +7,7 @@ environment. engines/PROTOCOL.md is the human-readable description of the same r
 from __future__ import annotations
 
 import json
+from typing import Callable
 
 from conformance.formats.kinds import Kind
 from conformance.formats.features import declared_problem
@@ -108,7 +109,12 @@ def encode(message: dict) -> bytes:
     return _ENCODER.encode(message).encode() + b"\n"
 
 
-def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
+def decode(line: bytes, expect: tuple[str, ...] | None = None,
+           reader: Callable[[str], object] | None = None) -> dict:
+    """The message on `line`, checked. `reader` (the harness passes msgspec's, process/lines.py)
+    reads the lines whose bytes prove json's reader would give the same message (no escape, no
+    run of 19 digits, nesting under the limit); on any other line, or when it fails, json's
+    reader reads the line, so every refusal is worded as json's reader words it."""
     if len(line) > MAX_LINE_BYTES:
         raise ProtocolError(f"expected a line of at most {MAX_LINE_BYTES} bytes, got {len(line)}")
     try:
@@ -118,12 +124,15 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
         # the 64-bit range, so its integers are read by json's own C code, not one call each.
         text = line.decode("utf-8")
         strict = _LONG_DIGITS in line.translate(_DIGITS_AS_ZERO) or text.startswith("\ufeff")  # json.loads' BOM error
-        message = loads(text) if strict else _READER.decode(text)
+        depth = _carriable(line)
+        message = _read(reader, text) if reader is not None and depth is not None and not strict else _UNREAD
+        if message is _UNREAD:
+            message = loads(text) if strict else _READER.decode(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, RecursionError):
             exc = f"nested deeper than {MAX_DEPTH} levels"
         raise ProtocolError(f"expected a JSON object on one line, got {_preview(line)} ({exc})") from None
-    if _nesting(line) is None:  # not proved carriable from the line's bytes: walk the values
+    if depth is None:  # not proved carriable from the line's bytes: walk the values
         _check_values(message)
     check(message, expect)
     if message["type"] == "hello":  # what the harness accepts; an engine's encode does not check it
@@ -134,7 +143,7 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None) -> dict:
 def loads(text: str):
     """JSON text read as strictly as a protocol line (traces and goldens too): NaN, Infinity, a
     number that overflows a double and an integer outside the 64-bit range are a ValueError."""
-    return json.loads(text, parse_constant=_no_constants, parse_float=_finite_float, parse_int=_int64)
+    return json.loads(text, parse_constant=_no_constants, parse_float=finite_float, parse_int=_int64)
 
 
 def check(message: object, expect: tuple[str, ...] | None = None) -> None:
@@ -217,6 +226,16 @@ _BRACKETS = bytes.maketrans(b"[{]}", b"(())")
 _NOT_STRUCTURE = bytes(set(range(256)) - set(b'"[]{}'))
 
 
+def _carriable(line: bytes) -> int | None:
+    """A bound on the nesting depth of a decoded line when its bytes prove that _check_values
+    would pass it, else None (_nesting). Fewer than MAX_DEPTH opening brackets, quoted or not,
+    bound the depth with two counts in C, before the quotes are split off."""
+    if b"\\" in line:
+        return None
+    openers = line.count(b"[") + line.count(b"{")
+    return openers if openers < MAX_DEPTH else _nesting(line)
+
+
 def _nesting(line: bytes) -> int | None:
     """The nesting depth of a decoded line, when its bytes prove that _check_values would pass
     it (at most MAX_DEPTH - 1 levels, no lone surrogate); else None, and the values are walked.
@@ -248,7 +267,20 @@ def _repr(value: object) -> str:
         return f"a deeply nested {type(value).__name__}"
 
 
-def _finite_float(text: str) -> float:
+_UNREAD = object()  # decode: the reader gave no message, json's reads the line
+
+
+def _read(reader: Callable[[str], object], text: str) -> object:
+    """`reader`'s message, or _UNREAD where it refuses the line (json's reader then says why)."""
+    try:
+        return reader(text)
+    except Exception:  # whatever it refuses, json's reader reads: its message or its words
+        return _UNREAD
+
+
+def finite_float(text: str) -> float:
+    """A JSON number with a fraction or exponent, refused when it overflows a double (the
+    readers' float hook)."""
     value = float(text)
     if value in (float("inf"), float("-inf")):
         raise ValueError(f"{text[:40]} is out of range for a number")
@@ -276,7 +308,7 @@ def _no_constants(token: str):
 
 
 # loads' reader for a line whose integers all fit (decode): its integers read by json's C code
-_READER = json.JSONDecoder(parse_constant=_no_constants, parse_float=_finite_float)
+_READER = json.JSONDecoder(parse_constant=_no_constants, parse_float=finite_float)
 
 
 def _preview(line: bytes) -> str:

@@ -22,6 +22,7 @@ from conformance.formats.errors import ParityError
 from conformance.formats import digest, protocol
 from conformance.formats.scenario import Scenario
 from conformance.formats.settings import SettingError
+from conformance.process import lines
 from conformance.process.launch import EngineSpec
 from conformance.process.reaper import Ended, ended_unwinding, ended_words, kill_group, start_kept, stopping, track
 
@@ -311,7 +312,7 @@ class EngineProcess:
                                f"{self._limits[0]} bytes in one run, the limit (engines/PROTOCOL.md "
                                "\"Limits\"; $VLLM_PARITY_MAX_RUN_BYTES raises it)", partial)
             try:
-                return protocol.decode(line, expect)
+                return lines.decode(line, expect)
             except protocol.ProtocolError as exc:
                 self._fail(Kind.PROTOCOL, f"{self.spec.label} during {where}: {exc}", partial)
 

@@ -141,7 +141,7 @@ class RecordingScheduler(Scheduler):
 
     def update_draft_token_ids(self, draft_token_ids) -> None:
         if self.parity_grammar:  # only grammar requests record the drafts proposed
-            self._parity_proposed = {str(rid): list(map(int, drafts)) for rid, drafts in
+            self._parity_proposed = {str(rid): _ints(drafts) for rid, drafts in
                                      zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)}
         super().update_draft_token_ids(draft_token_ids)
         if self._parity_last is not None:
@@ -196,7 +196,7 @@ class RecordingScheduler(Scheduler):
         spec_tokens = output.scheduled_spec_decode_tokens or {}
         entries = record["requests"]
         for rid, entry in entries.items():
-            entry["draft_token_ids"] = list(map(int, spec_tokens.get(rid, ())))
+            entry["draft_token_ids"] = _ints(spec_tokens.get(rid, ()))
             entry["resent_token_ids"] = False
             entry["next_draft_token_ids"] = []  # until update_draft_token_ids() says otherwise
         for data in output.scheduled_new_reqs:
@@ -213,7 +213,7 @@ class RecordingScheduler(Scheduler):
             entry["resent_token_ids"] = rid in (cached.all_token_ids or {})
         record["aborted"] = sorted(self._parity_aborted)
         self._parity_aborted = []
-        record["num_common_prefix_blocks"] = list(map(int, output.num_common_prefix_blocks or ()))
+        record["num_common_prefix_blocks"] = _ints(output.num_common_prefix_blocks or ())
         if getattr(self, "needs_kv_cache_zeroing", False):  # a hybrid mamba model's KV cache
             record["zeroed_block_ids"] = sorted(map(int, output.new_block_ids_to_zero or ()))
         if self.parity_resets:
@@ -252,7 +252,7 @@ class RecordingScheduler(Scheduler):
         for rid, entry in record["requests"].items():
             req = self.requests.get(rid)
             entry["next_draft_token_ids"] = ([] if req is None or req.is_finished()
-                                             else list(map(int, req.spec_token_ids)))
+                                             else _ints(req.spec_token_ids))
             if "proposed_draft_token_ids" in entry:
                 entry["proposed_draft_token_ids"] = self._parity_proposed.get(rid, [])
         self._parity_proposed = {}
@@ -369,7 +369,14 @@ class EngineRecordingScheduler(RecordingScheduler):
 def _block_ids(groups) -> list[list[int]] | None:
     """Block ids per KV cache group as the scheduler output carries them; None stays null
     (a running request that got no new block)."""
-    return None if groups is None else [[int(b) for b in group] for group in groups]
+    return None if groups is None else [_ints(group) for group in groups]
+
+
+def _ints(values) -> list[int]:
+    """list(map(int, values)), the values as Python ints. A list of ints (the drafts, block ids)
+    is copied and its types counted in C, without a call of int() per value."""
+    values = list(values)
+    return values if operator.countOf(map(type, values), int) == len(values) else list(map(int, values))
 
 
 def _accepted_drafts(scheduler_output, model_runner_output) -> dict:

@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # for conformance
 
 from conformance.formats import serve  # noqa: E402  (standard library only)
 from conformance.formats.scenario import ScenarioError  # noqa: E402  (standard library only)
+from engines.vllm import lines  # noqa: E402  (msgspec, which vLLM requires; imports no vLLM)
 
 
 def main(argv: list[str] | None = None, engine: str | None = None) -> int:
@@ -41,7 +42,7 @@ def main(argv: list[str] | None = None, engine: str | None = None) -> int:
     os.dup2(2, 1)
     sys.stdout = sys.stderr
 
-    send = serve.writer(wire)
+    send = serve.writer(wire, lines.encode)
 
     release = args.warm or args.release
     try:

@@ -1,0 +1,63 @@
+"""The worker's writing of its steps and outputs records: msgspec's JSON writer where its bytes
+are provably protocol.encode's (json.dumps, keys sorted, compact, ASCII, no NaN), in about an
+eighth of the time on a steps record. Every other message, and every record the proof does not
+cover, is written by protocol.encode.
+
+The proof (both writers sort keys by code point, write integers, true, false and null alike,
+and compact):
+- only printable ASCII and no backslash in msgspec's bytes: every string was written as is, as
+  json writes a string that needs no escape (json escapes DEL and every non-ASCII character);
+- no digit followed by ".", "e" or "E": no finite float (msgspec writes 1e+16 as 1e16);
+- as many nulls in the bytes as None values where the records mostly hold them (block_ids of a
+  request that got no new block, an output's finish_reason and stop_reason), counted on the
+  values: so no null stands for a NaN or an infinity, which msgspec writes as null and json
+  refuses. A record with a null anywhere else (a KV cache event's field) is written by json.
+What neither shows is a value of a type json refuses and msgspec writes (a set, bytes, an Enum of
+another type, a dataclass): these records are built of dicts, lists, strings, ints, bools and
+None only (recorder.py, "Only JSON types"; new_requests.output_record). Every steps and outputs
+record of the goldens is written the same by both (tests/engines/test_lines.py).
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from conformance.formats import protocol
+
+RECORDER_LAYERS = ("steps", "outputs")
+_WRITER = msgspec.json.Encoder(order="sorted")
+# a digit as "0", and ".", "E" as "e": "0e" is then a digit before a fraction or an exponent
+_FLOAT_MARKS = bytes.maketrans(b"0123456789.E", b"0000000000ee")
+
+
+def encode(message: dict) -> bytes:
+    """protocol.encode(message), the same bytes."""
+    if isinstance(message, dict) and message.get("type") == "record" and message.get("layer") in RECORDER_LAYERS:
+        protocol.check(message)
+        try:
+            line = _WRITER.encode(message)
+        except Exception:  # a key that is no string, a circular record...: json writes it, or fails as before
+            line = None
+        if line is not None and as_json(line, _nones(message["data"])):
+            return line + b"\n"
+    return protocol.encode(message)
+
+
+def as_json(line: bytes, nones: int) -> bool:
+    """Whether msgspec's `line` is the bytes json.dumps writes for the same record, whose data
+    hold `nones` None values where records hold them (module doc)."""
+    if not line.isascii() or b"\\" in line or b"\x7f" in line:
+        return False
+    if b"0e" in line.translate(_FLOAT_MARKS):
+        return False
+    return line.count(b"null") == nones
+
+
+def _nones(data: dict) -> int:
+    """The None values of a steps record's block_ids and an outputs record's reasons, where these
+    records mostly hold None (a NaN there is not counted)."""
+    requests = data.get("requests")
+    held = [entry.get("block_ids", 0) for entry in requests.values() if isinstance(entry, dict)] \
+        if isinstance(requests, dict) else []
+    held += (data.get("finish_reason", 0), data.get("stop_reason", 0))
+    return held.count(None)

@@ -1,0 +1,92 @@
+"""engines/vllm/lines.py writes the worker's steps and outputs records with msgspec where the
+bytes prove them json's (protocol.encode): the same bytes on every such record of the goldens,
+and the same bytes, or the same refusal, on records built to differ."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from conformance.formats import protocol
+from engines.vllm import lines
+
+GOLDENS = Path(__file__).resolve().parents[2] / "goldens"
+
+
+def written(encode, message):
+    try:
+        return ("ok", encode(message))
+    except Exception as exc:  # the refusal itself: its type and words
+        return ("error", type(exc).__name__, str(exc))
+
+
+def same(message) -> None:
+    assert written(lines.encode, message) == written(protocol.encode, message), message
+
+
+def record(data, layer: str = "steps") -> dict:
+    return {"type": "record", "id": "a", "layer": layer, "seq": 0, "data": data}
+
+
+def test_every_golden_record_is_written_the_same():
+    count, by_msgspec = 0, 0
+    for path in sorted(GOLDENS.glob("*/*.json")):
+        layers = json.loads(path.read_text(encoding="utf-8"))["layers"]
+        for layer in ("steps", "outputs"):
+            for data in layers.get(layer, ())[:40]:
+                message = record(data, layer)
+                assert lines.encode(message) == protocol.encode(message), (path, layer, data)
+                by_msgspec += lines.as_json(lines._WRITER.encode(message), lines._nones(data))
+                count += 1
+    assert count > 10_000
+    # msgspec writes nearly all (a record with nulls elsewhere, as a KV cache event's, is json's)
+    assert by_msgspec > 0.9 * count, (by_msgspec, count)
+
+
+def test_msgspec_writes_the_steady_decode_records():
+    """The records (b) of `make bench` measures all take msgspec's path."""
+    layers = json.loads((GOLDENS / "steady_decode" / "vllm-0.27.1.json").read_text(encoding="utf-8"))["layers"]
+    for layer in ("steps", "outputs"):
+        for data in layers[layer]:
+            assert lines.as_json(lines._WRITER.encode(record(data, layer)), lines._nones(data))
+
+
+@pytest.mark.parametrize("data", [
+    {"v": 1.5}, {"v": 1e16}, {"v": 1e-05}, {"v": -0.0}, {"v": float("nan")}, {"v": float("inf")},
+    {"block_ids": float("nan")}, {"v": "\u00e9"}, {"\u00e9": 1}, {"v": "a\"b"}, {"v": "a\\b"},
+    {"v": "\x7f"}, {"v": "\x01"}, {"v": "null"}, {"v": None}, {"block_ids": None, "v": None},
+    {"block_ids": None}, {"finish_reason": None, "stop_reason": None}, {"v": 2 ** 64}, {"v": -(2 ** 63) - 1},
+    {"v": "r1.5e"}, {1: 2}, {"v": {1: 2}}, {"v": (1, 2)}, {"v": True}, {"B": 1, "a": 2, "_": 3, "": 4},
+])
+def test_records_at_the_edges(data):
+    """Floats, NaN and infinities (json refuses them), non-ASCII text, escapes, DEL, nulls where
+    the recorder writes none, integers past 64 bits, keys that are no strings: json's bytes,
+    or its refusal."""
+    same(record(data))
+    same(record(data, "outputs"))
+
+
+@pytest.mark.parametrize("message", [
+    {"type": "hello", "protocol": 3, "engine": "e", "version": "1", "capabilities": ["steps"]},
+    {"type": "record", "id": "a", "layer": "config", "seq": 0, "data": {"v": 0.9}},
+    {"type": "done", "id": "a", "records": 3}, {"type": "record", "id": "a", "layer": "steps"},
+    {"type": "error", "id": None, "kind": "internal", "message": "x"}, ["not", "a", "dict"],
+])
+def test_other_messages_are_protocol_encodes(message):
+    same(message)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(min_value=-(2 ** 70), max_value=2 ** 70)
+    | st.floats() | st.text(alphabet="ab\"\\\u00e9 0123.eE\x7f\x01nul"),
+    lambda children: st.lists(children, max_size=4) | st.dictionaries(
+        st.sampled_from(["a", "block_ids", "stop_reason", "e1", "0"]) | st.text(max_size=3), children, max_size=4),
+    max_leaves=30)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values, st.sampled_from(["steps", "outputs"]))
+def test_any_record_as_json(value, layer):
+    same(record({"v": value}, layer))
