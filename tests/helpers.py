@@ -181,3 +181,16 @@ def trace_of(data):
     return Trace(engine=data.get("engine", {}), scenario=data.get("scenario", {}),
                  provenance=data.get("provenance", {}), layers=data.get("layers", {}), digests=data.get("digests"),
                  failure=None if failure is None else Failure(failure["kind"], failure.get("message", "")), **lists)
+
+
+def json_values(alphabet: str):
+    """A hypothesis strategy of JSON values (strings over `alphabet`, keys over JSON's own
+    punctuation), for the tests that read a line two ways and expect one answer."""
+    from hypothesis import strategies as st
+
+    return st.recursive(
+        st.none() | st.booleans() | st.integers(min_value=-(2 ** 70), max_value=2 ** 70)
+        | st.floats(allow_nan=False, allow_infinity=False) | st.text(alphabet=alphabet),
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(
+            st.text(alphabet="ab[]{}\"\\", max_size=3), children, max_size=4),
+        max_leaves=30)

@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance.formats import protocol
+from tests import helpers
 
 
 def reference(line: bytes):
@@ -91,12 +92,7 @@ def test_digits_in_strings_are_only_text():
     same(record({"v": "1" * 40, "w": [1, 2, 3]}))
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2 ** 70), max_value=2 ** 70)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(alphabet="ab[]{}\"\\\u00e9 0123"),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(
-        st.text(alphabet="ab[]{}\"\\", max_size=3), children, max_size=4),
-    max_leaves=30)
+json_values = helpers.json_values("ab[]{}\"\\\u00e9 0123")
 
 
 @settings(max_examples=300, deadline=None)

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from conformance.formats import protocol
 from conformance.process import lines
+from tests import helpers
 
 GOLDENS = Path(__file__).resolve().parents[2] / "goldens"
 
@@ -88,12 +89,7 @@ def test_edges_as_json(text):
     same(b'{"type":"record","id":"a","layer":"steps","seq":0,"data":' + line + b"}\n")
 
 
-json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(min_value=-(2 ** 70), max_value=2 ** 70)
-    | st.floats(allow_nan=False, allow_infinity=False) | st.text(alphabet="ab[]{}\"\\\u00e9 0123.e\x7f\x01"),
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(
-        st.text(alphabet="ab[]{}\"\\", max_size=3), children, max_size=4),
-    max_leaves=30)
+json_values = helpers.json_values("ab[]{}\"\\\u00e9 0123.e\x7f\x01")
 
 
 @settings(max_examples=300, deadline=None)
