@@ -457,7 +457,7 @@ def test_reference_engine_config_equals_the_oracles_golden_on_every_scenario(kit
             assert c.equal, (name, c.index, c.first)
             refused += got[0]["refused"] is not None
         assert refused >= 4  # the refusals are compared too, not only accepted configurations
-        assert skipped and len(skipped) < len(names) // 4, sorted(skipped)
+        assert skipped and len(names) - len(skipped) >= 100, sorted(skipped)  # most are sent
         assert engine.close() == 0
     finally:
         engine.proc.kill()

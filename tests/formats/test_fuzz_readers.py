@@ -261,8 +261,13 @@ def schema_violations(s: Scenario, raw: dict) -> list[str]:
     workload = s.workload
     if workload is not None:
         if not {"seed", "vocab_size", "max_steps", "requests"} <= set(workload) <= \
-                {"seed", "vocab_size", "max_steps", "requests", "prefixes"}:
+                {"seed", "vocab_size", "max_steps", "requests", "prefixes", "prefix_cache_resets"}:
             bad.append(f"workload keys {sorted(workload)}")
+        steps = [r.get("step") for r in workload.get("prefix_cache_resets", [])]
+        if any(not typed(n, int) or not 0 <= n < workload["max_steps"] for n in steps) or steps != sorted(set(steps)) \
+                or any(not set(r) <= {"step", "reset_running_requests", "reset_connector"}
+                       for r in workload.get("prefix_cache_resets", [])):
+            bad.append(f"workload.prefix_cache_resets {workload['prefix_cache_resets']!r}")
         prefixes = {}
         for i, prefix in enumerate(workload.get("prefixes", [])):
             name, n = prefix.get("name"), prefix.get("len")
