@@ -11,7 +11,7 @@ from tests.helpers import GATE
 # Bare ValueErrors that are not bad input reaching the CLI: JSON hooks whose callers turn them
 # into a TraceError / ScenarioError / ProtocolError, and invariants of the harness itself.
 INTERNAL = {
-    ("conformance/formats/protocol.py", "_finite_float"), ("conformance/formats/protocol.py", "_int64"),
+    ("conformance/formats/protocol.py", "finite_float"), ("conformance/formats/protocol.py", "_int64"),
     ("conformance/formats/protocol.py", "_no_constants"), ("conformance/formats/scenario.py", "_reject_constant"),
     ("conformance/formats/serve.py", "__init__"), ("conformance/formats/mutant.py", "apply"),
     ("conformance/judging/comparators.py", "register"), ("conformance/judging/comparators.py", "add"),
