@@ -229,7 +229,7 @@ class RecordingScheduler(Scheduler):
                     entry["proposed_draft_token_ids"] = []  # until update_draft_token_ids() says otherwise
 
         if self.parity_encoder:
-            record["encoder_inputs"] = {str(rid): list(map(int, items)) for rid, items in
+            record["encoder_inputs"] = {str(rid): _ints(items) for rid, items in
                                         (output.scheduled_encoder_inputs or {}).items()}
             record["freed_encoder_inputs"] = list(map(str, output.free_encoder_mm_hashes or ()))
 
@@ -439,7 +439,7 @@ class AsyncRecording:
         record keeps, per request, the drafts proposed (before the grammar's cut, trimmed to
         the drafts scheduled), what the output then holds (cut, padded with -1) and how many
         were cut (num_invalid_spec_tokens)."""
-        taken = {str(rid): list(map(int, drafts)) for rid, drafts in
+        taken = {str(rid): _ints(drafts) for rid, drafts in
                  zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)
                  if (req := self.requests.get(rid)) is not None and not req.is_finished()}  # vLLM skips the rest
         super().update_draft_token_ids_in_output(draft_token_ids, scheduler_output)
@@ -449,7 +449,7 @@ class AsyncRecording:
         spec = scheduler_output.scheduled_spec_decode_tokens or {}
         invalid = scheduler_output.num_invalid_spec_tokens or {}
         for rid, entry in record["requests"].items():
-            entry["bitmask_draft_token_ids"] = list(map(int, spec.get(rid, ())))
+            entry["bitmask_draft_token_ids"] = _ints(spec.get(rid, ()))
             entry["invalid_draft_tokens"] = int(invalid.get(rid, 0))
             if "proposed_draft_token_ids" in entry and rid in taken:
                 entry["proposed_draft_token_ids"] = taken[rid][:entry["draft_tokens"]]
