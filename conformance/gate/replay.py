@@ -10,7 +10,9 @@ are fetched here, after the runs and before judging, so judging stays apart from
   against the golden's digests; the last records, the window, travel with the run's trace
   (`digests.steps.oracle_window`). A step cannot be restarted from a checkpoint: a record is
   not the scheduler's state (its block pool, prefix cache, Request objects, the drafts).
-  Where the oracle no longer reproduces its golden, the window says so instead.
+  Where the oracle no longer reproduces its golden, the window says so instead. Every replay
+  of one run goes to one oracle engine, kept warm between them (ReplaySession): one cold
+  start for all the windows of a gate, as its units share their engines.
 - `outputs`: no engine is needed. An output is the stand-in target's own chain from the
   request's prompt (conformance/formats/workload.py), regenerated and kept only where its digest
   is the golden's, so the tokens shown are the oracle's.
@@ -30,33 +32,68 @@ from conformance.formats.engine_ref import EngineRef
 from conformance.formats.scenario import Scenario
 from conformance.formats.trace import Trace
 from conformance.formats.workload import prompt_tokens, target_next
+from conformance.gate.context import ENGINE_SESSIONS
 from conformance.judging.digest_compare import compare_digest_layer
 from conformance.judging.goldens import GOLDENS, GoldenStore
 from conformance.process.launch import prepare_engine
 from conformance.process.session import EngineSession
 
 
+class ReplaySession:
+    """The pinned oracle's engine for the live replays of one run: started at the first replay
+    and kept warm for the next, closed at the end. `sessions` makes its EngineSession (a gate's
+    RunContext.sessions; default ENGINE_SESSIONS's, as a gate's)."""
+
+    def __init__(self, pins, log, sessions=None):
+        self.pins, self.log = pins, log
+        self.sessions = ENGINE_SESSIONS.get() if sessions is None else sessions
+        self.sink: DigestSink | None = None  # the running replay's
+        self._session: EngineSession | None = None
+
+    def __enter__(self) -> "ReplaySession":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._session is not None:
+            self._session.close()
+
+    def steps(self, scenario: Scenario, last: int, sink: DigestSink):
+        """The run's failure (None when it ran): `scenario`'s steps records up to step `last`
+        digested into `sink` as they arrive."""
+        if self._session is None:
+            spec = prepare_engine(EngineRef.pin(self.pins.oracle), self.pins, self.log)
+            self._session = self.sessions(spec, sinks=lambda _scenario, _layers: {"steps": self.sink})
+        self.sink = sink
+        return self._session.trace(scenario, ["steps"], stop_after_step=last).failure
+
+
 def with_oracle_windows(traces: dict[str, Trace], scenarios, pins, log,
-                        store: GoldenStore = GOLDENS) -> dict[str, Trace]:
+                        store: GoldenStore = GOLDENS, sessions=None) -> dict[str, Trace]:
     """Every trace of a production scenario that differs from the oracle's golden, with the
-    oracle's records at its first difference (one replay per scenario and step)."""
+    oracle's records at its first difference (one replay per scenario and step, all in one
+    oracle engine; `sessions` as ReplaySession's)."""
     by_name = {s.name: s for s in scenarios}
     replays: dict[tuple[str, int], dict] = {}
     out = {}
-    for key, trace in traces.items():
-        scenario = by_name.get(trace.scenario_name)
-        if scenario is not None and scenario.scale == "production" and trace.digests is not None:
-            trace = oracle_windows(trace, scenario, pins, log, store, replays)
-        out[key] = trace
+    with ReplaySession(pins, log, sessions) as oracle:
+        for key, trace in traces.items():
+            scenario = by_name.get(trace.scenario_name)
+            if scenario is not None and scenario.scale == "production" and trace.digests is not None:
+                trace = oracle_windows(trace, scenario, pins, log, store, replays, oracle)
+            out[key] = trace
     return out
 
 
 def oracle_windows(trace: Trace, scenario: Scenario, pins, log, store: GoldenStore = GOLDENS,
-                   replays: dict | None = None) -> Trace:
-    """The trace with `oracle_window` in each digest layer that differs from the golden."""
+                   replays: dict | None = None, oracle: ReplaySession | None = None) -> Trace:
+    """The trace with `oracle_window` in each digest layer that differs from the golden; the
+    steps replayed in `oracle` (default: an engine of its own, started when a replay needs it)."""
     golden = store.lookup(scenario.name, pins.oracle).trace
     if golden is None or golden.sha256 != trace.sha256:
         return trace  # judged as missing or invalid: nothing to show
+    if oracle is None:
+        with ReplaySession(pins, log) as own:
+            return oracle_windows(trace, scenario, pins, log, store, replays, own)
     replays = {} if replays is None else replays
     digests = dict(trace.digests)
     for layer, form in trace.digests.items():
@@ -70,7 +107,7 @@ def oracle_windows(trace: Trace, scenario: Scenario, pins, log, store: GoldenSto
             window = _regenerated_output(scenario, expected, c.index)
         else:
             if (scenario.name, c.index) not in replays:
-                replays[(scenario.name, c.index)] = replay_steps(scenario, expected, c.index, pins, log)
+                replays[(scenario.name, c.index)] = replay_steps(scenario, expected, c.index, oracle)
             window = replays[(scenario.name, c.index)]
         if window is not None:
             digests[layer] = dict(form, oracle_window=window)
@@ -83,17 +120,16 @@ def _shown(expected: dict, index: int) -> bool:
     return all(str(i) in expected.get("checkpoints", {}) for i in range(max(0, index - WINDOW), index + 1))
 
 
-def replay_steps(scenario: Scenario, expected: dict, index: int, pins, log) -> dict:
-    """The oracle's steps records index-WINDOW .. index+WINDOW, replayed live from step 0 and
-    checked against the golden's digests (`expected`) on the way."""
+def replay_steps(scenario: Scenario, expected: dict, index: int, oracle: ReplaySession) -> dict:
+    """The oracle's steps records index-WINDOW .. index+WINDOW, replayed live from step 0 in
+    `oracle` and checked against the golden's digests (`expected`) on the way."""
     started = time.monotonic()
+    pins = oracle.pins
     last = min(index + WINDOW, expected["count"] - 1)
-    log(f"[replay] {scenario.name}: the oracle {pin_label(pins.oracle)} replayed to step {last} for the "
-        f"records around step {index}")
+    oracle.log(f"[replay] {scenario.name}: the oracle {pin_label(pins.oracle)} replayed to step {last} for the "
+               f"records around step {index}")
     sink = DigestSink("steps", keep_last=2 * WINDOW + 1)
-    spec = prepare_engine(EngineRef.pin(pins.oracle), pins, log)
-    with EngineSession(spec, sinks=lambda _scenario, _layers: {"steps": sink}) as session:
-        failure = session.trace(scenario, ["steps"], stop_after_step=last).failure
+    failure = oracle.steps(scenario, last, sink)
     if failure is not None:
         return _failed(index, started, f"the oracle's replay failed: {failure.kind}: {failure.message}")
     golden = [digest_of(e) for e in expected["records"]]

@@ -56,7 +56,7 @@ def gate(context: RunContext, scenarios, engines: list[EngineRef]) -> int:
         traces = run_share(context, engines, scenarios, share,
                            {s["name"]: tuple(s["features"]) for s in manifest.scenarios})
         # a production run that differs: the oracle's records there, replayed live
-        traces = with_oracle_windows(traces, scenarios, context.pins, context.log)
+        traces = with_oracle_windows(traces, scenarios, context.pins, context.log, sessions=context.sessions)
         if not context.shard:
             return finish(context, manifest, traces)
         roles = {e.key: e.role for e in engines}
