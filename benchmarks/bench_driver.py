@@ -7,7 +7,7 @@ Both loops are timed in CPU time of this process (the best of REPEATS): the rati
 driver adds, and does not move when other processes share the machine's cores.
 
 --quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): one run of each loop,
-to check that it runs; its figures mean nothing.
+no warm-up, to check that it runs; its figures mean nothing.
 """
 
 import importlib.util
@@ -51,7 +51,8 @@ def main(path: str, repeats: int = REPEATS) -> None:
                                                       "seq": seq, "data": data}))
         return time.process_time() - t0
 
-    bare(), driven()  # warm both paths
+    if repeats > 1:
+        bare(), driven()  # warm both paths
     b = min(bare() for _ in range(repeats))
     d = min(driven() for _ in range(repeats))
     print(f"(b) {Path(path).stem}: bare schedule/update loop {b * 1000:.1f} ms, with the driver "

@@ -13,7 +13,7 @@ form, per 10,000 steps, and each production scenario against its golden.
 
 Goals (issue 26): judge < 30 s, a golden <= 2 MB in git.
 
---quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): 200 synthetic steps;
+--quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): 20 synthetic steps;
 with --real, prod_deep_midsize alone and no mutant, to check that it runs; its figures mean
 nothing.
 """
@@ -35,7 +35,7 @@ REPO = Path(__file__).resolve().parents[1]
 STEPS = 10_000
 REQUESTS = 128
 DIVERGE_AT = 9_000
-QUICK_STEPS = 200
+QUICK_STEPS = 20
 QUICK_SCENARIO = "prod_deep_midsize"  # the smallest production scenario
 
 
