@@ -30,7 +30,7 @@ def judge(trace, golden, role):
 PINS = load_pins()
 SCENARIOS = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
 STAND_IN = [s for s in SCENARIOS if s.workload is not None and s.engine is None and "steps" in s.layers
-            and s.scale == "library"]  # a production golden holds digests (tests/gate/test_scale_oracle.py)
+            and s.scale == "library"]  # a production golden holds digests (tests/gate/test_production_gate.py)
 REQUEST_STATE = ("accepted_draft_tokens", "computed_tokens", "output_tokens", "kv_blocks")
 STEP_STATE = ("kv_blocks", "waiting", "running")
 

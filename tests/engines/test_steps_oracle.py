@@ -14,7 +14,7 @@ from tests.engines.tiny_text import decode, follows
 pytestmark = pytest.mark.oracle
 PINS = load_pins()
 SCENARIOS = [load_scenario(p) for p in sorted(REPO.glob("scenarios/*.json"))]
-# stand-in driven, the library (production scenarios: tests/gate/test_scale_oracle.py)
+# stand-in driven, the library (production scenarios: tests/gate/test_production_gate.py)
 WORKLOADS = [s for s in SCENARIOS if s.workload is not None and s.engine is None and s.scale == "library"]
 IDS = [s.name for s in WORKLOADS]
 
