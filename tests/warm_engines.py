@@ -28,7 +28,19 @@ def max_warm(device: str, processes: int, pins: int) -> int:
 
 
 @pytest.fixture(scope="session")
-def warm_sessions(request):
+def pin_launcher():
+    """The pytest process's Launcher (process/launch.py): it holds one mutant server per pin,
+    from which warm_sessions and warm_gate fork TEST DEVICE mutants; closed at the end."""
+    from conformance.formats.pins import load_pins
+    from conformance.process.launch import Launcher
+
+    launcher = Launcher(load_pins(), log=lambda m: None)
+    yield launcher
+    launcher.close()
+
+
+@pytest.fixture(scope="session")
+def warm_sessions(request, pin_launcher):
     """engine (a pin, or a pin's TEST DEVICE mutant "0.27.1+mutant:NAME") -> its started
     EngineSession (process/session.py), started once per session (per xdist process) and
     restarted by the session only when its engine is gone, closed at the end. A mutant is
@@ -39,7 +51,7 @@ def warm_sessions(request):
     from conformance.formats.engine_ref import MUTANT, EngineRef
     from conformance.formats.pins import load_pins
     from conformance.formats.settings import device_mode
-    from conformance.process.launch import EngineSpec, Launcher
+    from conformance.process.launch import EngineSpec
     from conformance.process.session import EngineSession
 
     sessions: dict[str, EngineSession] = {}  # least recently used first
@@ -49,7 +61,7 @@ def warm_sessions(request):
     device = device_mode()
     most = max_warm(device, processes, len(pins.releases))
     lock = threading.Lock()  # a gate run asks from its engines' threads (warm_gate)
-    launcher = Launcher(pins, log=lambda m: None)  # holds the mutant servers; closed at the end
+    launcher = pin_launcher
 
     def get(engine: str) -> EngineSession:
         with lock:
@@ -72,15 +84,32 @@ def warm_sessions(request):
     yield get
     with ThreadPoolExecutor() as pool:  # each engine takes seconds to shut down: all at once
         list(pool.map(EngineSession.close, sessions.values()))
-    launcher.close()
+
+
+def forked_mutant(spec, launcher):
+    """The spec of a pin's TEST DEVICE mutant (0.27.1+mutant:NAME) forked by the pin's mutant
+    server, as warm_sessions forks its own: each start (a restart after it crashed too) without
+    an import of vLLM of its own. None for any other engine, and on a GPU (a child must not
+    inherit a parent that may have touched CUDA)."""
+    from conformance.formats.engine_ref import MUTANT, EngineRef
+    from conformance.formats.settings import device_mode
+    from conformance.process.launch import EngineSpec
+
+    if spec.release is not None or "+mutant:" not in spec.label or device_mode() == "gpu":
+        return None
+    ref = EngineRef.parse(spec.label.removeprefix("vllm-"), launcher.pins)
+    if ref.kind is not MUTANT or launcher.spec(ref).argv != spec.argv:  # not the gate's own mutant
+        return None
+    return EngineSpec(spec.label, launcher.forked_mutant(ref))
 
 
 @pytest.fixture
-def warm_gate(warm_sessions):
+def warm_gate(warm_sessions, pin_launcher):
     """`parity gate` run in this test's process (cli.main, gate/run.py) with each pinned release
     it runs served by the warm session of that pin (warm_sessions): no cold start of its own.
-    Other engines (command lines, mutants) start as the gate starts them. Lent through the
-    gate's own seam (gate/context.py ENGINE_SESSIONS), not by patching the gate."""
+    A pin's TEST DEVICE mutant is forked by the pin's mutant server (forked_mutant); other
+    engines (command lines) start as the gate starts them. Lent through the gate's own seam
+    (gate/context.py ENGINE_SESSIONS), not by patching the gate."""
     from conformance.gate.context import ENGINE_SESSIONS
     from conformance.process.session import EngineSession
 
@@ -114,7 +143,9 @@ def warm_gate(warm_sessions):
 
     def session(spec, **options) -> EngineSession:
         if spec.release is None:  # not a pinned release itself
-            return EngineSession(spec, **options)
+            with lock:  # one mutant server per pin, whichever of the gate's threads asks first
+                forked = forked_mutant(spec, pin_launcher)
+            return EngineSession(forked or spec, **options)
         warm = warm_sessions(spec.release)
         assert warm.spec.argv == spec.argv, (warm.spec, spec)  # the same worker, the same device
         with lock:
