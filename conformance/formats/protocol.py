@@ -89,6 +89,9 @@ ERROR_KINDS = (Kind.UNSUPPORTED, "bad_request", "internal")  # an engine's error
 ENGINE_LAYERS = ("engine_config", "engine_steps", "engine_outputs")  # the whole engine's
 LAYERS = ("config", "steps", "outputs", "methods") + ENGINE_LAYERS
 
+# a message type's fields, required then optional, merged once (check() runs on every line)
+_FIELDS = {kind: {**fields, **OPTIONAL.get(kind, {})} for kind, fields in MESSAGES.items()}
+
 
 class ProtocolError(ValueError):
     """A line broke the protocol. The message says what was expected and what arrived."""
@@ -110,7 +113,7 @@ def encode(message: dict) -> bytes:
 
 
 def decode(line: bytes, expect: tuple[str, ...] | None = None,
-           reader: Callable[[str], object] | None = None) -> dict:
+           reader: Callable[[bytes], object] | None = None) -> dict:
     """The message on `line`, checked. `reader` (the harness passes msgspec's, process/lines.py)
     reads the lines whose bytes prove json's reader would give the same message (no escape, no
     run of 19 digits, nesting under the limit); on any other line, or when it fails, json's
@@ -122,11 +125,13 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None,
         # large for a float is as non-finite as Infinity; nesting is bounded before any
         # recursive reader sees it. A line without a run of 19 digits holds no integer outside
         # the 64-bit range, so its integers are read by json's own C code, not one call each.
-        text = line.decode("utf-8")
-        strict = _LONG_DIGITS in line.translate(_DIGITS_AS_ZERO) or text.startswith("\ufeff")  # json.loads' BOM error
+        # `reader` reads the bytes (msgspec's checks their UTF-8 as strictly); the text is made
+        # only for json's reader
+        strict = _LONG_DIGITS in line.translate(_DIGITS_AS_ZERO) or line.startswith(_BOM)  # json.loads' BOM error
         depth = _carriable(line)
-        message = _read(reader, text) if reader is not None and depth is not None and not strict else _UNREAD
+        message = _read(reader, line) if reader is not None and depth is not None and not strict else _UNREAD
         if message is _UNREAD:
+            text = line.decode("utf-8")
             message = loads(text) if strict else _READER.decode(text)
     except (UnicodeDecodeError, ValueError, RecursionError) as exc:
         if isinstance(exc, RecursionError):
@@ -155,7 +160,7 @@ def check(message: object, expect: tuple[str, ...] | None = None) -> None:
     if expect is not None and kind not in expect:
         raise ProtocolError(f"expected a {' or '.join(expect)} message, got {kind!r}")
     optional = OPTIONAL.get(kind, {})
-    for field, types in {**MESSAGES[kind], **optional}.items():
+    for field, types in _FIELDS[kind].items():
         value = message.get(field, ...)
         if value is ... and field in optional:
             continue
@@ -222,6 +227,7 @@ def _check_values(message: object) -> None:
 # digits in a string); of a line, only its quotes and brackets kept, each bracket as ( or )
 _DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
 _LONG_DIGITS = b"0" * 19
+_BOM = "\ufeff".encode()
 _BRACKETS = bytes.maketrans(b"[{]}", b"(())")
 _NOT_STRUCTURE = bytes(set(range(256)) - set(b'"[]{}'))
 
@@ -270,10 +276,10 @@ def _repr(value: object) -> str:
 _UNREAD = object()  # decode: the reader gave no message, json's reads the line
 
 
-def _read(reader: Callable[[str], object], text: str) -> object:
+def _read(reader: Callable[[bytes], object], line: bytes) -> object:
     """`reader`'s message, or _UNREAD where it refuses the line (json's reader then says why)."""
     try:
-        return reader(text)
+        return reader(line)
     except Exception:  # whatever it refuses, json's reader reads: its message or its words
         return _UNREAD
 

@@ -70,7 +70,9 @@ read from the scheduler's own output and request state (engines/PROTOCOL.md, `st
 recomputed; lines written to VLLM_PARITY_RECORD_PATH go out at the update, before the drafts,
 so they carry no next_draft_token_ids.
 
-Only JSON types, nothing from the clock or from object identity.
+Only JSON types, nothing from the clock or from object identity. Id lists are copied as vLLM
+holds them (ints, on every pin); the worker's writer writes an integer of any other type as
+its int (engines/vllm/lines.py).
 """
 
 from __future__ import annotations
@@ -164,13 +166,15 @@ class RecordingScheduler(Scheduler):
         record["finished"] = sorted(
             rid for rid in unfinished
             if (req := self.requests.get(rid)) is None or req.is_finished())
+        entries = record["requests"]
+        held = self._parity_blocks_held
         for rid, req in scheduled.items():
-            entry = record["requests"][str(rid)]
+            entry = entries[str(rid)]
             entry["accepted_draft_tokens"] = accepted.get(rid, 0)
             if req is not None:
                 entry["computed_tokens"] = int(req.num_computed_tokens)
                 entry["output_tokens"] = int(req.num_output_tokens)
-            entry["kv_blocks"] = self._parity_request_blocks(rid)
+            entry["kv_blocks"] = held(rid)
         for rid, fields in seen.pop("requests", {}).items():
             record["requests"][rid].update(fields)
         record.update(seen)
@@ -192,11 +196,12 @@ class RecordingScheduler(Scheduler):
     def _parity_identities(self, output, record: dict) -> None:
         """What schedule() handed each request, read from its output: block ids, prefix-cache
         hits at admission, the drafts scheduled, whether all its token ids were resent; and
-        the aborts before it and the common prefix blocks."""
+        the aborts before it and the common prefix blocks. Id lists are copied as they are
+        (`list`): the worker's writer writes any integer type as a JSON integer (lines.py)."""
         spec_tokens = output.scheduled_spec_decode_tokens or {}
         entries = record["requests"]
         for rid, entry in entries.items():
-            entry["draft_token_ids"] = _ints(spec_tokens.get(rid, ()))
+            entry["draft_token_ids"] = list(spec_tokens.get(rid, ()))
             entry["resent_token_ids"] = False
             entry["next_draft_token_ids"] = []  # until update_draft_token_ids() says otherwise
         for data in output.scheduled_new_reqs:
@@ -204,16 +209,18 @@ class RecordingScheduler(Scheduler):
             entry["block_ids"] = _block_ids(data.block_ids)
             entry["cached_tokens"] = int(data.num_computed_tokens)
         cached = output.scheduled_cached_reqs
-        resumed = set(record["resumed"])
-        for i, rid in enumerate(cached.req_ids):
-            entry = entries[str(rid)]
-            entry["block_ids"] = _block_ids(cached.new_block_ids[i])
-            # a running request never gets new hits; a resumed one is admitted again
-            entry["cached_tokens"] = int(cached.num_computed_tokens[i]) if str(rid) in resumed else 0
-            entry["resent_token_ids"] = rid in (cached.all_token_ids or {})
+        if cached.req_ids:
+            resumed = set(record["resumed"])
+            resent = cached.all_token_ids or {}
+            for rid, groups, computed in zip(cached.req_ids, cached.new_block_ids, cached.num_computed_tokens):
+                entry = entries[str(rid)]
+                entry["block_ids"] = None if groups is None else list(map(list, groups))
+                # a running request never gets new hits; a resumed one is admitted again
+                entry["cached_tokens"] = int(computed) if str(rid) in resumed else 0
+                entry["resent_token_ids"] = rid in resent
         record["aborted"] = sorted(self._parity_aborted)
         self._parity_aborted = []
-        record["num_common_prefix_blocks"] = _ints(output.num_common_prefix_blocks or ())
+        record["num_common_prefix_blocks"] = list(output.num_common_prefix_blocks or ())
         if getattr(self, "needs_kv_cache_zeroing", False):  # a hybrid mamba model's KV cache
             record["zeroed_block_ids"] = sorted(map(int, output.new_block_ids_to_zero or ()))
         if self.parity_resets:
@@ -249,12 +256,14 @@ class RecordingScheduler(Scheduler):
     def _parity_next_drafts(self, record: dict) -> None:
         """Each request's drafts as the scheduler kept them after update_draft_token_ids()
         (none for a finished request or one still prefilling)."""
+        requests = self.requests
         for rid, entry in record["requests"].items():
-            req = self.requests.get(rid)
-            entry["next_draft_token_ids"] = ([] if req is None or req.is_finished()
-                                             else _ints(req.spec_token_ids))
-            if "proposed_draft_token_ids" in entry:
-                entry["proposed_draft_token_ids"] = self._parity_proposed.get(rid, [])
+            req = requests.get(rid)
+            entry["next_draft_token_ids"] = [] if req is None or req.is_finished() else list(req.spec_token_ids)
+        if self.parity_grammar:
+            for rid, entry in record["requests"].items():
+                if "proposed_draft_token_ids" in entry:
+                    entry["proposed_draft_token_ids"] = self._parity_proposed.get(rid, [])
         self._parity_proposed = {}
 
     def _parity_uses_grammar(self, rid) -> bool:
@@ -267,19 +276,28 @@ class RecordingScheduler(Scheduler):
         free = int(pool.get_num_free_blocks())
         # 0.27.1 / 0.28.0 keep skipped requests in `skipped_waiting`, 0.33.0 keeps requests
         # holding blocks in `kv_holding_waiting`; either is drained before `waiting`.
-        side = [getattr(self, name) for name in ("kv_holding_waiting", "skipped_waiting")
-                if getattr(self, name, None) is not None]
+        waiting = []
+        for name in ("kv_holding_waiting", "skipped_waiting"):
+            queue = getattr(self, name, None)
+            if queue:
+                waiting += map(_REQUEST_ID, queue)
+        waiting += map(_REQUEST_ID, self.waiting)
         return {
             "kv_blocks": {"free": free, "used": int(pool.num_gpu_blocks) - 1 - free},  # 1: null block
-            "waiting": [str(req.request_id) for queue in [*side, self.waiting] for req in queue],
-            "running": [str(req.request_id) for req in self.running],
+            "waiting": _strs(waiting),
+            "running": _strs(map(_REQUEST_ID, self.running)),
         }
 
-    def _parity_request_blocks(self, rid) -> int:
-        """KV blocks the request holds, over every KV cache group (none once it finished)."""
+    def _parity_blocks_held(self, rid) -> int:
+        """KV blocks the request holds, over every KV cache group (none once it finished): the
+        coordinator's get_blocks(), read from each group's manager without building its tuple."""
+        managers = getattr(self.kv_cache_manager.coordinator, "single_type_managers", None)
+        groups = (self.kv_cache_manager.coordinator.get_blocks(rid) if managers is None
+                  else [manager.req_to_blocks.get(rid) or () for manager in managers])
         held = 0
-        for blocks in self.kv_cache_manager.coordinator.get_blocks(rid):
-            held += len(blocks) - sum(map(_IS_NULL, blocks))  # map: no Python frame a block
+        for blocks in groups:
+            if blocks:
+                held += len(blocks) - operator.countOf(map(_IS_NULL, blocks), True)  # map: no Python frame a block
         return held
 
     def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
@@ -369,7 +387,17 @@ class EngineRecordingScheduler(RecordingScheduler):
 def _block_ids(groups) -> list[list[int]] | None:
     """Block ids per KV cache group as the scheduler output carries them; None stays null
     (a running request that got no new block)."""
-    return None if groups is None else [_ints(group) for group in groups]
+    return None if groups is None else list(map(list, groups))
+
+
+_REQUEST_ID = operator.attrgetter("request_id")
+
+
+def _strs(values) -> list[str]:
+    """list(map(str, values)): request ids are str already, counted in C, without a call of str()
+    per id."""
+    values = list(values)
+    return values if operator.countOf(map(type, values), str) == len(values) else list(map(str, values))
 
 
 def _ints(values) -> list[int]:

@@ -90,3 +90,37 @@ json_values = st.recursive(
 @given(json_values, st.sampled_from(["steps", "outputs"]))
 def test_any_record_as_json(value, layer):
     same(record({"v": value}, layer))
+
+
+class Index:
+    """An integer of another type (a NumPy integer, say): operator.index gives its int."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __index__(self) -> int:
+        return self.value
+
+
+@pytest.mark.parametrize("nulls", [False, True])
+def test_ids_of_another_integer_type_are_written_as_their_ints(nulls):
+    """The recorder copies vLLM's id lists as they are: both writers (msgspec's, and json's where
+    a null sends the record there) write an integer of another type as its int, the bytes
+    protocol.encode writes for the ints themselves."""
+    ids = {"draft_token_ids": [Index(7), Index(151935)], "block_ids": None if nulls else [[Index(3)]]}
+    plain = {"draft_token_ids": [7, 151935], "block_ids": None if nulls else [[3]]}
+    data = {"step": 0, "requests": {"r0": ids}, "kv_events": [None] if nulls else []}
+    want = {"step": 0, "requests": {"r0": plain}, "kv_events": [None] if nulls else []}
+    assert lines.encode(record(data)) == protocol.encode(record(want))
+
+
+class Opaque:
+    """A value of no JSON type, and no integer."""
+
+
+def test_a_value_of_no_json_type_is_refused_in_jsons_words():
+    message = record({"step": 0, "requests": {"r0": {"draft_token_ids": [Opaque()]}}})
+    with pytest.raises(TypeError, match="^Object of type Opaque is not JSON serializable$"):
+        lines.encode(message)
+    with pytest.raises(TypeError, match="^Object of type Opaque is not JSON serializable$"):
+        protocol.encode(message)
