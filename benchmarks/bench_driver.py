@@ -2,6 +2,11 @@
 engines/vllm/lines.py, + the harness's decode, conformance/process/lines.py) vs a bare
 schedule/update loop on the same scenario.
 
+Served as the worker serves it: each step's record is written the moment its step completes and
+none is kept (steps_layer.iter_steps, as engines/vllm/worker.py streams a run); the harness then
+reads every line. Holding every record until the run ends, as run_steps does for tests, would
+add the cyclic GC's walks over the held records, which no served run pays.
+
 Run from the harness (`make bench`): it re-executes itself inside the oracle pin's environment.
 Both loops are timed in CPU time of this process (the best of REPEATS): the ratio is the work the
 driver adds, and does not move when other processes share the machine's cores.
@@ -23,7 +28,7 @@ from conformance.formats.scenario import load_scenario  # noqa: E402
 from conformance.process import lines as harness_lines  # noqa: E402  (msgspec: in the pin's environment too)
 from engines.vllm import lines as worker_lines, runtime  # noqa: E402
 
-REPEATS = 5
+REPEATS = 9
 
 
 def main(path: str, repeats: int = REPEATS) -> None:
@@ -32,7 +37,7 @@ def main(path: str, repeats: int = REPEATS) -> None:
 
     from engines.vllm.config_layer import resolve_config
     from engines.vllm.recorder import RecordingScheduler
-    from engines.vllm.steps_layer import run_steps
+    from engines.vllm.steps_layer import iter_steps, run_steps
 
     wire = load_scenario(path).to_wire()
 
@@ -45,10 +50,21 @@ def main(path: str, repeats: int = REPEATS) -> None:
     def driven() -> None:
         config = resolve_config(wire)[0]
         t0 = time.process_time()
-        steps, outputs = run_steps(wire, cls=RecordingScheduler, config=config)
-        for seq, data in enumerate(steps + outputs):  # what the worker sends, the harness reads
-            harness_lines.decode(worker_lines.encode({"type": "record", "id": "b", "layer": "steps",
-                                                      "seq": seq, "data": data}))
+        sent = []  # the worker's lines, as the pipe holds them
+        drive = iter_steps(wire, RecordingScheduler, config)
+        while True:
+            try:
+                data = next(drive)
+            except StopIteration as done:
+                outputs = done.value
+                break
+            sent.append(worker_lines.encode({"type": "record", "id": "b", "layer": "steps", "seq": len(sent),
+                                             "data": data}))
+        for seq, data in enumerate(outputs, start=len(sent)):
+            sent.append(worker_lines.encode({"type": "record", "id": "b", "layer": "outputs", "seq": seq,
+                                             "data": data}))
+        for line in sent:  # what the harness reads
+            harness_lines.decode(line)
         return time.process_time() - t0
 
     if repeats > 1:

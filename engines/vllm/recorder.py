@@ -80,6 +80,7 @@ from __future__ import annotations
 import json
 import operator
 import os
+import sys
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
@@ -123,6 +124,11 @@ class RecordingScheduler(Scheduler):
         # of the reset before its schedule(), null where there was none
         self.parity_resets = False
         self._parity_reset: bool | None = None
+        pool = self.kv_cache_manager.block_pool
+        self._parity_cached = CachedBlocks(pool)
+        # references to the null block with no request holding it (NullBlocks)
+        self._parity_nulls = NullBlocks(pool.null_block)
+        self._parity_nulls.calibrate()
 
     def schedule(self, *args, **kwargs):
         output = super().schedule(*args, **kwargs)
@@ -150,7 +156,11 @@ class RecordingScheduler(Scheduler):
             self._parity_next_drafts(self._parity_last)
 
     def update_from_output(self, scheduler_output, model_runner_output):
-        unfinished = [rid for rid, req in self.requests.items() if not req.is_finished()]
+        # The requests this update finishes are the ones it frees: vLLM's _free_request adds each
+        # to finished_req_ids (whose lines no generated mutant edits, adequacy_scope.toml), and a
+        # request that stops without finishing (a streaming session's chunk) is not freed. Read
+        # from that set, not from every request's status before and after the update.
+        freed = set(self.finished_req_ids)
         # The Request objects of this step: a request that finishes leaves self.requests.
         scheduled = {rid: self.requests.get(rid) for rid in scheduler_output.num_scheduled_tokens}
         accepted = _accepted_drafts(scheduler_output, model_runner_output)
@@ -163,9 +173,7 @@ class RecordingScheduler(Scheduler):
                 break
         if record is None:  # an output this scheduler did not make; record it all the same
             record = self._parity_record(scheduler_output)
-        record["finished"] = sorted(
-            rid for rid in unfinished
-            if (req := self.requests.get(rid)) is None or req.is_finished())
+        record["finished"] = sorted(map(str, self.finished_req_ids - freed))
         entries = record["requests"]
         held = self._parity_blocks_held
         for rid, req in scheduled.items():
@@ -244,7 +252,7 @@ class RecordingScheduler(Scheduler):
         """After the update: the requests it emitted an output for, and the cached blocks."""
         record["emitted"] = sorted({str(out.request_id) for outputs in (result or {}).values()
                                     for out in outputs.outputs})
-        record["kv_blocks"]["cached"] = _cached_blocks(self.kv_cache_manager.block_pool)
+        record["kv_blocks"]["cached"] = self._parity_cached.count()
         if self._parity_events is not None:
             from engines.vllm.kv_events import records
 
@@ -290,10 +298,14 @@ class RecordingScheduler(Scheduler):
 
     def _parity_blocks_held(self, rid) -> int:
         """KV blocks the request holds, over every KV cache group (none once it finished): the
-        coordinator's get_blocks(), read from each group's manager without building its tuple."""
+        coordinator's get_blocks(), read from each group's manager without building its tuple;
+        the null blocks (a sliding window's or a mamba group's) counted only where a request may
+        hold one (NullBlocks)."""
         managers = getattr(self.kv_cache_manager.coordinator, "single_type_managers", None)
         groups = (self.kv_cache_manager.coordinator.get_blocks(rid) if managers is None
                   else [manager.req_to_blocks.get(rid) or () for manager in managers])
+        if not self._parity_nulls.held():
+            return sum(map(len, groups))
         held = 0
         for blocks in groups:
             if blocks:
@@ -526,6 +538,76 @@ class EngineRecordingAsyncScheduler(AsyncRecording, EngineRecordingScheduler, _a
 
 
 _IS_NULL = operator.attrgetter("is_null")  # KVCacheBlock.is_null: the null block of a sliding window
+
+
+class NullBlocks:
+    """Whether any request may hold the block pool's null block, told from the references to it:
+    a request's block list holding it is one more reference than the scheduler held when it was
+    built (the pool's own, each KV cache group's manager's). Counting a request's null blocks
+    reads every block it holds, at every step; with full attention alone no request ever holds
+    one, and the count is then its blocks. Any extra reference, from a request or not, only
+    means the blocks are read, as before."""
+
+    def __init__(self, null_block) -> None:
+        self.block = null_block
+        self.alone: int | None = None
+
+    def calibrate(self) -> None:
+        """Called once the scheduler is built, before any request: the references then. (Read as
+        held() reads them, so that no frame's own reference differs.)"""
+        self.alone = sys.getrefcount(self.block)
+
+    def held(self) -> bool:
+        return sys.getrefcount(self.block) != self.alone
+
+
+class CachedBlocks:
+    """The blocks of the pool's hash map (a block, or a dict of blocks by id under one hash),
+    counted once and then kept as the map changes: every release from 0.27 changes it only with
+    its insert() and pop() (BlockPool.cache_full_blocks, _maybe_evict_cached_block), and a
+    prefix-cache reset replaces the map, which is then counted again. Each insert or pop adds the
+    change of its own entry, so the count is the map's whatever a mutant does inside them.
+    Counting every entry at every step was the recorder's largest read."""
+
+    def __init__(self, pool) -> None:
+        self.pool = pool
+        self.map = None  # the map counted, and its dict of entries
+        self.entries = None
+        self.blocks = 0
+
+    def count(self) -> int:
+        current = getattr(self.pool, "cached_block_hash_to_block", None)
+        if current is not self.map or getattr(current, "_cache", None) is not self.entries:
+            if not self._follow(current):  # a release without the map: its blocks are read
+                return _cached_blocks(self.pool)
+        return self.blocks
+
+    def _follow(self, current) -> bool:
+        entries = getattr(current, "_cache", None)
+        if not isinstance(entries, dict) or not hasattr(current, "__dict__"):
+            self.map = None
+            return False
+        insert, pop = type(current).insert.__get__(current), type(current).pop.__get__(current)
+
+        def counted_insert(key, block):
+            before = _entry_blocks(entries.get(key))
+            insert(key, block)
+            self.blocks += _entry_blocks(entries.get(key)) - before
+
+        def counted_pop(key, block_id):
+            before = _entry_blocks(entries.get(key))
+            popped = pop(key, block_id)
+            self.blocks += _entry_blocks(entries.get(key)) - before
+            return popped
+
+        current.insert, current.pop = counted_insert, counted_pop
+        self.map, self.entries = current, entries
+        self.blocks = _cached_blocks(self.pool)
+        return True
+
+
+def _entry_blocks(entry) -> int:
+    return 0 if entry is None else len(entry) if isinstance(entry, dict) else 1
 
 
 def _cached_blocks(pool) -> int:

@@ -1,6 +1,6 @@
 """engines/vllm/lines.py writes the worker's steps and outputs records with msgspec where the
-bytes prove them json's (protocol.encode): the same bytes on every such record of the goldens,
-and the same bytes, or the same refusal, on records built to differ."""
+line provably reads back as protocol.encode's values: the same bytes on every such record of
+the goldens, and the same values, or the same refusal, on records built to differ."""
 
 import json
 from pathlib import Path
@@ -16,10 +16,24 @@ GOLDENS = Path(__file__).resolve().parents[2] / "goldens"
 
 
 def written(encode, message):
+    """What a writer gives, read back as the harness reads a line; or its refusal."""
     try:
-        return ("ok", encode(message))
+        line = encode(message)
     except Exception as exc:  # the refusal itself: its type and words
         return ("error", type(exc).__name__, str(exc))
+    try:
+        return ("ok", _typed(protocol.loads(line.decode("utf-8"))))
+    except ValueError as exc:  # a line the harness refuses (an integer past 64 bits)
+        return ("refused", str(exc))
+
+
+def _typed(value):
+    """The value with each number's type (1 and 1.0 and True read the same by ==)."""
+    if isinstance(value, dict):
+        return {k: _typed(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_typed(v) for v in value]
+    return (type(value).__name__, value)
 
 
 def same(message) -> None:
@@ -38,7 +52,7 @@ def test_every_golden_record_is_written_the_same():
             for data in layers.get(layer, ())[:40]:
                 message = record(data, layer)
                 assert lines.encode(message) == protocol.encode(message), (path, layer, data)
-                by_msgspec += lines.as_json(lines._WRITER.encode(message), lines._nones(data))
+                by_msgspec += lines.reads_as_json(lines._WRITER.encode(message), lines._nones(data))
                 count += 1
     assert count > 10_000
     # msgspec writes nearly all (a record with nulls elsewhere, as a KV cache event's, is json's)
@@ -50,7 +64,7 @@ def test_msgspec_writes_the_steady_decode_records():
     layers = json.loads((GOLDENS / "steady_decode" / "vllm-0.27.1.json").read_text(encoding="utf-8"))["layers"]
     for layer in ("steps", "outputs"):
         for data in layers[layer]:
-            assert lines.as_json(lines._WRITER.encode(record(data, layer)), lines._nones(data))
+            assert lines.reads_as_json(lines._WRITER.encode(record(data, layer)), lines._nones(data))
 
 
 @pytest.mark.parametrize("data", [
@@ -62,7 +76,7 @@ def test_msgspec_writes_the_steady_decode_records():
 ])
 def test_records_at_the_edges(data):
     """Floats, NaN and infinities (json refuses them), non-ASCII text, escapes, DEL, nulls where
-    the recorder writes none, integers past 64 bits, keys that are no strings: json's bytes,
+    the recorder writes none, integers past 64 bits, keys that are no strings: json's values,
     or its refusal."""
     same(record(data))
     same(record(data, "outputs"))
