@@ -127,8 +127,9 @@ def decode(line: bytes, expect: tuple[str, ...] | None = None,
         # the 64-bit range, so its integers are read by json's own C code, not one call each.
         # `reader` reads the bytes (msgspec's checks their UTF-8 as strictly); the text is made
         # only for json's reader
-        strict = _LONG_DIGITS in line.translate(_DIGITS_AS_ZERO) or line.startswith(_BOM)  # json.loads' BOM error
-        depth = _carriable(line)
+        marks = line.translate(_MARKS)  # one pass for both proofs: digits as "0", "{" as "["
+        strict = _LONG_DIGITS in marks or line.startswith(_BOM)  # json.loads' BOM error
+        depth = _carriable(line, marks)
         message = _read(reader, line) if reader is not None and depth is not None and not strict else _UNREAD
         if message is _UNREAD:
             text = line.decode("utf-8")
@@ -223,22 +224,24 @@ def _check_values(message: object) -> None:
             stack.pop()
 
 
-# _nesting's tables: a digit read as "0" (a run of 19 is a number that may not fit 64 bits, or
-# digits in a string); of a line, only its quotes and brackets kept, each bracket as ( or )
-_DIGITS_AS_ZERO = bytes.maketrans(b"0123456789", b"0" * 10)
+# decode's and _nesting's tables: a digit read as "0" (a run of 19 is a number that may not fit
+# 64 bits, or digits in a string) and "{" as "[" (one count of the opening brackets); of a line,
+# only its quotes and brackets kept, each bracket as ( or )
+_MARKS = bytes.maketrans(b"0123456789{", b"0" * 10 + b"[")
 _LONG_DIGITS = b"0" * 19
 _BOM = "\ufeff".encode()
 _BRACKETS = bytes.maketrans(b"[{]}", b"(())")
 _NOT_STRUCTURE = bytes(set(range(256)) - set(b'"[]{}'))
 
 
-def _carriable(line: bytes) -> int | None:
+def _carriable(line: bytes, marks: bytes) -> int | None:
     """A bound on the nesting depth of a decoded line when its bytes prove that _check_values
     would pass it, else None (_nesting). Fewer than MAX_DEPTH opening brackets, quoted or not,
-    bound the depth with two counts in C, before the quotes are split off."""
+    bound the depth: counted in `marks` (the line with each "{" as "["), in C, before the quotes
+    are split off."""
     if b"\\" in line:
         return None
-    openers = line.count(b"[") + line.count(b"{")
+    openers = marks.count(b"[")
     return openers if openers < MAX_DEPTH else _nesting(line)
 
 

@@ -175,7 +175,7 @@ class RecordingScheduler(Scheduler):
             record = self._parity_record(scheduler_output)
         record["finished"] = sorted(map(str, self.finished_req_ids - freed))
         entries = record["requests"]
-        held = self._parity_blocks_held
+        held = self._parity_blocks_held()
         for rid, req in scheduled.items():
             entry = entries[str(rid)]
             entry["accepted_draft_tokens"] = accepted.get(rid, 0)
@@ -296,20 +296,26 @@ class RecordingScheduler(Scheduler):
             "running": _strs(map(_REQUEST_ID, self.running)),
         }
 
-    def _parity_blocks_held(self, rid) -> int:
-        """KV blocks the request holds, over every KV cache group (none once it finished): the
-        coordinator's get_blocks(), read from each group's manager without building its tuple;
-        the null blocks (a sliding window's or a mamba group's) counted only where a request may
-        hold one (NullBlocks)."""
-        managers = getattr(self.kv_cache_manager.coordinator, "single_type_managers", None)
-        groups = (self.kv_cache_manager.coordinator.get_blocks(rid) if managers is None
-                  else [manager.req_to_blocks.get(rid) or () for manager in managers])
-        if not self._parity_nulls.held():
-            return sum(map(len, groups))
-        held = 0
-        for blocks in groups:
-            if blocks:
-                held += len(blocks) - operator.countOf(map(_IS_NULL, blocks), True)  # map: no Python frame a block
+    def _parity_blocks_held(self):
+        """A function of a request id: the KV blocks it holds, over every KV cache group (none
+        once it finished). The coordinator's get_blocks(), read from each group's manager without
+        building its tuple; the null blocks (a sliding window's or a mamba group's) counted only
+        where a request may hold one (NullBlocks). What it reads is looked up once per update."""
+        coordinator = self.kv_cache_manager.coordinator
+        managers = getattr(coordinator, "single_type_managers", None)
+        nulls = self._parity_nulls.held()
+        if managers is not None and len(managers) == 1 and not nulls:  # one group, no null block held
+            blocks_of = managers[0].req_to_blocks.get
+            return lambda rid: len(blocks_of(rid) or ())
+
+        def held(rid) -> int:
+            groups = (coordinator.get_blocks(rid) if managers is None
+                      else [manager.req_to_blocks.get(rid) or () for manager in managers])
+            if not nulls:
+                return sum(map(len, groups))
+            return sum(len(blocks) - operator.countOf(map(_IS_NULL, blocks), True)  # map: no Python frame a block
+                       for blocks in groups)
+
         return held
 
     def _parity_observe(self, scheduler_output, model_runner_output) -> dict:
