@@ -8,8 +8,9 @@ reads every line. Holding every record until the run ends, as run_steps does for
 add the cyclic GC's walks over the held records, which no served run pays.
 
 Run from the harness (`make bench`): it re-executes itself inside the oracle pin's environment.
-Both loops are timed in CPU time of this process (the best of REPEATS, run alternately): the ratio is the work the
-driver adds, and does not move when other processes share the machine's cores.
+Both loops are timed in CPU time of this process (the best of REPEATS, run alternately): the
+ratio is the work the driver adds, and does not move when other processes share the machine's
+cores.
 
 --quick (`make bench BENCH_QUICK=1`, run by tests/house/test_doc_commands.py): one run of each loop,
 no warm-up, to check that it runs; its figures mean nothing.
