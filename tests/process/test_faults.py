@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from conformance import cli
+from conformance.formats import protocol
 from conformance.formats.pins import load_pins
 from conformance.formats.scenario import ScenarioError, load_scenario
 from conformance.formats.trace import load_trace
@@ -206,8 +207,13 @@ def test_crash_leaves_no_orphan_child(tmp_path):
     assert failure.kind == "crash"
 
 
-def test_endless_records_are_ended_by_the_timeout(tmp_path):
-    """A stream of valid records that never ends must not outlive the run's deadline."""
+def test_endless_records_are_ended_by_the_timeout(tmp_path, monkeypatch):
+    """A stream of valid records that never ends must not outlive the run's deadline. The run's
+    limits are raised far past what a second carries, so that the deadline ends it, not a limit:
+    the harness reads about 90,000 of these records a second, and 61,000 of them fill the default
+    32 MiB."""
+    monkeypatch.setenv("VLLM_PARITY_MAX_RUN_RECORDS", str(100 * protocol.MAX_RUN_RECORDS))
+    monkeypatch.setenv("VLLM_PARITY_MAX_RUN_BYTES", str(100 * protocol.MAX_RUN_BYTES))
     proc = EngineProcess(double_spec("--fault", "flood"))
     proc.start()
     pid = proc._proc.pid
