@@ -7,6 +7,7 @@ environment. engines/PROTOCOL.md is the human-readable description of the same r
 from __future__ import annotations
 
 import json
+import operator
 from typing import Callable
 
 from conformance.formats.kinds import Kind
@@ -102,9 +103,19 @@ class LimitExceeded(ProtocolError):
     error that names the limit, its value and what arrived."""
 
 
-# json.dumps(message, sort_keys=True, separators=(",", ":"), allow_nan=False), built once
-# instead of once a line
-_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False)
+def integer(value) -> int:
+    """A value json cannot write that is an integer of another type (a NumPy integer an engine's
+    records copy from its framework) as the int it stands for (operator.index); anything else is
+    refused in json's own words."""
+    try:
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable") from None
+
+
+# json.dumps(message, sort_keys=True, separators=(",", ":"), allow_nan=False, default=integer),
+# built once instead of once a line
+_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False, default=integer)
 
 
 def encode(message: dict) -> bytes:

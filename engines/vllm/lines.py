@@ -19,13 +19,10 @@ record reads back as the same values or is refused alike (tests/engines/test_lin
 
 The recorder copies vLLM's id lists as they are (block ids, drafts), without a call of int() per
 id: an integer of another type there (a NumPy integer, say) is written as the JSON integer it
-stands for by both writers (`_integer`), and anything else that is no JSON type is refused.
+stands for by both writers (protocol.integer), and anything else that is no JSON type is refused.
 """
 
 from __future__ import annotations
-
-import json
-import operator
 
 import msgspec
 
@@ -34,18 +31,8 @@ from conformance.formats import protocol
 RECORDER_LAYERS = ("steps", "outputs")
 
 
-def _integer(value) -> int:
-    """An integer of a type other than int as the int it stands for (operator.index); anything
-    else is refused in json's own words."""
-    try:
-        return operator.index(value)
-    except TypeError:
-        raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable") from None
-
-
-_WRITER = msgspec.json.Encoder(order="sorted", enc_hook=_integer)
-# protocol.encode's settings (the same bytes), with the integers of other types as ints
-_JSON = json.JSONEncoder(sort_keys=True, separators=(",", ":"), allow_nan=False, default=_integer)
+# msgspec writes an integer of another type as protocol.encode does (protocol.integer)
+_WRITER = msgspec.json.Encoder(order="sorted", enc_hook=protocol.integer)
 
 
 def encode(message: dict) -> bytes:
@@ -58,7 +45,6 @@ def encode(message: dict) -> bytes:
             line = None
         if line is not None and reads_as_json(line, _nones(message["data"])):
             return line + b"\n"
-        return _JSON.encode(message).encode() + b"\n"
     return protocol.encode(message)
 
 

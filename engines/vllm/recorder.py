@@ -71,8 +71,8 @@ recomputed; lines written to VLLM_PARITY_RECORD_PATH go out at the update, befor
 so they carry no next_draft_token_ids.
 
 Only JSON types, nothing from the clock or from object identity. Id lists are copied as vLLM
-holds them (ints, on every pin); the worker's writer writes an integer of any other type as
-its int (engines/vllm/lines.py).
+holds them (ints, on every pin); the protocol's writers write an integer of any other type as
+its int (conformance/formats/protocol.py `integer`).
 """
 
 from __future__ import annotations
@@ -84,6 +84,7 @@ import sys
 
 from vllm.v1.core.sched.scheduler import Scheduler
 
+from conformance.formats.protocol import integer
 from engines.vllm.release import charges_drafting_per_step
 
 RECORD_PATH_ENV = "VLLM_PARITY_RECORD_PATH"
@@ -149,7 +150,7 @@ class RecordingScheduler(Scheduler):
 
     def update_draft_token_ids(self, draft_token_ids) -> None:
         if self.parity_grammar:  # only grammar requests record the drafts proposed
-            self._parity_proposed = {str(rid): _ints(drafts) for rid, drafts in
+            self._parity_proposed = {str(rid): list(drafts) for rid, drafts in
                                      zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)}
         super().update_draft_token_ids(draft_token_ids)
         if self._parity_last is not None:
@@ -195,8 +196,8 @@ class RecordingScheduler(Scheduler):
         if path:
             line = dict(record, requests={rid: {k: v for k, v in entry.items() if k != "next_draft_token_ids"}
                                           for rid, entry in record["requests"].items()})
-            with open(path, "a", encoding="utf-8") as out:
-                out.write(json.dumps(line, sort_keys=True, separators=(",", ":")) + "\n")
+            with open(path, "a", encoding="utf-8") as out:  # integers of other types as protocol.encode writes them
+                out.write(json.dumps(line, sort_keys=True, separators=(",", ":"), default=integer) + "\n")
         return result
 
     # -- identities: which blocks, hits and drafts (steps records only) -----------------------
@@ -205,7 +206,7 @@ class RecordingScheduler(Scheduler):
         """What schedule() handed each request, read from its output: block ids, prefix-cache
         hits at admission, the drafts scheduled, whether all its token ids were resent; and
         the aborts before it and the common prefix blocks. Id lists are copied as they are
-        (`list`): the worker's writer writes any integer type as a JSON integer (lines.py)."""
+        (`list`): the protocol's writers write any integer type as a JSON integer."""
         spec_tokens = output.scheduled_spec_decode_tokens or {}
         entries = record["requests"]
         for rid, entry in entries.items():
@@ -244,7 +245,7 @@ class RecordingScheduler(Scheduler):
                     entry["proposed_draft_token_ids"] = []  # until update_draft_token_ids() says otherwise
 
         if self.parity_encoder:
-            record["encoder_inputs"] = {str(rid): _ints(items) for rid, items in
+            record["encoder_inputs"] = {str(rid): list(items) for rid, items in
                                         (output.scheduled_encoder_inputs or {}).items()}
             record["freed_encoder_inputs"] = list(map(str, output.free_encoder_mm_hashes or ()))
 
@@ -418,13 +419,6 @@ def _strs(values) -> list[str]:
     return values if operator.countOf(map(type, values), str) == len(values) else list(map(str, values))
 
 
-def _ints(values) -> list[int]:
-    """list(map(int, values)), the values as Python ints. A list of ints (the drafts, block ids)
-    is copied and its types counted in C, without a call of int() per value."""
-    values = list(values)
-    return values if operator.countOf(map(type, values), int) == len(values) else list(map(int, values))
-
-
 def _accepted_drafts(scheduler_output, model_runner_output) -> dict:
     """Drafts accepted per request, read from the model runner's output before
     update_from_output() trims tokens past a stop: the target samples one token more than it
@@ -485,7 +479,7 @@ class AsyncRecording:
         record keeps, per request, the drafts proposed (before the grammar's cut, trimmed to
         the drafts scheduled), what the output then holds (cut, padded with -1) and how many
         were cut (num_invalid_spec_tokens)."""
-        taken = {str(rid): _ints(drafts) for rid, drafts in
+        taken = {str(rid): list(drafts) for rid, drafts in
                  zip(draft_token_ids.req_ids, draft_token_ids.draft_token_ids)
                  if (req := self.requests.get(rid)) is not None and not req.is_finished()}  # vLLM skips the rest
         super().update_draft_token_ids_in_output(draft_token_ids, scheduler_output)
@@ -495,7 +489,7 @@ class AsyncRecording:
         spec = scheduler_output.scheduled_spec_decode_tokens or {}
         invalid = scheduler_output.num_invalid_spec_tokens or {}
         for rid, entry in record["requests"].items():
-            entry["bitmask_draft_token_ids"] = _ints(spec.get(rid, ()))
+            entry["bitmask_draft_token_ids"] = list(spec.get(rid, ()))
             entry["invalid_draft_tokens"] = int(invalid.get(rid, 0))
             if "proposed_draft_token_ids" in entry and rid in taken:
                 entry["proposed_draft_token_ids"] = taken[rid][:entry["draft_tokens"]]

@@ -118,14 +118,14 @@ class Index:
 
 @pytest.mark.parametrize("nulls", [False, True])
 def test_ids_of_another_integer_type_are_written_as_their_ints(nulls):
-    """The recorder copies vLLM's id lists as they are: both writers (msgspec's, and json's where
-    a null sends the record there) write an integer of another type as its int, the bytes
-    protocol.encode writes for the ints themselves."""
+    """The recorder copies vLLM's id lists as they are: both writers (msgspec's, and
+    protocol.encode, where a null sends the record, as for the engine layers' records) write an
+    integer of another type as its int, the bytes written for the ints themselves."""
     ids = {"draft_token_ids": [Index(7), Index(151935)], "block_ids": None if nulls else [[Index(3)]]}
     plain = {"draft_token_ids": [7, 151935], "block_ids": None if nulls else [[3]]}
     data = {"step": 0, "requests": {"r0": ids}, "kv_events": [None] if nulls else []}
     want = {"step": 0, "requests": {"r0": plain}, "kv_events": [None] if nulls else []}
-    assert lines.encode(record(data)) == protocol.encode(record(want))
+    assert lines.encode(record(data)) == protocol.encode(record(want)) == protocol.encode(record(data))
 
 
 class Opaque:
